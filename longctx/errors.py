@@ -1,0 +1,201 @@
+"""Every error longctx raises on purpose.
+
+One tree, rooted at :class:`LongctxError`. Anything else that escapes the
+library is a bug. Each error carries the context a caller needs to act on it
+(a path, a status, a body, a log tail) and a message that names the problem
+without repeating secrets.
+
+    LongctxError
+    ├── ConfigError            bad arguments or LONGCTX_* settings
+    ├── InputError             a path or document longctx cannot use
+    │   └── SourceError        a source (repo, folder, PDF) failed as a whole
+    ├── PackError              the pack cannot be built as asked
+    │   └── BudgetError        the pack does not fit the token budget
+    ├── TokenizerError         no tokenizer, or it failed
+    ├── StoreError             the SQLite store failed
+    │   └── SessionNotFound    no session with that id
+    ├── BackendError           talking to a server failed
+    │   ├── ServerUnreachable  no connection, or it dropped
+    │   ├── ServerError        the server answered with an error status
+    │   └── ContextOverflow    the prompt does not fit the server's window
+    └── HarnessError           the local test servers (longctx.testing)
+        ├── EnvironmentBuildError  a server's virtual environment failed to build
+        ├── ModelBuildError        the tiny model failed to build
+        ├── ServerStartError       a server did not become ready
+        └── ServerDiedError        a server exited while in use
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = [
+    "BackendError",
+    "BudgetError",
+    "ConfigError",
+    "ContextOverflow",
+    "EnvironmentBuildError",
+    "HarnessError",
+    "InputError",
+    "LongctxError",
+    "ModelBuildError",
+    "PackError",
+    "ServerDiedError",
+    "ServerError",
+    "ServerStartError",
+    "ServerUnreachable",
+    "SessionNotFound",
+    "SourceError",
+    "StoreError",
+    "TokenizerError",
+]
+
+
+class LongctxError(Exception):
+    """Root of every error longctx raises on purpose."""
+
+
+class ConfigError(LongctxError):
+    """An argument or a ``LONGCTX_*`` setting is invalid."""
+
+
+class InputError(LongctxError):
+    """A path or a document cannot be used; ``path`` names it when known."""
+
+    def __init__(self, message: str, *, path: str | Path | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class SourceError(InputError):
+    """A whole source (repository, folder, PDF) could not be read."""
+
+
+class PackError(LongctxError):
+    """The pack cannot be built as asked."""
+
+
+class BudgetError(PackError):
+    """The pack does not fit its token budget.
+
+    ``total_tokens`` and ``budget_tokens`` are the two sides of the
+    comparison; ``largest`` lists ``(path, tokens)`` of the biggest files and
+    folders, the candidates to exclude.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        total_tokens: int,
+        budget_tokens: int,
+        largest: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        self.total_tokens = total_tokens
+        self.budget_tokens = budget_tokens
+        self.largest = largest
+
+
+class TokenizerError(LongctxError):
+    """No usable tokenizer, or the tokenizer failed."""
+
+
+class StoreError(LongctxError):
+    """The SQLite store failed or holds something unexpected."""
+
+
+class SessionNotFound(StoreError):
+    """No session with this id in the store."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no session with id {session_id!r}")
+        self.session_id = session_id
+
+
+class BackendError(LongctxError):
+    """Talking to an inference server failed.
+
+    ``url`` is the endpoint, ``status`` the HTTP status when the server
+    answered, ``body`` its (truncated) answer.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status: int | None = None,
+        body: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.body = body
+
+
+class ServerUnreachable(BackendError):
+    """No connection to the server, or the connection dropped or stalled."""
+
+
+class ServerError(BackendError):
+    """The server answered with an error status."""
+
+
+class ContextOverflow(BackendError):
+    """The prompt (plus reserved output) does not fit the server's window.
+
+    Raised the same way for vLLM and SGLang; ``prompt_tokens`` and
+    ``context_length`` come from the server's message when it states them.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        prompt_tokens: int | None,
+        context_length: int | None,
+        url: str | None = None,
+        status: int | None = None,
+        body: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, status=status, body=body)
+        self.prompt_tokens = prompt_tokens
+        self.context_length = context_length
+
+
+class HarnessError(LongctxError):
+    """The local test servers of :mod:`longctx.testing` failed."""
+
+
+class EnvironmentBuildError(HarnessError):
+    """A server's virtual environment could not be built; ``log_tail`` says why."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
+        self.log_tail = log_tail
+
+
+class ModelBuildError(HarnessError):
+    """The tiny test model could not be built; ``log_tail`` says why."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
+        self.log_tail = log_tail
+
+
+class ServerStartError(HarnessError):
+    """A server did not become ready; ``log_tail`` holds the end of its log."""
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
+        self.log_tail = log_tail
+
+
+class ServerDiedError(HarnessError):
+    """A server exited while a test was using it; ``log_tail`` says why."""
+
+    def __init__(self, message: str, *, returncode: int | None, log_tail: str = "") -> None:
+        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
+        self.returncode = returncode
+        self.log_tail = log_tail

@@ -7,6 +7,9 @@ without repeating secrets.
 
     LongctxError
     ├── ConfigError            bad arguments or LONGCTX_* settings
+    │   └── ServingConfigError     a model config or serving setting (.field) longctx cannot plan with
+    │       ├── UnsupportedArchitecture  a config whose attention layout longctx does not know
+    │       └── InsufficientMemory       the KV cache does not fit (.shortfall_bytes)
     ├── InputError             a path or document longctx cannot use
     │   └── SourceError        a source (repo, folder, PDF) failed as a whole
     ├── PackError              the pack cannot be built as asked
@@ -37,6 +40,7 @@ __all__ = [
     "EnvironmentBuildError",
     "HarnessError",
     "InputError",
+    "InsufficientMemory",
     "LongctxError",
     "ModelBuildError",
     "PackError",
@@ -44,10 +48,12 @@ __all__ = [
     "ServerError",
     "ServerStartError",
     "ServerUnreachable",
+    "ServingConfigError",
     "SessionNotFound",
     "SourceError",
     "StoreError",
     "TokenizerError",
+    "UnsupportedArchitecture",
 ]
 
 
@@ -57,6 +63,44 @@ class LongctxError(Exception):
 
 class ConfigError(LongctxError):
     """An argument or a ``LONGCTX_*`` setting is invalid."""
+
+
+class ServingConfigError(ConfigError):
+    """A model config or a serving setting cannot be planned with.
+
+    ``field`` names the offending config key (dotted for nested keys, e.g.
+    ``linear_attn_config.num_heads``) or argument (``gpus``, ``kv_cache_dtype``).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnsupportedArchitecture(ServingConfigError):
+    """The config describes an attention layout longctx does not model.
+
+    ``architecture`` is the config's ``model_type`` (or architecture name)
+    when it has one.
+    """
+
+    def __init__(
+        self, message: str, *, architecture: str | None = None, field: str | None = None
+    ) -> None:
+        super().__init__(message, field=field)
+        self.architecture = architecture
+
+
+class InsufficientMemory(ServingConfigError):
+    """The asked-for deployment cannot hold its KV cache.
+
+    ``shortfall_bytes`` is how many bytes per GPU are missing; ``field`` names
+    the input to change (``gpu_memory``, ``weights``, ``context``, ...).
+    """
+
+    def __init__(self, message: str, *, shortfall_bytes: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.shortfall_bytes = shortfall_bytes
 
 
 class InputError(LongctxError):

@@ -1,0 +1,1 @@
+"""Serving knowledge: KV-cache layouts, capacity plans, launch recipes, flag advice."""

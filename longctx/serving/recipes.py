@@ -1,0 +1,394 @@
+"""Launch recipes: the server command, environment and notes for one model on one engine.
+
+A small built-in catalogue holds deployments that were validated by someone
+(today ``nvidia/Kimi-K3-NVFP4``, from its model card); any other model gets a
+generic recipe built from its ``config.json`` with the three switches that
+matter for long contexts:
+
+1. an fp8 KV cache (half the memory of bf16, so twice the context x
+   concurrency);
+2. prefix caching (vLLM ``--enable-prefix-caching``; SGLang's radix cache is
+   on by default), plus cached-token reporting so longctx can show savings;
+3. chunked prefill with a token budget of 8192 per step, so one long prompt
+   does not stall every running decode.
+"""
+
+from __future__ import annotations
+
+import shlex
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from longctx.errors import ServingConfigError
+from longctx.serving.kv import LayerKind, kv_layout_from_config
+
+__all__ = [
+    "ENGINES",
+    "KIMI_K3_NVFP4",
+    "Mount",
+    "Recipe",
+    "catalogue_models",
+    "recipe_for",
+]
+
+ENGINES = ("vllm", "sglang")
+
+KIMI_K3_NVFP4 = "nvidia/Kimi-K3-NVFP4"
+# From the nvidia/Kimi-K3-NVFP4 model card: validated on 8 x B300 at TP 8.
+_K3_VALIDATED_GPUS = 8
+_K3_VALIDATED_CONTEXT = 196_608
+_K3_ARCHITECTURE_CONTEXT = 1_048_576
+_K3_WEIGHT_BYTES = 1.6e12
+_B300_BYTES = 288e9
+
+_CHUNK_TOKENS = "8192"
+_HF_CACHE = "$HOME/.cache/huggingface"
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bind-mounted into the container (``source`` may use ``$HOME``/``$PWD``)."""
+
+    source: str
+    target: str
+    read_only: bool = False
+
+    def docker_volume(self) -> str:
+        """The ``-v`` value, e.g. ``$HOME/x:/y:ro``."""
+        return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to launch ``model`` on ``engine``.
+
+    ``argv`` is the server command as run on a host with the engine installed
+    (``vllm serve MODEL --flag value ...``); ``image_entrypoint`` is the
+    leading part of ``argv`` the container image already runs, so inside
+    ``image`` only the rest is passed. ``env`` holds fixed variables,
+    ``required_env`` the names that must come from the caller's environment
+    (secrets: never their values). ``setup`` lists shell commands to run once
+    before the first launch. ``from_catalogue`` is false for a generic recipe
+    built from a config.
+    """
+
+    model: str
+    engine: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=lambda: types.MappingProxyType({}))
+    required_env: tuple[str, ...] = ()
+    image: str | None = None
+    image_entrypoint: tuple[str, ...] = ()
+    docker_options: tuple[str, ...] = ()
+    mounts: tuple[Mount, ...] = ()
+    setup: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    from_catalogue: bool = False
+
+    def flags(self) -> tuple[str, ...]:
+        """The ``--option`` names in ``argv``, in order (values left out)."""
+        return tuple(arg for arg in self.argv if arg.startswith("--"))
+
+    def render_shell(self) -> str:
+        """A copy-pasteable shell snippet: setup, then ``docker run`` (with an image) or the command."""
+        lines: list[str] = []
+        if self.setup:
+            lines.append("# once, before the first launch:")
+            lines += list(self.setup)
+            lines.append("")
+        if self.required_env:
+            lines.append("# needs in your environment: " + " ".join(self.required_env))
+        body: list[str] = []
+        if self.image:
+            body.append("docker run " + " ".join(self.docker_options))
+            body += [f"  -e {name}" for name in self.required_env]
+            body += [f"  -e {shlex.quote(f'{k}={v}')}" for k, v in self.env.items()]
+            # Double quotes, not shlex: $HOME and $PWD must expand.
+            body += [f'  -v "{mount.docker_volume()}"' for mount in self.mounts]
+            body.append(f"  {self.image}")
+            command = self.argv[len(self.image_entrypoint) :]
+            indent = "  "
+        else:
+            body += [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+            command = self.argv
+            indent = ""
+        body += _command_lines(command, indent)
+        lines.append(" \\\n".join(body))
+        return "\n".join(lines)
+
+
+def catalogue_models() -> tuple[str, ...]:
+    """Models with a built-in, validated recipe."""
+    return (KIMI_K3_NVFP4,)
+
+
+def recipe_for(
+    model: str,
+    engine: str,
+    *,
+    gpus: int | None = None,
+    max_model_len: int | None = None,
+    config: Mapping[str, Any] | None = None,
+    speculative: bool = True,
+) -> Recipe:
+    """The launch recipe for ``model`` on ``engine`` (``"vllm"`` or ``"sglang"``).
+
+    Catalogue models (:func:`catalogue_models`, matched case-insensitively)
+    get their validated recipe; ``gpus`` and ``max_model_len`` override the
+    validated values and add a note saying so. Any other model needs its
+    parsed ``config.json`` as ``config`` and gets a generic recipe for
+    ``gpus`` GPUs (default 1) whose context defaults to the config's
+    ``max_position_embeddings``. ``speculative`` keeps the catalogue's
+    speculative decoding where it has one (SGLang DSPARK for Kimi K3).
+
+    Raises :class:`ServingConfigError` naming ``engine``, ``gpus``,
+    ``max_model_len`` or ``config`` when one is unusable.
+    """
+    if engine not in ENGINES:
+        raise ServingConfigError(f"unknown engine {engine!r}; use vllm or sglang", field="engine")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
+    if max_model_len is not None and (
+        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
+    ):
+        raise ServingConfigError(
+            f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
+        )
+    if model.lower() == KIMI_K3_NVFP4.lower():
+        return _kimi_k3(engine, gpus, max_model_len, speculative)
+    if config is None:
+        raise ServingConfigError(
+            f"no built-in recipe for {model!r} (built in: {', '.join(catalogue_models())}); "
+            "pass its config.json for a generic recipe",
+            field="config",
+        )
+    return _generic(model, engine, gpus or 1, max_model_len, config)
+
+
+def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculative: bool) -> Recipe:
+    if max_model_len is not None and max_model_len > _K3_ARCHITECTURE_CONTEXT:
+        raise ServingConfigError(
+            f"max_model_len {max_model_len:,} exceeds Kimi K3's architectural limit of "
+            f"{_K3_ARCHITECTURE_CONTEXT:,} tokens",
+            field="max_model_len",
+        )
+    tp = gpus or _K3_VALIDATED_GPUS
+    notes = [
+        "Blackwell only (B200/B300); validated on 8 x B300 at tensor parallel 8",
+        "about 1.6 TB of weights, downloaded into the mounted Hugging Face cache on first launch",
+    ]
+    if tp != _K3_VALIDATED_GPUS:
+        notes.append(f"{tp} GPUs is not the validated setup (8); expect to tune memory settings")
+    if _K3_WEIGHT_BYTES / tp > _B300_BYTES:
+        notes.append(
+            f"1.6 TB of weights over {tp} GPUs is {_K3_WEIGHT_BYTES / tp / 1e9:,.0f} GB each, "
+            "more than a B300's 288 GB: this will not load"
+        )
+    if engine == "vllm":
+        context = max_model_len or _K3_VALIDATED_CONTEXT
+        notes += [
+            "about 18 minutes to start on 8 GPUs with --load-format fastsafetensors; "
+            "the default loader is substantially slower",
+            f"--max-model-len {_K3_VALIDATED_CONTEXT:,} is the validated value on 8 GPUs, not the "
+            f"architecture's limit ({_K3_ARCHITECTURE_CONTEXT:,}); KV memory grows with context x "
+            "concurrency, so check a larger value with `longctx plan` before raising it",
+            "the runtime patch (runtime_patches/sitecustomize.py, loaded through PYTHONPATH) is "
+            "required until vLLM PRs #50617, #52406 and #52405 are in a release",
+            "--enable-prompt-tokens-details is added by longctx (not in the model card) so "
+            "responses report cached tokens",
+        ]
+        if context > _K3_VALIDATED_CONTEXT:
+            notes.append(
+                f"--max-model-len {context:,} is above the validated {_K3_VALIDATED_CONTEXT:,}: "
+                "lower --max-num-seqs or confirm the KV cache fits with `longctx plan`"
+            )
+        argv = (
+            "vllm", "serve", KIMI_K3_NVFP4,
+            "--served-model-name", "kimi-k3-nvfp4",
+            "--host", "0.0.0.0",
+            "--port", "8000",
+            "--trust-remote-code",
+            "--quantization", "modelopt_mixed",
+            "--load-format", "fastsafetensors",
+            "--tensor-parallel-size", str(tp),
+            "--moe-backend", "flashinfer_trtllm",
+            "--gpu-memory-utilization", "0.90",
+            "--max-model-len", str(context),
+            "--max-num-batched-tokens", _CHUNK_TOKENS,
+            "--max-num-seqs", "32",
+            "--kv-cache-dtype", "fp8",
+            "--attention-config",
+            '{"mla_prefill_backend":"TRTLLM_RAGGED","use_prefill_query_quantization":true}',
+            "--attention-backend", "FLASHINFER_MLA",
+            "--enable-prefix-caching",
+            "--enable-chunked-prefill",
+            "--max-cudagraph-capture-size", "32",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser", "kimi_k3",
+            "--reasoning-parser", "kimi_k3",
+            "--enable-prompt-tokens-details",
+        )  # fmt: skip
+        return Recipe(
+            model=KIMI_K3_NVFP4,
+            engine="vllm",
+            argv=argv,
+            env=types.MappingProxyType(
+                {
+                    "PYTHONPATH": "/k3-runtime-patches",
+                    "KIMI_K3_FIX_MM_PROMPT_UPDATES": "1",
+                    "KIMI_K3_NVFP4_SITU_G1_SCALE": "1",
+                    "KIMI_K3_FP8_PB": "1",
+                    "VLLM_USE_DEEP_GEMM": "0",
+                    "VLLM_USE_V2_MODEL_RUNNER": "1",
+                    "VLLM_USE_RUST_FRONTEND": "0",
+                }
+            ),
+            required_env=("HF_TOKEN",),
+            image="vllm/vllm-openai:kimi-k3",
+            image_entrypoint=("vllm", "serve"),
+            docker_options=_DOCKER_OPTIONS,
+            mounts=(
+                Mount(_HF_CACHE, "/root/.cache/huggingface"),
+                Mount("$PWD/kimi-k3-runtime/runtime_patches", "/k3-runtime-patches", read_only=True),
+            ),
+            setup=(
+                f"hf download {KIMI_K3_NVFP4} runtime_patches/sitecustomize.py --local-dir kimi-k3-runtime",
+            ),
+            notes=tuple(notes),
+            from_catalogue=True,
+        )
+
+    notes += [
+        "no runtime patch; a pip-installed SGLang cannot load this checkpoint until SGLang PR "
+        "#35077 is released: use the image",
+        "--moe-runner-backend flashinfer_trtllm is required: automatic selection never takes the "
+        "TRT-LLM deferred-finalize path and flashinfer_cutlass has no SiTU kernel",
+        "--dcp-size splits the KV cache across the GPUs along the sequence",
+        "the context is the checkpoint's own unless --context-length narrows it; tune it "
+        "together with concurrency (`longctx plan`)",
+    ]
+    argv_list = [
+        "sglang", "serve",
+        "--trust-remote-code",
+        "--model-path", KIMI_K3_NVFP4,
+        "--served-model-name", "kimi-k3-nvfp4",
+        "--tp-size", str(tp),
+        "--dcp-size", str(tp),
+        "--mem-fraction-static", "0.85",
+        "--reasoning-parser", "kimi_k3",
+        "--tool-call-parser", "kimi_k3",
+        "--host", "0.0.0.0",
+        "--port", "30000",
+        "--moe-runner-backend", "flashinfer_trtllm",
+    ]  # fmt: skip
+    if max_model_len is not None:
+        argv_list += ["--context-length", str(max_model_len)]
+    if speculative:
+        argv_list += [
+            "--speculative-algorithm", "DSPARK",
+            "--speculative-draft-model-path", "RadixArk/Kimi-K3-DSpark",
+            "--speculative-dspark-block-size", "7",
+            "--enable-linear-replayssm-spec",
+        ]  # fmt: skip
+        notes.append("DSPARK speculative decoding is on (the cookbook default); speculative=False drops it")
+    argv_list += ["--enable-cache-report", "--enable-metrics"]
+    notes.append("--enable-cache-report and --enable-metrics are added by longctx so it can report savings")
+    return Recipe(
+        model=KIMI_K3_NVFP4,
+        engine="sglang",
+        argv=tuple(argv_list),
+        required_env=("HF_TOKEN",),
+        image="lmsysorg/sglang:dev-dev-kimi-k3-nvfp4",
+        docker_options=_DOCKER_OPTIONS,
+        mounts=(Mount(_HF_CACHE, "/root/.cache/huggingface"),),
+        notes=tuple(notes),
+        from_catalogue=True,
+    )
+
+
+_DOCKER_OPTIONS = ("--rm", "--gpus all", "--ipc=host", "--network=host", "--shm-size=64g")
+
+
+def _generic(model: str, engine: str, gpus: int, max_model_len: int | None, config: Mapping[str, Any]) -> Recipe:
+    # Reading the layout validates the config (and that gpus can split its heads).
+    layout = kv_layout_from_config(config, kv_cache_dtype="fp8")
+    layout.token_bytes(gpus)
+    layout.state_bytes(gpus)
+    context = max_model_len or layout.max_context
+    trust_remote_code = "auto_map" in config
+    notes = [
+        "generic recipe from config.json: the three long-context switches, not validated on hardware",
+        "fp8 KV cache halves KV memory against bf16; check answer quality on your task",
+    ]
+    if max_model_len is None and context is not None:
+        notes.append(
+            f"context set to the config's max_position_embeddings ({context:,}); KV memory grows with "
+            "context x concurrency, so check it with `longctx plan` before serving many users"
+        )
+    if max_model_len is not None and layout.max_context is not None and max_model_len > layout.max_context:
+        notes.append(
+            f"max_model_len {max_model_len:,} is above the config's max_position_embeddings "
+            f"{layout.max_context:,}: only valid with rope scaling that extends it"
+        )
+    if trust_remote_code:
+        notes.append("the config has auto_map: --trust-remote-code runs the model repository's code")
+    is_mla = any(g.kind is LayerKind.MLA for g in layout.groups)
+
+    if engine == "vllm":
+        argv = ["vllm", "serve", model, "--tensor-parallel-size", str(gpus)]
+        if context is not None:
+            argv += ["--max-model-len", str(context)]
+        argv += [
+            "--kv-cache-dtype", "fp8",
+            "--enable-prefix-caching",
+            "--enable-chunked-prefill",
+            "--max-num-batched-tokens", _CHUNK_TOKENS,
+            "--enable-prompt-tokens-details",
+        ]  # fmt: skip
+        if trust_remote_code:
+            argv.append("--trust-remote-code")
+        if is_mla and gpus > 1:
+            notes.append(
+                "MLA model: every GPU holds the whole latent cache; "
+                f"--decode-context-parallel-size (up to {gpus}) splits it, where the attention backend supports it"
+            )
+    else:
+        argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(gpus)]
+        if context is not None:
+            argv += ["--context-length", str(context)]
+        argv += [
+            "--kv-cache-dtype", "fp8_e4m3",
+            "--chunked-prefill-size", _CHUNK_TOKENS,
+            "--enable-cache-report",
+            "--enable-metrics",
+        ]  # fmt: skip
+        if trust_remote_code:
+            argv.append("--trust-remote-code")
+        notes.append("SGLang's radix (prefix) cache is on by default: never pass --disable-radix-cache")
+        if is_mla and gpus > 1:
+            notes.append(
+                f"MLA model: every GPU holds the whole latent cache; --dcp-size (up to {gpus}) splits it"
+            )
+    return Recipe(
+        model=model,
+        engine=engine,
+        argv=tuple(argv),
+        notes=tuple(notes),
+        from_catalogue=False,
+    )
+
+
+def _command_lines(command: tuple[str, ...], indent: str) -> list[str]:
+    """The command split one option (with its values) per line, shell-quoted."""
+    lines: list[str] = []
+    current: list[str] = []
+    for arg in command:
+        if arg.startswith("--") and current:
+            lines.append(" ".join(current))
+            current = []
+        current.append(shlex.quote(arg))
+    if current:
+        lines.append(" ".join(current))
+    return [indent + line if i == 0 else indent + "  " + line for i, line in enumerate(lines)]

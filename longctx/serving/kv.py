@@ -23,9 +23,11 @@ the KDA recurrent state is ``num_heads x head_dim x head_dim`` in float32 and
 its convolution state ``3 x num_heads x head_dim`` channels by
 ``short_conv_kernel_size - 1`` steps in the model dtype; the Gated DeltaNet
 recurrent state is ``linear_num_value_heads x linear_value_head_dim x
-linear_key_head_dim`` and its convolution state ``2 x linear_num_key_heads x
-linear_key_head_dim + linear_num_value_heads x linear_value_head_dim``
-channels by ``linear_conv_kernel_dim - 1`` steps, both in the model dtype.
+linear_key_head_dim`` (in ``mamba_ssm_dtype`` when the config pins it, as
+Qwen3.5 does, else the model dtype) and its convolution state ``2 x
+linear_num_key_heads x linear_key_head_dim + linear_num_value_heads x
+linear_value_head_dim`` channels by ``linear_conv_kernel_dim - 1`` steps in
+the model dtype.
 ``--kv-cache-dtype`` does not change either.
 
 Simplifications, stated once: fp8 is one byte per element (per-tensor scales
@@ -93,6 +95,14 @@ _UNSUPPORTED_KEYS = (
     "mamba_d_state",
     "ssm_state_size",
     "block_types",
+)
+_CONTEXT_KEYS = (
+    "max_position_embeddings",
+    "model_max_length",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "max_sequence_length",
 )
 _UNSUPPORTED_MODEL_TYPES = frozenset(
     {"mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm"}
@@ -204,7 +214,8 @@ class KVLayout:
     """The KV cache of one model at one KV-cache dtype.
 
     ``kv_cache_dtype`` is canonical (``bf16``, ``fp16``, ``fp8``, ``fp32``);
-    ``max_context`` is the config's ``max_position_embeddings`` when present;
+    ``max_context`` is the config's ``max_position_embeddings`` (or
+    ``model_max_length`` and the like) when present;
     ``notes`` lists every assumption made while reading the config.
     """
 
@@ -378,7 +389,7 @@ class _ConfigReader:
         if linear:
             groups.append(self.linear_group(linear, linear_variant, model_dtype))
 
-        max_context = self.optional_int("max_position_embeddings")
+        max_context = self.max_context()
         return KVLayout(
             model_type=self.model_type,
             architecture=self.architecture,
@@ -390,6 +401,14 @@ class _ConfigReader:
             max_context=max_context,
             notes=tuple(self.notes),
         )
+
+    def max_context(self) -> int | None:
+        # The keys vLLM derives a default max_model_len from, most common first.
+        for key in _CONTEXT_KEYS:
+            value = self.optional_int(key)
+            if value:
+                return value
+        return None
 
     def reject_unsupported(self) -> None:
         if self.model_type in _UNSUPPORTED_MODEL_TYPES:
@@ -634,9 +653,22 @@ class _ConfigReader:
         key_dim = self.int_field("linear_key_head_dim")
         value_dim = self.int_field("linear_value_head_dim")
         kernel = self.int_field("linear_conv_kernel_dim")
+        state_bytes = model_bytes
+        ssm_dtype = self.cfg.get("mamba_ssm_dtype")
+        if isinstance(ssm_dtype, str):
+            # Qwen3.5 configs pin the recurrent state dtype; vLLM adopts it for "auto".
+            if ssm_dtype.lower() not in _CANONICAL_DTYPE:
+                raise ServingConfigError(
+                    f"{self.name('mamba_ssm_dtype')} {ssm_dtype!r} is not a dtype longctx knows",
+                    field=self.name("mamba_ssm_dtype"),
+                )
+            state_bytes = KV_CACHE_DTYPES[ssm_dtype.lower()]
+            state_source = f"mamba_ssm_dtype {ssm_dtype}"
+        else:
+            state_source = "the model dtype"
         self.notes.append(
-            "Gated DeltaNet state as vLLM keeps it by default: recurrent and convolution state in "
-            "the model dtype; --kv-cache-dtype does not shrink it"
+            f"Gated DeltaNet state as vLLM keeps it: recurrent state in {state_source}, convolution "
+            "state in the model dtype; --kv-cache-dtype does not shrink it"
         )
         return LayerGroup(
             kind=LayerKind.LINEAR,
@@ -646,7 +678,7 @@ class _ConfigReader:
             key_heads=key_heads,
             state_key_dim=key_dim,
             state_value_dim=value_dim,
-            state_dtype_bytes=model_bytes,
+            state_dtype_bytes=state_bytes,
             conv_channels=2 * key_heads * key_dim + value_heads * value_dim,
             conv_steps=max(kernel - 1, 0),
             conv_dtype_bytes=model_bytes,

@@ -128,9 +128,10 @@ def test_kimi_linear_tensor_parallel_splits_state_not_latent() -> None:
 
 def test_kimi_config_nested_in_text_config_names_nested_fields() -> None:
     # Kimi K3 and other multimodal configs keep the language model in text_config.
-    nested = {"model_type": "kimi_k3", "text_config": copy.deepcopy(KIMI_LINEAR_48B)}
+    text = copy.deepcopy(KIMI_LINEAR_48B)
+    nested = {"model_type": "kimi_k3", "text_config": text}
     assert kv_layout_from_config(nested).state_bytes() == 43_417_600
-    del nested["text_config"]["linear_attn_config"]["num_heads"]
+    del text["linear_attn_config"]["num_heads"]
     with pytest.raises(ServingConfigError) as info:
         kv_layout_from_config(nested)
     assert info.value.field == "text_config.linear_attn_config.num_heads"

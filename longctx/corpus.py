@@ -1,0 +1,404 @@
+"""Corpus: the ordered documents of one or more sources, and the manifest of all that was considered.
+
+:func:`load_corpus` turns paths (git repositories, plain folders, single
+files, PDFs) into a :class:`Corpus`: documents in a deterministic order and a
+:class:`Manifest` that lists every path considered, included or skipped with
+a reason. Nothing considered is dropped silently.
+
+What "considered" means: every file a source lists (in a git repository,
+what ``git ls-files --cached --others --exclude-standard`` lists; in a
+folder, every entry that no ``.gitignore`` / ``.longctxignore`` ignores),
+plus submodules, nested repositories, unlistable folders and links that
+point nowhere useful. Paths ignored by those ignore files are not listed
+one by one; paths dropped by the caller's ``include`` / ``exclude``
+patterns are (``excluded-by-glob``).
+
+The order is a pure function of the files: it does not depend on the order
+the filesystem lists entries in, on the locale, on ``PYTHONHASHSEED`` or on
+the machine. Paths are compared as UTF-8 bytes
+(:func:`longctx.documents.path_sort_key`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+from longctx.documents import Document, path_sort_key
+from longctx.errors import ConfigError, InputError
+from longctx.ignore import GlobFilter
+from longctx.sources import Candidate, Listing, Skip, SkipReason
+from longctx.sources.files import list_folder, list_single_file
+from longctx.sources.reading import Included, read_candidate
+from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
+
+__all__ = [
+    "MANIFEST_FORMAT_VERSION",
+    "ORDERINGS",
+    "Corpus",
+    "Limits",
+    "Manifest",
+    "ManifestEntry",
+    "SkipReason",
+    "load_corpus",
+]
+
+logger = logging.getLogger("longctx.corpus")
+
+ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
+"""The ordering policies :func:`load_corpus` accepts."""
+
+MANIFEST_FORMAT_VERSION: Final = 1
+"""Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
+
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much :func:`load_corpus` reads.
+
+    - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
+      A 1M-token context holds about 4 MB of text, so a bigger single file
+      cannot be packed whole anyway; every source file of CPython and
+      fastapi is far below it, while generated dumps, data files and
+      minified bundles above it are skipped (repomix uses 50 MB, gitingest
+      10 MB, but neither targets one context window).
+    - ``max_total_bytes`` (128 MiB): about 32 one-million-token windows of
+      text, room for a sharded corpus (a standard library is ~40 MB of
+      text) but a stop before a mistaken ``/`` reads a disk.
+    - ``max_files`` (50,000): ten times a large application repository;
+      gitingest stops at 10,000, too low for the Linux kernel's documentation
+      or a monorepo folder.
+
+    Files are taken in corpus order; when the next document would pass
+    ``max_total_bytes`` or ``max_files`` documents are already in, that file
+    and every later one are skipped (``total-size-limit`` /
+    ``file-count-limit``), so a limited corpus is a prefix of the unlimited
+    one and keeps its cache-friendly order.
+    """
+
+    max_file_bytes: int = 4 * _MIB
+    max_total_bytes: int = 128 * _MIB
+    max_files: int = 50_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_total_bytes", "max_files"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ManifestEntry:
+    """One path considered: ``included`` (with size, hash, kind) or ``skipped`` (with a reason).
+
+    ``size_bytes`` is the size on disk when known; ``sha256`` and ``kind``
+    are set for included files only (a secret's hash is not published).
+    ``notes`` carry detail: "page 3: no extractable text", "decoded from
+    utf-16-le", the rule a secret matched and its line, a link's target.
+    They never carry file content.
+    """
+
+    path: str
+    status: Literal["included", "skipped"]
+    reason: SkipReason | None = None
+    size_bytes: int | None = None
+    sha256: str | None = None
+    kind: str | None = None
+    lossy: bool = False
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the entry as JSON-able data; every key is always present."""
+        return {
+            "path": self.path,
+            "status": self.status,
+            "reason": None if self.reason is None else str(self.reason),
+            "size_bytes": self.size_bytes,
+            "sha256": self.sha256,
+            "kind": self.kind,
+            "lossy": self.lossy,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    """Every path considered, in :func:`~longctx.documents.path_sort_key` order."""
+
+    entries: tuple[ManifestEntry, ...]
+
+    def __iter__(self) -> Iterator[ManifestEntry]:
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def included(self) -> tuple[ManifestEntry, ...]:
+        """The entries of files in the corpus."""
+        return tuple(entry for entry in self.entries if entry.status == "included")
+
+    @property
+    def skipped(self) -> tuple[ManifestEntry, ...]:
+        """The entries of paths left out, each with its reason."""
+        return tuple(entry for entry in self.entries if entry.status == "skipped")
+
+    def get(self, path: str) -> ManifestEntry | None:
+        """Return the entry for ``path``, or None when it was not considered."""
+        return next((entry for entry in self.entries if entry.path == path), None)
+
+    def skipped_by_reason(self) -> dict[str, int]:
+        """Count skipped paths per reason, reasons in alphabetical order."""
+        counts: dict[str, int] = {}
+        for entry in self.skipped:
+            key = str(entry.reason)
+            counts[key] = counts.get(key, 0) + 1
+        return dict(sorted(counts.items()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the manifest as JSON-able data, identical for identical corpora."""
+        included = sum(1 for entry in self.entries if entry.status == "included")
+        return {
+            "format_version": MANIFEST_FORMAT_VERSION,
+            "summary": {
+                "considered": len(self.entries),
+                "included": included,
+                "skipped": len(self.entries) - included,
+                "skipped_by_reason": self.skipped_by_reason(),
+            },
+            "entries": [entry.to_dict() for entry in self.entries],
+        }
+
+    def to_json(self, *, indent: int | None = None) -> str:
+        """Return :meth:`to_dict` as JSON; ASCII-only, so undecodable names survive as ``\\udcXX``."""
+        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=True)
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Documents in policy order, and the manifest of everything considered.
+
+    ``ordering`` is the policy used. ``root`` is a display label (the base
+    name of the one path loaded, ``None`` for several), never an absolute
+    path. ``head_sha`` is the checked-out commit when the corpus is one git
+    repository (``None`` for anything else, and before the first commit).
+    """
+
+    documents: tuple[Document, ...]
+    manifest: Manifest
+    ordering: str
+    root: str | None
+    head_sha: str | None
+
+    @property
+    def total_bytes(self) -> int:
+        """The raw size of the included files."""
+        return sum(document.size_bytes for document in self.documents)
+
+
+@dataclass(frozen=True, slots=True)
+class _Source:
+    """One argument of load_corpus: its label, whether it is a single file, and what it lists."""
+
+    label: str
+    single_file: bool
+    listing: Listing
+
+    def corpus_path(self, path: str, *, several: bool) -> str:
+        if not several:
+            return path
+        return self.label if self.single_file else f"{self.label}/{path}"
+
+
+def _stability_key(candidate: Candidate) -> tuple[int, int, bytes]:
+    # Committed and clean files first, oldest commit first; files with no
+    # history (plain folders) next; files changed in the work tree last. An
+    # edit then invalidates the shortest possible suffix of the pack.
+    if candidate.dirty:
+        group = 2
+    elif candidate.last_commit_time is None:
+        group = 1
+    else:
+        group = 0
+    return (group, candidate.last_commit_time or 0, path_sort_key(candidate.path))
+
+
+def _path_key(candidate: Candidate) -> tuple[int, int, bytes]:
+    return (0, 0, path_sort_key(candidate.path))
+
+
+def _label(path: str) -> str:
+    name = os.path.basename(os.path.normpath(os.path.abspath(path)))
+    return name or "root"
+
+
+def _load_source(path: str) -> Listing:
+    if os.path.isdir(path):
+        repository = find_repository(path)
+        if repository is not None and not is_ignored_by_git(repository):
+            return list_repository(repository, path)
+        if repository is not None:
+            logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
+        return list_folder(path)
+    return list_single_file(path)
+
+
+def load_corpus(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    ordering: str | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    limits: Limits = Limits(),
+    allow_secrets: bool = False,
+) -> Corpus:
+    """Load ``paths`` into a corpus (see the module docstring for what is considered).
+
+    Each path is a folder inside a git work tree (the repository is used,
+    restricted to that folder), a plain folder, or a file (a PDF, a
+    notebook, text...); a single path may be passed bare. Documents are
+    named relative to their path; with several paths, each is prefixed by
+    its path's base name (``repo/src/a.py``; a file passed directly is named
+    by its base name alone), a repeated base name getting ``-2``, ``-3``...
+    in argument order. A path given twice is loaded once.
+
+    ``ordering`` is ``"stability"`` (oldest last commit first, files changed
+    in the work tree last, then by path) or ``"path"``; by default
+    ``stability`` when a git repository is among the sources, ``path``
+    otherwise. ``include`` / ``exclude`` are gitignore-style patterns
+    matched against paths relative to each argument. Credentials are
+    skipped unless ``allow_secrets``; even then the manifest notes them.
+
+    Raises :class:`~longctx.errors.InputError` for a path that does not
+    exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
+    or limit, :class:`~longctx.errors.SourceError` when a whole source
+    cannot be read (git failing, an unlistable folder). A problem with one
+    file never raises: it is a skip in the manifest.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    if ordering is not None and ordering not in ORDERINGS:
+        raise ConfigError(f"unknown ordering {ordering!r}; use one of {', '.join(ORDERINGS)}")
+    globs = GlobFilter(include, exclude)
+    sources = _load_sources(_distinct_paths(paths))
+    several = len(sources) > 1
+    repositories = [source.listing for source in sources if source.listing.is_repository]
+    policy = ordering or ("stability" if repositories else "path")
+
+    entries: list[ManifestEntry] = []
+    candidates: list[Candidate] = []
+    for source in sources:
+        for skip in source.listing.skipped:
+            name = source.corpus_path(skip.path, several=several)
+            if globs and globs.excludes(skip.path.rstrip("/")):
+                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                entries.append(ManifestEntry(name, "skipped", skip.reason, skip.size_bytes, notes=skip.notes))
+        for candidate in source.listing.candidates:
+            name = source.corpus_path(candidate.path, several=several)
+            if globs and globs.excludes(candidate.path):
+                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                candidates.append(replace(candidate, path=name))
+    candidates.sort(key=_stability_key if policy == "stability" else _path_key)
+    documents = _read_in_order(candidates, limits, allow_secrets, entries)
+
+    entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
+    corpus = Corpus(
+        documents=documents,
+        manifest=Manifest(tuple(entries)),
+        ordering=policy,
+        root=None if several else sources[0].label,
+        head_sha=repositories[0].head_sha if repositories and not several else None,
+    )
+    logger.info(
+        "corpus: %d documents (%d bytes), %d skipped %s, ordering %s",
+        len(documents),
+        corpus.total_bytes,
+        len(entries) - len(documents),
+        corpus.manifest.skipped_by_reason(),
+        policy,
+    )
+    return corpus
+
+
+def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """Check that every path exists; drop repeats of the same file or folder."""
+    if not paths:
+        raise InputError("no paths to load")
+    distinct: list[str] = []
+    seen: set[str] = set()
+    for raw in paths:
+        path = os.fspath(raw)
+        if not isinstance(path, str):
+            raise ConfigError(f"paths must be str or os.PathLike[str], not {type(path).__name__}")
+        if not os.path.lexists(path):
+            raise InputError("no such file or folder", path=path)
+        real = os.path.realpath(path)
+        if real not in seen:
+            seen.add(real)
+            distinct.append(path)
+    return distinct
+
+
+def _load_sources(paths: list[str]) -> list[_Source]:
+    """List each path, labelled by its base name (``-2``, ``-3``... for repeats, in argument order)."""
+    sources: list[_Source] = []
+    used: set[str] = set()
+    for path in paths:
+        label = base = _label(path)
+        number = 2
+        while label in used:
+            label, number = f"{base}-{number}", number + 1
+        used.add(label)
+        sources.append(_Source(label, not os.path.isdir(path), _load_source(path)))
+    return sources
+
+
+def _read_in_order(
+    candidates: list[Candidate], limits: Limits, allow_secrets: bool, entries: list[ManifestEntry]
+) -> tuple[Document, ...]:
+    """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``."""
+    documents: list[Document] = []
+    total_bytes = 0
+    stop: tuple[SkipReason, str] | None = None
+    for candidate in candidates:
+        if stop is None and len(documents) >= limits.max_files:
+            stop = (SkipReason.FILE_COUNT_LIMIT, f"the corpus already holds {limits.max_files} files")
+        if stop is not None:
+            entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
+            continue
+        result = read_candidate(candidate, max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
+        if isinstance(result, Skip):
+            entries.append(
+                ManifestEntry(result.path, "skipped", result.reason, result.size_bytes, notes=result.notes)
+            )
+            continue
+        document = result.document
+        if total_bytes + document.size_bytes > limits.max_total_bytes:
+            stop = (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {limits.max_total_bytes} bytes")
+            entries.append(ManifestEntry(document.path, "skipped", stop[0], document.size_bytes, notes=(stop[1],)))
+            continue
+        documents.append(document)
+        total_bytes += document.size_bytes
+        entries.append(_included_entry(result))
+    return tuple(documents)
+
+
+def _included_entry(result: Included) -> ManifestEntry:
+    document = result.document
+    return ManifestEntry(
+        path=document.path,
+        status="included",
+        size_bytes=document.size_bytes,
+        sha256=document.sha256,
+        kind=document.kind,
+        lossy=document.lossy,
+        notes=result.notes,
+    )

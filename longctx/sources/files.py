@@ -1,0 +1,181 @@
+"""Plain folders and single files: list what to read.
+
+A folder is walked with ``os.scandir``. What it considers:
+
+- ``.gitignore`` and ``.longctxignore`` files in the folder and any folder
+  below it are honoured with git's precedence (deeper files win; within a
+  folder ``.longctxignore`` wins over ``.gitignore``); an ignored path is not
+  considered at all (not listed in the manifest) and an ignored folder is
+  not entered. Git's global excludes and ``.git/info/exclude`` belong to
+  repositories and are not read here.
+- Entries named ``.git`` (a repository's data, or the ``.git`` file of a
+  worktree) are never content and are not listed.
+- A symbolic link to a folder inside the root is followed: its files are
+  listed under the link's path, so they may appear twice (under the real
+  folder too). A link to a folder above it (a loop) is listed as
+  ``symlink-loop``, a link that leaves the root as ``symlink-outside-root``.
+  Links to files are checked when read (:mod:`longctx.sources.reading`).
+- Every other entry (files, links to files, FIFOs, sockets) becomes a
+  candidate; reading decides whether it is included.
+- A subfolder that cannot be listed is skipped as ``unreadable``, its path
+  ending in ``/``.
+
+The walk's order does not matter: the corpus sorts everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass
+
+from longctx.errors import SourceError
+from longctx.ignore import IgnoreRules
+from longctx.sources import Candidate, Listing, Skip, SkipReason
+
+__all__ = ["IGNORE_FILE_NAMES", "is_inside", "list_folder", "list_single_file", "relative_target"]
+
+IGNORE_FILE_NAMES: tuple[str, ...] = (".gitignore", ".longctxignore")
+"""Ignore files read in every folder, in increasing order of precedence."""
+
+logger = logging.getLogger("longctx.sources")
+
+
+def is_inside(real_path: str, root_real: str) -> bool:
+    """Tell whether the resolved ``real_path`` is ``root_real`` or below it."""
+    return real_path == root_real or real_path.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def relative_target(real_path: str, root_real: str) -> str:
+    """Return the POSIX path of ``real_path`` relative to ``root_real`` (both resolved)."""
+    relative = os.path.relpath(real_path, root_real)
+    return "." if relative == os.curdir else relative.replace(os.sep, "/")
+
+
+def _join(directory: str, name: str) -> str:
+    return f"{directory}/{name}" if directory else name
+
+
+@dataclass(frozen=True, slots=True)
+class _PendingFolder:
+    location: str
+    path: str
+    # (st_dev, st_ino) of every folder from the root down to this one: a
+    # link back to one of them is a loop.
+    ancestors: frozenset[tuple[int, int]]
+
+
+def _read_ignore_files(folder: _PendingFolder, names: set[str], rules: IgnoreRules) -> None:
+    for name in IGNORE_FILE_NAMES:
+        if name not in names:
+            continue
+        location = os.path.join(folder.location, name)
+        try:
+            if not stat.S_ISREG(os.lstat(location).st_mode):
+                continue
+            with open(location, "rb") as handle:
+                lines = handle.read().decode("utf-8", "surrogateescape").splitlines()
+        except OSError as error:
+            logger.warning("cannot read %s: %s", _join(folder.path, name), error.strerror)
+            continue
+        invalid = rules.add(folder.path, lines)
+        if invalid:
+            logger.warning("%s: %d invalid pattern(s) ignored", _join(folder.path, name), len(invalid))
+
+
+def list_folder(directory: str) -> Listing:
+    """List the folder ``directory`` as described in the module docstring.
+
+    Raises :class:`~longctx.errors.SourceError` when ``directory`` itself
+    cannot be listed.
+    """
+    root_real = os.path.realpath(directory)
+    try:
+        root_stat = os.stat(directory)
+    except OSError as error:
+        raise SourceError(f"cannot read folder: {error.strerror}", path=directory) from None
+    rules = IgnoreRules()
+    candidates: list[Candidate] = []
+    skipped: list[Skip] = []
+    stack = [_PendingFolder(directory, "", frozenset({(root_stat.st_dev, root_stat.st_ino)}))]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder.location) as listing:
+                entries = list(listing)
+        except OSError as error:
+            if not folder.path:
+                raise SourceError(f"cannot list folder: {error.strerror}", path=directory) from None
+            skipped.append(
+                Skip(folder.path + "/", SkipReason.UNREADABLE, (f"folder cannot be listed: {error.strerror}",))
+            )
+            continue
+        _read_ignore_files(folder, {entry.name for entry in entries}, rules)
+        for entry in entries:
+            if entry.name == ".git":
+                continue
+            path = _join(folder.path, entry.name)
+            try:
+                is_link = entry.is_symlink()
+                is_dir = not is_link and entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_link = is_dir = False
+            if is_dir:
+                if rules.is_ignored(path, is_dir=True):
+                    continue
+                try:
+                    entry_stat = entry.stat(follow_symlinks=False)
+                except OSError as error:
+                    skipped.append(Skip(path + "/", SkipReason.UNREADABLE, (error.strerror or "stat failed",)))
+                    continue
+                key = (entry_stat.st_dev, entry_stat.st_ino)
+                if key in folder.ancestors:  # a bind mount of a parent
+                    skipped.append(Skip(path + "/", SkipReason.SYMLINK_LOOP, ("folder mounted inside itself",)))
+                    continue
+                stack.append(_PendingFolder(entry.path, path, folder.ancestors | {key}))
+                continue
+            if rules.is_ignored(path, is_dir=False):
+                continue
+            if is_link:
+                followed = _follow_folder_link(entry.path, path, folder, root_real)
+                if isinstance(followed, Skip):
+                    skipped.append(followed)
+                    continue
+                if isinstance(followed, _PendingFolder):
+                    if not rules.is_ignored(path, is_dir=True):
+                        stack.append(followed)
+                    continue
+            candidates.append(Candidate(path=path, location=entry.path, root_real=root_real))
+    logger.debug("folder: %d candidates, %d skipped while listing", len(candidates), len(skipped))
+    return Listing(tuple(candidates), tuple(skipped))
+
+
+def _follow_folder_link(
+    location: str, path: str, folder: _PendingFolder, root_real: str
+) -> _PendingFolder | Skip | None:
+    """Decide about a symbolic link met in a walk: a folder to enter, a skip, or None for a file."""
+    try:
+        target_stat = os.stat(location)
+    except OSError:
+        return None  # broken or looping: reading classifies it
+    if not stat.S_ISDIR(target_stat.st_mode):
+        return None
+    real = os.path.realpath(location)
+    if not is_inside(real, root_real):
+        return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a folder outside the root",))
+    target = relative_target(real, root_real)
+    key = (target_stat.st_dev, target_stat.st_ino)
+    if key in folder.ancestors:
+        return Skip(path, SkipReason.SYMLINK_LOOP, (f"link to {target}/, a folder above it",))
+    return _PendingFolder(location, path, folder.ancestors | {key})
+
+
+def list_single_file(file_path: str) -> Listing:
+    """List one file passed directly: a single candidate named by its base name.
+
+    A link passed directly is followed wherever it points: the caller named it.
+    """
+    real = os.path.realpath(file_path)
+    name = os.path.basename(os.path.normpath(file_path))
+    return Listing((Candidate(path=name, location=file_path, root_real=os.path.dirname(real)),), ())

@@ -1,0 +1,116 @@
+"""PDFs to text, through pypdf (the only module that imports it).
+
+The text of a PDF is its pages in order, each preceded by a marker line::
+
+    --- page 1 of 12 ---
+    <text of page 1>
+    --- page 2 of 12 ---
+    ...
+
+Every page gets its marker, also one with no extractable text (a scanned
+page, or a blank one); such pages are listed in the notes so the manifest
+says which pages carry nothing. The marker format is part of the pack: the
+packer keeps it, and changing it changes every pack of a PDF.
+
+An encrypted PDF is opened with the empty password when that works (many
+PDFs are encrypted only to set permissions); otherwise it is not read.
+A PDF pypdf cannot parse is reported with pypdf's message.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from dataclasses import dataclass
+from typing import Final, Literal
+
+import pypdf
+from pypdf.errors import DependencyError
+
+from longctx.sources.decoding import normalise_newlines
+
+__all__ = ["PAGE_MARKER", "PdfFailure", "PdfText", "extract_pdf", "page_marker"]
+
+PAGE_MARKER: Final = "--- page {number} of {count} ---"
+"""The line before each page's text; ``number`` counts from 1."""
+
+_MESSAGE_LIMIT: Final = 200
+
+logger = logging.getLogger("longctx.sources")
+
+
+@dataclass(frozen=True, slots=True)
+class PdfText:
+    """The text of a readable PDF, with page markers; ``notes`` name empty pages and the like."""
+
+    text: str
+    page_count: int
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PdfFailure:
+    """A PDF that could not be read: ``encrypted`` or ``corrupt``, with a message."""
+
+    reason: Literal["encrypted", "corrupt"]
+    message: str
+
+
+def page_marker(number: int, count: int) -> str:
+    """Return the marker line (without newline) for page ``number`` of ``count``."""
+    return PAGE_MARKER.format(number=number, count=count)
+
+
+def _message(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
+    if len(text) > _MESSAGE_LIMIT:
+        text = text[: _MESSAGE_LIMIT - 3] + "..."
+    return f"{type(error).__name__}: {text}"
+
+
+def extract_pdf(data: bytes) -> PdfText | PdfFailure:
+    """Extract the text of the PDF ``data``; never raises for a bad PDF.
+
+    Messages come from pypdf and may quote bytes of the file; callers that
+    publish them should pass them through
+    :func:`longctx.sources.secrets.redact_if_secret`.
+    """
+    # pypdf raises far more than its own PdfReadError on malformed input
+    # (ValueError, KeyError, TypeError, AssertionError, RecursionError...),
+    # so a broad catch around the parser is the only way to honour "a
+    # corrupt file is skipped, never fatal".
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        notes: list[str] = []
+        if reader.is_encrypted:
+            try:
+                opened = reader.decrypt("")
+            except DependencyError as error:
+                return PdfFailure("encrypted", _message(error))
+            if opened == pypdf.PasswordType.NOT_DECRYPTED:
+                return PdfFailure("encrypted", "the empty password does not open it")
+            notes.append("encrypted; opened with the empty password")
+        pages = reader.pages
+        count = len(pages)
+    except Exception as error:  # noqa: BLE001 - see the comment above
+        return PdfFailure("corrupt", _message(error))
+
+    parts: list[str] = []
+    empty_pages = 0
+    for number in range(1, count + 1):
+        parts.append(page_marker(number, count) + "\n")
+        try:
+            page_text = pages[number - 1].extract_text()
+        except Exception as error:  # noqa: BLE001 - one bad page must not lose the others
+            notes.append(f"page {number}: text extraction failed ({_message(error)})")
+            continue
+        body = normalise_newlines(page_text).strip("\n")
+        if not body.strip():
+            empty_pages += 1
+            notes.append(f"page {number}: no extractable text")
+            continue
+        parts.append(body + "\n")
+    if count == 0:
+        notes.append("no pages")
+    logger.debug("pdf: %d pages, %d without text", count, empty_pages)
+    return PdfText("".join(parts), count, tuple(notes))

@@ -1,0 +1,252 @@
+"""One candidate file on disk to a Document, or to a Skip with its reason.
+
+Each file is opened once and read once. The steps, in order (the first that
+fails decides the skip reason):
+
+1. ``lstat``; a symbolic link must resolve (``symlink-loop``, broken links
+   are ``unreadable``) to a regular file inside the root
+   (``symlink-outside-root``); a link is included under its own path with a
+   note naming its target, so its content may appear twice.
+2. Only regular files are read (``not-a-regular-file``: FIFOs, sockets,
+   devices, links to folders). Opening never blocks.
+3. A file named like a credential store (``.env``, ``*.pem``...) is a
+   ``secret`` unless secrets are allowed.
+4. Larger than the per-file limit: ``too-large`` (not read).
+5. Read errors: ``unreadable`` with the system's message.
+6. A Git LFS pointer: ``lfs-pointer``.
+7. PDF (by ``.pdf`` extension or ``%PDF-`` header): text per page, or
+   ``encrypted`` / ``corrupt``. Otherwise binary content: ``binary``.
+   Otherwise decoded text (``lossy`` when bytes were replaced); a ``.ipynb``
+   is rendered, or ``corrupt``.
+8. The text as it would be packed is scanned for credentials: ``secret``
+   unless allowed (then included with a note).
+
+No exception escapes for a problem with one file; notes and messages never
+carry file content (a parser message that matches a credential pattern is
+withheld) nor an absolute path of this machine.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import posixpath
+import stat
+from dataclasses import dataclass
+from typing import Final
+
+from longctx.documents import Document
+from longctx.sources import Candidate, Skip, SkipReason
+from longctx.sources.decoding import decode_text, looks_binary, normalise_newlines
+from longctx.sources.files import is_inside, relative_target
+from longctx.sources.notebook import NotebookError, render_notebook
+from longctx.sources.pdf import PdfFailure, extract_pdf
+from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
+
+__all__ = ["Included", "document_kind", "read_candidate"]
+
+logger = logging.getLogger("longctx.sources")
+
+_MARKDOWN_SUFFIXES: Final = frozenset({".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".mdx"})
+_TEXT_SUFFIXES: Final = frozenset(
+    {".txt", ".text", ".rst", ".adoc", ".asciidoc", ".org", ".log", ".csv", ".tsv", ".tex", ".rtf"}
+)
+# Extensionless names that hold code or configuration rather than prose.
+_CODE_NAMES: Final = frozenset(
+    {
+        "makefile",
+        "gnumakefile",
+        "dockerfile",
+        "containerfile",
+        "jenkinsfile",
+        "vagrantfile",
+        "gemfile",
+        "rakefile",
+        "procfile",
+        "brewfile",
+        "justfile",
+        "cmakelists.txt",
+        "build",
+        "workspace",
+    }
+)
+_LFS_POINTER_HEADERS: Final = (
+    b"version https://git-lfs.github.com/spec/v1",
+    b"version https://hawser.github.com/spec/v1",
+)
+_LFS_POINTER_MAX_BYTES: Final = 1024  # the LFS specification's limit
+_OPEN_FLAGS: Final = (
+    os.O_RDONLY
+    | getattr(os, "O_NONBLOCK", 0)  # a FIFO swapped in after lstat must not block
+    | getattr(os, "O_NOCTTY", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_NOFOLLOW", 0)  # a link swapped in after lstat must not be followed
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Included:
+    """A candidate that made it into the corpus, with the notes for its manifest entry."""
+
+    document: Document
+    notes: tuple[str, ...] = ()
+
+
+class _NotRegular(Exception):
+    """The opened file is not a regular file after all (it changed after lstat)."""
+
+
+def document_kind(name: str) -> str:
+    """Return the document kind of a text file called ``name`` (``code``, ``text`` or ``markdown``).
+
+    ``.ipynb`` and ``.pdf`` are decided by the reader, not here.
+    """
+    lowered = name.lower()
+    if lowered in _CODE_NAMES:
+        return "code"
+    suffix = posixpath.splitext(lowered)[1]
+    if suffix in _MARKDOWN_SUFFIXES:
+        return "markdown"
+    if suffix in _TEXT_SUFFIXES:
+        return "text"
+    if not suffix:
+        return "text"  # README, LICENSE, NEWS, AUTHORS...
+    return "code"
+
+
+def _system_message(error: OSError) -> str:
+    # str(error) would carry the absolute path of this machine.
+    return error.strerror or type(error).__name__
+
+
+def _file_type(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "not a regular file"
+
+
+def _read_bytes(location: str, limit: int) -> bytes:
+    descriptor = os.open(location, _OPEN_FLAGS)
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            raise _NotRegular
+        return handle.read(limit + 1)
+
+
+def _is_lfs_pointer(data: bytes) -> bool:
+    return len(data) < _LFS_POINTER_MAX_BYTES and data.startswith(_LFS_POINTER_HEADERS)
+
+
+def _describe(findings: tuple[SecretFinding, ...]) -> str:
+    return ", ".join(f"{finding.rule} at line {finding.line}" for finding in findings)
+
+
+def read_candidate(candidate: Candidate, *, max_file_bytes: int, allow_secrets: bool) -> Included | Skip:
+    """Read ``candidate`` as described in the module docstring."""
+    path = candidate.path
+    notes = list(candidate.notes)
+    location = candidate.location
+    names = [posixpath.basename(path)]
+    try:
+        status = os.lstat(location)
+    except OSError as error:
+        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+
+    if stat.S_ISLNK(status.st_mode):
+        try:
+            real = os.path.realpath(location, strict=True)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return Skip(path, SkipReason.SYMLINK_LOOP, ("the link resolves to itself",))
+            if error.errno == errno.ENOENT:
+                return Skip(path, SkipReason.UNREADABLE, ("broken link: its target does not exist",))
+            return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+        if not is_inside(real, candidate.root_real):
+            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a file outside the root",))
+        target = relative_target(real, candidate.root_real)
+        if ".git" in target.split("/"):
+            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link into a .git folder",))
+        try:
+            status = os.stat(real)
+        except OSError as error:
+            return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+        notes.append(f"symbolic link to {target}")
+        names.append(posixpath.basename(target))
+        location = real
+
+    if not stat.S_ISREG(status.st_mode):
+        return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (_file_type(status.st_mode),))
+    size = status.st_size
+
+    name_rule = next((rule for rule in map(secret_file_rule, names) if rule), None)
+    if name_rule is not None:
+        if not allow_secrets:
+            return Skip(path, SkipReason.SECRET, (f"file name matches {name_rule}",), size)
+        notes.append(f"file name matches {name_rule}; included because secrets are allowed")
+
+    if size > max_file_bytes:
+        return Skip(path, SkipReason.TOO_LARGE, (f"{size} bytes; the limit is {max_file_bytes}",), size)
+    try:
+        data = _read_bytes(location, max_file_bytes)
+    except _NotRegular:
+        return Skip(path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size)
+    except OSError as error:
+        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),), size)
+    size = len(data)
+    if size > max_file_bytes:
+        return Skip(path, SkipReason.TOO_LARGE, (f"grew past the limit of {max_file_bytes} bytes",), size)
+    if _is_lfs_pointer(data):
+        return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
+
+    lossy = False
+    suffix = posixpath.splitext(names[0].lower())[1]
+    if suffix == ".pdf" or data.startswith(b"%PDF-"):
+        extracted = extract_pdf(data)
+        if isinstance(extracted, PdfFailure):
+            reason = SkipReason.ENCRYPTED if extracted.reason == "encrypted" else SkipReason.CORRUPT
+            return Skip(path, reason, (redact_if_secret(extracted.message),), size)
+        text, kind = extracted.text, "pdf"
+        notes.extend(redact_if_secret(note) for note in extracted.notes)
+    elif looks_binary(data):
+        return Skip(path, SkipReason.BINARY, (), size)
+    else:
+        decoded = decode_text(data)
+        text, lossy = normalise_newlines(decoded.text), decoded.lossy
+        if lossy:
+            notes.append(f"not valid {decoded.encoding}: undecodable bytes replaced by U+FFFD")
+        elif decoded.encoding != "utf-8":
+            notes.append(f"decoded from {decoded.encoding}")
+        if suffix == ".ipynb":
+            try:
+                text = render_notebook(text)
+            except NotebookError as error:
+                return Skip(path, SkipReason.CORRUPT, (redact_if_secret(str(error)),), size)
+            kind = "notebook"
+        else:
+            kind = document_kind(names[0])
+
+    findings = find_secrets(text)
+    if findings:
+        if not allow_secrets:
+            return Skip(path, SkipReason.SECRET, (f"content matches {_describe(findings)}",), size)
+        notes.append(f"content matches {_describe(findings)}; included because secrets are allowed")
+
+    document = Document(
+        path=path,
+        text=text,
+        kind=kind,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size_bytes=size,
+        lossy=lossy,
+        last_commit_time=candidate.last_commit_time,
+        dirty=candidate.dirty,
+    )
+    return Included(document, tuple(notes))

@@ -1,0 +1,355 @@
+"""Git work trees, through GitPython (the only module that imports it).
+
+What a repository source considers is exactly what git lists: tracked files
+plus untracked files that git does not ignore (``git ls-files --cached
+--others --exclude-standard``: nested ``.gitignore`` files,
+``.git/info/exclude`` and the global excludes file, as git itself decides),
+restricted to the folder that was asked for. Paths ignored by git, or by a
+``.longctxignore`` file (same syntax, read in the folder asked for, its
+parents up to the top of the work tree, and below it), are not considered
+and not listed.
+
+Git is run a fixed number of times whatever the size of the repository:
+``ls-files`` twice (tracked with modes, untracked), ``status`` once (dirty
+files) and ``log`` once, streamed, over history until every tracked file has
+its last commit time (stopped early, so an old repository costs only the
+history needed). Paths travel NUL-separated (``-z``), so spaces, newlines
+and names that are not UTF-8 survive; the latter become lone surrogates
+(``os.fsdecode``).
+
+- Submodules (mode 160000) and nested repositories git does not descend into
+  are listed as ``submodule``, their paths ending in ``/``.
+- Tracked files deleted in the work tree are listed as ``unreadable``.
+- Symbolic links (mode 120000) are candidates like other files: the reader
+  follows them inside the root and reports the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Final
+
+import git
+from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+
+from longctx.errors import SourceError
+from longctx.ignore import IgnoreRules, parent_directories
+from longctx.sources import Candidate, Listing, Skip, SkipReason
+from longctx.sources.files import is_inside, relative_target
+
+__all__ = ["RepositoryRoot", "find_repository", "is_ignored_by_git", "list_repository"]
+
+logger = logging.getLogger("longctx.sources")
+
+_SUBMODULE_MODE: Final = "160000"
+_LONGCTX_IGNORE: Final = ".longctxignore"
+_READ_CHUNK: Final = 1 << 16
+_STDERR_LIMIT: Final = 500
+
+# Options that make git's output independent of the user's configuration:
+# no index refresh written to disk, pathspecs taken literally (a folder
+# called "[abc]" is not a glob), no pager, no colours.
+_GIT_OPTIONS: Final = ("--no-pager", "--no-optional-locks", "--literal-pathspecs", "-c", "color.ui=false")
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryRoot:
+    """Where a folder sits in a git work tree.
+
+    ``work_tree`` is the resolved top of the work tree, ``subdirectory``
+    the POSIX path of the folder inside it (``""`` for the top).
+    """
+
+    work_tree: str
+    subdirectory: str
+
+
+def find_repository(directory: str) -> RepositoryRoot | None:
+    """Return the git work tree that contains ``directory``, or None when there is none.
+
+    Bare repositories and folders inside ``.git`` count as none.
+    """
+    try:
+        repo = git.Repo(directory, search_parent_directories=True)
+    except (InvalidGitRepositoryError, NoSuchPathError):
+        return None
+    try:
+        if repo.bare or repo.working_tree_dir is None:
+            return None
+        work_tree = os.path.realpath(repo.working_tree_dir)
+    finally:
+        repo.close()
+    target = os.path.realpath(directory)
+    if not is_inside(target, work_tree):
+        return None
+    subdirectory = relative_target(target, work_tree)
+    if subdirectory == ".":
+        subdirectory = ""
+    if ".git" in subdirectory.split("/"):
+        return None
+    return RepositoryRoot(work_tree, subdirectory)
+
+
+class _Git:
+    """Runs git in one work tree and turns failures into SourceError."""
+
+    def __init__(self, root: RepositoryRoot, display_path: str) -> None:
+        self.repo = git.Repo(root.work_tree)
+        self.display_path = display_path
+        self.executable = self.repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+
+    def command(self, *arguments: str) -> list[str]:
+        return [self.executable, *_GIT_OPTIONS, *arguments]
+
+    def run(self, *arguments: str, allowed_exit_codes: tuple[int, ...] = (0,)) -> bytes:
+        """Run git with ``arguments`` and return its standard output."""
+        status, output, stderr = self._execute(arguments)
+        if status not in allowed_exit_codes:
+            raise SourceError(
+                f"git {arguments[0]} failed (exit {status}): {_stderr_text(stderr)}", path=self.display_path
+            )
+        return output
+
+    def status_code(self, *arguments: str) -> int:
+        """Run git with ``arguments`` and return its exit status."""
+        return self._execute(arguments)[0]
+
+    def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
+        try:
+            status, output, stderr = self.repo.git.execute(
+                self.command(*arguments),
+                with_exceptions=False,
+                with_extended_output=True,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        except GitCommandNotFound:
+            raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
+        return int(status), _as_bytes(output), _as_bytes(stderr)
+
+    def close(self) -> None:
+        self.repo.close()
+
+
+def _as_bytes(stream: object) -> bytes:
+    if isinstance(stream, bytes):
+        return stream
+    return str(stream or "").encode("utf-8", "surrogateescape")
+
+
+def _stderr_text(stderr: object) -> str:
+    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else str(stderr)
+    text = " ".join(text.split())
+    return text[:_STDERR_LIMIT]
+
+
+def is_ignored_by_git(root: RepositoryRoot) -> bool:
+    """Tell whether git ignores the folder ``root.subdirectory`` (then git lists nothing in it)."""
+    if not root.subdirectory:
+        return False
+    runner = _Git(root, root.subdirectory)
+    try:
+        return runner.status_code("check-ignore", "-q", "--", root.subdirectory) == 0
+    finally:
+        runner.close()
+
+
+def _split_records(output: bytes) -> list[bytes]:
+    records = output.split(b"\0")
+    if records and records[-1] == b"":
+        records.pop()
+    return records
+
+
+def _head_sha(runner: _Git) -> str | None:
+    output = runner.run("rev-parse", "-q", "--verify", "HEAD^{commit}", allowed_exit_codes=(0, 1))
+    # Exit 1 without output: an unborn branch, no commit yet.
+    sha = output.decode("ascii", "replace").strip()
+    return sha or None
+
+
+def list_repository(root: RepositoryRoot, directory: str) -> Listing:
+    """List the repository folder ``directory`` (found as ``root``) as the module docstring says.
+
+    Raises :class:`~longctx.errors.SourceError` when git fails.
+    """
+    runner = _Git(root, directory)
+    try:
+        return _list(runner, root, directory)
+    finally:
+        runner.close()
+
+
+def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
+    pathspec = ("--", root.subdirectory) if root.subdirectory else ()
+    prefix = root.subdirectory + "/" if root.subdirectory else ""
+    root_real = os.path.realpath(directory)
+    head_sha = _head_sha(runner)
+
+    tracked: dict[str, str] = {}  # repository path -> mode
+    for record in _split_records(runner.run("ls-files", "-z", "--stage", *pathspec)):
+        meta, _, raw_path = record.partition(b"\t")
+        # Unmerged paths appear once per stage; any stage gives the mode.
+        tracked.setdefault(os.fsdecode(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
+    untracked = [
+        os.fsdecode(record)
+        for record in _split_records(runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec))
+    ]
+    modified, deleted = _dirty_paths(runner.run("status", "--porcelain=v1", "-z", "--untracked-files=no",
+                                                "--no-renames", "--ignore-submodules=all", *pathspec))
+    wanted = {path for path, mode in tracked.items() if mode != _SUBMODULE_MODE and path not in deleted}
+    times = _last_commit_times(runner, wanted, pathspec) if head_sha is not None and wanted else {}
+
+    rules = _longctx_rules(root, [*tracked, *untracked])
+    candidates: list[Candidate] = []
+    skipped: list[Skip] = []
+
+    def considered(repo_path: str) -> bool:
+        return not (rules and rules.is_ignored_within(repo_path))
+
+    for repo_path, mode in tracked.items():
+        if not considered(repo_path):
+            continue
+        path = repo_path.removeprefix(prefix)
+        if mode == _SUBMODULE_MODE:
+            skipped.append(Skip(path + "/", SkipReason.SUBMODULE, ("git submodule; not descended into",)))
+        elif repo_path in deleted:
+            skipped.append(Skip(path, SkipReason.UNREADABLE, ("deleted in the working tree",)))
+        else:
+            candidates.append(
+                Candidate(
+                    path=path,
+                    location=os.path.join(root.work_tree, repo_path),
+                    root_real=root_real,
+                    last_commit_time=times.get(repo_path),
+                    dirty=repo_path in modified,
+                )
+            )
+    for repo_path in untracked:
+        if repo_path.endswith("/"):
+            # git shows a nested repository as one entry and does not enter it.
+            if considered(repo_path.rstrip("/")):
+                skipped.append(
+                    Skip(repo_path.removeprefix(prefix), SkipReason.SUBMODULE,
+                         ("nested git repository, not a registered submodule",))
+                )
+            continue
+        if considered(repo_path):
+            candidates.append(
+                Candidate(
+                    path=repo_path.removeprefix(prefix),
+                    location=os.path.join(root.work_tree, repo_path),
+                    root_real=root_real,
+                    dirty=True,
+                    notes=("untracked",),
+                )
+            )
+    logger.debug(
+        "repository: %d tracked, %d untracked, %d modified, history for %d of %d files",
+        len(tracked), len(untracked), len(modified), len(times), len(wanted),
+    )
+    return Listing(tuple(candidates), tuple(skipped), head_sha=head_sha, is_repository=True)
+
+
+def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
+    """Parse ``git status --porcelain=v1 -z``: (paths changed in any way, paths deleted from the work tree)."""
+    modified: set[str] = set()
+    deleted: set[str] = set()
+    records = iter(_split_records(status_output))
+    for record in records:
+        if len(record) < 4:
+            continue
+        code, path = record[:2].decode("ascii", "replace"), os.fsdecode(record[3:])
+        modified.add(path)
+        if code[1] == "D":
+            deleted.add(path)
+        if code[0] in "RC":
+            next(records, None)  # the source path of a rename or copy follows
+    return modified, deleted
+
+
+def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]) -> dict[str, int]:
+    """Map each path in ``wanted`` to the committer time of the newest commit that touched it.
+
+    One ``git log`` streams the history newest first; it is stopped as soon
+    as every wanted path has been seen.
+    """
+    command = runner.command(
+        "log", "-z", "--name-only", "--no-renames", "--no-show-signature", "--format=%x00%ct", "HEAD", *pathspec
+    )
+    # -z output: each commit is "\0<time>\0" followed by its files, each
+    # ending in "\0", the first one prefixed with "\n". A file name is never
+    # empty, so an empty token always starts a commit header.
+    times: dict[str, int] = {}
+    remaining = set(wanted)
+    try:
+        process = runner.repo.git.execute(command, as_process=True)
+    except GitCommandNotFound:
+        raise SourceError("git is not installed or not on PATH", path=runner.display_path) from None
+    popen = process.proc
+    assert popen is not None and popen.stdout is not None
+    reached_end = False
+    try:
+        pending = b""
+        state = "file"
+        commit_time = 0
+        while remaining:
+            chunk = os.read(popen.stdout.fileno(), _READ_CHUNK)
+            if not chunk:
+                reached_end = True
+                break
+            tokens = (pending + chunk).split(b"\0")
+            pending = tokens.pop()
+            for token in tokens:
+                if state == "time":
+                    commit_time = int(token)
+                    state = "first-file"
+                elif not token:
+                    state = "time"
+                else:
+                    if state == "first-file" and token.startswith(b"\n"):
+                        token = token[1:]
+                    state = "file"
+                    path = os.fsdecode(token)
+                    if path in remaining:
+                        remaining.discard(path)
+                        times[path] = commit_time
+    finally:
+        if not reached_end and popen.poll() is None:
+            # Every wanted path has its time (or we are unwinding an
+            # error): the rest of history is not needed.
+            popen.kill()
+        _, stderr = popen.communicate()
+    if reached_end and popen.returncode != 0:
+        raise SourceError(
+            f"git log failed (exit {popen.returncode}): {_stderr_text(stderr)}", path=runner.display_path
+        )
+    return times
+
+
+def _longctx_rules(root: RepositoryRoot, listed: list[str]) -> IgnoreRules:
+    """Collect ``.longctxignore`` files: above the folder asked for, and listed inside it."""
+    directories = {""}
+    if root.subdirectory:
+        directories.update(parent_directories(root.subdirectory), [root.subdirectory])
+    directories |= {
+        path.rpartition("/")[0] for path in listed if path.rpartition("/")[2] == _LONGCTX_IGNORE
+    }
+    rules = IgnoreRules()
+    for directory in sorted(directories, key=lambda d: d.encode("utf-8", "surrogateescape")):
+        location = os.path.join(root.work_tree, directory, _LONGCTX_IGNORE)
+        try:
+            with open(location, "rb") as handle:
+                lines = handle.read().decode("utf-8", "surrogateescape").splitlines()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            logger.warning("cannot read %s: %s", f"{directory}/{_LONGCTX_IGNORE}".lstrip("/"), error.strerror)
+            continue
+        invalid = rules.add(directory, lines)
+        if invalid:
+            logger.warning("%s: %d invalid pattern(s) ignored", f"{directory}/{_LONGCTX_IGNORE}".lstrip("/"),
+                           len(invalid))
+    return rules

@@ -19,7 +19,7 @@ _RESULT_MARK = "LONGCTX-PARSE-RESULT "
 # Runs inside the engine's interpreter. Reads a JSON list of argument lists on
 # stdin; for each, drops the options the parser does not know (reporting them),
 # parses the rest, and prints one JSON line.
-_COMMON = r"""
+_COMMON = f"RESULT_MARK = {_RESULT_MARK!r}\n" + r"""
 import contextlib, io, json, sys
 
 def split_known(parser, argv):
@@ -52,8 +52,8 @@ for argv in json.load(sys.stdin):
     except SystemExit:
         parsed, error = None, err.getvalue()[-3000:]
     results.append({"unknown": unknown, "parsed": parsed, "error": error})
-print("%s" + json.dumps(results))
-""" % _RESULT_MARK
+print(RESULT_MARK + json.dumps(results))
+"""
 
 VLLM_SCRIPT = r"""
 def build_parser():

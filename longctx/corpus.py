@@ -218,15 +218,14 @@ class _Source:
 
 def _stability_key(candidate: Candidate) -> tuple[int, int, bytes]:
     # Committed and clean files first, oldest commit first; files with no
-    # history (plain folders) next; files changed in the work tree last. An
-    # edit then invalidates the shortest possible suffix of the pack.
+    # history (plain folders, single files) next; files changed in the work
+    # tree last, by path (their last commit no longer dates their content).
+    # An edit then invalidates the shortest possible suffix of the pack.
     if candidate.dirty:
-        group = 2
-    elif candidate.last_commit_time is None:
-        group = 1
-    else:
-        group = 0
-    return (group, candidate.last_commit_time or 0, path_sort_key(candidate.path))
+        return (2, 0, path_sort_key(candidate.path))
+    if candidate.last_commit_time is None:
+        return (1, 0, path_sort_key(candidate.path))
+    return (0, candidate.last_commit_time, path_sort_key(candidate.path))
 
 
 def _path_key(candidate: Candidate) -> tuple[int, int, bytes]:
@@ -268,8 +267,9 @@ def load_corpus(
     by its base name alone), a repeated base name getting ``-2``, ``-3``...
     in argument order. A path given twice is loaded once.
 
-    ``ordering`` is ``"stability"`` (oldest last commit first, files changed
-    in the work tree last, then by path) or ``"path"``; by default
+    ``ordering`` is ``"stability"`` (committed files by last commit time,
+    oldest first; then files without history; then files changed in the work
+    tree or untracked; ties and the last two groups by path) or ``"path"``; by default
     ``stability`` when a git repository is among the sources, ``path``
     otherwise. ``include`` / ``exclude`` are gitignore-style patterns
     matched against paths relative to each argument. Credentials are

@@ -178,6 +178,10 @@ def read_candidate(candidate: Candidate, *, max_file_bytes: int, allow_secrets: 
             status = os.stat(real)
         except OSError as error:
             return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+        if stat.S_ISDIR(status.st_mode):
+            # Only git hands over links to folders (a folder walk follows
+            # them); git lists the folder's files under their own paths.
+            return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (f"link to the folder {target}/",))
         notes.append(f"symbolic link to {target}")
         names.append(posixpath.basename(target))
         location = real

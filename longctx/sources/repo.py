@@ -51,7 +51,8 @@ _STDERR_LIMIT: Final = 500
 # Options that make git's output independent of the user's configuration:
 # no index refresh written to disk, pathspecs taken literally (a folder
 # called "[abc]" is not a glob), no pager, no colours.
-_GIT_OPTIONS: Final = ("--no-pager", "--no-optional-locks", "--literal-pathspecs", "-c", "color.ui=false")
+_GIT_OPTIONS: Final = ("--no-pager", "--no-optional-locks", "-c", "color.ui=false")
+_LITERAL: Final = "--literal-pathspecs"  # check-ignore rejects it: its arguments are paths already
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +102,8 @@ class _Git:
         self.executable = self.repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git"
 
     def command(self, *arguments: str) -> list[str]:
-        return [self.executable, *_GIT_OPTIONS, *arguments]
+        literal = () if arguments[0] == "check-ignore" else (_LITERAL,)
+        return [self.executable, *_GIT_OPTIONS, *literal, *arguments]
 
     def run(self, *arguments: str, allowed_exit_codes: tuple[int, ...] = (0,)) -> bytes:
         """Run git with ``arguments`` and return its standard output."""
@@ -112,9 +114,14 @@ class _Git:
             )
         return output
 
-    def status_code(self, *arguments: str) -> int:
-        """Run git with ``arguments`` and return its exit status."""
-        return self._execute(arguments)[0]
+    def exit_status(self, *arguments: str, allowed_exit_codes: tuple[int, ...]) -> int:
+        """Run git with ``arguments`` and return its exit status, one of ``allowed_exit_codes``."""
+        status, _, stderr = self._execute(arguments)
+        if status not in allowed_exit_codes:
+            raise SourceError(
+                f"git {arguments[0]} failed (exit {status}): {_stderr_text(stderr)}", path=self.display_path
+            )
+        return status
 
     def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
         try:
@@ -151,7 +158,7 @@ def is_ignored_by_git(root: RepositoryRoot) -> bool:
         return False
     runner = _Git(root, root.subdirectory)
     try:
-        return runner.status_code("check-ignore", "-q", "--", root.subdirectory) == 0
+        return runner.exit_status("check-ignore", "-q", "--", root.subdirectory, allowed_exit_codes=(0, 1)) == 0
     finally:
         runner.close()
 

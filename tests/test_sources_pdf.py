@@ -1,0 +1,100 @@
+"""PDFs: text per page with page markers; encrypted, corrupt and scanned PDFs reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from corpus_fixtures import make_pdf
+
+from longctx.corpus import load_corpus
+from longctx.sources.pdf import PdfFailure, PdfText, extract_pdf, page_marker
+
+
+def test_text_is_extracted_per_page_after_a_marker() -> None:
+    result = extract_pdf(make_pdf(["First page text", "Second page\nwith two lines", "Third"]))
+    assert isinstance(result, PdfText)
+    assert result.page_count == 3
+    assert result.text == (
+        "--- page 1 of 3 ---\nFirst page text\n"
+        "--- page 2 of 3 ---\nSecond page\nwith two lines\n"
+        "--- page 3 of 3 ---\nThird\n"
+    )
+    assert result.notes == ()
+
+
+def test_a_page_without_text_keeps_its_marker_and_gets_a_note() -> None:
+    result = extract_pdf(make_pdf(["Cover", None, "End"]))
+    assert isinstance(result, PdfText)
+    assert result.text == "--- page 1 of 3 ---\nCover\n--- page 2 of 3 ---\n--- page 3 of 3 ---\nEnd\n"
+    assert result.notes == ("page 2: no extractable text",)
+
+
+def test_page_marker_format() -> None:
+    assert page_marker(3, 12) == "--- page 3 of 12 ---"
+
+
+def test_an_encrypted_pdf_that_the_empty_password_opens_is_read() -> None:
+    data = make_pdf(["Permissions only"], user_password="", owner_password="owner-secret")
+    result = extract_pdf(data)
+    assert isinstance(result, PdfText)
+    assert "Permissions only" in result.text
+    assert result.notes == ("encrypted; opened with the empty password",)
+
+
+def test_an_encrypted_pdf_with_a_password_is_skipped() -> None:
+    result = extract_pdf(make_pdf(["Hidden"], user_password="open-sesame"))
+    assert result == PdfFailure("encrypted", "the empty password does not open it")
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.1])
+def test_a_truncated_pdf_is_corrupt_with_pypdfs_message(keep: float) -> None:
+    data = make_pdf(["Some text", "More text"])
+    result = extract_pdf(data[: int(len(data) * keep)])
+    assert isinstance(result, PdfFailure)
+    assert result.reason == "corrupt"
+    assert result.message.startswith(("PdfStreamError:", "PdfReadError:"))
+
+
+def test_not_a_pdf_is_corrupt() -> None:
+    result = extract_pdf(b"this is plain text, not a PDF\n")
+    assert isinstance(result, PdfFailure)
+    assert result.reason == "corrupt"
+
+
+def test_pdfs_in_a_corpus(tmp_path: Path) -> None:
+    (tmp_path / "paper.pdf").write_bytes(make_pdf(["Abstract", None]))
+    (tmp_path / "locked.pdf").write_bytes(make_pdf(["Hidden"], user_password="pw"))
+    (tmp_path / "truncated.pdf").write_bytes(make_pdf(["Cut"])[:200])
+    (tmp_path / "renamed.bin").write_bytes(make_pdf(["Found by its header"]))
+    (tmp_path / "text.pdf").write_text("not a pdf at all\n")
+    corpus = load_corpus([tmp_path])
+
+    by_path = {document.path: document for document in corpus.documents}
+    assert set(by_path) == {"paper.pdf", "renamed.bin"}
+    assert by_path["paper.pdf"].kind == "pdf"
+    assert by_path["paper.pdf"].text == "--- page 1 of 2 ---\nAbstract\n--- page 2 of 2 ---\n"
+    assert by_path["renamed.bin"].text == "--- page 1 of 1 ---\nFound by its header\n"
+
+    manifest = corpus.manifest
+    paper = manifest.get("paper.pdf")
+    assert paper is not None and paper.notes == ("page 2: no extractable text",)
+    locked = manifest.get("locked.pdf")
+    assert locked is not None and (locked.status, locked.reason) == ("skipped", "encrypted")
+    truncated = manifest.get("truncated.pdf")
+    assert truncated is not None and (truncated.status, truncated.reason) == ("skipped", "corrupt")
+    assert truncated.notes and truncated.notes[0]
+    fake = manifest.get("text.pdf")
+    assert fake is not None and fake.reason == "corrupt"
+
+
+def test_a_pdf_passed_directly_is_named_by_its_base_name(tmp_path: Path) -> None:
+    pdf = tmp_path / "deep" / "report.pdf"
+    pdf.parent.mkdir()
+    pdf.write_bytes(make_pdf(["Quarterly"]))
+    corpus = load_corpus([pdf])
+    assert [document.path for document in corpus.documents] == ["report.pdf"]
+    assert corpus.root == "report.pdf"
+    assert corpus.ordering == "path"
+    assert corpus.head_sha is None
+    assert str(tmp_path) not in corpus.manifest.to_json()

@@ -25,7 +25,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from longctx.documents import Document, path_sort_key
@@ -33,7 +33,7 @@ from longctx.errors import ConfigError, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import list_folder, list_single_file
-from longctx.sources.reading import Included, read_candidate
+from longctx.sources.reading import FileReader, Included
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 __all__ = [
@@ -132,6 +132,11 @@ class Manifest:
     """Every path considered, in :func:`~longctx.documents.path_sort_key` order."""
 
     entries: tuple[ManifestEntry, ...]
+    _by_path: dict[str, ManifestEntry] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Frozen: the lookup table is built once, here.
+        object.__setattr__(self, "_by_path", {entry.path: entry for entry in self.entries})
 
     def __iter__(self) -> Iterator[ManifestEntry]:
         return iter(self.entries)
@@ -151,7 +156,7 @@ class Manifest:
 
     def get(self, path: str) -> ManifestEntry | None:
         """Return the entry for ``path``, or None when it was not considered."""
-        return next((entry for entry in self.entries if entry.path == path), None)
+        return self._by_path.get(path)
 
     def skipped_by_reason(self) -> dict[str, int]:
         """Count skipped paths per reason, reasons in alphabetical order."""
@@ -365,6 +370,7 @@ def _read_in_order(
     candidates: list[Candidate], limits: Limits, allow_secrets: bool, entries: list[ManifestEntry]
 ) -> tuple[Document, ...]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``."""
+    reader = FileReader(max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
     documents: list[Document] = []
     total_bytes = 0
     stop: tuple[SkipReason, str] | None = None
@@ -374,8 +380,9 @@ def _read_in_order(
         if stop is not None:
             entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
             continue
-        result = read_candidate(candidate, max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
+        result = reader.read(candidate)
         if isinstance(result, Skip):
+            logger.debug("skipped %s: %s %s", result.path, result.reason, "; ".join(result.notes))
             entries.append(
                 ManifestEntry(result.path, "skipped", result.reason, result.size_bytes, notes=result.notes)
             )

@@ -7,9 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from corpus_fixtures import LFS_POINTER
 
-from longctx.corpus import Corpus, Limits, load_corpus
+from longctx.corpus import Corpus, Limits, SkipReason, load_corpus
 from longctx.errors import SourceError
+from longctx.sources import Candidate, Skip
+from longctx.sources.reading import FileReader
 
 
 def _statuses(corpus: Corpus) -> dict[str, tuple[str, str | None]]:
@@ -228,8 +231,30 @@ def test_kinds(tmp_path: Path) -> None:
 
 
 def test_lfs_pointer_outside_a_repository_is_still_a_pointer(tmp_path: Path) -> None:
-    from corpus_fixtures import LFS_POINTER
-
     _write(tmp_path, "model.bin", LFS_POINTER)
     entry = load_corpus([tmp_path]).manifest.get("model.bin")
     assert entry is not None and entry.reason == "lfs-pointer"
+
+
+def test_a_folder_on_the_way_that_leads_outside_the_root_is_not_followed(tmp_path: Path) -> None:
+    """A candidate whose parent folder became a link out of the root (git lists a/b.txt, a is now a link)."""
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = _write(tmp_path, "outside/b.txt", "OUTSIDE-CONTENT\n")
+    os.symlink(outside.parent, root / "a")
+    reader = FileReader(max_file_bytes=1024, allow_secrets=False)
+    result = reader.read(Candidate(path="a/b.txt", location=str(root / "a" / "b.txt"), root_real=str(root)))
+    assert result == Skip("a/b.txt", SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",))
+
+
+def test_a_link_passed_directly_is_followed_and_named_by_the_link(tmp_path: Path) -> None:
+    target = _write(tmp_path, "elsewhere/real-name.md", "# Real\n")
+    link = tmp_path / "link.md"
+    os.symlink(target, link)
+    corpus = load_corpus([link])
+    assert [(d.path, d.text) for d in corpus.documents] == [("link.md", "# Real\n")]
+    secret_target = _write(tmp_path, "elsewhere/.env", "A=1\n")
+    innocent = tmp_path / "settings.txt"
+    os.symlink(secret_target, innocent)
+    entry = load_corpus([innocent]).manifest.get("settings.txt")
+    assert entry is not None and (entry.reason, entry.notes) == ("secret", ("file name matches dotenv-file",))

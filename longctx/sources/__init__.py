@@ -3,7 +3,7 @@
 A source lists what it considers (:class:`Listing`): the files it will try to
 read (:class:`Candidate`) and the paths it already knows it will not read
 (:class:`Skip`, with a reason from :class:`SkipReason`). Reading a candidate
-(:func:`longctx.sources.reading.read_candidate`) gives a Document or one
+(:class:`longctx.sources.reading.FileReader`) gives a Document or one
 more Skip. :mod:`longctx.corpus` puts the pieces together.
 
 - :mod:`~longctx.sources.repo`: git work trees, through GitPython;
@@ -53,7 +53,7 @@ class SkipReason(StrEnum):
     SYMLINK_OUTSIDE_ROOT = "symlink-outside-root"
     """A symbolic link whose target is outside the corpus root."""
     SYMLINK_LOOP = "symlink-loop"
-    """A symbolic link that resolves to itself or to a directory above it."""
+    """A symbolic link that never resolves (a cycle), or leads to a folder above it."""
     EXCLUDED_BY_GLOB = "excluded-by-glob"
     """Dropped by an ``include`` / ``exclude`` pattern of the caller."""
     NOT_A_REGULAR_FILE = "not-a-regular-file"

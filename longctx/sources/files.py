@@ -174,8 +174,9 @@ def _follow_folder_link(
 def list_single_file(file_path: str) -> Listing:
     """List one file passed directly: a single candidate named by its base name.
 
-    A link passed directly is followed wherever it points: the caller named it.
+    A link passed directly is followed wherever it points (the caller named
+    it) and read at its resolved location.
     """
     real = os.path.realpath(file_path)
     name = os.path.basename(os.path.normpath(file_path))
-    return Listing((Candidate(path=name, location=file_path, root_real=os.path.dirname(real)),), ())
+    return Listing((Candidate(path=name, location=real, root_real=os.path.dirname(real)),), ())

@@ -12,12 +12,13 @@ fails decides the skip reason):
 3. A file named like a credential store (``.env``, ``*.pem``...) is a
    ``secret`` unless secrets are allowed.
 4. Larger than the per-file limit: ``too-large`` (not read).
-5. Read errors: ``unreadable`` with the system's message.
+5. Read errors: ``unreadable`` with the system's message. The first 8 KiB
+   are read first: binary content (unless the file looks like a PDF) is
+   ``binary`` and the rest is not read.
 6. A Git LFS pointer: ``lfs-pointer``.
 7. PDF (by ``.pdf`` extension or ``%PDF-`` header): text per page, or
-   ``encrypted`` / ``corrupt``. Otherwise binary content: ``binary``.
-   Otherwise decoded text (``lossy`` when bytes were replaced); a ``.ipynb``
-   is rendered, or ``corrupt``.
+   ``encrypted`` / ``corrupt``. Otherwise decoded text (``lossy`` when bytes
+   were replaced); a ``.ipynb`` is rendered, or ``corrupt``.
 8. The text as it would be packed is scanned for credentials: ``secret``
    unless allowed (then included with a note).
 
@@ -39,13 +40,13 @@ from typing import Final
 
 from longctx.documents import Document
 from longctx.sources import Candidate, Skip, SkipReason
-from longctx.sources.decoding import decode_text, looks_binary, normalise_newlines
+from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
 from longctx.sources.notebook import NotebookError, render_notebook
 from longctx.sources.pdf import PdfFailure, extract_pdf
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
 
-__all__ = ["Included", "document_kind", "read_candidate"]
+__all__ = ["FileReader", "Included", "document_kind"]
 
 logger = logging.getLogger("longctx.sources")
 
@@ -77,6 +78,7 @@ _LFS_POINTER_HEADERS: Final = (
     b"version https://hawser.github.com/spec/v1",
 )
 _LFS_POINTER_MAX_BYTES: Final = 1024  # the LFS specification's limit
+_PDF_HEADER: Final = b"%PDF-"
 _OPEN_FLAGS: Final = (
     os.O_RDONLY
     | getattr(os, "O_NONBLOCK", 0)  # a FIFO swapped in after lstat must not block
@@ -133,12 +135,20 @@ def _file_type(mode: int) -> str:
     return "not a regular file"
 
 
-def _read_bytes(location: str, limit: int) -> bytes:
+def _read_bytes(location: str, limit: int, *, may_be_pdf: bool) -> bytes | None:
+    """Read at most ``limit + 1`` bytes; None when the first block shows binary content.
+
+    Binary detection needs only the first block, so a binary file (often the
+    biggest files of a repository) is not read any further.
+    """
     descriptor = os.open(location, _OPEN_FLAGS)
     with open(descriptor, "rb") as handle:
         if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise _NotRegular
-        return handle.read(limit + 1)
+        head = handle.read(SNIFF_BYTES)
+        if not (may_be_pdf or head.startswith(_PDF_HEADER)) and looks_binary(head):
+            return None
+        return head + handle.read(limit + 1 - len(head))
 
 
 def _is_lfs_pointer(data: bytes) -> bool:
@@ -149,108 +159,135 @@ def _describe(findings: tuple[SecretFinding, ...]) -> str:
     return ", ".join(f"{finding.rule} at line {finding.line}" for finding in findings)
 
 
-def read_candidate(candidate: Candidate, *, max_file_bytes: int, allow_secrets: bool) -> Included | Skip:
-    """Read ``candidate`` as described in the module docstring."""
-    path = candidate.path
-    notes = list(candidate.notes)
-    location = candidate.location
-    names = [posixpath.basename(path)]
-    try:
-        status = os.lstat(location)
-    except OSError as error:
-        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+class FileReader:
+    """Reads candidates for one corpus load, as described in the module docstring.
 
-    if stat.S_ISLNK(status.st_mode):
+    It holds the per-file limit, the secret policy, and the resolved
+    folders seen so far (a folder on the way to a file must not lead out of
+    the root either: a tracked ``a/b.txt`` whose folder ``a`` was replaced
+    by a link to ``/etc`` is not read). Make one per load: the cache assumes
+    folders do not change while it lives.
+    """
+
+    def __init__(self, *, max_file_bytes: int, allow_secrets: bool) -> None:
+        self.max_file_bytes = max_file_bytes
+        self.allow_secrets = allow_secrets
+        self._resolved_folders: dict[str, str] = {}
+
+    def _folder_inside_root(self, location: str, root_real: str) -> bool:
+        folder = os.path.dirname(location)
+        real = self._resolved_folders.get(folder)
+        if real is None:
+            real = self._resolved_folders[folder] = os.path.realpath(folder)
+        return is_inside(real, root_real)
+
+    def read(self, candidate: Candidate) -> Included | Skip:
+        """Read ``candidate``: a Document with its notes, or a Skip; never raises for a bad file."""
+        max_file_bytes, allow_secrets = self.max_file_bytes, self.allow_secrets
+        path = candidate.path
+        notes = list(candidate.notes)
+        location = candidate.location
+        # The location's own name counts too: a file passed directly is read
+        # at its resolved location, which may have another name.
+        names = list(dict.fromkeys([posixpath.basename(path), os.path.basename(location)]))
         try:
-            real = os.path.realpath(location, strict=True)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                return Skip(path, SkipReason.SYMLINK_LOOP, ("the link resolves to itself",))
-            if error.errno == errno.ENOENT:
-                return Skip(path, SkipReason.UNREADABLE, ("broken link: its target does not exist",))
-            return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
-        if not is_inside(real, candidate.root_real):
-            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a file outside the root",))
-        target = relative_target(real, candidate.root_real)
-        if ".git" in target.split("/"):
-            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link into a .git folder",))
-        try:
-            status = os.stat(real)
+            status = os.lstat(location)
         except OSError as error:
             return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
-        if stat.S_ISDIR(status.st_mode):
-            # Only git hands over links to folders (a folder walk follows
-            # them); git lists the folder's files under their own paths.
-            return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (f"link to the folder {target}/",))
-        notes.append(f"symbolic link to {target}")
-        names.append(posixpath.basename(target))
-        location = real
+        if not self._folder_inside_root(location, candidate.root_real):
+            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",))
 
-    if not stat.S_ISREG(status.st_mode):
-        return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (_file_type(status.st_mode),))
-    size = status.st_size
-
-    name_rule = next((rule for rule in map(secret_file_rule, names) if rule), None)
-    if name_rule is not None:
-        if not allow_secrets:
-            return Skip(path, SkipReason.SECRET, (f"file name matches {name_rule}",), size)
-        notes.append(f"file name matches {name_rule}; included because secrets are allowed")
-
-    if size > max_file_bytes:
-        return Skip(path, SkipReason.TOO_LARGE, (f"{size} bytes; the limit is {max_file_bytes}",), size)
-    try:
-        data = _read_bytes(location, max_file_bytes)
-    except _NotRegular:
-        return Skip(path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size)
-    except OSError as error:
-        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),), size)
-    size = len(data)
-    if size > max_file_bytes:
-        return Skip(path, SkipReason.TOO_LARGE, (f"grew past the limit of {max_file_bytes} bytes",), size)
-    if _is_lfs_pointer(data):
-        return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
-
-    lossy = False
-    suffix = posixpath.splitext(names[0].lower())[1]
-    if suffix == ".pdf" or data.startswith(b"%PDF-"):
-        extracted = extract_pdf(data)
-        if isinstance(extracted, PdfFailure):
-            reason = SkipReason.ENCRYPTED if extracted.reason == "encrypted" else SkipReason.CORRUPT
-            return Skip(path, reason, (redact_if_secret(extracted.message),), size)
-        text, kind = extracted.text, "pdf"
-        notes.extend(redact_if_secret(note) for note in extracted.notes)
-    elif looks_binary(data):
-        return Skip(path, SkipReason.BINARY, (), size)
-    else:
-        decoded = decode_text(data)
-        text, lossy = normalise_newlines(decoded.text), decoded.lossy
-        if lossy:
-            notes.append(f"not valid {decoded.encoding}: undecodable bytes replaced by U+FFFD")
-        elif decoded.encoding != "utf-8":
-            notes.append(f"decoded from {decoded.encoding}")
-        if suffix == ".ipynb":
+        if stat.S_ISLNK(status.st_mode):
             try:
-                text = render_notebook(text)
-            except NotebookError as error:
-                return Skip(path, SkipReason.CORRUPT, (redact_if_secret(str(error)),), size)
-            kind = "notebook"
+                real = os.path.realpath(location, strict=True)
+            except OSError as error:
+                if error.errno == errno.ELOOP:
+                    return Skip(path, SkipReason.SYMLINK_LOOP, ("the link never resolves: a loop",))
+                if error.errno == errno.ENOENT:
+                    return Skip(path, SkipReason.UNREADABLE, ("broken link: its target does not exist",))
+                return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+            if not is_inside(real, candidate.root_real):
+                return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a file outside the root",))
+            target = relative_target(real, candidate.root_real)
+            if ".git" in target.split("/"):
+                return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link into a .git folder",))
+            try:
+                status = os.stat(real)
+            except OSError as error:
+                return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+            if stat.S_ISDIR(status.st_mode):
+                # Only git hands over links to folders (a folder walk follows
+                # them); git lists the folder's files under their own paths.
+                return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (f"link to the folder {target}/",))
+            notes.append(f"symbolic link to {target}")
+            names.append(posixpath.basename(target))
+            location = real
+
+        if not stat.S_ISREG(status.st_mode):
+            return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (_file_type(status.st_mode),))
+        size = status.st_size
+
+        name_rule = next((rule for rule in map(secret_file_rule, names) if rule), None)
+        if name_rule is not None:
+            if not allow_secrets:
+                return Skip(path, SkipReason.SECRET, (f"file name matches {name_rule}",), size)
+            notes.append(f"file name matches {name_rule}; included because secrets are allowed")
+
+        if size > max_file_bytes:
+            return Skip(path, SkipReason.TOO_LARGE, (f"{size} bytes; the limit is {max_file_bytes}",), size)
+        suffix = posixpath.splitext(names[0].lower())[1]
+        try:
+            data = _read_bytes(location, max_file_bytes, may_be_pdf=suffix == ".pdf")
+        except _NotRegular:
+            return Skip(path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size)
+        except OSError as error:
+            return Skip(path, SkipReason.UNREADABLE, (_system_message(error),), size)
+        if data is None:
+            return Skip(path, SkipReason.BINARY, (), size)
+        size = len(data)
+        if size > max_file_bytes:
+            return Skip(path, SkipReason.TOO_LARGE, (f"grew past the limit of {max_file_bytes} bytes",), size)
+        if _is_lfs_pointer(data):
+            return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
+
+        lossy = False
+        if suffix == ".pdf" or data.startswith(_PDF_HEADER):
+            extracted = extract_pdf(data)
+            if isinstance(extracted, PdfFailure):
+                reason = SkipReason.ENCRYPTED if extracted.reason == "encrypted" else SkipReason.CORRUPT
+                return Skip(path, reason, (redact_if_secret(extracted.message),), size)
+            text, kind = extracted.text, "pdf"
+            notes.extend(redact_if_secret(note) for note in extracted.notes)
         else:
-            kind = document_kind(names[0])
+            decoded = decode_text(data)
+            text, lossy = normalise_newlines(decoded.text), decoded.lossy
+            if lossy:
+                notes.append(f"not valid {decoded.encoding}: undecodable bytes replaced by U+FFFD")
+            elif decoded.encoding != "utf-8":
+                notes.append(f"decoded from {decoded.encoding}")
+            if suffix == ".ipynb":
+                try:
+                    text = render_notebook(text)
+                except NotebookError as error:
+                    return Skip(path, SkipReason.CORRUPT, (redact_if_secret(str(error)),), size)
+                kind = "notebook"
+            else:
+                kind = document_kind(names[0])
 
-    findings = find_secrets(text)
-    if findings:
-        if not allow_secrets:
-            return Skip(path, SkipReason.SECRET, (f"content matches {_describe(findings)}",), size)
-        notes.append(f"content matches {_describe(findings)}; included because secrets are allowed")
+        findings = find_secrets(text)
+        if findings:
+            if not allow_secrets:
+                return Skip(path, SkipReason.SECRET, (f"content matches {_describe(findings)}",), size)
+            notes.append(f"content matches {_describe(findings)}; included because secrets are allowed")
 
-    document = Document(
-        path=path,
-        text=text,
-        kind=kind,
-        sha256=hashlib.sha256(data).hexdigest(),
-        size_bytes=size,
-        lossy=lossy,
-        last_commit_time=candidate.last_commit_time,
-        dirty=candidate.dirty,
-    )
-    return Included(document, tuple(notes))
+        document = Document(
+            path=path,
+            text=text,
+            kind=kind,
+            sha256=hashlib.sha256(data).hexdigest(),
+            size_bytes=size,
+            lossy=lossy,
+            last_commit_time=candidate.last_commit_time,
+            dirty=candidate.dirty,
+        )
+        return Included(document, tuple(notes))

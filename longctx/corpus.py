@@ -390,7 +390,9 @@ def _read_in_order(
         document = result.document
         if total_bytes + document.size_bytes > limits.max_total_bytes:
             stop = (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {limits.max_total_bytes} bytes")
-            entries.append(ManifestEntry(document.path, "skipped", stop[0], document.size_bytes, notes=(stop[1],)))
+            entries.append(
+                ManifestEntry(document.path, "skipped", stop[0], document.size_bytes, notes=(stop[1],))
+            )
             continue
         documents.append(document)
         total_bytes += document.size_bytes

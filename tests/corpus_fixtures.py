@@ -49,7 +49,10 @@ def planted_secrets() -> dict[str, str]:
         "github-token": "gh" + "p_" + token("ghp", 36),
         "github-fine-grained-token": "github" + "_pat_" + token("ghpat1", 22) + "_" + token("ghpat2", 59),
         "gitlab-token": "gl" + "pat-" + token("glpat", 20),
-        "private-key": "-----BEGIN RSA " + "PRIVATE KEY-----\n" + key_body + "\n-----END RSA PRIVATE KEY-----",
+        "private-key": "-----BEGIN RSA "
+        + "PRIVATE KEY-----\n"
+        + key_body
+        + "\n-----END RSA PRIVATE KEY-----",
         "slack-token": "xo" + "xb-" + "123456789012-1234567890123-" + token("slack", 24),
         "slack-webhook": "https://hooks.slack" + ".com/services/T0ABCDEF1/B0ABCDEF2/" + token("hook", 24),
         "stripe-secret-key": "sk" + "_live_" + token("stripe", 24),
@@ -89,8 +92,15 @@ def git(repo: Path, *arguments: str, env: dict[str, str] | None = None) -> str:
 def commit(repo: Path, message: str, *, when: int) -> None:
     """Commit everything staged with author and committer time ``when`` (unix seconds)."""
     date = f"@{when} +0000"
-    git(repo, "commit", "-q", "--allow-empty", "-m", message,
-        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    git(
+        repo,
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        message,
+        env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
+    )
 
 
 def init_repo(path: Path) -> Path:
@@ -112,7 +122,7 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     config.write_text(
         "[user]\n\tname = Corpus Test\n\temail = corpus@example.invalid\n"
         "[init]\n\tdefaultBranch = main\n"
-        "[protocol \"file\"]\n\tallow = always\n"
+        '[protocol "file"]\n\tallow = always\n'
         "[core]\n\tautocrlf = false\n"
     )
     for name in list(os.environ):
@@ -252,7 +262,11 @@ def build_adversarial_repository(base: Path) -> AdversarialRepository:
     plant("new\nline.txt", "newline in the name\n", included)
     plant(os.fsdecode(b"latin\xe9-name.txt"), "undecodable name\n", included)
     plant("assets/model.bin", LFS_POINTER, ("skipped", "lfs-pointer"))
-    plant(".env", f"DATABASE_URL=postgres://app@db/app\nAWS_KEY={secrets['aws-access-key-id']}\n", ("skipped", "secret"))
+    plant(
+        ".env",
+        f"DATABASE_URL=postgres://app@db/app\nAWS_KEY={secrets['aws-access-key-id']}\n",
+        ("skipped", "secret"),
+    )
     plant(
         "config/settings.py",
         f"DEBUG = False\nAWS_ACCESS_KEY_ID = '{secrets['aws-access-key-id']}'\n"
@@ -302,7 +316,11 @@ def build_adversarial_repository(base: Path) -> AdversarialRepository:
 
 @contextlib.contextmanager
 def refusing_to_open(monkeypatch: pytest.MonkeyPatch, locked: Path) -> Iterator[None]:
-    """Make ``os.open`` fail with EACCES for ``locked`` only: how tests simulate an unreadable file as root."""
+    """Make ``os.open`` fail with EACCES for ``locked`` only.
+
+    This is how the tests simulate an unreadable file: they run as root,
+    where ``chmod 000`` does not stop reads.
+    """
     real_open = os.open
 
     def guarded_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:

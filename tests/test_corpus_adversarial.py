@@ -6,7 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
-from corpus_fixtures import AdversarialRepository, build_adversarial_repository, isolated_git, refusing_to_open
+from corpus_fixtures import (
+    AdversarialRepository,
+    build_adversarial_repository,
+    isolated_git,
+    refusing_to_open,
+)
 
 from longctx.corpus import Corpus, load_corpus
 
@@ -96,7 +101,8 @@ def test_notes_explain_the_skips(corpus: Corpus) -> None:
     assert notes("docs/utf16le.txt") == ("decoded from utf-16-le",)
     assert notes(".env") == ("file name matches dotenv-file",)
     assert notes("config/settings.py") == (
-        "content matches aws-access-key-id at line 2, github-token at line 3, aws-secret-access-key at line 4",
+        "content matches aws-access-key-id at line 2, github-token at line 3, "
+        "aws-secret-access-key at line 4",
     )
     assert notes("big.txt") == (f"{4 * 1024 * 1024 + 1} bytes; the limit is {4 * 1024 * 1024}",)
 

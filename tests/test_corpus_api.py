@@ -158,7 +158,12 @@ def test_manifest_json_is_deterministic_and_complete(tmp_path: Path) -> None:
     assert first.to_json() == second.to_json()
     data = json.loads(first.to_json())
     assert data["format_version"] == MANIFEST_FORMAT_VERSION
-    assert data["summary"] == {"considered": 3, "included": 2, "skipped": 1, "skipped_by_reason": {"binary": 1}}
+    assert data["summary"] == {
+        "considered": 3,
+        "included": 2,
+        "skipped": 1,
+        "skipped_by_reason": {"binary": 1},
+    }
     assert [entry["path"] for entry in data["entries"]] == ["a.md", "b.txt", "c.bin"]
     assert data["entries"][2] == {
         "path": "c.bin",

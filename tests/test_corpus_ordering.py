@@ -22,7 +22,19 @@ from longctx.sources import repo as repo_source
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
-_NAMES = ["B.txt", "a.txt", "_x.txt", "Z.txt", "é.txt", "e.txt", "ß.md", "10.txt", "9.txt", "a b.txt", "A.txt"]
+_NAMES = [
+    "B.txt",
+    "a.txt",
+    "_x.txt",
+    "Z.txt",
+    "é.txt",
+    "e.txt",
+    "ß.md",
+    "10.txt",
+    "9.txt",
+    "a b.txt",
+    "A.txt",
+]
 
 
 def _build_folder(root: Path) -> Path:
@@ -78,7 +90,9 @@ class _ShuffledListing:
         return None
 
 
-def test_folder_order_does_not_depend_on_listing_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_folder_order_does_not_depend_on_listing_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     root = _build_folder(tmp_path / "folder")
     reference = load_corpus([root])
     real_scandir = os.scandir
@@ -87,7 +101,7 @@ def test_folder_order_does_not_depend_on_listing_order(tmp_path: Path, monkeypat
     for seed in range(5):
         rng = random.Random(seed)
 
-        def shuffled_scandir(path: Any) -> _ShuffledListing:
+        def shuffled_scandir(path: Any, rng: random.Random = rng) -> _ShuffledListing:
             nonlocal calls
             calls += 1
             with real_scandir(path) as listing:
@@ -101,7 +115,7 @@ def test_folder_order_does_not_depend_on_listing_order(tmp_path: Path, monkeypat
         assert shuffled == reference
     assert calls > 5 * 6
     assert [d.path for d in reference.documents] == sorted(
-        (d.path for d in reference.documents), key=lambda path: os.fsencode(path)
+        (d.path for d in reference.documents), key=os.fsencode
     )
 
 
@@ -115,7 +129,7 @@ def test_repository_order_does_not_depend_on_gits_listing_order(
     for seed in range(5):
         rng = random.Random(seed)
 
-        def shuffled_run(self: Any, *arguments: str, **options: Any) -> bytes:
+        def shuffled_run(self: Any, *arguments: str, rng: random.Random = rng, **options: Any) -> bytes:
             output: bytes = real_run(self, *arguments, **options)
             if arguments[0] not in ("ls-files", "status"):
                 return output
@@ -163,7 +177,9 @@ for path in sys.argv[1:]:
 def _locales() -> list[str]:
     wanted = ["C", "C.UTF-8", "POSIX", "en_US.UTF-8", "de_DE.UTF-8", "sv_SE.UTF-8", "tr_TR.UTF-8"]
     try:
-        available = subprocess.run(["locale", "-a"], capture_output=True, text=True, check=False).stdout.split()
+        available = subprocess.run(
+            ["locale", "-a"], capture_output=True, text=True, check=False
+        ).stdout.split()
     except OSError:
         available = []
     normalised = {name.lower().replace("-", "") for name in available}
@@ -176,7 +192,9 @@ def test_order_does_not_depend_on_hash_seed_or_locale(tmp_path: Path) -> None:
     expected = [_digest(load_corpus([folder])), _digest(load_corpus([repository]))]
     locales = _locales()
     assert len(locales) >= 3
-    runs = [(seed, locale) for seed, locale in zip(["0", "1", "4242", "random"] * 3, locales * 2)]
+    runs = [
+        (seed, locale) for seed, locale in zip(["0", "1", "4242", "random"] * 3, locales * 2, strict=False)
+    ]
     for seed, locale in runs:
         environment = {**os.environ, "PYTHONHASHSEED": seed, "LC_ALL": locale, "LANG": locale}
         result = subprocess.run(
@@ -203,4 +221,13 @@ def test_path_sort_key_orders_undecodable_names_by_their_bytes(names: list[bytes
 
 
 def test_path_sort_key_ignores_case_folding_and_collation() -> None:
-    assert sorted(["b", "B", "a", "A", "_", "é", "e", "Z"], key=path_sort_key) == ["A", "B", "Z", "_", "a", "b", "e", "é"]
+    assert sorted(["b", "B", "a", "A", "_", "é", "e", "Z"], key=path_sort_key) == [
+        "A",
+        "B",
+        "Z",
+        "_",
+        "a",
+        "b",
+        "e",
+        "é",
+    ]

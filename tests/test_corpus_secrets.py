@@ -76,7 +76,12 @@ def test_planted_secrets_appear_nowhere(tmp_path: Path, caplog: pytest.LogCaptur
     assert statuses[".env"] == ("skipped", "secret")
     assert statuses["README.md"] == ("included", None)
 
-    haystacks = (_corpus_text(corpus), corpus.manifest.to_json(), json.dumps(corpus.manifest.to_dict()), caplog.text)
+    haystacks = (
+        _corpus_text(corpus),
+        corpus.manifest.to_json(),
+        json.dumps(corpus.manifest.to_dict()),
+        caplog.text,
+    )
     assert _leaks(secrets, *haystacks) == []
     assert all(record.getMessage() for record in caplog.records)  # the logs were captured at all
 
@@ -133,5 +138,7 @@ def test_allow_secrets_includes_them_and_says_so(tmp_path: Path) -> None:
     )
     entry = corpus.manifest.get("src/aws_access_key_id.py")
     assert entry is not None
-    assert entry.notes == ("content matches aws-access-key-id at line 4; included because secrets are allowed",)
+    assert entry.notes == (
+        "content matches aws-access-key-id at line 4; included because secrets are allowed",
+    )
     assert _leaks(secrets, corpus.manifest.to_json()) == []

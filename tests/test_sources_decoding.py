@@ -69,8 +69,14 @@ _MARKS = {
 }
 
 
-@given(st.one_of(st.binary(max_size=2000), st.sampled_from([m for m, _ in _MARKS.values()]).flatmap(
-    lambda mark: st.binary(max_size=200).map(lambda body: mark + body))))
+@given(
+    st.one_of(
+        st.binary(max_size=2000),
+        st.sampled_from([m for m, _ in _MARKS.values()]).flatmap(
+            lambda mark: st.binary(max_size=200).map(lambda body: mark + body)
+        ),
+    )
+)
 def test_decoding_never_raises_and_is_faithful_unless_lossy(data: bytes) -> None:
     decoded = decode_text(data)
     mark, codec = _MARKS[decoded.encoding]

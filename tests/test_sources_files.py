@@ -73,7 +73,9 @@ def test_a_dot_git_entry_is_never_content(tmp_path: Path) -> None:
     assert statuses == {"vendor/lib.py": ("included", None)}
 
 
-def test_invalid_ignore_patterns_are_skipped_like_git_does(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_invalid_ignore_patterns_are_skipped_like_git_does(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     _write(tmp_path, ".gitignore", "!\n*.log\n")
     _write(tmp_path, "a.log")
     _write(tmp_path, "a.txt")
@@ -127,7 +129,9 @@ def test_a_fifo_is_listed_as_not_a_regular_file_without_blocking(tmp_path: Path)
     assert (entry.status, entry.reason, entry.notes) == ("skipped", "not-a-regular-file", ("a FIFO",))
 
 
-def test_an_unreadable_file_is_skipped_with_the_reason(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unreadable_file_is_skipped_with_the_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Simulated: tests run as root, where chmod 000 does not stop reads, so opening this one file fails."""
     locked = _write(tmp_path, "locked.txt", "private\n")
     _write(tmp_path, "open.txt", "public\n")
@@ -193,7 +197,11 @@ def test_size_limit_per_file(tmp_path: Path) -> None:
     corpus = load_corpus([tmp_path], limits=Limits(max_file_bytes=1000))
     entry = corpus.manifest.get("big.txt")
     assert entry is not None
-    assert (entry.reason, entry.size_bytes, entry.notes) == ("too-large", 2000, ("2000 bytes; the limit is 1000",))
+    assert (entry.reason, entry.size_bytes, entry.notes) == (
+        "too-large",
+        2000,
+        ("2000 bytes; the limit is 1000",),
+    )
     assert [document.path for document in corpus.documents] == ["small.txt"]
 
 
@@ -244,7 +252,9 @@ def test_a_folder_on_the_way_that_leads_outside_the_root_is_not_followed(tmp_pat
     os.symlink(outside.parent, root / "a")
     reader = FileReader(max_file_bytes=1024, allow_secrets=False)
     result = reader.read(Candidate(path="a/b.txt", location=str(root / "a" / "b.txt"), root_real=str(root)))
-    assert result == Skip("a/b.txt", SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",))
+    assert result == Skip(
+        "a/b.txt", SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",)
+    )
 
 
 def test_a_link_passed_directly_is_followed_and_named_by_the_link(tmp_path: Path) -> None:

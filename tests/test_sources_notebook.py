@@ -14,11 +14,7 @@ from longctx.sources.notebook import NotebookError, render_notebook
 
 def test_cells_are_rendered_in_order_with_markers_and_outputs_dropped() -> None:
     assert render_notebook(NOTEBOOK) == (
-        "# %% [markdown]\n# Title\nSome prose.\n"
-        "\n"
-        "# %% [code]\nprint('hello')\n"
-        "\n"
-        "# %% [raw]\n\n"
+        "# %% [markdown]\n# Title\nSome prose.\n\n# %% [code]\nprint('hello')\n\n# %% [raw]\n\n"
     )
 
 
@@ -49,7 +45,10 @@ def test_an_empty_notebook_renders_as_empty_text() -> None:
         ('{"nbformat": 4}', "not a notebook: no list of cells"),
         ('{"cells": [42]}', "cell 1: not a JSON object"),
         ('{"cells": [{"source": "x"}]}', "cell 1: no cell_type"),
-        ('{"cells": [{"cell_type": "code", "source": 7}]}', "cell 1: source is neither a string nor a list of strings"),
+        (
+            '{"cells": [{"cell_type": "code", "source": 7}]}',
+            "cell 1: source is neither a string nor a list of strings",
+        ),
     ],
 )
 def test_malformed_notebooks_raise_with_a_message_that_quotes_no_content(text: str, message: str) -> None:

@@ -115,7 +115,11 @@ def test_last_commit_times_dirty_files_and_stability_order(tmp_path: Path) -> No
     ]
     deleted = corpus.manifest.get("deleted.py")
     assert deleted is not None
-    assert (deleted.status, deleted.reason, deleted.notes) == ("skipped", "unreadable", ("deleted in the working tree",))
+    assert (deleted.status, deleted.reason, deleted.notes) == (
+        "skipped",
+        "unreadable",
+        ("deleted in the working tree",),
+    )
     path_order = load_corpus([repo], ordering="path")
     assert [d.path for d in path_order.documents] == sorted(facts)
 
@@ -181,7 +185,14 @@ def test_a_repository_without_commits(tmp_path: Path) -> None:
 
 def test_names_with_spaces_newlines_unicode_and_undecodable_bytes_survive(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo")
-    names = ["with space.txt", "new\nline.txt", "ünïcödé.md", "tab\there.txt", '"quoted".txt', "back\\slash.txt"]
+    names = [
+        "with space.txt",
+        "new\nline.txt",
+        "ünïcödé.md",
+        "tab\there.txt",
+        '"quoted".txt',
+        "back\\slash.txt",
+    ]
     for name in names:
         _write(repo, name, f"{name!r}\n")
     undecodable = os.fsdecode(b"latin\xe9.txt")

@@ -29,7 +29,9 @@ def test_findings_never_carry_the_secret(rule: str) -> None:
     secret = planted_secrets()[rule]
     for finding in find_secrets(f"x = '{secret}'"):
         assert secret not in repr(finding)
-        assert redact_if_secret(f"bad object {secret}") == f"(message withheld: it matches the {rule} pattern)"
+        assert (
+            redact_if_secret(f"bad object {secret}") == f"(message withheld: it matches the {rule} pattern)"
+        )
 
 
 @pytest.mark.parametrize(
@@ -59,7 +61,9 @@ def test_published_placeholders_are_not_secrets() -> None:
         "npm_config_cache = os.environ['npm_config_cache']\n",
         # Long identifiers, hashes and base64 data.
         "sha = 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'\n",
-        "DATA = b'" + token("blob", 200, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/") + "'\n",
+        "DATA = b'"
+        + token("blob", 200, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+        + "'\n",
         "secret_key = settings.SECRET_KEY\n",
         "AWS_SECRET_ACCESS_KEY = os.environ['AWS_SECRET_ACCESS_KEY']\n",
     ],
@@ -69,7 +73,10 @@ def test_ordinary_code_is_not_flagged(text: str) -> None:
 
 
 def test_the_standard_library_sources_are_not_flagged() -> None:
-    """Every .py file of the running Python's standard library is clean (its .pem test keys are another matter)."""
+    """Every .py file of the running Python's standard library is clean.
+
+    (Its test suite's .pem files do hold private keys: those are flagged, rightly.)
+    """
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     flagged = []
     scanned = 0

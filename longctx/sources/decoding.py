@@ -28,9 +28,9 @@ _CONTROL_SHARE_LIMIT: Final = 0.10
 
 # Control bytes that ordinary text does not contain. Tab, LF, VT, FF, CR and
 # ESC (ANSI colour codes in logs) are left out on purpose.
-_ODD_CONTROL_BYTES: Final = bytes(
-    b for b in range(0x20) if b not in (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B)
-) + b"\x7f"
+_ODD_CONTROL_BYTES: Final = (
+    bytes(b for b in range(0x20) if b not in (0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B)) + b"\x7f"
+)
 _NOT_ODD_CONTROL_BYTES: Final = bytes(b for b in range(256) if b not in _ODD_CONTROL_BYTES)
 
 # Longest first: the UTF-32 LE mark starts with the UTF-16 LE one.

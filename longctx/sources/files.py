@@ -108,7 +108,9 @@ def list_folder(directory: str) -> Listing:
             if not folder.path:
                 raise SourceError(f"cannot list folder: {error.strerror}", path=directory) from None
             skipped.append(
-                Skip(folder.path + "/", SkipReason.UNREADABLE, (f"folder cannot be listed: {error.strerror}",))
+                Skip(
+                    folder.path + "/", SkipReason.UNREADABLE, (f"folder cannot be listed: {error.strerror}",)
+                )
             )
             continue
         _read_ignore_files(folder, {entry.name for entry in entries}, rules)
@@ -127,11 +129,15 @@ def list_folder(directory: str) -> Listing:
                 try:
                     entry_stat = entry.stat(follow_symlinks=False)
                 except OSError as error:
-                    skipped.append(Skip(path + "/", SkipReason.UNREADABLE, (error.strerror or "stat failed",)))
+                    skipped.append(
+                        Skip(path + "/", SkipReason.UNREADABLE, (error.strerror or "stat failed",))
+                    )
                     continue
                 key = (entry_stat.st_dev, entry_stat.st_ino)
                 if key in folder.ancestors:  # a bind mount of a parent
-                    skipped.append(Skip(path + "/", SkipReason.SYMLINK_LOOP, ("folder mounted inside itself",)))
+                    skipped.append(
+                        Skip(path + "/", SkipReason.SYMLINK_LOOP, ("folder mounted inside itself",))
+                    )
                     continue
                 stack.append(_PendingFolder(entry.path, path, folder.ancestors | {key}))
                 continue

@@ -195,7 +195,9 @@ class FileReader:
         except OSError as error:
             return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
         if not self._folder_inside_root(location, candidate.root_real):
-            return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",))
+            return Skip(
+                path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("a folder on its path links outside the root",)
+            )
 
         if stat.S_ISLNK(status.st_mode):
             try:
@@ -239,7 +241,9 @@ class FileReader:
         try:
             data = _read_bytes(location, max_file_bytes, may_be_pdf=suffix == ".pdf")
         except _NotRegular:
-            return Skip(path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size)
+            return Skip(
+                path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size
+            )
         except OSError as error:
             return Skip(path, SkipReason.UNREADABLE, (_system_message(error),), size)
         if data is None:

@@ -158,7 +158,9 @@ def is_ignored_by_git(root: RepositoryRoot) -> bool:
         return False
     runner = _Git(root, root.subdirectory)
     try:
-        return runner.exit_status("check-ignore", "-q", "--", root.subdirectory, allowed_exit_codes=(0, 1)) == 0
+        return (
+            runner.exit_status("check-ignore", "-q", "--", root.subdirectory, allowed_exit_codes=(0, 1)) == 0
+        )
     finally:
         runner.close()
 
@@ -202,10 +204,21 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
         tracked.setdefault(os.fsdecode(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
     untracked = [
         os.fsdecode(record)
-        for record in _split_records(runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec))
+        for record in _split_records(
+            runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec)
+        )
     ]
-    modified, deleted = _dirty_paths(runner.run("status", "--porcelain=v1", "-z", "--untracked-files=no",
-                                                "--no-renames", "--ignore-submodules=all", *pathspec))
+    modified, deleted = _dirty_paths(
+        runner.run(
+            "status",
+            "--porcelain=v1",
+            "-z",
+            "--untracked-files=no",
+            "--no-renames",
+            "--ignore-submodules=all",
+            *pathspec,
+        )
+    )
     wanted = {path for path, mode in tracked.items() if mode != _SUBMODULE_MODE and path not in deleted}
     times = _last_commit_times(runner, wanted, pathspec) if head_sha is not None and wanted else {}
 
@@ -239,8 +252,11 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
             # git shows a nested repository as one entry and does not enter it.
             if considered(repo_path.rstrip("/")):
                 skipped.append(
-                    Skip(repo_path.removeprefix(prefix), SkipReason.SUBMODULE,
-                         ("nested git repository, not a registered submodule",))
+                    Skip(
+                        repo_path.removeprefix(prefix),
+                        SkipReason.SUBMODULE,
+                        ("nested git repository, not a registered submodule",),
+                    )
                 )
             continue
         if considered(repo_path):
@@ -255,13 +271,17 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
             )
     logger.debug(
         "repository: %d tracked, %d untracked, %d modified, history for %d of %d files",
-        len(tracked), len(untracked), len(modified), len(times), len(wanted),
+        len(tracked),
+        len(untracked),
+        len(modified),
+        len(times),
+        len(wanted),
     )
     return Listing(tuple(candidates), tuple(skipped), head_sha=head_sha, is_repository=True)
 
 
 def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
-    """Parse ``git status --porcelain=v1 -z``: (paths changed in any way, paths deleted from the work tree)."""
+    """Parse ``git status --porcelain=v1 -z`` into (paths changed in any way, paths deleted)."""
     modified: set[str] = set()
     deleted: set[str] = set()
     records = iter(_split_records(status_output))
@@ -284,7 +304,14 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
     as every wanted path has been seen.
     """
     command = runner.command(
-        "log", "-z", "--name-only", "--no-renames", "--no-show-signature", "--format=%x00%ct", "HEAD", *pathspec
+        "log",
+        "-z",
+        "--name-only",
+        "--no-renames",
+        "--no-show-signature",
+        "--format=%x00%ct",
+        "HEAD",
+        *pathspec,
     )
     # -z output: each commit is "\0<time>\0" followed by its files, each
     # ending in "\0", the first one prefixed with "\n". A file name is never
@@ -316,10 +343,9 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
                 elif not token:
                     state = "time"
                 else:
-                    if state == "first-file" and token.startswith(b"\n"):
-                        token = token[1:]
+                    name = token[1:] if state == "first-file" and token.startswith(b"\n") else token
                     state = "file"
-                    path = os.fsdecode(token)
+                    path = os.fsdecode(name)
                     if path in remaining:
                         remaining.discard(path)
                         times[path] = commit_time
@@ -341,9 +367,7 @@ def _longctx_rules(root: RepositoryRoot, listed: list[str]) -> IgnoreRules:
     directories = {""}
     if root.subdirectory:
         directories.update(parent_directories(root.subdirectory), [root.subdirectory])
-    directories |= {
-        path.rpartition("/")[0] for path in listed if path.rpartition("/")[2] == _LONGCTX_IGNORE
-    }
+    directories |= {path.rpartition("/")[0] for path in listed if path.rpartition("/")[2] == _LONGCTX_IGNORE}
     rules = IgnoreRules()
     for directory in sorted(directories, key=lambda d: d.encode("utf-8", "surrogateescape")):
         location = os.path.join(root.work_tree, directory, _LONGCTX_IGNORE)
@@ -357,6 +381,9 @@ def _longctx_rules(root: RepositoryRoot, listed: list[str]) -> IgnoreRules:
             continue
         invalid = rules.add(directory, lines)
         if invalid:
-            logger.warning("%s: %d invalid pattern(s) ignored", f"{directory}/{_LONGCTX_IGNORE}".lstrip("/"),
-                           len(invalid))
+            logger.warning(
+                "%s: %d invalid pattern(s) ignored",
+                f"{directory}/{_LONGCTX_IGNORE}".lstrip("/"),
+                len(invalid),
+            )
     return rules

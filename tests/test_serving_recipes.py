@@ -153,3 +153,17 @@ def test_bad_recipe_arguments_name_the_field(kwargs: dict[str, object], field: s
     with pytest.raises(ServingConfigError) as info:
         recipe_for("meta-llama/Llama-3.1-8B-Instruct", config=LLAMA_GQA, **kwargs)  # type: ignore[arg-type]
     assert info.value.field == field
+
+
+def test_flags_lists_option_names_only() -> None:
+    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", config=LLAMA_GQA)
+    assert recipe.flags()[:2] == ("--tensor-parallel-size", "--max-model-len")
+    assert "1" not in recipe.flags()
+
+
+def test_serving_package_exports_resolve() -> None:
+    import longctx.serving as serving
+
+    assert sorted(serving.__all__) == sorted(set(serving.__all__))
+    for name in serving.__all__:
+        assert getattr(serving, name) is not None

@@ -32,7 +32,7 @@ from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
-from longctx.sources.files import list_folder, list_single_file
+from longctx.sources.files import display_path, list_folder, list_single_file
 from longctx.sources.reading import FileReader, Included
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
@@ -64,10 +64,11 @@ class Limits:
 
     - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
       A 1M-token context holds about 4 MB of text, so a bigger single file
-      cannot be packed whole anyway; every source file of CPython and
-      fastapi is far below it, while generated dumps, data files and
-      minified bundles above it are skipped (repomix uses 50 MB, gitingest
-      10 MB, but neither targets one context window).
+      cannot be packed whole anyway. Real source files are far below it
+      (the largest text file of CPython's standard library,
+      ``pydoc_data/topics.py``, is 0.75 MB), while generated dumps, data
+      files and static libraries above it are skipped. Repomix uses 50 MB
+      and gitingest 10 MB, but neither aims at one context window.
     - ``max_total_bytes`` (128 MiB): about 32 one-million-token windows of
       text, room for a sharded corpus (a standard library is ~40 MB of
       text) but a stop before a mistaken ``/`` reads a disk.
@@ -238,7 +239,7 @@ def _path_key(candidate: Candidate) -> tuple[int, int, bytes]:
 
 
 def _label(path: str) -> str:
-    name = os.path.basename(os.path.normpath(os.path.abspath(path)))
+    name = display_path(os.path.basename(os.path.normpath(os.path.abspath(path))))
     return name or "root"
 
 

@@ -25,21 +25,34 @@ The walk's order does not matter: the corpus sorts everything.
 
 from __future__ import annotations
 
+import codecs
 import logging
 import os
 import stat
+import sys
 from dataclasses import dataclass
+from typing import Final
 
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 
-__all__ = ["IGNORE_FILE_NAMES", "is_inside", "list_folder", "list_single_file", "relative_target"]
+__all__ = [
+    "IGNORE_FILE_NAMES",
+    "display_path",
+    "filesystem_path",
+    "is_inside",
+    "list_folder",
+    "list_single_file",
+    "relative_target",
+]
 
 IGNORE_FILE_NAMES: tuple[str, ...] = (".gitignore", ".longctxignore")
 """Ignore files read in every folder, in increasing order of precedence."""
 
 logger = logging.getLogger("longctx.sources")
+
+_FILESYSTEM_IS_UTF8: Final = codecs.lookup(sys.getfilesystemencoding()).name == "utf-8"
 
 
 def is_inside(real_path: str, root_real: str) -> bool:
@@ -47,10 +60,29 @@ def is_inside(real_path: str, root_real: str) -> bool:
     return real_path == root_real or real_path.startswith(root_real.rstrip(os.sep) + os.sep)
 
 
+def display_path(filesystem_name: str) -> str:
+    """Return how longctx names a path it got from the filesystem: its bytes read as UTF-8.
+
+    Python decodes file names with the locale's encoding; re-reading the
+    bytes as UTF-8 (undecodable bytes as lone surrogates) gives the same
+    document paths under a Latin-1 or ASCII locale as under a UTF-8 one.
+    """
+    if _FILESYSTEM_IS_UTF8:
+        return filesystem_name
+    return os.fsencode(filesystem_name).decode("utf-8", "surrogateescape")
+
+
+def filesystem_path(display: str) -> str:
+    """Return the filesystem form of a path named by :func:`display_path` (its inverse)."""
+    if _FILESYSTEM_IS_UTF8:
+        return display
+    return os.fsdecode(display.encode("utf-8", "surrogateescape"))
+
+
 def relative_target(real_path: str, root_real: str) -> str:
-    """Return the POSIX path of ``real_path`` relative to ``root_real`` (both resolved)."""
+    """Return the POSIX path of ``real_path`` relative to ``root_real`` (both resolved), as displayed."""
     relative = os.path.relpath(real_path, root_real)
-    return "." if relative == os.curdir else relative.replace(os.sep, "/")
+    return "." if relative == os.curdir else display_path(relative.replace(os.sep, "/"))
 
 
 def _join(directory: str, name: str) -> str:
@@ -117,7 +149,7 @@ def list_folder(directory: str) -> Listing:
         for entry in entries:
             if entry.name == ".git":
                 continue
-            path = _join(folder.path, entry.name)
+            path = _join(folder.path, display_path(entry.name))
             try:
                 is_link = entry.is_symlink()
                 is_dir = not is_link and entry.is_dir(follow_symlinks=False)
@@ -184,5 +216,5 @@ def list_single_file(file_path: str) -> Listing:
     it) and read at its resolved location.
     """
     real = os.path.realpath(file_path)
-    name = os.path.basename(os.path.normpath(file_path))
+    name = display_path(os.path.basename(os.path.normpath(file_path)))
     return Listing((Candidate(path=name, location=real, root_real=os.path.dirname(real)),), ())

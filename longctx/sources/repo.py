@@ -15,7 +15,7 @@ files) and ``log`` once, streamed, over history until every tracked file has
 its last commit time (stopped early, so an old repository costs only the
 history needed). Paths travel NUL-separated (``-z``), so spaces, newlines
 and names that are not UTF-8 survive; the latter become lone surrogates
-(``os.fsdecode``).
+(UTF-8 with ``surrogateescape``, whatever the locale).
 
 - Submodules (mode 160000) and nested repositories git does not descend into
   are listed as ``submodule``, their paths ending in ``/``.
@@ -37,7 +37,7 @@ from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathErr
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
-from longctx.sources.files import is_inside, relative_target
+from longctx.sources.files import filesystem_path, is_inside, relative_target
 
 __all__ = ["RepositoryRoot", "find_repository", "is_ignored_by_git", "list_repository"]
 
@@ -158,11 +158,16 @@ def is_ignored_by_git(root: RepositoryRoot) -> bool:
         return False
     runner = _Git(root, root.subdirectory)
     try:
-        return (
-            runner.exit_status("check-ignore", "-q", "--", root.subdirectory, allowed_exit_codes=(0, 1)) == 0
-        )
+        folder = filesystem_path(root.subdirectory)
+        return runner.exit_status("check-ignore", "-q", "--", folder, allowed_exit_codes=(0, 1)) == 0
     finally:
         runner.close()
+
+
+def _git_path(raw: bytes) -> str:
+    # Git paths are bytes; UTF-8 with surrogateescape names them the same
+    # way under every locale (see files.display_path).
+    return raw.decode("utf-8", "surrogateescape")
 
 
 def _split_records(output: bytes) -> list[bytes]:
@@ -192,7 +197,7 @@ def list_repository(root: RepositoryRoot, directory: str) -> Listing:
 
 
 def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
-    pathspec = ("--", root.subdirectory) if root.subdirectory else ()
+    pathspec = ("--", filesystem_path(root.subdirectory)) if root.subdirectory else ()
     prefix = root.subdirectory + "/" if root.subdirectory else ""
     root_real = os.path.realpath(directory)
     head_sha = _head_sha(runner)
@@ -201,9 +206,9 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
     for record in _split_records(runner.run("ls-files", "-z", "--stage", *pathspec)):
         meta, _, raw_path = record.partition(b"\t")
         # Unmerged paths appear once per stage; any stage gives the mode.
-        tracked.setdefault(os.fsdecode(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
+        tracked.setdefault(_git_path(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
     untracked = [
-        os.fsdecode(record)
+        _git_path(record)
         for record in _split_records(
             runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec)
         )
@@ -241,7 +246,7 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
             candidates.append(
                 Candidate(
                     path=path,
-                    location=os.path.join(root.work_tree, repo_path),
+                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
                     root_real=root_real,
                     last_commit_time=times.get(repo_path),
                     dirty=repo_path in modified,
@@ -263,7 +268,7 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
             candidates.append(
                 Candidate(
                     path=repo_path.removeprefix(prefix),
-                    location=os.path.join(root.work_tree, repo_path),
+                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
                     root_real=root_real,
                     dirty=True,
                     notes=("untracked",),
@@ -288,7 +293,7 @@ def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
     for record in records:
         if len(record) < 4:
             continue
-        code, path = record[:2].decode("ascii", "replace"), os.fsdecode(record[3:])
+        code, path = record[:2].decode("ascii", "replace"), _git_path(record[3:])
         modified.add(path)
         if code[1] == "D":
             deleted.add(path)
@@ -345,7 +350,7 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
                 else:
                     name = token[1:] if state == "first-file" and token.startswith(b"\n") else token
                     state = "file"
-                    path = os.fsdecode(name)
+                    path = _git_path(name)
                     if path in remaining:
                         remaining.discard(path)
                         times[path] = commit_time
@@ -370,7 +375,7 @@ def _longctx_rules(root: RepositoryRoot, listed: list[str]) -> IgnoreRules:
     directories |= {path.rpartition("/")[0] for path in listed if path.rpartition("/")[2] == _LONGCTX_IGNORE}
     rules = IgnoreRules()
     for directory in sorted(directories, key=lambda d: d.encode("utf-8", "surrogateescape")):
-        location = os.path.join(root.work_tree, directory, _LONGCTX_IGNORE)
+        location = os.path.join(root.work_tree, filesystem_path(directory), _LONGCTX_IGNORE)
         try:
             with open(location, "rb") as handle:
                 lines = handle.read().decode("utf-8", "surrogateescape").splitlines()

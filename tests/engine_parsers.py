@@ -19,7 +19,9 @@ _RESULT_MARK = "LONGCTX-PARSE-RESULT "
 # Runs inside the engine's interpreter. Reads a JSON list of argument lists on
 # stdin; for each, drops the options the parser does not know (reporting them),
 # parses the rest, and prints one JSON line.
-_COMMON = f"RESULT_MARK = {_RESULT_MARK!r}\n" + r"""
+_COMMON = (
+    f"RESULT_MARK = {_RESULT_MARK!r}\n"
+    + r"""
 import contextlib, io, json, sys
 
 def split_known(parser, argv):
@@ -54,8 +56,10 @@ for argv in json.load(sys.stdin):
     results.append({"unknown": unknown, "parsed": parsed, "error": error})
 print(RESULT_MARK + json.dumps(results))
 """
+)
 
-VLLM_SCRIPT = r"""
+VLLM_SCRIPT = (
+    r"""
 def build_parser():
     try:  # vLLM 0.32
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
@@ -66,16 +70,21 @@ def build_parser():
     except ImportError:
         from vllm.utils import FlexibleArgumentParser
     return make_arg_parser(FlexibleArgumentParser())
-""" + _COMMON
+"""
+    + _COMMON
+)
 
-SGLANG_SCRIPT = r"""
+SGLANG_SCRIPT = (
+    r"""
 def build_parser():
     import argparse
     from sglang.srt.server_args import ServerArgs
     parser = argparse.ArgumentParser()
     ServerArgs.add_cli_args(parser)
     return parser
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ def parse_with(python: Path, script: str, argvs: Sequence[Sequence[str]]) -> lis
         [str(python), "-c", script],
         input=json.dumps([list(a) for a in argvs]),
         capture_output=True,
+        check=False,
         text=True,
         timeout=600,
         env=env,

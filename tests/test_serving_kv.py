@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from serving_configs import DEEPSEEK_MLA, GPT_OSS_SLIDING, KIMI_LINEAR_48B, LLAMA_GQA, QWEN3_NEXT
 
 from longctx.errors import InputError, ServingConfigError, UnsupportedArchitecture
 from longctx.serving import LayerKind, kv_layout_from_config, load_model_config
-from serving_configs import DEEPSEEK_MLA, GPT_OSS_SLIDING, KIMI_LINEAR_48B, LLAMA_GQA, QWEN3_NEXT
 
 
 def test_gqa_bytes_per_token_bf16_and_fp8() -> None:
@@ -165,7 +165,10 @@ def test_qwen35_layer_types_and_fp32_recurrent_state() -> None:
     config = {k: v for k, v in QWEN3_NEXT.items() if k != "full_attention_interval"}
     config.update(
         num_hidden_layers=8,
-        layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+        layer_types=["linear_attention"] * 3
+        + ["full_attention"]
+        + ["linear_attention"] * 3
+        + ["full_attention"],
         mamba_ssm_dtype="float32",
     )
     layout = kv_layout_from_config(config)
@@ -249,7 +252,10 @@ def test_unknown_layer_type_is_an_unsupported_architecture() -> None:
 @pytest.mark.parametrize(
     ("config", "field"),
     [
-        ({**LLAMA_GQA, "model_type": "nemotron_h", "hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
+        (
+            {**LLAMA_GQA, "model_type": "nemotron_h", "hybrid_override_pattern": "M-M*"},
+            "hybrid_override_pattern",
+        ),
         ({**LLAMA_GQA, "model_type": "mamba2"}, "model_type"),
     ],
 )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from serving_configs import DEEPSEEK_MLA, GPT_OSS_SLIDING, KIMI_LINEAR_48B, LLAMA_GQA
 
 from longctx.errors import InsufficientMemory, ServingConfigError
 from longctx.serving import kv_layout_from_config, plan_capacity
-from serving_configs import DEEPSEEK_MLA, GPT_OSS_SLIDING, KIMI_LINEAR_48B, LLAMA_GQA
 
 GIB = 1 << 30
 
@@ -182,7 +182,13 @@ def test_bad_inputs_name_the_field(kwargs: dict[str, object], field: str) -> Non
 def test_render_text_and_json() -> None:
     layout = kv_layout_from_config(KIMI_LINEAR_48B, kv_cache_dtype="fp8")
     plan = plan_capacity(
-        layout, gpus=4, gpu_memory_gib=80, weights_gib=92, utilization=0.75, contexts=[131_072], concurrencies=[2]
+        layout,
+        gpus=4,
+        gpu_memory_gib=80,
+        weights_gib=92,
+        utilization=0.75,
+        contexts=[131_072],
+        concurrencies=[2],
     )
     text = plan.render_text()
     # 60 GiB - 92 / 4 = 23 GiB weights - 4 GiB reserve = 33 GiB.

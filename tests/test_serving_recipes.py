@@ -5,10 +5,11 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
 
+from longctx import serving
 from longctx.errors import ServingConfigError
 from longctx.serving import KIMI_K3_NVFP4, catalogue_models, recipe_for
-from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
 
 
 def _option(argv: tuple[str, ...], flag: str) -> str:
@@ -162,8 +163,6 @@ def test_flags_lists_option_names_only() -> None:
 
 
 def test_serving_package_exports_resolve() -> None:
-    import longctx.serving as serving
-
     assert sorted(serving.__all__) == sorted(set(serving.__all__))
     for name in serving.__all__:
         assert getattr(serving, name) is not None

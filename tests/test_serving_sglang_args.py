@@ -12,10 +12,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from engine_parsers import SGLANG_SCRIPT, ParseResult, parse_with
-from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
+
+from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
 _OVERRIDE = os.environ.get("LONGCTX_TEST_SGLANG_PYTHON")
 
@@ -68,7 +68,9 @@ def test_recipe_flags_parse(parsed: dict[str, ParseResult], name: str) -> None:
     misspelt = sorted(set(result.unknown) - MAY_BE_ABSENT)
     assert not misspelt, f"SGLang does not know {misspelt}: misspelt, or add to MAY_BE_ABSENT with a reason"
     if result.unknown:
-        warnings.warn(f"{name}: flags absent on this SGLang build (not parsed): {sorted(result.unknown)}", stacklevel=1)
+        warnings.warn(
+            f"{name}: flags absent on this SGLang build (not parsed): {sorted(result.unknown)}", stacklevel=1
+        )
     assert result.error is None, result.error
     assert result.parsed is not None
 

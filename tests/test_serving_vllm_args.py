@@ -13,10 +13,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from engine_parsers import VLLM_SCRIPT, ParseResult, parse_with
-from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 from serving_configs import DEEPSEEK_MLA, KIMI_LINEAR_48B, LLAMA_GQA
+
+from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
 # Read at import: the autouse fixture of conftest.py clears LONGCTX_* for each test.
 _OVERRIDE = os.environ.get("LONGCTX_TEST_VLLM_PYTHON")
@@ -48,7 +48,9 @@ def _recipes() -> dict[str, Recipe]:
         "kimi-k3-long": recipe_for(KIMI_K3_NVFP4, "vllm", max_model_len=1_048_576),
         "gqa": recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=LLAMA_GQA),
         "mla": recipe_for("deepseek-ai/DeepSeek-V3", "vllm", gpus=8, config={**DEEPSEEK_MLA, "auto_map": {}}),
-        "hybrid": recipe_for("moonshotai/Kimi-Linear-48B-A3B-Instruct", "vllm", gpus=4, config=KIMI_LINEAR_48B),
+        "hybrid": recipe_for(
+            "moonshotai/Kimi-Linear-48B-A3B-Instruct", "vllm", gpus=4, config=KIMI_LINEAR_48B
+        ),
     }
 
 
@@ -68,7 +70,9 @@ def test_recipe_flags_parse(parsed: dict[str, ParseResult], name: str) -> None:
     misspelt = sorted(set(result.unknown) - MAY_BE_ABSENT)
     assert not misspelt, f"vLLM does not know {misspelt}: misspelt, or add to MAY_BE_ABSENT with a reason"
     if result.unknown:
-        warnings.warn(f"{name}: flags absent on this vLLM build (not parsed): {sorted(result.unknown)}", stacklevel=1)
+        warnings.warn(
+            f"{name}: flags absent on this vLLM build (not parsed): {sorted(result.unknown)}", stacklevel=1
+        )
     assert result.error is None, result.error
     assert result.parsed is not None
 

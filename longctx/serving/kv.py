@@ -104,9 +104,7 @@ _CONTEXT_KEYS = (
     "seq_length",
     "max_sequence_length",
 )
-_UNSUPPORTED_MODEL_TYPES = frozenset(
-    {"mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm"}
-)
+_UNSUPPORTED_MODEL_TYPES = frozenset({"mamba", "mamba2", "falcon_mamba", "rwkv", "recurrent_gemma", "xlstm"})
 
 
 class LayerKind(enum.Enum):
@@ -166,7 +164,10 @@ class LayerGroup:
         if self.kind is LayerKind.MLA:
             return 1
         if self.kind is LayerKind.LINEAR:
-            checks = ((self.heads_field, self.heads), (self.key_heads_field or self.heads_field, self.key_heads))
+            checks = (
+                (self.heads_field, self.heads),
+                (self.key_heads_field or self.heads_field, self.key_heads),
+            )
             for field, count in checks:
                 if count % tp:
                     raise ServingConfigError(
@@ -242,9 +243,7 @@ class KVLayout:
 
     def window_token_bytes(self, tp: int = 1) -> int:
         """Bytes per token in sliding-window layers, on one rank (they stop growing at the window)."""
-        return sum(
-            g.token_bytes(self.kv_dtype_bytes, tp) for g in self.groups if g.kind is LayerKind.SLIDING
-        )
+        return sum(g.token_bytes(self.kv_dtype_bytes, tp) for g in self.groups if g.kind is LayerKind.SLIDING)
 
     def state_bytes(self, tp: int = 1) -> int:
         """Fixed bytes per sequence in linear-attention layers, on one rank."""
@@ -373,7 +372,9 @@ class _ConfigReader:
         self.reject_unsupported()
         num_layers = self.int_field("num_hidden_layers")
         if num_layers == 0:
-            raise ServingConfigError(f"{self.name('num_hidden_layers')} is 0", field=self.name("num_hidden_layers"))
+            raise ServingConfigError(
+                f"{self.name('num_hidden_layers')} is 0", field=self.name("num_hidden_layers")
+            )
         model_dtype = self.model_dtype()
         kv_dtype = self.kv_dtype(kv_cache_dtype, model_dtype)
         kinds, linear_variant = self.layer_kinds(num_layers)
@@ -436,7 +437,9 @@ class _ConfigReader:
                     canonical = _CANONICAL_DTYPE.get(value.lower())
                     if canonical is None or canonical == "fp8":
                         # Engines keep activations (and "auto" KV) in 16 bits for these.
-                        self.notes.append(f"{key} {value!r} is not a 16/32-bit dtype: model dtype assumed bf16")
+                        self.notes.append(
+                            f"{key} {value!r} is not a 16/32-bit dtype: model dtype assumed bf16"
+                        )
                         return "bf16"
                     return canonical
         self.notes.append("config states no torch_dtype/dtype: model dtype assumed bf16")
@@ -468,10 +471,11 @@ class _ConfigReader:
             # Qwen3-Next without an explicit layer_types: every interval-th layer is full.
             step = self.int_field("full_attention_interval")
             if step == 0:
-                raise ServingConfigError("full_attention_interval is 0", field=self.name("full_attention_interval"))
+                raise ServingConfigError(
+                    "full_attention_interval is 0", field=self.name("full_attention_interval")
+                )
             return [
-                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.LINEAR
-                for i in range(num_layers)
+                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.LINEAR for i in range(num_layers)
             ], "gated_deltanet"
 
         window = self.cfg.get("sliding_window")
@@ -483,24 +487,22 @@ class _ConfigReader:
             # Gemma 3 before layer_types: every pattern-th layer is global.
             step = self.int_field("sliding_window_pattern")
             if step == 0:
-                raise ServingConfigError("sliding_window_pattern is 0", field=self.name("sliding_window_pattern"))
+                raise ServingConfigError(
+                    "sliding_window_pattern is 0", field=self.name("sliding_window_pattern")
+                )
             return [
-                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.SLIDING
-                for i in range(num_layers)
+                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.SLIDING for i in range(num_layers)
             ], ""
         if self.model_type in ("gemma2", "gpt_oss"):
             # Their transformers configs alternate sliding and full, sliding first.
-            return [
-                LayerKind.SLIDING if (i + 1) % 2 else LayerKind.ATTENTION for i in range(num_layers)
-            ], ""
+            return [LayerKind.SLIDING if (i + 1) % 2 else LayerKind.ATTENTION for i in range(num_layers)], ""
         if "use_sliding_window" in self.cfg:
             # Qwen2/Qwen3 ship a sliding_window value that is off unless use_sliding_window.
             if not self.cfg.get("use_sliding_window"):
                 return [LayerKind.ATTENTION] * num_layers, ""
             first_sliding = self.optional_int("max_window_layers") or 0
             return [
-                LayerKind.SLIDING if i >= first_sliding else LayerKind.ATTENTION
-                for i in range(num_layers)
+                LayerKind.SLIDING if i >= first_sliding else LayerKind.ATTENTION for i in range(num_layers)
             ], ""
         # Mistral-style: one window for every layer.
         return [LayerKind.SLIDING] * num_layers, ""
@@ -606,7 +608,9 @@ class _ConfigReader:
         kv_heads = self.optional_int("num_key_value_heads")
         if kv_heads is None:
             kv_heads = query_heads
-            self.notes.append("num_key_value_heads absent: multi-head attention assumed (one KV head per query head)")
+            self.notes.append(
+                "num_key_value_heads absent: multi-head attention assumed (one KV head per query head)"
+            )
         if kv_heads == 0:
             raise ServingConfigError("num_key_value_heads is 0", field=self.name("num_key_value_heads"))
         head_dim = self.optional_int("head_dim")
@@ -701,4 +705,3 @@ def _check_parallel(tp: int, dcp: int) -> None:
             "(DCP ranks are the tensor-parallel GPUs)",
             field="dcp",
         )
-

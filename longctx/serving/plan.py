@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -322,9 +323,7 @@ def plan_capacity(
             f"every GPU holds the whole MLA latent cache; decode context parallelism "
             f"(SGLang --dcp-size, vLLM --decode-context-parallel-size) up to {gpus} divides it"
         )
-    notes.append(
-        "the engine also caps running requests (vLLM --max-num-seqs, SGLang --max-running-requests)"
-    )
+    notes.append("the engine also caps running requests (vLLM --max-num-seqs, SGLang --max-running-requests)")
 
     return CapacityPlan(
         layout=layout,
@@ -382,9 +381,9 @@ def _require_int(value: int, field: str) -> None:
 
 
 def _gib_to_bytes(gib: float, field: str) -> int:
-    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib < 0 or gib != gib:
+    if isinstance(gib, bool) or not isinstance(gib, (int, float)) or gib < 0 or not math.isfinite(gib):
         raise ServingConfigError(f"{field} must be a non-negative number of GiB, got {gib!r}", field=field)
-    return int(round(gib * _GIB))
+    return round(gib * _GIB)
 
 
 def _format_bytes(count: int) -> str:

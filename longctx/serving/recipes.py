@@ -311,7 +311,9 @@ def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculati
 _DOCKER_OPTIONS = ("--rm", "--gpus all", "--ipc=host", "--network=host", "--shm-size=64g")
 
 
-def _generic(model: str, engine: str, gpus: int, max_model_len: int | None, config: Mapping[str, Any]) -> Recipe:
+def _generic(
+    model: str, engine: str, gpus: int, max_model_len: int | None, config: Mapping[str, Any]
+) -> Recipe:
     # Reading the layout validates the config (and that gpus can split its heads).
     layout = kv_layout_from_config(config, kv_cache_dtype="fp8")
     layout.token_bytes(gpus)
@@ -351,8 +353,8 @@ def _generic(model: str, engine: str, gpus: int, max_model_len: int | None, conf
             argv.append("--trust-remote-code")
         if is_mla and gpus > 1:
             notes.append(
-                "MLA model: every GPU holds the whole latent cache; "
-                f"--decode-context-parallel-size (up to {gpus}) splits it, where the attention backend supports it"
+                "MLA model: every GPU holds the whole latent cache; --decode-context-parallel-size "
+                f"(up to {gpus}) splits it, where the attention backend supports it"
             )
     else:
         argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(gpus)]

@@ -274,12 +274,13 @@ def load_corpus(
     in argument order. A path given twice is loaded once.
 
     ``ordering`` is ``"stability"`` (committed files by last commit time,
-    oldest first; then files without history; then files changed in the work
-    tree or untracked; ties and the last two groups by path) or ``"path"``; by default
-    ``stability`` when a git repository is among the sources, ``path``
-    otherwise. ``include`` / ``exclude`` are gitignore-style patterns
-    matched against paths relative to each argument. Credentials are
-    skipped unless ``allow_secrets``; even then the manifest notes them.
+    oldest first; then files without history; then files changed in the
+    work tree or untracked; ties and the last two groups by path) or
+    ``"path"``. The default is ``stability`` when a git repository is among
+    the sources, ``path`` otherwise. ``include`` / ``exclude`` are
+    gitignore-style patterns matched against paths relative to each
+    argument. Credentials are skipped unless ``allow_secrets``; even then
+    the manifest notes them.
 
     Raises :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern

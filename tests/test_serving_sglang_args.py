@@ -17,6 +17,8 @@ from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
 
 from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
+pytestmark = pytest.mark.sglang
+
 _OVERRIDE = os.environ.get("LONGCTX_TEST_SGLANG_PYTHON")
 
 # The Kimi K3 recipe targets the dev image lmsysorg/sglang:dev-dev-kimi-k3-nvfp4;
@@ -36,10 +38,7 @@ def sglang_interpreter(request: pytest.FixtureRequest) -> Path:
     """The override when set, else the harness's ``sglang_python``."""
     if _OVERRIDE:
         return Path(_OVERRIDE)
-    try:
-        python = request.getfixturevalue("sglang_python")
-    except pytest.FixtureLookupError:
-        pytest.skip("no sglang_python fixture (longctx.testing harness) and LONGCTX_TEST_SGLANG_PYTHON unset")
+    python = request.getfixturevalue("sglang_python")
     assert isinstance(python, Path)
     return python
 

@@ -18,6 +18,8 @@ from serving_configs import DEEPSEEK_MLA, KIMI_LINEAR_48B, LLAMA_GQA
 
 from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
+pytestmark = pytest.mark.vllm
+
 # Read at import: the autouse fixture of conftest.py clears LONGCTX_* for each test.
 _OVERRIDE = os.environ.get("LONGCTX_TEST_VLLM_PYTHON")
 
@@ -34,10 +36,7 @@ def vllm_interpreter(request: pytest.FixtureRequest) -> Path:
     """The override when set, else the harness's ``vllm_python``."""
     if _OVERRIDE:
         return Path(_OVERRIDE)
-    try:
-        python = request.getfixturevalue("vllm_python")
-    except pytest.FixtureLookupError:
-        pytest.skip("no vllm_python fixture (longctx.testing harness) and LONGCTX_TEST_VLLM_PYTHON unset")
+    python = request.getfixturevalue("vllm_python")
     assert isinstance(python, Path)
     return python
 

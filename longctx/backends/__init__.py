@@ -1,0 +1,1 @@
+"""Talking to inference servers: vLLM, SGLang, or any OpenAI-compatible one."""

@@ -1,0 +1,189 @@
+"""Plain HTTP to an inference server: the one module that imports httpx2.
+
+The OpenAI-compatible chat route goes through the ``openai`` client (which
+itself runs on httpx2, and gets its ``httpx2.Client`` from here); everything
+else a server offers (tokenize, metrics, server info, version) is plain JSON
+or text over HTTP and goes through :class:`HttpEndpoint`.
+
+Failures become longctx errors: no connection is :class:`ServerUnreachable`,
+an error status is :class:`ServerError`, and a prompt that does not fit is
+:class:`ContextOverflow` whichever engine said so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import httpx2
+
+from longctx.errors import BackendError, ContextOverflow, ServerError, ServerUnreachable
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HttpEndpoint",
+    "Transport",
+    "error_from_response",
+    "parse_context_overflow",
+    "split_base_url",
+]
+
+DEFAULT_TIMEOUT = 600.0
+BODY_LIMIT = 2000
+Transport = httpx2.BaseTransport
+AsyncTransport = httpx2.AsyncBaseTransport
+
+# vLLM: "This model's maximum context length is 32768 tokens. However, your
+# prompt contains 40000 input tokens..." (and variants that count the
+# requested output too). SGLang: "The input (40000 tokens) is longer than the
+# model's context length (32768 tokens)."
+_VLLM_OVERFLOW = re.compile(r"maximum context length is (\d+) tokens.*?(?:contains|requested) (\d+)", re.S)
+_VLLM_OVERFLOW_ALT = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
+_SGLANG_OVERFLOW = re.compile(r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)")
+_SGLANG_OVERFLOW_ALT = re.compile(
+    r"(?:requested|total) tokens? \((\d+)\).*?exceeds? .*?context length (?:of )?\(?(\d+)", re.S | re.I
+)
+
+
+def split_base_url(base_url: str) -> tuple[str, str]:
+    """``(root, api)`` of a server from either form of its URL.
+
+    ``http://host:8000/v1`` and ``http://host:8000`` both give
+    ``("http://host:8000", "http://host:8000/v1")``: engines serve the OpenAI
+    routes under ``/v1`` and their own (``/tokenize``, ``/metrics``) at the root.
+    """
+    trimmed = base_url.strip().rstrip("/")
+    if not re.match(r"^https?://[^/\s]+", trimmed):
+        raise BackendError(f"not an http(s) server URL: {base_url!r}", url=base_url)
+    root = trimmed[: -len("/v1")] if trimmed.endswith("/v1") else trimmed
+    return root, f"{root}/v1"
+
+
+def parse_context_overflow(message: str) -> tuple[int | None, int | None] | None:
+    """``(prompt_tokens, context_length)`` if ``message`` says the prompt is too long, else None."""
+    match = _VLLM_OVERFLOW.search(message) or _VLLM_OVERFLOW_ALT.search(message)
+    if match:
+        return int(match.group(2)), int(match.group(1))
+    match = _SGLANG_OVERFLOW.search(message) or _SGLANG_OVERFLOW_ALT.search(message)
+    if match:
+        return int(match.group(1)), int(match.group(2))
+    lowered = message.lower()
+    if "context length" in lowered and ("longer" in lowered or "exceed" in lowered or "maximum" in lowered):
+        return None, None
+    return None
+
+
+def _error_message(body: str) -> str:
+    """The human message inside an error body (vLLM nests it, SGLang does not)."""
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(parsed, dict):
+        inner = parsed.get("error", parsed)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+        if isinstance(parsed.get("message"), str):
+            return str(parsed["message"])
+        if isinstance(parsed.get("detail"), str):
+            return str(parsed["detail"])
+    return body
+
+
+def error_from_response(status: int, body: str, url: str) -> BackendError:
+    """The longctx error for an HTTP error answer from a server."""
+    message = _error_message(body)
+    clipped = body[:BODY_LIMIT]
+    if status in (400, 413, 422):
+        overflow = parse_context_overflow(message)
+        if overflow is not None:
+            prompt_tokens, context_length = overflow
+            detail = (
+                f"the prompt ({prompt_tokens} tokens) does not fit the server's context length ({context_length})"
+                if prompt_tokens is not None and context_length is not None
+                else "the prompt does not fit the server's context length"
+            )
+            return ContextOverflow(
+                f"{detail}: {message[:300]}",
+                prompt_tokens=prompt_tokens,
+                context_length=context_length,
+                url=url,
+                status=status,
+                body=clipped,
+            )
+    return ServerError(f"{url} answered HTTP {status}: {message[:300]}", url=url, status=status, body=clipped)
+
+
+def unreachable(url: str, error: Exception) -> ServerUnreachable:
+    return ServerUnreachable(f"cannot reach {url}: {type(error).__name__}: {error}", url=url)
+
+
+class HttpEndpoint:
+    """JSON and text requests to one server, errors translated.
+
+    ``transport`` replaces the network (``httpx2.MockTransport`` in unit tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        transport: Transport | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.root_url, self.api_url = split_base_url(base_url)
+        merged = dict(headers or {})
+        if api_key:
+            merged["Authorization"] = f"Bearer {api_key}"
+        self.client = httpx2.Client(timeout=timeout, transport=transport, headers=merged)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def url(self, path: str) -> str:
+        """Absolute URL of ``path``: ``/v1/...`` paths and root paths alike."""
+        return f"{self.root_url}{path if path.startswith('/') else '/' + path}"
+
+    def _send(self, method: str, path: str, body: Any | None = None, timeout: float | None = None) -> httpx2.Response:
+        url = self.url(path)
+        try:
+            if method == "GET":
+                response = self.client.get(url, timeout=timeout or self.client.timeout)
+            else:
+                response = self.client.post(url, json=body, timeout=timeout or self.client.timeout)
+        except httpx2.TransportError as error:
+            raise unreachable(url, error) from error
+        if response.status_code >= 400:
+            raise error_from_response(response.status_code, response.text, url)
+        return response
+
+    def get_json(self, path: str, *, timeout: float | None = None) -> Any:
+        return _json(self._send("GET", path, timeout=timeout), self.url(path))
+
+    def post_json(self, path: str, body: Any, *, timeout: float | None = None) -> Any:
+        return _json(self._send("POST", path, body, timeout=timeout), self.url(path))
+
+    def get_text(self, path: str, *, timeout: float | None = None) -> str:
+        return self._send("GET", path, timeout=timeout).text
+
+    def status(self, path: str, *, timeout: float = 10.0) -> int | None:
+        """The HTTP status of GET ``path``, or None when the server cannot be reached."""
+        try:
+            return self.client.get(self.url(path), timeout=timeout).status_code
+        except httpx2.TransportError:
+            return None
+
+
+def _json(response: httpx2.Response, url: str) -> Any:
+    try:
+        return response.json()
+    except ValueError as error:
+        raise ServerError(
+            f"{url} answered something that is not JSON: {response.text[:200]!r}",
+            url=url,
+            status=response.status_code,
+            body=response.text[:BODY_LIMIT],
+        ) from error

@@ -1,0 +1,424 @@
+"""The embedded SQLite store: sessions, turns, requests, packs, token counts.
+
+One database file, ``longctx.db`` under the longctx home folder
+(``$LONGCTX_HOME``, else the user data folder). Every write is one
+transaction: a turn and the request that produced it are committed
+together after the response arrived, so after a crash a session holds every
+completed turn and no half turn.
+
+Schema changes are migrations, applied in order and recorded in
+``PRAGMA user_version``; a database written by a newer longctx is refused
+rather than misread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from longctx.errors import SessionNotFound, StoreError
+
+__all__ = [
+    "DATABASE_NAME",
+    "RequestRecord",
+    "SessionRecord",
+    "Store",
+    "TurnRecord",
+    "default_home",
+]
+
+DATABASE_NAME = "longctx.db"
+
+_MIGRATIONS: tuple[str, ...] = (
+    # 1: token counts, packs, sessions, turns, requests.
+    """
+    CREATE TABLE token_counts (
+        tokenizer TEXT NOT NULL,
+        content_sha256 TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        PRIMARY KEY (tokenizer, content_sha256)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE packs (
+        fingerprint TEXT PRIMARY KEY,
+        format_version TEXT NOT NULL,
+        system TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        summary_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        title TEXT NOT NULL,
+        pack_fingerprint TEXT REFERENCES packs(fingerprint),
+        parent_id TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+        parent_turns INTEGER,
+        settings_json TEXT NOT NULL
+    );
+    CREATE INDEX sessions_by_parent ON sessions(parent_id);
+
+    CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        question TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        history_answer TEXT NOT NULL,
+        reasoning TEXT,
+        request_id TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, position)
+    );
+
+    CREATE TABLE requests (
+        id TEXT PRIMARY KEY,
+        session_id TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+        batch_id TEXT,
+        purpose TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        base_url TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        model TEXT NOT NULL,
+        prompt_tokens INTEGER,
+        cached_tokens INTEGER,
+        created_cache_tokens INTEGER,
+        completion_tokens INTEGER,
+        ttft_seconds REAL,
+        total_seconds REAL,
+        attempts INTEGER NOT NULL,
+        cached_reason TEXT
+    );
+    CREATE INDEX requests_by_session ON requests(session_id, started_at);
+    CREATE INDEX requests_by_batch ON requests(batch_id);
+    """,
+)
+
+
+def default_home() -> Path:
+    """``$LONGCTX_HOME`` if set, else the platform's user data folder for longctx."""
+    configured = os.environ.get("LONGCTX_HOME")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_data_dir("longctx", appauthor=False))
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A stored session: its settings and where it branched from."""
+
+    id: str
+    created_at: float
+    kind: str
+    title: str
+    pack_fingerprint: str | None
+    parent_id: str | None
+    parent_turns: int | None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One completed question and answer.
+
+    ``history_answer`` is the answer as the chat template will render it in
+    later requests (reasoning removed where the template drops it); later
+    prompts are built from it so their prefix matches what the server saw.
+    """
+
+    session_id: str
+    position: int
+    question: str
+    answer: str
+    history_answer: str
+    reasoning: str | None
+    request_id: str | None
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """Usage and timing of one request to a server.
+
+    A count the server did not report is ``None``; ``cached_reason`` says why
+    (for instance the flag that would turn reporting on).
+    """
+
+    id: str
+    session_id: str | None
+    batch_id: str | None
+    purpose: str
+    started_at: float
+    base_url: str
+    engine: str
+    model: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    created_cache_tokens: int | None
+    completion_tokens: int | None
+    ttft_seconds: float | None
+    total_seconds: float | None
+    attempts: int
+    cached_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredPack:
+    """What a session needs of its pack to resume without the original files."""
+
+    fingerprint: str
+    format_version: str
+    system: str
+    prefix: str
+    summary: Mapping[str, Any]
+
+
+class Store:
+    """A connection to the longctx database; safe to share between threads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"cannot open the longctx database at {path}: {error}") from error
+        self._lock = threading.RLock()
+        self._connection.row_factory = sqlite3.Row
+        self._connection.execute("PRAGMA foreign_keys = ON")
+        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._connection.execute("PRAGMA synchronous = NORMAL")
+        self._migrate()
+
+    @classmethod
+    def open(cls, home: Path | None = None) -> Store:
+        """Open (creating if needed) the database in ``home`` or :func:`default_home`."""
+        return cls((home or default_home()) / DATABASE_NAME)
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit of writes: all of it is committed, or none."""
+        with self._lock:
+            try:
+                self._connection.execute("BEGIN IMMEDIATE")
+                yield self._connection
+                self._connection.execute("COMMIT")
+            except BaseException:
+                if self._connection.in_transaction:
+                    self._connection.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                return self._connection.execute(sql, parameters).fetchall()
+            except sqlite3.Error as error:
+                raise StoreError(f"reading the longctx database {self.path} failed: {error}") from error
+
+    def _migrate(self) -> None:
+        with self._lock:
+            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(_MIGRATIONS):
+                raise StoreError(
+                    f"the database {self.path} has schema version {version}, newer than this "
+                    f"longctx understands ({len(_MIGRATIONS)}); upgrade longctx"
+                )
+            for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
+                try:
+                    self._connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+                except sqlite3.Error as error:
+                    if self._connection.in_transaction:
+                        self._connection.execute("ROLLBACK")
+                    raise StoreError(f"migrating {self.path} to schema {number} failed: {error}") from error
+
+    # -- token counts -------------------------------------------------------
+
+    def token_counts(self, tokenizer: str, content_hashes: Sequence[str]) -> dict[str, int]:
+        """Known counts for ``content_hashes`` under ``tokenizer``; unknown ones are absent."""
+        found: dict[str, int] = {}
+        unique = list(dict.fromkeys(content_hashes))
+        # SQLite limits bound parameters per statement; 500 stays far below it.
+        for start in range(0, len(unique), 500):
+            chunk = unique[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._query(
+                f"SELECT content_sha256, tokens FROM token_counts WHERE tokenizer = ? AND content_sha256 IN ({marks})",
+                [tokenizer, *chunk],
+            ):
+                found[row["content_sha256"]] = row["tokens"]
+        return found
+
+    def save_token_counts(self, tokenizer: str, counts: Mapping[str, int]) -> None:
+        """Remember ``counts`` (content sha256 -> tokens) for ``tokenizer``."""
+        if not counts:
+            return
+        with self.transaction() as connection:
+            connection.executemany(
+                "INSERT OR REPLACE INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)",
+                [(tokenizer, digest, tokens) for digest, tokens in counts.items()],
+            )
+
+    # -- packs --------------------------------------------------------------
+
+    def save_pack(self, pack: StoredPack) -> None:
+        """Keep a pack's prefix so its sessions can resume; idempotent."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR IGNORE INTO packs (fingerprint, format_version, system, prefix, summary_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
+                 json.dumps(pack.summary, sort_keys=True), time.time()),
+            )  # fmt: skip
+
+    def pack(self, fingerprint: str) -> StoredPack | None:
+        rows = self._query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredPack(
+            fingerprint=row["fingerprint"],
+            format_version=row["format_version"],
+            system=row["system"],
+            prefix=row["prefix"],
+            summary=json.loads(row["summary_json"]),
+        )
+
+    # -- sessions -----------------------------------------------------------
+
+    def create_session(self, record: SessionRecord) -> None:
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
+                " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
+                 record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
+            )  # fmt: skip
+
+    def session(self, session_id: str) -> SessionRecord:
+        """The session with ``session_id``; raises :class:`SessionNotFound`."""
+        rows = self._query("SELECT * FROM sessions WHERE id = ?", [session_id])
+        if not rows:
+            raise SessionNotFound(session_id)
+        return _session_record(rows[0])
+
+    def sessions(self, *, include_branches: bool = False) -> list[SessionRecord]:
+        """Stored sessions, newest first."""
+        where = "" if include_branches else "WHERE parent_id IS NULL OR kind != 'sibling'"
+        return [
+            _session_record(row)
+            for row in self._query(f"SELECT * FROM sessions {where} ORDER BY created_at DESC, id")
+        ]
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session, its turns and requests; its branches keep theirs."""
+        self.session(session_id)
+        with self.transaction() as connection:
+            connection.execute("DELETE FROM sessions WHERE id = ?", [session_id])
+
+    def turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's own turns, in order (not those inherited from a parent)."""
+        return [
+            TurnRecord(
+                session_id=row["session_id"],
+                position=row["position"],
+                question=row["question"],
+                answer=row["answer"],
+                history_answer=row["history_answer"],
+                reasoning=row["reasoning"],
+                request_id=row["request_id"],
+                created_at=row["created_at"],
+            )
+            for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
+        ]
+
+    def commit_turn(self, turn: TurnRecord, request: RequestRecord) -> None:
+        """Store a completed turn and the request that answered it, atomically.
+
+        Raises :class:`StoreError` if the position is already taken, so a
+        retried or replayed turn can never be stored twice.
+        """
+        try:
+            with self.transaction() as connection:
+                _insert_request(connection, request)
+                connection.execute(
+                    "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
+                    " request_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
+                     turn.reasoning, turn.request_id, turn.created_at),
+                )  # fmt: skip
+        except sqlite3.IntegrityError as error:
+            raise StoreError(
+                f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
+            ) from error
+
+    # -- requests -----------------------------------------------------------
+
+    def record_request(self, request: RequestRecord) -> None:
+        """Store a request that produced no turn (a warm-up, a map step)."""
+        with self.transaction() as connection:
+            _insert_request(connection, request)
+
+    def requests(
+        self,
+        *,
+        session_ids: Sequence[str] | None = None,
+        batch_id: str | None = None,
+    ) -> list[RequestRecord]:
+        """Requests of the given sessions and/or batch (all when neither is given), oldest first."""
+        clauses: list[str] = []
+        parameters: list[Any] = []
+        if session_ids is not None:
+            clauses.append(f"session_id IN ({','.join('?' * len(session_ids))})")
+            parameters.extend(session_ids)
+        if batch_id is not None:
+            clauses.append("batch_id = ?")
+            parameters.append(batch_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
+        return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118
+
+
+def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:
+    connection.execute(
+        "INSERT INTO requests (id, session_id, batch_id, purpose, started_at, base_url, engine, model,"
+        " prompt_tokens, cached_tokens, created_cache_tokens, completion_tokens, ttft_seconds,"
+        " total_seconds, attempts, cached_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (request.id, request.session_id, request.batch_id, request.purpose, request.started_at,
+         request.base_url, request.engine, request.model, request.prompt_tokens, request.cached_tokens,
+         request.created_cache_tokens, request.completion_tokens, request.ttft_seconds,
+         request.total_seconds, request.attempts, request.cached_reason),
+    )  # fmt: skip
+
+
+def _session_record(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        created_at=row["created_at"],
+        kind=row["kind"],
+        title=row["title"],
+        pack_fingerprint=row["pack_fingerprint"],
+        parent_id=row["parent_id"],
+        parent_turns=row["parent_turns"],
+        settings=json.loads(row["settings_json"]),
+    )

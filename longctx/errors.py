@@ -161,7 +161,8 @@ class BackendError(LongctxError):
     """Talking to an inference server failed.
 
     ``url`` is the endpoint, ``status`` the HTTP status when the server
-    answered, ``body`` its (truncated) answer.
+    answered, ``body`` its (truncated) answer, ``retry_after`` the seconds
+    the server asked to wait (``Retry-After``), when it did.
     """
 
     def __init__(
@@ -171,11 +172,13 @@ class BackendError(LongctxError):
         url: str | None = None,
         status: int | None = None,
         body: str | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.url = url
         self.status = status
         self.body = body
+        self.retry_after = retry_after
 
 
 class ServerUnreachable(BackendError):

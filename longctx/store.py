@@ -30,9 +30,11 @@ from longctx.errors import SessionNotFound, StoreError
 
 __all__ = [
     "DATABASE_NAME",
+    "CounterCheckRecord",
     "RequestRecord",
     "SessionRecord",
     "Store",
+    "StoredPack",
     "TurnRecord",
     "default_home",
 ]
@@ -102,6 +104,20 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX requests_by_session ON requests(session_id, started_at);
     CREATE INDEX requests_by_batch ON requests(batch_id);
+
+    CREATE TABLE counter_checks (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        batch_id TEXT,
+        base_url TEXT NOT NULL,
+        counter TEXT NOT NULL,
+        before INTEGER NOT NULL,
+        after INTEGER NOT NULL,
+        reported INTEGER,
+        requests INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX counter_checks_by_session ON counter_checks(session_id);
     """,
 )
 
@@ -171,6 +187,20 @@ class RequestRecord:
     total_seconds: float | None
     attempts: int
     cached_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CounterCheckRecord:
+    """A server counter read before and after one call's requests."""
+
+    session_id: str
+    batch_id: str | None
+    base_url: str
+    counter: str
+    before: int
+    after: int
+    reported: int | None
+    requests: int
 
 
 @dataclass(frozen=True)
@@ -308,12 +338,7 @@ class Store:
 
     def create_session(self, record: SessionRecord) -> None:
         with self.transaction() as connection:
-            connection.execute(
-                "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
-                " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
-                 record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
-            )  # fmt: skip
+            _insert_session(connection, record)
 
     def session(self, session_id: str) -> SessionRecord:
         """The session with ``session_id``; raises :class:`SessionNotFound`."""
@@ -352,14 +377,20 @@ class Store:
             for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
         ]
 
-    def commit_turn(self, turn: TurnRecord, request: RequestRecord) -> None:
+    def commit_turn(
+        self, turn: TurnRecord, request: RequestRecord, *, new_session: SessionRecord | None = None
+    ) -> None:
         """Store a completed turn and the request that answered it, atomically.
 
-        Raises :class:`StoreError` if the position is already taken, so a
-        retried or replayed turn can never be stored twice.
+        ``new_session`` (a sibling branch) is created in the same transaction,
+        so a crash never leaves a branch without its turn. Raises
+        :class:`StoreError` if the position is already taken, so a retried or
+        replayed turn can never be stored twice.
         """
         try:
             with self.transaction() as connection:
+                if new_session is not None:
+                    _insert_session(connection, new_session)
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
@@ -373,6 +404,29 @@ class Store:
             ) from error
 
     # -- requests -----------------------------------------------------------
+
+    def record_counter_check(self, check: CounterCheckRecord) -> None:
+        """Keep the server counter's growth over a call's requests."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO counter_checks (session_id, batch_id, base_url, counter, before, after, reported,"
+                " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
+                 check.reported, check.requests, time.time()),
+            )  # fmt: skip
+
+    def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
+        marks = ",".join("?" * len(session_ids))
+        return [
+            CounterCheckRecord(
+                session_id=row["session_id"], batch_id=row["batch_id"], base_url=row["base_url"],
+                counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
+                requests=row["requests"],
+            )
+            for row in self._query(
+                f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
+            )
+        ]  # fmt: skip
 
     def record_request(self, request: RequestRecord) -> None:
         """Store a request that produced no turn (a warm-up, a map step)."""
@@ -397,6 +451,15 @@ class Store:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
         return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118
+
+
+def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
+    connection.execute(
+        "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
+        " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
+         record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
+    )  # fmt: skip
 
 
 def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:

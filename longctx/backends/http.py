@@ -187,3 +187,24 @@ def _json(response: httpx2.Response, url: str) -> Any:
             status=response.status_code,
             body=response.text[:BODY_LIMIT],
         ) from error
+
+
+# The exceptions httpx2 raises when a connection fails, drops or stalls, for
+# modules that read streams through the openai client.
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.StreamError)
+
+
+def make_client(
+    *, timeout: float, stall_timeout: float, transport: Transport | None = None
+) -> httpx2.Client:
+    """An httpx2 client for the openai SDK: ``stall_timeout`` bounds the wait for each read."""
+    return httpx2.Client(timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0), transport=transport)
+
+
+def make_async_client(
+    *, timeout: float, stall_timeout: float, transport: AsyncTransport | None = None
+) -> httpx2.AsyncClient:
+    """The async twin of :func:`make_client`."""
+    return httpx2.AsyncClient(
+        timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0), transport=transport
+    )

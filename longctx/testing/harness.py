@@ -9,6 +9,7 @@ that work and re-raises its error, log tail included.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -39,6 +40,7 @@ class EngineHarness:
         self._environments: dict[str, EngineEnvironment] = {}
         self._environment_locks = {engine: threading.Lock() for engine in ENGINES}
         self._servers: dict[str, Future[LocalServer]] = {}
+        self.timings: dict[str, str] = {}
 
     def prepare(self, engine: str) -> None:
         """Start building and booting ``engine`` in the background (idempotent)."""
@@ -62,14 +64,21 @@ class EngineHarness:
         # waiting on the pool from inside the pool would deadlock it.
         with self._environment_locks[engine]:
             if engine not in self._environments:
-                self._environments[engine] = ensure_environment(
-                    ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress
-                )
+                started = time.monotonic()
+                env = ensure_environment(ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress)
+                self.timings[f"{engine} environment"] = _took(started)
+                self._environments[engine] = env
             return self._environments[engine]
 
     def model(self) -> TinyModel:
         """The tiny model, built with the vLLM environment's Python if absent."""
-        return build_tiny_model(self.environment("vllm").python, self.base_dir)
+        return self._model(self.environment("vllm"))
+
+    def _model(self, env: EngineEnvironment) -> TinyModel:
+        started = time.monotonic()
+        model = build_tiny_model(env.python, self.base_dir)
+        self.timings.setdefault("tiny model", _took(started))
+        return model
 
     def server(self, engine: str) -> LocalServer:
         """The running server for ``engine``, waiting for it to be ready."""
@@ -90,10 +99,11 @@ class EngineHarness:
 
     def _boot(self, engine: str) -> LocalServer:
         env = self.environment(engine)
-        model = build_tiny_model(env.python, self.base_dir)
+        model = self._model(env)
         if self._on_progress:
             self._on_progress(f"starting the {engine} server")
         server = _STARTERS[engine](env, model, self.base_dir)
+        self.timings[f"{engine} server start"] = f"{server.startup_seconds:.0f} s"
         if self._on_progress:
             self._on_progress(f"{engine} server ready at {server.api_base} after {server.startup_seconds:.0f} s")
         return server
@@ -102,3 +112,9 @@ class EngineHarness:
     def _check_engine(engine: str) -> None:
         if engine not in ENGINES:
             raise HarnessError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+
+
+def _took(started: float) -> str:
+    seconds = time.monotonic() - started
+    # Under a second means it was already there.
+    return f"{seconds:.0f} s" if seconds >= 1 else "reused"

@@ -76,12 +76,18 @@ class _EngineGuard:
         self.harness = harness
         self.skipped: list[str] = []
         self.outcomes: dict[str, dict[str, int]] = {engine: {} for engine in ENGINES}
+        # By node id, from markers: report keywords also hold parameter ids,
+        # and a test parametrised with the string "vllm" is no engine test.
+        self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            for engine in _engines_of(item):
+            engines = _engines_of(item)
+            for engine in engines:
                 item.add_marker(getattr(pytest.mark, engine))
+            if engines:
+                self.engines_by_test[item.nodeid] = engines
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.config.option.collectonly:
@@ -118,7 +124,7 @@ class _EngineGuard:
                 report.longrepr = f"{report.longrepr}\n\n{error}" if report.longrepr else str(error)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        engines = [engine for engine in ENGINES if engine in report.keywords]
+        engines = sorted(self.engines_by_test.get(report.nodeid, ()))
         if not engines or (report.when != "call" and report.passed):
             return
         outcome = "error" if report.when != "call" and report.failed else report.outcome
@@ -139,6 +145,9 @@ class _EngineGuard:
             for engine, counts in ran.items():
                 summary = ", ".join(f"{count} {outcome}" for outcome, count in sorted(counts.items()))
                 terminalreporter.line(f"{engine}: {summary}")
+            if self.harness.timings:
+                timings = ", ".join(f"{name} {value}" for name, value in self.harness.timings.items())
+                terminalreporter.line(f"harness setup: {timings}")
         if not self.skipped:
             return
         verdict = "allowed by LONGCTX_ALLOW_ENGINE_SKIPS=1" if self.allow_skips else "this fails the run"

@@ -1,0 +1,205 @@
+"""The one retry policy of longctx, on tenacity (imported here and nowhere else).
+
+What is retried: a connection that failed, dropped or stalled
+(:class:`ServerUnreachable`), HTTP 429 and 5xx (:class:`ServerError`).
+What is not: every other 4xx, a context overflow, anything that is not a
+server error. Attempts and total time are bounded; a ``Retry-After`` from
+the server is honoured (capped by the time left).
+
+Tests never sleep in retries: :func:`instant_retries` (or
+``LONGCTX_INSTANT_RETRIES=1``) keeps the attempts and drops the waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Generic, TypeVar
+
+import tenacity
+
+from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
+
+__all__ = [
+    "NO_RETRY",
+    "OnRetry",
+    "RetryEvent",
+    "RetryOutcome",
+    "RetryPolicy",
+    "acall_with_retry",
+    "call_with_retry",
+    "instant_retries",
+    "is_retryable",
+    "parse_retry_after",
+]
+
+T = TypeVar("T")
+
+# A process-wide switch, not thread-local: sibling requests run on worker threads.
+_instant_depth = 0
+_instant_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounds of retrying: ``attempts`` in all, within ``total_seconds``.
+
+    Waits grow from ``initial_wait`` (doubling, with jitter) up to
+    ``max_wait``; a server's ``Retry-After`` replaces the computed wait.
+    """
+
+    attempts: int = 5
+    total_seconds: float = 300.0
+    initial_wait: float = 0.5
+    max_wait: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ConfigError(f"retry attempts must be at least 1, not {self.attempts}")
+        if self.total_seconds <= 0 or self.initial_wait < 0 or self.max_wait < 0:
+            raise ConfigError("retry times must be positive")
+
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """A failed attempt that will be retried after ``wait_seconds``."""
+
+    attempt: int
+    error: BaseException
+    wait_seconds: float
+
+
+OnRetry = Callable[[RetryEvent], None]
+
+
+@dataclass(frozen=True)
+class RetryOutcome(Generic[T]):
+    """A result and how many attempts it took (1 when the first one worked)."""
+
+    value: T
+    attempts: int
+
+
+def is_retryable(error: BaseException) -> bool:
+    """True for failures that another attempt may fix."""
+    if isinstance(error, ContextOverflow):
+        return False
+    if isinstance(error, ServerUnreachable):
+        return True
+    if isinstance(error, ServerError) and error.status is not None:
+        return error.status == 429 or error.status >= 500
+    return False
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (moment - datetime.now(UTC)).total_seconds())
+
+
+@contextmanager
+def instant_retries() -> Iterator[None]:
+    """Within the block, retries happen without waiting (attempts still count)."""
+    global _instant_depth
+    with _instant_lock:
+        _instant_depth += 1
+    try:
+        yield
+    finally:
+        with _instant_lock:
+            _instant_depth -= 1
+
+
+def _waiting_disabled() -> bool:
+    return _instant_depth > 0 or os.environ.get("LONGCTX_INSTANT_RETRIES") == "1"
+
+
+def _wait_strategy(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:
+    def wait(state: tenacity.RetryCallState) -> float:
+        if _waiting_disabled():
+            return 0.0
+        error = state.outcome.exception() if state.outcome else None
+        left = max(0.0, policy.total_seconds - (state.seconds_since_start or 0.0))
+        if isinstance(error, BackendError) and error.retry_after is not None:
+            return min(error.retry_after, left)
+        base = min(policy.max_wait, policy.initial_wait * 2 ** (state.attempt_number - 1))
+        return min(base * (0.5 + random.random() / 2), left)
+
+    return wait
+
+
+def _retrying_arguments(policy: RetryPolicy, on_retry: OnRetry | None) -> dict[str, object]:
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        if on_retry and state.outcome is not None:
+            error = state.outcome.exception()
+            if error is not None:
+                wait_seconds = state.next_action.sleep if state.next_action else 0.0
+                on_retry(RetryEvent(state.attempt_number, error, wait_seconds))
+
+    return {
+        "stop": tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.total_seconds),
+        "wait": _wait_strategy(policy),
+        "retry": tenacity.retry_if_exception(is_retryable),
+        "before_sleep": before_sleep,
+        "reraise": True,
+    }
+
+
+def call_with_retry(
+    function: Callable[[], T],
+    policy: RetryPolicy = RetryPolicy(),
+    *,
+    on_retry: OnRetry | None = None,
+) -> RetryOutcome[T]:
+    """Call ``function`` until it succeeds or the policy gives up (re-raising the last error).
+
+    ``on_retry`` is told of each failed attempt that will be retried.
+    """
+    retrying = tenacity.Retrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
+    attempts = 0
+
+    def attempt() -> T:
+        nonlocal attempts
+        attempts += 1
+        return function()
+
+    value = retrying(attempt)
+    return RetryOutcome(value, attempts)
+
+
+async def acall_with_retry(
+    function: Callable[[], Awaitable[T]],
+    policy: RetryPolicy = RetryPolicy(),
+    *,
+    on_retry: OnRetry | None = None,
+) -> RetryOutcome[T]:
+    """The async twin of :func:`call_with_retry`."""
+    retrying = tenacity.AsyncRetrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
+    attempts = 0
+
+    async def attempt() -> T:
+        nonlocal attempts
+        attempts += 1
+        return await function()
+
+    value = await retrying(attempt)
+    return RetryOutcome(value, attempts)

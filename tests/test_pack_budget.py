@@ -17,7 +17,9 @@ def _repository(files: int = 30, lines: int = 40) -> list:  # type: ignore[type-
     documents = []
     for index in range(files):
         folder = ("src/core", "src/extra", "tests", "docs")[index % 4]
-        documents.append(document(f"{folder}/f{index:02d}.py", f"value_{index} = {index}  # padding\n" * lines))
+        documents.append(
+            document(f"{folder}/f{index:02d}.py", f"value_{index} = {index}  # padding\n" * lines)
+        )
     return documents
 
 
@@ -77,7 +79,9 @@ def test_adding_a_file_at_the_end_leaves_earlier_shards_alone() -> None:
     documents = _repository()
     budget = Budget(4000, reserved_output_tokens=0, reserved_question_tokens=0)
     before = build_shards(corpus_of(documents), budget=budget, tokenizer=ESTIMATE)
-    after = build_shards(corpus_of([*documents, document("new.py", "NEW = 1\n")]), budget=budget, tokenizer=ESTIMATE)
+    after = build_shards(
+        corpus_of([*documents, document("new.py", "NEW = 1\n")]), budget=budget, tokenizer=ESTIMATE
+    )
     assert len(before.shards) > 2
     for old, new in zip(before.shards[:-1], after.shards, strict=False):
         assert old.fingerprint == new.fingerprint
@@ -120,7 +124,9 @@ def test_compare_names_the_first_changed_section_and_what_survives() -> None:
     assert comparison.surviving_bytes == expected_bytes
     assert comparison.surviving_share is not None and 0 < comparison.surviving_share < 1
 
-    added = compare_packs(old, build_pack(corpus_of([*documents, document("g.py", "g\n")]), tokenizer=ESTIMATE))
+    added = compare_packs(
+        old, build_pack(corpus_of([*documents, document("g.py", "g\n")]), tokenizer=ESTIMATE)
+    )
     assert added.first_difference == "document:g.py"
     assert "new" in added.detail
     removed = compare_packs(old, build_pack(corpus_of(documents[:1] + documents[2:]), tokenizer=ESTIMATE))

@@ -35,7 +35,9 @@ NOTEBOOK_TEXT = "# %% [markdown]\n# Title\nSome prose.\n\n# %% [code]\nprint('he
 def golden_corpus():  # type: ignore[no-untyped-def]
     """The fixture corpus: unicode, spaces, a PDF's pages, a notebook, odd paths, skipped files."""
     documents = [
-        document("README.md", "# Fixture\n\nA corpus for the golden pack. ```code``` inside.\n", kind="markdown"),
+        document(
+            "README.md", "# Fixture\n\nA corpus for the golden pack. ```code``` inside.\n", kind="markdown"
+        ),
         document("src/main.py", "def main() -> int:\n    return 42\n"),
         document("src/ünïcödé.py", "NAME = 'naïve café 中文 \U0001f600'\n"),
         document("docs/with space.md", "Spaces in the path.\n", kind="markdown"),
@@ -146,7 +148,9 @@ def test_same_bytes_across_processes_seeds_locales_and_folders(
 
 
 def test_a_copied_folder_packs_to_the_same_bytes(tmp_path: Path) -> None:
-    source = _make_folder(tmp_path / "x" / "corpus", ["c/d/e.txt", "a.py", "b/ä.txt", "B.md", "b/z.py", "b/a b.txt"])
+    source = _make_folder(
+        tmp_path / "x" / "corpus", ["c/d/e.txt", "a.py", "b/ä.txt", "B.md", "b/z.py", "b/a b.txt"]
+    )
     copy = tmp_path / "y" / "deeper" / "corpus"
     shutil.copytree(source, copy)
     first, second = build_pack(load_corpus(source)), build_pack(load_corpus(copy))

@@ -48,7 +48,12 @@ def server_tokenizer(engine_server: LocalServer, tiny_model: TinyModel) -> Itera
 
 
 def _chat_usage(server: LocalServer, model: TinyModel, pack: Pack, question: str) -> dict[str, Any]:
-    body = {"model": model.served_name, "messages": pack.messages(question), "max_tokens": 2, "temperature": 0}
+    body = {
+        "model": model.served_name,
+        "messages": pack.messages(question),
+        "max_tokens": 2,
+        "temperature": 0,
+    }
     response = httpx2.post(server.api_base + "/chat/completions", json=body, timeout=600)
     response.raise_for_status()
     usage: dict[str, Any] = response.json()["usage"]
@@ -84,7 +89,9 @@ def test_cache_boundary_holds_for_the_default_layout(
         assert check.prompt_tokens > check.prefix_tokens
 
 
-def test_boundary_check_reports_where_tokens_part(server_tokenizer: ServerTokenizer, repository: Path) -> None:
+def test_boundary_check_reports_where_tokens_part(
+    server_tokenizer: ServerTokenizer, repository: Path
+) -> None:
     pack = build_pack(load_corpus(repository))
     # A question opening with a line break merges with the boundary's own line break.
     check = check_cache_boundary(pack, server_tokenizer, "\n\nwhy?")

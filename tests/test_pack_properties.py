@@ -46,7 +46,9 @@ DOCUMENTS = st.lists(st.tuples(PATHS, TEXTS), max_size=8, unique_by=lambda item:
 def test_any_documents_read_back_exactly(items: list[tuple[str, str]]) -> None:
     pack = build_pack(corpus_of([document(path, text) for path, text in items]))
     parsed = parse_prefix(pack.prefix)
-    cleaned = [(path, "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)) for path, text in items]
+    cleaned = [
+        (path, "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)) for path, text in items
+    ]
     assert parsed.documents == cleaned
     pack.prefix.encode("utf-8")
 
@@ -60,7 +62,9 @@ def test_manifest_order_does_not_matter(items: list[tuple[str, str]], shuffler: 
     )
     entries = list(corpus.manifest.entries)
     shuffler.shuffle(entries)
-    shuffled = Corpus(corpus.documents, Manifest(tuple(entries)), corpus.ordering, corpus.root, corpus.head_sha)
+    shuffled = Corpus(
+        corpus.documents, Manifest(tuple(entries)), corpus.ordering, corpus.root, corpus.head_sha
+    )
     assert build_pack(shuffled).prefix == build_pack(corpus).prefix
 
 
@@ -74,7 +78,9 @@ def test_an_edit_changes_only_its_own_section(items: list[tuple[str, str]], data
     edited[index] = (items[index][0], new_text)
     after = build_pack(corpus_of([document(path, text) for path, text in edited]))
     changed = [
-        old.name for old, new in zip(before.sections, after.sections, strict=True) if old.fingerprint != new.fingerprint
+        old.name
+        for old, new in zip(before.sections, after.sections, strict=True)
+        if old.fingerprint != new.fingerprint
     ]
     cleaned_old = before.section(f"document:{items[index][0]}").text
     cleaned_new = after.section(f"document:{items[index][0]}").text
@@ -118,7 +124,10 @@ def test_section_counts_add_up_to_the_whole(
         whole = tokenizer.count(pack.prefix)
         assert sum(section.tokens or 0 for section in pack.sections[1:]) == whole, name
         assert pack.prefix_tokens == whole + tokenizer.count(pack.system), name
-        assert tokenizer.count(pack.user_content(question)) == whole + tokenizer.count(question), (name, question)
+        assert tokenizer.count(pack.user_content(question)) == whole + tokenizer.count(question), (
+            name,
+            question,
+        )
 
 
 def test_adversarial_ends_still_add_up(tokenizers_under_test: dict[str, Tokenizer]) -> None:

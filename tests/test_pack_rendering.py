@@ -102,7 +102,7 @@ def test_final_newline_is_kept_distinct() -> None:
         ("ünïcödé.md", "ünïcödé.md"),
         ("new\nline.txt", '"new\\nline.txt"'),
         ('"quoted".txt', '"\\"quoted\\".txt"'),
-        ("say \"hi\".txt", 'say "hi".txt'),
+        ('say "hi".txt', 'say "hi".txt'),
         ("[skipped: binary] x", '"[skipped: binary] x"'),
         (" leading", '" leading"'),
         ("trailing ", '"trailing "'),

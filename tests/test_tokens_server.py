@@ -106,7 +106,11 @@ def test_tokenize_messages_renders_like_a_chat_request() -> None:
     vllm_server, sglang_server = FakeServer("vllm"), FakeServer("sglang")
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u v"}]
     assert len(vllm_server.tokenizer().tokenize_messages(messages)) == 7 + 3
-    assert vllm_server.requests[-1][1] == {"model": "tiny", "messages": messages, "add_generation_prompt": True}
+    assert vllm_server.requests[-1][1] == {
+        "model": "tiny",
+        "messages": messages,
+        "add_generation_prompt": True,
+    }
     sglang_server.tokenizer().tokenize_messages(messages)
     assert "add_generation_prompt" not in sglang_server.requests[-1][1]
 
@@ -115,14 +119,18 @@ def test_server_errors_become_tokenizer_errors() -> None:
     def broken(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
-    tokenizer = ServerTokenizer(HttpEndpoint("http://x.test", transport=httpx2.MockTransport(broken)), "vllm", "m")
+    tokenizer = ServerTokenizer(
+        HttpEndpoint("http://x.test", transport=httpx2.MockTransport(broken)), "vllm", "m"
+    )
     with pytest.raises(TokenizerError, match="boom"):
         tokenizer.count("a")
 
     def no_tokens(request: httpx2.Request) -> httpx2.Response:
         return httpx2.Response(200, json={"count": 1})
 
-    tokenizer = ServerTokenizer(HttpEndpoint("http://x.test", transport=httpx2.MockTransport(no_tokens)), "vllm", "m")
+    tokenizer = ServerTokenizer(
+        HttpEndpoint("http://x.test", transport=httpx2.MockTransport(no_tokens)), "vllm", "m"
+    )
     with pytest.raises(TokenizerError, match="without tokens"):
         tokenizer.count("a")
     with pytest.raises(TokenizerError):
@@ -176,7 +184,10 @@ def test_repacking_an_unchanged_corpus_never_calls_the_tokenizer() -> None:
         assert second == first
         # One edited file: only its section is counted again.
         edited = corpus_of(
-            [document(d.path, d.text + ("# edit\n" if d.path == "src/7.py" else "")) for d in corpus.documents]
+            [
+                document(d.path, d.text + ("# edit\n" if d.path == "src/7.py" else ""))
+                for d in corpus.documents
+            ]
         )
         build_pack(edited, tokenizer=tokenizer, store=store)
         assert tokenizer.asked == [build_pack(edited).section("document:src/7.py").text]

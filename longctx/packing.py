@@ -289,6 +289,9 @@ class PackComparison:
     common start of the first differing one); ``surviving_tokens`` the
     tokens of the whole sections shared from the start, when both packs were
     counted by the same tokenizer (a lower bound on the reusable tokens).
+    ``partial_tokens`` adds the tokens of the first differing section's
+    shared start, up to its last shared line break, when
+    :func:`compare_packs` was given the tokenizer.
     """
 
     identical: bool
@@ -298,13 +301,14 @@ class PackComparison:
     surviving_bytes: int
     surviving_tokens: int | None
     old_prefix_tokens: int | None
+    partial_tokens: int | None = None
 
     @property
     def surviving_share(self) -> float | None:
-        """``surviving_tokens`` over the old pack's tokens (1.0 for identical packs)."""
+        """Whole surviving sections' tokens (plus ``partial_tokens``) over the old pack's tokens (1.0 when identical)."""
         if self.surviving_tokens is None or not self.old_prefix_tokens:
             return None
-        return self.surviving_tokens / self.old_prefix_tokens
+        return (self.surviving_tokens + (self.partial_tokens or 0)) / self.old_prefix_tokens
 
 
 @dataclass(frozen=True)
@@ -638,8 +642,13 @@ def _common_prefix_length(old: bytes, new: bytes) -> int:
     return low
 
 
-def compare_packs(old: Pack, new: Pack) -> PackComparison:
-    """Name the first section where ``new`` departs from ``old`` and measure what survives before it."""
+def compare_packs(old: Pack, new: Pack, *, tokenizer: Tokenizer | None = None) -> PackComparison:
+    """Name the first section where ``new`` departs from ``old`` and measure what survives before it.
+
+    With ``tokenizer`` (the one both packs were counted with), the shared
+    start of the first differing section is counted too, up to its last
+    shared line break (``partial_tokens``).
+    """
     same_tokenizer = old.tokenizer is not None and old.tokenizer == new.tokenizer
     surviving_tokens: int | None = 0 if same_tokenizer else None
     surviving_bytes = 0
@@ -655,11 +664,15 @@ def compare_packs(old: Pack, new: Pack) -> PackComparison:
     if index == len(old.sections) == len(new.sections):
         return PackComparison(True, None, "the packs are identical", index, surviving_bytes,
                               old.prefix_tokens if same_tokenizer else None, old_total)  # fmt: skip
+    partial: int | None = None
     if index < len(new.sections) and index < len(old.sections):
         old_section, new_section = old.sections[index], new.sections[index]
-        surviving_bytes += _common_prefix_length(
-            old_section.text.encode("utf-8"), new_section.text.encode("utf-8")
-        )
+        old_bytes = old_section.text.encode("utf-8")
+        shared = _common_prefix_length(old_bytes, new_section.text.encode("utf-8"))
+        surviving_bytes += shared
+        if tokenizer is not None and surviving_tokens is not None:
+            cut = old_bytes.rfind(b"\n", 0, shared) + 1
+            partial = tokenizer.count(old_bytes[:cut].decode("utf-8")) if cut else 0
         name = new_section.name
         if old_section.name == new_section.name:
             detail = f"{name} changed"
@@ -673,7 +686,7 @@ def compare_packs(old: Pack, new: Pack) -> PackComparison:
     else:
         name = old.sections[index].name
         detail = f"{name} and what follows were removed"
-    return PackComparison(False, name, detail, index, surviving_bytes, surviving_tokens, old_total)
+    return PackComparison(False, name, detail, index, surviving_bytes, surviving_tokens, old_total, partial)
 
 
 # -- the cache boundary --------------------------------------------------------

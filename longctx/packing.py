@@ -200,7 +200,7 @@ class Pack:
         )
 
     def summary(self) -> dict[str, Any]:
-        """JSON-able facts about the pack: version, fingerprints, counts (flagged when estimated), documents."""
+        """JSON-able facts: version, fingerprints, counts (flagged when estimated), sections."""
         return {
             "format_version": self.format_version,
             "fingerprint": self.fingerprint,
@@ -251,7 +251,8 @@ class Budget:
 
     def describe(self) -> str:
         return (
-            f"{self.prompt_budget:,} (context {self.context_length:,} - output {self.reserved_output_tokens:,}"
+            f"{self.prompt_budget:,} (context {self.context_length:,}"
+            f" - output {self.reserved_output_tokens:,}"
             f" - question {self.reserved_question_tokens:,})"
         )
 
@@ -305,7 +306,7 @@ class PackComparison:
 
     @property
     def surviving_share(self) -> float | None:
-        """Whole surviving sections' tokens (plus ``partial_tokens``) over the old pack's tokens (1.0 when identical)."""
+        """Surviving tokens (whole sections and ``partial_tokens``) per old pack token (1.0: identical)."""
         if self.surviving_tokens is None or not self.old_prefix_tokens:
             return None
         return (self.surviving_tokens + (self.partial_tokens or 0)) / self.old_prefix_tokens
@@ -593,7 +594,7 @@ def build_shards(
 
 
 def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> list[tuple[int, int]]:
-    """Half-open index ranges of documents, each as long as its documents and their listing lines fit ``room``."""
+    """Half-open index ranges of documents: each as long as its documents and listing lines fit ``room``."""
     groups: list[tuple[int, int]] = []
     start = 0
     used = 0

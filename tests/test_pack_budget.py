@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from pack_fixtures import corpus_of, document
 
 from longctx.errors import BudgetError, ConfigError
 from longctx.packing import Budget, build_pack, build_shards, compare_packs
 from longctx.sources import SkipReason
 from longctx.tokens import EstimateTokenizer
-from pack_fixtures import corpus_of, document
 
 ESTIMATE = EstimateTokenizer()
 

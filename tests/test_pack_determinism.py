@@ -1,4 +1,4 @@
-"""Same inputs, same bytes: a golden pack, and packs built under other seeds, locales, folders and listing orders.
+"""Same inputs, same bytes: a golden pack; packs built under other seeds, locales, folders, listing orders.
 
 Set ``PACK_GOLDEN_UPDATE=1`` to rewrite the golden files after a deliberate
 format change (which must come with a new FORMAT_VERSION).
@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from pack_fixtures import corpus_of, document
 
-from longctx.corpus import load_corpus
+from longctx.corpus import Corpus, load_corpus
 from longctx.packing import FORMAT_VERSION, Pack, build_pack
 from longctx.sources import SkipReason
-from pack_fixtures import corpus_of, document
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pack"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -32,7 +32,7 @@ PDF_TEXT = (
 NOTEBOOK_TEXT = "# %% [markdown]\n# Title\nSome prose.\n\n# %% [code]\nprint('hello')\n\n# %% [raw]\n"
 
 
-def golden_corpus():  # type: ignore[no-untyped-def]
+def golden_corpus() -> Corpus:
     """The fixture corpus: unicode, spaces, a PDF's pages, a notebook, odd paths, skipped files."""
     documents = [
         document(
@@ -89,7 +89,7 @@ import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 from test_pack_determinism import golden_corpus, _digest
 from longctx.packing import build_pack
-from longctx.corpus import load_corpus
+from longctx.corpus import Corpus, load_corpus
 print(_digest(build_pack(golden_corpus())))
 print(_digest(build_pack(load_corpus(sys.argv[2]))))
 """

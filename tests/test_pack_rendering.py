@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pack_fixtures import corpus_of, document, parse_prefix
 
 from longctx.packing import FORMAT_VERSION, build_pack
 from longctx.rendering import (
@@ -16,7 +17,6 @@ from longctx.rendering import (
     render_path,
 )
 from longctx.sources import SkipReason
-from pack_fixtures import corpus_of, document, parse_prefix
 
 ADVERSARIAL_TEXTS = {
     "fences.md": "```\nnot the end\n```\n````\n``` a.py\n`````python\n",

@@ -1,4 +1,4 @@
-"""Offline tokenizers: the estimate, tiktoken BPE files (Kimi's layout), tokenizer.json, and the model-folder picker."""
+"""Offline tokenizers: the estimate, tiktoken BPE files (Kimi's layout), tokenizer.json, the folder picker."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import tiktoken
+from pack_fixtures import bpe_vocabulary
 
 from longctx.errors import TokenizerError
 from longctx.tokens import (
@@ -22,7 +23,6 @@ from longctx.tokens import (
     TokenizerJsonTokenizer,
     tokenizer_from_model_dir,
 )
-from pack_fixtures import bpe_vocabulary
 
 
 def _write_byte_vocabulary(path: Path, merges: list[bytes]) -> int:

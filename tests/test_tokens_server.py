@@ -9,13 +9,13 @@ from typing import Any
 
 import httpx2
 import pytest
+from pack_fixtures import corpus_of, document
 
 from longctx.backends.http import HttpEndpoint
 from longctx.errors import TokenizerError
 from longctx.packing import build_pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, cached_counts, text_sha256
-from pack_fixtures import corpus_of, document
 
 
 def _fake_ids(text: str) -> list[int]:

@@ -30,6 +30,7 @@ routers keep the pack on one replica.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
@@ -40,6 +41,9 @@ from typing import Any
 
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
+from longctx.corpus import Corpus, Limits, load_corpus
+from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
+from longctx.tokens import EstimateTokenizer, Tokenizer
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.store import (
     CounterCheckRecord,
@@ -51,7 +55,7 @@ from longctx.store import (
 )
 from longctx.usage import CounterCheck, Prices, SavingsReport, Usage, build_report
 
-__all__ = ["Answer", "Batch", "Session", "history_form"]
+__all__ = ["Answer", "Batch", "DocSession", "RepoSession", "Session", "history_form", "pack_for_server"]
 
 DEFAULT_MAX_TOKENS = 512
 THINK_END = "</think>"
@@ -356,29 +360,32 @@ class Session:
         """The position of the next turn among this session's own turns."""
         return len(self._turns) - (self._record.parent_turns or 0)
 
-    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
+    def ask(self, question: str, *, max_tokens: int | None = None, purpose: str = "turn") -> Answer:
+        """Ask ``question`` as the next turn; the turn is stored once the answer arrived.
+
+        ``purpose`` labels the request in reports (``turn``; map-reduce uses ``map 2/3``).
+        """
         with self._lock:
             request = self._request(question, self._turns, max_tokens)
             snapshot = _CounterSnapshot.take(self.backend)
             sent = self.backend.complete(request)
             turn, record, answer = self._records(
                 sent, session_id=self.id, position=self._own_position(), question=question,
-                purpose="turn", batch_id=None,
+                purpose=purpose, batch_id=None,
             )  # fmt: skip
             self.store.commit_turn(turn, record)
             self._turns.append(turn)
             snapshot.finish(self.store, self.id, None, [record])
             return answer
 
-    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+    async def aask(self, question: str, *, max_tokens: int | None = None, purpose: str = "turn") -> Answer:
         """The async twin of :meth:`ask`."""
         request = self._request(question, self._turns, max_tokens)
         snapshot = await asyncio.to_thread(_CounterSnapshot.take, self.backend)
         sent = await self.backend.acomplete(request)
         turn, record, answer = self._records(
             sent, session_id=self.id, position=self._own_position(), question=question,
-            purpose="turn", batch_id=None,
+            purpose=purpose, batch_id=None,
         )  # fmt: skip
         self.store.commit_turn(turn, record)
         self._turns.append(turn)
@@ -519,14 +526,15 @@ class Session:
 
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its sibling branches)."""
-        ids = [self.id, *(self._descendants() if include_branches else [])]
+        ids = [self.id, *(self.branch_ids() if include_branches else [])]
         records = self.store.requests(session_ids=ids)
         checks = self.store.counter_checks(ids)
         return build_report(
             records, title=f"session {self.id}: {self.title}", counter_check=_combine_checks(checks), prices=prices
         )
 
-    def _descendants(self) -> list[str]:
+    def branch_ids(self) -> list[str]:
+        """Ids of the sessions branched from this one (siblings and forks)."""
         children = [s.id for s in self.store.sessions(include_branches=True) if s.parent_id == self.id]
         return children
 
@@ -633,3 +641,89 @@ def _combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None
         "(other clients' traffic, or requests longctx did not make, in the same window)"
     )
     return CounterCheck(counter=checks[0].counter, server_delta=delta, reported=reported, matches=matches, note=note)
+
+
+def pack_for_server(
+    corpus: Corpus,
+    backend: Backend,
+    *,
+    store: Store,
+    max_tokens: int,
+    reserved_question_tokens: int = 1024,
+    shard: bool = False,
+) -> Pack | ShardedPack:
+    """The pack of ``corpus`` counted with the server's own tokenizer and checked against its window.
+
+    On a server without a tokenize route (or an unknown window) the
+    documented estimate is used and the pack says ``estimated``. Raises
+    :class:`~longctx.errors.BudgetError` when it does not fit, unless
+    ``shard``: then it is split into shards that each fit.
+    """
+    info = backend.info
+    tokenizer: Tokenizer = backend.tokenizer() if info.engine in ("vllm", "sglang") else EstimateTokenizer()
+    budget = (
+        Budget(info.context_length, reserved_output_tokens=max_tokens, reserved_question_tokens=reserved_question_tokens)
+        if info.context_length
+        else None
+    )
+    if shard and budget is not None:
+        return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store)
+    return build_pack(corpus, tokenizer=tokenizer, store=store, budget=budget)
+
+
+class _CorpusSession(Session):
+    """A session over the pack of paths: loading, packing and connecting in one call."""
+
+    def __init__(
+        self,
+        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        *,
+        backend: Backend | None = None,
+        base_url: str | Sequence[str] | None = None,
+        model: str | None = None,
+        api_key: str | None = None,
+        store: Store | None = None,
+        ordering: str | None = None,
+        include: Sequence[str] = (),
+        exclude: Sequence[str] = (),
+        limits: Limits | None = None,
+        allow_secrets: bool = False,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        reserved_question_tokens: int = 1024,
+        title: str | None = None,
+        **options: Any,
+    ) -> None:
+        store = store or Store.open()
+        self.corpus = load_corpus(
+            paths, ordering=ordering, include=include, exclude=exclude,
+            limits=limits or Limits(), allow_secrets=allow_secrets,
+        )  # fmt: skip
+        backend = backend or connect(base_url, model=model, api_key=api_key)
+        packed = pack_for_server(
+            self.corpus, backend, store=store, max_tokens=max_tokens,
+            reserved_question_tokens=reserved_question_tokens,
+        )  # fmt: skip
+        assert isinstance(packed, Pack)
+        self.full_pack = packed
+        label = title or self.corpus.root or "documents"
+        super().__init__(backend, packed, store=store, title=label, max_tokens=max_tokens, **options)
+
+
+class RepoSession(_CorpusSession):
+    """A session over a repository (or folder): ``RepoSession("repo/").ask("...")``.
+
+    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
+    order in git repositories: files that change least come first), packed
+    and counted with the server's own tokenizer, and checked against the
+    server's window less ``max_tokens`` and ``reserved_question_tokens``.
+    Raises :class:`~longctx.errors.BudgetError` naming the largest files and
+    folders when it does not fit (see :class:`longctx.mapreduce.ShardedSession`).
+    """
+
+
+class DocSession(_CorpusSession):
+    """A session over documents (PDFs, notebooks, text files, folders of them).
+
+    ``DocSession(["report.pdf", "notes/"]).ask("...")``; otherwise as
+    :class:`RepoSession`.
+    """

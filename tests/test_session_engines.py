@@ -10,7 +10,7 @@ import sysconfig
 import textwrap
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -19,7 +19,10 @@ from fault_proxy import FaultProxy
 from longctx.backends.base import Backend, connect
 from longctx.backends.http import HttpEndpoint
 from longctx.retry import RetryPolicy
-from longctx.session import Session, history_form
+from longctx.mapreduce import ShardedSession
+from longctx.packing import Budget, build_shards
+from longctx.session import RepoSession, Session, history_form
+from longctx.corpus import load_corpus
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
 from longctx.testing.model import build_tiny_model
@@ -75,11 +78,26 @@ def store(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "home")
 
 
+def make_repository(root: Path, names: Sequence[str] = ("argparse.py", "dataclasses.py", "typing.py")) -> Path:
+    """A git repository of standard-library files, with a nonce so its pack is new to the server."""
+    root.mkdir(parents=True)
+    for name in names:
+        (root / name).write_text((STDLIB / name).read_text())
+    (root / "README.md").write_text(f"# fixture {uuid.uuid4()}\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(root)], check=True)
+    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(root), "commit", "-qm", "fixture"], check=True)
+    return root
+
+
 def test_ask_many_reads_the_shared_prefix_from_the_cache(
-    engine_server: LocalServer, tiny_model: TinyModel, backend: Backend, store: Store
+    engine_server: LocalServer, tiny_model: TinyModel, backend: Backend, store: Store, tmp_path: Path
 ) -> None:
-    pack = text_pack()
-    session = Session(backend, pack, store=store, max_tokens=8, concurrency=8)
+    repository = make_repository(tmp_path / "repo", ("dataclasses.py",))
+    session = RepoSession(repository, backend=backend, store=store, max_tokens=8, concurrency=8)
+    assert session.full_pack.prefix_tokens is not None and session.full_pack.prefix_tokens >= 8192
+    assert not session.full_pack.estimated
     questions = [f"Question {i}: what does part {i} do?" for i in range(8)]
     shared = common_prefix(
         tokenize(engine_server, tiny_model, session.messages(questions[0])),
@@ -245,3 +263,28 @@ def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     assert "--enable-cache-report" in report.to_text()
     # The server's own counter still saw the hits; the report shows it.
     assert report.counter_check is not None and (report.counter_check.server_delta or 0) > 4000
+
+
+def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store, tmp_path: Path) -> None:
+    repository = make_repository(tmp_path / "big", ("textwrap.py", "heapq.py", "shlex.py", "fnmatch.py"))
+    corpus = load_corpus(repository)
+    # A window far smaller than the server's forces several shards; all of
+    # them together stay well inside the SGLang test server's 40k-token pool.
+    budget = Budget(context_length=9_000, reserved_output_tokens=64, reserved_question_tokens=256)
+    sharded = build_shards(corpus, budget=budget, tokenizer=backend.tokenizer(), store=store)
+    assert len(sharded.shards) >= 2
+    assert all((shard.total_tokens or 0) <= budget.prompt_budget for shard in sharded.shards)
+    session = ShardedSession(repository, backend=backend, store=store, sharded=sharded, max_tokens=8)
+    first = session.ask("What is defined here?")
+    second = session.ask("And what is exported?")
+    assert len(first.shard_answers) == len(sharded.shards)
+    assert first.answer.text == first.text
+    for shard_answer in second.shard_answers:
+        # Each shard's second question reads that shard's prefix and first turn from the cache.
+        assert shard_answer.usage.cached_tokens and shard_answer.usage.cached_tokens > 0.9 * (
+            shard_answer.usage.prompt_tokens or 0
+        ) - 256
+    report = session.report()
+    purposes = [line.purpose for line in report.requests]
+    assert purposes.count("reduce") == 2
+    assert {f"map {i}/{len(sharded.shards)}" for i in range(1, len(sharded.shards) + 1)} <= set(purposes)

@@ -367,10 +367,10 @@ class _Counter:
     store: Store | None
     _overheads: dict[str, int] = field(default_factory=dict)
 
-    def counts(self, texts: Sequence[str]) -> list[int] | None:
+    def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
         if self.tokenizer is None:
             return None
-        return cached_counts(self.tokenizer, texts, self.store)
+        return cached_counts(self.tokenizer, texts, self.store, digests=digests)
 
     def template_overhead(self, system: str) -> int | None:
         if not isinstance(self.tokenizer, ServerTokenizer):
@@ -408,18 +408,20 @@ def _assemble(
 ) -> Pack:
     names = ["header", "opening", *(_DOCUMENT_PREFIX + path for path in paths), "listing", "boundary"]
     texts = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
+    fingerprints = [_fingerprint(text) for text in texts]
     counts: list[int] | None
     if counter.tokenizer is None:
         counts = None
     elif document_counts is not None:
-        fixed = counter.counts([SYSTEM_HEADER, DOCUMENTS_OPENING, listing, BOUNDARY])
+        fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
+        fixed = counter.counts([texts[i] for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes])
         assert fixed is not None
         counts = [fixed[0], fixed[1], *document_counts, fixed[2], fixed[3]]
     else:
-        counts = counter.counts(texts)
+        counts = counter.counts(texts, fingerprints)
     sections = tuple(
-        Section(name, text, _fingerprint(text), None if counts is None else counts[index])
-        for index, (name, text) in enumerate(zip(names, texts, strict=True))
+        Section(name, text, fingerprint, None if counts is None else counts[index])
+        for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))
     )
     prefix_tokens: int | None = None
     additive: bool | None = None

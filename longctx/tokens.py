@@ -490,16 +490,24 @@ class ServerTokenizer:
         return [int(token) for token in self._post(body)["tokens"]]
 
 
-def cached_counts(tokenizer: Tokenizer, texts: Sequence[str], store: Store | None = None) -> list[int]:
+def cached_counts(
+    tokenizer: Tokenizer,
+    texts: Sequence[str],
+    store: Store | None = None,
+    *,
+    digests: Sequence[str] | None = None,
+) -> list[int]:
     """Count ``texts`` (one count each, in order), reusing counts ``store`` already holds.
 
     The cache key is (sha256 of the text, ``tokenizer.identity``); only texts
     never counted under that identity reach the tokenizer, each once even if
     repeated. New counts are saved. Without a store every text is counted.
+    ``digests`` are the texts' :func:`text_sha256`, when the caller has them.
     """
     if store is None:
         return tokenizer.count_many(texts)
-    digests = [text_sha256(text) for text in texts]
+    if digests is None:
+        digests = [text_sha256(text) for text in texts]
     identity = tokenizer.identity
     known = store.token_counts(identity, digests)
     missing: dict[str, str] = {}

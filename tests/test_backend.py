@@ -117,6 +117,11 @@ def test_overflow_messages_of_both_engines_parse() -> None:
     )
     sglang = "The input (40001 tokens) is longer than the model's context length (32768 tokens)."
     assert parse_context_overflow(vllm) == (40000, 32768)
+    at_least = (
+        "This model's maximum context length is 32768 tokens. However, your prompt contains at least "
+        "32769 input tokens, which exceeds this limit even without any output tokens."
+    )
+    assert parse_context_overflow(at_least) == (32769, 32768)
     assert parse_context_overflow(sglang) == (40001, 32768)
     assert parse_context_overflow("model not found") is None
 

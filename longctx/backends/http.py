@@ -38,7 +38,9 @@ AsyncTransport = httpx2.AsyncBaseTransport
 # prompt contains 40000 input tokens..." (and variants that count the
 # requested output too). SGLang: "The input (40000 tokens) is longer than the
 # model's context length (32768 tokens)."
-_VLLM_OVERFLOW = re.compile(r"maximum context length is (\d+) tokens.*?(?:contains|requested) (\d+)", re.S)
+_VLLM_OVERFLOW = re.compile(
+    r"maximum context length is (\d+) tokens.*?(?:contains|requested)(?: at least)? (\d+)", re.S
+)
 _VLLM_OVERFLOW_ALT = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
 _SGLANG_OVERFLOW = re.compile(r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)")
 _SGLANG_OVERFLOW_ALT = re.compile(

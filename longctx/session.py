@@ -172,7 +172,7 @@ class Session:
 
     def __init__(
         self,
-        backend: Backend,
+        backend: Backend | None = None,
         pack: Any | None = None,
         *,
         store: Store | None = None,
@@ -188,7 +188,7 @@ class Session:
         _validate_salt(cache_salt)
         if max_tokens < 1 or concurrency < 1:
             raise ConfigError("max_tokens and concurrency must be at least 1")
-        self.backend = backend
+        self._backend = backend
         self.store = store or Store.open()
         self.pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
         self._lock = threading.Lock()
@@ -196,6 +196,7 @@ class Session:
             self._record = _record
             self.settings = _Settings.from_json(_record.settings)
         else:
+            backend = self.backend
             self.settings = _Settings(
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -220,6 +221,13 @@ class Session:
             )
             self.store.create_session(self._record)
         self._turns: list[TurnRecord] = self._load_history(self._record)
+
+    @property
+    def backend(self) -> Backend:
+        """The connection to the server, made on first use for a resumed session."""
+        if self._backend is None:
+            self._backend = connect(list(self.settings.base_urls) or None, model=self.settings.model)
+        return self._backend
 
     # -- identity and history -----------------------------------------------
 
@@ -264,14 +272,12 @@ class Session:
     ) -> Session:
         """The stored session ``session_id`` with every committed turn.
 
-        Without ``backend``, connects to the server(s) the session used.
+        Without ``backend``, the session connects to the server(s) it used
+        when it first needs one (reading its turns or report needs none).
         Raises :class:`SessionNotFound` for an unknown id.
         """
         store = store or Store.open()
         record = store.session(session_id)
-        settings = _Settings.from_json(record.settings)
-        if backend is None:
-            backend = connect(list(settings.base_urls) or None, model=settings.model)
         pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
             raise StoreError(f"session {session_id} refers to pack {record.pack_fingerprint} missing from the store")
@@ -418,14 +424,20 @@ class Session:
         return record, answer
 
     def ask_many(
-        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
+        self,
+        questions: Sequence[str],
+        *,
+        max_tokens: int | None = None,
+        concurrency: int | None = None,
+        on_answer: Callable[[Answer], None] | None = None,
     ) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
 
         The first question goes alone until its first token arrives (the
         shared prefix is then in the server's cache); the rest follow, at
-        most ``concurrency`` at a time. Answers come back in question order.
-        A question that fails after its retries raises once the others are
+        most ``concurrency`` at a time. Answers come back in question order;
+        ``on_answer`` hears of each as it is stored (for progress). A
+        question that fails after its retries raises once the others are
         done; the answered ones are stored.
         """
         requests, batch_id = self._sibling_plan(questions, max_tokens)
@@ -440,6 +452,8 @@ class Session:
             try:
                 sent = self.backend.complete(requests[index], on_first_token=on_first)
                 results[index] = self._commit_sibling(sent, questions[index], batch_id)
+                if on_answer is not None:
+                    on_answer(results[index][1])
             finally:
                 if index == 0:
                     # Also on failure, so the others are not held forever.
@@ -516,11 +530,11 @@ class Session:
             settings=self.settings.to_json(),
         )
         self.store.create_session(record)
-        return Session(self.backend, self.pack, store=self.store, _record=record)
+        return Session(self._backend, self.pack, store=self.store, _record=record)
 
     def branch(self, answer: Answer) -> Session:
         """The branch session an ``ask_many`` answer lives in, to continue it."""
-        return Session(self.backend, self.pack, store=self.store, _record=self.store.session(answer.session_id))
+        return Session(self._backend, self.pack, store=self.store, _record=self.store.session(answer.session_id))
 
     # -- reports ------------------------------------------------------------
 
@@ -539,8 +553,9 @@ class Session:
         return children
 
     def close(self) -> None:
-        """Close the connection to the server (the store stays open)."""
-        self.backend.close()
+        """Close the connection to the server, if one was made (the store stays open)."""
+        if self._backend is not None:
+            self._backend.close()
 
     def __enter__(self) -> Session:
         return self
@@ -691,14 +706,22 @@ class _CorpusSession(Session):
         max_tokens: int = DEFAULT_MAX_TOKENS,
         reserved_question_tokens: int = 1024,
         title: str | None = None,
+        on_progress: Callable[[str], None] | None = None,
         **options: Any,
     ) -> None:
+        def progress(message: str) -> None:
+            if on_progress is not None:
+                on_progress(message)
+
         store = store or Store.open()
+        progress("reading files")
         self.corpus = load_corpus(
             paths, ordering=ordering, include=include, exclude=exclude,
             limits=limits or Limits(), allow_secrets=allow_secrets,
         )  # fmt: skip
+        progress(f"{len(self.corpus.documents)} documents; connecting to the server")
         backend = backend or connect(base_url, model=model, api_key=api_key)
+        progress(f"counting tokens with {backend.info.engine}'s tokenizer")
         packed = pack_for_server(
             self.corpus, backend, store=store, max_tokens=max_tokens,
             reserved_question_tokens=reserved_question_tokens,

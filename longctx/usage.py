@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from longctx.errors import ConfigError
 from longctx.store import RequestRecord
 
 __all__ = ["CounterCheck", "Prices", "SavingsReport", "Usage", "build_report"]
@@ -269,6 +270,44 @@ class SavingsReport:
 
     def _repr_html_(self) -> str:
         return self.to_html()
+
+    def to_page(self) -> str:
+        """A self-contained HTML page (no scripts, no external files) with the figures and the chart."""
+        style = (
+            "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
+            "table{border-collapse:collapse;margin:1em 0}"
+            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}"
+            ".longctx-facts th{text-align:left;background:#f4f4f4}"
+            ".longctx-facts td{text-align:left}"
+        )
+        return (
+            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{html.escape(self.title)}</title><style>{style}</style></head>"
+            f"<body>{self.to_html()}<script type=\"application/json\" id=\"longctx-report\">"
+            f"{html.escape(self.to_json(indent=None))}</script></body></html>\n"
+        )
+
+    def plot(self, ax: Any = None) -> Any:
+        """A matplotlib bar chart of cached versus prefilled prompt tokens per request.
+
+        Needs the ``notebook`` extra (``pip install longctx[notebook]``).
+        """
+        try:
+            import matplotlib.pyplot as plt
+        except ImportError as error:
+            raise ConfigError("plotting needs matplotlib: pip install 'longctx[notebook]'") from error
+        if ax is None:
+            _, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(self.requests)) + 1))
+        labels = [f"#{i} {line.purpose}" for i, line in enumerate(self.requests, start=1)]
+        cached = [line.cached_tokens or 0 for line in self.requests]
+        prefilled = [(line.prompt_tokens or 0) - c for line, c in zip(self.requests, cached)]
+        ax.barh(labels, cached, color="#2e8b57", label="cached")
+        ax.barh(labels, prefilled, left=cached, color="#b0b0b0", label="prefilled")
+        ax.invert_yaxis()
+        ax.set_xlabel("prompt tokens")
+        ax.set_title(self.title)
+        ax.legend()
+        return ax
 
     def chart_svg(self, width: int = 560, bar_height: int = 16) -> str:
         """Cached (green) versus prefilled (grey) prompt tokens per request, as inline SVG."""

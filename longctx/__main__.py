@@ -1,0 +1,5 @@
+"""``python -m longctx``: the command line."""
+
+from longctx.cli import main
+
+main()

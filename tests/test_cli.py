@@ -1,0 +1,261 @@
+"""The longctx command through its installed entry point, as a subprocess.
+
+stdout must hold only answers (or JSON); everything else goes to stderr.
+Every documented exit code is reached here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fault_proxy import FaultProxy
+
+from longctx import cli
+from longctx.store import Store
+from longctx.testing import LocalServer
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+ENTRY_POINT = Path(sys.executable).parent / "longctx"
+
+
+def run(
+    *args: str, home: Path, env: dict[str, str] | None = None, stdin: str | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
+    environment.update({"LONGCTX_HOME": str(home), "LONGCTX_INSTANT_RETRIES": "1", **(env or {})})
+    return subprocess.run(
+        [str(ENTRY_POINT), *args], capture_output=True, text=True, env=environment, input=stdin, cwd=cwd,
+        timeout=600,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    for name in ("textwrap.py", "heapq.py"):
+        (root / name).write_text((STDLIB / name).read_text())
+    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*git, "init", "-q", str(root)], check=True)
+    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
+    subprocess.run([*git, "-C", str(root), "commit", "-qm", "init"], check=True)
+    return root
+
+
+def test_the_entry_point_is_installed() -> None:
+    assert ENTRY_POINT.exists(), "pip install -e . should have installed the longctx script"
+    result = subprocess.run([str(ENTRY_POINT), "--help"], capture_output=True, text=True, check=True)
+    for command in ("pack", "ask", "batch", "chat", "report", "doctor", "sessions", "recipe", "plan"):
+        assert command in result.stdout
+
+
+def test_pack_prints_the_pack_on_stdout_and_counts_on_stderr(repository: Path, home: Path) -> None:
+    result = run("pack", str(repository), home=home)
+    assert result.returncode == cli.EXIT_OK, result.stderr
+    assert "textwrap.py" in result.stdout and "heapq.py" in result.stdout
+    assert "packed 3 documents" in result.stderr and "(estimated)" in result.stderr
+    assert "packed 3 documents" not in result.stdout
+    again = run("pack", str(repository), home=home)
+    assert again.stdout == result.stdout  # byte-identical for identical inputs
+
+
+def test_pack_json_is_only_json(repository: Path, home: Path) -> None:
+    result = run("pack", str(repository), "--json", home=home)
+    assert result.returncode == 0
+    data = json.loads(result.stdout)
+    assert data["pack"]["document_count"] == 3
+    assert {entry["path"] for entry in data["manifest"]["entries"]} >= {"textwrap.py", "heapq.py", "NOTES.md"}
+
+
+def test_exit_code_usage(home: Path) -> None:
+    assert run("ask", home=home).returncode == cli.EXIT_USAGE  # click: missing arguments
+    result = run("pack", ".", "--max-files", "0", home=home)
+    assert result.returncode == cli.EXIT_USAGE
+    assert "max_files" in result.stderr and result.stdout == ""
+
+
+def test_exit_code_bad_input(tmp_path: Path, home: Path) -> None:
+    result = run("pack", str(tmp_path / "does-not-exist"), home=home)
+    assert result.returncode == cli.EXIT_BAD_INPUT
+    assert "does-not-exist" in result.stderr and result.stdout == ""
+
+
+def test_exit_code_unreachable(repository: Path, home: Path) -> None:
+    result = run("ask", str(repository), "hello?", "--base-url", "http://127.0.0.1:9/v1", home=home)
+    assert result.returncode == cli.EXIT_UNREACHABLE, result.stderr
+    assert "cannot reach" in result.stderr and result.stdout == ""
+
+
+def test_exit_code_no_session(home: Path) -> None:
+    result = run("sessions", "show", "no-such-session", home=home)
+    assert result.returncode == cli.EXIT_NO_SESSION
+    assert "no-such-session" in result.stderr
+
+
+def test_exit_code_other_longctx_error(tmp_path: Path) -> None:
+    # A home that is a file: the store cannot be opened.
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    result = run("sessions", "list", home=blocker / "inside")
+    assert result.returncode == cli.EXIT_ERROR
+    assert "cannot open the longctx database" in result.stderr
+
+
+def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
+    recipe = run("recipe", "nvidia/Kimi-K3-NVFP4", "--engine", "vllm", home=home)
+    assert recipe.returncode == 0
+    assert "--kv-cache-dtype fp8" in recipe.stdout and "--enable-prefix-caching" in recipe.stdout
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "vocab_size": 128256,
+        "intermediate_size": 14336,
+    }))  # fmt: skip
+    plan = run("plan", "--config", str(config), "--gpu-memory", "80", "--weights", "16", "--json", home=home)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 131072
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    bad = run("plan", "--config", str(broken), home=home)
+    assert bad.returncode == cli.EXIT_USAGE and "num_hidden_layers" in bad.stderr
+
+
+# -- against the real vLLM server ----------------------------------------------------
+
+
+@pytest.fixture
+def server_env(vllm_server: LocalServer) -> dict[str, str]:
+    return {"LONGCTX_BASE_URL": vllm_server.api_base}
+
+
+def test_ask_prints_only_the_answer(repository: Path, home: Path, server_env: dict[str, str]) -> None:
+    result = run("ask", str(repository), "What does heapq provide?", "--max-tokens", "12", home=home, env=server_env)
+    assert result.returncode == 0, result.stderr
+    store = Store.open(home)
+    session = store.sessions()[0]
+    stored = store.turns(session.id)[0]
+    assert result.stdout == stored.answer + "\n"
+    assert f"session {session.id}" in result.stderr and "prompt tokens" in result.stderr
+
+
+def test_ask_json(repository: Path, home: Path, server_env: dict[str, str]) -> None:
+    result = run("ask", str(repository), "Anything?", "--max-tokens", "4", "--json", home=home, env=server_env)
+    data = json.loads(result.stdout)
+    assert data["question"] == "Anything?" and data["usage"]["prompt_tokens"] > 1000
+    assert data["report"]["requests"][0]["prompt_tokens"] == data["usage"]["prompt_tokens"]
+
+
+def test_batch_and_report(repository: Path, tmp_path: Path, home: Path, server_env: dict[str, str]) -> None:
+    questions = tmp_path / "questions.txt"
+    questions.write_text("What is textwrap for?\nWhat is heapq for?\n\nWhich is longer?\nAny bugs?\n")
+    result = run("batch", str(repository), "--questions", str(questions), "--max-tokens", "8", home=home, env=server_env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("## ") == 4
+    assert "cached" in result.stderr
+    report = run("report", "--json", home=home)
+    assert report.returncode == 0
+    data = json.loads(report.stdout)
+    assert len(data["requests"]) == 4
+    assert data["cached_tokens"] > 0
+    assert data["counter_check"]["matches"] is True
+
+
+def test_exit_code_too_long(tmp_path: Path, home: Path, server_env: dict[str, str]) -> None:
+    big = tmp_path / "big"
+    big.mkdir()
+    for name in ("argparse.py", "typing.py", "dataclasses.py"):
+        (big / name).write_text((STDLIB / name).read_text())
+    result = run("ask", str(big), "Too much?", home=home, env=server_env)
+    assert result.returncode == cli.EXIT_TOO_LONG, result.stderr
+    assert "budget" in result.stderr and "Largest files" in result.stderr
+
+
+def test_exit_code_server_error(repository: Path, home: Path, vllm_server: LocalServer) -> None:
+    proxy = FaultProxy("127.0.0.1", vllm_server.port)
+    proxy.faults.extend(["503"] * 10)
+    try:
+        result = run("ask", str(repository), "overloaded?", "--base-url", proxy.base_url, home=home)
+    finally:
+        proxy.close()
+    assert result.returncode == cli.EXIT_SERVER, result.stderr
+    assert "503" in result.stderr and result.stdout == ""
+
+
+def test_chat_from_a_script_and_resume(repository: Path, home: Path, server_env: dict[str, str]) -> None:
+    result = run(
+        "chat", str(repository), "--max-tokens", "8", home=home, env=server_env,
+        stdin="First question?\nSecond question?\nThird question?\n",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    store = Store.open(home)
+    session = store.sessions()[0]
+    turns = store.turns(session.id)
+    assert [t.question for t in turns] == ["First question?", "Second question?", "Third question?"]
+    assert result.stdout == "".join(t.answer + "\n" for t in turns)
+    assert "turn 2:" in result.stderr and "cached" in result.stderr
+    resumed = run("chat", "--session", session.id, home=home, env=server_env, stdin="Fourth?\n")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(store.turns(session.id)) == 4
+    requests = store.requests(session_ids=[session.id])
+    assert all((r.cached_tokens or 0) > 0 for r in requests[1:])
+
+
+def test_doctor_and_sessions(repository: Path, home: Path, server_env: dict[str, str]) -> None:
+    doctor = run("doctor", "--json", home=home, env=server_env)
+    assert doctor.returncode == 0, doctor.stderr
+    data = json.loads(doctor.stdout)
+    assert data["servers"][0]["engine"] == "vllm" and data["servers"][0]["cache_reporting"] is True
+    run("ask", str(repository), "one?", "--max-tokens", "4", home=home, env=server_env)
+    listed = json.loads(run("sessions", "list", "--json", home=home).stdout)
+    assert len(listed) == 1 and listed[0]["turns"] == 1
+    shown = run("sessions", "show", listed[0]["id"], home=home)
+    assert "one?" in shown.stdout
+    deleted = run("sessions", "delete", listed[0]["id"], home=home)
+    assert deleted.returncode == 0
+    assert json.loads(run("sessions", "list", "--json", home=home).stdout) == []
+
+
+@pytest.fixture
+def chromium() -> Iterator[str]:
+    path = shutil.which("chromium")
+    assert path is not None, "chromium is installed by scripts/setup (Debian's package)"
+    yield path
+
+
+def test_html_report_renders_in_headless_chromium(
+    repository: Path, tmp_path: Path, home: Path, server_env: dict[str, str], chromium: str
+) -> None:
+    run("chat", str(repository), "--max-tokens", "8", home=home, env=server_env, stdin="One?\nTwo?\n")
+    page = tmp_path / "report.html"
+    result = run("report", "--html", str(page), home=home)
+    assert result.returncode == 0, result.stderr
+    profile = tmp_path / "chromium-profile"
+    rendered = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert rendered.returncode == 0, rendered.stderr[-2000:]
+    store = Store.open(home)
+    session = store.sessions()[0]
+    cached = sum(r.cached_tokens or 0 for r in store.requests(session_ids=[session.id]))
+    assert cached > 0
+    assert f"{cached:,}" in rendered.stdout
+    assert "longctx-chart" in rendered.stdout and "<rect" in rendered.stdout

@@ -53,7 +53,7 @@ from longctx.store import (
     StoredPack,
     TurnRecord,
 )
-from longctx.usage import CounterCheck, Prices, SavingsReport, Usage, build_report
+from longctx.usage import CounterCheck, Prices, SavingsReport, Usage, build_report, cold_prefill_rate
 
 __all__ = ["Answer", "Batch", "DocSession", "RepoSession", "Session", "history_form", "pack_for_server"]
 
@@ -543,9 +543,20 @@ class Session:
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         records = self.store.requests(session_ids=ids)
         checks = self.store.counter_checks(ids)
+        notes: list[str] = []
+        fallback_rate = None
+        if cold_prefill_rate(records) is None and records:
+            # Every request of this session hit the cache; the rate a hit
+            # saves is measured on earlier cold requests to the same model.
+            servers = {(r.base_url, r.model) for r in records}
+            earlier = [r for r in self.store.requests() if (r.base_url, r.model) in servers]
+            fallback_rate = cold_prefill_rate(earlier)
+            if fallback_rate is not None:
+                notes.append("cold prefill rate measured on earlier requests to the same server and model")
         return build_report(
-            records, title=f"session {self.id}: {self.title}", counter_check=_combine_checks(checks), prices=prices
-        )
+            records, title=f"session {self.id}: {self.title}", counter_check=_combine_checks(checks),
+            prices=prices, notes=notes, cold_rate=fallback_rate,
+        )  # fmt: skip
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""

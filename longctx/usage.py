@@ -23,7 +23,7 @@ from typing import Any
 from longctx.errors import ConfigError
 from longctx.store import RequestRecord
 
-__all__ = ["CounterCheck", "Prices", "SavingsReport", "Usage", "build_report"]
+__all__ = ["CounterCheck", "Prices", "SavingsReport", "Usage", "build_report", "cold_prefill_rate"]
 
 
 @dataclass(frozen=True)
@@ -369,8 +369,13 @@ def build_report(
     counter_check: CounterCheck | None = None,
     prices: Prices | None = None,
     notes: Sequence[str] = (),
+    cold_rate: float | None = None,
 ) -> SavingsReport:
-    """Sum ``records`` into a :class:`SavingsReport`."""
+    """Sum ``records`` into a :class:`SavingsReport`.
+
+    ``cold_rate`` (tokens per second) is used when none of ``records`` was
+    a cold request to measure it on.
+    """
     reported = [r.cached_tokens for r in records if r.cached_tokens is not None]
     missing = next((r.cached_reason for r in records if r.cached_tokens is None and r.cached_reason), None)
     if reported and len(reported) < len(records):
@@ -401,7 +406,7 @@ def build_report(
         cached_tokens=sum(reported) if reported else None,
         completion_tokens=sum(r.completion_tokens or 0 for r in records),
         missing_reason=None if reported else (missing or ("no requests" if not records else "not reported")),
-        cold_prefill_tokens_per_second=cold_prefill_rate(records),
+        cold_prefill_tokens_per_second=cold_prefill_rate(records) or cold_rate,
         counter_check=counter_check,
         prices=prices,
         notes=tuple([*missing_notes, *notes]),

@@ -1,0 +1,51 @@
+"""The public surface: longctx.__all__, the CLI reference, the README's commands."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import longctx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PUBLIC = {
+    "Answer", "Backend", "BackendError", "Batch", "Budget", "BudgetError", "ConfigError", "ContextOverflow",
+    "Corpus", "Diagnosis", "DocSession", "Document", "InputError", "Limits", "LongctxError", "Manifest",
+    "MapReduceAnswer", "Pack", "Prices", "RepoSession", "RetryPolicy", "SavingsReport", "ServerInfo",
+    "ServerUnreachable", "Session", "SessionNotFound", "ShardedPack", "ShardedSession", "Store", "Usage",
+    "__version__", "build_pack", "build_shards", "compare_packs", "connect", "load_corpus", "pack",
+}  # fmt: skip
+
+
+def test_all_is_exactly_the_public_surface() -> None:
+    assert set(longctx.__all__) == PUBLIC
+    assert len(longctx.__all__) == len(PUBLIC)
+
+
+def test_every_public_name_resolves() -> None:
+    for name in longctx.__all__:
+        assert getattr(longctx, name) is not None, name
+    assert issubclass(longctx.ContextOverflow, longctx.LongctxError)
+    assert issubclass(longctx.RepoSession, longctx.Session)
+
+
+def test_the_cli_reference_is_current() -> None:
+    spec = importlib.util.spec_from_file_location("cli_reference", ROOT / "scripts" / "cli_reference.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert (ROOT / "docs" / "cli.md").read_text() == module.reference(), (
+        "docs/cli.md is stale: run `python scripts/cli_reference.py --write`"
+    )
+
+
+def test_readme_has_the_two_commands_and_ci_runs_the_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    commands = re.findall(r"```sh\n(.+?)\n```", readme)
+    assert "scripts/demo" in commands and "scripts/test" in commands
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/test" in ci
+    for linked in re.findall(r"\]\((docs/[^)]+)\)", readme):
+        assert (ROOT / linked).exists(), linked

@@ -113,11 +113,12 @@ def naive_client(
         ]
         usages = list(pool.map(lambda messages: send(backend, messages, salt), sibling_messages))
     history: list[tuple[str, str]] = []
-    for question in TURNS:
+    for asked_now in TURNS:
         messages = [{"role": "system", "content": system()}]
         kept = history[-1:] if rewrite_history else history
+        question = asked_now
         if rewrite_history and len(history) > 1:
-            question = f"(Earlier we discussed {len(history) - 1} other questions.) {question}"
+            question = f"(Earlier we discussed {len(history) - 1} other questions.) {asked_now}"
         for turn_index, (asked, answered) in enumerate(kept):
             content = first_user(asked) if turn_index == 0 else asked
             messages += [{"role": "user", "content": content}, {"role": "assistant", "content": answered}]
@@ -132,7 +133,9 @@ def naive_client(
 def longctx_client(backend: Backend, root: Path, store: Store) -> ClientResult:
     corpus = load_corpus(root)
     pack = build_pack(corpus, tokenizer=backend.tokenizer(), store=store)
-    session = Session(backend, pack, store=store, max_tokens=MAX_TOKENS, cache_salt=uuid.uuid4().hex, concurrency=4)
+    session = Session(
+        backend, pack, store=store, max_tokens=MAX_TOKENS, cache_salt=uuid.uuid4().hex, concurrency=4
+    )
     batch = session.ask_many(list(SIBLINGS))
     usages = [answer.usage for answer in batch]
     for question in TURNS:
@@ -167,7 +170,9 @@ def run_engine(engine: str, harness: EngineHarness, work: Path) -> list[ClientRe
         naive_client("question first", backend, question_first, lambda: SYSTEM),
         naive_client("timestamp in system prompt", backend, docs_in_order, timestamp),
         naive_client("filesystem order", backend, filesystem_order, lambda: SYSTEM),
-        naive_client("history rewritten each turn", backend, docs_in_order, lambda: SYSTEM, rewrite_history=True),
+        naive_client(
+            "history rewritten each turn", backend, docs_in_order, lambda: SYSTEM, rewrite_history=True
+        ),
     ]
     backend.close()
     return results
@@ -175,7 +180,9 @@ def run_engine(engine: str, harness: EngineHarness, work: Path) -> list[ClientRe
 
 def section(work: Path, harness_dir: Path) -> str:
     """Run on both engines; return the Markdown section for docs/benchmarks.md."""
-    harness = EngineHarness(harness_dir, on_progress=lambda message: print(f"[naive] {message}", file=sys.stderr))
+    harness = EngineHarness(
+        harness_dir, on_progress=lambda message: print(f"[naive] {message}", file=sys.stderr)
+    )
     lines = [
         "## Sessions against naive clients",
         "",
@@ -193,14 +200,16 @@ def section(work: Path, harness_dir: Path) -> str:
             lines += [
                 f"### {engine} (CPU, tiny model)",
                 "",
-                "| client | requests | prompt tokens | cached tokens | cached share | prefill time (s) | vs longctx |",
+                "| client | requests | prompt tokens | cached tokens | cached share "
+                "| prefill time (s) | vs longctx |",
                 "|---|---:|---:|---:|---:|---:|---:|",
             ]
             for result in results:
                 share = result.cached_tokens / result.prompt_tokens if result.prompt_tokens else 0.0
                 ratio = result.prefill_seconds / baseline if baseline else float("nan")
                 lines.append(
-                    f"| {result.name} | {len(result.usages)} | {result.prompt_tokens:,} | {result.cached_tokens:,} | "
+                    f"| {result.name} | {len(result.usages)} | {result.prompt_tokens:,} "
+                    f"| {result.cached_tokens:,} | "
                     f"{share:.1%} | {result.prefill_seconds:.2f} | {ratio:.1f}x |"
                 )
             median_naive = statistics.median(r.prefill_seconds for r in results[1:])

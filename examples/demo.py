@@ -36,7 +36,11 @@ QUESTIONS = (
     "How does shlex split a command line?",
     "Which of these modules would be easiest to test, and why?",
 )
-CHAT = ("Summarise what this repository contains.", "Which module is the largest?", "What would you refactor first?")
+CHAT = (
+    "Summarise what this repository contains.",
+    "Which module is the largest?",
+    "What would you refactor first?",
+)
 
 
 def say(message: str) -> None:
@@ -65,7 +69,9 @@ def longctx(*args: str, cwd: Path, env: dict[str, str], stdin: str | None = None
     shown = " ".join(arg if " " not in arg else f'"{arg}"' for arg in args)
     say(f"\n$ longctx {shown}" + (" <<< (3 questions)" if stdin else ""))
     command = [str(Path(sys.executable).parent / "longctx"), *args]
-    result = subprocess.run(command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True)
+    result = subprocess.run(
+        command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, check=False
+    )
     if result.stdout:
         say(result.stdout.rstrip())
     if result.stderr:
@@ -91,7 +97,16 @@ def main() -> int:
         say(f"Server: {base_url}; repository: {repository}")
 
         longctx("ask", ".", "What is in this repository?", "--max-tokens", "32", cwd=repository, env=env)
-        longctx("batch", ".", "--questions", str(WORK / "questions.txt"), "--max-tokens", "32", cwd=repository, env=env)
+        longctx(
+            "batch",
+            ".",
+            "--questions",
+            str(WORK / "questions.txt"),
+            "--max-tokens",
+            "32",
+            cwd=repository,
+            env=env,
+        )
         batch_report = json.loads(longctx("report", "--json", cwd=repository, env=env))
         longctx("chat", ".", "--max-tokens", "32", cwd=repository, env=env, stdin="\n".join(CHAT) + "\n")
         chat_report = json.loads(longctx("report", "--json", cwd=repository, env=env))

@@ -90,7 +90,7 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         yield lambda message: None
         return
     with _console().status("starting") as status:
-        yield lambda message: status.update(message)
+        yield status.update
 
 
 def note(message: str, *, quiet: bool = False) -> None:
@@ -104,12 +104,24 @@ def emit_json(data: Any) -> None:
 
 # -- shared options ---------------------------------------------------------------
 
+
 def server_options(function: Callable[..., T]) -> Callable[..., T]:
     options = [
-        click.option("--base-url", envvar="LONGCTX_BASE_URL", help="Server URL (default http://127.0.0.1:8000/v1; env LONGCTX_BASE_URL; comma-separated replicas)."),
-        click.option("--model", envvar="LONGCTX_MODEL", help="Served model name (env LONGCTX_MODEL; default: the server's model)."),
-        click.option("--api-key", envvar="LONGCTX_API_KEY", help="Bearer token (env LONGCTX_API_KEY); never printed."),
-    ]  # fmt: skip
+        click.option(
+            "--base-url",
+            envvar="LONGCTX_BASE_URL",
+            help="Server URL (default http://127.0.0.1:8000/v1; env LONGCTX_BASE_URL; "
+            "comma-separated replicas).",
+        ),
+        click.option(
+            "--model",
+            envvar="LONGCTX_MODEL",
+            help="Served model name (env LONGCTX_MODEL; default: the server's model).",
+        ),
+        click.option(
+            "--api-key", envvar="LONGCTX_API_KEY", help="Bearer token (env LONGCTX_API_KEY); never printed."
+        ),
+    ]
     for option in reversed(options):
         function = option(function)
     return function
@@ -117,14 +129,28 @@ def server_options(function: Callable[..., T]) -> Callable[..., T]:
 
 def corpus_options(function: Callable[..., T]) -> Callable[..., T]:
     options = [
-        click.option("--ordering", type=click.Choice(["stability", "path"]), help="Document order (default: stability in git repositories, else path)."),
-        click.option("--include", multiple=True, metavar="GLOB", help="Only paths matching this gitignore-style pattern (repeatable)."),
-        click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching this pattern (repeatable)."),
+        click.option(
+            "--ordering",
+            type=click.Choice(["stability", "path"]),
+            help="Document order (default: stability in git repositories, else path).",
+        ),
+        click.option(
+            "--include",
+            multiple=True,
+            metavar="GLOB",
+            help="Only paths matching this gitignore-style pattern (repeatable).",
+        ),
+        click.option(
+            "--exclude",
+            multiple=True,
+            metavar="GLOB",
+            help="Leave out paths matching this pattern (repeatable).",
+        ),
         click.option("--max-file-bytes", type=int, help="Skip files larger than this."),
         click.option("--max-total-bytes", type=int, help="Stop adding files past this total."),
         click.option("--max-files", type=int, help="Stop adding files past this count."),
         click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         function = option(function)
     return function
@@ -132,11 +158,13 @@ def corpus_options(function: Callable[..., T]) -> Callable[..., T]:
 
 def session_options(function: Callable[..., T]) -> Callable[..., T]:
     options = [
-        click.option("--max-tokens", type=int, default=512, show_default=True, help="Longest answer, in tokens."),
+        click.option(
+            "--max-tokens", type=int, default=512, show_default=True, help="Longest answer, in tokens."
+        ),
         click.option("--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
         click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr."),
-    ]  # fmt: skip
+    ]
     for option in reversed(options):
         function = option(function)
     return function
@@ -156,9 +184,7 @@ def _limits(max_file_bytes: int | None, max_total_bytes: int | None, max_files: 
         raise ConfigError(str(error)) from error
 
 
-def _open_session(
-    paths: Sequence[str], options: dict[str, Any], say: Callable[[str], None]
-) -> Any:
+def _open_session(paths: Sequence[str], options: dict[str, Any], say: Callable[[str], None]) -> Any:
     from longctx.session import RepoSession
 
     return RepoSession(
@@ -200,6 +226,7 @@ def _answer_json(answer: Any) -> dict[str, Any]:
 
 # -- the command group ------------------------------------------------------------
 
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="longctx")
 def main() -> None:
@@ -210,11 +237,29 @@ def main() -> None:
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @corpus_options
 @server_options
-@click.option("--tokenizer", default="auto", show_default=True, help="auto (the server's when a server URL is set, else the estimate), server, estimate, a tiktoken name such as cl100k_base, or a model folder.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), help="Write the pack here instead of stdout.")
-@click.option("--json", "as_json", is_flag=True, help="Print the pack's summary and manifest as JSON instead of the pack.")
+@click.option(
+    "--tokenizer",
+    default="auto",
+    show_default=True,
+    help="auto (the server's when a server URL is set, else the estimate), server, estimate, "
+    "a tiktoken name such as cl100k_base, or a model folder.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the pack here instead of stdout.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the pack's summary and manifest as JSON instead of the pack.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
-def pack(paths: tuple[str, ...], tokenizer: str, output: str | None, as_json: bool, quiet: bool, **options: Any) -> None:  # fmt: skip
+def pack(
+    paths: tuple[str, ...], tokenizer: str, output: str | None, as_json: bool, quiet: bool, **options: Any
+) -> None:
     """Pack PATHS (repositories, folders, files) into one cache-friendly prompt prefix.
 
     The pack is the system message, a blank line, then the start of the
@@ -227,10 +272,13 @@ def pack(paths: tuple[str, ...], tokenizer: str, output: str | None, as_json: bo
         from longctx.store import Store
 
         corpus = load_corpus(
-            list(paths), ordering=options["ordering"], include=options["include"], exclude=options["exclude"],
+            list(paths),
+            ordering=options["ordering"],
+            include=options["include"],
+            exclude=options["exclude"],
             limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
             allow_secrets=options["allow_secrets"],
-        )  # fmt: skip
+        )
         store = Store.open()
         chosen = _tokenizer(tokenizer, options)
         built = build_pack(corpus, tokenizer=chosen, store=store)
@@ -247,7 +295,9 @@ def pack(paths: tuple[str, ...], tokenizer: str, output: str | None, as_json: bo
     skipped = corpus.manifest.skipped_by_reason()
     skipped_text = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())) or "none"
     tokens = built.prefix_tokens
-    count_text = "not counted" if tokens is None else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
+    count_text = (
+        "not counted" if tokens is None else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
+    )
     note(
         f"packed {len(built.documents)} documents: {count_text}; skipped: {skipped_text}; "
         f"fingerprint {built.fingerprint[:16]}",
@@ -263,7 +313,9 @@ def _tokenizer(choice: str, options: dict[str, Any]) -> Any:
     if choice in ("server", "auto"):
         from longctx.backends.base import connect
 
-        return connect(options.get("base_url"), model=options.get("model"), api_key=options.get("api_key")).tokenizer()
+        return connect(
+            options.get("base_url"), model=options.get("model"), api_key=options.get("api_key")
+        ).tokenizer()
     if Path(choice).is_dir():
         return tokenizer_from_model_dir(Path(choice))
     return TiktokenFileTokenizer.named(choice)
@@ -297,12 +349,20 @@ def ask(paths: tuple[str, ...], question: str, as_json: bool, quiet: bool, **opt
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--questions", "questions_file", required=True, type=click.File("r"), help="A file with one question per line ('-' for stdin).")
+@click.option(
+    "--questions",
+    "questions_file",
+    required=True,
+    type=click.File("r"),
+    help="A file with one question per line ('-' for stdin).",
+)
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Questions in flight at once.")
 @corpus_options
 @server_options
 @session_options
-def batch(paths: tuple[str, ...], questions_file: Any, concurrency: int, as_json: bool, quiet: bool, **options: Any) -> None:  # fmt: skip
+def batch(
+    paths: tuple[str, ...], questions_file: Any, concurrency: int, as_json: bool, quiet: bool, **options: Any
+) -> None:
     """Ask every question of a file about PATHS, as siblings sharing one cached prefix.
 
     Answers go to stdout in question order, each under its question.
@@ -325,7 +385,13 @@ def batch(paths: tuple[str, ...], questions_file: Any, concurrency: int, as_json
     except LongctxError as error:
         fail(error)
     if as_json:
-        emit_json({"session_id": session.id, "answers": [_answer_json(a) for a in result], "report": result.report.to_dict()})  # fmt: skip
+        emit_json(
+            {
+                "session_id": session.id,
+                "answers": [_answer_json(a) for a in result],
+                "report": result.report.to_dict(),
+            }
+        )
     else:
         for answer in result:
             click.echo(f"## {answer.question}\n\n{answer.text}\n")
@@ -394,7 +460,12 @@ def chat(paths: tuple[str, ...], session_id: str | None, as_json: bool, quiet: b
 @click.argument("session_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 @click.option("--markdown", is_flag=True, help="Markdown on stdout.")
-@click.option("--html", "html_file", type=click.Path(dir_okay=False, writable=True), help="Write a self-contained HTML page with the chart.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write a self-contained HTML page with the chart.",
+)
 def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str | None) -> None:
     """The savings report of a session (default: the latest), its siblings included."""
     from longctx.session import Session
@@ -460,8 +531,19 @@ def sessions_list(show_all: bool, as_json: bool) -> None:
     except LongctxError as error:
         fail(error)
     if as_json:
-        emit_json([{"id": r.id, "kind": r.kind, "title": r.title, "created_at": r.created_at,
-                    "parent_id": r.parent_id, "turns": turns} for r, turns in rows])  # fmt: skip
+        emit_json(
+            [
+                {
+                    "id": r.id,
+                    "kind": r.kind,
+                    "title": r.title,
+                    "created_at": r.created_at,
+                    "parent_id": r.parent_id,
+                    "turns": turns,
+                }
+                for r, turns in rows
+            ]
+        )
         return
     for record, turns in rows:
         click.echo(f"{record.id}  {record.kind:<7}  {turns:>3} turns  {record.title}")
@@ -481,8 +563,13 @@ def sessions_show(session_id: str, as_json: bool) -> None:
     except LongctxError as error:
         fail(error)
     if as_json:
-        emit_json({"id": session.id, "title": session.title,
-                   "turns": [{"question": t.question, "answer": t.answer} for t in session.turns]})  # fmt: skip
+        emit_json(
+            {
+                "id": session.id,
+                "title": session.title,
+                "turns": [{"question": t.question, "answer": t.answer} for t in session.turns],
+            }
+        )
         return
     click.echo(f"session {session.id}: {session.title}")
     for index, turn in enumerate(session.turns):
@@ -507,8 +594,15 @@ def sessions_delete(session_id: str) -> None:
 @click.option("--engine", type=click.Choice(["vllm", "sglang"]), required=True)
 @click.option("--gpus", type=int, help="GPUs for tensor parallelism.")
 @click.option("--max-model-len", type=int, help="Context length to serve.")
-@click.option("--config", "config_path", type=click.Path(exists=True), help="The model's config.json (or folder), for a model outside the catalogue.")
-def recipe(model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None) -> None:
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True),
+    help="The model's config.json (or folder), for a model outside the catalogue.",
+)
+def recipe(
+    model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None
+) -> None:
     """The launch command and environment for MODEL on ENGINE."""
     from longctx.serving import load_model_config, recipe_for
 
@@ -523,28 +617,61 @@ def recipe(model: str, engine: str, gpus: int | None, max_model_len: int | None,
 
 
 @main.command()
-@click.option("--config", "config_path", required=True, type=click.Path(exists=True), help="The model's config.json (or its folder).")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True)
+@click.option(
+    "--config",
+    "config_path",
+    required=True,
+    type=click.Path(exists=True),
+    help="The model's config.json (or its folder).",
+)
+@click.option(
+    "--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True
+)
 @click.option("--gpus", type=int, default=1, show_default=True)
 @click.option("--gpu-memory", type=float, help="GiB per GPU.")
 @click.option("--weights", type=float, help="GiB of weights in all (split over the GPUs).")
-@click.option("--kv-memory", type=float, help="GiB of KV cache per GPU, as the server logs it (overrides the estimate).")
+@click.option(
+    "--kv-memory", type=float, help="GiB of KV cache per GPU, as the server logs it (overrides the estimate)."
+)
 @click.option("--dcp", type=int, default=1, show_default=True, help="SGLang decode context parallelism.")
-@click.option("--context", "contexts", type=int, multiple=True, help="Context lengths to answer for (repeatable).")
-@click.option("--concurrency", "concurrencies", type=int, multiple=True, help="Concurrencies to answer for (repeatable).")
+@click.option(
+    "--context", "contexts", type=int, multiple=True, help="Context lengths to answer for (repeatable)."
+)
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    type=int,
+    multiple=True,
+    help="Concurrencies to answer for (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
-def plan(config_path: str, kv_cache_dtype: str, gpus: int, gpu_memory: float | None, weights: float | None,
-         kv_memory: float | None, dcp: int, contexts: tuple[int, ...], concurrencies: tuple[int, ...],
-         as_json: bool) -> None:  # fmt: skip
+def plan(
+    config_path: str,
+    kv_cache_dtype: str,
+    gpus: int,
+    gpu_memory: float | None,
+    weights: float | None,
+    kv_memory: float | None,
+    dcp: int,
+    contexts: tuple[int, ...],
+    concurrencies: tuple[int, ...],
+    as_json: bool,
+) -> None:
     """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency."""
     from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity
 
     try:
         layout = kv_layout_from_config(load_model_config(config_path), kv_cache_dtype=kv_cache_dtype)
         result = plan_capacity(
-            layout, gpus=gpus, gpu_memory_gib=gpu_memory, weights_gib=weights, kv_memory_gib=kv_memory,
-            dcp=dcp, contexts=list(contexts) or None, concurrencies=list(concurrencies) or None,
-        )  # fmt: skip
+            layout,
+            gpus=gpus,
+            gpu_memory_gib=gpu_memory,
+            weights_gib=weights,
+            kv_memory_gib=kv_memory,
+            dcp=dcp,
+            contexts=list(contexts) or None,
+            concurrencies=list(concurrencies) or None,
+        )
     except LongctxError as error:
         fail(error)
     if as_json:

@@ -73,17 +73,29 @@ class ShardedSession:
                 paths, ordering=ordering, include=include, exclude=exclude, limits=limits or Limits()
             )
             sharded = pack_for_server(
-                corpus, self.backend, store=self.store, max_tokens=max_tokens,
-                reserved_question_tokens=reserved_question_tokens, shard=True,
-            )  # fmt: skip
+                corpus,
+                self.backend,
+                store=self.store,
+                max_tokens=max_tokens,
+                reserved_question_tokens=reserved_question_tokens,
+                shard=True,
+            )
         shards = sharded.shards if isinstance(sharded, ShardedPack) else (sharded,)
         count = len(shards)
         self.shards: tuple[Session, ...] = tuple(
-            Session(self.backend, shard, store=self.store, title=f"shard {index}/{count}",
-                    max_tokens=max_tokens, **options)
+            Session(
+                self.backend,
+                shard,
+                store=self.store,
+                title=f"shard {index}/{count}",
+                max_tokens=max_tokens,
+                **options,
+            )
             for index, shard in enumerate(shards, start=1)
-        )  # fmt: skip
-        self.reducer = Session(self.backend, None, store=self.store, title="reduce", max_tokens=max_tokens, **options)
+        )
+        self.reducer = Session(
+            self.backend, None, store=self.store, title="reduce", max_tokens=max_tokens, **options
+        )
 
     def ask(self, question: str, *, max_tokens: int | None = None) -> MapReduceAnswer:
         """Ask every shard (map), then combine their answers (reduce)."""
@@ -95,7 +107,7 @@ class ShardedSession:
         if count == 1:
             return MapReduceAnswer(partial[0], partial)
         parts = "\n\n".join(
-            f"<partial-answer part=\"{index}\">\n{answer.text}\n</partial-answer>"
+            f'<partial-answer part="{index}">\n{answer.text}\n</partial-answer>'
             for index, answer in enumerate(partial, start=1)
         )
         combined = self.reducer.fork(at=0).ask(

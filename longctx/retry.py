@@ -119,7 +119,7 @@ def parse_retry_after(value: str | None) -> float | None:
 @contextmanager
 def instant_retries() -> Iterator[None]:
     """Within the block, retries happen without waiting (attempts still count)."""
-    global _instant_depth
+    global _instant_depth  # noqa: PLW0603 - one process-wide switch, guarded by its lock
     with _instant_lock:
         _instant_depth += 1
     try:
@@ -141,7 +141,7 @@ def _wait_strategy(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], f
         left = max(0.0, policy.total_seconds - (state.seconds_since_start or 0.0))
         if isinstance(error, BackendError) and error.retry_after is not None:
             return min(error.retry_after, left)
-        base = min(policy.max_wait, policy.initial_wait * 2 ** (state.attempt_number - 1))
+        base = min(policy.max_wait, policy.initial_wait * 2.0 ** (state.attempt_number - 1))
         return min(base * (0.5 + random.random() / 2), left)
 
     return wait
@@ -152,11 +152,12 @@ def _retrying_arguments(policy: RetryPolicy, on_retry: OnRetry | None) -> dict[s
         if on_retry and state.outcome is not None:
             error = state.outcome.exception()
             if error is not None:
-                wait_seconds = state.next_action.sleep if state.next_action else 0.0
+                wait_seconds = float(state.next_action.sleep) if state.next_action else 0.0
                 on_retry(RetryEvent(state.attempt_number, error, wait_seconds))
 
     return {
-        "stop": tenacity.stop_after_attempt(policy.attempts) | tenacity.stop_after_delay(policy.total_seconds),
+        "stop": tenacity.stop_after_attempt(policy.attempts)
+        | tenacity.stop_after_delay(policy.total_seconds),
         "wait": _wait_strategy(policy),
         "retry": tenacity.retry_if_exception(is_retryable),
         "before_sleep": before_sleep,
@@ -201,5 +202,5 @@ async def acall_with_retry(
         attempts += 1
         return await function()
 
-    value = await retrying(attempt)
+    value: T = await retrying(attempt)
     return RetryOutcome(value, attempts)

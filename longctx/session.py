@@ -42,9 +42,8 @@ from typing import Any
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
 from longctx.corpus import Corpus, Limits, load_corpus
-from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
-from longctx.tokens import EstimateTokenizer, Tokenizer
 from longctx.errors import ConfigError, LongctxError, StoreError
+from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
 from longctx.store import (
     CounterCheckRecord,
     RequestRecord,
@@ -53,6 +52,7 @@ from longctx.store import (
     StoredPack,
     TurnRecord,
 )
+from longctx.tokens import EstimateTokenizer, Tokenizer
 from longctx.usage import CounterCheck, Prices, SavingsReport, Usage, build_report, cold_prefill_rate
 
 __all__ = ["Answer", "Batch", "DocSession", "RepoSession", "Session", "history_form", "pack_for_server"]
@@ -69,7 +69,7 @@ def history_form(answer: str) -> str:
     follow in substance).
     """
     if THINK_END in answer:
-        return answer.split(THINK_END)[-1].lstrip("\n")
+        return answer.rsplit(THINK_END, maxsplit=1)[-1].lstrip("\n")
     return answer
 
 
@@ -280,7 +280,9 @@ class Session:
         record = store.session(session_id)
         pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
-            raise StoreError(f"session {session_id} refers to pack {record.pack_fingerprint} missing from the store")
+            raise StoreError(
+                f"session {session_id} refers to pack {record.pack_fingerprint} missing from the store"
+            )
         return cls(backend, pack, store=store, _record=record)
 
     def messages(self, question: str, *, history: Sequence[TurnRecord] | None = None) -> list[dict[str, str]]:
@@ -376,9 +378,13 @@ class Session:
             snapshot = _CounterSnapshot.take(self.backend)
             sent = self.backend.complete(request)
             turn, record, answer = self._records(
-                sent, session_id=self.id, position=self._own_position(), question=question,
-                purpose=purpose, batch_id=None,
-            )  # fmt: skip
+                sent,
+                session_id=self.id,
+                position=self._own_position(),
+                question=question,
+                purpose=purpose,
+                batch_id=None,
+            )
             self.store.commit_turn(turn, record)
             self._turns.append(turn)
             snapshot.finish(self.store, self.id, None, [record])
@@ -390,9 +396,13 @@ class Session:
         snapshot = await asyncio.to_thread(_CounterSnapshot.take, self.backend)
         sent = await self.backend.acomplete(request)
         turn, record, answer = self._records(
-            sent, session_id=self.id, position=self._own_position(), question=question,
-            purpose=purpose, batch_id=None,
-        )  # fmt: skip
+            sent,
+            session_id=self.id,
+            position=self._own_position(),
+            question=question,
+            purpose=purpose,
+            batch_id=None,
+        )
         self.store.commit_turn(turn, record)
         self._turns.append(turn)
         await asyncio.to_thread(snapshot.finish, self.store, self.id, None, [record])
@@ -400,7 +410,9 @@ class Session:
 
     # -- siblings -----------------------------------------------------------
 
-    def _sibling_plan(self, questions: Sequence[str], max_tokens: int | None) -> tuple[list[ChatRequest], str]:
+    def _sibling_plan(
+        self, questions: Sequence[str], max_tokens: int | None
+    ) -> tuple[list[ChatRequest], str]:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
         history = list(self._turns)
@@ -492,7 +504,9 @@ class Session:
 
         lead = asyncio.ensure_future(run(0))
         await lead_ready.wait()
-        outcomes = await asyncio.gather(lead, *(run(i) for i in range(1, len(requests))), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            lead, *(run(i) for i in range(1, len(requests))), return_exceptions=True
+        )
         failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
         return await asyncio.to_thread(self._finish_batch, batch_id, questions, results, failures, snapshot)
 
@@ -509,7 +523,9 @@ class Session:
         if failures:
             raise failures[0]
         answers = tuple(results[i][1] for i in range(len(questions)))
-        report = build_report(records, title=f"batch of {len(questions)} sibling questions", counter_check=check)
+        report = build_report(
+            records, title=f"batch of {len(questions)} sibling questions", counter_check=check
+        )
         return Batch(answers, report)
 
     # -- branches -----------------------------------------------------------
@@ -534,7 +550,9 @@ class Session:
 
     def branch(self, answer: Answer) -> Session:
         """The branch session an ``ask_many`` answer lives in, to continue it."""
-        return Session(self._backend, self.pack, store=self.store, _record=self.store.session(answer.session_id))
+        return Session(
+            self._backend, self.pack, store=self.store, _record=self.store.session(answer.session_id)
+        )
 
     # -- reports ------------------------------------------------------------
 
@@ -554,9 +572,13 @@ class Session:
             if fallback_rate is not None:
                 notes.append("cold prefill rate measured on earlier requests to the same server and model")
         return build_report(
-            records, title=f"session {self.id}: {self.title}", counter_check=_combine_checks(checks),
-            prices=prices, notes=notes, cold_rate=fallback_rate,
-        )  # fmt: skip
+            records,
+            title=f"session {self.id}: {self.title}",
+            counter_check=_combine_checks(checks),
+            prices=prices,
+            notes=notes,
+            cold_rate=fallback_rate,
+        )
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""
@@ -618,9 +640,15 @@ class _CounterSnapshot:
             if after is None:
                 continue
             check = CounterCheckRecord(
-                session_id=session_id, batch_id=batch_id, base_url=url, counter=before.counter,
-                before=before.hits, after=after, reported=reported, requests=len(mine),
-            )  # fmt: skip
+                session_id=session_id,
+                batch_id=batch_id,
+                base_url=url,
+                counter=before.counter,
+                before=before.hits,
+                after=after,
+                reported=reported,
+                requests=len(mine),
+            )
             store.record_counter_check(check)
             checks.append(check)
         return _combine_checks(checks)
@@ -662,11 +690,17 @@ def _combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None
         )
     reported = sum(part or 0 for part in reported_parts)
     matches = delta == reported
-    note = "" if matches else (
-        f"the server counted {delta - reported:+,} tokens more than the responses reported "
-        "(other clients' traffic, or requests longctx did not make, in the same window)"
+    note = (
+        ""
+        if matches
+        else (
+            f"the server counted {delta - reported:+,} tokens more than the responses reported "
+            "(other clients' traffic, or requests longctx did not make, in the same window)"
+        )
     )
-    return CounterCheck(counter=checks[0].counter, server_delta=delta, reported=reported, matches=matches, note=note)
+    return CounterCheck(
+        counter=checks[0].counter, server_delta=delta, reported=reported, matches=matches, note=note
+    )
 
 
 def pack_for_server(
@@ -688,7 +722,11 @@ def pack_for_server(
     info = backend.info
     tokenizer: Tokenizer = backend.tokenizer() if info.engine in ("vllm", "sglang") else EstimateTokenizer()
     budget = (
-        Budget(info.context_length, reserved_output_tokens=max_tokens, reserved_question_tokens=reserved_question_tokens)
+        Budget(
+            info.context_length,
+            reserved_output_tokens=max_tokens,
+            reserved_question_tokens=reserved_question_tokens,
+        )
         if info.context_length
         else None
     )
@@ -727,16 +765,23 @@ class _CorpusSession(Session):
         store = store or Store.open()
         progress("reading files")
         self.corpus = load_corpus(
-            paths, ordering=ordering, include=include, exclude=exclude,
-            limits=limits or Limits(), allow_secrets=allow_secrets,
-        )  # fmt: skip
+            paths,
+            ordering=ordering,
+            include=include,
+            exclude=exclude,
+            limits=limits or Limits(),
+            allow_secrets=allow_secrets,
+        )
         progress(f"{len(self.corpus.documents)} documents; connecting to the server")
         backend = backend or connect(base_url, model=model, api_key=api_key)
         progress(f"counting tokens with {backend.info.engine}'s tokenizer")
         packed = pack_for_server(
-            self.corpus, backend, store=store, max_tokens=max_tokens,
+            self.corpus,
+            backend,
+            store=store,
+            max_tokens=max_tokens,
             reserved_question_tokens=reserved_question_tokens,
-        )  # fmt: skip
+        )
         assert isinstance(packed, Pack)
         self.full_pack = packed
         label = title or self.corpus.root or "documents"

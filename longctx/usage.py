@@ -182,7 +182,10 @@ class SavingsReport:
     def summary_line(self) -> str:
         """One line for a terminal's stderr."""
         if self.cached_tokens is None:
-            return f"{len(self.requests)} requests, {self.prompt_tokens:,} prompt tokens; cached tokens unknown: {self.missing_reason}"
+            return (
+                f"{len(self.requests)} requests, {self.prompt_tokens:,} prompt tokens; "
+                f"cached tokens unknown: {self.missing_reason}"
+            )
         saved = self.prefill_seconds_saved
         saved_text = f", ~{saved:.1f} s prefill saved (estimate)" if saved is not None else ""
         return (
@@ -200,12 +203,17 @@ class SavingsReport:
             facts.append(("prefilled tokens", f"{self.prefill_tokens:,}"))
         facts.append(("completion tokens", f"{self.completion_tokens:,}"))
         if self.cold_prefill_tokens_per_second:
-            facts.append(("cold prefill rate", f"{self.cold_prefill_tokens_per_second:,.0f} tokens/s (measured)"))
+            facts.append(
+                ("cold prefill rate", f"{self.cold_prefill_tokens_per_second:,.0f} tokens/s (measured)")
+            )
         if self.prefill_seconds_saved is not None:
             facts.append(("prefill time saved", f"~{self.prefill_seconds_saved:.2f} s (estimate)"))
         if self.cost is not None and self.cost_without_cache is not None and self.prices:
             facts.append(
-                ("cost", f"{self.cost:.4f} {self.prices.currency} (without cache {self.cost_without_cache:.4f})")
+                (
+                    "cost",
+                    f"{self.cost:.4f} {self.prices.currency} (without cache {self.cost_without_cache:.4f})",
+                )
             )
         check = self.counter_check
         if check is not None:
@@ -213,9 +221,7 @@ class SavingsReport:
                 facts.append(("server counter", f"{check.counter}: not checked ({check.note})"))
             else:
                 verdict = "matches" if check.matches else f"MISMATCH ({check.note})"
-                facts.append(
-                    ("server counter", f"{check.counter} grew by {check.server_delta:,}: {verdict}")
-                )
+                facts.append(("server counter", f"{check.counter} grew by {check.server_delta:,}: {verdict}"))
         return facts
 
     def _rows(self) -> list[list[str]]:
@@ -226,10 +232,17 @@ class SavingsReport:
             return "n/a" if value is None else f"{value:.2f}"
 
         return [
-            [str(index), line.purpose, number(line.prompt_tokens), number(line.cached_tokens),
-             number(line.completion_tokens), seconds(line.ttft_seconds), seconds(line.total_seconds)]
+            [
+                str(index),
+                line.purpose,
+                number(line.prompt_tokens),
+                number(line.cached_tokens),
+                number(line.completion_tokens),
+                seconds(line.ttft_seconds),
+                seconds(line.total_seconds),
+            ]
             for index, line in enumerate(self.requests, start=1)
-        ]  # fmt: skip
+        ]
 
     _HEADINGS = ("#", "purpose", "prompt", "cached", "completion", "ttft s", "total s")
 
@@ -241,7 +254,11 @@ class SavingsReport:
         widths = [max(len(row[i]) for row in rows) for i in range(len(self._HEADINGS))]
         lines.append("")
         for row in rows:
-            lines.append("  ".join(cell.rjust(widths[i]) if i != 1 else cell.ljust(widths[i]) for i, cell in enumerate(row)))
+            lines.append(
+                "  ".join(
+                    cell.rjust(widths[i]) if i != 1 else cell.ljust(widths[i]) for i, cell in enumerate(row)
+                )
+            )
         lines += [f"note: {note}" for note in self.notes]
         return "\n".join(lines)
 
@@ -258,7 +275,9 @@ class SavingsReport:
         escape = html.escape
         facts = "".join(f"<tr><th>{escape(n)}</th><td>{escape(v)}</td></tr>" for n, v in self._facts())
         head = "".join(f"<th>{escape(h)}</th>" for h in self._HEADINGS)
-        body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self._rows())
+        body = "".join(
+            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self._rows()
+        )
         notes = "".join(f"<p><em>{escape(note)}</em></p>" for note in self.notes)
         return (
             f'<div class="longctx-report"><h3>{escape(self.title)}</h3>'
@@ -281,9 +300,9 @@ class SavingsReport:
             ".longctx-facts td{text-align:left}"
         )
         return (
-            "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>{html.escape(self.title)}</title><style>{style}</style></head>"
-            f"<body>{self.to_html()}<script type=\"application/json\" id=\"longctx-report\">"
+            f'<body>{self.to_html()}<script type="application/json" id="longctx-report">'
             f"{html.escape(self.to_json(indent=None))}</script></body></html>\n"
         )
 
@@ -300,7 +319,7 @@ class SavingsReport:
             _, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(self.requests)) + 1))
         labels = [f"#{i} {line.purpose}" for i, line in enumerate(self.requests, start=1)]
         cached = [line.cached_tokens or 0 for line in self.requests]
-        prefilled = [(line.prompt_tokens or 0) - c for line, c in zip(self.requests, cached)]
+        prefilled = [(line.prompt_tokens or 0) - c for line, c in zip(self.requests, cached, strict=True)]
         ax.barh(labels, cached, color="#2e8b57", label="cached")
         ax.barh(labels, prefilled, left=cached, color="#b0b0b0", label="prefilled")
         ax.invert_yaxis()
@@ -318,7 +337,8 @@ class SavingsReport:
         label_width, gap = 40, 4
         height = len(lines) * (bar_height + gap) + 24
         parts = [
-            f'<svg class="longctx-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            '<svg class="longctx-chart" xmlns="http://www.w3.org/2000/svg" '
+            f'width="{width}" height="{height}" '
             'role="img" aria-label="cached versus prefilled prompt tokens per request">'
         ]
         scale = (width - label_width - 10) / largest
@@ -328,7 +348,8 @@ class SavingsReport:
             prefilled = (line.prompt_tokens or 0) - cached
             parts.append(f'<text x="0" y="{y + bar_height - 4}" font-size="11">#{index + 1}</text>')
             parts.append(
-                f'<rect x="{label_width}" y="{y}" width="{cached * scale:.1f}" height="{bar_height}" fill="#2e8b57">'
+                f'<rect x="{label_width}" y="{y}" width="{cached * scale:.1f}" '
+                f'height="{bar_height}" fill="#2e8b57">'
                 f"<title>cached {cached:,}</title></rect>"
             )
             parts.append(
@@ -338,7 +359,8 @@ class SavingsReport:
         legend_y = len(lines) * (bar_height + gap) + 14
         parts.append(
             f'<text x="{label_width}" y="{legend_y}" font-size="11" fill="#2e8b57">cached</text>'
-            f'<text x="{label_width + 60}" y="{legend_y}" font-size="11" fill="#707070">prefilled</text></svg>'
+            f'<text x="{label_width + 60}" y="{legend_y}" font-size="11" fill="#707070">'
+            "prefilled</text></svg>"
         )
         return "".join(parts)
 

@@ -1,7 +1,7 @@
 """Write docs/cli.md from the command's own --help texts (a test checks it is current).
 
-    python scripts/cli_reference.py          # print
-    python scripts/cli_reference.py --write  # rewrite docs/cli.md
+python scripts/cli_reference.py          # print
+python scripts/cli_reference.py --write  # rewrite docs/cli.md
 """
 
 from __future__ import annotations

@@ -89,10 +89,14 @@ class FakeEngine:
                 "# HELP vllm:cache_config_info info\n"
                 f'vllm:cache_config_info{{block_size="{self.block}",cache_dtype="auto",'
                 f'enable_prefix_caching="{enabled}",engine="0",model_name="{self.model}"}} 1.0\n'
-                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{self.model}"}} {float(self.hits_total)}\n'
+                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{self.model}"}} '
+                f"{float(self.hits_total)}\n"
                 f'vllm:prefix_cache_queries_total{{engine="0",model_name="{self.model}"}} 0.0\n'
             )
-        return f'sglang:cached_tokens_total{{cache_source="device",model_name="{self.model}"}} {float(self.hits_total)}\n'
+        return (
+            f'sglang:cached_tokens_total{{cache_source="device",model_name="{self.model}"}} '
+            f"{float(self.hits_total)}\n"
+        )
 
     def chat(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
@@ -103,7 +107,9 @@ class FakeEngine:
         if fault is not None:
             if fault.drop:
                 raise httpx2.ConnectError("connection dropped by the fake engine", request=request)
-            return httpx2.Response(fault.status or 500, json=fault.body or {"error": "fault"}, headers=fault.headers)
+            return httpx2.Response(
+                fault.status or 500, json=fault.body or {"error": "fault"}, headers=fault.headers
+            )
         prompt = json.dumps(body["messages"])
         tokens = len(prompt) // CHARS_PER_TOKEN
         if tokens > self.context_length:
@@ -120,15 +126,38 @@ class FakeEngine:
             "prompt_tokens_details": details,
         }
         chunks = [
-            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
-             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]},
-            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
-             "choices": [{"index": 0, "delta": {"content": self.answer}, "finish_reason": None}]},
-            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
-             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
-            {"id": "c1", "object": "chat.completion.chunk", "created": 0, "model": self.model,
-             "choices": [], "usage": usage},
-        ]  # fmt: skip
+            {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            },
+            {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {"content": self.answer}, "finish_reason": None}],
+            },
+            {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            },
+            {
+                "id": "c1",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": self.model,
+                "choices": [],
+                "usage": usage,
+            },
+        ]
         text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
         return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})
 
@@ -138,12 +167,16 @@ class FakeEngine:
                 f"The input ({tokens} tokens) is longer than the model's context length "
                 f"({self.context_length} tokens)."
             )
-            return httpx2.Response(400, json={"object": "error", "message": message, "type": "BadRequestError"})
+            return httpx2.Response(
+                400, json={"object": "error", "message": message, "type": "BadRequestError"}
+            )
         message = (
             f"This model's maximum context length is {self.context_length} tokens. However, your prompt "
             f"contains {tokens} input tokens. Please reduce the length of the input messages."
         )
-        return httpx2.Response(400, json={"error": {"message": message, "type": "BadRequestError", "code": 400}})
+        return httpx2.Response(
+            400, json={"error": {"message": message, "type": "BadRequestError", "code": 400}}
+        )
 
     def cached_for(self, prompt: str) -> int:
         best = 0
@@ -151,7 +184,7 @@ class FakeEngine:
             earlier = list(self.prompts)
         for seen in earlier:
             shared = 0
-            for a, b in zip(seen, prompt):
+            for a, b in zip(seen, prompt, strict=False):
                 if a != b:
                     break
                 shared += 1

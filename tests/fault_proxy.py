@@ -55,7 +55,9 @@ class FaultProxy:
             request = _read_request(client)
             if request is None:
                 return
-            fault = self.faults.popleft() if request.startswith(b"POST " + CHAT_PATH) and self.faults else None
+            fault = (
+                self.faults.popleft() if request.startswith(b"POST " + CHAT_PATH) and self.faults else None
+            )
             self.seen.append(fault or "pass")
             if fault == "drop":
                 client.shutdown(socket.SHUT_RDWR)

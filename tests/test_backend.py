@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from fake_engine import Fault, FakeEngine
+from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
@@ -47,7 +47,7 @@ def test_connect_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_an_unserved_model_is_a_clear_error() -> None:
-    with pytest.raises(ConfigError, match="does not serve 'other'.*fake-model"):
+    with pytest.raises(ConfigError, match=r"does not serve 'other'.*fake-model"):
         connect(URL, model="other", transport=FakeEngine().transport())
 
 

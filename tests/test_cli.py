@@ -28,14 +28,24 @@ ENTRY_POINT = Path(sys.executable).parent / "longctx"
 
 
 def run(
-    *args: str, home: Path, env: dict[str, str] | None = None, stdin: str | None = None, cwd: Path | None = None
+    *args: str,
+    home: Path,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
     environment.update({"LONGCTX_HOME": str(home), "LONGCTX_INSTANT_RETRIES": "1", **(env or {})})
     return subprocess.run(
-        [str(ENTRY_POINT), *args], capture_output=True, text=True, env=environment, input=stdin, cwd=cwd,
+        [str(ENTRY_POINT), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=environment,
+        input=stdin,
+        cwd=cwd,
         timeout=600,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -121,12 +131,22 @@ def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
     assert recipe.returncode == 0
     assert "--kv-cache-dtype fp8" in recipe.stdout and "--enable-prefix-caching" in recipe.stdout
     config = tmp_path / "config.json"
-    config.write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
-        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", "vocab_size": 128256,
-        "intermediate_size": 14336,
-    }))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 131072,
+                "torch_dtype": "bfloat16",
+                "vocab_size": 128256,
+                "intermediate_size": 14336,
+            }
+        )
+    )
     plan = run("plan", "--config", str(config), "--gpu-memory", "80", "--weights", "16", "--json", home=home)
     assert plan.returncode == 0, plan.stderr
     assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 131072
@@ -145,7 +165,9 @@ def server_env(vllm_server: LocalServer) -> dict[str, str]:
 
 
 def test_ask_prints_only_the_answer(repository: Path, home: Path, server_env: dict[str, str]) -> None:
-    result = run("ask", str(repository), "What does heapq provide?", "--max-tokens", "12", home=home, env=server_env)
+    result = run(
+        "ask", str(repository), "What does heapq provide?", "--max-tokens", "12", home=home, env=server_env
+    )
     assert result.returncode == 0, result.stderr
     store = Store.open(home)
     session = store.sessions()[0]
@@ -155,7 +177,9 @@ def test_ask_prints_only_the_answer(repository: Path, home: Path, server_env: di
 
 
 def test_ask_json(repository: Path, home: Path, server_env: dict[str, str]) -> None:
-    result = run("ask", str(repository), "Anything?", "--max-tokens", "4", "--json", home=home, env=server_env)
+    result = run(
+        "ask", str(repository), "Anything?", "--max-tokens", "4", "--json", home=home, env=server_env
+    )
     data = json.loads(result.stdout)
     assert data["question"] == "Anything?" and data["usage"]["prompt_tokens"] > 1000
     assert data["report"]["requests"][0]["prompt_tokens"] == data["usage"]["prompt_tokens"]
@@ -164,7 +188,16 @@ def test_ask_json(repository: Path, home: Path, server_env: dict[str, str]) -> N
 def test_batch_and_report(repository: Path, tmp_path: Path, home: Path, server_env: dict[str, str]) -> None:
     questions = tmp_path / "questions.txt"
     questions.write_text("What is textwrap for?\nWhat is heapq for?\n\nWhich is longer?\nAny bugs?\n")
-    result = run("batch", str(repository), "--questions", str(questions), "--max-tokens", "8", home=home, env=server_env)
+    result = run(
+        "batch",
+        str(repository),
+        "--questions",
+        str(questions),
+        "--max-tokens",
+        "8",
+        home=home,
+        env=server_env,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("## ") == 4
     assert "cached" in result.stderr
@@ -199,9 +232,14 @@ def test_exit_code_server_error(repository: Path, home: Path, vllm_server: Local
 
 def test_chat_from_a_script_and_resume(repository: Path, home: Path, server_env: dict[str, str]) -> None:
     result = run(
-        "chat", str(repository), "--max-tokens", "8", home=home, env=server_env,
+        "chat",
+        str(repository),
+        "--max-tokens",
+        "8",
+        home=home,
+        env=server_env,
         stdin="First question?\nSecond question?\nThird question?\n",
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     store = Store.open(home)
     session = store.sessions()[0]
@@ -246,12 +284,25 @@ def test_html_report_renders_in_headless_chromium(
     result = run("report", "--html", str(page), home=home)
     assert result.returncode == 0, result.stderr
     profile = tmp_path / "chromium-profile"
-    rendered = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    rendered = subprocess.run(  # noqa: PLW1510 - the return code is asserted below
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={profile}",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     store = Store.open(home)
     session = store.sessions()[0]

@@ -41,7 +41,12 @@ def tokenize_messages(server: LocalServer, model: TinyModel, messages: list[dict
 
 
 def chat(server: LocalServer, model: TinyModel, content: str, **extra: Any) -> dict[str, Any]:
-    body = {"model": model.served_name, "messages": [{"role": "user", "content": content}], "max_tokens": 4, **extra}
+    body = {
+        "model": model.served_name,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 4,
+        **extra,
+    }
     response = httpx2.post(server.api_base + "/chat/completions", json=body, timeout=300)
     response.raise_for_status()
     usage: dict[str, Any] = response.json()["usage"]
@@ -57,7 +62,7 @@ def cached(usage: dict[str, Any]) -> int:
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1
@@ -123,7 +128,9 @@ def test_sglang_reports_cache_settings(sglang_server: LocalServer) -> None:
 
 
 @pytest.mark.vllm
-def test_the_tiny_model_builds_identically_twice(vllm_python: Path, tmp_path: Path, tiny_model: TinyModel) -> None:
+def test_the_tiny_model_builds_identically_twice(
+    vllm_python: Path, tmp_path: Path, tiny_model: TinyModel
+) -> None:
     again = build_tiny_model(vllm_python, tmp_path)
     assert again.file_digests() == tiny_model.file_digests()
     config = json.loads((again.path / "config.json").read_text())

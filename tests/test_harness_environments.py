@@ -9,8 +9,8 @@ import pytest
 
 from longctx.errors import EnvironmentBuildError
 from longctx.testing.environments import (
-    MARKER_NAME,
     ENGINE_SPECS,
+    MARKER_NAME,
     EngineEnvironment,
     EnvironmentSpec,
     ensure_environment,
@@ -68,7 +68,9 @@ def test_a_changed_spec_rebuilds(tmp_path: Path) -> None:
 def test_a_failing_step_raises_with_the_log_tail_and_leaves_no_marker(tmp_path: Path) -> None:
     failing = EnvironmentSpec(
         name="failing",
-        steps=(("{python}", "-c", "import sys; print('no matching distribution for vllm-gpu'); sys.exit(3)"),),
+        steps=(
+            ("{python}", "-c", "import sys; print('no matching distribution for vllm-gpu'); sys.exit(3)"),
+        ),
         with_pip=False,
     )
     with pytest.raises(EnvironmentBuildError) as raised:
@@ -79,7 +81,9 @@ def test_a_failing_step_raises_with_the_log_tail_and_leaves_no_marker(tmp_path: 
 
 
 def test_a_failing_check_raises(tmp_path: Path) -> None:
-    spec = EnvironmentSpec(name="nocheck", steps=(), check=("{python}", "-c", "import vllm_not_installed"), with_pip=False)
+    spec = EnvironmentSpec(
+        name="nocheck", steps=(), check=("{python}", "-c", "import vllm_not_installed"), with_pip=False
+    )
     with pytest.raises(EnvironmentBuildError) as raised:
         ensure_environment(spec, tmp_path)
     assert "check failed" in str(raised.value)

@@ -62,7 +62,9 @@ def test_a_skipped_real_engine_test_fails_the_run(pytester: pytest.Pytester) -> 
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, skipped=1)
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*real-engine tests skipped*", "SKIPPED *test_engine*", "*this fails the run*"])
+    result.stdout.fnmatch_lines(
+        ["*real-engine tests skipped*", "SKIPPED *test_engine*", "*this fails the run*"]
+    )
 
 
 def test_skips_can_be_allowed_explicitly(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -92,7 +92,9 @@ def test_lost_port_race_is_retried_on_a_new_port(tmp_path: Path) -> None:
         )
         + DUMMY_SERVER
     )
-    with start_server("flaky", [sys.executable, str(flaky), "{port}"], log_dir=tmp_path, ready=health) as server:
+    with start_server(
+        "flaky", [sys.executable, str(flaky), "{port}"], log_dir=tmp_path, ready=health
+    ) as server:
         assert health(server)
     assert len(list(tmp_path.glob("flaky-*.log"))) == 2
 
@@ -107,7 +109,12 @@ def test_server_exiting_at_start_raises_with_log_tail(tmp_path: Path) -> None:
 
 
 def test_server_not_ready_in_time_raises_with_log_tail_and_is_stopped(tmp_path: Path) -> None:
-    argv = [sys.executable, "-c", "import time; print('still loading', flush=True); time.sleep(600)", "{port}"]
+    argv = [
+        sys.executable,
+        "-c",
+        "import time; print('still loading', flush=True); time.sleep(600)",
+        "{port}",
+    ]
     started = time.monotonic()
     with pytest.raises(ServerStartError) as raised:
         start_server("slow", argv, log_dir=tmp_path, ready=health, ready_timeout=3)
@@ -117,7 +124,9 @@ def test_server_not_ready_in_time_raises_with_log_tail_and_is_stopped(tmp_path: 
 
 
 def test_stop_kills_the_whole_process_group(dummy: Path, tmp_path: Path) -> None:
-    server = start_server("dummy", [sys.executable, str(dummy), "{port}", "child"], log_dir=tmp_path, ready=health)
+    server = start_server(
+        "dummy", [sys.executable, str(dummy), "{port}", "child"], log_dir=tmp_path, ready=health
+    )
     child_pid = int(server.log_tail().split("child pid")[1].split()[0])
     os.kill(child_pid, 0)  # the child is alive
     server.stop(timeout=10)
@@ -134,7 +143,9 @@ def test_stop_kills_the_whole_process_group(dummy: Path, tmp_path: Path) -> None
 
 
 def test_check_alive_reports_a_dead_server_with_its_log(dummy: Path, tmp_path: Path) -> None:
-    with start_server("dummy", [sys.executable, str(dummy), "{port}"], log_dir=tmp_path, ready=health) as server:
+    with start_server(
+        "dummy", [sys.executable, str(dummy), "{port}"], log_dir=tmp_path, ready=health
+    ) as server:
         server.check_alive()
         os.kill(server.pid, signal.SIGKILL)
         server.process.wait(timeout=10)

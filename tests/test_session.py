@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
 import pytest
-from fake_engine import Fault, FakeEngine
+from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
@@ -55,7 +56,7 @@ def test_turns_append_and_every_request_starts_with_the_previous_one(
     prompts = [body["messages"] for body in fake.chat_bodies]
     assert prompts[0][0] == {"role": "system", "content": PACK.system}
     assert prompts[0][1]["content"] == PACK.prefix + "first?"
-    for earlier, later in zip(prompts, prompts[1:]):
+    for earlier, later in itertools.pairwise(prompts):
         assert later[: len(earlier)] == earlier
         assert later[len(earlier)]["role"] == "assistant"
     assert [turn.question for turn in session.turns] == ["first?", "second?", "third?"]
@@ -66,7 +67,9 @@ def test_later_turns_are_cached_in_the_fake(backend: Backend, store: Store) -> N
     first = session.ask("first?")
     second = session.ask("second?")
     assert first.usage.cached_tokens == 0
-    assert second.usage.cached_tokens is not None and second.usage.cached_tokens > 0.9 * (first.usage.prompt_tokens or 0)
+    assert second.usage.cached_tokens is not None and second.usage.cached_tokens > 0.9 * (
+        first.usage.prompt_tokens or 0
+    )
 
 
 def test_reasoning_is_dropped_from_history(fake: FakeEngine, backend: Backend, store: Store) -> None:
@@ -139,7 +142,9 @@ def test_ask_many_sends_the_lead_first_and_branches_each_sibling(
     for answer in batch:
         assert answer.usage.cached_tokens is not None
     for answer in batch.answers[1:]:
-        assert answer.usage.cached_tokens and answer.usage.cached_tokens >= 0.95 * (answer.usage.prompt_tokens or 0)
+        assert answer.usage.cached_tokens and answer.usage.cached_tokens >= 0.95 * (
+            answer.usage.prompt_tokens or 0
+        )
     # The main line is unchanged; each sibling is a branch holding the history.
     assert len(session.turns) == 1
     branch = session.branch(batch[3])

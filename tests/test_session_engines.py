@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -18,11 +19,11 @@ from fault_proxy import FaultProxy
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.http import HttpEndpoint
-from longctx.retry import RetryPolicy
+from longctx.corpus import load_corpus
 from longctx.mapreduce import ShardedSession
 from longctx.packing import Budget, build_shards
+from longctx.retry import RetryPolicy
 from longctx.session import RepoSession, Session, history_form
-from longctx.corpus import load_corpus
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
 from longctx.testing.model import build_tiny_model
@@ -54,7 +55,7 @@ def tokenize(server: LocalServer, model: TinyModel, messages: list[dict[str, str
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     length = 0
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             break
         length += 1
@@ -78,7 +79,9 @@ def store(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "home")
 
 
-def make_repository(root: Path, names: Sequence[str] = ("argparse.py", "dataclasses.py", "typing.py")) -> Path:
+def make_repository(
+    root: Path, names: Sequence[str] = ("argparse.py", "dataclasses.py", "typing.py")
+) -> Path:
     """A git repository of standard-library files, with a nonce so its pack is new to the server."""
     root.mkdir(parents=True)
     for name in names:
@@ -118,7 +121,7 @@ def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Sto
     session = Session(backend, text_pack(), store=store, max_tokens=16)
     answers = [session.ask(f"Turn {i}: tell me more.") for i in range(5)]
     block = backend.info.cache_block_tokens
-    for previous, answer in zip(answers, answers[1:]):
+    for previous, answer in itertools.pairwise(answers):
         assert previous.usage.prompt_tokens is not None and answer.usage.cached_tokens is not None
         reachable = block_round(previous.usage.prompt_tokens, block)
         assert answer.usage.cached_tokens >= 0.99 * reachable, (answer.usage, previous.usage)
@@ -137,13 +140,21 @@ def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> No
     assert plain.usage.cached_tokens and plain.usage.cached_tokens > 8000
 
 
-def test_stored_history_is_what_the_template_renders(engine_server: LocalServer, tiny_model: TinyModel) -> None:
+def test_stored_history_is_what_the_template_renders(
+    engine_server: LocalServer, tiny_model: TinyModel
+) -> None:
     raw = "<think>\nworking it out\n</think>\n\nThe answer is 42."
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"}]
-    rendered_raw = tokenize(engine_server, tiny_model, [*base, {"role": "assistant", "content": raw},
-                                                        {"role": "user", "content": "q2"}])  # fmt: skip
-    rendered_kept = tokenize(engine_server, tiny_model, [*base, {"role": "assistant", "content": history_form(raw)},
-                                                         {"role": "user", "content": "q2"}])  # fmt: skip
+    rendered_raw = tokenize(
+        engine_server,
+        tiny_model,
+        [*base, {"role": "assistant", "content": raw}, {"role": "user", "content": "q2"}],
+    )
+    rendered_kept = tokenize(
+        engine_server,
+        tiny_model,
+        [*base, {"role": "assistant", "content": history_form(raw)}, {"role": "user", "content": "q2"}],
+    )
     assert rendered_raw == rendered_kept
 
 
@@ -171,8 +182,10 @@ def test_faults_are_retried_without_losing_or_duplicating_turns(
     assert second.attempts == 1 and third.attempts == 3
     stored = store.turns(session.id)
     assert [turn.question for turn in stored] == [
-        "first, through every fault", "second, clean", "third, two faults"
-    ]  # fmt: skip
+        "first, through every fault",
+        "second, clean",
+        "third, two faults",
+    ]
     assert [turn.position for turn in stored] == [0, 1, 2]
     requests = store.requests(session_ids=[session.id])
     assert [r.attempts for r in requests] == [6, 1, 3]
@@ -281,9 +294,10 @@ def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store
     assert first.answer.text == first.text
     for shard_answer in second.shard_answers:
         # Each shard's second question reads that shard's prefix and first turn from the cache.
-        assert shard_answer.usage.cached_tokens and shard_answer.usage.cached_tokens > 0.9 * (
-            shard_answer.usage.prompt_tokens or 0
-        ) - 256
+        assert (
+            shard_answer.usage.cached_tokens
+            and shard_answer.usage.cached_tokens > 0.9 * (shard_answer.usage.prompt_tokens or 0) - 256
+        )
     report = session.report()
     purposes = [line.purpose for line in report.requests]
     assert purposes.count("reduce") == 2

@@ -16,6 +16,7 @@ import hashlib
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
@@ -93,14 +94,18 @@ class Diagnosis:
         if not self.findings:
             lines.append("no changes needed")
         for finding in self.findings:
-            lines.append(f"{finding.severity}: add {finding.flag} ({finding.reason}; {finding.setting}={finding.observed})")
+            lines.append(
+                f"{finding.severity}: add {finding.flag} "
+                f"({finding.reason}; {finding.setting}={finding.observed})"
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "servers": [
-                {key: value for key, value in info.__dict__.items() if key != "settings"} for info in self.servers
+                {key: value for key, value in info.__dict__.items() if key != "settings"}
+                for info in self.servers
             ],
             "findings": [finding.__dict__ for finding in self.findings],
         }
@@ -196,7 +201,7 @@ class Backend:
         replica = self._replica(affinity_key)
         if replica.info.engine == "generic":
             raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")
-        return ServerTokenizer(replica.endpoint, replica.info.engine, replica.info.model)  # type: ignore[arg-type]
+        return ServerTokenizer(replica.endpoint, replica.info.engine, replica.info.model)
 
     def counters(self) -> dict[str, CacheCounters | None]:
         """Each server's prefix-cache hit counter now (None where it has none)."""
@@ -208,9 +213,9 @@ class Backend:
     def probe_cache_reporting(self) -> dict[str, bool]:
         """Send a one-token request to each server and see whether it reports cached tokens."""
         seen: dict[str, bool] = {}
+        request = ChatRequest(messages=({"role": "user", "content": "longctx doctor probe"},), max_tokens=1)
         for url, replica in self._replicas.items():
-            request = ChatRequest(messages=({"role": "user", "content": "longctx doctor probe"},), max_tokens=1)
-            completion = call_with_retry(lambda r=replica: r.chat.complete(request), self.retry).value
+            completion = call_with_retry(partial(replica.chat.complete, request), self.retry).value
             seen[url] = completion.usage.cached_tokens is not None
         return seen
 
@@ -232,10 +237,13 @@ class Backend:
             if info.engine == "generic":
                 findings.append(
                     Finding(
-                        "warning", "engine", "unknown", "(serve the model with vLLM or SGLang)",
+                        "warning",
+                        "engine",
+                        "unknown",
+                        "(serve the model with vLLM or SGLang)",
                         "longctx cannot check prefix caching or read cache counters on this server",
                     )
-                )  # fmt: skip
+                )
                 continue
             observed: dict[str, Any] = dict(info.settings)
             if info.engine == "vllm" and info.cache_reporting is not None:
@@ -280,7 +288,9 @@ def _discover(
     else:
         matching = [entry for entry in entries if entry.get("id") == model]
         if not matching:
-            raise ConfigError(f"the server at {endpoint.api_url} does not serve {model!r}; it serves {', '.join(names)}")
+            raise ConfigError(
+                f"the server at {endpoint.api_url} does not serve {model!r}; it serves {', '.join(names)}"
+            )
         chosen = matching[0]
     name = str(chosen["id"])
     facts: EngineFacts = discover_engine(endpoint, chosen.get("owned_by"), name)

@@ -32,6 +32,9 @@ from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion"]
 
+# What a request can fail with before it is translated into a longctx error.
+_FAILURES: tuple[type[BaseException], ...] = (openai.OpenAIError, *TRANSPORT_ERRORS)
+
 
 @dataclass(frozen=True)
 class ChatRequest:
@@ -136,7 +139,7 @@ class _Accumulator:
         )
 
 
-def _translate(error: Exception, url: str) -> BackendError:
+def _translate(error: BaseException, url: str) -> BackendError:
     if isinstance(error, openai.APIStatusError):
         translated = error_from_response(error.status_code, error.response.text, url)
         translated.retry_after = parse_retry_after(error.response.headers.get("retry-after"))
@@ -223,7 +226,7 @@ class ChatClient:
             stream: Iterable[Any] = self._sync.chat.completions.create(**self._arguments(request))
             for chunk in stream:
                 accumulator.add(chunk)
-        except (openai.OpenAIError, *TRANSPORT_ERRORS) as error:
+        except _FAILURES as error:
             raise _translate(error, self.url) from error
         return accumulator.finish()
 
@@ -236,7 +239,7 @@ class ChatClient:
             stream = await self._async.chat.completions.create(**self._arguments(request))
             async for chunk in stream:
                 accumulator.add(chunk)
-        except (openai.OpenAIError, *TRANSPORT_ERRORS) as error:
+        except _FAILURES as error:
             raise _translate(error, self.url) from error
         return accumulator.finish()
 

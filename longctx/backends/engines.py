@@ -19,6 +19,7 @@ SGLang 0.5.23 in the test suite:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -93,17 +94,18 @@ def discover_engine(endpoint: HttpEndpoint, owned_by: str | None, model: str) ->
 
 def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     version = None
-    try:
+    with suppress(BackendError):
         version = str(endpoint.get_json("/version").get("version"))
-    except BackendError:
-        pass
     settings: dict[str, Any] = {}
     metrics_ok = False
     try:
         samples = parse_metrics(endpoint.get_text("/metrics"))
         metrics_ok = True
         for sample in samples:
-            if sample.name == "vllm:cache_config_info" and sample.labels.get("model_name", model) in (model, None):
+            if sample.name == "vllm:cache_config_info" and sample.labels.get("model_name", model) in (
+                model,
+                None,
+            ):
                 settings.update(sample.labels)
                 break
     except BackendError:

@@ -42,7 +42,9 @@ _VLLM_OVERFLOW = re.compile(
     r"maximum context length is (\d+) tokens.*?(?:contains|requested)(?: at least)? (\d+)", re.S
 )
 _VLLM_OVERFLOW_ALT = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
-_SGLANG_OVERFLOW = re.compile(r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)")
+_SGLANG_OVERFLOW = re.compile(
+    r"input \((\d+) tokens\) is longer than the model's context length \((\d+) tokens\)"
+)
 _SGLANG_OVERFLOW_ALT = re.compile(
     r"(?:requested|total) tokens? \((\d+)\).*?exceeds? .*?context length (?:of )?\(?(\d+)", re.S | re.I
 )
@@ -102,7 +104,8 @@ def error_from_response(status: int, body: str, url: str) -> BackendError:
         if overflow is not None:
             prompt_tokens, context_length = overflow
             detail = (
-                f"the prompt ({prompt_tokens} tokens) does not fit the server's context length ({context_length})"
+                f"the prompt ({prompt_tokens} tokens) does not fit "
+                f"the server's context length ({context_length})"
                 if prompt_tokens is not None and context_length is not None
                 else "the prompt does not fit the server's context length"
             )
@@ -117,7 +120,7 @@ def error_from_response(status: int, body: str, url: str) -> BackendError:
     return ServerError(f"{url} answered HTTP {status}: {message[:300]}", url=url, status=status, body=clipped)
 
 
-def unreachable(url: str, error: Exception) -> ServerUnreachable:
+def unreachable(url: str, error: BaseException) -> ServerUnreachable:
     return ServerUnreachable(f"cannot reach {url}: {type(error).__name__}: {error}", url=url)
 
 
@@ -149,7 +152,9 @@ class HttpEndpoint:
         """Absolute URL of ``path``: ``/v1/...`` paths and root paths alike."""
         return f"{self.root_url}{path if path.startswith('/') else '/' + path}"
 
-    def _send(self, method: str, path: str, body: Any | None = None, timeout: float | None = None) -> httpx2.Response:
+    def _send(
+        self, method: str, path: str, body: Any | None = None, timeout: float | None = None
+    ) -> httpx2.Response:
         url = self.url(path)
         try:
             if method == "GET":
@@ -196,11 +201,11 @@ def _json(response: httpx2.Response, url: str) -> Any:
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.StreamError)
 
 
-def make_client(
-    *, timeout: float, stall_timeout: float, transport: Transport | None = None
-) -> httpx2.Client:
+def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> httpx2.Client:
     """An httpx2 client for the openai SDK: ``stall_timeout`` bounds the wait for each read."""
-    return httpx2.Client(timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0), transport=transport)
+    return httpx2.Client(
+        timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0), transport=transport
+    )
 
 
 def make_async_client(

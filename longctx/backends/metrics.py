@@ -33,7 +33,10 @@ def parse_metrics(text: str) -> list[Sample]:
             value = float(match.group(4))
         except ValueError:
             continue
-        labels = {key: raw.replace('\\"', '"').replace("\\\\", "\\") for key, raw in _LABEL.findall(match.group(3) or "")}
+        labels = {
+            key: raw.replace('\\"', '"').replace("\\\\", "\\")
+            for key, raw in _LABEL.findall(match.group(3) or "")
+        }
         samples.append(Sample(match.group(1), labels, value))
     return samples
 
@@ -41,7 +44,8 @@ def parse_metrics(text: str) -> list[Sample]:
 def total(samples: list[Sample], name: str, *, model: str | None = None) -> float | None:
     """Sum of ``name`` over all label sets (one model's, when given); None if absent."""
     values = [
-        s.value for s in samples
+        s.value
+        for s in samples
         if s.name == name and (model is None or s.labels.get("model_name") in (None, model))
-    ]  # fmt: skip
+    ]
     return sum(values) if values else None

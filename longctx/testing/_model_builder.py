@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 SEED = 20261130
@@ -75,7 +76,7 @@ def training_files() -> list[Path]:
 
 
 def build_tokenizer(out: Path) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # type: ignore[import-not-found,unused-ignore]
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -87,7 +88,7 @@ def build_tokenizer(out: Path) -> None:
         show_progress=False,
     )
 
-    def texts():
+    def texts() -> Iterator[str]:
         for path in training_files():
             yield path.read_text(encoding="utf-8", errors="replace")
 
@@ -113,14 +114,13 @@ def build_tokenizer(out: Path) -> None:
     )
     (out / "chat_template.jinja").write_text(CHAT_TEMPLATE)
     (out / "special_tokens_map.json").write_text(
-        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2, sort_keys=True)
-        + "\n"
+        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}, indent=2, sort_keys=True) + "\n"
     )
 
 
 def build_weights(out: Path, eos_id: int, pad_id: int) -> None:
-    import torch
-    from safetensors.torch import save_file
+    import torch  # type: ignore[import-not-found]
+    from safetensors.torch import save_file  # type: ignore[import-not-found]
 
     generator = torch.Generator().manual_seed(SEED)
 

@@ -109,7 +109,7 @@ def _install_sgl_kernel_standin(env: EngineEnvironment) -> None:
     shutil.copytree(STANDINS_DIR / "sgl_kernel", target, ignore=shutil.ignore_patterns("__pycache__"))
 
 
-_TORCHVISION_GUARD = '''
+_TORCHVISION_GUARD = """
 
 def _longctx_register_fake_if_op_exists(qualname):
     # longctx test-harness fix: PyPI's torchvision is a CUDA build whose
@@ -120,7 +120,7 @@ def _longctx_register_fake_if_op_exists(qualname):
     except (AttributeError, RuntimeError):
         return lambda function: function
     return torch.library.register_fake(qualname)
-'''
+"""
 
 
 def _patch_torchvision_fake_registrations(env: EngineEnvironment) -> None:
@@ -148,7 +148,7 @@ def _patch_torchvision_fake_registrations(env: EngineEnvironment) -> None:
 
 def _standin_sources() -> tuple[str, ...]:
     files = sorted(p for p in STANDINS_DIR.rglob("*.py"))
-    return tuple(hashlib.sha256(p.read_bytes()).hexdigest() for p in files) + (_TORCHVISION_GUARD,)
+    return (*(hashlib.sha256(p.read_bytes()).hexdigest() for p in files), _TORCHVISION_GUARD)
 
 
 VLLM_SPEC = EnvironmentSpec(
@@ -166,16 +166,60 @@ VLLM_SPEC = EnvironmentSpec(
 # are its requirements that matter on a CPU, pinned where a version was seen
 # to work (see docs/testing.md).
 _SGLANG_REQUIREMENTS = (
-    "aiohttp", "anthropic>=0.20.0", "blobfile==3.0.0", "build", "compressed-tensors==0.18.0",
-    "datasets", "distro", "easydict", "einops", "fastapi", "gguf", "interegular",
-    "llguidance>=1.7.6,<2", "mistral_common>=1.11.5", "msgspec", "ninja", "numpy",
-    "nvidia-ml-py", "openai==2.8.0", "openai-harmony==0.0.4", "orjson", "outlines==0.1.11",
-    "packaging", "partial_json_parser", "pillow", "prometheus-client>=0.20.0", "psutil",
-    "py-spy", "pybase64", "pydantic", "python-dateutil<3", "python-multipart", "pyzmq>=25.1.2",
-    "regex", "requests", "scipy", "sentencepiece==0.2.1", "setproctitle", "soundfile==0.13.1",
-    "tiktoken", "tokenizers==0.23.2", "tqdm", "transformers==5.19.0", "uvicorn>=0.51", "uvloop",
-    "watchfiles", "xgrammar==0.2.7", "xxhash", "zstandard", "smg-grpc-servicer>=0.9.0",
-    "apache-tvm-ffi==0.1.11", "IPython", "modelscope", "torch==2.13.0",
+    "aiohttp",
+    "anthropic>=0.20.0",
+    "blobfile==3.0.0",
+    "build",
+    "compressed-tensors==0.18.0",
+    "datasets",
+    "distro",
+    "easydict",
+    "einops",
+    "fastapi",
+    "gguf",
+    "interegular",
+    "llguidance>=1.7.6,<2",
+    "mistral_common>=1.11.5",
+    "msgspec",
+    "ninja",
+    "numpy",
+    "nvidia-ml-py",
+    "openai==2.8.0",
+    "openai-harmony==0.0.4",
+    "orjson",
+    "outlines==0.1.11",
+    "packaging",
+    "partial_json_parser",
+    "pillow",
+    "prometheus-client>=0.20.0",
+    "psutil",
+    "py-spy",
+    "pybase64",
+    "pydantic",
+    "python-dateutil<3",
+    "python-multipart",
+    "pyzmq>=25.1.2",
+    "regex",
+    "requests",
+    "scipy",
+    "sentencepiece==0.2.1",
+    "setproctitle",
+    "soundfile==0.13.1",
+    "tiktoken",
+    "tokenizers==0.23.2",
+    "tqdm",
+    "transformers==5.19.0",
+    "uvicorn>=0.51",
+    "uvloop",
+    "watchfiles",
+    "xgrammar==0.2.7",
+    "xxhash",
+    "zstandard",
+    "smg-grpc-servicer>=0.9.0",
+    "apache-tvm-ffi==0.1.11",
+    "IPython",
+    "modelscope",
+    "torch==2.13.0",
 )
 
 SGLANG_SPEC = EnvironmentSpec(

@@ -109,7 +109,9 @@ class EngineHarness:
         server = _STARTERS[engine](env, model, self.base_dir)
         self.timings[f"{engine} server start"] = f"{server.startup_seconds:.0f} s"
         if self._on_progress:
-            self._on_progress(f"{engine} server ready at {server.api_base} after {server.startup_seconds:.0f} s")
+            self._on_progress(
+                f"{engine} server ready at {server.api_base} after {server.startup_seconds:.0f} s"
+            )
         return server
 
     @staticmethod

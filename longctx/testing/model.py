@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from longctx.errors import ModelBuildError
-from longctx.testing._logs import log_tail
 from longctx.testing._locks import file_lock
+from longctx.testing._logs import log_tail
 
 __all__ = ["SERVED_MODEL_NAME", "TinyModel", "build_tiny_model", "model_digest"]
 

@@ -108,20 +108,20 @@ class _EngineGuard:
         for server in self._servers_used(item):
             server.check_alive()
 
-    @pytest.hookimpl(hookwrapper=True)
+    @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(
         self, item: pytest.Item, call: pytest.CallInfo[None]
-    ) -> Generator[None, None, None]:
-        outcome = yield
-        report: pytest.TestReport = outcome.get_result()
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        report = yield
         if call.when != "call":
-            return
+            return report
         for server in self._servers_used(item):
             try:
                 server.check_alive()
             except ServerDiedError as error:
                 report.outcome = "failed"
                 report.longrepr = f"{report.longrepr}\n\n{error}" if report.longrepr else str(error)
+        return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         engines = sorted(self.engines_by_test.get(report.nodeid, ()))

@@ -23,6 +23,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 
@@ -117,16 +118,12 @@ class LocalServer:
         """Stop the whole process group: SIGTERM, then SIGKILL after ``timeout`` seconds."""
         _RUNNING.discard(self)
         _signal_group(self.pid, signal.SIGTERM)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
         # Engines leave worker processes behind the leader; the group outlives it.
         _signal_group(self.pid, signal.SIGKILL)
-        try:
+        with suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
 
     def __enter__(self) -> LocalServer:
         return self
@@ -145,10 +142,8 @@ class LocalServer:
 
 
 def _signal_group(pid: int, signum: int) -> None:
-    try:
+    with suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 @atexit.register
@@ -285,17 +280,25 @@ def server_environment(base_dir: Path, extra: Mapping[str, str] | None = None) -
 def vllm_command(env: EngineEnvironment, model: TinyModel, extra_args: Sequence[str] = ()) -> list[str]:
     """The vLLM launch command, with ``{port}`` left for :func:`start_server`."""
     return [
-        str(env.python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(model.path),
-        "--served-model-name", model.served_name,
-        "--host", HOST,
-        "--port", "{port}",
-        "--max-model-len", str(CONTEXT_LENGTH),
-        "--dtype", "bfloat16",
+        str(env.python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model.path),
+        "--served-model-name",
+        model.served_name,
+        "--host",
+        HOST,
+        "--port",
+        "{port}",
+        "--max-model-len",
+        str(CONTEXT_LENGTH),
+        "--dtype",
+        "bfloat16",
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
         *extra_args,
-    ]  # fmt: skip
+    ]
 
 
 def sglang_command(
@@ -307,21 +310,32 @@ def sglang_command(
     longctx says about a server that does not report cached tokens.
     """
     command = [
-        str(env.python), "-m", "sglang.launch_server",
-        "--model-path", str(model.path),
-        "--served-model-name", model.served_name,
-        "--device", "cpu",
-        "--attention-backend", "torch_native",
-        "--host", HOST,
-        "--port", "{port}",
+        str(env.python),
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        str(model.path),
+        "--served-model-name",
+        model.served_name,
+        "--device",
+        "cpu",
+        "--attention-backend",
+        "torch_native",
+        "--host",
+        HOST,
+        "--port",
+        "{port}",
         "--enable-cache-report",
         "--enable-metrics",
         "--disable-overlap-schedule",
-        "--mem-fraction-static", "0.3",
-        "--max-total-tokens", "40000",
-        "--context-length", str(CONTEXT_LENGTH),
+        "--mem-fraction-static",
+        "0.3",
+        "--max-total-tokens",
+        "40000",
+        "--context-length",
+        str(CONTEXT_LENGTH),
         *extra_args,
-    ]  # fmt: skip
+    ]
     return command if cache_report else [part for part in command if part != "--enable-cache-report"]
 
 

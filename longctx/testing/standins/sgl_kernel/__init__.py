@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-import torch
+import torch  # type: ignore[import-not-found]
 
 __version__ = "0.0.0+longctx.standin"
 IS_LONGCTX_STANDIN = True

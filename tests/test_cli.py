@@ -259,6 +259,9 @@ def test_doctor_and_sessions(repository: Path, home: Path, server_env: dict[str,
     assert doctor.returncode == 0, doctor.stderr
     data = json.loads(doctor.stdout)
     assert data["servers"][0]["engine"] == "vllm" and data["servers"][0]["cache_reporting"] is True
+    suggested = {finding["flag"] for finding in data["findings"]}
+    assert {"--kv-cache-dtype fp8", "--enable-chunked-prefill --max-num-batched-tokens 8192"} <= suggested
+    assert data["ok"] is True  # suggestions only: nothing that loses or hides savings
     run("ask", str(repository), "one?", "--max-tokens", "4", home=home, env=server_env)
     listed = json.loads(run("sessions", "list", "--json", home=home).stdout)
     assert len(listed) == 1 and listed[0]["turns"] == 1

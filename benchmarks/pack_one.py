@@ -1,19 +1,22 @@
 """The longctx side of the speed benchmark: pack one folder into one file, as a fresh process.
 
 Usage: pack_one.py SOURCE OUTPUT {cl100k,estimate}; the store is $LONGCTX_HOME.
-Prints one JSON line: documents, bytes, tokens, seconds per stage.
+Goes through longctx.packing.pack, the call the ``longctx pack`` command makes.
+Prints one JSON line: documents, bytes, tokens, whether the stored pack was
+reused, seconds per stage, and the peak resident memory of this process and
+of the largest child it waited for (a counting worker), in bytes.
 """
 
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import time
 
 started = time.perf_counter()
 
-from longctx.corpus import load_corpus  # noqa: E402 - imports are part of the measured time
-from longctx.packing import build_pack  # noqa: E402
+from longctx.packing import pack  # noqa: E402 - imports are part of the measured time
 from longctx.store import Store  # noqa: E402
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer  # noqa: E402
 
@@ -21,29 +24,32 @@ from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer  
 def main() -> None:
     source, output, mode = sys.argv[1:4]
     imported = time.perf_counter()
-    corpus = load_corpus(source)
-    loaded = time.perf_counter()
     tokenizer: Tokenizer = (
         TiktokenFileTokenizer.named("cl100k_base") if mode == "cl100k" else EstimateTokenizer()
     )
     with Store.open() as store:
-        pack = build_pack(corpus, tokenizer=tokenizer, store=store)
+        result = pack(source, tokenizer=tokenizer, store=store)
     packed = time.perf_counter()
+    built = result.pack
     with open(output, "w", encoding="utf-8") as file:
-        file.write(pack.system)
-        file.writelines(pack.prefix_parts())
+        file.write(built.system)
+        file.writelines(built.prefix_parts())
     written = time.perf_counter()
+    with open(output, "rb") as file:
+        pack_bytes = file.seek(0, 2)
     print(
         json.dumps(
             {
-                "documents": len(corpus.documents),
-                "pack_bytes": sum(section.size_bytes for section in pack.sections),
-                "tokens": pack.prefix_tokens,
-                "estimated": pack.estimated,
+                "documents": len(built.documents),
+                "pack_bytes": pack_bytes,
+                "tokens": built.prefix_tokens,
+                "estimated": built.estimated,
+                "reused": result.reused,
                 "import_s": imported - started,
-                "load_s": loaded - imported,
-                "pack_s": packed - loaded,
+                "pack_s": packed - imported,
                 "write_s": written - packed,
+                "self_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                "children_peak_rss_bytes": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
             }
         )
     )

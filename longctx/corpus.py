@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
@@ -185,6 +185,29 @@ class Manifest:
         """Return :meth:`to_dict` as JSON; ASCII-only, so undecodable names survive as ``\\udcXX``."""
         return json.dumps(self.to_dict(), indent=indent, ensure_ascii=True)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Manifest:
+        """The manifest :meth:`to_dict` described (its inverse); raises ValueError for another layout."""
+        if data.get("format_version") != MANIFEST_FORMAT_VERSION:
+            raise ValueError(
+                f"manifest format {data.get('format_version')!r} is not {MANIFEST_FORMAT_VERSION}"
+            )
+        return cls(
+            tuple(
+                ManifestEntry(
+                    path=entry["path"],
+                    status=entry["status"],
+                    reason=None if entry["reason"] is None else SkipReason(entry["reason"]),
+                    size_bytes=entry["size_bytes"],
+                    sha256=entry["sha256"],
+                    kind=entry["kind"],
+                    lossy=entry["lossy"],
+                    notes=tuple(entry["notes"]),
+                )
+                for entry in data["entries"]
+            )
+        )
+
 
 @dataclass(frozen=True)
 class Corpus:
@@ -262,6 +285,7 @@ def load_corpus(
     exclude: Sequence[str] = (),
     limits: Limits = Limits(),
     allow_secrets: bool = False,
+    on_document: Callable[[Document], None] | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -280,7 +304,9 @@ def load_corpus(
     the sources, ``path`` otherwise. ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
-    the manifest notes them.
+    the manifest notes them. ``on_document`` is called with each document
+    as soon as it is read, in corpus order, so that work on it (rendering,
+    counting) can start before the last file is read.
 
     Raises :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
@@ -314,7 +340,7 @@ def load_corpus(
             else:
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
-    documents = _read_in_order(candidates, limits, allow_secrets, entries)
+    documents = _read_in_order(candidates, limits, allow_secrets, entries, on_document)
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
     corpus = Corpus(
@@ -369,7 +395,11 @@ def _load_sources(paths: list[str]) -> list[_Source]:
 
 
 def _read_in_order(
-    candidates: list[Candidate], limits: Limits, allow_secrets: bool, entries: list[ManifestEntry]
+    candidates: list[Candidate],
+    limits: Limits,
+    allow_secrets: bool,
+    entries: list[ManifestEntry],
+    on_document: Callable[[Document], None] | None,
 ) -> tuple[Document, ...]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``."""
     reader = FileReader(max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
@@ -399,6 +429,8 @@ def _read_in_order(
         documents.append(document)
         total_bytes += document.size_bytes
         entries.append(_included_entry(result))
+        if on_document is not None:
+            on_document(document)
     return tuple(documents)
 
 

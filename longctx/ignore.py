@@ -8,10 +8,14 @@ match POSIX paths relative to a directory.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-
-from pathspec import GitIgnoreSpec
+from typing import TYPE_CHECKING
 
 from longctx.errors import ConfigError
+
+if TYPE_CHECKING:
+    # pathspec is imported when a pattern is first compiled: most packs have
+    # no .longctxignore and no include/exclude patterns.
+    from pathspec import GitIgnoreSpec
 
 __all__ = ["GlobFilter", "IgnoreRules", "parent_directories"]
 
@@ -23,6 +27,8 @@ def parent_directories(path: str) -> list[str]:
 
 
 def _compile(lines: Iterable[str], *, source: str) -> GitIgnoreSpec:
+    from pathspec import GitIgnoreSpec
+
     try:
         return GitIgnoreSpec.from_lines(lines)
     except ValueError as error:  # pathspec's pattern errors are ValueErrors
@@ -51,6 +57,8 @@ class IgnoreRules:
         Like git, an invalid line is ignored rather than fatal; the invalid
         lines are returned so the caller can report them.
         """
+        from pathspec import GitIgnoreSpec
+
         kept = list(lines)
         try:
             spec = GitIgnoreSpec.from_lines(kept)

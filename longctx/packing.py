@@ -18,17 +18,26 @@ Budget: :func:`build_pack` raises :class:`~longctx.errors.BudgetError`
 (total, budget, largest files and folders) when the pack does not fit;
 :func:`build_shards` splits the documents, in corpus order, into packs that
 each fit.
+
+:func:`pack` is the one call from paths to a pack: it loads the corpus and
+renders and counts each document as soon as it is read (the counting runs
+beside the reading, see :mod:`longctx.counting`), and with a store it reuses
+the pack of a git repository whose state has not changed since
+(:mod:`longctx.snapshots`) without reading a file.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Final
 
-from longctx.corpus import Corpus
+from longctx import snapshots
+from longctx.corpus import Corpus, Limits, Manifest, load_corpus
+from longctx.counting import SectionCounter, count_texts
 from longctx.documents import Document
 from longctx.errors import BudgetError, ConfigError, PackError
 from longctx.rendering import (
@@ -51,6 +60,7 @@ __all__ = [
     "Budget",
     "Pack",
     "PackComparison",
+    "PackResult",
     "PromptCount",
     "Section",
     "ShardedPack",
@@ -58,6 +68,7 @@ __all__ = [
     "build_shards",
     "check_cache_boundary",
     "compare_packs",
+    "pack",
 ]
 
 DEFAULT_PROBE_QUESTION: Final = "Which files define the public API, and what does each of them do?"
@@ -280,6 +291,23 @@ class ShardedPack:
 
 
 @dataclass(frozen=True)
+class PackResult:
+    """What :func:`pack` returns: the pack, the manifest of every path considered, and how it was made.
+
+    ``ordering`` is the policy the documents were put in. ``reused`` is True
+    when the pack and manifest were read back from the store (the
+    repository had not changed since they were built) rather than built
+    from the files; either way they are what :func:`build_pack` and
+    :func:`~longctx.corpus.load_corpus` give for the same inputs.
+    """
+
+    pack: Pack
+    manifest: Manifest
+    ordering: str
+    reused: bool
+
+
+@dataclass(frozen=True)
 class PackComparison:
     """Where two packs part, and how much of the old prefix a server cache can still reuse.
 
@@ -334,12 +362,18 @@ def _fingerprint(text: str) -> str:
     return text_sha256(text)
 
 
-def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
-    """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
+def _pack_digest_start(system: str) -> hashlib._Hash:
+    """A sha256 fed with the format version and the system message, each followed by a NUL byte."""
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, system):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
+    return digest
+
+
+def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
+    """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
+    digest = _pack_digest_start(system)
     for part in prefix_parts:
         digest.update(part.encode("utf-8"))
     digest.update(b"\0")
@@ -348,6 +382,8 @@ def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
 
 def _clean_text(text: str) -> str:
     """``text`` with lone surrogates (never valid in UTF-8) replaced by U+FFFD."""
+    if text.isascii():  # known without reading the text
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -405,10 +441,26 @@ def _assemble(
     part: int | None,
     counter: _Counter,
     document_counts: Sequence[int] | None = None,
+    document_fingerprints: Sequence[str] | None = None,
+    documents_digest: hashlib._Hash | None = None,
 ) -> Pack:
+    """The pack of these documents and listing.
+
+    ``documents_digest``, when given, is :func:`_pack_digest_start` already
+    fed with the opening and the documents' UTF-8 bytes (a builder that
+    encoded each document once for its fingerprint fed it too).
+    """
     names = ["header", "opening", *(_DOCUMENT_PREFIX + path for path in paths), "listing", "boundary"]
     texts = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
-    fingerprints = [_fingerprint(text) for text in texts]
+    if document_fingerprints is None:
+        document_fingerprints = [_fingerprint(text) for text in document_texts]
+    fingerprints = [
+        _fingerprint(SYSTEM_HEADER),
+        _fingerprint(DOCUMENTS_OPENING),
+        *document_fingerprints,
+        _fingerprint(listing),
+        _fingerprint(BOUNDARY),
+    ]
     counts: list[int] | None
     if counter.tokenizer is None:
         counts = None
@@ -435,11 +487,18 @@ def _assemble(
             additive = whole[0] == sum(counts[1:])
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
+    if documents_digest is None:
+        fingerprint = _pack_fingerprint(SYSTEM_HEADER, texts[1:])
+    else:
+        for text in (listing, BOUNDARY):
+            documents_digest.update(text.encode("utf-8"))
+        documents_digest.update(b"\0")
+        fingerprint = documents_digest.hexdigest()
     return Pack(
         format_version=FORMAT_VERSION,
         system=SYSTEM_HEADER,
         sections=sections,
-        fingerprint=_pack_fingerprint(SYSTEM_HEADER, texts[1:]),
+        fingerprint=fingerprint,
         tokenizer=None if tokenizer is None else tokenizer.identity,
         estimated=bool(tokenizer is not None and tokenizer.estimated),
         prefix_tokens=prefix_tokens,
@@ -451,6 +510,54 @@ def _assemble(
 
 def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
     return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]
+
+
+class _PackBuilder:
+    """Renders documents into sections as they arrive, and has them counted meanwhile.
+
+    Fed by :func:`build_pack` from a loaded corpus, or by :func:`pack` while
+    the corpus loads; :meth:`finish` assembles the pack either way, so both
+    give the same pack.
+    """
+
+    def __init__(self, tokenizer: Tokenizer | None, store: Store | None) -> None:
+        self.counter = _Counter(tokenizer, store)
+        self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
+        self.paths: list[str] = []
+        self.texts: list[str] = []
+        self.fingerprints: list[str] = []
+        self.digest = _pack_digest_start(SYSTEM_HEADER)
+        self.digest.update(DOCUMENTS_OPENING.encode("utf-8"))
+
+    def add(self, document: Document) -> None:
+        text = render_document(document.path, _clean_text(document.text))
+        # One encoding for both hashes: the section's and the pack's.
+        data = text.encode("utf-8")
+        fingerprint = hashlib.sha256(data).hexdigest()
+        self.digest.update(data)
+        self.paths.append(document.path)
+        self.texts.append(text)
+        self.fingerprints.append(fingerprint)
+        if self.section_counter is not None:
+            self.section_counter.add(text, fingerprint)
+
+    def finish(self, corpus: Corpus) -> Pack:
+        listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
+        counts = None if self.section_counter is None else self.section_counter.counts()
+        return _assemble(
+            self.texts,
+            self.paths,
+            listing,
+            part=None,
+            counter=self.counter,
+            document_counts=counts,
+            document_fingerprints=self.fingerprints,
+            documents_digest=self.digest,
+        )
+
+    def close(self) -> None:
+        if self.section_counter is not None:
+            self.section_counter.close()
 
 
 def build_pack(
@@ -473,13 +580,71 @@ def build_pack(
     """
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
-    counter = _Counter(tokenizer, store)
-    paths = [document.path for document in corpus.documents]
-    listing = render_listing([*(ListingEntry(path) for path in paths), *_skipped_entries(corpus)])
-    pack = _assemble(_document_section_texts(corpus.documents), paths, listing, part=None, counter=counter)
+    builder = _PackBuilder(tokenizer, store)
+    try:
+        for document in corpus.documents:
+            builder.add(document)
+        built = builder.finish(corpus)
+    finally:
+        builder.close()
     if budget is not None:
-        _check_budget(pack, budget)
-    return pack
+        _check_budget(built, budget)
+    return built
+
+
+def pack(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    ordering: str | None = None,
+    include: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    limits: Limits | None = None,
+    allow_secrets: bool = False,
+    tokenizer: Tokenizer | None = None,
+    store: Store | None = None,
+    budget: Budget | None = None,
+    reuse: bool = True,
+) -> PackResult:
+    """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
+
+    The arguments are those two functions' (``limits`` None means
+    :class:`~longctx.corpus.Limits`'s defaults). Documents are rendered and
+    counted while the corpus is read. With ``store`` and ``reuse``, a single
+    folder of a git repository whose state has not changed since its last
+    pack with the same options (same commit, same changed, staged and
+    untracked files with the same content, see :mod:`longctx.snapshots`) is
+    not read again: its pack and manifest come back from the store
+    (``reused`` is True). Raises what those two functions raise.
+    """
+    limits = limits or Limits()
+    if budget is not None and tokenizer is None:
+        tokenizer = EstimateTokenizer()
+    key: snapshots.SnapshotKey | None = None
+    if store is not None and reuse:
+        key = snapshots.snapshot_key(
+            paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
+            allow_secrets=allow_secrets, tokenizer=tokenizer,
+        )  # fmt: skip
+    if key is not None and store is not None:
+        stored = snapshots.load_snapshot(store, key)
+        if stored is not None:
+            if budget is not None:
+                _check_budget(stored.pack, budget)
+            return PackResult(stored.pack, stored.manifest, stored.ordering, reused=True)
+    builder = _PackBuilder(tokenizer, store)
+    try:
+        corpus = load_corpus(
+            paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
+            allow_secrets=allow_secrets, on_document=builder.add,
+        )  # fmt: skip
+        built = builder.finish(corpus)
+    finally:
+        builder.close()
+    if key is not None and store is not None:
+        snapshots.save_snapshot(store, key, built, corpus)
+    if budget is not None:
+        _check_budget(built, budget)
+    return PackResult(built, corpus.manifest, corpus.ordering, reused=False)
 
 
 def _check_budget(pack: Pack, budget: Budget) -> None:
@@ -542,7 +707,7 @@ def build_shards(
     counter = _Counter(tokenizer, store)
     documents = corpus.documents
     texts = _document_section_texts(documents)
-    counts = cached_counts(tokenizer, texts, store)
+    counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
     chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
     skipped = _skipped_entries(corpus)
     empty = _assemble([], [], render_listing(skipped, part=1), part=1, counter=counter)

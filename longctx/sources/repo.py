@@ -28,18 +28,28 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
 from dataclasses import dataclass
-from typing import Final
-
-import git
-from git.exc import GitCommandNotFound, InvalidGitRepositoryError, NoSuchPathError
+from typing import TYPE_CHECKING, Final
 
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
 
-__all__ = ["RepositoryRoot", "find_repository", "is_ignored_by_git", "list_repository"]
+if TYPE_CHECKING:
+    # GitPython takes 0.05 s to import: loaded when a repository is listed,
+    # never by repository_state (a re-pack served from the store).
+    import git
+
+__all__ = [
+    "RepositoryRoot",
+    "RepositoryState",
+    "find_repository",
+    "is_ignored_by_git",
+    "list_repository",
+    "repository_state",
+]
 
 logger = logging.getLogger("longctx.sources")
 
@@ -72,6 +82,9 @@ def find_repository(directory: str) -> RepositoryRoot | None:
 
     Bare repositories and folders inside ``.git`` count as none.
     """
+    import git
+    from git.exc import InvalidGitRepositoryError, NoSuchPathError
+
     try:
         repo = git.Repo(directory, search_parent_directories=True)
     except (InvalidGitRepositoryError, NoSuchPathError):
@@ -97,7 +110,9 @@ class _Git:
     """Runs git in one work tree and turns failures into SourceError."""
 
     def __init__(self, root: RepositoryRoot, display_path: str) -> None:
-        self.repo = git.Repo(root.work_tree)
+        import git
+
+        self.repo: git.Repo = git.Repo(root.work_tree)
         self.display_path = display_path
         self.executable = self.repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git"
 
@@ -124,6 +139,8 @@ class _Git:
         return status
 
     def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
+        from git.exc import GitCommandNotFound
+
         try:
             status, output, stderr = self.repo.git.execute(
                 self.command(*arguments),
@@ -138,6 +155,91 @@ class _Git:
 
     def close(self) -> None:
         self.repo.close()
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryState:
+    """What git says about a work tree folder: enough to tell that nothing git tracks has moved.
+
+    ``work_tree`` and ``subdirectory`` are as in :class:`RepositoryRoot`.
+    ``head`` is the checked-out commit (None before the first commit).
+    ``changes`` is ``git status --porcelain=v2 -z --untracked-files=all``
+    for the folder, without its header lines: every modified, staged,
+    deleted and untracked (not ignored) path, with modes and index object
+    names. ``changed_paths`` are the repository paths it names (the caller
+    must look at their content: status does not change when a modified file
+    is edited again). ``hidden_changes`` is True when an index entry in the
+    folder is marked assume-unchanged or skip-worktree: git status does not
+    report edits to such files.
+    """
+
+    work_tree: str
+    subdirectory: str
+    head: str | None
+    changes: bytes
+    changed_paths: tuple[str, ...]
+    hidden_changes: bool
+
+
+def repository_state(directory: str) -> RepositoryState | None:
+    """The :class:`RepositoryState` of ``directory``; None when it is not a folder git lists as a repository.
+
+    None too where :func:`list_repository` would not be used (a folder git
+    ignores, a folder inside ``.git``) or git fails. Runs git three or four
+    times (``rev-parse``, ``check-ignore`` for a subfolder, ``status``,
+    ``ls-files -v``), without GitPython.
+    """
+    real = os.path.realpath(directory)
+    top = _plain_git(real, "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0:
+        return None
+    work_tree = os.path.realpath(os.fsdecode(top.stdout.rstrip(b"\n")))
+    if not is_inside(real, work_tree):
+        return None
+    subdirectory = relative_target(real, work_tree)
+    subdirectory = "" if subdirectory == "." else subdirectory
+    if ".git" in subdirectory.split("/"):
+        return None
+    pathspec = ("--", filesystem_path(subdirectory)) if subdirectory else ()
+    if subdirectory:
+        ignored = _plain_git(work_tree, "check-ignore", "-q", "--", filesystem_path(subdirectory))
+        if ignored is None or ignored.returncode != 1:  # 0: ignored; 128: git failed
+            return None
+    status = _plain_git(
+        work_tree, _LITERAL, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+        "--no-renames", "--ignore-submodules=dirty", *pathspec,
+    )  # fmt: skip
+    flags = _plain_git(work_tree, _LITERAL, "ls-files", "-v", "-z", *pathspec)
+    if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
+        return None
+    head: str | None = None
+    changes: list[bytes] = []
+    paths: list[str] = []
+    for record in _split_records(status.stdout):
+        if record.startswith(b"# branch.oid "):
+            oid = record[len(b"# branch.oid ") :].decode("ascii", "replace")
+            head = None if oid == "(initial)" else oid
+        elif not record.startswith(b"#"):
+            changes.append(record)
+            # Fields before the path: 8 for ordinary entries, 10 for
+            # unmerged ones; "? path" for untracked files.
+            fields = {b"1": 8, b"u": 10}.get(record[:1])
+            raw = record.split(b" ", fields)[fields] if fields else record[2:]
+            paths.append(_git_path(raw))
+    # ls-files -v tags: "H" cached; lower case: assume-unchanged; "S": skip-worktree.
+    hidden = any(record[:1].islower() or record[:1] == b"S" for record in _split_records(flags.stdout))
+    return RepositoryState(work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden)
+
+
+def _plain_git(cwd: str, *arguments: str) -> subprocess.CompletedProcess[bytes] | None:
+    """Run git in ``cwd`` without GitPython, as :class:`_Git` would; None when it cannot be run."""
+    executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
+    try:
+        return subprocess.run(
+            [executable, *_GIT_OPTIONS, *arguments], cwd=cwd, capture_output=True, check=False
+        )
+    except OSError:
+        return None
 
 
 def _as_bytes(stream: object) -> bytes:
@@ -321,6 +423,8 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
     # -z output: each commit is "\0<time>\0" followed by its files, each
     # ending in "\0", the first one prefixed with "\n". A file name is never
     # empty, so an empty token always starts a commit header.
+    from git.exc import GitCommandNotFound
+
     times: dict[str, int] = {}
     remaining = set(wanted)
     try:

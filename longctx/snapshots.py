@@ -1,0 +1,302 @@
+"""Pack snapshots: a git repository packed again in the same state is read back from the store.
+
+A re-pack of an unchanged repository would read, decode, scan and render
+every file again to get the same bytes. :func:`~longctx.packing.pack`
+instead keys each pack it builds by what it was asked and by the
+repository's state, keeps it (sections, counts, manifest) in the
+:class:`~longctx.store.Store`, and when the key matches later it rebuilds
+the :class:`~longctx.packing.Pack` and :class:`~longctx.corpus.Manifest`
+from the store without opening a file: one ``git status``, one SQLite read.
+
+The key has two parts. The *slot* is what was asked: the resolved folder,
+the loading options (ordering, include, exclude, limits, secrets), the
+tokenizer's identity, the pack and manifest format versions, and the code
+that builds packs (size and modification time of every longctx module and
+of the pypdf and pathspec packages, so an upgrade or a local edit misses).
+The *state* is the repository's: the HEAD commit, the full ``git status
+--porcelain=v2 --untracked-files=all`` of the folder (modified, staged,
+deleted and untracked paths, with index modes and object names: a
+``.gitignore`` edit, a new untracked file, a ``git add`` or a checkout
+changes it), the sha256 of the content of every path it names (editing a
+modified file again does not change the status), and the content of the
+``.longctxignore`` files read above the folder (git may ignore those). A
+slot holds one snapshot: the newest state packed.
+
+What git cannot vouch for is never snapshotted: several paths, a plain
+folder or file, a folder git ignores, a repository where index entries are
+marked assume-unchanged or skip-worktree (status hides edits to them), and
+a corpus that followed a symbolic link (its target may be a file git
+ignores). A repository that changed while it was packed is not snapshotted
+either: the state is taken again after the load and must be the same.
+Clean tracked files are trusted to git's own change detection (stat data,
+and content for racily-clean entries), which ``git status`` itself relies on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
+from longctx.rendering import FORMAT_VERSION
+from longctx.sources.files import filesystem_path
+from longctx.sources.repo import RepositoryState, repository_state
+from longctx.store import Store, StoredPackSnapshot
+from longctx.tokens import Tokenizer
+
+if TYPE_CHECKING:
+    from longctx.packing import Pack
+
+__all__ = [
+    "SNAPSHOT_FORMAT_VERSION",
+    "Snapshot",
+    "SnapshotKey",
+    "load_snapshot",
+    "save_snapshot",
+    "snapshot_key",
+]
+
+logger = logging.getLogger("longctx.snapshots")
+
+SNAPSHOT_FORMAT_VERSION: Final = 1
+"""Version of the stored summary's layout and of the key's recipe; part of every key."""
+
+_LONGCTX_IGNORE: Final = ".longctxignore"
+_LINK_NOTE: Final = "symbolic link to "
+# Third-party packages whose behaviour shapes a pack's bytes: pypdf extracts
+# PDF text, pathspec matches .longctxignore and include/exclude patterns.
+_SHAPING_PACKAGES: Final = ("pypdf", "pathspec")
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotKey:
+    """Where a pack is kept (``slot``: what was asked) and for which repository ``state``.
+
+    ``head`` is the commit the state was taken at; ``directory`` the
+    resolved folder that was asked for.
+    """
+
+    slot: str
+    state: str
+    head: str | None
+    directory: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A pack and its manifest read back from the store, with the ordering they were built with."""
+
+    pack: Pack
+    manifest: Manifest
+    ordering: str
+
+
+def _digest(parts: Sequence[Any]) -> str:
+    return hashlib.sha256(json.dumps(parts, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def _code_identity() -> list[Any]:
+    """Size and modification time of every longctx module and of the packages that shape a pack."""
+    package = Path(__file__).resolve().parent
+    stamps: list[Any] = []
+    for folder, folders, files in os.walk(package):
+        folders[:] = sorted(name for name in folders if name not in ("__pycache__", "testing"))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                status = os.stat(os.path.join(folder, name))
+                stamps.append(
+                    [os.path.relpath(os.path.join(folder, name), package), status.st_size, status.st_mtime_ns]
+                )
+    for name in _SHAPING_PACKAGES:
+        spec = importlib.util.find_spec(name)
+        origin = spec.origin if spec is not None else None
+        if origin is None:
+            stamps.append([name, None])
+            continue
+        status = os.stat(origin)
+        stamps.append([name, origin, status.st_size, status.st_mtime_ns])
+    return stamps
+
+
+def _content_digest(location: str) -> str:
+    """sha256 of a changed path's content: a file's bytes, a link's target; or what it is instead."""
+    try:
+        status = os.lstat(location)
+    except OSError as error:
+        return f"missing:{error.errno}"
+    if os.path.islink(location):
+        return "link:" + os.readlink(location)
+    if not os.path.isfile(location):
+        return f"mode:{status.st_mode:o}"
+    digest = hashlib.sha256()
+    try:
+        with open(location, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    except OSError as error:
+        return f"unreadable:{error.errno}"
+    return digest.hexdigest()
+
+
+def _ignore_files_above(state: RepositoryState) -> Iterator[str]:
+    """The ``.longctxignore`` files read whatever git says of them: from the work tree's top to the folder."""
+    folders = [""]
+    if state.subdirectory:
+        parts = state.subdirectory.split("/")
+        folders += ["/".join(parts[: depth + 1]) for depth in range(len(parts))]
+    for folder in folders:
+        yield os.path.join(state.work_tree, filesystem_path(folder), _LONGCTX_IGNORE)
+
+
+def _state_digest(state: RepositoryState) -> str:
+    changed = [[path, _content_digest(os.path.join(state.work_tree, filesystem_path(path)))]
+               for path in state.changed_paths]  # fmt: skip
+    ignores = [_content_digest(location) for location in _ignore_files_above(state)]
+    return _digest([state.head, state.changes.hex(), changed, ignores])
+
+
+def snapshot_key(
+    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    *,
+    ordering: str | None,
+    include: Sequence[str],
+    exclude: Sequence[str],
+    limits: Limits,
+    allow_secrets: bool,
+    tokenizer: Tokenizer | None,
+) -> SnapshotKey | None:
+    """The key of the pack these arguments would give, or None when git cannot vouch for it (see above)."""
+    if not isinstance(paths, (str, os.PathLike)):
+        if len(paths) != 1:
+            return None
+        paths = paths[0]
+    directory = os.fspath(paths)
+    if not isinstance(directory, str) or not os.path.isdir(directory):
+        return None
+    state = repository_state(directory)
+    if state is None or state.hidden_changes or state.head is None:
+        return None
+    slot = _digest(
+        [
+            SNAPSHOT_FORMAT_VERSION,
+            FORMAT_VERSION,
+            MANIFEST_FORMAT_VERSION,
+            os.path.realpath(directory),
+            state.work_tree,
+            state.subdirectory,
+            ordering,
+            list(include),
+            list(exclude),
+            [limits.max_file_bytes, limits.max_total_bytes, limits.max_files],
+            allow_secrets,
+            None if tokenizer is None else tokenizer.identity,
+            _code_identity(),
+        ]
+    )
+    return SnapshotKey(slot, _state_digest(state), state.head, os.path.realpath(directory))
+
+
+def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
+    """The snapshot kept for ``key``, rebuilt; None when there is none (or it cannot be read back)."""
+    stored = store.pack_snapshot(key.slot, key.state)
+    if stored is None:
+        return None
+    try:
+        return _rebuild(stored, key)
+    finally:
+        stored.text.close()
+
+
+def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
+    from longctx.packing import Pack, Section  # here: longctx.packing imports this module
+
+    summary = stored.summary
+    try:
+        described = summary["pack"]
+        if summary["version"] != SNAPSHOT_FORMAT_VERSION or described["format_version"] != FORMAT_VERSION:
+            return None
+        if len(described["sections"]) != len(stored.section_sizes):
+            return None
+        sections = tuple(
+            Section(name, str(text, "utf-8", "surrogatepass"), fingerprint, tokens)
+            for (name, fingerprint, tokens), text in zip(
+                described["sections"], _slices(stored.text, stored.section_sizes), strict=True
+            )
+        )
+        pack = Pack(
+            format_version=described["format_version"],
+            system=sections[0].text,
+            sections=sections,
+            fingerprint=stored.fingerprint,
+            tokenizer=described["tokenizer"],
+            estimated=described["estimated"],
+            prefix_tokens=described["prefix_tokens"],
+            template_overhead_tokens=described["template_overhead_tokens"],
+            part=described["part"],
+            sections_additive=described["sections_additive"],
+        )
+        manifest = Manifest.from_dict(summary["manifest"])
+        ordering = summary["ordering"]
+    except (KeyError, TypeError, ValueError) as error:
+        logger.warning("a stored pack snapshot cannot be read back (%s); packing from the files", error)
+        return None
+    logger.info("pack snapshot reused: %s at %s", pack.fingerprint[:16], (key.head or "no commit")[:12])
+    return Snapshot(pack, manifest, ordering)
+
+
+def _slices(data: mmap.mmap, sizes: Sequence[int]) -> Iterator[memoryview]:
+    """Consecutive views of ``data``, of the given sizes (decoded without a copy of the bytes)."""
+    with memoryview(data) as view:
+        start = 0
+        for size in sizes:
+            with view[start : start + size] as piece:
+                yield piece
+            start += size
+
+
+def save_snapshot(store: Store, key: SnapshotKey, pack: Pack, corpus: Corpus) -> bool:
+    """Keep ``pack`` and ``corpus``'s manifest under ``key``; False when git cannot vouch for them.
+
+    The repository's state is taken again first: if anything moved while
+    the corpus was read, the pack may mix both states and is not kept.
+    """
+    if corpus.head_sha != key.head or pack.part is not None:
+        return False
+    if any(note.startswith(_LINK_NOTE) for entry in corpus.manifest.included for note in entry.notes):
+        logger.info("pack snapshot not kept: the corpus follows symbolic links")
+        return False
+    state = repository_state(key.directory)
+    if state is None or state.hidden_changes or _state_digest(state) != key.state:
+        logger.info("pack snapshot not kept: the repository changed while it was packed")
+        return False
+    summary = {
+        "version": SNAPSHOT_FORMAT_VERSION,
+        "ordering": corpus.ordering,
+        "pack": {
+            "format_version": pack.format_version,
+            "tokenizer": pack.tokenizer,
+            "estimated": pack.estimated,
+            "prefix_tokens": pack.prefix_tokens,
+            "template_overhead_tokens": pack.template_overhead_tokens,
+            "part": pack.part,
+            "sections_additive": pack.sections_additive,
+            "sections": [[section.name, section.fingerprint, section.tokens] for section in pack.sections],
+        },
+        "manifest": corpus.manifest.to_dict(),
+    }
+    store.save_pack_snapshot(
+        key.slot,
+        key.state,
+        pack.fingerprint,
+        summary,
+        (section.text.encode("utf-8", "surrogatepass") for section in pack.sections),
+    )
+    return True

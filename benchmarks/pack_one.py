@@ -31,12 +31,9 @@ def main() -> None:
         result = pack(source, tokenizer=tokenizer, store=store)
     packed = time.perf_counter()
     built = result.pack
-    with open(output, "w", encoding="utf-8") as file:
-        file.write(built.system)
-        file.writelines(built.prefix_parts())
+    with open(output, "wb") as file:
+        pack_bytes = built.write_to(file)
     written = time.perf_counter()
-    with open(output, "rb") as file:
-        pack_bytes = file.seek(0, 2)
     print(
         json.dumps(
             {

@@ -43,7 +43,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
 from longctx.rendering import FORMAT_VERSION
@@ -60,7 +60,6 @@ __all__ = [
     "Snapshot",
     "SnapshotKey",
     "load_snapshot",
-    "save_snapshot",
     "snapshot_key",
 ]
 
@@ -209,10 +208,9 @@ def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
     stored = store.pack_snapshot(key.slot, key.state)
     if stored is None:
         return None
-    try:
-        return _rebuild(stored, key)
-    finally:
-        stored.text.close()
+    # The sections keep views of the mapped file (it closes with the last
+    # of them): their text is decoded only if someone reads it.
+    return _rebuild(stored, key)
 
 
 def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
@@ -226,7 +224,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
         if len(described["sections"]) != len(stored.section_sizes):
             return None
         sections = tuple(
-            Section(name, str(text, "utf-8", "surrogatepass"), fingerprint, tokens)
+            Section(name, text, fingerprint, tokens)
             for (name, fingerprint, tokens), text in zip(
                 described["sections"], _slices(stored.text, stored.section_sizes), strict=True
             )
@@ -242,6 +240,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
             template_overhead_tokens=described["template_overhead_tokens"],
             part=described["part"],
             sections_additive=described["sections_additive"],
+            _stored_utf8=memoryview(stored.text),
         )
         manifest = Manifest.from_dict(summary["manifest"])
         ordering = summary["ordering"]
@@ -253,31 +252,81 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
 
 
 def _slices(data: mmap.mmap, sizes: Sequence[int]) -> Iterator[memoryview]:
-    """Consecutive views of ``data``, of the given sizes (decoded without a copy of the bytes)."""
-    with memoryview(data) as view:
-        start = 0
-        for size in sizes:
-            with view[start : start + size] as piece:
-                yield piece
-            start += size
+    """Consecutive read-only views of ``data``, of the given sizes."""
+    view = memoryview(data)
+    start = 0
+    for size in sizes:
+        yield view[start : start + size]
+        start += size
 
 
-def save_snapshot(store: Store, key: SnapshotKey, pack: Pack, corpus: Corpus) -> bool:
-    """Keep ``pack`` and ``corpus``'s manifest under ``key``; False when git cannot vouch for them.
+class SnapshotWriter:
+    """Writes a pack's text to the store as the pack is built, and keeps it if git still vouches for it.
 
-    The repository's state is taken again first: if anything moved while
-    the corpus was read, the pack may mix both states and is not kept.
+    :meth:`write` takes each section's UTF-8 in order (the builder encodes
+    each section once, for its fingerprint, and hands the bytes over), so
+    the text is never encoded or held whole a second time. :meth:`keep`
+    then stores the snapshot, or drops it: see the module docstring.
+    :meth:`discard` drops it (the pack failed).
     """
-    if corpus.head_sha != key.head or pack.part is not None:
-        return False
-    if any(note.startswith(_LINK_NOTE) for entry in corpus.manifest.included for note in entry.notes):
-        logger.info("pack snapshot not kept: the corpus follows symbolic links")
-        return False
-    state = repository_state(key.directory)
-    if state is None or state.hidden_changes or _state_digest(state) != key.state:
-        logger.info("pack snapshot not kept: the repository changed while it was packed")
-        return False
-    summary = {
+
+    def __init__(self, store: Store, key: SnapshotKey) -> None:
+        self.store = store
+        self.key = key
+        self.sizes: list[int] = []
+        self._path = store.new_pack_snapshot_file(key.slot, key.state)
+        self._file: BinaryIO | None = open(self._path, "wb")  # noqa: SIM115 - closed by keep or discard
+
+    def write(self, data: bytes) -> None:
+        if self._file is not None:
+            self._file.write(data)
+            self.sizes.append(len(data))
+
+    def discard(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        self._path.unlink(missing_ok=True)
+
+    def keep(self, pack: Pack, corpus: Corpus) -> bool:
+        """Store the snapshot of ``pack`` and ``corpus``'s manifest; False (dropped) when it cannot be trusted."""
+        if self._file is None:
+            return False
+        self._file.close()
+        self._file = None
+        try:
+            if not self._trustworthy(pack, corpus):
+                self._path.unlink(missing_ok=True)
+                return False
+            self.store.save_pack_snapshot(
+                self.key.slot,
+                self.key.state,
+                fingerprint=pack.fingerprint,
+                summary=_summary(pack, corpus),
+                text_file=self._path,
+                section_sizes=self.sizes,
+            )
+        except BaseException:
+            self._path.unlink(missing_ok=True)
+            raise
+        return True
+
+    def _trustworthy(self, pack: Pack, corpus: Corpus) -> bool:
+        key = self.key
+        if corpus.head_sha != key.head or pack.part is not None or len(self.sizes) != len(pack.sections):
+            return False
+        if any(note.startswith(_LINK_NOTE) for entry in corpus.manifest.included for note in entry.notes):
+            logger.info("pack snapshot not kept: the corpus follows symbolic links")
+            return False
+        state = repository_state(key.directory)
+        if state is None or state.hidden_changes or _state_digest(state) != key.state:
+            logger.info("pack snapshot not kept: the repository changed while it was packed")
+            return False
+        return True
+
+
+def _summary(pack: Pack, corpus: Corpus) -> dict[str, Any]:
+    return {
         "version": SNAPSHOT_FORMAT_VERSION,
         "ordering": corpus.ordering,
         "pack": {
@@ -292,11 +341,3 @@ def save_snapshot(store: Store, key: SnapshotKey, pack: Pack, corpus: Corpus) ->
         },
         "manifest": corpus.manifest.to_dict(),
     }
-    store.save_pack_snapshot(
-        key.slot,
-        key.state,
-        pack.fingerprint,
-        summary,
-        (section.text.encode("utf-8", "surrogatepass") for section in pack.sections),
-    )
-    return True

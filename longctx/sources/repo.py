@@ -1,4 +1,7 @@
-"""Git work trees, through GitPython (the only module that imports it).
+"""Git work trees, through the git command, run directly.
+
+(GitPython's import and repository object cost 0.15 s on every pack, for
+nothing these few commands need.)
 
 What a repository source considers is exactly what git lists: tracked files
 plus untracked files that git does not ignore (``git ls-files --cached
@@ -30,17 +33,12 @@ import logging
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
-
-if TYPE_CHECKING:
-    # GitPython takes 0.05 s to import: loaded when a repository is listed,
-    # never by repository_state (a re-pack served from the store).
-    import git
 
 __all__ = [
     "RepositoryRoot",
@@ -80,22 +78,16 @@ class RepositoryRoot:
 def find_repository(directory: str) -> RepositoryRoot | None:
     """Return the git work tree that contains ``directory``, or None when there is none.
 
-    Bare repositories and folders inside ``.git`` count as none.
+    Bare repositories and folders inside ``.git`` count as none (git
+    itself refuses to name a work tree for them).
     """
-    import git
-    from git.exc import InvalidGitRepositoryError, NoSuchPathError
-
-    try:
-        repo = git.Repo(directory, search_parent_directories=True)
-    except (InvalidGitRepositoryError, NoSuchPathError):
-        return None
-    try:
-        if repo.bare or repo.working_tree_dir is None:
-            return None
-        work_tree = os.path.realpath(repo.working_tree_dir)
-    finally:
-        repo.close()
     target = os.path.realpath(directory)
+    if not os.path.isdir(target):
+        return None
+    top = _plain_git(target, "rev-parse", "--show-toplevel")
+    if top is None or top.returncode != 0 or not top.stdout.strip():
+        return None
+    work_tree = os.path.realpath(os.fsdecode(top.stdout.rstrip(b"\n")))
     if not is_inside(target, work_tree):
         return None
     subdirectory = relative_target(target, work_tree)
@@ -110,11 +102,9 @@ class _Git:
     """Runs git in one work tree and turns failures into SourceError."""
 
     def __init__(self, root: RepositoryRoot, display_path: str) -> None:
-        import git
-
-        self.repo: git.Repo = git.Repo(root.work_tree)
+        self.work_tree = root.work_tree
         self.display_path = display_path
-        self.executable = self.repo.git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+        self.executable = _git_executable()
 
     def command(self, *arguments: str) -> list[str]:
         literal = () if arguments[0] == "check-ignore" else (_LITERAL,)
@@ -139,22 +129,30 @@ class _Git:
         return status
 
     def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
-        from git.exc import GitCommandNotFound
-
         try:
-            status, output, stderr = self.repo.git.execute(
+            completed = subprocess.run(
                 self.command(*arguments),
-                with_exceptions=False,
-                with_extended_output=True,
-                stdout_as_string=False,
-                strip_newline_in_stdout=False,
+                cwd=self.work_tree,
+                capture_output=True,
+                check=False,
+                env=_git_environment(),
             )
-        except GitCommandNotFound:
+        except OSError:
             raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
-        return int(status), _as_bytes(output), _as_bytes(stderr)
+        return completed.returncode, completed.stdout, completed.stderr
+
+    def popen(self, *arguments: str) -> subprocess.Popen[bytes]:
+        """Start git with ``arguments``, its output on a pipe (for streamed reading)."""
+        try:
+            return subprocess.Popen(
+                self.command(*arguments), cwd=self.work_tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                        env=_git_environment(),
+            )  # fmt: skip
+        except OSError:
+            raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
 
     def close(self) -> None:
-        self.repo.close()
+        """Nothing to release: each command is its own process."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +185,7 @@ def repository_state(directory: str) -> RepositoryState | None:
     None too where :func:`list_repository` would not be used (a folder git
     ignores, a folder inside ``.git``) or git fails. Runs git three or four
     times (``rev-parse``, ``check-ignore`` for a subfolder, ``status``,
-    ``ls-files -v``), without GitPython.
+    ``ls-files -v``).
     """
     real = os.path.realpath(directory)
     top = _plain_git(real, "rev-parse", "--show-toplevel")
@@ -231,13 +229,24 @@ def repository_state(directory: str) -> RepositoryState | None:
     return RepositoryState(work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden)
 
 
+def _git_environment() -> dict[str, str]:
+    # Messages in English whatever the user's locale (as GitPython ran git);
+    # paths travel as raw bytes (-z) either way.
+    return {**os.environ, "LANGUAGE": "C", "LC_ALL": "C"}
+
+
+def _git_executable() -> str:
+    # GitPython's variable, honoured as before the git command was run directly.
+    return os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
+
+
 def _plain_git(cwd: str, *arguments: str) -> subprocess.CompletedProcess[bytes] | None:
-    """Run git in ``cwd`` without GitPython, as :class:`_Git` would; None when it cannot be run."""
-    executable = os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
+    """Run git in ``cwd`` with :class:`_Git`'s options; None when it cannot be run at all."""
     try:
         return subprocess.run(
-            [executable, *_GIT_OPTIONS, *arguments], cwd=cwd, capture_output=True, check=False
-        )
+            [_git_executable(), *_GIT_OPTIONS, *arguments], cwd=cwd, capture_output=True, check=False,
+            env=_git_environment(),
+        )  # fmt: skip
     except OSError:
         return None
 
@@ -410,7 +419,12 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
     One ``git log`` streams the history newest first; it is stopped as soon
     as every wanted path has been seen.
     """
-    command = runner.command(
+    # -z output: each commit is "\0<time>\0" followed by its files, each
+    # ending in "\0", the first one prefixed with "\n". A file name is never
+    # empty, so an empty token always starts a commit header.
+    times: dict[str, int] = {}
+    remaining = set(wanted)
+    popen = runner.popen(
         "log",
         "-z",
         "--name-only",
@@ -420,19 +434,7 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
         "HEAD",
         *pathspec,
     )
-    # -z output: each commit is "\0<time>\0" followed by its files, each
-    # ending in "\0", the first one prefixed with "\n". A file name is never
-    # empty, so an empty token always starts a commit header.
-    from git.exc import GitCommandNotFound
-
-    times: dict[str, int] = {}
-    remaining = set(wanted)
-    try:
-        process = runner.repo.git.execute(command, as_process=True)
-    except GitCommandNotFound:
-        raise SourceError("git is not installed or not on PATH", path=runner.display_path) from None
-    popen = process.proc
-    assert popen is not None and popen.stdout is not None
+    assert popen.stdout is not None
     reached_end = False
     try:
         pending = b""

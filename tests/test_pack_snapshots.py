@@ -1,0 +1,293 @@
+"""longctx.packing.pack: an unchanged repository is read back from the store, anything else is rebuilt.
+
+Every test compares with what load_corpus + build_pack give on the same
+files: a pack read back from the store must be that pack, and any change
+that could alter it must be seen (real git repositories in temporary
+folders).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from corpus_fixtures import commit, git, init_repo, isolated_git
+
+from longctx.corpus import Limits, load_corpus
+from longctx.errors import BudgetError
+from longctx.packing import Budget, PackResult, build_pack, pack
+from longctx.store import Store
+from longctx.tokens import EstimateTokenizer, Tokenizer
+
+__all__ = ["isolated_git"]  # imported so that it is autouse here
+
+T0 = 1_700_000_000
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = init_repo(tmp_path / "repo")
+    (path / "src").mkdir()
+    (path / "README.md").write_text("# Demo\n\nA small project.\n")
+    (path / "src" / "core.py").write_text("def core():\n    return 1\n")
+    (path / ".gitignore").write_text("build/\n")
+    git(path, "add", "-A")
+    commit(path, "first", when=T0)
+    (path / "src" / "app.py").write_text("from src.core import core\n\nprint(core())\n")
+    git(path, "add", "-A")
+    commit(path, "second", when=T0 + 100)
+    return path
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store.open(tmp_path / "home") as opened:
+        yield opened
+
+
+def packed(repo: Path | Sequence[Path], store: Store, **options: Any) -> PackResult:
+    options.setdefault("tokenizer", EstimateTokenizer())
+    return pack(repo, store=store, **options)
+
+
+def fresh(repo: Path, **options: Any) -> PackResult:
+    """What the files give now: load_corpus then build_pack, no store."""
+    tokenizer: Tokenizer | None = options.pop("tokenizer", EstimateTokenizer())
+    corpus = load_corpus(repo, **options)
+    return PackResult(build_pack(corpus, tokenizer=tokenizer), corpus.manifest, corpus.ordering, reused=False)
+
+
+def written(result: PackResult) -> bytes:
+    stream = io.BytesIO()
+    count = result.pack.write_to(stream)
+    assert count == len(stream.getvalue())
+    return stream.getvalue()
+
+
+def assert_same(result: PackResult, expected: PackResult) -> None:
+    assert result.pack == expected.pack
+    assert result.manifest == expected.manifest
+    assert result.ordering == expected.ordering
+    assert written(result) == written(expected)
+    assert written(result) == (expected.pack.system + expected.pack.prefix).encode("utf-8")
+
+
+def test_an_unchanged_repository_is_read_back_and_equals_a_fresh_build(repo: Path, store: Store) -> None:
+    first = packed(repo, store)
+    assert not first.reused
+    assert_same(first, fresh(repo))
+    again = packed(repo, store)
+    assert again.reused
+    assert_same(again, fresh(repo))
+    assert [section.name for section in again.pack.sections] == [
+        section.name for section in first.pack.sections
+    ]
+    assert [section.tokens for section in again.pack.sections] == [
+        section.tokens for section in first.pack.sections
+    ]
+    assert again.pack.summary() == first.pack.summary()
+
+
+def test_reuse_false_and_no_store_always_build(repo: Path, store: Store) -> None:
+    packed(repo, store)
+    assert not packed(repo, store, reuse=False).reused
+    assert not pack(repo, tokenizer=EstimateTokenizer()).reused
+
+
+def _edit_tracked(repo: Path) -> None:
+    (repo / "src" / "core.py").write_text("def core():\n    return 2\n")  # same size, right after the commit
+
+
+def _edit_twice(repo: Path) -> None:
+    (repo / "src" / "core.py").write_text("def core():\n    return 3\n")
+
+
+def _new_untracked(repo: Path) -> None:
+    (repo / "src" / "new.py").write_text("NEW = 1\n")
+
+
+def _stage(repo: Path) -> None:
+    (repo / "src" / "core.py").write_text("def core():\n    return 4\n")
+    git(repo, "add", "src/core.py")
+
+
+def _ignore_more(repo: Path) -> None:
+    (repo / ".gitignore").write_text("build/\nsrc/app.py\n")
+
+
+def _checkout_first(repo: Path) -> None:
+    git(repo, "checkout", "-q", "HEAD~1")
+
+
+def _commit_change(repo: Path) -> None:
+    (repo / "README.md").write_text("# Demo\n\nA small project, changed.\n")
+    git(repo, "commit", "-qam", "third")
+
+
+def _exclude_untracked(repo: Path) -> None:
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text("*.tmp\n")
+
+
+def _delete_tracked(repo: Path) -> None:
+    (repo / "src" / "app.py").unlink()
+
+
+MUTATIONS: dict[str, Callable[[Path], None]] = {
+    "edit a tracked file (same size, same second)": _edit_tracked,
+    "new untracked file": _new_untracked,
+    "staged change": _stage,
+    ".gitignore change": _ignore_more,
+    "checkout": _checkout_first,
+    "new commit": _commit_change,
+    "deleted tracked file": _delete_tracked,
+}
+
+
+@pytest.mark.parametrize("mutation", list(MUTATIONS), ids=list(MUTATIONS))
+def test_any_change_is_rebuilt_then_kept_again(repo: Path, store: Store, mutation: str) -> None:
+    (repo / "scratch.tmp").write_text("untracked before\n")
+    packed(repo, store)
+    assert packed(repo, store).reused
+    MUTATIONS[mutation](repo)
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert_same(changed, fresh(repo))
+    again = packed(repo, store)
+    assert again.reused
+    assert_same(again, fresh(repo))
+
+
+def test_a_modified_file_edited_again_is_rebuilt(repo: Path, store: Store) -> None:
+    # git status says " M src/core.py" both times: the content decides.
+    _edit_tracked(repo)
+    assert not packed(repo, store).reused
+    assert packed(repo, store).reused
+    _edit_twice(repo)
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert_same(changed, fresh(repo))
+
+
+def test_an_untracked_file_edited_again_is_rebuilt(repo: Path, store: Store) -> None:
+    _new_untracked(repo)
+    packed(repo, store)
+    (repo / "src" / "new.py").write_text("NEW = 2\n")
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert_same(changed, fresh(repo))
+
+
+def test_info_exclude_change_is_rebuilt(repo: Path, store: Store) -> None:
+    (repo / "notes.tmp").write_text("scratch\n")
+    packed(repo, store)
+    _exclude_untracked(repo)
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert "notes.tmp" not in [entry.path for entry in changed.manifest]
+    assert_same(changed, fresh(repo))
+
+
+def test_an_ignored_longctxignore_at_the_top_is_watched(repo: Path, store: Store) -> None:
+    (repo / ".git" / "info").mkdir(exist_ok=True)
+    (repo / ".git" / "info" / "exclude").write_text(".longctxignore\n")
+    (repo / ".longctxignore").write_text("README.md\n")
+    first = packed(repo, store)
+    assert "README.md" not in [entry.path for entry in first.manifest]
+    (repo / ".longctxignore").write_text("src/app.py\n")
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert_same(changed, fresh(repo))
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ({}, {"ordering": "path"}),
+        ({}, {"include": ["src/**"]}),
+        ({}, {"exclude": ["README.md"]}),
+        ({}, {"limits": Limits(max_files=1)}),
+        ({}, {"allow_secrets": True}),
+        ({}, {"tokenizer": None}),
+        ({}, {"tokenizer": EstimateTokenizer(bytes_per_token=3)}),
+    ],
+    ids=["ordering", "include", "exclude", "limits", "allow_secrets", "no tokenizer", "other tokenizer"],
+)
+def test_other_options_are_another_snapshot(
+    repo: Path, store: Store, first: dict[str, Any], second: dict[str, Any]
+) -> None:
+    packed(repo, store, **first)
+    other = packed(repo, store, **second)
+    assert not other.reused
+    assert_same(other, fresh(repo, **second))
+    assert packed(repo, store, **second).reused
+    assert packed(repo, store, **first).reused  # each set of options keeps its own
+
+
+def test_a_subfolder_is_its_own_snapshot(repo: Path, store: Store) -> None:
+    whole = packed(repo, store)
+    sub = packed(repo / "src", store)
+    assert not sub.reused
+    assert_same(sub, fresh(repo / "src"))
+    assert packed(repo / "src", store).reused
+    (repo / "README.md").write_text("outside the folder\n")
+    assert packed(repo / "src", store).reused  # a change outside the folder does not matter
+    assert whole.pack != sub.pack
+
+
+def test_not_kept_when_git_cannot_vouch(repo: Path, store: Store, tmp_path: Path) -> None:
+    # A link to an ignored file: git does not watch the target.
+    (repo / "build").mkdir()
+    (repo / "build" / "out.txt").write_text("generated 1\n")
+    os.symlink("build/out.txt", repo / "out-link.txt")
+    first = packed(repo, store)
+    assert not packed(repo, store).reused
+    (repo / "build" / "out.txt").write_text("generated 2\n")
+    assert_same(packed(repo, store), fresh(repo))
+    assert first.pack != fresh(repo).pack
+
+
+def test_assume_unchanged_entries_disable_reuse(repo: Path, store: Store) -> None:
+    git(repo, "update-index", "--assume-unchanged", "src/core.py")
+    packed(repo, store)
+    (repo / "src" / "core.py").write_text("def core():\n    return 9\n")
+    changed = packed(repo, store)
+    assert not changed.reused
+    assert_same(changed, fresh(repo))
+
+
+def test_plain_folders_and_several_paths_are_not_kept(tmp_path: Path, repo: Path, store: Store) -> None:
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    packed(folder, store)
+    assert not packed(folder, store).reused
+    packed([repo, folder], store)
+    assert not packed([repo, folder], store).reused
+
+
+def test_a_damaged_snapshot_file_is_rebuilt(repo: Path, store: Store, tmp_path: Path) -> None:
+    packed(repo, store)
+    [text_file] = (tmp_path / "home" / "pack-snapshots").iterdir()
+    text_file.write_bytes(text_file.read_bytes()[:-5])
+    result = packed(repo, store)
+    assert not result.reused
+    assert_same(result, fresh(repo))
+    assert packed(repo, store).reused
+
+
+def test_the_budget_is_checked_on_a_reused_pack(repo: Path, store: Store) -> None:
+    packed(repo, store)
+    with pytest.raises(BudgetError):
+        packed(repo, store, budget=Budget(64, reserved_output_tokens=0, reserved_question_tokens=0))
+    assert packed(repo, store, budget=Budget(100_000)).reused
+
+
+def test_old_snapshots_are_dropped(repo: Path, store: Store, tmp_path: Path) -> None:
+    for bytes_per_token in range(1, 12):
+        packed(repo, store, tokenizer=EstimateTokenizer(bytes_per_token=bytes_per_token))
+    assert len(list((tmp_path / "home" / "pack-snapshots").iterdir())) == 8

@@ -286,6 +286,7 @@ def load_corpus(
     limits: Limits = Limits(),
     allow_secrets: bool = False,
     on_document: Callable[[Document], None] | None = None,
+    keep_documents: bool = True,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -306,7 +307,10 @@ def load_corpus(
     argument. Credentials are skipped unless ``allow_secrets``; even then
     the manifest notes them. ``on_document`` is called with each document
     as soon as it is read, in corpus order, so that work on it (rendering,
-    counting) can start before the last file is read.
+    counting) can start before the last file is read; with
+    ``keep_documents`` False the corpus does not keep them (its
+    ``documents`` is empty, its manifest complete), so a caller that
+    consumes them that way holds each text once.
 
     Raises :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
@@ -340,7 +344,9 @@ def load_corpus(
             else:
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
-    documents = _read_in_order(candidates, limits, allow_secrets, entries, on_document)
+    documents, document_bytes = _read_in_order(
+        candidates, limits, allow_secrets, entries, on_document, keep=keep_documents
+    )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
     corpus = Corpus(
@@ -352,9 +358,9 @@ def load_corpus(
     )
     logger.info(
         "corpus: %d documents (%d bytes), %d skipped %s, ordering %s",
-        len(documents),
-        corpus.total_bytes,
-        len(entries) - len(documents),
+        sum(entry.status == "included" for entry in entries),
+        document_bytes,
+        sum(entry.status == "skipped" for entry in entries),
         corpus.manifest.skipped_by_reason(),
         policy,
     )
@@ -400,14 +406,19 @@ def _read_in_order(
     allow_secrets: bool,
     entries: list[ManifestEntry],
     on_document: Callable[[Document], None] | None,
-) -> tuple[Document, ...]:
-    """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``."""
+    *,
+    keep: bool,
+) -> tuple[tuple[Document, ...], int]:
+    """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
+
+    Returns the documents (none unless ``keep``) and their total size in bytes.
+    """
     reader = FileReader(max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
     documents: list[Document] = []
-    total_bytes = 0
+    included = total_bytes = 0
     stop: tuple[SkipReason, str] | None = None
     for candidate in candidates:
-        if stop is None and len(documents) >= limits.max_files:
+        if stop is None and included >= limits.max_files:
             stop = (SkipReason.FILE_COUNT_LIMIT, f"the corpus already holds {limits.max_files} files")
         if stop is not None:
             entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
@@ -426,12 +437,14 @@ def _read_in_order(
                 ManifestEntry(document.path, "skipped", stop[0], document.size_bytes, notes=(stop[1],))
             )
             continue
-        documents.append(document)
+        if keep:
+            documents.append(document)
+        included += 1
         total_bytes += document.size_bytes
         entries.append(_included_entry(result))
         if on_document is not None:
             on_document(document)
-    return tuple(documents)
+    return tuple(documents), total_bytes
 
 
 def _included_entry(result: Included) -> ManifestEntry:

@@ -122,9 +122,9 @@ class SectionCounter:
         for index in indexes:
             digest = self._digests[index]
             if digest in known:
-                self._counts[index] = known[digest]
+                self._record(index, known[digest])
             elif digest in self._first_index:
-                pass  # the same text again: it takes the first one's count
+                self._texts[index] = ""  # the same text again: it takes the first one's count
             else:
                 self._first_index[digest] = index
                 queued.append(index)
@@ -147,6 +147,7 @@ class SectionCounter:
 
     def _record(self, index: int, count: int) -> None:
         self._counts[index] = count
+        self._texts[index] = ""  # counted: the text is not needed any more
 
     def counts(self) -> list[int]:
         """One count per added text, in order; new counts are saved to the store."""
@@ -155,12 +156,12 @@ class SectionCounter:
             self._count_here_in_batch()
         else:
             while (index := self._take(front=False)) is not None:
-                self._counts[index] = self.tokenizer.count(self._texts[index])
+                self._record(index, self.tokenizer.count(self._texts[index]))
             self._worker.finish()
             # Whatever a failed worker did not answer is counted here.
             for index in self._first_index.values():
                 if self._counts[index] is None:
-                    self._counts[index] = self.tokenizer.count(self._texts[index])
+                    self._record(index, self.tokenizer.count(self._texts[index]))
         counts: list[int] = []
         for index, digest in enumerate(self._digests):
             count = self._counts[index]
@@ -187,7 +188,7 @@ class SectionCounter:
             for index, count in zip(
                 indexes, self.tokenizer.count_many([self._texts[i] for i in indexes]), strict=True
             ):
-                self._counts[index] = count
+                self._record(index, count)
 
     def close(self) -> None:
         """Stop the worker process, if one was started."""

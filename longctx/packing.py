@@ -201,7 +201,7 @@ class Pack:
         return (section.text for section in self.sections[1:])
 
     def write_to(self, stream: BinaryIO) -> int:
-        """Write ``system`` then ``prefix`` to ``stream`` as UTF-8, section by section; return the bytes written.
+        """Write ``system`` then ``prefix`` to ``stream`` as UTF-8, section by section; return the byte count.
 
         The fastest way to save a pack: nothing is joined, and a pack read
         back from the store is written from the stored bytes as they are.
@@ -484,7 +484,7 @@ class _Counter:
 
 
 def _assemble(
-    document_texts: Sequence[str],
+    document_texts: Sequence[str | memoryview],
     paths: Sequence[str],
     listing: str,
     *,
@@ -493,6 +493,7 @@ def _assemble(
     document_counts: Sequence[int] | None = None,
     document_fingerprints: Sequence[str] | None = None,
     documents_digest: hashlib._Hash | None = None,
+    stored_utf8: memoryview | None = None,
 ) -> Pack:
     """The pack of these documents and listing.
 
@@ -501,9 +502,9 @@ def _assemble(
     encoded each document once for its fingerprint fed it too).
     """
     names = ["header", "opening", *(_DOCUMENT_PREFIX + path for path in paths), "listing", "boundary"]
-    texts = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
+    texts: list[str | memoryview] = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
     if document_fingerprints is None:
-        document_fingerprints = [_fingerprint(text) for text in document_texts]
+        document_fingerprints = [_fingerprint(_as_str(text)) for text in document_texts]
     fingerprints = [
         _fingerprint(SYSTEM_HEADER),
         _fingerprint(DOCUMENTS_OPENING),
@@ -516,11 +517,13 @@ def _assemble(
         counts = None
     elif document_counts is not None:
         fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
-        fixed = counter.counts([texts[i] for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes])
+        fixed = counter.counts(
+            [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
+        )
         assert fixed is not None
         counts = [fixed[0], fixed[1], *document_counts, fixed[2], fixed[3]]
     else:
-        counts = counter.counts(texts, fingerprints)
+        counts = counter.counts([_as_str(text) for text in texts], fingerprints)
     sections = tuple(
         Section(name, text, fingerprint, None if counts is None else counts[index])
         for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))
@@ -532,13 +535,13 @@ def _assemble(
         if isinstance(counter.tokenizer, ServerTokenizer):
             # The server is the authority: count the whole user prefix once
             # (cached like any text) and trust it over the sum.
-            whole = counter.counts(["".join(texts[1:])])
+            whole = counter.counts(["".join(_as_str(text) for text in texts[1:])])
             assert whole is not None
             additive = whole[0] == sum(counts[1:])
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
     if documents_digest is None:
-        fingerprint = _pack_fingerprint(SYSTEM_HEADER, texts[1:])
+        fingerprint = _pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
     else:
         for text in (listing, BOUNDARY):
             documents_digest.update(text.encode("utf-8"))
@@ -555,7 +558,12 @@ def _assemble(
         template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
         part=part,
         sections_additive=additive,
+        _stored_utf8=stored_utf8,
     )
+
+
+def _as_str(text: str | memoryview) -> str:
+    return text if isinstance(text, str) else str(text, "utf-8", "surrogatepass")
 
 
 def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
@@ -580,6 +588,8 @@ class _PackBuilder:
         self.snapshot = snapshot
         self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
         self.paths: list[str] = []
+        # Without a snapshot the texts are kept here; with one, the written
+        # file holds them and the pack's sections are views of it.
         self.texts: list[str] = []
         self.fingerprints: list[str] = []
         self.digest = _pack_digest_start(SYSTEM_HEADER)
@@ -598,19 +608,29 @@ class _PackBuilder:
         if self.snapshot is not None:
             self.snapshot.write(data)
         self.paths.append(document.path)
-        self.texts.append(text)
+        if self.snapshot is None:
+            self.texts.append(text)
         self.fingerprints.append(fingerprint)
         if self.section_counter is not None:
             self.section_counter.add(text, fingerprint)
 
     def finish(self, corpus: Corpus) -> Pack:
         listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
+        texts: Sequence[str | memoryview] = self.texts
+        stored: memoryview | None = None
         if self.snapshot is not None:
             self.snapshot.write(listing.encode("utf-8"))
             self.snapshot.write(BOUNDARY.encode("utf-8"))
+            stored = self.snapshot.mapped()
+            views: list[memoryview] = []
+            start = 0
+            for size in self.snapshot.sizes:
+                views.append(stored[start : start + size])
+                start += size
+            texts = views[2:-2]  # the documents, between the header and opening and the listing and boundary
         counts = None if self.section_counter is None else self.section_counter.counts()
         return _assemble(
-            self.texts,
+            texts,
             self.paths,
             listing,
             part=None,
@@ -618,6 +638,7 @@ class _PackBuilder:
             document_counts=counts,
             document_fingerprints=self.fingerprints,
             documents_digest=self.digest,
+            stored_utf8=stored,
         )
 
     def close(self) -> None:
@@ -700,9 +721,11 @@ def pack(
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
     builder = _PackBuilder(tokenizer, store, writer)
     try:
+        # The builder keeps what it needs of each document: the corpus need
+        # not hold every text a second time.
         corpus = load_corpus(
             paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
-            allow_secrets=allow_secrets, on_document=builder.add,
+            allow_secrets=allow_secrets, on_document=builder.add, keep_documents=False,
         )  # fmt: skip
         built = builder.finish(corpus)
     except BaseException:

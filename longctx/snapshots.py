@@ -282,6 +282,13 @@ class SnapshotWriter:
             self._file.write(data)
             self.sizes.append(len(data))
 
+    def mapped(self) -> memoryview:
+        """A read-only view of all written so far, mapped from the file (it outlives the name)."""
+        assert self._file is not None
+        self._file.flush()
+        with open(self._path, "rb") as file:
+            return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+
     def discard(self) -> None:
         if self._file is not None:
             self._file.close()
@@ -289,7 +296,7 @@ class SnapshotWriter:
         self._path.unlink(missing_ok=True)
 
     def keep(self, pack: Pack, corpus: Corpus) -> bool:
-        """Store the snapshot of ``pack`` and ``corpus``'s manifest; False (dropped) when it cannot be trusted."""
+        """Store the snapshot of ``pack`` and the manifest; False (dropped) when it cannot be trusted."""
         if self._file is None:
             return False
         self._file.close()

@@ -262,45 +262,46 @@ def pack(
 ) -> None:
     """Pack PATHS (repositories, folders, files) into one cache-friendly prompt prefix.
 
-    The pack is the system message, a blank line, then the start of the
-    first user message (documents, listing, boundary); a question goes
-    right after it. Counts go to stderr, flagged when estimated.
+    The pack is the system message followed by the start of the first user
+    message (documents, listing, boundary); a question goes right after it.
+    An unchanged repository's pack is reused from the store. Counts go to
+    stderr, flagged when estimated.
     """
-    try:
-        from longctx.corpus import load_corpus
-        from longctx.packing import build_pack
-        from longctx.store import Store
+    from longctx.packing import pack as pack_paths
+    from longctx.store import Store
 
-        corpus = load_corpus(
+    try:
+        result = pack_paths(
             list(paths),
             ordering=options["ordering"],
             include=options["include"],
             exclude=options["exclude"],
             limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
             allow_secrets=options["allow_secrets"],
+            tokenizer=_tokenizer(tokenizer, options),
+            store=Store.open(),
         )
-        store = Store.open()
-        chosen = _tokenizer(tokenizer, options)
-        built = build_pack(corpus, tokenizer=chosen, store=store)
     except LongctxError as error:
         fail(error)
+    built = result.pack
     if as_json:
-        emit_json({"pack": built.summary(), "manifest": corpus.manifest.to_dict()})
+        emit_json({"pack": built.summary(), "manifest": result.manifest.to_dict(), "reused": result.reused})
+    elif output:
+        with open(output, "wb") as handle:
+            built.write_to(handle)
     else:
-        text = f"{built.system}\n\n{built.prefix}"
-        if output:
-            Path(output).write_text(text, encoding="utf-8")
-        else:
-            click.echo(text, nl=False)
-    skipped = corpus.manifest.skipped_by_reason()
+        sys.stdout.flush()
+        built.write_to(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    skipped = result.manifest.skipped_by_reason()
     skipped_text = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())) or "none"
     tokens = built.prefix_tokens
     count_text = (
         "not counted" if tokens is None else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
     )
     note(
-        f"packed {len(built.documents)} documents: {count_text}; skipped: {skipped_text}; "
-        f"fingerprint {built.fingerprint[:16]}",
+        f"packed {len(built.documents)} documents{' (unchanged: reused)' if result.reused else ''}: "
+        f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}",
         quiet=quiet,
     )
 

@@ -1,7 +1,9 @@
-"""Git work trees, through the git command, run directly.
+"""Git work trees, through GitPython's command runner (the only module that imports GitPython).
 
-(GitPython's import and repository object cost 0.15 s on every pack, for
-nothing these few commands need.)
+Only ``git.cmd.Git`` is used, imported on first use: it runs the few git
+commands below with NUL-separated output, while GitPython's object model
+(``git.Repo``), which would read the repository's objects, costs time on
+every pack for nothing these commands need.
 
 What a repository source considers is exactly what git lists: tracked files
 plus untracked files that git does not ignore (``git ls-files --cached
@@ -33,12 +35,16 @@ import logging
 import os
 import subprocess
 from dataclasses import dataclass
-from typing import Final
+from functools import cache
+from typing import TYPE_CHECKING, Any, Final
 
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
+
+if TYPE_CHECKING:
+    from git.cmd import Git
 
 __all__ = [
     "RepositoryRoot",
@@ -105,6 +111,9 @@ class _Git:
         self.work_tree = root.work_tree
         self.display_path = display_path
         self.executable = _git_executable()
+        # GitPython stops a streamed process when its wrapper is dropped:
+        # the wrappers live as long as this runner.
+        self._streams: list[Any] = []
 
     def command(self, *arguments: str) -> list[str]:
         literal = () if arguments[0] == "check-ignore" else (_LITERAL,)
@@ -129,30 +138,30 @@ class _Git:
         return status
 
     def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
-        try:
-            completed = subprocess.run(
-                self.command(*arguments),
-                cwd=self.work_tree,
-                capture_output=True,
-                check=False,
-                env=_git_environment(),
-            )
-        except OSError:
-            raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
-        return completed.returncode, completed.stdout, completed.stderr
+        outcome = _execute(self.work_tree, self.command(*arguments))
+        if outcome is None:
+            raise SourceError("git is not installed or not on PATH", path=self.display_path)
+        return outcome
 
     def popen(self, *arguments: str) -> subprocess.Popen[bytes]:
         """Start git with ``arguments``, its output on a pipe (for streamed reading)."""
+        from git.exc import GitCommandNotFound
+
         try:
-            return subprocess.Popen(
-                self.command(*arguments), cwd=self.work_tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        env=_git_environment(),
-            )  # fmt: skip
-        except OSError:
+            process = _runner(self.work_tree).execute(
+                self.command(*arguments), as_process=True, env=_git_environment()
+            )
+        except (OSError, GitCommandNotFound):
             raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
+        self._streams.append(process)
+        popen: subprocess.Popen[bytes] | None = process.proc
+        if popen is None:
+            raise SourceError(f"git {arguments[0]} did not start", path=self.display_path)
+        return popen
 
     def close(self) -> None:
-        """Nothing to release: each command is its own process."""
+        """Let go of the streamed processes (each has finished or been stopped by then)."""
+        self._streams.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,19 +245,47 @@ def _git_environment() -> dict[str, str]:
 
 
 def _git_executable() -> str:
-    # GitPython's variable, honoured as before the git command was run directly.
+    # GitPython's own variable for the git binary.
     return os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
 
 
-def _plain_git(cwd: str, *arguments: str) -> subprocess.CompletedProcess[bytes] | None:
-    """Run git in ``cwd`` with :class:`_Git`'s options; None when it cannot be run at all."""
+@dataclass(frozen=True, slots=True)
+class _Completed:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+@cache
+def _runner(cwd: str) -> Git:
+    from git.cmd import Git
+
+    return Git(cwd)
+
+
+def _execute(cwd: str, command: list[str]) -> tuple[int, bytes, bytes] | None:
+    """Run ``command`` in ``cwd`` through GitPython; (status, stdout, stderr), or None without git."""
+    from git.exc import GitCommandNotFound
+
     try:
-        return subprocess.run(
-            [_git_executable(), *_GIT_OPTIONS, *arguments], cwd=cwd, capture_output=True, check=False,
+        result: Any = _runner(cwd).execute(
+            command,
+            with_extended_output=True,
+            with_exceptions=False,
+            stdout_as_string=False,
+            strip_newline_in_stdout=False,
             env=_git_environment(),
-        )  # fmt: skip
-    except OSError:
+        )
+    except (OSError, GitCommandNotFound):
         return None
+    status, stdout, stderr = result
+    return int(status), _as_bytes(stdout), _as_bytes(stderr)
+
+
+def _plain_git(cwd: str, *arguments: str) -> _Completed | None:
+    """Run git in ``cwd`` with :class:`_Git`'s options; None when it cannot be run at all."""
+    outcome = _execute(cwd, [_git_executable(), *_GIT_OPTIONS, *arguments])
+    return None if outcome is None else _Completed(*outcome)
 
 
 def _as_bytes(stream: object) -> bytes:

@@ -485,17 +485,25 @@ def engines(args: argparse.Namespace) -> str:
     )
 
 
+def sessions(args: argparse.Namespace) -> str:
+    import naive_clients  # noqa: PLC0415 - beside this file
+
+    return naive_clients.section(args.work, args.repo / ".cache" / "harness")
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
     "budget": budget,
     "engines": engines,
+    "sessions": sessions,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
     "retention": "pack-retention",
     "budget": "pack-budget",
     "engines": "pack-exact-counts",
+    "sessions": "sessions-naive-clients",
 }
 
 
@@ -508,8 +516,8 @@ def main() -> None:
     parser.add_argument("--skip-engines", action="store_true")
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
-    if args.skip_engines and "engines" in chosen:
-        chosen.remove("engines")
+    if args.skip_engines:
+        chosen = [name for name in chosen if name not in ("engines", "sessions")]
     for name in chosen:
         started = time.perf_counter()
         write_section(SECTION_NAMES[name], BENCHMARKS[name](args))

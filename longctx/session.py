@@ -376,17 +376,7 @@ class Session:
         with self._lock:
             request = self._request(question, self._turns, max_tokens)
             snapshot = _CounterSnapshot.take(self.backend)
-            sent = self.backend.complete(request)
-            turn, record, answer = self._records(
-                sent,
-                session_id=self.id,
-                position=self._own_position(),
-                question=question,
-                purpose=purpose,
-                batch_id=None,
-            )
-            self.store.commit_turn(turn, record)
-            self._turns.append(turn)
+            answer, record = self._commit_turn(self.backend.complete(request), question, purpose)
             snapshot.finish(self.store, self.id, None, [record])
             return answer
 
@@ -394,7 +384,12 @@ class Session:
         """The async twin of :meth:`ask`."""
         request = self._request(question, self._turns, max_tokens)
         snapshot = await asyncio.to_thread(_CounterSnapshot.take, self.backend)
-        sent = await self.backend.acomplete(request)
+        answer, record = self._commit_turn(await self.backend.acomplete(request), question, purpose)
+        await asyncio.to_thread(snapshot.finish, self.store, self.id, None, [record])
+        return answer
+
+    def _commit_turn(self, sent: Sent, question: str, purpose: str) -> tuple[Answer, RequestRecord]:
+        """Store the answered turn (one transaction) and add it to the history."""
         turn, record, answer = self._records(
             sent,
             session_id=self.id,
@@ -405,8 +400,7 @@ class Session:
         )
         self.store.commit_turn(turn, record)
         self._turns.append(turn)
-        await asyncio.to_thread(snapshot.finish, self.store, self.id, None, [record])
-        return answer
+        return answer, record
 
     # -- siblings -----------------------------------------------------------
 

@@ -11,7 +11,6 @@ import codecs
 import contextlib
 import errno
 import hashlib
-import io
 import os
 import subprocess
 from collections.abc import Iterator
@@ -20,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pypdf import PdfWriter
-from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+
+from longctx.testing.pdfs import text_pdf
 
 _ALNUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 _UPPER_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
@@ -135,43 +134,11 @@ def isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     yield config
 
 
-def _text_page(writer: PdfWriter, text: str) -> None:
-    page = writer.add_blank_page(612, 792)
-    font = DictionaryObject(
-        {
-            NameObject("/Type"): NameObject("/Font"),
-            NameObject("/Subtype"): NameObject("/Type1"),
-            NameObject("/BaseFont"): NameObject("/Helvetica"),
-        }
-    )
-    page[NameObject("/Resources")] = DictionaryObject(
-        {NameObject("/Font"): DictionaryObject({NameObject("/F1"): writer._add_object(font)})}
-    )
-    escaped = text.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
-    lines = escaped.split("\n")
-    operations = ["BT /F1 12 Tf 72 720 Td 14 TL"]
-    operations.extend(f"({line}) Tj T*" for line in lines)
-    operations.append("ET")
-    content = DecodedStreamObject()
-    content.set_data("\n".join(operations).encode("latin-1"))
-    page[NameObject("/Contents")] = writer._add_object(content)
-
-
 def make_pdf(
     pages: list[str | None], *, user_password: str | None = None, owner_password: str | None = None
 ) -> bytes:
     """A PDF whose pages hold ``pages`` (None: a page with no text, like a scan), optionally encrypted."""
-    writer = PdfWriter()
-    for text in pages:
-        if text is None:
-            writer.add_blank_page(612, 792)
-        else:
-            _text_page(writer, text)
-    if user_password is not None:
-        writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-128")
-    buffer = io.BytesIO()
-    writer.write(buffer)
-    return buffer.getvalue()
+    return text_pdf(pages, user_password=user_password, owner_password=owner_password)
 
 
 LFS_POINTER = (

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2
 import pytest
+from engine_helpers import common_prefix_length, tokenize_messages
 
 from longctx.testing import EngineHarness, LocalServer, TinyModel, build_tiny_model
 
@@ -28,16 +29,6 @@ def long_document(min_chars: int = 48_000) -> str:
         if sum(map(len, parts)) >= min_chars:
             break
     return "".join(parts)[:min_chars]
-
-
-def tokenize_messages(server: LocalServer, model: TinyModel, messages: list[dict[str, str]]) -> list[int]:
-    # vLLM serves /tokenize at the root; SGLang 0.5.23 only under /v1.
-    path = "/tokenize" if server.name == "vllm" else "/v1/tokenize"
-    body = {"model": model.served_name, "messages": messages, "add_generation_prompt": True}
-    response = httpx2.post(server.base_url + path, json=body, timeout=120)
-    response.raise_for_status()
-    tokens: list[int] = response.json()["tokens"]
-    return tokens
 
 
 def chat(server: LocalServer, model: TinyModel, content: str, **extra: Any) -> dict[str, Any]:
@@ -58,15 +49,6 @@ def cached(usage: dict[str, Any]) -> int:
     assert details is not None, f"the server reported no prompt_tokens_details: {usage}"
     value: int = details["cached_tokens"]
     return value
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
 
 
 def test_second_request_reuses_the_shared_prefix_and_a_salt_isolates_it(

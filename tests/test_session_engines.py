@@ -15,10 +15,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
 from longctx.backends.base import Backend, connect
-from longctx.backends.http import HttpEndpoint
 from longctx.corpus import load_corpus
 from longctx.mapreduce import ShardedSession
 from longctx.packing import Budget, build_shards
@@ -43,23 +43,6 @@ def text_pack(chars: int = 40_000) -> StoredPack:
         prefix=f"<documents>\n{body}\n</documents>\n\n",
         summary={"title": "stdlib text"},
     )
-
-
-def tokenize(server: LocalServer, model: TinyModel, messages: list[dict[str, str]]) -> list[int]:
-    endpoint = HttpEndpoint(server.base_url)
-    path = "/tokenize" if server.name == "vllm" else "/v1/tokenize"
-    body = {"model": model.served_name, "messages": messages, "add_generation_prompt": True}
-    tokens: list[int] = endpoint.post_json(path, body)["tokens"]
-    return tokens
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        length += 1
-    return length
 
 
 def block_round(tokens: int, block: int | None) -> int:
@@ -102,9 +85,9 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
     assert session.full_pack.prefix_tokens is not None and session.full_pack.prefix_tokens >= 8192
     assert not session.full_pack.estimated
     questions = [f"Question {i}: what does part {i} do?" for i in range(8)]
-    shared = common_prefix(
-        tokenize(engine_server, tiny_model, session.messages(questions[0])),
-        tokenize(engine_server, tiny_model, session.messages(questions[1])),
+    shared = common_prefix_length(
+        tokenize_messages(engine_server, tiny_model, session.messages(questions[0])),
+        tokenize_messages(engine_server, tiny_model, session.messages(questions[1])),
     )
     assert shared >= 8192
     batch = session.ask_many(questions)
@@ -145,12 +128,12 @@ def test_stored_history_is_what_the_template_renders(
 ) -> None:
     raw = "<think>\nworking it out\n</think>\n\nThe answer is 42."
     base = [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"}]
-    rendered_raw = tokenize(
+    rendered_raw = tokenize_messages(
         engine_server,
         tiny_model,
         [*base, {"role": "assistant", "content": raw}, {"role": "user", "content": "q2"}],
     )
-    rendered_kept = tokenize(
+    rendered_kept = tokenize_messages(
         engine_server,
         tiny_model,
         [*base, {"role": "assistant", "content": history_form(raw)}, {"role": "user", "content": "q2"}],

@@ -170,13 +170,11 @@ class Backend:
         on_first_token: Callable[[], None] | None = None,
     ) -> Sent:
         """Send ``request`` with the retry policy; raises the last error when it gives up."""
-        replica = self._replica(request.affinity_key)
-        request_id = request.request_id or uuid.uuid4().hex
-        stamped = _with_id(request, request_id)
+        replica, stamped = self._route(request)
         outcome: RetryOutcome[Completion] = call_with_retry(
             lambda: replica.chat.complete(stamped, on_first_token), self.retry, on_retry=on_retry
         )
-        return Sent(outcome.value, outcome.attempts, replica.info, request_id)
+        return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
 
     async def acomplete(
         self,
@@ -186,13 +184,17 @@ class Backend:
         on_first_token: Callable[[], None] | None = None,
     ) -> Sent:
         """The async twin of :meth:`complete`."""
-        replica = self._replica(request.affinity_key)
-        request_id = request.request_id or uuid.uuid4().hex
-        stamped = _with_id(request, request_id)
+        replica, stamped = self._route(request)
         outcome = await acall_with_retry(
             lambda: replica.chat.acomplete(stamped, on_first_token), self.retry, on_retry=on_retry
         )
-        return Sent(outcome.value, outcome.attempts, replica.info, request_id)
+        return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
+
+    def _route(self, request: ChatRequest) -> tuple[_Replica, ChatRequest]:
+        """The replica for ``request`` and the request with its id: one id for all its attempts."""
+        return self._replica(request.affinity_key), replace(
+            request, request_id=request.request_id or uuid.uuid4().hex
+        )
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model)."""
@@ -260,7 +262,7 @@ class Backend:
                         "max_num_batched_tokens",
                         "not reported by this server",
                         "--enable-chunked-prefill --max-num-batched-tokens 8192",
-                        "bounds each prefill step, so a long prompt does not stall the requests already running",
+                        "bounds each prefill step, so a long prompt does not stall running requests",
                     )
                 )
         ordered = sorted(findings, key=lambda f: f.severity != "warning")
@@ -276,10 +278,6 @@ class Backend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _with_id(request: ChatRequest, request_id: str) -> ChatRequest:
-    return replace(request, request_id=request_id)
 
 
 def _discover(

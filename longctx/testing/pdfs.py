@@ -37,14 +37,21 @@ def _add_text_page(writer: PdfWriter, text: str) -> None:
     page[NameObject("/Contents")] = writer._add_object(content)
 
 
-def text_pdf(pages: Sequence[str | None]) -> bytes:
-    """A PDF whose pages hold ``pages`` (Latin-1 text; None makes a page with no text)."""
+def text_pdf(
+    pages: Sequence[str | None], *, user_password: str | None = None, owner_password: str | None = None
+) -> bytes:
+    """A PDF whose pages hold ``pages`` (Latin-1 text; None makes a page with no text, like a scan).
+
+    With ``user_password`` it is AES-128 encrypted (needs ``cryptography``).
+    """
     writer = PdfWriter()
     for text in pages:
         if text is None:
             writer.add_blank_page(612, 792)
         else:
             _add_text_page(writer, text)
+    if user_password is not None:
+        writer.encrypt(user_password=user_password, owner_password=owner_password, algorithm="AES-128")
     buffer = io.BytesIO()
     writer.write(buffer)
     return buffer.getvalue()

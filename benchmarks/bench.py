@@ -17,8 +17,8 @@ import re
 import shutil
 import statistics
 import subprocess
-import sysconfig
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -184,7 +184,9 @@ def speed(args: argparse.Namespace) -> str:
     estimate_facts = json.loads(runs["longctx, estimate, cold"][-1].stdout)
     unchanged_facts = json.loads(runs["longctx, cl100k, unchanged"][-1].stdout)
     reuse = {
-        name: [json.loads(run.stdout)["reused"] for run in runs[name]] for name in tools if name.startswith("longctx")
+        name: [json.loads(run.stdout)["reused"] for run in runs[name]]
+        for name in tools
+        if name.startswith("longctx")
     }
     if any(reuse[name] != [name.endswith("unchanged")] * args.repetitions for name in reuse):
         raise RuntimeError(f"a cold run reused a stored pack or an unchanged run did not: {reuse}")
@@ -275,10 +277,10 @@ def speed(args: argparse.Namespace) -> str:
 
 
 def retention(args: argparse.Namespace) -> str:
-    from longctx.corpus import load_corpus  # noqa: PLC0415 - the benchmark venv has longctx
-    from longctx.packing import build_pack, compare_packs  # noqa: PLC0415
-    from longctx.store import Store  # noqa: PLC0415
-    from longctx.tokens import TiktokenFileTokenizer  # noqa: PLC0415
+    from longctx.corpus import load_corpus
+    from longctx.packing import build_pack, compare_packs
+    from longctx.store import Store
+    from longctx.tokens import TiktokenFileTokenizer
 
     history = args.work / "history"
     if history.exists():
@@ -303,7 +305,7 @@ def retention(args: argparse.Namespace) -> str:
         previous_times: dict[str, int | None] = {}
         for number, commit in enumerate(commits, start=1):
             subprocess.run(["git", "checkout", "--quiet", "--detach", commit], cwd=history, check=True)
-            for ordering in shares:
+            for ordering in shares:  # noqa: PLC0206 - the lists grow inside the loop
                 corpus = load_corpus(history, ordering=ordering)
                 pack = build_pack(corpus, tokenizer=tokenizer, store=store)
                 if ordering in previous:
@@ -315,7 +317,9 @@ def retention(args: argparse.Namespace) -> str:
                         bound = _stability_bound(previous[ordering], pack, previous_times)
                         bounds.append(max(bound, shares[ordering][-1]))
                 if ordering == "stability":
-                    previous_times = {document.path: document.last_commit_time for document in corpus.documents}
+                    previous_times = {
+                        document.path: document.last_commit_time for document in corpus.documents
+                    }
                 previous[ordering] = pack
             log(f"retention: commit {number}/{len(commits)}")
     lines = [
@@ -379,11 +383,11 @@ def _stability_bound(old: Any, new: Any, times: dict[str, int | None]) -> float:
 
 
 def budget(args: argparse.Namespace) -> str:
-    from longctx.corpus import load_corpus  # noqa: PLC0415
-    from longctx.errors import BudgetError  # noqa: PLC0415
-    from longctx.packing import Budget, build_pack, build_shards  # noqa: PLC0415
-    from longctx.store import Store  # noqa: PLC0415
-    from longctx.tokens import TiktokenFileTokenizer  # noqa: PLC0415
+    from longctx.corpus import load_corpus
+    from longctx.errors import BudgetError
+    from longctx.packing import Budget, build_pack, build_shards
+    from longctx.store import Store
+    from longctx.tokens import TiktokenFileTokenizer
 
     corpus = load_corpus(args.work / "stdlib-repo")
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
@@ -421,14 +425,14 @@ def budget(args: argparse.Namespace) -> str:
 
 
 def engines(args: argparse.Namespace) -> str:
-    import httpx2  # noqa: PLC0415
+    import httpx2
 
-    from longctx.backends.http import HttpEndpoint  # noqa: PLC0415
-    from longctx.corpus import load_corpus  # noqa: PLC0415
-    from longctx.packing import build_pack, check_cache_boundary  # noqa: PLC0415
-    from longctx.store import Store  # noqa: PLC0415
-    from longctx.testing import EngineHarness  # noqa: PLC0415
-    from longctx.tokens import ServerTokenizer  # noqa: PLC0415
+    from longctx.backends.http import HttpEndpoint
+    from longctx.corpus import load_corpus
+    from longctx.packing import build_pack, check_cache_boundary
+    from longctx.store import Store
+    from longctx.testing import EngineHarness
+    from longctx.tokens import ServerTokenizer
 
     harness = EngineHarness(
         args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")
@@ -486,7 +490,7 @@ def engines(args: argparse.Namespace) -> str:
 
 
 def sessions(args: argparse.Namespace) -> str:
-    import naive_clients  # noqa: PLC0415 - beside this file
+    import naive_clients
 
     return naive_clients.section(args.work, args.repo / ".cache" / "harness")
 

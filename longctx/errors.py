@@ -84,9 +84,7 @@ class UnsupportedArchitecture(ServingConfigError):
     when it has one.
     """
 
-    def __init__(
-        self, message: str, *, architecture: str | None = None, field: str | None = None
-    ) -> None:
+    def __init__(self, message: str, *, architecture: str | None = None, field: str | None = None) -> None:
         super().__init__(message, field=field)
         self.architecture = architecture
 

@@ -870,7 +870,7 @@ def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> l
     return groups
 
 
-def _shard(
+def _shard(  # noqa: PLR0917 - one private call site, positional by design
     documents: Sequence[Document],
     texts: Sequence[str],
     counts: Sequence[int],

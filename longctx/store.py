@@ -256,7 +256,9 @@ class Store:
         self.path = path
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+            self._connection = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=30
+            )
         except (OSError, sqlite3.Error) as error:
             raise StoreError(f"cannot open the longctx database at {path}: {error}") from error
         self._lock = threading.RLock()
@@ -311,7 +313,9 @@ class Store:
                 )
             for number, script in enumerate(_MIGRATIONS[version:], start=version + 1):
                 try:
-                    self._connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+                    self._connection.executescript(
+                        f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
+                    )
                 except sqlite3.Error as error:
                     if self._connection.in_transaction:
                         self._connection.execute("ROLLBACK")
@@ -328,7 +332,8 @@ class Store:
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for row in self._query(
-                f"SELECT content_sha256, tokens FROM token_counts WHERE tokenizer = ? AND content_sha256 IN ({marks})",
+                "SELECT content_sha256, tokens FROM token_counts"
+                f" WHERE tokenizer = ? AND content_sha256 IN ({marks})",
                 [tokenizer, *chunk],
             ):
                 found[row["content_sha256"]] = row["tokens"]
@@ -350,7 +355,8 @@ class Store:
         """Keep a pack's prefix so its sessions can resume; idempotent."""
         with self.transaction() as connection:
             connection.execute(
-                "INSERT OR IGNORE INTO packs (fingerprint, format_version, system, prefix, summary_json, created_at)"
+                "INSERT OR IGNORE INTO packs"
+                " (fingerprint, format_version, system, prefix, summary_json, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
                  json.dumps(pack.summary, sort_keys=True), time.time()),
@@ -542,7 +548,8 @@ class Store:
         """Keep the server counter's growth over a call's requests."""
         with self.transaction() as connection:
             connection.execute(
-                "INSERT INTO counter_checks (session_id, batch_id, base_url, counter, before, after, reported,"
+                "INSERT INTO counter_checks"
+                " (session_id, batch_id, base_url, counter, before, after, reported,"
                 " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
                  check.reported, check.requests, time.time()),

@@ -307,7 +307,7 @@ class TiktokenFileTokenizer:
         return cls._build(Path(path), ranks, digest, pat_str, dict(special_tokens or {}), kimi_chunking)
 
     @classmethod
-    def _build(
+    def _build(  # noqa: PLR0917 - private constructor helper
         cls,
         file: Path,
         ranks: dict[bytes, int],

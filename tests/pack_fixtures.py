@@ -120,7 +120,7 @@ def bpe_vocabulary(folder: Path, *, vocab_size: int = 600) -> tuple[Path, Path]:
     encode the same pieces the same way.
     """
     # Imported here: only the tests that train a vocabulary need the optional package.
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -11,7 +11,7 @@ Fixtures (session scope): ``vllm_server``, ``sglang_server``, ``engine_server``
 Markers: ``vllm`` and ``sglang``. A test that uses a server fixture gets the
 engine's marker automatically, so ``-m vllm`` selects it. As soon as
 collection ends, the servers the selected tests need start booting in the
-background, so unit tests run meanwhile.
+background, and the tests that need no server run first, meanwhile.
 
 Rules that keep the real-engine tests honest:
 
@@ -81,6 +81,7 @@ class _EngineGuard:
         self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
 
+    @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             engines = _engines_of(item)
@@ -88,6 +89,11 @@ class _EngineGuard:
                 item.add_marker(getattr(pytest.mark, engine))
             if engines:
                 self.engines_by_test[item.nodeid] = engines
+        # Tests that need no server run first, while the servers boot.
+        items[:] = [
+            *(item for item in items if item.nodeid not in self.engines_by_test),
+            *(item for item in items if item.nodeid in self.engines_by_test),
+        ]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.config.option.collectonly:

@@ -64,7 +64,9 @@ def make_repository() -> Path:
     return repository
 
 
-def longctx(*args: str, cwd: Path, env: dict[str, str], stdin: str | None = None) -> str:
+def longctx(
+    *args: str, cwd: Path, env: dict[str, str], stdin: str | None = None, show_output: bool = True
+) -> str:
     """Run the installed ``longctx`` command, showing it and its output like a terminal would."""
     shown = " ".join(arg if " " not in arg else f'"{arg}"' for arg in args)
     say(f"\n$ longctx {shown}" + (" <<< (3 questions)" if stdin else ""))
@@ -72,8 +74,10 @@ def longctx(*args: str, cwd: Path, env: dict[str, str], stdin: str | None = None
     result = subprocess.run(
         command, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, check=False
     )
-    if result.stdout:
+    if result.stdout and show_output:
         say(result.stdout.rstrip())
+    elif result.stdout:
+        say("(JSON on stdout, read by this script)")
     if result.stderr:
         say(result.stderr.rstrip())
     if result.returncode != 0:
@@ -107,9 +111,9 @@ def main() -> int:
             cwd=repository,
             env=env,
         )
-        batch_report = json.loads(longctx("report", "--json", cwd=repository, env=env))
+        batch_report = json.loads(longctx("report", "--json", cwd=repository, env=env, show_output=False))
         longctx("chat", ".", "--max-tokens", "32", cwd=repository, env=env, stdin="\n".join(CHAT) + "\n")
-        chat_report = json.loads(longctx("report", "--json", cwd=repository, env=env))
+        chat_report = json.loads(longctx("report", "--json", cwd=repository, env=env, show_output=False))
         longctx("report", cwd=repository, env=env)
     finally:
         if harness is not None:

@@ -34,7 +34,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,10 +42,10 @@ from typing import Any
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
 from longctx.corpus import Corpus, Limits, load_corpus
+from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
 from longctx.store import (
-    CounterCheckRecord,
     RequestRecord,
     SessionRecord,
     Store,
@@ -53,7 +53,7 @@ from longctx.store import (
     TurnRecord,
 )
 from longctx.tokens import EstimateTokenizer, Tokenizer
-from longctx.usage import CounterCheck, Prices, SavingsReport, Usage, build_report, cold_prefill_rate
+from longctx.usage import Prices, SavingsReport, Usage, build_report, cold_prefill_rate
 
 __all__ = ["Answer", "Batch", "DocSession", "RepoSession", "Session", "history_form", "pack_for_server"]
 
@@ -196,7 +196,7 @@ class Session:
             self._record = _record
             self.settings = _Settings.from_json(_record.settings)
         else:
-            backend = self.backend
+            backend = self._backend = backend or connect()
             self.settings = _Settings(
                 max_tokens=max_tokens,
                 temperature=temperature,
@@ -375,7 +375,7 @@ class Session:
         """
         with self._lock:
             request = self._request(question, self._turns, max_tokens)
-            snapshot = _CounterSnapshot.take(self.backend)
+            snapshot = CounterSnapshot.take(self.backend)
             answer, record = self._commit_turn(self.backend.complete(request), question, purpose)
             snapshot.finish(self.store, self.id, None, [record])
             return answer
@@ -383,7 +383,7 @@ class Session:
     async def aask(self, question: str, *, max_tokens: int | None = None, purpose: str = "turn") -> Answer:
         """The async twin of :meth:`ask`."""
         request = self._request(question, self._turns, max_tokens)
-        snapshot = await asyncio.to_thread(_CounterSnapshot.take, self.backend)
+        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
         answer, record = self._commit_turn(await self.backend.acomplete(request), question, purpose)
         await asyncio.to_thread(snapshot.finish, self.store, self.id, None, [record])
         return answer
@@ -448,7 +448,7 @@ class Session:
         """
         requests, batch_id = self._sibling_plan(questions, max_tokens)
         limit = concurrency or self.settings.concurrency
-        snapshot = _CounterSnapshot.take(self.backend)
+        snapshot = CounterSnapshot.take(self.backend)
         lead_ready = threading.Event()
         results: dict[int, tuple[RequestRecord, Answer]] = {}
         failures: list[BaseException] = []
@@ -481,7 +481,7 @@ class Session:
         """The async twin of :meth:`ask_many`."""
         requests, batch_id = self._sibling_plan(questions, max_tokens)
         gate = asyncio.Semaphore(concurrency or self.settings.concurrency)
-        snapshot = await asyncio.to_thread(_CounterSnapshot.take, self.backend)
+        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
         lead_ready = asyncio.Event()
         results: dict[int, tuple[RequestRecord, Answer]] = {}
 
@@ -510,7 +510,7 @@ class Session:
         questions: Sequence[str],
         results: Mapping[int, tuple[RequestRecord, Answer]],
         failures: Sequence[BaseException],
-        snapshot: _CounterSnapshot,
+        snapshot: CounterSnapshot,
     ) -> Batch:
         records = [results[i][0] for i in sorted(results)]
         check = snapshot.finish(self.store, self.id, batch_id, records)
@@ -568,7 +568,7 @@ class Session:
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
-            counter_check=_combine_checks(checks),
+            counter_check=combine_checks(checks),
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,
@@ -604,96 +604,6 @@ def _stored_pack(pack: Any) -> StoredPack:
         system=pack.system,
         prefix=pack.prefix,
         summary=summary,
-    )
-
-
-class _CounterSnapshot:
-    """The server counters before a call, to compare with the responses after it."""
-
-    def __init__(self, backend: Backend, before: Mapping[str, Any]) -> None:
-        self.backend = backend
-        self.before = before
-
-    @classmethod
-    def take(cls, backend: Backend) -> _CounterSnapshot:
-        return cls(backend, backend.counters())
-
-    def finish(
-        self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
-    ) -> CounterCheck | None:
-        """Read the counters again (until they settle), store and return the check."""
-        records = list(records)
-        checks: list[CounterCheckRecord] = []
-        for url, before in self.before.items():
-            if before is None:
-                continue
-            mine = [r for r in records if r.base_url == url]
-            reported_values = [r.cached_tokens for r in mine if r.cached_tokens is not None]
-            reported = sum(reported_values) if reported_values else None
-            after = _settled_counter(self.backend, url, before.hits + (reported or 0))
-            if after is None:
-                continue
-            check = CounterCheckRecord(
-                session_id=session_id,
-                batch_id=batch_id,
-                base_url=url,
-                counter=before.counter,
-                before=before.hits,
-                after=after,
-                reported=reported,
-                requests=len(mine),
-            )
-            store.record_counter_check(check)
-            checks.append(check)
-        return _combine_checks(checks)
-
-
-def _settled_counter(backend: Backend, url: str, expected: int, timeout: float = 5.0) -> int | None:
-    """The counter once it reaches ``expected`` or stops moving for a second.
-
-    Engines publish metrics a moment after the response, so one read right
-    after the last answer can miss the last request.
-    """
-    deadline = time.monotonic() + timeout
-    last: int | None = None
-    last_change = time.monotonic()
-    while True:
-        reading = backend.counters().get(url)
-        if reading is None:
-            return last
-        if reading.hits != last:
-            last, last_change = reading.hits, time.monotonic()
-        now = time.monotonic()
-        if last == expected or now - last_change >= 1.0 or now >= deadline:
-            return last
-        time.sleep(0.1)
-
-
-def _combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
-    if not checks:
-        return None
-    delta = sum(check.after - check.before for check in checks)
-    reported_parts = [check.reported for check in checks]
-    if any(part is None for part in reported_parts):
-        return CounterCheck(
-            counter=checks[0].counter,
-            server_delta=delta,
-            reported=None,
-            matches=None,
-            note="responses did not report cached tokens; the server counter is the only figure",
-        )
-    reported = sum(part or 0 for part in reported_parts)
-    matches = delta == reported
-    note = (
-        ""
-        if matches
-        else (
-            f"the server counted {delta - reported:+,} tokens more than the responses reported "
-            "(other clients' traffic, or requests longctx did not make, in the same window)"
-        )
-    )
-    return CounterCheck(
-        counter=checks[0].counter, server_delta=delta, reported=reported, matches=matches, note=note
     )
 
 

@@ -81,7 +81,8 @@ class _EngineGuard:
         self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
 
-    @pytest.hookimpl(trylast=True)
+    # Before pytest's own "-m" selection, which must see the engine markers.
+    @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
             engines = _engines_of(item)
@@ -89,13 +90,14 @@ class _EngineGuard:
                 item.add_marker(getattr(pytest.mark, engine))
             if engines:
                 self.engines_by_test[item.nodeid] = engines
-        # Tests that need no server run first, while the servers boot.
-        items[:] = [
-            *(item for item in items if item.nodeid not in self.engines_by_test),
-            *(item for item in items if item.nodeid in self.engines_by_test),
-        ]
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        # After every selection and reordering: tests that need no server run
+        # first, while the servers boot.
+        session.items[:] = [
+            *(item for item in session.items if item.nodeid not in self.engines_by_test),
+            *(item for item in session.items if item.nodeid in self.engines_by_test),
+        ]
         if session.config.option.collectonly:
             return
         needed: set[str] = set()

@@ -44,7 +44,8 @@ class CounterSnapshot:
             mine = [r for r in records if r.base_url == url]
             reported_values = [r.cached_tokens for r in mine if r.cached_tokens is not None]
             reported = sum(reported_values) if reported_values else None
-            after = _settled_counter(self.backend, url, before.hits + (reported or 0))
+            expected = None if reported is None else before.hits + reported
+            after = _settled_counter(self.backend, url, expected)
             if after is None:
                 continue
             check = CounterCheckRecord(
@@ -62,12 +63,16 @@ class CounterSnapshot:
         return combine_checks(checks)
 
 
-def _settled_counter(backend: Backend, url: str, expected: int, timeout: float = 5.0) -> int | None:
-    """The counter once it reaches ``expected`` or stops moving for a second.
+def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: float = 5.0) -> int | None:
+    """The counter once it reaches ``expected`` or stops moving for a while.
 
     Engines publish metrics a moment after the response, so one read right
-    after the last answer can miss the last request.
+    after the last answer can miss the last request. When the responses
+    reported nothing there is nothing to wait for: a short quiet spell is
+    enough, so a server without cached-token reporting does not slow every
+    turn by a second.
     """
+    quiet = 1.0 if expected is not None else 0.2
     deadline = time.monotonic() + timeout
     last: int | None = None
     last_change = time.monotonic()
@@ -78,7 +83,7 @@ def _settled_counter(backend: Backend, url: str, expected: int, timeout: float =
         if reading.hits != last:
             last, last_change = reading.hits, time.monotonic()
         now = time.monotonic()
-        if last == expected or now - last_change >= 1.0 or now >= deadline:
+        if last == expected or now - last_change >= quiet or now >= deadline:
             return last
         time.sleep(0.1)
 

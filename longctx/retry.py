@@ -27,7 +27,6 @@ import tenacity
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
 
 __all__ = [
-    "NO_RETRY",
     "OnRetry",
     "RetryEvent",
     "RetryOutcome",
@@ -64,9 +63,6 @@ class RetryPolicy:
             raise ConfigError(f"retry attempts must be at least 1, not {self.attempts}")
         if self.total_seconds <= 0 or self.initial_wait < 0 or self.max_wait < 0:
             raise ConfigError("retry times must be positive")
-
-
-NO_RETRY = RetryPolicy(attempts=1)
 
 
 @dataclass(frozen=True)

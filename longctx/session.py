@@ -246,7 +246,9 @@ class Session:
 
     @property
     def affinity_key(self) -> str:
-        return affinity_key(self.pack.fingerprint if self.pack else None, self._root_id())
+        if self.pack is not None:
+            return affinity_key(self.pack.fingerprint, self.id)
+        return affinity_key(None, self._root_id())
 
     def _root_id(self) -> str:
         record = self._record
@@ -560,8 +562,8 @@ class Session:
         if cold_prefill_rate(records) is None and records:
             # Every request of this session hit the cache; the rate a hit
             # saves is measured on earlier cold requests to the same model.
-            servers = {(r.base_url, r.model) for r in records}
-            earlier = [r for r in self.store.requests() if (r.base_url, r.model) in servers]
+            servers = sorted({(r.base_url, r.model) for r in records})
+            earlier = [r for url, model in servers for r in self.store.requests(base_url=url, model=model)]
             fallback_rate = cold_prefill_rate(earlier)
             if fallback_rate is not None:
                 notes.append("cold prefill rate measured on earlier requests to the same server and model")
@@ -576,8 +578,7 @@ class Session:
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""
-        children = [s.id for s in self.store.sessions(include_branches=True) if s.parent_id == self.id]
-        return children
+        return [child.id for child in self.store.children(self.id)]
 
     def close(self) -> None:
         """Close the connection to the server, if one was made (the store stays open)."""

@@ -494,6 +494,15 @@ class Store:
             for row in self._query(f"SELECT * FROM sessions {where} ORDER BY created_at DESC, id")
         ]
 
+    def children(self, session_id: str) -> list[SessionRecord]:
+        """Sessions branched directly from ``session_id`` (siblings and forks), oldest first."""
+        return [
+            _session_record(row)
+            for row in self._query(
+                "SELECT * FROM sessions WHERE parent_id = ? ORDER BY created_at, id", [session_id]
+            )
+        ]
+
     def delete_session(self, session_id: str) -> None:
         """Delete a session, its turns and requests; its branches keep theirs."""
         self.session(session_id)
@@ -568,26 +577,24 @@ class Store:
             )
         ]  # fmt: skip
 
-    def record_request(self, request: RequestRecord) -> None:
-        """Store a request that produced no turn (a warm-up, a map step)."""
-        with self.transaction() as connection:
-            _insert_request(connection, request)
-
     def requests(
         self,
         *,
         session_ids: Sequence[str] | None = None,
         batch_id: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
     ) -> list[RequestRecord]:
-        """Requests of the given sessions and/or batch (all when neither is given), oldest first."""
+        """Requests matching every filter given (all when none is), oldest first."""
         clauses: list[str] = []
         parameters: list[Any] = []
         if session_ids is not None:
             clauses.append(f"session_id IN ({','.join('?' * len(session_ids))})")
             parameters.extend(session_ids)
-        if batch_id is not None:
-            clauses.append("batch_id = ?")
-            parameters.append(batch_id)
+        for column, value in (("batch_id", batch_id), ("base_url", base_url), ("model", model)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                parameters.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
         return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118

@@ -224,3 +224,27 @@ def test_report_says_which_flag_is_missing(store: Store) -> None:
     assert report.missing_reason is not None and "--enable-cache-report" in report.missing_reason
     assert "--enable-cache-report" in report.to_text()
     assert "0 of" not in report.summary_line()
+
+
+def test_an_all_cached_session_estimates_savings_from_earlier_cold_requests(
+    backend: Backend, store: Store
+) -> None:
+    Session(backend, PACK, store=store).ask("cold first")
+    warm = Session(backend, PACK, store=store)
+    warm.ask("same pack again")
+    report = warm.report()
+    assert report.requests[0].cached_tokens and report.requests[0].cached_tokens > 0
+    assert report.cold_prefill_tokens_per_second is not None
+    assert report.prefill_seconds_saved is not None
+    assert any("earlier requests" in note for note in report.notes)
+
+
+def test_store_filters_requests_and_lists_branches(backend: Backend, store: Store) -> None:
+    session = Session(backend, PACK, store=store)
+    session.ask("main line")
+    batch = session.ask_many(["a?", "b?"])
+    fork = session.fork(at=0)
+    assert {child.id for child in store.children(session.id)} == {a.session_id for a in batch} | {fork.id}
+    assert len(store.requests(base_url=URL, model="fake-model")) == 3
+    assert store.requests(base_url="http://elsewhere:1/v1") == []
+    assert len(store.requests(batch_id=store.requests(session_ids=[batch[0].session_id])[0].batch_id)) == 2

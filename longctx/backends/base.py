@@ -57,16 +57,6 @@ class ServerInfo:
     schedule_policy: str | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
-    @property
-    def needs_warmup(self) -> bool:
-        """Whether siblings sent at once would each prefill the shared prefix.
-
-        SGLang's default ``fcfs`` scheduler admits same-prefix requests into
-        one batch before the radix tree holds the prefix; vLLM's scheduler
-        lets later siblings hit blocks computed by the first.
-        """
-        return self.engine != "vllm"
-
 
 @dataclass(frozen=True)
 class Diagnosis:

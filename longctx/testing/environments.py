@@ -338,14 +338,6 @@ def _build(
     os.replace(temporary, env.root / MARKER_NAME)
 
 
-def build_seconds(env: EngineEnvironment) -> float | None:
-    """How long the environment took to build, as recorded in its marker."""
-    try:
-        return float(json.loads((env.root / MARKER_NAME).read_text())["build_seconds"])
-    except (OSError, ValueError, KeyError):
-        return None
-
-
 def _fill(argv: Sequence[str], env: EngineEnvironment) -> list[str]:
     return [part.replace("{python}", str(env.python)).replace("{root}", str(env.root)) for part in argv]
 

@@ -33,6 +33,7 @@ from longctx.errors import ConfigError, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, list_folder, list_single_file
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.reading import FileReader, Included
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
@@ -217,6 +218,11 @@ class Corpus:
     name of the one path loaded, ``None`` for several), never an absolute
     path. ``head_sha`` is the checked-out commit when the corpus is one git
     repository (``None`` for anything else, and before the first commit).
+    ``layer_base`` is the base commit when the documents are layered (see
+    :mod:`longctx.sources.layers`): the base's files first, with the
+    base's copies of files changed since (``earlier`` documents, not in
+    the manifest, which describes the current files), then the files
+    changed since.
     """
 
     documents: tuple[Document, ...]
@@ -224,6 +230,7 @@ class Corpus:
     ordering: str
     root: str | None
     head_sha: str | None
+    layer_base: str | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -245,20 +252,26 @@ class _Source:
         return self.label if self.single_file else f"{self.label}/{path}"
 
 
-def _stability_key(candidate: Candidate) -> tuple[int, int, bytes]:
+def _stability_key(candidate: Candidate) -> tuple[int, int, int, bytes]:
     # Committed and clean files first, oldest commit first; files with no
     # history (plain folders, single files) next; files changed in the work
     # tree last, by path (their last commit no longer dates their content).
     # An edit then invalidates the shortest possible suffix of the pack.
+    # A layered repository puts its base first, in the order the base's own
+    # pack had (every file there dated as of the base), then the same
+    # order over the files changed since.
+    if candidate.layer == 0:
+        return (0, 0, candidate.last_commit_time or 0, path_sort_key(candidate.path))
+    layer = candidate.layer or 0
     if candidate.dirty:
-        return (2, 0, path_sort_key(candidate.path))
+        return (layer, 2, 0, path_sort_key(candidate.path))
     if candidate.last_commit_time is None:
-        return (1, 0, path_sort_key(candidate.path))
-    return (0, candidate.last_commit_time, path_sort_key(candidate.path))
+        return (layer, 1, 0, path_sort_key(candidate.path))
+    return (layer, 0, candidate.last_commit_time, path_sort_key(candidate.path))
 
 
-def _path_key(candidate: Candidate) -> tuple[int, int, bytes]:
-    return (0, 0, path_sort_key(candidate.path))
+def _path_key(candidate: Candidate) -> tuple[int, int, int, bytes]:
+    return (0, 0, 0, path_sort_key(candidate.path))
 
 
 def _label(path: str) -> str:
@@ -266,11 +279,11 @@ def _label(path: str) -> str:
     return name or "root"
 
 
-def _load_source(path: str) -> Listing:
+def _load_source(path: str, max_stale_share: float) -> Listing:
     if os.path.isdir(path):
         repository = find_repository(path)
         if repository is not None and not is_ignored_by_git(repository):
-            return list_repository(repository, path)
+            return list_repository(repository, path, max_stale_share=max_stale_share)
         if repository is not None:
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
         return list_folder(path)
@@ -287,6 +300,7 @@ def load_corpus(
     allow_secrets: bool = False,
     on_document: Callable[[Document], None] | None = None,
     keep_documents: bool = True,
+    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -302,7 +316,11 @@ def load_corpus(
     oldest first; then files without history; then files changed in the
     work tree or untracked; ties and the last two groups by path) or
     ``"path"``. The default is ``stability`` when a git repository is among
-    the sources, ``path`` otherwise. ``include`` / ``exclude`` are
+    the sources, ``path`` otherwise. With ``stability``, a git repository
+    is layered when its history allows (:mod:`longctx.sources.layers`):
+    its files as of a recent base commit, then the files changed since, the
+    base's copies of those (``earlier`` documents) taking at most
+    ``max_stale_share`` of the base's bytes (0 turns layering off). ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
     the manifest notes them. ``on_document`` is called with each document
@@ -322,8 +340,16 @@ def load_corpus(
         paths = [paths]
     if ordering is not None and ordering not in ORDERINGS:
         raise ConfigError(f"unknown ordering {ordering!r}; use one of {', '.join(ORDERINGS)}")
+    if (
+        isinstance(max_stale_share, bool)
+        or not isinstance(max_stale_share, (int, float))
+        or not (0 <= max_stale_share < 1)
+    ):
+        raise ConfigError(
+            f"max_stale_share must be a number from 0 up to (not including) 1, not {max_stale_share!r}"
+        )
     globs = GlobFilter(include, exclude)
-    sources = _load_sources(_distinct_paths(paths))
+    sources = _load_sources(_distinct_paths(paths), 0 if ordering == "path" else max_stale_share)
     several = len(sources) > 1
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
@@ -340,7 +366,8 @@ def load_corpus(
         for candidate in source.listing.candidates:
             name = source.corpus_path(candidate.path, several=several)
             if globs and globs.excludes(candidate.path):
-                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+                if not candidate.earlier:  # the current file has the path's entry
+                    entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
             else:
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
@@ -355,6 +382,7 @@ def load_corpus(
         ordering=policy,
         root=None if several else sources[0].label,
         head_sha=repositories[0].head_sha if repositories and not several else None,
+        layer_base=repositories[0].layer_base if repositories and not several else None,
     )
     logger.info(
         "corpus: %d documents (%d bytes), %d skipped %s, ordering %s",
@@ -386,7 +414,7 @@ def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return distinct
 
 
-def _load_sources(paths: list[str]) -> list[_Source]:
+def _load_sources(paths: list[str], max_stale_share: float) -> list[_Source]:
     """List each path, labelled by its base name (``-2``, ``-3``... for repeats, in argument order)."""
     sources: list[_Source] = []
     used: set[str] = set()
@@ -396,7 +424,7 @@ def _load_sources(paths: list[str]) -> list[_Source]:
         while label in used:
             label, number = f"{base}-{number}", number + 1
         used.add(label)
-        sources.append(_Source(label, not os.path.isdir(path), _load_source(path)))
+        sources.append(_Source(label, not os.path.isdir(path), _load_source(path, max_stale_share)))
     return sources
 
 
@@ -421,9 +449,25 @@ def _read_in_order(
         if stop is None and included >= limits.max_files:
             stop = (SkipReason.FILE_COUNT_LIMIT, f"the corpus already holds {limits.max_files} files")
         if stop is not None:
-            entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
+            if not candidate.earlier:
+                entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
             continue
         result = reader.read(candidate)
+        if candidate.earlier:
+            # A copy the base had: packed for the prefix's sake, described by
+            # the current file's entry, and dropped (with a log line) where
+            # the current rules would not pack it.
+            if isinstance(result, Skip):
+                logger.debug("earlier copy of %s not packed: %s", result.path, result.reason)
+            elif total_bytes + result.document.size_bytes > limits.max_total_bytes:
+                stop = (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {limits.max_total_bytes} bytes")
+            else:
+                total_bytes += result.document.size_bytes
+                if keep:
+                    documents.append(result.document)
+                if on_document is not None:
+                    on_document(result.document)
+            continue
         if isinstance(result, Skip):
             logger.debug("skipped %s: %s %s", result.path, result.reason, "; ".join(result.notes))
             entries.append(

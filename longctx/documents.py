@@ -48,6 +48,12 @@ class Document:
     of the above. ``last_commit_time`` (unix seconds, committer time) and
     ``dirty`` (modified in the working tree, staged, or untracked) are known
     only for files of a git repository; they drive the ``stability`` order.
+
+    ``layer`` and ``earlier`` come from a layered repository listing
+    (:mod:`longctx.sources.layers`): layer 0 holds the base commit's files,
+    layer 1 the files changed or added since; an ``earlier`` document is
+    the base's copy of a file changed or deleted since, packed where the
+    base put it and superseded by the layer-1 copy of the same path.
     """
 
     path: str
@@ -58,6 +64,8 @@ class Document:
     lossy: bool = False
     last_commit_time: int | None = None
     dirty: bool = False
+    layer: int | None = None
+    earlier: bool = False
 
 
 def path_sort_key(path: str) -> bytes:

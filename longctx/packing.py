@@ -42,6 +42,7 @@ from longctx.documents import Document
 from longctx.errors import BudgetError, ConfigError, PackError
 from longctx.rendering import (
     BOUNDARY,
+    CHANGES_MARKER,
     DOCUMENTS_OPENING,
     FORMAT_VERSION,
     SYSTEM_HEADER,
@@ -50,6 +51,7 @@ from longctx.rendering import (
     render_document,
     render_listing,
 )
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 
@@ -75,6 +77,8 @@ DEFAULT_PROBE_QUESTION: Final = "Which files define the public API, and what doe
 """The question :func:`check_cache_boundary` appends when none is given."""
 
 _DOCUMENT_PREFIX: Final = "document:"
+_EARLIER_PREFIX: Final = "earlier:"
+_CHANGES: Final = "changes"
 _LARGEST_SHOWN: Final = 10
 # A miniature first user message, to measure what the chat template adds
 # around the system message and the user message.
@@ -108,7 +112,10 @@ class Section:
     """One fingerprinted piece of the prompt prefix.
 
     ``name`` is ``header`` (the system message), ``opening``,
-    ``document:<path>``, ``listing`` or ``boundary``. ``fingerprint`` is the
+    ``document:<path>``, ``listing`` or ``boundary``; a layered pack
+    (:mod:`longctx.sources.layers`) also has ``earlier:<path>`` (the base's
+    copy of a file changed since) and ``changes`` (the marker before the
+    documents changed since the base). ``fingerprint`` is the
     sha256 of ``text``'s UTF-8 bytes; ``tokens`` its count under the pack's
     tokenizer, when counted. ``text`` may be given as a view of its UTF-8
     (a section read back from the store); it is decoded when first read.
@@ -485,7 +492,7 @@ class _Counter:
 
 def _assemble(
     document_texts: Sequence[str | memoryview],
-    paths: Sequence[str],
+    section_names: Sequence[str],
     listing: str,
     *,
     part: int | None,
@@ -495,13 +502,13 @@ def _assemble(
     documents_digest: hashlib._Hash | None = None,
     stored_utf8: memoryview | None = None,
 ) -> Pack:
-    """The pack of these documents and listing.
+    """The pack of these document sections (named ``section_names``) and listing.
 
     ``documents_digest``, when given, is :func:`_pack_digest_start` already
     fed with the opening and the documents' UTF-8 bytes (a builder that
     encoded each document once for its fingerprint fed it too).
     """
-    names = ["header", "opening", *(_DOCUMENT_PREFIX + path for path in paths), "listing", "boundary"]
+    names = ["header", "opening", *section_names, "listing", "boundary"]
     texts: list[str | memoryview] = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
     if document_fingerprints is None:
         document_fingerprints = [_fingerprint(_as_str(text)) for text in document_texts]
@@ -587,7 +594,8 @@ class _PackBuilder:
         self.counter = _Counter(tokenizer, store)
         self.snapshot = snapshot
         self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
-        self.paths: list[str] = []
+        self.names: list[str] = []
+        self.paths: list[str] = []  # the current documents' paths, for the listing
         # Without a snapshot the texts are kept here; with one, the written
         # file holds them and the pack's sections are views of it.
         self.texts: list[str] = []
@@ -599,7 +607,16 @@ class _PackBuilder:
             snapshot.write(DOCUMENTS_OPENING.encode("utf-8"))
 
     def add(self, document: Document) -> None:
+        if document.layer == 1 and _CHANGES not in self.names:
+            self._add_section(_CHANGES, CHANGES_MARKER)
         text = render_document(document.path, _clean_text(document.text))
+        if document.earlier:
+            self._add_section(_EARLIER_PREFIX + document.path, text)
+        else:
+            self._add_section(_DOCUMENT_PREFIX + document.path, text)
+            self.paths.append(document.path)
+
+    def _add_section(self, name: str, text: str) -> None:
         # One encoding for both hashes (the section's and the pack's) and
         # the snapshot's copy.
         data = text.encode("utf-8")
@@ -607,7 +624,7 @@ class _PackBuilder:
         self.digest.update(data)
         if self.snapshot is not None:
             self.snapshot.write(data)
-        self.paths.append(document.path)
+        self.names.append(name)
         if self.snapshot is None:
             self.texts.append(text)
         self.fingerprints.append(fingerprint)
@@ -631,7 +648,7 @@ class _PackBuilder:
         counts = None if self.section_counter is None else self.section_counter.counts()
         return _assemble(
             texts,
-            self.paths,
+            self.names,
             listing,
             part=None,
             counter=self.counter,
@@ -690,6 +707,7 @@ def pack(
     store: Store | None = None,
     budget: Budget | None = None,
     reuse: bool = True,
+    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
 ) -> PackResult:
     """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
 
@@ -709,7 +727,7 @@ def pack(
     if store is not None and reuse:
         key = snapshots.snapshot_key(
             paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
-            allow_secrets=allow_secrets, tokenizer=tokenizer,
+            allow_secrets=allow_secrets, tokenizer=tokenizer, max_stale_share=max_stale_share,
         )  # fmt: skip
     if key is not None and store is not None:
         stored = snapshots.load_snapshot(store, key)
@@ -726,6 +744,7 @@ def pack(
         corpus = load_corpus(
             paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
             allow_secrets=allow_secrets, on_document=builder.add, keep_documents=False,
+            max_stale_share=max_stale_share,
         )  # fmt: skip
         built = builder.finish(corpus)
     except BaseException:
@@ -764,9 +783,18 @@ def _check_budget(pack: Pack, budget: Budget) -> None:
     def listed(items: Sequence[tuple[str, int]]) -> str:
         return "; ".join(f"{path} {tokens:,}" for path, tokens in items) or "none"
 
+    earlier = sum(
+        section.tokens or 0 for section in pack.sections if section.name.startswith(_EARLIER_PREFIX)
+    )
+    layered = (
+        f" Of these, {earlier:,} are earlier copies of files changed since the pack's base commit"
+        " (max_stale_share=0 leaves them out)."
+        if earlier
+        else ""
+    )
     message = (
         f"the pack needs {total:,} tokens{estimated} but the budget is {budget.describe()}: "
-        f"{excess:,} tokens must go. Largest folders: {listed(top_folders)}. "
+        f"{excess:,} tokens must go.{layered} Largest folders: {listed(top_folders)}. "
         f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards."
     )
     raise BudgetError(
@@ -791,7 +819,9 @@ def build_shards(
     Adding documents at the end of the corpus leaves the earlier shards
     unchanged (the first shard only gains its part number when a second
     shard appears). A corpus that fits is one shard without a part number,
-    byte-identical to :func:`build_pack`'s pack. Without a tokenizer the
+    byte-identical to :func:`build_pack`'s pack (for a layered corpus, to
+    the pack of its current files in the same order: shards leave out the
+    earlier copies and the changes marker). Without a tokenizer the
     documented estimate is used.
 
     Raises :class:`~longctx.errors.BudgetError` naming a document that alone
@@ -799,7 +829,9 @@ def build_shards(
     """
     tokenizer = tokenizer or EstimateTokenizer()
     counter = _Counter(tokenizer, store)
-    documents = corpus.documents
+    # Shards hold the current files once each: the earlier copies of a
+    # layered corpus serve one pack's prefix, not a split.
+    documents = tuple(document for document in corpus.documents if not document.earlier)
     texts = _document_section_texts(documents)
     counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
     chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
@@ -882,8 +914,9 @@ def _shard(  # noqa: PLR0917 - one private call site, positional by design
 ) -> Pack:
     paths = [document.path for document in documents[start:stop]]
     listing = render_listing([*(ListingEntry(path) for path in paths), *skipped], part=part)
+    names = [_DOCUMENT_PREFIX + path for path in paths]
     return _assemble(
-        texts[start:stop], paths, listing, part=part, counter=counter, document_counts=counts[start:stop]
+        texts[start:stop], names, listing, part=part, counter=counter, document_counts=counts[start:stop]
     )
 
 
@@ -916,7 +949,9 @@ def compare_packs(old: Pack, new: Pack, *, tokenizer: Tokenizer | None = None) -
     surviving_bytes = 0
     index = 0
     for old_section, new_section in zip(old.sections, new.sections, strict=False):
-        if old_section.fingerprint != new_section.fingerprint or old_section.name != new_section.name:
+        # Bytes are what a server cache sees: a document that became its
+        # own earlier copy (a layered pack) still matches.
+        if old_section.fingerprint != new_section.fingerprint:
             break
         surviving_bytes += old_section.size_bytes
         if surviving_tokens is not None:

@@ -26,6 +26,7 @@ from longctx.documents import path_sort_key
 
 __all__ = [
     "BOUNDARY",
+    "CHANGES_MARKER",
     "DOCUMENTS_OPENING",
     "FORMAT_VERSION",
     "NO_FINAL_NEWLINE",
@@ -37,7 +38,7 @@ __all__ = [
     "render_path",
 ]
 
-FORMAT_VERSION: Final = "longctx-pack/1"
+FORMAT_VERSION: Final = "longctx-pack/2"
 """Version of the byte format; bumped on any change to the bytes a pack renders."""
 
 SYSTEM_HEADER: Final = (
@@ -55,6 +56,11 @@ SYSTEM_HEADER: Final = (
     '"[no final newline]" before a path means the document\'s text does not end with a line break. '
     'A PDF marks each page with a line "--- page N of M ---"; a notebook marks each cell with '
     '"# %% [markdown]", "# %% [code]" or "# %% [raw]".\n'
+    "\n"
+    'A line "<changed-since>" between documents means that the documents after it are the current '
+    "versions of files that changed after those before it were taken: where a path appears both before "
+    "and after that line, only the copy after it is current, and a path before it that the listing does "
+    "not show has been deleted.\n"
     "\n"
     'The listing shows each folder as a line ending in "/", with its entries below it indented by two '
     "more spaces. An entry that was not packed starts with the reason in brackets, such as "
@@ -79,6 +85,9 @@ line: with GPT-2-style split patterns (``\\s+(?!\\S)``) a run of two or more
 line breaks is split differently depending on what follows it, so a prefix
 ending in a blank line would not tokenize to a prefix of prefix + question.
 """
+
+CHANGES_MARKER: Final = "<changed-since>\n"
+"""The section between a layered pack's base documents and the documents changed since."""
 
 NO_FINAL_NEWLINE: Final = "[no final newline]"
 """Written before the path of a document whose text does not end with a line break."""

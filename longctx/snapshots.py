@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
 from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot
 from longctx.tokens import Tokenizer
@@ -171,6 +172,7 @@ def snapshot_key(
     limits: Limits,
     allow_secrets: bool,
     tokenizer: Tokenizer | None,
+    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
 ) -> SnapshotKey | None:
     """The key of the pack these arguments would give, or None when git cannot vouch for it (see above)."""
     if not isinstance(paths, (str, os.PathLike)):
@@ -197,6 +199,7 @@ def snapshot_key(
             [limits.max_file_bytes, limits.max_total_bytes, limits.max_files],
             allow_secrets,
             None if tokenizer is None else tokenizer.identity,
+            max_stale_share,
             _code_identity(),
         ]
     )

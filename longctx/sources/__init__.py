@@ -69,6 +69,13 @@ class Candidate:
     symbolic link must stay inside. ``last_commit_time`` and ``dirty`` come
     from git (``None`` / ``False`` elsewhere). ``notes`` travel to the
     manifest.
+
+    In a layered repository listing (:mod:`longctx.sources.layers`)
+    ``layer`` is 0 for the base's files and 1 for files changed or added
+    since (``None`` when the listing is not layered; its
+    ``last_commit_time`` is then as of the base for layer 0); a candidate
+    with ``content`` is an *earlier copy*: the base's bytes of a file
+    changed or deleted since, read from git rather than from ``location``.
     """
 
     path: str
@@ -77,6 +84,13 @@ class Candidate:
     last_commit_time: int | None = None
     dirty: bool = False
     notes: tuple[str, ...] = ()
+    layer: int | None = None
+    content: bytes | None = None
+
+    @property
+    def earlier(self) -> bool:
+        """True for the base's copy of a file changed or deleted since."""
+        return self.content is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +115,11 @@ class Listing:
     ``head_sha`` is the commit checked out when the source is a git
     repository (``None`` for folders, single files, and repositories
     without a commit); ``is_repository`` says which kind of source it was.
+    ``layer_base`` is the base commit of a layered listing.
     """
 
     candidates: tuple[Candidate, ...]
     skipped: tuple[Skip, ...]
     head_sha: str | None = None
     is_repository: bool = False
+    layer_base: str | None = None

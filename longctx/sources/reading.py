@@ -190,6 +190,8 @@ class FileReader:
         # The location's own name counts too: a file passed directly is read
         # at its resolved location, which may have another name.
         names = list(dict.fromkeys([posixpath.basename(path), os.path.basename(location)]))
+        if candidate.content is not None:
+            return self._read_earlier_copy(candidate)
         try:
             status = os.lstat(location)
         except OSError as error:
@@ -251,6 +253,31 @@ class FileReader:
         size = len(data)
         if size > max_file_bytes:
             return Skip(path, SkipReason.TOO_LARGE, (f"grew past the limit of {max_file_bytes} bytes",), size)
+        return self._read_content(candidate, data, names, notes)
+
+    def _read_earlier_copy(self, candidate: Candidate) -> Included | Skip:
+        """Read the base's bytes of a changed file (``candidate.content``), by the rules of a file on disk."""
+        data = candidate.content
+        assert data is not None
+        path, size = candidate.path, len(data)
+        name_rule = secret_file_rule(posixpath.basename(path))
+        if name_rule is not None and not self.allow_secrets:
+            return Skip(path, SkipReason.SECRET, (f"file name matches {name_rule}",), size)
+        if size > self.max_file_bytes:
+            return Skip(
+                path, SkipReason.TOO_LARGE, (f"{size} bytes; the limit is {self.max_file_bytes}",), size
+            )
+        is_pdf = posixpath.splitext(path.lower())[1] == ".pdf" or data.startswith(_PDF_HEADER)
+        if not is_pdf and looks_binary(data[:SNIFF_BYTES]):
+            return Skip(path, SkipReason.BINARY, (), size)
+        return self._read_content(candidate, data, [posixpath.basename(path)], list(candidate.notes))
+
+    def _read_content(
+        self, candidate: Candidate, data: bytes, names: list[str], notes: list[str]
+    ) -> Included | Skip:
+        """Turn a file's bytes into a Document (PDF, notebook or text), or skip it."""
+        path, size, allow_secrets = candidate.path, len(data), self.allow_secrets
+        suffix = posixpath.splitext(names[0].lower())[1]
         if _is_lfs_pointer(data):
             return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
 
@@ -293,5 +320,7 @@ class FileReader:
             lossy=lossy,
             last_commit_time=candidate.last_commit_time,
             dirty=candidate.dirty,
+            layer=candidate.layer,
+            earlier=candidate.earlier,
         )
         return Included(document, tuple(notes))

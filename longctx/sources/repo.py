@@ -42,6 +42,7 @@ from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE, plan_layers
 
 if TYPE_CHECKING:
     from git.cmd import Git
@@ -143,13 +144,16 @@ class _Git:
             raise SourceError("git is not installed or not on PATH", path=self.display_path)
         return outcome
 
-    def popen(self, *arguments: str) -> subprocess.Popen[bytes]:
-        """Start git with ``arguments``, its output on a pipe (for streamed reading)."""
+    def popen(self, *arguments: str, stdin: bool = False) -> subprocess.Popen[bytes]:
+        """Start git with ``arguments``, output on a pipe (for streamed reading), input too if asked."""
         from git.exc import GitCommandNotFound
 
         try:
             process = _runner(self.work_tree).execute(
-                self.command(*arguments), as_process=True, env=_git_environment()
+                self.command(*arguments),
+                as_process=True,
+                istream=subprocess.PIPE if stdin else None,
+                env=_git_environment(),
             )
         except (OSError, GitCommandNotFound):
             raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
@@ -332,19 +336,26 @@ def _head_sha(runner: _Git) -> str | None:
     return sha or None
 
 
-def list_repository(root: RepositoryRoot, directory: str) -> Listing:
+def list_repository(
+    root: RepositoryRoot, directory: str, *, max_stale_share: float = DEFAULT_MAX_STALE_SHARE
+) -> Listing:
     """List the repository folder ``directory`` (found as ``root``) as the module docstring says.
+
+    With ``max_stale_share`` above 0 the listing is layered when history
+    allows (see :mod:`longctx.sources.layers`): candidates carry their
+    layer, and the base's copies of changed files come as extra candidates
+    (``earlier``) with their bytes.
 
     Raises :class:`~longctx.errors.SourceError` when git fails.
     """
     runner = _Git(root, directory)
     try:
-        return _list(runner, root, directory)
+        return _list(runner, root, directory, max_stale_share)
     finally:
         runner.close()
 
 
-def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
+def _list(runner: _Git, root: RepositoryRoot, directory: str, max_stale_share: float) -> Listing:
     pathspec = ("--", filesystem_path(root.subdirectory)) if root.subdirectory else ()
     prefix = root.subdirectory + "/" if root.subdirectory else ""
     root_real = os.path.realpath(directory)
@@ -372,15 +383,34 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
             *pathspec,
         )
     )
-    wanted = {path for path, mode in tracked.items() if mode != _SUBMODULE_MODE and path not in deleted}
-    times = _last_commit_times(runner, wanted, pathspec) if head_sha is not None and wanted else {}
-
     rules = _longctx_rules(root, [*tracked, *untracked])
-    candidates: list[Candidate] = []
-    skipped: list[Skip] = []
 
     def considered(repo_path: str) -> bool:
         return not (rules and rules.is_ignored_within(repo_path))
+
+    wanted = {path for path, mode in tracked.items() if mode != _SUBMODULE_MODE and path not in deleted}
+    layering = None
+    times_now: dict[str, int] = {}
+    if head_sha is not None:
+        layering = plan_layers(
+            runner, pathspec, max_stale_share=max_stale_share, considered=considered, git_path=_git_path
+        )
+    if layering is None:
+        times = _last_commit_times(runner, wanted, pathspec) if head_sha is not None and wanted else {}
+    else:
+        # The base's files are placed by their last commit as of the base
+        # (the order the pack had then); the changed ones by their own.
+        in_base = {path for path in layering.base_tree if considered(path)}
+        times = _last_commit_times(runner, in_base, pathspec, layering.base)
+        changed = wanted & layering.changed
+        times_now = _last_commit_times(runner, changed, pathspec) if changed else {}
+    candidates: list[Candidate] = []
+    skipped: list[Skip] = []
+
+    def layer_of(repo_path: str) -> int | None:
+        if layering is None:
+            return None
+        return 1 if repo_path in layering.changed or repo_path not in layering.base_tree else 0
 
     for repo_path, mode in tracked.items():
         if not considered(repo_path):
@@ -391,13 +421,15 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
         elif repo_path in deleted:
             skipped.append(Skip(path, SkipReason.UNREADABLE, ("deleted in the working tree",)))
         else:
+            layer = layer_of(repo_path)
             candidates.append(
                 Candidate(
                     path=path,
                     location=os.path.join(root.work_tree, filesystem_path(repo_path)),
                     root_real=root_real,
-                    last_commit_time=times.get(repo_path),
+                    last_commit_time=times_now.get(repo_path) if layer == 1 else times.get(repo_path),
                     dirty=repo_path in modified,
+                    layer=layer,
                 )
             )
     for repo_path in untracked:
@@ -420,6 +452,19 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
                     root_real=root_real,
                     dirty=True,
                     notes=("untracked",),
+                    layer=None if layering is None else 1,
+                )
+            )
+    if layering is not None:
+        for repo_path, content in layering.earlier.items():
+            candidates.append(
+                Candidate(
+                    path=repo_path.removeprefix(prefix),
+                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
+                    root_real=root_real,
+                    last_commit_time=times.get(repo_path),
+                    layer=0,
+                    content=content,
                 )
             )
     logger.debug(
@@ -430,7 +475,13 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str) -> Listing:
         len(times),
         len(wanted),
     )
-    return Listing(tuple(candidates), tuple(skipped), head_sha=head_sha, is_repository=True)
+    return Listing(
+        tuple(candidates),
+        tuple(skipped),
+        head_sha=head_sha,
+        is_repository=True,
+        layer_base=None if layering is None else layering.base,
+    )
 
 
 def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
@@ -450,8 +501,10 @@ def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
     return modified, deleted
 
 
-def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]) -> dict[str, int]:
-    """Map each path in ``wanted`` to the committer time of the newest commit that touched it.
+def _last_commit_times(
+    runner: _Git, wanted: set[str], pathspec: tuple[str, ...], revision: str = "HEAD"
+) -> dict[str, int]:
+    """Map each path in ``wanted`` to the committer time of the newest commit that touched it up to ``revision``.
 
     One ``git log`` streams the history newest first; it is stopped as soon
     as every wanted path has been seen.
@@ -468,7 +521,7 @@ def _last_commit_times(runner: _Git, wanted: set[str], pathspec: tuple[str, ...]
         "--no-renames",
         "--no-show-signature",
         "--format=%x00%ct",
-        "HEAD",
+        revision,
         *pathspec,
     )
     assert popen.stdout is not None

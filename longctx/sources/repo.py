@@ -504,7 +504,7 @@ def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
 def _last_commit_times(
     runner: _Git, wanted: set[str], pathspec: tuple[str, ...], revision: str = "HEAD"
 ) -> dict[str, int]:
-    """Map each path in ``wanted`` to the committer time of the newest commit that touched it up to ``revision``.
+    """Map each path in ``wanted`` to the committer time of its newest commit in ``revision``'s history.
 
     One ``git log`` streams the history newest first; it is stopped as soon
     as every wanted path has been seen.

@@ -37,6 +37,7 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -150,6 +151,14 @@ def corpus_options(function: Callable[..., T]) -> Callable[..., T]:
         click.option("--max-total-bytes", type=int, help="Stop adding files past this total."),
         click.option("--max-files", type=int, help="Stop adding files past this count."),
         click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
+        click.option(
+            "--max-stale-share",
+            type=click.FloatRange(0, 1, max_open=True),
+            default=DEFAULT_MAX_STALE_SHARE,
+            show_default=True,
+            help="Largest share of a repository's bytes kept as earlier copies of changed files, so that"
+            " commits change only the pack's tail (0: no layering).",
+        ),
     ]
     for option in reversed(options):
         function = option(function)
@@ -197,6 +206,7 @@ def _open_session(paths: Sequence[str], options: dict[str, Any], say: Callable[[
         exclude=options["exclude"],
         limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
         allow_secrets=options["allow_secrets"],
+        max_stale_share=options["max_stale_share"],
         max_tokens=options["max_tokens"],
         cache_salt=options["cache_salt"],
         on_progress=say,
@@ -280,6 +290,7 @@ def pack(
             allow_secrets=options["allow_secrets"],
             tokenizer=_tokenizer(tokenizer, options),
             store=Store.open(),
+            max_stale_share=options["max_stale_share"],
         )
     except LongctxError as error:
         fail(error)

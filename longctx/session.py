@@ -45,6 +45,7 @@ from longctx.corpus import Corpus, Limits, load_corpus
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.store import (
     RequestRecord,
     SessionRecord,
@@ -657,6 +658,7 @@ class _CorpusSession(Session):
         exclude: Sequence[str] = (),
         limits: Limits | None = None,
         allow_secrets: bool = False,
+        max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         reserved_question_tokens: int = 1024,
         title: str | None = None,
@@ -676,8 +678,9 @@ class _CorpusSession(Session):
             exclude=exclude,
             limits=limits or Limits(),
             allow_secrets=allow_secrets,
+            max_stale_share=max_stale_share,
         )
-        progress(f"{len(self.corpus.documents)} documents; connecting to the server")
+        progress(f"{len(self.corpus.manifest.included)} documents; connecting to the server")
         backend = backend or connect(base_url, model=model, api_key=api_key)
         progress(f"counting tokens with {backend.info.engine}'s tokenizer")
         packed = pack_for_server(
@@ -697,7 +700,8 @@ class RepoSession(_CorpusSession):
     """A session over a repository (or folder): ``RepoSession("repo/").ask("...")``.
 
     The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
-    order in git repositories: files that change least come first), packed
+    order in git repositories: files that change least come first, layered
+    as of a recent base commit, see ``max_stale_share``), packed
     and counted with the server's own tokenizer, and checked against the
     server's window less ``max_tokens`` and ``reserved_question_tokens``.
     Raises :class:`~longctx.errors.BudgetError` naming the largest files and

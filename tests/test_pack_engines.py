@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,29 @@ def test_section_counts_add_up_on_the_servers_tokenizer(
     texts = [section.text for section in pack.sections]
     assert server_tokenizer.count_many(texts) == [server_tokenizer.count(text) for text in texts]
     assert server_tokenizer.count(pack.prefix) == sum(section.tokens or 0 for section in pack.sections[1:])
+
+
+def test_a_layered_pack_counts_exactly_and_keeps_the_boundary(
+    engine_server: LocalServer, tiny_model: TinyModel, server_tokenizer: ServerTokenizer, repository: Path
+) -> None:
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repository)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], check=True)
+    scanner = repository / "json" / "scanner.py"  # small: its earlier copy stays under a fifth of the bytes
+    scanner.write_text(scanner.read_text() + "# one more line\n")
+    subprocess.run([*git, "commit", "-qam", "edit the scanner"], check=True)
+    (repository / "notes" / "spaces.txt").write_text("edited in the work tree   ")
+
+    with Store.open() as store:
+        pack = build_pack(load_corpus(repository), tokenizer=server_tokenizer, store=store)
+
+    names = [section.name for section in pack.sections]
+    assert {"earlier:json/scanner.py", "earlier:notes/spaces.txt", "changes"} <= set(names)
+    assert pack.sections_additive is True
+    for question in QUESTIONS[:2]:
+        usage = _chat_usage(engine_server, tiny_model, pack, question)
+        assert usage["prompt_tokens"] == pack.prompt_count(question, server_tokenizer).total, usage
+    for question in QUESTIONS:
+        check = check_cache_boundary(pack, server_tokenizer, question)
+        assert check.ok, check

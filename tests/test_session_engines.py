@@ -114,6 +114,36 @@ def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Sto
     assert report.prefill_seconds_saved is not None and report.prefill_seconds_saved > 0
 
 
+def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cache(
+    backend: Backend, store: Store, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path / "repo", ("dataclasses.py", "textwrap.py"))
+    before = RepoSession(repository, backend=backend, store=store, max_tokens=4)
+    before.ask("What does the text wrapper do?")
+    old = before.full_pack
+    assert old.prefix_tokens is not None
+    # Everything before the listing: what a commit that only changes the tail keeps.
+    kept = sum(section.tokens or 0 for section in old.sections[:-2])
+    # README.md sorts first (one commit, ties by path): the plain order loses all after the header.
+    assert old.documents[0].path == "README.md"
+    readme = repository / "README.md"
+    readme.write_text(readme.read_text() + "One more line.\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repository)]
+    subprocess.run([*git, "commit", "-qam", "edit the oldest file"], check=True)
+
+    layered = RepoSession(repository, backend=backend, store=store, max_tokens=4)
+    answer = layered.ask("And the data classes?")
+    plain = RepoSession(repository, backend=backend, store=store, max_tokens=4, max_stale_share=0)
+    plain_answer = plain.ask("And the data classes, without layers?")
+
+    assert any(section.name == "earlier:README.md" for section in layered.full_pack.sections)
+    block = backend.info.cache_block_tokens
+    assert answer.usage.cached_tokens is not None and plain_answer.usage.cached_tokens is not None
+    assert answer.usage.cached_tokens >= 0.99 * block_round(kept, block), (answer.usage, kept)
+    # The plain pack moved README.md to the end: only the header and the opening were still cached.
+    assert plain_answer.usage.cached_tokens < 0.1 * answer.usage.cached_tokens, plain_answer.usage
+
+
 def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> None:
     pack = text_pack()
     Session(backend, pack, store=store, max_tokens=4).ask("warm the prefix")

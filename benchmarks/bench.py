@@ -384,7 +384,7 @@ def retention(args: argparse.Namespace) -> str:
         " version, a central module), so the plain order keeps half to three quarters of the pack at a typical"
         " commit. A layered pack shows the repository as of a recent base commit and appends the files"
         " changed since, so a commit changes the tail; the base moves every 16 first-parent commits (or"
-        " sooner, to 4 or 1, when the earlier copies would pass 20% of the base's bytes), and a commit that"
+        " sooner, every 8, 4, 2 or 1, when the earlier copies would pass 20% of the base's bytes), and a commit that"
         " moves it keeps what the plain order would.",
     ]
     return "\n".join(lines)

@@ -43,7 +43,7 @@ __all__ = ["DEFAULT_MAX_STALE_SHARE", "LEVELS", "Layering", "plan_layers"]
 
 logger = logging.getLogger("longctx.sources")
 
-LEVELS: Final[tuple[int, ...]] = (16, 4, 1)
+LEVELS: Final[tuple[int, ...]] = (16, 8, 4, 2, 1)
 """Base spacings tried, in first-parent commits, coarsest first."""
 
 DEFAULT_MAX_STALE_SHARE: Final = 0.2

@@ -322,9 +322,7 @@ def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
             subprocess.run(["git", "checkout", "--quiet", "--detach", commit], cwd=history, check=True)
             for policy, options in _RETENTION_POLICIES.items():
                 pack = build_pack(load_corpus(history, **options), tokenizer=tokenizer, store=store)
-                stale = sum(
-                    section.tokens or 0 for section in pack.sections if section.name.startswith("earlier:")
-                )
+                stale = sum(section.tokens or 0 for section in pack.earlier_copies)
                 earlier[policy].append(stale / (pack.prefix_tokens or 1))
                 if policy in previous:
                     comparison = compare_packs(previous[policy], pack, tokenizer=tokenizer)

@@ -310,8 +310,16 @@ def pack(
     count_text = (
         "not counted" if tokens is None else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
     )
+    earlier = built.earlier_copies
+    earlier_text = ""
+    if earlier:
+        earlier_tokens = sum(section.tokens or 0 for section in earlier)
+        earlier_text = f" (and {len(earlier)} earlier copies of changed files" + (
+            f", {earlier_tokens:,} tokens)" if tokens is not None else ")"
+        )
     note(
-        f"packed {len(built.documents)} documents{' (unchanged: reused)' if result.reused else ''}: "
+        f"packed {len(built.documents)} documents{earlier_text}"
+        f"{' (unchanged: reused)' if result.reused else ''}: "
         f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}",
         quiet=quiet,
     )

@@ -239,6 +239,11 @@ class Pack:
         """The document sections, in pack order."""
         return tuple(section for section in self.sections if section.path is not None)
 
+    @property
+    def earlier_copies(self) -> tuple[Section, ...]:
+        """The ``earlier:`` sections of a layered pack: the base's copies of files changed since."""
+        return tuple(section for section in self.sections if section.name.startswith(_EARLIER_PREFIX))
+
     def section(self, name: str) -> Section:
         """The section called ``name``; raises KeyError when there is none."""
         for section in self.sections:
@@ -282,6 +287,7 @@ class Pack:
             "system_bytes": len(self.system.encode("utf-8")),
             "prefix_bytes": len(self.prefix.encode("utf-8")),
             "document_count": len(self.documents),
+            "earlier_copy_count": len(self.earlier_copies),
             "sections": [
                 {"name": section.name, "fingerprint": section.fingerprint, "tokens": section.tokens}
                 for section in self.sections
@@ -783,9 +789,7 @@ def _check_budget(pack: Pack, budget: Budget) -> None:
     def listed(items: Sequence[tuple[str, int]]) -> str:
         return "; ".join(f"{path} {tokens:,}" for path, tokens in items) or "none"
 
-    earlier = sum(
-        section.tokens or 0 for section in pack.sections if section.name.startswith(_EARLIER_PREFIX)
-    )
+    earlier = sum(section.tokens or 0 for section in pack.earlier_copies)
     layered = (
         f" Of these, {earlier:,} are earlier copies of files changed since the pack's base commit"
         " (max_stale_share=0 leaves them out)."

@@ -84,6 +84,29 @@ def test_pack_prints_the_pack_on_stdout_and_counts_on_stderr(repository: Path, h
     assert again.stdout == result.stdout  # byte-identical for identical inputs
 
 
+def test_pack_after_a_commit_reports_the_earlier_copies_and_can_turn_layers_off(
+    repository: Path, home: Path
+) -> None:
+    before = run("pack", str(repository), home=home)
+    notes = repository / "NOTES.md"
+    notes.write_text(notes.read_text() + "more\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repository)]
+    subprocess.run([*git, "commit", "-qam", "edit the notes"], check=True)
+
+    layered = run("pack", str(repository), home=home)
+    plain = run("pack", str(repository), "--max-stale-share", "0", home=home)
+    bad = run("pack", str(repository), "--max-stale-share", "1", home=home)
+
+    assert layered.returncode == plain.returncode == cli.EXIT_OK, (layered.stderr, plain.stderr)
+    assert "packed 3 documents (and 1 earlier copies of changed files" in layered.stderr
+    # Everything before the listing survives the commit in the layered pack only.
+    kept = before.stdout.rsplit("</documents>\n<listing>", 1)[0]
+    assert layered.stdout.startswith(kept)
+    assert not plain.stdout.startswith(kept)
+    assert "earlier copies" not in plain.stderr
+    assert bad.returncode == cli.EXIT_USAGE and "max-stale-share" in bad.stderr
+
+
 def test_pack_json_is_only_json(repository: Path, home: Path) -> None:
     result = run("pack", str(repository), "--json", home=home)
     assert result.returncode == 0

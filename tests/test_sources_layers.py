@@ -215,3 +215,33 @@ def test_a_copy_of_the_repository_without_history_is_not_layered(tmp_path: Path)
     shutil.copytree(repo, plain, ignore=shutil.ignore_patterns(".git"))
 
     assert load_corpus(plain).layer_base is None
+
+
+def test_an_excluded_file_has_no_earlier_copy_and_one_manifest_entry(tmp_path: Path) -> None:
+    repo = _history(tmp_path / "repo", 6)
+    _commit_edit(repo, "src/module_04.py", "# four\n", _T0 + 10_000)
+
+    corpus = load_corpus(repo, exclude=["src/module_04.py"])
+
+    assert corpus.layer_base is not None
+    assert all(document.path != "src/module_04.py" for document in corpus.documents)
+    assert [entry.path for entry in corpus.manifest if entry.path == "src/module_04.py"] == [
+        "src/module_04.py"
+    ]
+    assert corpus.manifest.get("src/module_04.py").reason == "excluded-by-glob"  # type: ignore[union-attr]
+
+
+def test_earlier_copies_count_towards_the_size_limit(tmp_path: Path) -> None:
+    from longctx.corpus import Limits
+
+    repo = _history(tmp_path / "repo", 6)
+    _commit_edit(repo, "src/module_00.py", "# zero\n", _T0 + 10_000)
+    full = load_corpus(repo)
+    packed = sum(document.size_bytes for document in full.documents)
+
+    limited = load_corpus(repo, limits=Limits(max_total_bytes=packed - 1))
+
+    # The last document no longer fits: the limited corpus is a prefix of the full one.
+    assert [d.path for d in limited.documents] == [d.path for d in full.documents][: len(limited.documents)]
+    assert len(limited.documents) == len(full.documents) - 1
+    assert limited.manifest.get(full.documents[-1].path).reason == "total-size-limit"  # type: ignore[union-attr]

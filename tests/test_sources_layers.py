@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.corpus import load_corpus
+from longctx.corpus import Limits, load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, build_pack, compare_packs
 from longctx.rendering import CHANGES_MARKER
@@ -232,7 +232,6 @@ def test_an_excluded_file_has_no_earlier_copy_and_one_manifest_entry(tmp_path: P
 
 
 def test_earlier_copies_count_towards_the_size_limit(tmp_path: Path) -> None:
-    from longctx.corpus import Limits
 
     repo = _history(tmp_path / "repo", 6)
     _commit_edit(repo, "src/module_00.py", "# zero\n", _T0 + 10_000)

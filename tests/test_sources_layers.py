@@ -232,7 +232,6 @@ def test_an_excluded_file_has_no_earlier_copy_and_one_manifest_entry(tmp_path: P
 
 
 def test_earlier_copies_count_towards_the_size_limit(tmp_path: Path) -> None:
-
     repo = _history(tmp_path / "repo", 6)
     _commit_edit(repo, "src/module_00.py", "# zero\n", _T0 + 10_000)
     full = load_corpus(repo)

@@ -50,7 +50,7 @@ from longctx.rendering import (
     render_document,
     render_listing,
 )
-from longctx.store import Store
+from longctx.store import Store, StoredText
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 
 __all__ = [
@@ -185,7 +185,7 @@ class Pack:
     sections_additive: bool | None = field(default=None)
     # The UTF-8 of every section in order, when the pack was read back from
     # the store: write_to hands it over in one piece.
-    _stored_utf8: memoryview | None = field(default=None, compare=False, repr=False)
+    _stored_text: StoredText | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def prefix(self) -> str:
@@ -206,9 +206,8 @@ class Pack:
         The fastest way to save a pack: nothing is joined, and a pack read
         back from the store is written from the stored bytes as they are.
         """
-        if self._stored_utf8 is not None:
-            stream.write(self._stored_utf8)
-            return self._stored_utf8.nbytes
+        if self._stored_text is not None:
+            return self._stored_text.copy_to(stream)
         written = 0
         for section in self.sections:
             data = section.utf8()
@@ -493,7 +492,7 @@ def _assemble(
     document_counts: Sequence[int] | None = None,
     document_fingerprints: Sequence[str] | None = None,
     documents_digest: hashlib._Hash | None = None,
-    stored_utf8: memoryview | None = None,
+    stored_text: StoredText | None = None,
 ) -> Pack:
     """The pack of these documents and listing.
 
@@ -558,7 +557,7 @@ def _assemble(
         template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
         part=part,
         sections_additive=additive,
-        _stored_utf8=stored_utf8,
+        _stored_text=stored_text,
     )
 
 
@@ -617,7 +616,7 @@ class _PackBuilder:
     def finish(self, corpus: Corpus) -> Pack:
         listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
         texts: Sequence[str | memoryview] = self.texts
-        stored: memoryview | None = None
+        stored: StoredText | None = None
         if self.snapshot is not None:
             self.snapshot.write(listing.encode("utf-8"))
             self.snapshot.write(BOUNDARY.encode("utf-8"))
@@ -625,7 +624,7 @@ class _PackBuilder:
             views: list[memoryview] = []
             start = 0
             for size in self.snapshot.sizes:
-                views.append(stored[start : start + size])
+                views.append(stored.view[start : start + size])
                 start += size
             texts = views[2:-2]  # the documents, between the header and opening and the listing and boundary
         counts = None if self.section_counter is None else self.section_counter.counts()
@@ -638,7 +637,7 @@ class _PackBuilder:
             document_counts=counts,
             document_fingerprints=self.fingerprints,
             documents_digest=self.digest,
-            stored_utf8=stored,
+            stored_text=stored,
         )
 
     def close(self) -> None:

@@ -38,7 +38,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import mmap
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -49,7 +48,7 @@ from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
 from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
-from longctx.store import Store, StoredPackSnapshot
+from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer
 
 if TYPE_CHECKING:
@@ -226,7 +225,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
         sections = tuple(
             Section(name, text, fingerprint, tokens)
             for (name, fingerprint, tokens), text in zip(
-                described["sections"], _slices(stored.text, stored.section_sizes), strict=True
+                described["sections"], _slices(stored.text.view, stored.section_sizes), strict=True
             )
         )
         pack = Pack(
@@ -240,7 +239,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
             template_overhead_tokens=described["template_overhead_tokens"],
             part=described["part"],
             sections_additive=described["sections_additive"],
-            _stored_utf8=memoryview(stored.text),
+            _stored_text=stored.text,
         )
         manifest = Manifest.from_dict(summary["manifest"])
         ordering = summary["ordering"]
@@ -251,9 +250,8 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
     return Snapshot(pack, manifest, ordering)
 
 
-def _slices(data: mmap.mmap, sizes: Sequence[int]) -> Iterator[memoryview]:
-    """Consecutive read-only views of ``data``, of the given sizes."""
-    view = memoryview(data)
+def _slices(view: memoryview, sizes: Sequence[int]) -> Iterator[memoryview]:
+    """Consecutive read-only views of ``view``, of the given sizes."""
     start = 0
     for size in sizes:
         yield view[start : start + size]
@@ -282,12 +280,11 @@ class SnapshotWriter:
             self._file.write(data)
             self.sizes.append(len(data))
 
-    def mapped(self) -> memoryview:
-        """A read-only view of all written so far, mapped from the file (it outlives the name)."""
+    def mapped(self) -> StoredText:
+        """All written so far, open and mapped from the file (it outlives the name)."""
         assert self._file is not None
         self._file.flush()
-        with open(self._path, "rb") as file:
-            return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        return StoredText(self._path)
 
     def discard(self) -> None:
         if self._file is not None:

@@ -20,11 +20,12 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import platformdirs
 
@@ -38,6 +39,7 @@ __all__ = [
     "Store",
     "StoredPack",
     "StoredPackSnapshot",
+    "StoredText",
     "TurnRecord",
     "default_home",
 ]
@@ -232,20 +234,69 @@ class StoredPack:
     summary: Mapping[str, Any]
 
 
+class StoredText:
+    """A text file of the store, open and mapped: read in place, or copied to a stream by the kernel.
+
+    ``view`` is the file's bytes, mapped (read on demand, never copied
+    whole). The file stays open as long as this object lives: renaming or
+    removing its name does not change what it reads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open and map ``path`` (raises OSError); the file must not be empty."""
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+        # Closed when this object is collected (or at exit), whoever holds it.
+        self._closer = weakref.finalize(self, os.close, descriptor)
+        self._descriptor = descriptor
+        self.view = memoryview(mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ))
+
+    @property
+    def size(self) -> int:
+        return self.view.nbytes
+
+    def copy_to(self, stream: BinaryIO) -> int:
+        """Write the whole text to ``stream``; return the byte count.
+
+        A stream with a file descriptor gets the bytes straight from the
+        page cache (``sendfile``), without the page faults of reading the
+        mapping; any other stream, or a platform or stream that refuses,
+        gets the mapped bytes written.
+        """
+        size = self.view.nbytes
+        sent = 0
+        sendfile = getattr(os, "sendfile", None)
+        try:
+            target = stream.fileno()
+        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
+            target = None
+        if sendfile is not None and target is not None:
+            stream.flush()
+            try:
+                while sent < size:
+                    count = sendfile(target, self._descriptor, sent, size - sent)
+                    if count == 0:
+                        break
+                    sent += count
+            except OSError:
+                pass  # e.g. macOS sends to sockets only: write the rest below
+        if sent < size:
+            stream.write(self.view[sent:])
+        return size
+
+
 @dataclass(frozen=True)
 class StoredPackSnapshot:
     """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
 
-    ``text`` is the UTF-8 of every section in order, mapped from its file
-    (read on demand, never copied whole; close it when done); ``section_sizes``
-    the byte length of each section.
+    ``text`` is the UTF-8 of every section in order, open and mapped from
+    its file; ``section_sizes`` the byte length of each section.
     """
 
     slot: str
     state: str
     fingerprint: str
     summary: Mapping[str, Any]
-    text: mmap.mmap
+    text: StoredText
     section_sizes: tuple[int, ...]
 
 
@@ -457,13 +508,14 @@ class Store:
             return None
         row = rows[0]
         sizes = tuple(json.loads(row["section_sizes_json"]))
+        if not sizes or not sum(sizes):
+            return None
         try:
-            with open(self._snapshot_folder / row["text_file"], "rb") as file:
-                if os.fstat(file.fileno()).st_size != sum(sizes) or not sizes:
-                    return None
-                text = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError:
+            text = StoredText(self._snapshot_folder / row["text_file"])
+        except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
             return None  # removed by hand, or by another process's newer save
+        if text.size != sum(sizes):
+            return None
         return StoredPackSnapshot(
             slot=slot,
             state=state,

@@ -27,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import platformdirs
-
 from longctx.errors import SessionNotFound, StoreError
 
 __all__ = [
@@ -147,6 +145,11 @@ def default_home() -> Path:
     configured = os.environ.get("LONGCTX_HOME")
     if configured:
         return Path(configured).expanduser()
+    # Imported here: with LONGCTX_HOME set (tests, scripts) its import
+    # (tempfile, shutil, ...) takes about 10 ms, a re-pack of an unchanged
+    # repository no more than 250.
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("longctx", appauthor=False))
 
 

@@ -57,7 +57,7 @@ __all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "serve"]
 logger = logging.getLogger("longctx.counting")
 
 WORKER_THRESHOLD_BYTES: Final = 2 * 1024 * 1024
-"""Characters not yet counted above which a worker process is started.
+"""Characters not yet counted (UTF-8 bytes, for texts given as UTF-8) above which a worker process is started.
 
 Two MB take 0.1 s to 0.2 s to count; starting a worker costs about as much
 CPU on the other core, so below this it would not pay.
@@ -81,7 +81,8 @@ class SectionCounter:
     def __init__(self, tokenizer: Tokenizer, store: Store | None = None) -> None:
         self.tokenizer = tokenizer
         self.store = store
-        self._texts: list[str] = []
+        # Each text as given, or its UTF-8 (see add); "" once counted.
+        self._texts: list[str | bytes] = []
         self._digests: list[str] = []
         self._counts: list[int | None] = []
         self._unlooked: list[int] = []  # indexes not yet looked up in the store
@@ -101,9 +102,14 @@ class SectionCounter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def add(self, text: str, digest: str) -> None:
-        """Count ``text`` (whose :func:`~longctx.tokens.text_sha256` is ``digest``), now or later."""
-        self._texts.append(text)
+    def add(self, text: str, digest: str, utf8: bytes | None = None) -> None:
+        """Count ``text`` (whose :func:`~longctx.tokens.text_sha256` is ``digest``), now or later.
+
+        ``utf8``, when the caller has it, is ``text`` encoded as UTF-8: it
+        is kept instead of ``text`` (the same size for most texts) and sent
+        to the worker as it is, where ``text`` would be encoded again.
+        """
+        self._texts.append(text if utf8 is None else utf8)
         self._digests.append(digest)
         self._counts.append(None)
         self._unlooked.append(len(self._texts) - 1)
@@ -156,12 +162,12 @@ class SectionCounter:
             self._count_here_in_batch()
         else:
             while (index := self._take(front=False)) is not None:
-                self._record(index, self.tokenizer.count(self._texts[index]))
+                self._record(index, self.tokenizer.count(self._text(index)))
             self._worker.finish()
             # Whatever a failed worker did not answer is counted here.
             for index in self._first_index.values():
                 if self._counts[index] is None:
-                    self._record(index, self.tokenizer.count(self._texts[index]))
+                    self._record(index, self.tokenizer.count(self._text(index)))
         counts: list[int] = []
         for index, digest in enumerate(self._digests):
             count = self._counts[index]
@@ -179,6 +185,14 @@ class SectionCounter:
         self._first_index = {}
         return counts
 
+    def _text(self, index: int) -> str:
+        text = self._texts[index]
+        return text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")
+
+    def _utf8(self, index: int) -> bytes:
+        text = self._texts[index]
+        return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
     def _count_here_in_batch(self) -> None:
         with self._lock:
             indexes = list(self._queue)
@@ -186,7 +200,7 @@ class SectionCounter:
         if indexes:
             # count_many: a server tokenizer sends these in parallel requests.
             for index, count in zip(
-                indexes, self.tokenizer.count_many([self._texts[i] for i in indexes]), strict=True
+                indexes, self.tokenizer.count_many([self._text(i) for i in indexes]), strict=True
             ):
                 self._record(index, count)
 
@@ -254,7 +268,7 @@ class _Worker:
                             break
                         self._wakeup.wait(0.05)
                     continue
-                data = self.counter._texts[index].encode("utf-8", "surrogatepass")
+                data = self.counter._utf8(index)
                 with self._sent_lock:
                     self._sent.append(index)
                 stdin.write(_HEADER.pack(len(data)))

@@ -611,7 +611,7 @@ class _PackBuilder:
             self.texts.append(text)
         self.fingerprints.append(fingerprint)
         if self.section_counter is not None:
-            self.section_counter.add(text, fingerprint)
+            self.section_counter.add(text, fingerprint, data)
 
     def finish(self, corpus: Corpus) -> Pack:
         listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])

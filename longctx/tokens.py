@@ -172,6 +172,8 @@ class EstimateTokenizer:
 
 def _utf8_safe(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, as tiktoken's encode treats them."""
+    if text.isascii():  # most texts: known without encoding them
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -12,10 +12,11 @@ Where: BPE counting holds the GIL (tiktoken and bpe-openai both), so
 threads cannot share it. For a tokenizer another process can rebuild (a
 named tiktoken encoding) and enough text to be worth it (more than
 :data:`WORKER_THRESHOLD_BYTES` not yet counted), one worker process is
-started. A feeding thread sends it texts from the front of the queue while
-this process reads the next files; when the caller asks for the counts,
-this process counts from the back of the queue until the two meet. On two
-cores a cold pack then costs about the reading plus half the counting.
+started. A feeding thread sends it texts from the front of the queue (in
+batches, one write and one GIL hand-over each) while this process reads
+the next files; when the caller asks for the counts, this process counts
+from the back of the queue until the two meet. On two cores a cold pack
+then costs about the reading plus half the counting.
 Other tokenizers (the server's, a tokenizer.json, the estimate) count in
 :meth:`counts` through their own ``count_many``, as before.
 
@@ -69,6 +70,10 @@ _LOOKUP_BATCH: Final = 128  # texts per count-cache query while reading
 # worker then has work queued while the feeding thread waits for the GIL.
 _PIPE_BYTES: Final = 1 << 20
 _F_SETPIPE_SZ: Final = 1031
+# Bytes of texts sent in one write: about ten milliseconds of counting, so the
+# worker is never far ahead of this process when it counts from the back.
+_BATCH_BYTES: Final = 1 << 18
+_ANSWERS_READ_BYTES: Final = 1 << 16
 
 
 class SectionCounter:
@@ -144,12 +149,21 @@ class SectionCounter:
         elif self._worker_name is not None and self._pending_chars > WORKER_THRESHOLD_BYTES:
             self._worker = _Worker.start(self._worker_name, self)
 
-    def _take(self, *, front: bool) -> int | None:
-        """The next index to count, from the front (the worker) or the back (this process)."""
+    def _take(self) -> int | None:
+        """The next index for this process to count: from the back of the queue."""
         with self._lock:
-            if not self._queue:
-                return None
-            return self._queue.popleft() if front else self._queue.pop()
+            return self._queue.pop() if self._queue else None
+
+    def _take_front(self, size: int) -> list[int]:
+        """Indexes for the worker from the front of the queue: texts of about ``size`` bytes, at least one."""
+        taken: list[int] = []
+        total = 0
+        with self._lock:
+            while self._queue and total < size:
+                index = self._queue.popleft()
+                taken.append(index)
+                total += len(self._texts[index])
+        return taken
 
     def _record(self, index: int, count: int) -> None:
         self._counts[index] = count
@@ -161,7 +175,7 @@ class SectionCounter:
         if self._worker is None:
             self._count_here_in_batch()
         else:
-            while (index := self._take(front=False)) is not None:
+            while (index := self._take()) is not None:
                 self._record(index, self.tokenizer.count(self._text(index)))
             self._worker.finish()
             # Whatever a failed worker did not answer is counted here.
@@ -257,22 +271,27 @@ class _Worker:
             self._wakeup.notify()
 
     def _feed(self) -> None:
+        # Texts go in batches, one write each: this thread needs the GIL
+        # once per batch, not once per text, so the worker stays fed while
+        # this process counts from the back and rarely lets the GIL go.
         stdin = self.process.stdin
         assert stdin is not None
         try:
             while True:
-                index = self.counter._take(front=True)
-                if index is None:
+                indexes = self.counter._take_front(_BATCH_BYTES)
+                if not indexes:
                     with self._wakeup:
                         if self._closing:
                             break
                         self._wakeup.wait(0.05)
                     continue
-                data = self.counter._utf8(index)
+                parts: list[bytes] = []
+                for index in indexes:
+                    data = self.counter._utf8(index)
+                    parts += (_HEADER.pack(len(data)), data)
                 with self._sent_lock:
-                    self._sent.append(index)
-                stdin.write(_HEADER.pack(len(data)))
-                stdin.write(data)
+                    self._sent.extend(indexes)
+                stdin.write(b"".join(parts))
                 stdin.flush()
         except (OSError, ValueError) as error:
             logger.debug("counting worker stopped taking texts: %s", error)
@@ -281,16 +300,24 @@ class _Worker:
                 stdin.close()
 
     def _read(self) -> None:
+        # Every answer already there is taken at once (one GIL hand-over
+        # for many answers).
         stdout = self.process.stdout
         assert stdout is not None
+        descriptor = stdout.fileno()
+        pending = b""
         try:
-            while True:
-                answer = _read_exactly(stdout, _HEADER.size)
-                if answer is None:
-                    return
+            while chunk := os.read(descriptor, _ANSWERS_READ_BYTES):
+                pending += chunk
+                whole = len(pending) - len(pending) % _HEADER.size
+                if not whole:
+                    continue
+                counts = [count for (count,) in _HEADER.iter_unpack(pending[:whole])]
+                pending = pending[whole:]
                 with self._sent_lock:
-                    index = self._sent.popleft()
-                self.counter._record(index, _HEADER.unpack(answer)[0])
+                    indexes = [self._sent.popleft() for _ in counts]
+                for index, count in zip(indexes, counts, strict=True):
+                    self.counter._record(index, count)
         except (OSError, IndexError) as error:
             logger.debug("counting worker answers stopped: %s", error)
 

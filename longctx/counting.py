@@ -149,6 +149,18 @@ class SectionCounter:
         elif self._worker_name is not None and self._pending_chars > WORKER_THRESHOLD_BYTES:
             self._worker = _Worker.start(self._worker_name, self)
 
+    def start_worker(self) -> None:
+        """Start the worker process now, not once enough uncounted text is waiting.
+
+        For a caller that expects much text to count (the first pack of a
+        large repository): the worker's start-up then overlaps the listing
+        and the first reads. Does nothing for a tokenizer no worker can
+        rebuild, or when a worker runs. A worker that is never sent a text
+        is stopped without waiting for it.
+        """
+        if self._worker is None and self._worker_name is not None:
+            self._worker = _Worker.start(self._worker_name, self)
+
     def _take(self) -> int | None:
         """The next index for this process to count: from the back of the queue."""
         with self._lock:
@@ -234,6 +246,7 @@ class _Worker:
         self._wakeup = threading.Condition()
         self._closing = False
         self._sent: collections.deque[int] = collections.deque()
+        self._ever_sent = False
         self._sent_lock = threading.Lock()
         self._feeder = threading.Thread(target=self._feed, name="longctx-count-feeder", daemon=True)
         self._reader = threading.Thread(target=self._read, name="longctx-count-reader", daemon=True)
@@ -291,6 +304,7 @@ class _Worker:
                     parts += (_HEADER.pack(len(data)), data)
                 with self._sent_lock:
                     self._sent.extend(indexes)
+                self._ever_sent = True
                 stdin.write(b"".join(parts))
                 stdin.flush()
         except (OSError, ValueError) as error:
@@ -334,6 +348,9 @@ class _Worker:
         with self._wakeup:
             self._closing = True
             self._wakeup.notify()
+        if self.process.poll() is None and not self._ever_sent:
+            # Started early and never needed: it may still be importing.
+            self.process.kill()
         if self.process.poll() is None:
             if self.process.stdin is not None and not self._feeder.is_alive():
                 with contextlib.suppress(OSError):

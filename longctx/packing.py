@@ -76,6 +76,8 @@ DEFAULT_PROBE_QUESTION: Final = "Which files define the public API, and what doe
 
 _DOCUMENT_PREFIX: Final = "document:"
 _LARGEST_SHOWN: Final = 10
+# Files tracked above which a first pack starts its counting worker at once.
+_EARLY_WORKER_FILES: Final = 256
 # A miniature first user message, to measure what the chat template adds
 # around the system message and the user message.
 _TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
@@ -719,6 +721,17 @@ def pack(
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
     builder = _PackBuilder(tokenizer, store, writer)
+    if (
+        key is not None
+        and store is not None
+        and builder.section_counter is not None
+        and key.tracked_files >= _EARLY_WORKER_FILES
+        and not store.has_pack_snapshot(key.slot)
+    ):
+        # The first pack of a large repository with these options: its
+        # texts are most likely not counted yet, so the counting worker
+        # starts now and is ready when the first files are read.
+        builder.section_counter.start_worker()
     try:
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.

@@ -79,13 +79,15 @@ class SnapshotKey:
     """Where a pack is kept (``slot``: what was asked) and for which repository ``state``.
 
     ``head`` is the commit the state was taken at; ``directory`` the
-    resolved folder that was asked for.
+    resolved folder that was asked for; ``tracked_files`` the number of
+    files git tracks in it (a hint of the pack's size).
     """
 
     slot: str
     state: str
     head: str | None
     directory: str
+    tracked_files: int = 0
 
 
 @dataclass(frozen=True)
@@ -199,7 +201,9 @@ def snapshot_key(
             _code_identity(),
         ]
     )
-    return SnapshotKey(slot, _state_digest(state), state.head, os.path.realpath(directory))
+    return SnapshotKey(
+        slot, _state_digest(state), state.head, os.path.realpath(directory), tracked_files=state.tracked_files
+    )
 
 
 def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:

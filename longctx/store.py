@@ -500,6 +500,10 @@ class Store:
                 with contextlib.suppress(OSError):  # in use elsewhere (Windows): a later save removes it
                     stale.unlink(missing_ok=True)
 
+    def has_pack_snapshot(self, slot: str) -> bool:
+        """Whether ``slot`` holds a snapshot, whatever its state."""
+        return bool(self._query("SELECT 1 FROM pack_snapshots WHERE slot = ? LIMIT 1", [slot]))
+
     def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
         """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""
         rows = self._query(

@@ -17,11 +17,12 @@ from typing import Any
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
+from longctx import counting, packing
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError
 from longctx.packing import Budget, PackResult, build_pack, pack
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
@@ -291,3 +292,28 @@ def test_old_snapshots_are_dropped(repo: Path, store: Store, tmp_path: Path) -> 
     for bytes_per_token in range(1, 12):
         packed(repo, store, tokenizer=EstimateTokenizer(bytes_per_token=bytes_per_token))
     assert len(list((tmp_path / "home" / "pack-snapshots").iterdir())) == 8
+
+
+def test_the_first_pack_of_a_large_repository_starts_its_counting_worker_early(
+    repo: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fast_openai_counter("cl100k_base") is None:
+        pytest.skip("cl100k offline needs bpe-openai (optional) here")
+    early: list[bool] = []
+    start_worker = counting.SectionCounter.start_worker
+
+    def spy(counter: counting.SectionCounter) -> None:
+        early.append(True)
+        start_worker(counter)
+
+    monkeypatch.setattr(counting.SectionCounter, "start_worker", spy)
+    monkeypatch.setattr(packing, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    first = packed(repo, store, tokenizer=tokenizer)
+    assert early == [True]
+    assert_same(first, fresh(repo, tokenizer=tokenizer))
+    (repo / "src" / "core.py").write_text("def core():\n    return 2\n")
+    second = packed(repo, store, tokenizer=tokenizer)  # the slot has a snapshot: counts are likely stored
+    assert early == [True]
+    assert not second.reused
+    assert_same(second, fresh(repo, tokenizer=tokenizer))

@@ -182,7 +182,8 @@ class RepositoryState:
     must look at their content: status does not change when a modified file
     is edited again). ``hidden_changes`` is True when an index entry in the
     folder is marked assume-unchanged or skip-worktree: git status does not
-    report edits to such files.
+    report edits to such files. ``tracked_files`` is the number of index
+    entries in the folder (a hint of the corpus's size).
     """
 
     work_tree: str
@@ -191,6 +192,7 @@ class RepositoryState:
     changes: bytes
     changed_paths: tuple[str, ...]
     hidden_changes: bool
+    tracked_files: int = 0
 
 
 def repository_state(directory: str) -> RepositoryState | None:
@@ -243,8 +245,11 @@ def repository_state(directory: str) -> RepositoryState | None:
             raw = record.split(b" ", fields)[fields] if fields else record[2:]
             paths.append(_git_path(raw))
     # ls-files -v tags: "H" cached; lower case: assume-unchanged; "S": skip-worktree.
-    hidden = any(record[:1].islower() or record[:1] == b"S" for record in _split_records(flags.stdout))
-    return RepositoryState(work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden)
+    entries = _split_records(flags.stdout)
+    hidden = any(record[:1].islower() or record[:1] == b"S" for record in entries)
+    return RepositoryState(
+        work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden, tracked_files=len(entries)
+    )
 
 
 def _git_environment() -> dict[str, str]:

@@ -150,7 +150,7 @@ class SectionCounter:
         if self._worker is not None:
             self._worker.wake()
         elif self._worker_name is not None and self._pending_chars > WORKER_THRESHOLD_BYTES:
-            self._worker = _Worker.start(self._worker_name, self)
+            self._start_worker(self._worker_name)
 
     def start_worker(self) -> None:
         """Start the worker process now, not once enough uncounted text is waiting.
@@ -162,7 +162,14 @@ class SectionCounter:
         is stopped without waiting for it.
         """
         if self._worker is None and self._worker_name is not None:
-            self._worker = _Worker.start(self._worker_name, self)
+            self._start_worker(self._worker_name)
+
+    def _start_worker(self, encoding_name: str) -> None:
+        self._worker = _Worker.start(encoding_name, self)
+        if self._worker is not None and isinstance(self.tokenizer, TiktokenFileTokenizer):
+            # This process counts from the back at the end: its own counter
+            # is built meanwhile, off the GIL, rather than then.
+            self.tokenizer.prepare_in_background()
 
     def _take(self) -> int | None:
         """The next index for this process to count: from the back of the queue."""

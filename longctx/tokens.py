@@ -410,17 +410,19 @@ class TiktokenFileTokenizer:
             loader = threading.Thread(target=self._resolve_fast_count, name="longctx-tokens", daemon=True)
             loader.start()
 
-    def _resolve_fast_count(self) -> None:
+    def _resolve_fast_count(self) -> Callable[[str], int] | None:
         with self._resolving:
             if self._fast_count is False:
                 name = self.encoding_name
                 self._fast_count = None if name is None else fast_openai_counter(name)
+            return self._fast_count
 
     def count(self, text: str) -> int:
-        if self._fast_count is False:
-            self._resolve_fast_count()
-        if self._fast_count is not None:
-            return self._fast_count(text)
+        fast_count = self._fast_count
+        if fast_count is False:
+            fast_count = self._resolve_fast_count()
+        if fast_count is not None:
+            return fast_count(text)
         return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:

@@ -14,6 +14,7 @@ rather than misread.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import mmap
 import os
@@ -260,18 +261,18 @@ class StoredText:
     def copy_to(self, stream: BinaryIO) -> int:
         """Write the whole text to ``stream``; return the byte count.
 
-        A stream with a file descriptor gets the bytes straight from the
-        page cache (``sendfile``), without the page faults of reading the
-        mapping; any other stream, or a platform or stream that refuses,
-        gets the mapped bytes written.
+        A file opened with :func:`open` (or its ``.buffer``, or a raw
+        ``FileIO``) gets the bytes straight from the page cache
+        (``sendfile``), without the page faults of reading the mapping; any
+        other stream, or a platform or file that refuses, gets the mapped
+        bytes written. (Only those types: a compressing stream such as
+        ``GzipFile`` has a ``fileno()`` too, that of the file under it.)
         """
         size = self.view.nbytes
         sent = 0
         sendfile = getattr(os, "sendfile", None)
-        try:
-            target = stream.fileno()
-        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both of the last two
-            target = None
+        raw = stream.raw if isinstance(stream, (io.BufferedWriter, io.BufferedRandom)) else stream
+        target = raw.fileno() if isinstance(raw, io.FileIO) and not raw.closed else None
         if sendfile is not None and target is not None:
             stream.flush()
             try:

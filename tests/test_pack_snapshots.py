@@ -8,8 +8,10 @@ folders).
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -317,3 +319,34 @@ def test_the_first_pack_of_a_large_repository_starts_its_counting_worker_early(
     assert early == [True]
     assert not second.reused
     assert_same(second, fresh(repo, tokenizer=tokenizer))
+
+
+def test_a_reused_pack_is_written_the_same_to_files_pipes_and_wrapping_streams(
+    repo: Path, store: Store, tmp_path: Path
+) -> None:
+    packed(repo, store)
+    again = packed(repo, store)
+    assert again.reused
+    expected = written(again)
+    with open(tmp_path / "out.txt", "wb") as file:  # a file written around the pack
+        file.write(b"<")
+        assert again.pack.write_to(file) == len(expected)
+        file.write(b">")
+    assert (tmp_path / "out.txt").read_bytes() == b"<" + expected + b">"
+    # A compressing stream's fileno() is the compressed file's: the pack must go through it.
+    with gzip.open(tmp_path / "out.gz", "wb") as compressed:
+        again.pack.write_to(compressed)
+    assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected
+    reading, writing = os.pipe()
+    with open(writing, "wb") as pipe:
+        collected: list[bytes] = []
+        reader = threading.Thread(target=lambda: collected.append(_read_all(reading)))
+        reader.start()
+        again.pack.write_to(pipe)
+    reader.join()
+    assert collected == [expected]
+
+
+def _read_all(descriptor: int) -> bytes:
+    with open(descriptor, "rb") as stream:
+        return stream.read()

@@ -739,8 +739,6 @@ def pack(
             paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
             allow_secrets=allow_secrets, on_document=builder.add, keep_documents=False,
         )  # fmt: skip
-        if writer is not None:
-            writer.corpus_read()
         built = builder.finish(corpus)
     except BaseException:
         if writer is not None:

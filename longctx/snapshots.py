@@ -34,7 +34,6 @@ and content for racily-clean entries), which ``git status`` itself relies on.
 
 from __future__ import annotations
 
-import concurrent.futures
 import hashlib
 import importlib.util
 import json
@@ -270,10 +269,7 @@ class SnapshotWriter:
     each section once, for its fingerprint, and hands the bytes over), so
     the text is never encoded or held whole a second time. :meth:`keep`
     then stores the snapshot, or drops it: see the module docstring.
-    :meth:`discard` drops it (the pack failed). :meth:`corpus_read`, called
-    once the last file is read, takes the repository's state again in the
-    background while the last counts are made; :meth:`keep` takes it itself
-    otherwise.
+    :meth:`discard` drops it (the pack failed).
     """
 
     def __init__(self, store: Store, key: SnapshotKey) -> None:
@@ -281,7 +277,6 @@ class SnapshotWriter:
         self.key = key
         self.sizes: list[int] = []
         self._path = store.new_pack_snapshot_file(key.slot, key.state)
-        self._state_after: concurrent.futures.Future[RepositoryState | None] | None = None
         self._file: BinaryIO | None = open(self._path, "wb")  # noqa: SIM115 - closed by keep or discard
 
     def write(self, data: bytes) -> None:
@@ -294,13 +289,6 @@ class SnapshotWriter:
         assert self._file is not None
         self._file.flush()
         return StoredText(self._path)
-
-    def corpus_read(self) -> None:
-        """Start taking the repository's state again (the corpus is read; git runs while counts are made)."""
-        if self._state_after is None:
-            executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="longctx-repository-state")
-            self._state_after = executor.submit(repository_state, self.key.directory)
-            executor.shutdown(wait=False)
 
     def discard(self) -> None:
         if self._file is not None:
@@ -338,7 +326,7 @@ class SnapshotWriter:
         if any(note.startswith(_LINK_NOTE) for entry in corpus.manifest.included for note in entry.notes):
             logger.info("pack snapshot not kept: the corpus follows symbolic links")
             return False
-        state = repository_state(key.directory) if self._state_after is None else self._state_after.result()
+        state = repository_state(key.directory)
         if state is None or state.hidden_changes or _state_digest(state) != key.state:
             logger.info("pack snapshot not kept: the repository changed while it was packed")
             return False

@@ -600,10 +600,17 @@ class _PackBuilder:
             snapshot.write(DOCUMENTS_OPENING.encode("utf-8"))
 
     def add(self, document: Document) -> None:
-        text = render_document(document.path, _clean_text(document.text))
+        text = render_document(document.path, document.text)
         # One encoding for both hashes (the section's and the pack's) and
-        # the snapshot's copy.
-        data = text.encode("utf-8")
+        # the snapshot's copy. It fails only on lone surrogates in the
+        # text (a rendered path never has them): then the text is cleaned
+        # and rendered again, which _clean_text would otherwise have
+        # checked with an encoding of its own.
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = render_document(document.path, _clean_text(document.text))
+            data = text.encode("utf-8")
         fingerprint = hashlib.sha256(data).hexdigest()
         self.digest.update(data)
         if self.snapshot is not None:

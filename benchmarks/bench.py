@@ -74,25 +74,34 @@ class Run:
 
 
 def _tree_rss(root: int) -> int:
-    """The resident memory of ``root`` and all its descendants now, in bytes (Linux /proc)."""
+    """The resident memory of ``root`` and all its descendants now, in bytes (Linux /proc).
+
+    A child that has not run its program yet (between fork or vfork and
+    exec: same name and same address-space size as its parent) shows its
+    parent's pages, which it shares; it is not counted, or a sample taken
+    while a process starts ``git`` would count that process twice.
+    """
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
+    image: dict[int, tuple[bytes, int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as file:
-                fields = file.read().rsplit(b")", 1)[1].split()
+                name, _, rest = file.read().rpartition(b")")
+                fields = rest.split()
         except OSError:
             continue
         pid = int(entry)
         children.setdefault(int(fields[1]), []).append(pid)  # fields[1] is the parent's pid
         rss[pid] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")  # field 24 of stat: resident pages
+        image[pid] = (name.partition(b"(")[2], int(fields[20]))  # name, and field 23: virtual size
     total, pending = 0, [root]
     while pending:
         pid = pending.pop()
         total += rss.get(pid, 0)
-        pending.extend(children.get(pid, []))
+        pending.extend(child for child in children.get(pid, []) if image.get(child) != image.get(pid))
     return total
 
 
@@ -240,7 +249,8 @@ def speed(args: argparse.Namespace) -> str:
         " count with the documented bytes/4 estimate. Wall time is the median of"
         f" {args.repetitions} runs. Peak RSS is the largest of them, each run's peak being the larger of the"
         " largest single process and the sum over its process tree sampled every 10 ms (so longctx's counting"
-        " worker is charged with the main process).",
+        " worker is charged with the main process; a child caught between fork and exec, which shares its"
+        " parent's pages, is not counted a second time).",
         "",
         "| tool | wall (s) | vs fastest other tool | peak RSS (MiB) | tokens counted |",
         "|---|---:|---:|---:|---|",

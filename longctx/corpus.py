@@ -26,7 +26,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, InputError
@@ -34,8 +34,10 @@ from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, list_folder, list_single_file
 from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
-from longctx.sources.reading import FileReader, Included
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
+
+if TYPE_CHECKING:
+    from longctx.sources.reading import Included
 
 __all__ = [
     "MANIFEST_FORMAT_VERSION",
@@ -441,6 +443,12 @@ def _read_in_order(
 
     Returns the documents (none unless ``keep``) and their total size in bytes.
     """
+    # Imported here: a pack read back from the store (longctx.snapshots)
+    # needs this module's manifest but reads no file, and the readers'
+    # imports (secret patterns, PDF and notebook support) are a tenth of
+    # its import time.
+    from longctx.sources.reading import FileReader
+
     reader = FileReader(max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
     documents: list[Document] = []
     included = total_bytes = 0

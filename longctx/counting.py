@@ -12,10 +12,14 @@ Where: BPE counting holds the GIL (tiktoken and bpe-openai both), so
 threads cannot share it. For a tokenizer another process can rebuild (a
 named tiktoken encoding) and enough text to be worth it (more than
 :data:`WORKER_THRESHOLD_BYTES` not yet counted), one worker process is
-started. A feeding thread sends it texts from the front of the queue while
-this process reads the next files; when the caller asks for the counts,
-this process counts from the back of the queue until the two meet. On two
-cores a cold pack then costs about the reading plus half the counting.
+started. A feeding thread sends it texts from the front of the queue (in
+batches, one write and one GIL hand-over each) while this process reads
+the next files; when the caller asks for the counts, this process counts
+from the back of the queue until the two meet, then counts the texts the
+worker was sent and has not answered yet, last sent first, rather than
+wait for it (a text counted by both keeps one of two equal counts). On
+two cores a cold pack then costs about the reading plus half the
+counting.
 Other tokenizers (the server's, a tokenizer.json, the estimate) count in
 :meth:`counts` through their own ``count_many``, as before.
 
@@ -57,7 +61,7 @@ __all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "serve"]
 logger = logging.getLogger("longctx.counting")
 
 WORKER_THRESHOLD_BYTES: Final = 2 * 1024 * 1024
-"""Characters not yet counted above which a worker process is started.
+"""Characters not yet counted (UTF-8 bytes, for texts given as UTF-8) above which a worker process is started.
 
 Two MB take 0.1 s to 0.2 s to count; starting a worker costs about as much
 CPU on the other core, so below this it would not pay.
@@ -69,6 +73,10 @@ _LOOKUP_BATCH: Final = 128  # texts per count-cache query while reading
 # worker then has work queued while the feeding thread waits for the GIL.
 _PIPE_BYTES: Final = 1 << 20
 _F_SETPIPE_SZ: Final = 1031
+# Bytes of texts sent in one write: about ten milliseconds of counting, so the
+# worker is never far ahead of this process when it counts from the back.
+_BATCH_BYTES: Final = 1 << 18
+_ANSWERS_READ_BYTES: Final = 1 << 16
 
 
 class SectionCounter:
@@ -81,7 +89,8 @@ class SectionCounter:
     def __init__(self, tokenizer: Tokenizer, store: Store | None = None) -> None:
         self.tokenizer = tokenizer
         self.store = store
-        self._texts: list[str] = []
+        # Each text as given, or its UTF-8 (see add); "" once counted.
+        self._texts: list[str | bytes] = []
         self._digests: list[str] = []
         self._counts: list[int | None] = []
         self._unlooked: list[int] = []  # indexes not yet looked up in the store
@@ -101,9 +110,14 @@ class SectionCounter:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def add(self, text: str, digest: str) -> None:
-        """Count ``text`` (whose :func:`~longctx.tokens.text_sha256` is ``digest``), now or later."""
-        self._texts.append(text)
+    def add(self, text: str, digest: str, utf8: bytes | None = None) -> None:
+        """Count ``text`` (whose :func:`~longctx.tokens.text_sha256` is ``digest``), now or later.
+
+        ``utf8``, when the caller has it, is ``text`` encoded as UTF-8: it
+        is kept instead of ``text`` (the same size for most texts) and sent
+        to the worker as it is, where ``text`` would be encoded again.
+        """
+        self._texts.append(text if utf8 is None else utf8)
         self._digests.append(digest)
         self._counts.append(None)
         self._unlooked.append(len(self._texts) - 1)
@@ -136,14 +150,42 @@ class SectionCounter:
         if self._worker is not None:
             self._worker.wake()
         elif self._worker_name is not None and self._pending_chars > WORKER_THRESHOLD_BYTES:
-            self._worker = _Worker.start(self._worker_name, self)
+            self._start_worker(self._worker_name)
 
-    def _take(self, *, front: bool) -> int | None:
-        """The next index to count, from the front (the worker) or the back (this process)."""
+    def start_worker(self) -> None:
+        """Start the worker process now, not once enough uncounted text is waiting.
+
+        For a caller that expects much text to count (the first pack of a
+        large repository): the worker's start-up then overlaps the listing
+        and the first reads. Does nothing for a tokenizer no worker can
+        rebuild, or when a worker runs. A worker that is never sent a text
+        is stopped without waiting for it.
+        """
+        if self._worker is None and self._worker_name is not None:
+            self._start_worker(self._worker_name)
+
+    def _start_worker(self, encoding_name: str) -> None:
+        self._worker = _Worker.start(encoding_name, self)
+        if self._worker is not None and isinstance(self.tokenizer, TiktokenFileTokenizer):
+            # This process counts from the back at the end: its own counter
+            # is built meanwhile, off the GIL, rather than then.
+            self.tokenizer.prepare_in_background()
+
+    def _take(self) -> int | None:
+        """The next index for this process to count: from the back of the queue."""
         with self._lock:
-            if not self._queue:
-                return None
-            return self._queue.popleft() if front else self._queue.pop()
+            return self._queue.pop() if self._queue else None
+
+    def _take_front(self, size: int) -> list[int]:
+        """Indexes for the worker from the front of the queue: texts of about ``size`` bytes, at least one."""
+        taken: list[int] = []
+        total = 0
+        with self._lock:
+            while self._queue and total < size:
+                index = self._queue.popleft()
+                taken.append(index)
+                total += len(self._texts[index])
+        return taken
 
     def _record(self, index: int, count: int) -> None:
         self._counts[index] = count
@@ -155,13 +197,17 @@ class SectionCounter:
         if self._worker is None:
             self._count_here_in_batch()
         else:
-            while (index := self._take(front=False)) is not None:
-                self._record(index, self.tokenizer.count(self._texts[index]))
-            self._worker.finish()
+            while (index := self._take()) is not None:
+                self._record(index, self.tokenizer.count(self._text(index)))
+            # What the worker was sent and has not answered yet is counted
+            # here too, from the last one sent, rather than waited for.
+            for index in reversed(self._worker.stop_sending()):
+                self._count_if_unanswered(index)
+            self._worker.stop(wait=False)
             # Whatever a failed worker did not answer is counted here.
             for index in self._first_index.values():
                 if self._counts[index] is None:
-                    self._record(index, self.tokenizer.count(self._texts[index]))
+                    self._record(index, self.tokenizer.count(self._text(index)))
         counts: list[int] = []
         for index, digest in enumerate(self._digests):
             count = self._counts[index]
@@ -179,6 +225,24 @@ class SectionCounter:
         self._first_index = {}
         return counts
 
+    def _count_if_unanswered(self, index: int) -> None:
+        # The text is read before the check: the reader thread records a
+        # count before it empties the text. If both count it, the counts
+        # are the same.
+        text = self._texts[index]
+        if self._counts[index] is None:
+            if isinstance(text, bytes):
+                text = text.decode("utf-8", "surrogatepass")
+            self._record(index, self.tokenizer.count(text))
+
+    def _text(self, index: int) -> str:
+        text = self._texts[index]
+        return text if isinstance(text, str) else text.decode("utf-8", "surrogatepass")
+
+    def _utf8(self, index: int) -> bytes:
+        text = self._texts[index]
+        return text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+
     def _count_here_in_batch(self) -> None:
         with self._lock:
             indexes = list(self._queue)
@@ -186,7 +250,7 @@ class SectionCounter:
         if indexes:
             # count_many: a server tokenizer sends these in parallel requests.
             for index, count in zip(
-                indexes, self.tokenizer.count_many([self._texts[i] for i in indexes]), strict=True
+                indexes, self.tokenizer.count_many([self._text(i) for i in indexes]), strict=True
             ):
                 self._record(index, count)
 
@@ -206,6 +270,7 @@ class _Worker:
         self._wakeup = threading.Condition()
         self._closing = False
         self._sent: collections.deque[int] = collections.deque()
+        self._ever_sent = False
         self._sent_lock = threading.Lock()
         self._feeder = threading.Thread(target=self._feed, name="longctx-count-feeder", daemon=True)
         self._reader = threading.Thread(target=self._read, name="longctx-count-reader", daemon=True)
@@ -243,22 +308,28 @@ class _Worker:
             self._wakeup.notify()
 
     def _feed(self) -> None:
+        # Texts go in batches, one write each: this thread needs the GIL
+        # once per batch, not once per text, so the worker stays fed while
+        # this process counts from the back and rarely lets the GIL go.
         stdin = self.process.stdin
         assert stdin is not None
         try:
             while True:
-                index = self.counter._take(front=True)
-                if index is None:
+                indexes = self.counter._take_front(_BATCH_BYTES)
+                if not indexes:
                     with self._wakeup:
                         if self._closing:
                             break
                         self._wakeup.wait(0.05)
                     continue
-                data = self.counter._texts[index].encode("utf-8", "surrogatepass")
+                parts: list[bytes] = []
+                for index in indexes:
+                    data = self.counter._utf8(index)
+                    parts += (_HEADER.pack(len(data)), data)
                 with self._sent_lock:
-                    self._sent.append(index)
-                stdin.write(_HEADER.pack(len(data)))
-                stdin.write(data)
+                    self._sent.extend(indexes)
+                self._ever_sent = True
+                stdin.write(b"".join(parts))
                 stdin.flush()
         except (OSError, ValueError) as error:
             logger.debug("counting worker stopped taking texts: %s", error)
@@ -267,32 +338,47 @@ class _Worker:
                 stdin.close()
 
     def _read(self) -> None:
+        # Every answer already there is taken at once (one GIL hand-over
+        # for many answers).
         stdout = self.process.stdout
         assert stdout is not None
+        descriptor = stdout.fileno()
+        pending = b""
         try:
-            while True:
-                answer = _read_exactly(stdout, _HEADER.size)
-                if answer is None:
-                    return
+            while chunk := os.read(descriptor, _ANSWERS_READ_BYTES):
+                pending += chunk
+                whole = len(pending) - len(pending) % _HEADER.size
+                if not whole:
+                    continue
+                counts = [count for (count,) in _HEADER.iter_unpack(pending[:whole])]
+                pending = pending[whole:]
                 with self._sent_lock:
-                    index = self._sent.popleft()
-                self.counter._record(index, _HEADER.unpack(answer)[0])
+                    indexes = [self._sent.popleft() for _ in counts]
+                for index, count in zip(indexes, counts, strict=True):
+                    self.counter._record(index, count)
         except (OSError, IndexError) as error:
             logger.debug("counting worker answers stopped: %s", error)
 
-    def finish(self) -> None:
-        """Let the worker answer for what it was sent, then stop it."""
+    def stop_sending(self) -> list[int]:
+        """Send no more texts; return those sent so far and not answered yet, in the order sent."""
         with self._wakeup:
             self._closing = True
             self._wakeup.notify()
-        self._feeder.join()
-        self._reader.join()
-        self.stop()
+        with self._sent_lock:
+            return list(self._sent)
 
-    def stop(self) -> None:
+    def stop(self, *, wait: bool = True) -> None:
+        """Stop the worker: let it answer for what it was sent, or with ``wait`` False end it now."""
         with self._wakeup:
             self._closing = True
             self._wakeup.notify()
+        if self.process.poll() is None and (not wait or not self._ever_sent):
+            # Its answers are not needed (or it was started early and never
+            # sent a text, and may still be importing).
+            self.process.kill()
+        if not wait:
+            self._feeder.join()
+            self._reader.join()
         if self.process.poll() is None:
             if self.process.stdin is not None and not self._feeder.is_alive():
                 with contextlib.suppress(OSError):

@@ -52,7 +52,7 @@ from longctx.rendering import (
     render_listing,
 )
 from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
-from longctx.store import Store
+from longctx.store import Store, StoredText
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 
 __all__ = [
@@ -80,6 +80,8 @@ _DOCUMENT_PREFIX: Final = "document:"
 _EARLIER_PREFIX: Final = "earlier:"
 _CHANGES: Final = "changes"
 _LARGEST_SHOWN: Final = 10
+# Files tracked above which a first pack starts its counting worker at once.
+_EARLY_WORKER_FILES: Final = 256
 # A miniature first user message, to measure what the chat template adds
 # around the system message and the user message.
 _TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
@@ -192,7 +194,7 @@ class Pack:
     sections_additive: bool | None = field(default=None)
     # The UTF-8 of every section in order, when the pack was read back from
     # the store: write_to hands it over in one piece.
-    _stored_utf8: memoryview | None = field(default=None, compare=False, repr=False)
+    _stored_text: StoredText | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def prefix(self) -> str:
@@ -213,9 +215,8 @@ class Pack:
         The fastest way to save a pack: nothing is joined, and a pack read
         back from the store is written from the stored bytes as they are.
         """
-        if self._stored_utf8 is not None:
-            stream.write(self._stored_utf8)
-            return self._stored_utf8.nbytes
+        if self._stored_text is not None:
+            return self._stored_text.copy_to(stream)
         written = 0
         for section in self.sections:
             data = section.utf8()
@@ -506,7 +507,7 @@ def _assemble(
     document_counts: Sequence[int] | None = None,
     document_fingerprints: Sequence[str] | None = None,
     documents_digest: hashlib._Hash | None = None,
-    stored_utf8: memoryview | None = None,
+    stored_text: StoredText | None = None,
 ) -> Pack:
     """The pack of these document sections (named ``section_names``) and listing.
 
@@ -571,7 +572,7 @@ def _assemble(
         template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
         part=part,
         sections_additive=additive,
-        _stored_utf8=stored_utf8,
+        _stored_text=stored_text,
     )
 
 
@@ -614,18 +615,25 @@ class _PackBuilder:
 
     def add(self, document: Document) -> None:
         if document.layer == 1 and _CHANGES not in self.names:
-            self._add_section(_CHANGES, CHANGES_MARKER)
-        text = render_document(document.path, _clean_text(document.text))
+            self._add_section(_CHANGES, CHANGES_MARKER, CHANGES_MARKER.encode("utf-8"))
+        text = render_document(document.path, document.text)
+        # One encoding for both hashes (the section's and the pack's) and
+        # the snapshot's copy. It fails only on lone surrogates in the
+        # text (a rendered path never has them): then the text is cleaned
+        # and rendered again, which _clean_text would otherwise have
+        # checked with an encoding of its own.
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = render_document(document.path, _clean_text(document.text))
+            data = text.encode("utf-8")
         if document.earlier:
-            self._add_section(_EARLIER_PREFIX + document.path, text)
+            self._add_section(_EARLIER_PREFIX + document.path, text, data)
         else:
-            self._add_section(_DOCUMENT_PREFIX + document.path, text)
+            self._add_section(_DOCUMENT_PREFIX + document.path, text, data)
             self.paths.append(document.path)
 
-    def _add_section(self, name: str, text: str) -> None:
-        # One encoding for both hashes (the section's and the pack's) and
-        # the snapshot's copy.
-        data = text.encode("utf-8")
+    def _add_section(self, name: str, text: str, data: bytes) -> None:
         fingerprint = hashlib.sha256(data).hexdigest()
         self.digest.update(data)
         if self.snapshot is not None:
@@ -635,12 +643,12 @@ class _PackBuilder:
             self.texts.append(text)
         self.fingerprints.append(fingerprint)
         if self.section_counter is not None:
-            self.section_counter.add(text, fingerprint)
+            self.section_counter.add(text, fingerprint, data)
 
     def finish(self, corpus: Corpus) -> Pack:
         listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
         texts: Sequence[str | memoryview] = self.texts
-        stored: memoryview | None = None
+        stored: StoredText | None = None
         if self.snapshot is not None:
             self.snapshot.write(listing.encode("utf-8"))
             self.snapshot.write(BOUNDARY.encode("utf-8"))
@@ -648,7 +656,7 @@ class _PackBuilder:
             views: list[memoryview] = []
             start = 0
             for size in self.snapshot.sizes:
-                views.append(stored[start : start + size])
+                views.append(stored.view[start : start + size])
                 start += size
             texts = views[2:-2]  # the documents, between the header and opening and the listing and boundary
         counts = None if self.section_counter is None else self.section_counter.counts()
@@ -661,7 +669,7 @@ class _PackBuilder:
             document_counts=counts,
             document_fingerprints=self.fingerprints,
             documents_digest=self.digest,
-            stored_utf8=stored,
+            stored_text=stored,
         )
 
     def close(self) -> None:
@@ -744,6 +752,17 @@ def pack(
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
     builder = _PackBuilder(tokenizer, store, writer)
+    if (
+        key is not None
+        and store is not None
+        and builder.section_counter is not None
+        and key.tracked_files >= _EARLY_WORKER_FILES
+        and not store.has_pack_snapshot(key.slot)
+    ):
+        # The first pack of a large repository with these options: its
+        # texts are most likely not counted yet, so the counting worker
+        # starts now and is ready when the first files are read.
+        builder.section_counter.start_worker()
     try:
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.

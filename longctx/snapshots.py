@@ -38,7 +38,6 @@ import hashlib
 import importlib.util
 import json
 import logging
-import mmap
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -50,7 +49,7 @@ from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import RepositoryState, repository_state
-from longctx.store import Store, StoredPackSnapshot
+from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer
 
 if TYPE_CHECKING:
@@ -81,13 +80,15 @@ class SnapshotKey:
     """Where a pack is kept (``slot``: what was asked) and for which repository ``state``.
 
     ``head`` is the commit the state was taken at; ``directory`` the
-    resolved folder that was asked for.
+    resolved folder that was asked for; ``tracked_files`` the number of
+    files git tracks in it (a hint of the pack's size).
     """
 
     slot: str
     state: str
     head: str | None
     directory: str
+    tracked_files: int = 0
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,9 @@ def snapshot_key(
             _code_identity(),
         ]
     )
-    return SnapshotKey(slot, _state_digest(state), state.head, os.path.realpath(directory))
+    return SnapshotKey(
+        slot, _state_digest(state), state.head, os.path.realpath(directory), tracked_files=state.tracked_files
+    )
 
 
 def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
@@ -229,7 +232,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
         sections = tuple(
             Section(name, text, fingerprint, tokens)
             for (name, fingerprint, tokens), text in zip(
-                described["sections"], _slices(stored.text, stored.section_sizes), strict=True
+                described["sections"], _slices(stored.text.view, stored.section_sizes), strict=True
             )
         )
         pack = Pack(
@@ -243,7 +246,7 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
             template_overhead_tokens=described["template_overhead_tokens"],
             part=described["part"],
             sections_additive=described["sections_additive"],
-            _stored_utf8=memoryview(stored.text),
+            _stored_text=stored.text,
         )
         manifest = Manifest.from_dict(summary["manifest"])
         ordering = summary["ordering"]
@@ -254,9 +257,8 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
     return Snapshot(pack, manifest, ordering)
 
 
-def _slices(data: mmap.mmap, sizes: Sequence[int]) -> Iterator[memoryview]:
-    """Consecutive read-only views of ``data``, of the given sizes."""
-    view = memoryview(data)
+def _slices(view: memoryview, sizes: Sequence[int]) -> Iterator[memoryview]:
+    """Consecutive read-only views of ``view``, of the given sizes."""
     start = 0
     for size in sizes:
         yield view[start : start + size]
@@ -285,12 +287,11 @@ class SnapshotWriter:
             self._file.write(data)
             self.sizes.append(len(data))
 
-    def mapped(self) -> memoryview:
-        """A read-only view of all written so far, mapped from the file (it outlives the name)."""
+    def mapped(self) -> StoredText:
+        """All written so far, open and mapped from the file (it outlives the name)."""
         assert self._file is not None
         self._file.flush()
-        with open(self._path, "rb") as file:
-            return memoryview(mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ))
+        return StoredText(self._path)
 
     def discard(self) -> None:
         if self._file is not None:

@@ -14,19 +14,19 @@ rather than misread.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import mmap
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import platformdirs
+from typing import Any, BinaryIO
 
 from longctx.errors import SessionNotFound, StoreError
 
@@ -38,6 +38,7 @@ __all__ = [
     "Store",
     "StoredPack",
     "StoredPackSnapshot",
+    "StoredText",
     "TurnRecord",
     "default_home",
 ]
@@ -145,6 +146,11 @@ def default_home() -> Path:
     configured = os.environ.get("LONGCTX_HOME")
     if configured:
         return Path(configured).expanduser()
+    # Imported here: with LONGCTX_HOME set (tests, scripts) its import
+    # (tempfile, shutil, ...) takes about 10 ms, a re-pack of an unchanged
+    # repository no more than 250.
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("longctx", appauthor=False))
 
 
@@ -232,20 +238,69 @@ class StoredPack:
     summary: Mapping[str, Any]
 
 
+class StoredText:
+    """A text file of the store, open and mapped: read in place, or copied to a stream by the kernel.
+
+    ``view`` is the file's bytes, mapped (read on demand, never copied
+    whole). The file stays open as long as this object lives: renaming or
+    removing its name does not change what it reads.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Open and map ``path`` (raises OSError); the file must not be empty."""
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+        # Closed when this object is collected (or at exit), whoever holds it.
+        self._closer = weakref.finalize(self, os.close, descriptor)
+        self._descriptor = descriptor
+        self.view = memoryview(mmap.mmap(descriptor, 0, access=mmap.ACCESS_READ))
+
+    @property
+    def size(self) -> int:
+        return self.view.nbytes
+
+    def copy_to(self, stream: BinaryIO) -> int:
+        """Write the whole text to ``stream``; return the byte count.
+
+        A file opened with :func:`open` (or its ``.buffer``, or a raw
+        ``FileIO``) gets the bytes straight from the page cache
+        (``sendfile``), without the page faults of reading the mapping; any
+        other stream, or a platform or file that refuses, gets the mapped
+        bytes written. (Only those types: a compressing stream such as
+        ``GzipFile`` has a ``fileno()`` too, that of the file under it.)
+        """
+        size = self.view.nbytes
+        sent = 0
+        sendfile = getattr(os, "sendfile", None)
+        raw = stream.raw if isinstance(stream, (io.BufferedWriter, io.BufferedRandom)) else stream
+        target = raw.fileno() if isinstance(raw, io.FileIO) and not raw.closed else None
+        if sendfile is not None and target is not None:
+            stream.flush()
+            try:
+                while sent < size:
+                    count = sendfile(target, self._descriptor, sent, size - sent)
+                    if count == 0:
+                        break
+                    sent += count
+            except OSError:
+                pass  # e.g. macOS sends to sockets only: write the rest below
+        if sent < size:
+            stream.write(self.view[sent:])
+        return size
+
+
 @dataclass(frozen=True)
 class StoredPackSnapshot:
     """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
 
-    ``text`` is the UTF-8 of every section in order, mapped from its file
-    (read on demand, never copied whole; close it when done); ``section_sizes``
-    the byte length of each section.
+    ``text`` is the UTF-8 of every section in order, open and mapped from
+    its file; ``section_sizes`` the byte length of each section.
     """
 
     slot: str
     state: str
     fingerprint: str
     summary: Mapping[str, Any]
-    text: mmap.mmap
+    text: StoredText
     section_sizes: tuple[int, ...]
 
 
@@ -423,12 +478,16 @@ class Store:
             os.replace(text_file, folder / name)
         except OSError as error:
             raise StoreError(f"cannot keep a pack snapshot in {folder}: {error}") from error
+        # Not sort_keys: the summary is read back, never compared as text,
+        # and sorting the keys of its thousands of entries triples the time
+        # of the dump (about 20 ms at the end of a large first pack).
+        summary_json = json.dumps(summary)
         with self.transaction() as connection:
             connection.execute("DELETE FROM pack_snapshots WHERE slot = ?", [slot])
             connection.execute(
                 "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json,"
                 " text_file, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (slot, state, fingerprint, json.dumps(summary, sort_keys=True),
+                (slot, state, fingerprint, summary_json,
                  json.dumps(list(section_sizes)), name, time.time()),
             )  # fmt: skip
             connection.execute(
@@ -446,6 +505,10 @@ class Store:
                 with contextlib.suppress(OSError):  # in use elsewhere (Windows): a later save removes it
                     stale.unlink(missing_ok=True)
 
+    def has_pack_snapshot(self, slot: str) -> bool:
+        """Whether ``slot`` holds a snapshot, whatever its state."""
+        return bool(self._query("SELECT 1 FROM pack_snapshots WHERE slot = ? LIMIT 1", [slot]))
+
     def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
         """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""
         rows = self._query(
@@ -457,13 +520,14 @@ class Store:
             return None
         row = rows[0]
         sizes = tuple(json.loads(row["section_sizes_json"]))
+        if not sizes or not sum(sizes):
+            return None
         try:
-            with open(self._snapshot_folder / row["text_file"], "rb") as file:
-                if os.fstat(file.fileno()).st_size != sum(sizes) or not sizes:
-                    return None
-                text = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError:
+            text = StoredText(self._snapshot_folder / row["text_file"])
+        except (OSError, ValueError):  # ValueError: an empty file cannot be mapped
             return None  # removed by hand, or by another process's newer save
+        if text.size != sum(sizes):
+            return None
         return StoredPackSnapshot(
             slot=slot,
             state=state,

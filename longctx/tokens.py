@@ -44,6 +44,7 @@ import math
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -172,6 +173,8 @@ class EstimateTokenizer:
 
 def _utf8_safe(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD, as tiktoken's encode treats them."""
+    if text.isascii():  # most texts: known without encoding them
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -274,8 +277,10 @@ class TiktokenFileTokenizer:
         self._kimi_chunking = kimi_chunking
         self.encoding_name = encoding_name
         # Resolved on first count (loading bpe-openai's vocabulary takes 0.1 s,
-        # which a re-pack served from the store never needs).
+        # which a re-pack served from the store never needs), or ahead of it
+        # by prepare_in_background; the lock makes that happen once.
         self._fast_count: Callable[[str], int] | Literal[False] | None = False
+        self._resolving = threading.Lock()
 
     @property
     def encoding(self) -> tiktoken.Encoding:
@@ -394,11 +399,30 @@ class TiktokenFileTokenizer:
             ids.extend(self.encoding.encode(piece, allowed_special="all"))
         return ids
 
-    def count(self, text: str) -> int:
+    def prepare_in_background(self) -> None:
+        """Get the counter ready on a thread of its own, so that the first count does not wait for it.
+
+        bpe-openai builds its vocabulary without holding the GIL: this
+        process carries on meanwhile. A count made before it is ready waits
+        for it.
+        """
         if self._fast_count is False:
-            self._fast_count = None if self.encoding_name is None else fast_openai_counter(self.encoding_name)
-        if self._fast_count is not None:
-            return self._fast_count(text)
+            loader = threading.Thread(target=self._resolve_fast_count, name="longctx-tokens", daemon=True)
+            loader.start()
+
+    def _resolve_fast_count(self) -> Callable[[str], int] | None:
+        with self._resolving:
+            if self._fast_count is False:
+                name = self.encoding_name
+                self._fast_count = None if name is None else fast_openai_counter(name)
+            return self._fast_count
+
+    def count(self, text: str) -> int:
+        fast_count = self._fast_count
+        if fast_count is False:
+            fast_count = self._resolve_fast_count()
+        if fast_count is not None:
+            return fast_count(text)
         return sum(len(self.encoding.encode(piece, allowed_special="all")) for piece in self._pieces(text))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:

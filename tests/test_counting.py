@@ -47,6 +47,31 @@ def test_a_worker_gives_the_same_counts(monkeypatch: pytest.MonkeyPatch, tmp_pat
 
 
 @needs_cl100k
+def test_a_worker_started_early_gives_the_same_counts_from_utf8() -> None:
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    with SectionCounter(tokenizer) as counter:
+        counter.start_worker()
+        assert counter._worker is not None
+        for text in TEXTS:  # as the pack builder hands them over: with their UTF-8
+            counter.add(text, text_sha256(text), text.encode("utf-8"))
+        assert counter.counts() == [tokenizer.count(text) for text in TEXTS]
+
+
+@needs_cl100k
+def test_a_worker_started_early_and_never_used_is_stopped_without_waiting(tmp_path: Path) -> None:
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    with Store.open(tmp_path) as store:
+        store.save_token_counts(tokenizer.identity, {text_sha256(text): 7 for text in TEXTS})
+        with SectionCounter(tokenizer, store) as counter:
+            counter.start_worker()
+            worker = counter._worker
+            assert worker is not None
+            assert _count(counter, TEXTS) == [7] * len(TEXTS)
+        assert worker.process.poll() is not None  # stopped by close
+        assert not worker._ever_sent
+
+
+@needs_cl100k
 def test_counts_already_stored_are_not_counted_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     with Store.open(tmp_path) as store:

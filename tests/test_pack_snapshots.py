@@ -8,8 +8,10 @@ folders).
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,12 @@ from typing import Any
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
+from longctx import counting, packing
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError
 from longctx.packing import Budget, PackResult, build_pack, pack
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
@@ -291,3 +294,59 @@ def test_old_snapshots_are_dropped(repo: Path, store: Store, tmp_path: Path) -> 
     for bytes_per_token in range(1, 12):
         packed(repo, store, tokenizer=EstimateTokenizer(bytes_per_token=bytes_per_token))
     assert len(list((tmp_path / "home" / "pack-snapshots").iterdir())) == 8
+
+
+def test_the_first_pack_of_a_large_repository_starts_its_counting_worker_early(
+    repo: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if fast_openai_counter("cl100k_base") is None:
+        pytest.skip("cl100k offline needs bpe-openai (optional) here")
+    early: list[bool] = []
+    start_worker = counting.SectionCounter.start_worker
+
+    def spy(counter: counting.SectionCounter) -> None:
+        early.append(True)
+        start_worker(counter)
+
+    monkeypatch.setattr(counting.SectionCounter, "start_worker", spy)
+    monkeypatch.setattr(packing, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
+    tokenizer = TiktokenFileTokenizer.named("cl100k_base")
+    first = packed(repo, store, tokenizer=tokenizer)
+    assert early == [True]
+    assert_same(first, fresh(repo, tokenizer=tokenizer))
+    (repo / "src" / "core.py").write_text("def core():\n    return 2\n")
+    second = packed(repo, store, tokenizer=tokenizer)  # the slot has a snapshot: counts are likely stored
+    assert early == [True]
+    assert not second.reused
+    assert_same(second, fresh(repo, tokenizer=tokenizer))
+
+
+def test_a_reused_pack_is_written_the_same_to_files_pipes_and_wrapping_streams(
+    repo: Path, store: Store, tmp_path: Path
+) -> None:
+    packed(repo, store)
+    again = packed(repo, store)
+    assert again.reused
+    expected = written(again)
+    with open(tmp_path / "out.txt", "wb") as file:  # a file written around the pack
+        file.write(b"<")
+        assert again.pack.write_to(file) == len(expected)
+        file.write(b">")
+    assert (tmp_path / "out.txt").read_bytes() == b"<" + expected + b">"
+    # A compressing stream's fileno() is the compressed file's: the pack must go through it.
+    with gzip.open(tmp_path / "out.gz", "wb") as compressed:
+        again.pack.write_to(compressed)
+    assert gzip.decompress((tmp_path / "out.gz").read_bytes()) == expected
+    reading, writing = os.pipe()
+    with open(writing, "wb") as pipe:
+        collected: list[bytes] = []
+        reader = threading.Thread(target=lambda: collected.append(_read_all(reading)))
+        reader.start()
+        again.pack.write_to(pipe)
+    reader.join()
+    assert collected == [expected]
+
+
+def _read_all(descriptor: int) -> bytes:
+    with open(descriptor, "rb") as stream:
+        return stream.read()

@@ -96,6 +96,12 @@ class Included:
     notes: tuple[str, ...] = ()
 
 
+# Files up to this size are read whole before the binary check (the check
+# looks at the first SNIFF_BYTES either way); larger ones head first.
+_WHOLE_READ_BYTES: Final = 1 << 18
+_READ_CHUNK_BYTES: Final = 1 << 22
+
+
 class _NotRegular(Exception):
     """The opened file is not a regular file after all (it changed after lstat)."""
 
@@ -138,17 +144,33 @@ def _file_type(mode: int) -> str:
 def _read_bytes(location: str, limit: int, *, may_be_pdf: bool) -> bytes | None:
     """Read at most ``limit + 1`` bytes; None when the first block shows binary content.
 
-    Binary detection needs only the first block, so a binary file (often the
-    biggest files of a repository) is not read any further.
+    Binary detection needs only the first block, so a large binary file
+    (often the biggest files of a repository) is not read any further; a
+    file of up to :data:`_WHOLE_READ_BYTES` (most of them) is read in one
+    call, its size taken from the open file.
     """
     descriptor = os.open(location, _OPEN_FLAGS)
-    with open(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
             raise _NotRegular
-        head = handle.read(SNIFF_BYTES)
+        first = min(status.st_size, limit) + 1 if status.st_size <= _WHOLE_READ_BYTES else SNIFF_BYTES
+        head = os.read(descriptor, first)
         if not (may_be_pdf or head.startswith(_PDF_HEADER)) and looks_binary(head):
             return None
-        return head + handle.read(limit + 1 - len(head))
+        if len(head) < first:  # a regular file reads short only at its end
+            return head
+        chunks = [head]
+        total = len(head)
+        while total <= limit:
+            chunk = os.read(descriptor, min(limit + 1 - total, _READ_CHUNK_BYTES))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(descriptor)
 
 
 def _is_lfs_pointer(data: bytes) -> bool:

@@ -1,9 +1,13 @@
 """Git work trees, through GitPython's command runner (the only module that imports GitPython).
 
-Only ``git.cmd.Git`` is used, imported on first use: it runs the few git
+Only ``git.cmd.Git`` is used, imported on first use: it runs the listing
 commands below with NUL-separated output, while GitPython's object model
 (``git.Repo``), which would read the repository's objects, costs time on
-every pack for nothing these commands need.
+every pack for nothing these commands need. The few short commands that
+locate a work tree and take its state (:func:`find_repository`,
+:func:`repository_state`) run git with :mod:`subprocess` directly: they are
+all a re-pack of an unchanged repository runs, and GitPython's import alone
+(about 70 ms) would be a fifth of that re-pack.
 
 What a repository source considers is exactly what git lists: tracked files
 plus untracked files that git does not ignore (``git ls-files --cached
@@ -34,6 +38,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Final
@@ -181,7 +186,8 @@ class RepositoryState:
     must look at their content: status does not change when a modified file
     is edited again). ``hidden_changes`` is True when an index entry in the
     folder is marked assume-unchanged or skip-worktree: git status does not
-    report edits to such files.
+    report edits to such files. ``tracked_files`` is the number of index
+    entries in the folder (a hint of the corpus's size).
     """
 
     work_tree: str
@@ -190,6 +196,7 @@ class RepositoryState:
     changes: bytes
     changed_paths: tuple[str, ...]
     hidden_changes: bool
+    tracked_files: int = 0
 
 
 def repository_state(directory: str) -> RepositoryState | None:
@@ -216,11 +223,15 @@ def repository_state(directory: str) -> RepositoryState | None:
         ignored = _plain_git(work_tree, "check-ignore", "-q", "--", filesystem_path(subdirectory))
         if ignored is None or ignored.returncode != 1:  # 0: ignored; 128: git failed
             return None
-    status = _plain_git(
-        work_tree, _LITERAL, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
-        "--no-renames", "--ignore-submodules=dirty", *pathspec,
+    # Both at once: status dominates, and ls-files -v runs in its shadow.
+    status, flags = _plain_git_together(
+        work_tree,
+        [
+            (_LITERAL, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+             "--no-renames", "--ignore-submodules=dirty", *pathspec),
+            (_LITERAL, "ls-files", "-v", "-z", *pathspec),
+        ],
     )  # fmt: skip
-    flags = _plain_git(work_tree, _LITERAL, "ls-files", "-v", "-z", *pathspec)
     if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
         return None
     head: str | None = None
@@ -238,8 +249,11 @@ def repository_state(directory: str) -> RepositoryState | None:
             raw = record.split(b" ", fields)[fields] if fields else record[2:]
             paths.append(_git_path(raw))
     # ls-files -v tags: "H" cached; lower case: assume-unchanged; "S": skip-worktree.
-    hidden = any(record[:1].islower() or record[:1] == b"S" for record in _split_records(flags.stdout))
-    return RepositoryState(work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden)
+    entries = _split_records(flags.stdout)
+    hidden = any(record[:1].islower() or record[:1] == b"S" for record in entries)
+    return RepositoryState(
+        work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden, tracked_files=len(entries)
+    )
 
 
 def _git_environment() -> dict[str, str]:
@@ -287,9 +301,41 @@ def _execute(cwd: str, command: list[str]) -> tuple[int, bytes, bytes] | None:
 
 
 def _plain_git(cwd: str, *arguments: str) -> _Completed | None:
-    """Run git in ``cwd`` with :class:`_Git`'s options; None when it cannot be run at all."""
-    outcome = _execute(cwd, [_git_executable(), *_GIT_OPTIONS, *arguments])
-    return None if outcome is None else _Completed(*outcome)
+    """Run git in ``cwd`` with :class:`_Git`'s options, without GitPython; None when git cannot run."""
+    return _plain_git_together(cwd, [arguments])[0]
+
+
+def _plain_git_together(cwd: str, commands: Sequence[Sequence[str]]) -> list[_Completed | None]:
+    """Run several git commands in ``cwd`` at the same time, as :func:`_plain_git` runs one.
+
+    Their outputs are read one process after the other: a later one whose
+    pipe fills waits until it is read, which cannot deadlock (no process
+    waits on another).
+    """
+    environment = _git_environment()
+    started: list[subprocess.Popen[bytes] | None] = []
+    for arguments in commands:
+        try:
+            started.append(
+                subprocess.Popen(
+                    [_git_executable(), *_GIT_OPTIONS, *arguments],
+                    cwd=cwd,
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        except OSError:
+            started.append(None)
+    results: list[_Completed | None] = []
+    for process in started:
+        if process is None:
+            results.append(None)
+            continue
+        stdout, stderr = process.communicate()
+        results.append(_Completed(process.returncode, stdout, stderr))
+    return results
 
 
 def _as_bytes(stream: object) -> bytes:

@@ -459,7 +459,25 @@ def engines(args: argparse.Namespace) -> str:
     with tempfile.TemporaryDirectory() as scratch:
         corpus_root = Path(scratch) / "corpus"
         shutil.copytree(source, corpus_root / "json", ignore=shutil.ignore_patterns("__pycache__"))
-        corpus = load_corpus(corpus_root)
+        layouts = {"folder": load_corpus(corpus_root)}
+        # The same files as a git repository one commit after its base: the
+        # default layout of a repository with history (layered).
+        git = [
+            "git",
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@example.invalid",
+            "-C",
+            str(corpus_root),
+        ]
+        subprocess.run([*git, "init", "-q"], check=True)
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "base"], check=True)
+        scanner = corpus_root / "json" / "scanner.py"
+        scanner.write_text(scanner.read_text() + "# a later edit\n")
+        subprocess.run([*git, "commit", "-qam", "edit"], check=True)
+        layouts["repository, layered"] = load_corpus(corpus_root)
         try:
             for engine in ("vllm", "sglang"):
                 harness.prepare(engine)
@@ -467,23 +485,25 @@ def engines(args: argparse.Namespace) -> str:
                 server = harness.server(engine)
                 endpoint = HttpEndpoint(server.base_url)
                 tokenizer = ServerTokenizer(endpoint, engine, harness.model().served_name)  # type: ignore[arg-type]
-                with Store.open(Path(scratch) / engine) as store:
-                    pack = build_pack(corpus, tokenizer=tokenizer, store=store)
-                count = pack.prompt_count(question, tokenizer)
-                body = {
-                    "model": harness.model().served_name,
-                    "messages": pack.messages(question),
-                    "max_tokens": 2,
-                }
-                response = httpx2.post(server.api_base + "/chat/completions", json=body, timeout=600)
-                response.raise_for_status()
-                usage = response.json()["usage"]
-                boundary = check_cache_boundary(pack, tokenizer, question)
-                rows.append(
-                    f"| {engine} | {pack.prefix_tokens:,} | {pack.template_overhead_tokens} | {count.question_tokens}"
-                    f" | {count.total:,} | {usage['prompt_tokens']:,} | {count.total == usage['prompt_tokens']}"
-                    f" | {pack.sections_additive} | {boundary.ok} |"
-                )
+                for layout, corpus in layouts.items():
+                    with Store.open(Path(scratch) / engine) as store:
+                        pack = build_pack(corpus, tokenizer=tokenizer, store=store)
+                    count = pack.prompt_count(question, tokenizer)
+                    body = {
+                        "model": harness.model().served_name,
+                        "messages": pack.messages(question),
+                        "max_tokens": 2,
+                    }
+                    response = httpx2.post(server.api_base + "/chat/completions", json=body, timeout=600)
+                    response.raise_for_status()
+                    usage = response.json()["usage"]
+                    boundary = check_cache_boundary(pack, tokenizer, question)
+                    rows.append(
+                        f"| {engine} | {layout} | {len(pack.earlier_copies)} | {pack.prefix_tokens:,}"
+                        f" | {pack.template_overhead_tokens}"
+                        f" | {count.question_tokens} | {count.total:,} | {usage['prompt_tokens']:,}"
+                        f" | {count.total == usage['prompt_tokens']} | {pack.sections_additive} | {boundary.ok} |"
+                    )
                 endpoint.close()
         finally:
             harness.close()
@@ -492,14 +512,17 @@ def engines(args: argparse.Namespace) -> str:
             "## Exact counts on the real engines",
             "",
             "The standard library's `json` package packed with each server's own tokenizer (the test suite's"
-            " CPU vLLM and SGLang servers and tiny model), then sent as a real chat request. *pack* is the pack's"
+            " CPU vLLM and SGLang servers and tiny model), then sent as a real chat request: as a plain folder,"
+            " and as a git repository one commit after its base (the layered layout, with an earlier copy and"
+            " the changes marker). *pack* is the pack's"
             " `prefix_tokens` (system message and prefix), *template* what the chat template adds, *question* the"
             " question's tokens; their sum must equal the server's `usage.prompt_tokens`. *additive*: the sections'"
             " counts add up to the whole prefix's; *boundary*: the prefix's tokens are a prefix of prefix +"
             " question's (`check_cache_boundary`).",
             "",
-            "| engine | pack | template | question | sum | usage.prompt_tokens | equal | additive | boundary |",
-            "|---|---:|---:|---:|---:|---:|---|---|---|",
+            "| engine | layout | earlier copies | pack | template | question | sum | usage.prompt_tokens | equal"
+            " | additive | boundary |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---|---|---|",
             *rows,
         ]
     )

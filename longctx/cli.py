@@ -156,8 +156,8 @@ def corpus_options(function: Callable[..., T]) -> Callable[..., T]:
             type=click.FloatRange(0, 1, max_open=True),
             default=DEFAULT_MAX_STALE_SHARE,
             show_default=True,
-            help="Largest share of a repository's bytes kept as earlier copies of changed files, so that"
-            " commits change only the pack's tail (0: no layering).",
+            help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
+            " so that commits change only the pack's tail (0: no layering).",
         ),
     ]
     for option in reversed(options):

@@ -322,7 +322,7 @@ def load_corpus(
     is layered when its history allows (:mod:`longctx.sources.layers`):
     its files as of a recent base commit, then the files changed since, the
     base's copies of those (``earlier`` documents) taking at most
-    ``max_stale_share`` of the base's bytes (0 turns layering off). ``include`` / ``exclude`` are
+    ``max_stale_share`` of the base's tracked bytes (0 turns layering off). ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
     the manifest notes them. ``on_document`` is called with each document

@@ -314,7 +314,8 @@ def pack(
     earlier_text = ""
     if earlier:
         earlier_tokens = sum(section.tokens or 0 for section in earlier)
-        earlier_text = f" (and {len(earlier)} earlier copies of changed files" + (
+        copies = "copy" if len(earlier) == 1 else "copies"
+        earlier_text = f" (and {len(earlier)} earlier {copies} of changed files" + (
             f", {earlier_tokens:,} tokens)" if tokens is not None else ")"
         )
     note(

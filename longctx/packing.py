@@ -603,6 +603,7 @@ class _PackBuilder:
         self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
         self.names: list[str] = []
         self.paths: list[str] = []  # the current documents' paths, for the listing
+        self.changes_marked = False  # the marker goes before the first document changed since the base
         # Without a snapshot the texts are kept here; with one, the written
         # file holds them and the pack's sections are views of it.
         self.texts: list[str] = []
@@ -614,8 +615,9 @@ class _PackBuilder:
             snapshot.write(DOCUMENTS_OPENING.encode("utf-8"))
 
     def add(self, document: Document) -> None:
-        if document.layer == 1 and _CHANGES not in self.names:
+        if document.layer == 1 and not self.changes_marked:
             self._add_section(_CHANGES, CHANGES_MARKER, CHANGES_MARKER.encode("utf-8"))
+            self.changes_marked = True
         text = render_document(document.path, document.text)
         # One encoding for both hashes (the section's and the pack's) and
         # the snapshot's copy. It fails only on lone surrogates in the

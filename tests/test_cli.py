@@ -98,7 +98,7 @@ def test_pack_after_a_commit_reports_the_earlier_copies_and_can_turn_layers_off(
     bad = run("pack", str(repository), "--max-stale-share", "1", home=home)
 
     assert layered.returncode == plain.returncode == cli.EXIT_OK, (layered.stderr, plain.stderr)
-    assert "packed 3 documents (and 1 earlier copies of changed files" in layered.stderr
+    assert "packed 3 documents (and 1 earlier copy of changed files" in layered.stderr
     # Everything before the listing survives the commit in the layered pack only.
     kept = before.stdout.rsplit("</documents>\n<listing>", 1)[0]
     assert layered.stdout.startswith(kept)

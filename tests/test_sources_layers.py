@@ -9,10 +9,11 @@ import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx.corpus import Limits, load_corpus
-from longctx.errors import ConfigError
-from longctx.packing import Pack, build_pack, compare_packs
+from longctx.errors import BudgetError, ConfigError
+from longctx.packing import Budget, Pack, build_pack, compare_packs
 from longctx.rendering import CHANGES_MARKER
 from longctx.sources.layers import LEVELS
+from longctx.tokens import EstimateTokenizer
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
@@ -243,3 +244,25 @@ def test_earlier_copies_count_towards_the_size_limit(tmp_path: Path) -> None:
     assert [d.path for d in limited.documents] == [d.path for d in full.documents][: len(limited.documents)]
     assert len(limited.documents) == len(full.documents) - 1
     assert limited.manifest.get(full.documents[-1].path).reason == "total-size-limit"  # type: ignore[union-attr]
+
+
+def test_an_over_budget_layered_pack_names_its_earlier_copies(tmp_path: Path) -> None:
+    repo = _history(tmp_path / "repo", 6)
+    _commit_edit(repo, "src/module_00.py", "# zero\n", _T0 + 10_000)
+    corpus = load_corpus(repo)
+    pack = build_pack(corpus, tokenizer=EstimateTokenizer())
+    earlier = sum(section.tokens or 0 for section in pack.earlier_copies)
+    assert pack.summary()["earlier_copy_count"] == len(pack.earlier_copies) == 2  # notes.md, module_00.py
+
+    with pytest.raises(BudgetError, match=f"Of these, {earlier:,} are earlier copies") as raised:
+        build_pack(
+            corpus, budget=Budget(context_length=1000, reserved_output_tokens=10, reserved_question_tokens=10)
+        )
+
+    assert raised.value.total_tokens == pack.total_tokens
+    plain = load_corpus(repo, max_stale_share=0)
+    with pytest.raises(BudgetError) as plain_raised:
+        build_pack(
+            plain, budget=Budget(context_length=1000, reserved_output_tokens=10, reserved_question_tokens=10)
+        )
+    assert "earlier copies" not in str(plain_raised.value)

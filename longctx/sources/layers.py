@@ -202,7 +202,7 @@ def _read_objects(runner: GitRunner, objects: dict[str, str]) -> dict[str, bytes
     paths = sorted(objects)
     process = runner.popen("cat-file", "--batch", stdin=True)
     request = "".join(f"{objects[path]}\n" for path in paths).encode("ascii")
-    output, stderr = process.communicate(request)
+    output, _ = process.communicate(request)
     if process.returncode != 0:
         raise SourceError(f"git cat-file failed (exit {process.returncode})", path=runner.display_path)
     contents: dict[str, bytes] = {}
@@ -215,5 +215,4 @@ def _read_objects(runner: GitRunner, objects: dict[str, str]) -> dict[str, bytes
         size = int(header[2])
         contents[path] = output[end + 1 : end + 1 + size]
         position = end + 1 + size + 1  # the content is followed by a line feed
-    del stderr
     return contents

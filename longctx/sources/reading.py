@@ -208,12 +208,12 @@ class FileReader:
         max_file_bytes, allow_secrets = self.max_file_bytes, self.allow_secrets
         path = candidate.path
         notes = list(candidate.notes)
+        if candidate.content is not None:
+            return self._read_earlier_copy(candidate)
         location = candidate.location
         # The location's own name counts too: a file passed directly is read
         # at its resolved location, which may have another name.
         names = list(dict.fromkeys([posixpath.basename(path), os.path.basename(location)]))
-        if candidate.content is not None:
-            return self._read_earlier_copy(candidate)
         try:
             status = os.lstat(location)
         except OSError as error:

@@ -3,7 +3,8 @@
 Usage: pack_one.py SOURCE OUTPUT {cl100k,estimate}; the store is $LONGCTX_HOME.
 Goes through longctx.packing.pack, the call the ``longctx pack`` command makes.
 Prints one JSON line: documents, bytes, tokens, whether the stored pack was
-reused, seconds per stage, and the peak resident memory of this process and
+reused, whether OUTPUT already held the pack (then compared and left as it
+was, see longctx.outputs), seconds per stage, and the peak resident memory of this process and
 of the largest child it waited for (a counting worker), in bytes.
 """
 
@@ -31,14 +32,14 @@ def main() -> None:
         result = pack(source, tokenizer=tokenizer, store=store)
     packed = time.perf_counter()
     built = result.pack
-    with open(output, "wb") as file:
-        pack_bytes = built.write_to(file)
+    saved = built.save(output)  # as `longctx pack -o OUTPUT` saves
     written = time.perf_counter()
     print(
         json.dumps(
             {
                 "documents": len(built.documents),
-                "pack_bytes": pack_bytes,
+                "pack_bytes": saved.size,
+                "output_unchanged": saved.unchanged,
                 "tokens": built.prefix_tokens,
                 "estimated": built.estimated,
                 "reused": result.reused,

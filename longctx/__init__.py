@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "LongctxError": "longctx.errors",
     "Manifest": "longctx.corpus",
     "MapReduceAnswer": "longctx.mapreduce",
+    "OutputError": "longctx.errors",
     "Pack": "longctx.packing",
     "Prices": "longctx.usage",
     "RepoSession": "longctx.session",
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
         ContextOverflow,
         InputError,
         LongctxError,
+        OutputError,
         ServerUnreachable,
         SessionNotFound,
     )
@@ -113,6 +115,7 @@ __all__ = [
     "LongctxError",
     "Manifest",
     "MapReduceAnswer",
+    "OutputError",
     "Pack",
     "Prices",
     "RepoSession",

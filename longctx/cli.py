@@ -295,11 +295,14 @@ def pack(
     except LongctxError as error:
         fail(error)
     built = result.pack
+    saved = None
     if as_json:
         emit_json({"pack": built.summary(), "manifest": result.manifest.to_dict(), "reused": result.reused})
     elif output:
-        with open(output, "wb") as handle:
-            built.write_to(handle)
+        try:
+            saved = built.save(output)
+        except LongctxError as error:
+            fail(error)
     else:
         sys.stdout.flush()
         built.write_to(sys.stdout.buffer)
@@ -324,6 +327,8 @@ def pack(
         f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}",
         quiet=quiet,
     )
+    if saved is not None and saved.unchanged:
+        note(f"{saved.path} already held this pack: left as it was", quiet=quiet)
 
 
 def _tokenizer(choice: str, options: dict[str, Any]) -> Any:

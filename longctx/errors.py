@@ -14,6 +14,7 @@ without repeating secrets.
     │   └── SourceError        a source (repo, folder, PDF) failed as a whole
     ├── PackError              the pack cannot be built as asked
     │   └── BudgetError        the pack does not fit the token budget
+    ├── OutputError            a result could not be saved to the user's file (.path); the file is as it was
     ├── TokenizerError         no tokenizer, or it failed
     ├── StoreError             the SQLite store failed
     │   └── SessionNotFound    no session with that id
@@ -43,6 +44,7 @@ __all__ = [
     "InsufficientMemory",
     "LongctxError",
     "ModelBuildError",
+    "OutputError",
     "PackError",
     "ServerDiedError",
     "ServerError",
@@ -111,6 +113,14 @@ class InputError(LongctxError):
 
 class SourceError(InputError):
     """A whole source (repository, folder, PDF) could not be read."""
+
+
+class OutputError(LongctxError):
+    """A result could not be saved to the user's file, named by ``path``; the file is as it was."""
+
+    def __init__(self, message: str, *, path: str | Path) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 class PackError(LongctxError):

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, BinaryIO, Final
 
-from longctx import snapshots
+from longctx import outputs, snapshots
 from longctx.corpus import Corpus, Limits, Manifest, load_corpus
 from longctx.counting import SectionCounter, count_texts
 from longctx.documents import Document
 from longctx.errors import BudgetError, ConfigError, PackError
+from longctx.outputs import Saved
 from longctx.rendering import (
     BOUNDARY,
     CHANGES_MARKER,
@@ -143,7 +144,7 @@ class Section:
     @property
     def size_bytes(self) -> int:
         value = self.__dict__["text"]
-        return value.nbytes if isinstance(value, memoryview) else len(value.encode("utf-8"))
+        return value.nbytes if isinstance(value, memoryview) else len(value.encode("utf-8", "surrogatepass"))
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,28 @@ class Pack:
             stream.write(data)
             written += len(data) if isinstance(data, bytes) else data.nbytes
         return written
+
+    def save(self, path: str | os.PathLike[str]) -> Saved:
+        """Save the pack's bytes (what :meth:`write_to` writes) to the file ``path``, whole or not at all.
+
+        A file that already holds exactly these bytes is left as it is
+        (``Saved.unchanged``); see :mod:`longctx.outputs` for the rest of
+        the contract. Raises :class:`~longctx.errors.OutputError`.
+        """
+        return outputs.save(path, self.size_bytes, self._utf8_chunks, self.write_to)
+
+    @property
+    def size_bytes(self) -> int:
+        """The byte count :meth:`write_to` writes: every section's UTF-8."""
+        if self._stored_text is not None:
+            return self._stored_text.size
+        return sum(section.size_bytes for section in self.sections)
+
+    def _utf8_chunks(self) -> Iterator[bytes | memoryview]:
+        if self._stored_text is not None:
+            yield from self._stored_text.read_chunks(outputs.COMPARE_BYTES)
+        else:
+            yield from (section.utf8() for section in self.sections)
 
     def user_content(self, question: str) -> str:
         """The first user message for ``question``: the prefix, then the question unchanged."""
@@ -366,9 +389,16 @@ class PackResult:
     """
 
     pack: Pack
-    manifest: Manifest
+    # The manifest, or for a reused pack the call that decodes it: most
+    # callers of a reused pack never read its thousands of entries.
+    _manifest: Manifest | Callable[[], Manifest] = field(repr=False, compare=False)
     ordering: str
     reused: bool
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        """Every path considered, with what became of it (see :class:`~longctx.corpus.Manifest`)."""
+        return self._manifest if isinstance(self._manifest, Manifest) else self._manifest()
 
 
 @dataclass(frozen=True)

@@ -40,11 +40,12 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
+from longctx.errors import StoreError
 from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
@@ -65,7 +66,7 @@ __all__ = [
 
 logger = logging.getLogger("longctx.snapshots")
 
-SNAPSHOT_FORMAT_VERSION: Final = 1
+SNAPSHOT_FORMAT_VERSION: Final = 2
 """Version of the stored summary's layout and of the key's recipe; part of every key."""
 
 _LONGCTX_IGNORE: Final = ".longctxignore"
@@ -93,11 +94,26 @@ class SnapshotKey:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A pack and its manifest read back from the store, with the ordering they were built with."""
+    """A pack and its manifest read back from the store, with the ordering they were built with.
+
+    The manifest is kept as the JSON it was saved as, and decoded by
+    :meth:`manifest`: a caller that only writes or sends the pack never
+    pays for its thousands of entries.
+    """
 
     pack: Pack
-    manifest: Manifest
     ordering: str
+    manifest_json: str = field(repr=False)
+
+    def manifest(self) -> Manifest:
+        """The manifest, decoded; raises :class:`~longctx.errors.StoreError` if the stored one is damaged."""
+        try:
+            return Manifest.from_dict(json.loads(self.manifest_json))
+        except (KeyError, TypeError, ValueError) as error:
+            raise StoreError(
+                f"the manifest stored with pack {self.pack.fingerprint[:16]} cannot be read back ({error});"
+                " pack again with no store, or delete the store's pack-snapshots"
+            ) from error
 
 
 def _digest(parts: Sequence[Any]) -> str:
@@ -248,13 +264,12 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
             sections_additive=described["sections_additive"],
             _stored_text=stored.text,
         )
-        manifest = Manifest.from_dict(summary["manifest"])
         ordering = summary["ordering"]
     except (KeyError, TypeError, ValueError) as error:
         logger.warning("a stored pack snapshot cannot be read back (%s); packing from the files", error)
         return None
     logger.info("pack snapshot reused: %s at %s", pack.fingerprint[:16], (key.head or "no commit")[:12])
-    return Snapshot(pack, manifest, ordering)
+    return Snapshot(pack, ordering, stored.manifest_json)
 
 
 def _slices(view: memoryview, sizes: Sequence[int]) -> Iterator[memoryview]:
@@ -314,6 +329,7 @@ class SnapshotWriter:
                 self.key.state,
                 fingerprint=pack.fingerprint,
                 summary=_summary(pack, corpus),
+                manifest=corpus.manifest.to_dict(),
                 text_file=self._path,
                 section_sizes=self.sizes,
             )
@@ -350,5 +366,4 @@ def _summary(pack: Pack, corpus: Corpus) -> dict[str, Any]:
             "sections_additive": pack.sections_additive,
             "sections": [[section.name, section.fingerprint, section.tokens] for section in pack.sections],
         },
-        "manifest": corpus.manifest.to_dict(),
     }

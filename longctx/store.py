@@ -138,6 +138,12 @@ _MIGRATIONS: tuple[str, ...] = (
         created_at REAL NOT NULL
     );
     """,
+    # 3: a snapshot's manifest apart from its summary: a reused pack's
+    # manifest (thousands of entries) is decoded only if someone reads it.
+    # Rows from before have none and are not read back (snapshot format 2).
+    """
+    ALTER TABLE pack_snapshots ADD COLUMN manifest_json TEXT;
+    """,
 )
 
 
@@ -258,6 +264,15 @@ class StoredText:
     def size(self) -> int:
         return self.view.nbytes
 
+    def read_chunks(self, size: int) -> Iterator[bytes]:
+        """The text in order, ``size`` bytes at a time, read from the file rather than the mapping.
+
+        Reading costs a copy; the mapping would cost a page fault per page
+        and keep every page resident in this process.
+        """
+        for offset in range(0, self.size, size):
+            yield os.pread(self._descriptor, min(size, self.size - offset), offset)
+
     def copy_to(self, stream: BinaryIO) -> int:
         """Write the whole text to ``stream``; return the byte count.
 
@@ -293,7 +308,8 @@ class StoredPackSnapshot:
     """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
 
     ``text`` is the UTF-8 of every section in order, open and mapped from
-    its file; ``section_sizes`` the byte length of each section.
+    its file; ``section_sizes`` the byte length of each section;
+    ``manifest_json`` the manifest as it was saved, not yet decoded.
     """
 
     slot: str
@@ -302,6 +318,7 @@ class StoredPackSnapshot:
     summary: Mapping[str, Any]
     text: StoredText
     section_sizes: tuple[int, ...]
+    manifest_json: str = field(repr=False)
 
 
 class Store:
@@ -457,13 +474,15 @@ class Store:
         *,
         fingerprint: str,
         summary: Mapping[str, Any],
+        manifest: Mapping[str, Any],
         text_file: Path,
         section_sizes: Sequence[int],
         keep: int = 8,
     ) -> None:
         """Keep a pack snapshot in ``slot``, replacing the slot's previous one.
 
-        ``text_file`` (from :meth:`new_pack_snapshot_file`) holds each
+        ``summary`` and ``manifest`` are JSON-able (kept apart: see
+        :class:`StoredPackSnapshot`). ``text_file`` (from :meth:`new_pack_snapshot_file`) holds each
         section's UTF-8 in order, ``section_sizes`` their lengths; it is
         moved into place before the row that points to it is committed.
         Only the ``keep`` newest snapshots are kept.
@@ -481,13 +500,13 @@ class Store:
         # Not sort_keys: the summary is read back, never compared as text,
         # and sorting the keys of its thousands of entries triples the time
         # of the dump (about 20 ms at the end of a large first pack).
-        summary_json = json.dumps(summary)
+        summary_json, manifest_json = json.dumps(summary), json.dumps(manifest)
         with self.transaction() as connection:
             connection.execute("DELETE FROM pack_snapshots WHERE slot = ?", [slot])
             connection.execute(
-                "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json,"
-                " text_file, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (slot, state, fingerprint, summary_json,
+                "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, manifest_json,"
+                " section_sizes_json, text_file, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (slot, state, fingerprint, summary_json, manifest_json,
                  json.dumps(list(section_sizes)), name, time.time()),
             )  # fmt: skip
             connection.execute(
@@ -512,11 +531,11 @@ class Store:
     def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
         """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""
         rows = self._query(
-            "SELECT fingerprint, summary_json, section_sizes_json, text_file FROM pack_snapshots"
-            " WHERE slot = ? AND state = ?",
+            "SELECT fingerprint, summary_json, manifest_json, section_sizes_json, text_file"
+            " FROM pack_snapshots WHERE slot = ? AND state = ?",
             [slot, state],
         )
-        if not rows:
+        if not rows or rows[0]["manifest_json"] is None:  # none, or saved before the manifest had its column
             return None
         row = rows[0]
         sizes = tuple(json.loads(row["section_sizes_json"]))
@@ -535,6 +554,7 @@ class Store:
             summary=json.loads(row["summary_json"]),
             text=text,
             section_sizes=sizes,
+            manifest_json=row["manifest_json"],
         )
 
     # -- sessions -----------------------------------------------------------

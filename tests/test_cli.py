@@ -84,6 +84,27 @@ def test_pack_prints_the_pack_on_stdout_and_counts_on_stderr(repository: Path, h
     assert again.stdout == result.stdout  # byte-identical for identical inputs
 
 
+def test_pack_to_a_file_leaves_a_file_that_already_holds_it(
+    repository: Path, home: Path, tmp_path: Path
+) -> None:
+    output = tmp_path / "pack.txt"
+    first = run("pack", str(repository), "-o", str(output), home=home)
+    assert first.returncode == cli.EXIT_OK, first.stderr
+    on_stdout = run("pack", str(repository), home=home).stdout
+    assert output.read_text() == on_stdout
+    assert "already held" not in first.stderr
+    os.utime(output, ns=(1_000_000_000, 1_000_000_000))
+
+    again = run("pack", str(repository), "-o", str(output), home=home)
+
+    assert again.returncode == cli.EXIT_OK, again.stderr
+    assert f"{output} already held this pack: left as it was" in again.stderr
+    assert output.stat().st_mtime_ns == 1_000_000_000
+    missing = run("pack", str(repository), "-o", str(tmp_path / "nowhere" / "pack.txt"), home=home)
+    assert missing.returncode == cli.EXIT_ERROR
+    assert missing.stderr.startswith(f"longctx: error: {tmp_path / 'nowhere' / 'pack.txt'}: cannot write")
+
+
 def test_pack_after_a_commit_reports_the_earlier_copies_and_can_turn_layers_off(
     repository: Path, home: Path
 ) -> None:

@@ -28,6 +28,7 @@ PUBLIC = {
     "LongctxError",
     "Manifest",
     "MapReduceAnswer",
+    "OutputError",
     "Pack",
     "Prices",
     "RepoSession",

@@ -27,6 +27,7 @@ save a disk flush for a file that can be rebuilt from the repository.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import stat
 from collections.abc import Callable, Iterable
@@ -54,13 +55,14 @@ class Saved:
 def save(
     path: str | os.PathLike[str],
     size: int,
-    chunks: Callable[[], Iterable[bytes | memoryview]],
+    chunks: Callable[[], Iterable[bytes | bytearray | memoryview]],
     write: Callable[[BinaryIO], int],
 ) -> Saved:
     """Put ``size`` bytes at ``path``, as the module docstring says.
 
-    ``chunks`` gives the bytes in order (to compare with an existing file;
-    pieces of :data:`COMPARE_BYTES` compare fastest);
+    ``chunks`` gives the bytes in order, to compare with an existing file
+    (each piece is used before the next is asked for, so they may share
+    one buffer; pieces of :data:`COMPARE_BYTES` compare fastest);
     ``write`` writes them all to an open binary file and returns the count,
     which must be ``size``.
     """
@@ -82,22 +84,40 @@ def save(
     return Saved(name, written, unchanged=False)
 
 
-def _holds(target: str, expected: Iterable[bytes | memoryview]) -> bool:
-    """Whether the file at ``target`` holds exactly the bytes of ``expected`` (its size already matches)."""
+def _holds(target: str, expected: Iterable[bytes | bytearray | memoryview]) -> bool:
+    """Whether the file at ``target`` holds exactly the bytes of ``expected`` (its size already matches).
+
+    The file is read into one buffer, reused: a fresh object per read would
+    cost this process a page fault per page read. The buffer is compared on
+    the left: a bytearray's ``==`` compares with any buffer in one memcmp,
+    where a memoryview's goes item by item.
+    """
+    buffer = bytearray(COMPARE_BYTES)
+    view = memoryview(buffer)
     try:
         with open(target, "rb", buffering=0) as file:
             for chunk in expected:
                 for start in range(0, len(chunk), COMPARE_BYTES):
-                    part = chunk[start : start + COMPARE_BYTES]
-                    # Compared as bytes: equality of two bytes objects is
-                    # one memcmp, that of memoryviews goes item by item.
-                    if isinstance(part, memoryview):
-                        part = part.tobytes()
-                    if file.read(len(part)) != part:
+                    part = chunk if len(chunk) <= COMPARE_BYTES else chunk[start : start + COMPARE_BYTES]
+                    size = len(part)
+                    if not _read_exactly(file, view[:size]):
+                        return False
+                    if (buffer if size == COMPARE_BYTES else buffer[:size]) != part:
                         return False
             return file.read(1) == b""
     except OSError:
         return False  # unreadable (write-only, say): rewritten, which reports a real failure
+
+
+def _read_exactly(file: io.FileIO, into: memoryview) -> bool:
+    """Fill ``into`` from ``file``; False when the file ends first."""
+    filled = 0
+    while filled < len(into):
+        count = file.readinto(into[filled:])
+        if not count:
+            return False
+        filled += count
+    return True
 
 
 def _replace(name: str, target: str, write: Callable[[BinaryIO], int], mode: int | None) -> int:

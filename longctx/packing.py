@@ -241,7 +241,7 @@ class Pack:
             return self._stored_text.size
         return sum(section.size_bytes for section in self.sections)
 
-    def _utf8_chunks(self) -> Iterator[bytes | memoryview]:
+    def _utf8_chunks(self) -> Iterator[bytes | bytearray | memoryview]:
         if self._stored_text is not None:
             yield from self._stored_text.read_chunks(outputs.COMPARE_BYTES)
         else:

@@ -264,14 +264,26 @@ class StoredText:
     def size(self) -> int:
         return self.view.nbytes
 
-    def read_chunks(self, size: int) -> Iterator[bytes]:
+    def read_chunks(self, size: int) -> Iterator[bytearray | memoryview]:
         """The text in order, ``size`` bytes at a time, read from the file rather than the mapping.
 
-        Reading costs a copy; the mapping would cost a page fault per page
-        and keep every page resident in this process.
+        Every piece is the same buffer, refilled: use it before asking for
+        the next. Reading costs a copy; the mapping, or a new object per
+        piece, would cost a page fault per page.
         """
-        for offset in range(0, self.size, size):
-            yield os.pread(self._descriptor, min(size, self.size - offset), offset)
+        preadv = getattr(os, "preadv", None)
+        if preadv is None:  # Windows: the mapping it is
+            for offset in range(0, self.size, size):
+                yield self.view[offset : offset + size]
+            return
+        buffer = bytearray(size)
+        offset = 0
+        while offset < self.size:
+            count = preadv(self._descriptor, [buffer], offset)
+            if count <= 0:
+                raise OSError(f"the stored pack text ended at byte {offset} of {self.size}")
+            yield buffer if count == size else memoryview(buffer)[:count]
+            offset += count
 
     def copy_to(self, stream: BinaryIO) -> int:
         """Write the whole text to ``stream``; return the byte count.

@@ -258,7 +258,8 @@ def main() -> None:
     "--output",
     "-o",
     type=click.Path(dir_okay=False, writable=True),
-    help="Write the pack here instead of stdout.",
+    help="Write the pack here instead of stdout: whole or not at all, and a file that already holds "
+    "exactly this pack is left as it is.",
 )
 @click.option(
     "--json",

@@ -19,6 +19,7 @@ from longctx.backends.base import Backend, connect
 from longctx.corpus import Limits, load_corpus
 from longctx.packing import Pack, ShardedPack
 from longctx.session import DEFAULT_MAX_TOKENS, Answer, Session, pack_for_server
+from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.store import Store
 from longctx.usage import SavingsReport, build_report
 
@@ -47,7 +48,13 @@ class MapReduceAnswer:
 
 
 class ShardedSession:
-    """Sessions over every shard of an oversized corpus, and a reducer."""
+    """Sessions over every shard of an oversized corpus, and a reducer.
+
+    Takes :class:`~longctx.session.RepoSession`'s arguments, plus
+    ``sharded`` (shards already built, instead of loading ``paths``).
+    Shards leave out the earlier copies of a layered pack, so
+    ``max_stale_share`` only chooses the order of the documents.
+    """
 
     def __init__(
         self,
@@ -56,21 +63,30 @@ class ShardedSession:
         backend: Backend | None = None,
         base_url: str | Sequence[str] | None = None,
         model: str | None = None,
+        api_key: str | None = None,
         store: Store | None = None,
         ordering: str | None = None,
         include: Sequence[str] = (),
         exclude: Sequence[str] = (),
         limits: Limits | None = None,
+        allow_secrets: bool = False,
+        max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         reserved_question_tokens: int = 1024,
         sharded: ShardedPack | Pack | None = None,
         **options: Any,
     ) -> None:
         self.store = store or Store.open()
-        self.backend = backend or connect(base_url, model=model)
+        self.backend = backend or connect(base_url, model=model, api_key=api_key)
         if sharded is None:
             corpus = load_corpus(
-                paths, ordering=ordering, include=include, exclude=exclude, limits=limits or Limits()
+                paths,
+                ordering=ordering,
+                include=include,
+                exclude=exclude,
+                limits=limits or Limits(),
+                allow_secrets=allow_secrets,
+                max_stale_share=max_stale_share,
             )
             sharded = pack_for_server(
                 corpus,

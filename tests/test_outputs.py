@@ -185,7 +185,7 @@ def test_a_folder_that_refuses_new_files_gets_the_file_written_in_place(
             raise PermissionError(errno.EACCES, "Permission denied", path)
         return real_open(path, flags, mode)
 
-    monkeypatch.setattr(outputs.os, "open", refuse_temporary_files)
+    monkeypatch.setattr(os, "open", refuse_temporary_files)
     inode = target.stat().st_ino
 
     saved = built.save(target)

@@ -248,3 +248,28 @@ def test_store_filters_requests_and_lists_branches(backend: Backend, store: Stor
     assert len(store.requests(base_url=URL, model="fake-model")) == 3
     assert store.requests(base_url="http://elsewhere:1/v1") == []
     assert len(store.requests(batch_id=store.requests(session_ids=[batch[0].session_id])[0].batch_id)) == 2
+
+
+def test_a_sharded_session_connects_with_its_api_key(
+    fake: FakeEngine, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longctx import mapreduce
+    from longctx.corpus import load_corpus
+    from longctx.packing import build_pack
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n")
+    built = build_pack(load_corpus(tmp_path / "docs"))
+    seen: list[dict[str, object]] = []
+
+    def recording_connect(base_url: str | None, **options: object) -> Backend:
+        seen.append({"base_url": base_url, **options})
+        return connect(URL, transport=fake.transport(), async_transport=fake.transport())
+
+    monkeypatch.setattr(mapreduce, "connect", recording_connect)
+    session = mapreduce.ShardedSession(
+        tmp_path / "docs", base_url=URL, model="m", api_key="sk-test", store=store, sharded=built
+    )
+
+    assert seen == [{"base_url": URL, "model": "m", "api_key": "sk-test"}]
+    assert session.ask("What is A?").text

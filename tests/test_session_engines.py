@@ -291,6 +291,25 @@ def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     assert report.counter_check is not None and (report.counter_check.server_delta or 0) > 4000
 
 
+def test_a_sharded_session_loads_its_paths_with_the_corpus_options(
+    backend: Backend, store: Store, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path / "repo", ("textwrap.py",))
+    (repository / ".env").write_text("SERVICE_URL=http://localhost:9000\n")  # a secret by its name
+    packed_env = "``` .env\nSERVICE_URL=http://localhost:9000\n```\n"
+
+    def prefixes(session: ShardedSession) -> str:
+        return "".join(shard.pack.prefix for shard in session.shards if shard.pack is not None)
+
+    refused = ShardedSession(repository, backend=backend, store=store, max_tokens=8)
+    allowed = ShardedSession(repository, backend=backend, store=store, max_tokens=8, allow_secrets=True)
+
+    assert "``` textwrap.py\n" in prefixes(refused) and packed_env not in prefixes(refused)
+    assert "``` textwrap.py\n" in prefixes(allowed) and packed_env in prefixes(allowed)
+    answer = allowed.ask("Which settings does this project have?")
+    assert answer.text and len(answer.shard_answers) == len(allowed.shards)
+
+
 def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store, tmp_path: Path) -> None:
     repository = make_repository(tmp_path / "big", ("textwrap.py", "heapq.py", "shlex.py", "fnmatch.py"))
     corpus = load_corpus(repository)

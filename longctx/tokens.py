@@ -165,7 +165,11 @@ class EstimateTokenizer:
         return True
 
     def count(self, text: str) -> int:
-        return math.ceil(len(text.encode("utf-8", "surrogatepass")) / self.bytes_per_token)
+        return self.count_utf8(text.encode("utf-8", "surrogatepass"))
+
+    def count_utf8(self, data: bytes | memoryview) -> int:
+        """:meth:`count` of the text whose UTF-8 is ``data``, without decoding it."""
+        return math.ceil(len(data) / self.bytes_per_token)
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [self.count(text) for text in texts]

@@ -109,6 +109,20 @@ def test_other_tokenizers_count_here_in_one_batch() -> None:
         assert counter._worker is None
 
 
+def test_the_estimate_counts_texts_given_as_utf8_without_decoding_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tokenizer = EstimateTokenizer()
+    expected = [tokenizer.count(text) for text in TEXTS]
+    monkeypatch.setattr(
+        EstimateTokenizer, "count", lambda self, text: pytest.fail("a text given as UTF-8 was decoded")
+    )
+    with SectionCounter(tokenizer) as counter:
+        for text in TEXTS:
+            counter.add(text, text_sha256(text), text.encode("utf-8"))
+        assert counter.counts() == expected
+
+
 @needs_cl100k
 def test_serve_answers_one_count_per_text_in_order() -> None:
     texts = ["hello world", "", "lone \ud800 surrogate", "日本語"]

@@ -37,6 +37,7 @@ from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
+    from longctx.sources.pdf import PdfTextCache
     from longctx.sources.reading import Included
 
 __all__ = [
@@ -303,6 +304,7 @@ def load_corpus(
     on_document: Callable[[Document], None] | None = None,
     keep_documents: bool = True,
     max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
+    store: PdfTextCache | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -330,7 +332,9 @@ def load_corpus(
     counting) can start before the last file is read; with
     ``keep_documents`` False the corpus does not keep them (its
     ``documents`` is empty, its manifest complete), so a caller that
-    consumes them that way holds each text once.
+    consumes them that way holds each text once. With a ``store`` (a
+    :class:`~longctx.store.Store`), the text of a PDF read before is taken
+    from it rather than extracted again (see :mod:`longctx.sources.pdf`).
 
     Raises :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
@@ -374,7 +378,7 @@ def load_corpus(
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
-        candidates, limits, allow_secrets, entries, on_document, keep=keep_documents
+        candidates, limits, allow_secrets, entries, on_document, keep=keep_documents, pdf_cache=store
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
@@ -438,6 +442,7 @@ def _read_in_order(
     on_document: Callable[[Document], None] | None,
     *,
     keep: bool,
+    pdf_cache: PdfTextCache | None,
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 
@@ -449,7 +454,9 @@ def _read_in_order(
     # its import time.
     from longctx.sources.reading import FileReader
 
-    reader = FileReader(max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets)
+    reader = FileReader(
+        max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets, pdf_cache=pdf_cache
+    )
     documents: list[Document] = []
     included = total_bytes = 0
     stop: tuple[SkipReason, str] | None = None

@@ -87,6 +87,7 @@ class ShardedSession:
                 limits=limits or Limits(),
                 allow_secrets=allow_secrets,
                 max_stale_share=max_stale_share,
+                store=self.store,
             )
             sharded = pack_for_server(
                 corpus,

@@ -801,7 +801,7 @@ def pack(
         corpus = load_corpus(
             paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
             allow_secrets=allow_secrets, on_document=builder.add, keep_documents=False,
-            max_stale_share=max_stale_share,
+            max_stale_share=max_stale_share, store=store,
         )  # fmt: skip
         built = builder.finish(corpus)
     except BaseException:

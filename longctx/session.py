@@ -679,6 +679,7 @@ class _CorpusSession(Session):
             limits=limits or Limits(),
             allow_secrets=allow_secrets,
             max_stale_share=max_stale_share,
+            store=store,
         )
         progress(f"{len(self.corpus.manifest.included)} documents; connecting to the server")
         backend = backend or connect(base_url, model=model, api_key=api_key)

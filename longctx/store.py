@@ -26,9 +26,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from longctx.errors import SessionNotFound, StoreError
+
+if TYPE_CHECKING:
+    from longctx.sources.pdf import PdfText
 
 __all__ = [
     "DATABASE_NAME",
@@ -143,6 +146,20 @@ _MIGRATIONS: tuple[str, ...] = (
     # Rows from before have none and are not read back (snapshot format 2).
     """
     ALTER TABLE pack_snapshots ADD COLUMN manifest_json TEXT;
+    """,
+    # 4: PDF texts by extractor and content (longctx.sources.pdf): a PDF
+    # already read is not parsed again. The text is UTF-8 with lone
+    # surrogates kept (surrogatepass), hence a blob.
+    """
+    CREATE TABLE pdf_texts (
+        extractor TEXT NOT NULL,
+        content_sha256 TEXT NOT NULL,
+        text BLOB NOT NULL,
+        page_count INTEGER NOT NULL,
+        notes_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (extractor, content_sha256)
+    );
     """,
 )
 
@@ -432,6 +449,31 @@ class Store:
                 "INSERT OR REPLACE INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)",
                 [(tokenizer, digest, tokens) for digest, tokens in counts.items()],
             )
+
+    # -- PDF texts ----------------------------------------------------------
+
+    def pdf_text(self, extractor: str, content_sha256: str) -> PdfText | None:
+        """The text kept for the PDF with this sha256 by this extractor (see :mod:`longctx.sources.pdf`)."""
+        from longctx.sources.pdf import PdfText
+
+        rows = self._query(
+            "SELECT text, page_count, notes_json FROM pdf_texts WHERE extractor = ? AND content_sha256 = ?",
+            [extractor, content_sha256],
+        )
+        if not rows:
+            return None
+        row = rows[0]
+        text = bytes(row["text"]).decode("utf-8", "surrogatepass")
+        return PdfText(text, row["page_count"], tuple(json.loads(row["notes_json"])))
+
+    def save_pdf_text(self, extractor: str, content_sha256: str, extracted: PdfText) -> None:
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO pdf_texts (extractor, content_sha256, text, page_count,"
+                " notes_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (extractor, content_sha256, extracted.text.encode("utf-8", "surrogatepass"),
+                 extracted.page_count, json.dumps(list(extracted.notes)), time.time()),
+            )  # fmt: skip
 
     # -- packs --------------------------------------------------------------
 

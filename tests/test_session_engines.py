@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
+from corpus_fixtures import make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
@@ -23,7 +24,7 @@ from longctx.corpus import load_corpus
 from longctx.mapreduce import ShardedSession
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
-from longctx.session import RepoSession, Session, history_form
+from longctx.session import DocSession, RepoSession, Session, history_form
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
 from longctx.testing.model import build_tiny_model
@@ -142,6 +143,28 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
     assert answer.usage.cached_tokens >= 0.99 * block_round(kept, block), (answer.usage, kept)
     # The plain pack moved README.md to the end: only the header and the opening were still cached.
     assert plain_answer.usage.cached_tokens < 0.1 * answer.usage.cached_tokens, plain_answer.usage
+
+
+def test_a_second_doc_session_over_the_same_pdfs_reads_their_text_from_the_store(
+    backend: Backend, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pypdf
+
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "report.pdf").write_bytes(make_pdf([f"Findings {uuid.uuid4()}", "The cache holds prefixes."]))
+    (folder / "memo.pdf").write_bytes(make_pdf(["Prefill is the cost of long prompts."]))
+    first = DocSession(folder, backend=backend, store=store, max_tokens=8)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pypdf parsed a PDF whose text the store keeps")
+
+    monkeypatch.setattr(pypdf, "PdfReader", refuse)
+    second = DocSession(folder, backend=backend, store=store, max_tokens=8)
+
+    assert second.full_pack.fingerprint == first.full_pack.fingerprint
+    answer = second.ask("What is the cost of long prompts?")
+    assert answer.text and (answer.usage.prompt_tokens or 0) > 0
 
 
 def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> None:

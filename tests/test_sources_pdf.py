@@ -8,7 +8,9 @@ import pytest
 from corpus_fixtures import make_pdf
 
 from longctx.corpus import load_corpus
+from longctx.sources import pdf as pdf_module
 from longctx.sources.pdf import PdfFailure, PdfText, extract_pdf, page_marker
+from longctx.store import Store
 
 
 def test_text_is_extracted_per_page_after_a_marker() -> None:
@@ -98,3 +100,68 @@ def test_a_pdf_passed_directly_is_named_by_its_base_name(tmp_path: Path) -> None
     assert corpus.ordering == "path"
     assert corpus.head_sha is None
     assert str(tmp_path) not in corpus.manifest.to_json()
+
+
+def _refuse_to_parse(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pypdf
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pypdf parsed a PDF whose text the store keeps")
+
+    monkeypatch.setattr(pypdf, "PdfReader", refuse)
+
+
+def test_a_pdf_read_before_is_taken_from_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "report.pdf").write_bytes(make_pdf(["Findings", None, "Ünïcödé conclusions"]))
+    (folder / "notes.md").write_text("# Notes\n")
+    with Store.open(tmp_path / "home") as store:
+        first = load_corpus(folder, store=store)
+        _refuse_to_parse(monkeypatch)
+
+        again = load_corpus(folder, store=store)
+
+    assert again.documents == first.documents
+    assert again.manifest == first.manifest
+    assert again.manifest.get("report.pdf").notes == ("page 2: no extractable text",)  # type: ignore[union-attr]
+
+
+def test_a_changed_pdf_or_a_new_extractor_is_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    pdf = folder / "report.pdf"
+    pdf.write_bytes(make_pdf(["First version"]))
+    with Store.open(tmp_path / "home") as store:
+        load_corpus(folder, store=store)
+        pdf.write_bytes(make_pdf(["Second version"]))
+        assert "Second version" in load_corpus(folder, store=store).documents[0].text
+
+        monkeypatch.setattr(pdf_module, "extractor_identity", lambda: "pypdf 99.0; code 0000")
+        parsed: list[bytes] = []
+        real_extract = pdf_module.extract_pdf
+        monkeypatch.setattr(pdf_module, "extract_pdf", lambda data: parsed.append(data) or real_extract(data))
+        assert "Second version" in load_corpus(folder, store=store).documents[0].text
+        assert parsed == [pdf.read_bytes()]
+
+
+def test_a_pdf_that_fails_is_not_kept(tmp_path: Path) -> None:
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "locked.pdf").write_bytes(make_pdf(["Hidden"], user_password="open-sesame"))
+    with Store.open(tmp_path / "home") as store:
+        for _ in range(2):
+            entry = load_corpus(folder, store=store).manifest.get("locked.pdf")
+            assert entry is not None and entry.status == "skipped" and entry.reason == "encrypted"
+        rows = store._query("SELECT COUNT(*) AS kept FROM pdf_texts")
+    assert rows[0]["kept"] == 0
+
+
+def test_the_extractor_identity_names_pypdfs_version() -> None:
+    import pypdf
+
+    identity = pdf_module.extractor_identity()
+    assert identity.startswith(f"pypdf {pypdf.__version__}; code ")
+    assert identity == pdf_module.extractor_identity()

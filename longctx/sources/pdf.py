@@ -15,18 +15,38 @@ packer keeps it, and changing it changes every pack of a PDF.
 An encrypted PDF is opened with the empty password when that works (many
 PDFs are encrypted only to set permissions); otherwise it is not read.
 A PDF pypdf cannot parse is reported with pypdf's message.
+
+Extraction is slow (pypdf parses every content stream in Python: about a
+second for a long report), so a :class:`PdfTextCache` (the
+:class:`~longctx.store.Store` is one) keeps each text by the sha256 of the
+PDF's bytes and :func:`extractor_identity`, the pypdf version and this
+code: a PDF already read is not parsed again, and a new pypdf or a change
+here reads every PDF afresh. Failures are not kept: they are quick, and
+their messages are worth seeing again.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import io
 import logging
+import os
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol
 
 from longctx.sources.decoding import normalise_newlines
 
-__all__ = ["PAGE_MARKER", "PdfFailure", "PdfText", "extract_pdf", "page_marker"]
+__all__ = [
+    "PAGE_MARKER",
+    "PdfFailure",
+    "PdfText",
+    "PdfTextCache",
+    "extract_pdf",
+    "extract_pdf_cached",
+    "extractor_identity",
+    "page_marker",
+]
 
 PAGE_MARKER: Final = "--- page {number} of {count} ---"
 """The line before each page's text; ``number`` counts from 1."""
@@ -51,6 +71,48 @@ class PdfFailure:
 
     reason: Literal["encrypted", "corrupt"]
     message: str
+
+
+class PdfTextCache(Protocol):
+    """Where extracted texts are kept, by extractor identity and the PDF's sha256."""
+
+    def pdf_text(self, extractor: str, content_sha256: str) -> PdfText | None: ...
+
+    def save_pdf_text(self, extractor: str, content_sha256: str, extracted: PdfText) -> None: ...
+
+
+@functools.cache
+def extractor_identity() -> str:
+    """What shapes an extracted text: pypdf's version and the code of this module and its newline rule."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pypdf_version = version("pypdf")
+    except PackageNotFoundError:
+        pypdf_version = "unknown"
+    code = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(__file__))
+    for name in ("pdf.py", "decoding.py"):
+        try:
+            with open(os.path.join(folder, name), "rb") as source:
+                code.update(source.read())
+        except OSError:  # no source beside the code (a frozen build): never reuse
+            code.update(os.urandom(16))
+    return f"pypdf {pypdf_version}; code {code.hexdigest()[:16]}"
+
+
+def extract_pdf_cached(data: bytes, content_sha256: str, cache: PdfTextCache | None) -> PdfText | PdfFailure:
+    """:func:`extract_pdf`, through ``cache`` when given (``content_sha256`` is the sha256 of ``data``)."""
+    if cache is None:
+        return extract_pdf(data)
+    extractor = extractor_identity()
+    kept = cache.pdf_text(extractor, content_sha256)
+    if kept is not None:
+        return kept
+    extracted = extract_pdf(data)
+    if isinstance(extracted, PdfText):
+        cache.save_pdf_text(extractor, content_sha256, extracted)
+    return extracted
 
 
 def page_marker(number: int, count: int) -> str:

@@ -43,7 +43,7 @@ from longctx.sources import Candidate, Skip, SkipReason
 from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
 from longctx.sources.notebook import NotebookError, render_notebook
-from longctx.sources.pdf import PdfFailure, extract_pdf
+from longctx.sources.pdf import PdfFailure, PdfTextCache, extract_pdf_cached
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
 
 __all__ = ["FileReader", "Included", "document_kind"]
@@ -191,9 +191,12 @@ class FileReader:
     folders do not change while it lives.
     """
 
-    def __init__(self, *, max_file_bytes: int, allow_secrets: bool) -> None:
+    def __init__(
+        self, *, max_file_bytes: int, allow_secrets: bool, pdf_cache: PdfTextCache | None = None
+    ) -> None:
         self.max_file_bytes = max_file_bytes
         self.allow_secrets = allow_secrets
+        self.pdf_cache = pdf_cache
         self._resolved_folders: dict[str, str] = {}
 
     def _folder_inside_root(self, location: str, root_real: str) -> bool:
@@ -304,8 +307,10 @@ class FileReader:
             return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
 
         lossy = False
+        content_sha256: str | None = None  # worked out once, here for a PDF (its cache key), else below
         if suffix == ".pdf" or data.startswith(_PDF_HEADER):
-            extracted = extract_pdf(data)
+            content_sha256 = hashlib.sha256(data).hexdigest()
+            extracted = extract_pdf_cached(data, content_sha256, self.pdf_cache)
             if isinstance(extracted, PdfFailure):
                 reason = SkipReason.ENCRYPTED if extracted.reason == "encrypted" else SkipReason.CORRUPT
                 return Skip(path, reason, (redact_if_secret(extracted.message),), size)
@@ -337,7 +342,7 @@ class FileReader:
             path=path,
             text=text,
             kind=kind,
-            sha256=hashlib.sha256(data).hexdigest(),
+            sha256=content_sha256 or hashlib.sha256(data).hexdigest(),
             size_bytes=size,
             lossy=lossy,
             last_commit_time=candidate.last_commit_time,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,34 @@ def test_the_extractor_identity_names_pypdfs_version() -> None:
     identity = pdf_module.extractor_identity()
     assert identity.startswith(f"pypdf {pypdf.__version__}; code ")
     assert identity == pdf_module.extractor_identity()
+
+
+def test_what_pypdf_logs_becomes_short_notes_not_terminal_lines(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    real_extract = pdf_module._extract
+    font = "{'/BaseFont': '/CBDHGH+Mono', '/Widths': [" + ", ".join(["625"] * 200) + "]}"
+
+    def noisy(data: bytes) -> PdfText | PdfFailure:
+        # What pypdf's _cmap logs for a CFF font without fontTools, and more.
+        font_logger = logging.getLogger("pypdf._cmap")
+        for _ in range(2):
+            font_logger.warning("fontTools is required to fully parse the font dictionary %s", font)
+        for number in range(7):
+            logging.getLogger("pypdf._reader").warning("damaged object %d worked around", number)
+        return real_extract(data)
+
+    monkeypatch.setattr(pdf_module, "_extract", noisy)
+    caplog.set_level(logging.WARNING)
+
+    result = extract_pdf(make_pdf(["Body"]))
+
+    assert isinstance(result, PdfText) and "Body" in result.text
+    assert len(result.notes) == 6
+    assert result.notes[0].startswith("pypdf: fontTools is required to fully parse the font dictionary {")
+    assert result.notes[0].endswith("...") and len(result.notes[0]) <= len("pypdf: ") + 200
+    assert result.notes[1:5] == tuple(f"pypdf: damaged object {n} worked around" for n in range(4))
+    assert result.notes[5] == "pypdf: 3 more messages"
+    assert not [record for record in caplog.records if record.name.startswith("pypdf")]
+    assert "fontTools" not in capfd.readouterr().err
+    assert logging.getLogger("pypdf").propagate  # put back

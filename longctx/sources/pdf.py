@@ -14,7 +14,10 @@ packer keeps it, and changing it changes every pack of a PDF.
 
 An encrypted PDF is opened with the empty password when that works (many
 PDFs are encrypted only to set permissions); otherwise it is not read.
-A PDF pypdf cannot parse is reported with pypdf's message.
+A PDF pypdf cannot parse is reported with pypdf's message. What pypdf logs
+while reading one (a font it cannot fully decode, a damaged object it
+worked around) becomes the PDF's notes, shortened, rather than lines on the
+user's terminal.
 
 Extraction is slow (pypdf parses every content stream in Python: about a
 second for a long report), so a :class:`PdfTextCache` (the
@@ -32,6 +35,8 @@ import hashlib
 import io
 import logging
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol
 
@@ -52,6 +57,7 @@ PAGE_MARKER: Final = "--- page {number} of {count} ---"
 """The line before each page's text; ``number`` counts from 1."""
 
 _MESSAGE_LIMIT: Final = 200
+_PYPDF_NOTES_LIMIT: Final = 5  # distinct pypdf messages noted per PDF; the rest are counted
 
 logger = logging.getLogger("longctx.sources")
 
@@ -121,14 +127,59 @@ def page_marker(number: int, count: int) -> str:
 
 
 def _message(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    if len(text) > _MESSAGE_LIMIT:
-        text = text[: _MESSAGE_LIMIT - 3] + "..."
-    return f"{type(error).__name__}: {text}"
+    return f"{type(error).__name__}: {_shortened(str(error)) or type(error).__name__}"
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+class _Collector(logging.Handler):
+    """Keeps the distinct messages pypdf logs at WARNING and above."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: dict[str, None] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages[_shortened(record.getMessage())] = None
+
+
+@contextmanager
+def _pypdf_messages() -> Iterator[_Collector]:
+    """pypdf's log records while the block runs, kept from the root logger (and so from the terminal)."""
+    pypdf_logger = logging.getLogger("pypdf")
+    collector = _Collector()
+    propagate = pypdf_logger.propagate
+    pypdf_logger.addHandler(collector)
+    pypdf_logger.propagate = False
+    try:
+        yield collector
+    finally:
+        pypdf_logger.removeHandler(collector)
+        pypdf_logger.propagate = propagate
+
+
+def _pypdf_notes(messages: Sequence[str]) -> list[str]:
+    notes = [f"pypdf: {message}" for message in messages[:_PYPDF_NOTES_LIMIT]]
+    if len(messages) > _PYPDF_NOTES_LIMIT:
+        notes.append(f"pypdf: {len(messages) - _PYPDF_NOTES_LIMIT} more messages")
+    return notes
 
 
 def extract_pdf(data: bytes) -> PdfText | PdfFailure:
-    """Extract the text of the PDF ``data``; never raises for a bad PDF.
+    """Extract the text of the PDF ``data``; never raises for a bad PDF (see the module docstring)."""
+    with _pypdf_messages() as collector:
+        extracted = _extract(data)
+    if isinstance(extracted, PdfText) and collector.messages:
+        notes = (*extracted.notes, *_pypdf_notes(list(collector.messages)))
+        return PdfText(extracted.text, extracted.page_count, notes)
+    return extracted
+
+
+def _extract(data: bytes) -> PdfText | PdfFailure:
+    """The text of the PDF ``data``, or why not.
 
     Messages come from pypdf and may quote bytes of the file; callers that
     publish them should pass them through

@@ -37,8 +37,8 @@ from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
-    from longctx.sources.pdf import PdfTextCache
     from longctx.sources.reading import Included
+    from longctx.store import Store
 
 __all__ = [
     "MANIFEST_FORMAT_VERSION",
@@ -282,11 +282,11 @@ def _label(path: str) -> str:
     return name or "root"
 
 
-def _load_source(path: str, max_stale_share: float) -> Listing:
+def _load_source(path: str, max_stale_share: float, store: Store | None) -> Listing:
     if os.path.isdir(path):
         repository = find_repository(path)
         if repository is not None and not is_ignored_by_git(repository):
-            return list_repository(repository, path, max_stale_share=max_stale_share)
+            return list_repository(repository, path, max_stale_share=max_stale_share, times_cache=store)
         if repository is not None:
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
         return list_folder(path)
@@ -304,7 +304,7 @@ def load_corpus(
     on_document: Callable[[Document], None] | None = None,
     keep_documents: bool = True,
     max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
-    store: PdfTextCache | None = None,
+    store: Store | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -332,9 +332,10 @@ def load_corpus(
     counting) can start before the last file is read; with
     ``keep_documents`` False the corpus does not keep them (its
     ``documents`` is empty, its manifest complete), so a caller that
-    consumes them that way holds each text once. With a ``store`` (a
-    :class:`~longctx.store.Store`), the text of a PDF read before is taken
-    from it rather than extracted again (see :mod:`longctx.sources.pdf`).
+    consumes them that way holds each text once. With a ``store``, the text
+    of a PDF read before is taken from it rather than extracted again (see
+    :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
+    as of a commit already walked (see :mod:`longctx.sources.repo`).
 
     Raises :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
@@ -355,7 +356,7 @@ def load_corpus(
             f"max_stale_share must be a number from 0 up to (not including) 1, not {max_stale_share!r}"
         )
     globs = GlobFilter(include, exclude)
-    sources = _load_sources(_distinct_paths(paths), 0 if ordering == "path" else max_stale_share)
+    sources = _load_sources(_distinct_paths(paths), 0 if ordering == "path" else max_stale_share, store)
     several = len(sources) > 1
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
@@ -420,7 +421,7 @@ def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     return distinct
 
 
-def _load_sources(paths: list[str], max_stale_share: float) -> list[_Source]:
+def _load_sources(paths: list[str], max_stale_share: float, store: Store | None) -> list[_Source]:
     """List each path, labelled by its base name (``-2``, ``-3``... for repeats, in argument order)."""
     sources: list[_Source] = []
     used: set[str] = set()
@@ -430,7 +431,7 @@ def _load_sources(paths: list[str], max_stale_share: float) -> list[_Source]:
         while label in used:
             label, number = f"{base}-{number}", number + 1
         used.add(label)
-        sources.append(_Source(label, not os.path.isdir(path), _load_source(path, max_stale_share)))
+        sources.append(_Source(label, not os.path.isdir(path), _load_source(path, max_stale_share, store)))
     return sources
 
 
@@ -442,7 +443,7 @@ def _read_in_order(
     on_document: Callable[[Document], None] | None,
     *,
     keep: bool,
-    pdf_cache: PdfTextCache | None,
+    pdf_cache: Store | None,
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 

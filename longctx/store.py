@@ -161,6 +161,15 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (extractor, content_sha256)
     );
     """,
+    # 5: last-commit times of a repository's files as of a commit
+    # (longctx.sources.repo): the walk over history is done once per commit.
+    """
+    CREATE TABLE commit_times (
+        key TEXT PRIMARY KEY,
+        times_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 )
 
 
@@ -474,6 +483,29 @@ class Store:
                 (extractor, content_sha256, extracted.text.encode("utf-8", "surrogatepass"),
                  extracted.page_count, json.dumps(list(extracted.notes)), time.time()),
             )  # fmt: skip
+
+    # -- last-commit times -------------------------------------------------
+
+    def commit_times(self, key: str) -> dict[str, int] | None:
+        """The times kept under ``key`` (see :mod:`longctx.sources.repo`), or None."""
+        rows = self._query("SELECT times_json FROM commit_times WHERE key = ?", [key])
+        if not rows:
+            return None
+        times: dict[str, int] = json.loads(rows[0]["times_json"])
+        return times
+
+    def save_commit_times(self, key: str, times: dict[str, int], *, keep: int = 64) -> None:
+        """Keep ``times`` under ``key``; only the ``keep`` newest sets are kept."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO commit_times (key, times_json, created_at) VALUES (?, ?, ?)",
+                (key, json.dumps(times), time.time()),
+            )
+            connection.execute(
+                "DELETE FROM commit_times WHERE key NOT IN"
+                " (SELECT key FROM commit_times ORDER BY created_at DESC, key LIMIT ?)",
+                [keep],
+            )
 
     # -- packs --------------------------------------------------------------
 

@@ -22,7 +22,12 @@ Git is run a fixed number of times whatever the size of the repository:
 ``ls-files`` twice (tracked with modes, untracked), ``status`` once (dirty
 files) and ``log`` once, streamed, over history until every tracked file has
 its last commit time (stopped early, so an old repository costs only the
-history needed). Paths travel NUL-separated (``-z``), so spaces, newlines
+history needed). That walk reaches the root commit in a mature repository
+(some file was last touched near it), so with a :class:`CommitTimesCache`
+(the :class:`~longctx.store.Store` is one) its result is kept by commit,
+folder and set of paths: a layered repository walks once per base commit,
+not on every edit. A shallow repository's walks are not kept (deepening
+it changes what the same commit's history holds). Paths travel NUL-separated (``-z``), so spaces, newlines
 and names that are not UTF-8 survive; the latter become lone surrogates
 (UTF-8 with ``surrogateescape``, whatever the locale).
 
@@ -35,13 +40,14 @@ and names that are not UTF-8 survive; the latter become lone surrogates
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
@@ -53,6 +59,7 @@ if TYPE_CHECKING:
     from git.cmd import Git
 
 __all__ = [
+    "CommitTimesCache",
     "RepositoryRoot",
     "RepositoryState",
     "find_repository",
@@ -66,6 +73,7 @@ logger = logging.getLogger("longctx.sources")
 _SUBMODULE_MODE: Final = "160000"
 _LONGCTX_IGNORE: Final = ".longctxignore"
 _READ_CHUNK: Final = 1 << 16
+_TIMES_KEY_VERSION: Final = "commit-times/1"  # bump when what _last_commit_times returns changes
 _STDERR_LIMIT: Final = 500
 
 # Options that make git's output independent of the user's configuration:
@@ -382,8 +390,20 @@ def _head_sha(runner: _Git) -> str | None:
     return sha or None
 
 
+class CommitTimesCache(Protocol):
+    """Where last-commit times are kept, under a key that names the commit, folder and paths walked for."""
+
+    def commit_times(self, key: str) -> dict[str, int] | None: ...
+
+    def save_commit_times(self, key: str, times: dict[str, int]) -> None: ...
+
+
 def list_repository(
-    root: RepositoryRoot, directory: str, *, max_stale_share: float = DEFAULT_MAX_STALE_SHARE
+    root: RepositoryRoot,
+    directory: str,
+    *,
+    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
+    times_cache: CommitTimesCache | None = None,
 ) -> Listing:
     """List the repository folder ``directory`` (found as ``root``) as the module docstring says.
 
@@ -392,20 +412,30 @@ def list_repository(
     layer, and the base's copies of changed files come as extra candidates
     (``earlier``) with their bytes.
 
+    Last-commit times are kept in ``times_cache`` when given (see above).
+
     Raises :class:`~longctx.errors.SourceError` when git fails.
     """
     runner = _Git(root, directory)
     try:
-        return _list(runner, root, directory, max_stale_share)
+        return _list(runner, root, directory, max_stale_share, times_cache)
     finally:
         runner.close()
 
 
-def _list(runner: _Git, root: RepositoryRoot, directory: str, max_stale_share: float) -> Listing:
+def _list(
+    runner: _Git,
+    root: RepositoryRoot,
+    directory: str,
+    max_stale_share: float,
+    times_cache: CommitTimesCache | None,
+) -> Listing:
     pathspec = ("--", filesystem_path(root.subdirectory)) if root.subdirectory else ()
     prefix = root.subdirectory + "/" if root.subdirectory else ""
     root_real = os.path.realpath(directory)
     head_sha = _head_sha(runner)
+    if times_cache is not None and head_sha is not None and _is_shallow(runner):
+        times_cache = None
 
     tracked: dict[str, str] = {}  # repository path -> mode
     for record in _split_records(runner.run("ls-files", "-z", "--stage", *pathspec)):
@@ -442,14 +472,19 @@ def _list(runner: _Git, root: RepositoryRoot, directory: str, max_stale_share: f
             runner, pathspec, max_stale_share=max_stale_share, considered=considered, git_path=_git_path
         )
     if layering is None:
-        times = _last_commit_times(runner, wanted, pathspec) if head_sha is not None and wanted else {}
+        times = (
+            _cached_commit_times(runner, wanted, pathspec, head_sha, times_cache)
+            if head_sha is not None and wanted
+            else {}
+        )
     else:
+        assert head_sha is not None  # layering needs history
         # The base's files are placed by their last commit as of the base
         # (the order the pack had then); the changed ones by their own.
         in_base = {path for path in layering.base_tree if considered(path)}
-        times = _last_commit_times(runner, in_base, pathspec, layering.base)
+        times = _cached_commit_times(runner, in_base, pathspec, layering.base, times_cache)
         changed = wanted & layering.changed
-        times_now = _last_commit_times(runner, changed, pathspec) if changed else {}
+        times_now = _cached_commit_times(runner, changed, pathspec, head_sha, times_cache) if changed else {}
     candidates: list[Candidate] = []
     skipped: list[Skip] = []
 
@@ -545,6 +580,37 @@ def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
         if code[0] in "RC":
             next(records, None)  # the source path of a rename or copy follows
     return modified, deleted
+
+
+def _is_shallow(runner: _Git) -> bool:
+    return runner.run("rev-parse", "--is-shallow-repository").strip() == b"true"
+
+
+def _cached_commit_times(
+    runner: _Git,
+    wanted: set[str],
+    pathspec: tuple[str, ...],
+    commit: str,
+    cache: CommitTimesCache | None,
+) -> dict[str, int]:
+    """:func:`_last_commit_times` as of ``commit`` (a full sha), through ``cache`` when given.
+
+    The key names everything the walk depends on: the commit (its history
+    cannot change, short of a shallow repository, which is never cached),
+    the folder, and the paths asked for (the walk stops once it has them).
+    """
+    if cache is None:
+        return _last_commit_times(runner, wanted, pathspec, commit)
+    digest = hashlib.sha256()
+    for part in (_TIMES_KEY_VERSION, commit, *pathspec, "\0", *sorted(wanted)):
+        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
+    key = digest.hexdigest()
+    kept = cache.commit_times(key)
+    if kept is not None:
+        return kept
+    times = _last_commit_times(runner, wanted, pathspec, commit)
+    cache.save_commit_times(key, times)
+    return times
 
 
 def _last_commit_times(

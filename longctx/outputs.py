@@ -78,10 +78,8 @@ def save(
         return Saved(name, _write_in_place(name, target, write), unchanged=False)
     if status is not None and status.st_size == size and _holds(target, chunks()):
         return Saved(name, size, unchanged=True)
-    written = _replace(name, target, write, None if status is None else stat.S_IMODE(status.st_mode))
-    if written != size:  # a caller's bug, caught before anyone reads the file
-        raise OutputError(f"wrote {written} bytes where {size} were expected", path=name)
-    return Saved(name, written, unchanged=False)
+    _replace(name, target, size, write, None if status is None else stat.S_IMODE(status.st_mode))
+    return Saved(name, size, unchanged=False)
 
 
 def _holds(target: str, expected: Iterable[bytes | bytearray | memoryview]) -> bool:
@@ -120,8 +118,8 @@ def _read_exactly(file: io.FileIO, into: memoryview) -> bool:
     return True
 
 
-def _replace(name: str, target: str, write: Callable[[BinaryIO], int], mode: int | None) -> int:
-    """Write to a new file beside ``target``, then rename it over ``target``; the count written."""
+def _replace(name: str, target: str, size: int, write: Callable[[BinaryIO], int], mode: int | None) -> None:
+    """Write ``size`` bytes to a new file beside ``target``, then rename it over ``target``."""
     folder, base = os.path.split(target)
     temporary = os.path.join(folder, f".{base}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
@@ -132,12 +130,15 @@ def _replace(name: str, target: str, write: Callable[[BinaryIO], int], mode: int
     except PermissionError:
         # The file may be writable in a folder that is not (a shared
         # output file): write it in place, as open() would.
-        return _write_in_place(name, target, write)
+        _write_in_place(name, target, write)
+        return
     except OSError as error:
         raise OutputError(f"cannot write the output: {error.strerror}", path=name) from error
     try:
         with open(descriptor, "wb") as file:
             written = write(file)
+        if written != size:  # a caller's bug, caught before the file is in place
+            raise OutputError(f"wrote {written} bytes where {size} were expected", path=name)
         if mode is not None:
             os.chmod(temporary, mode)
         os.replace(temporary, target)
@@ -148,7 +149,6 @@ def _replace(name: str, target: str, write: Callable[[BinaryIO], int], mode: int
             message = f"cannot write the output: {error.strerror or error}"
             raise OutputError(message, path=name) from error
         raise
-    return written
 
 
 def _write_in_place(name: str, target: str, write: Callable[[BinaryIO], int]) -> int:

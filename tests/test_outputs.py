@@ -195,9 +195,13 @@ def test_a_folder_that_refuses_new_files_gets_the_file_written_in_place(
     assert target.stat().st_ino == inode
 
 
-def test_a_writer_that_writes_the_wrong_count_is_caught(tmp_path: Path) -> None:
+def test_a_writer_that_writes_the_wrong_count_is_caught_before_the_file_is_replaced(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.write_bytes(b"old")
     with pytest.raises(OutputError, match="wrote 3 bytes where 5 were expected"):
-        outputs.save(tmp_path / "out", 5, lambda: [b"abcde"], lambda stream: stream.write(b"abc"))
+        outputs.save(target, 5, lambda: [b"abcde"], lambda stream: stream.write(b"abc"))
+    assert target.read_bytes() == b"old"
+    assert leftovers(tmp_path) == []
 
 
 def test_a_pack_read_back_from_the_store_is_compared_from_the_stored_file(tmp_path: Path) -> None:

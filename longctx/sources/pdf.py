@@ -148,7 +148,12 @@ class _Collector(logging.Handler):
 
 @contextmanager
 def _pypdf_messages() -> Iterator[_Collector]:
-    """pypdf's log records while the block runs, kept from the root logger (and so from the terminal)."""
+    """pypdf's log records while the block runs, kept from the root logger (and so from the terminal).
+
+    pypdf's logger is one for the process: a PDF read at the same time in
+    another thread would have its messages collected here too (longctx
+    reads a corpus's files one after the other).
+    """
     pypdf_logger = logging.getLogger("pypdf")
     collector = _Collector()
     propagate = pypdf_logger.propagate

@@ -27,9 +27,11 @@ history needed). That walk reaches the root commit in a mature repository
 (the :class:`~longctx.store.Store` is one) its result is kept by commit,
 folder and set of paths: a layered repository walks once per base commit,
 not on every edit. A shallow repository's walks are not kept (deepening
-it changes what the same commit's history holds). Paths travel NUL-separated (``-z``), so spaces, newlines
-and names that are not UTF-8 survive; the latter become lone surrogates
-(UTF-8 with ``surrogateescape``, whatever the locale).
+it changes what the same commit's history holds).
+
+Paths travel NUL-separated (``-z``), so spaces, newlines and names that
+are not UTF-8 survive; the latter become lone surrogates (UTF-8 with
+``surrogateescape``, whatever the locale).
 
 - Submodules (mode 160000) and nested repositories git does not descend into
   are listed as ``submodule``, their paths ending in ``/``.

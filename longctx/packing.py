@@ -232,7 +232,20 @@ class Pack:
         (``Saved.unchanged``); see :mod:`longctx.outputs` for the rest of
         the contract. Raises :class:`~longctx.errors.OutputError`.
         """
-        return outputs.save(path, self.size_bytes, self._utf8_chunks, self.write_to)
+        stored = self._stored_text
+        if stored is not None:
+            return outputs.save(
+                path, stored.size, lambda: stored.read_chunks(outputs.COMPARE_BYTES), self.write_to
+            )
+        # Encoded once, for the size, the comparison and the write alike.
+        parts = [section.utf8() for section in self.sections]
+
+        def write(stream: BinaryIO) -> int:
+            for part in parts:
+                stream.write(part)
+            return sum(len(part) for part in parts)
+
+        return outputs.save(path, sum(len(part) for part in parts), lambda: parts, write)
 
     @property
     def size_bytes(self) -> int:
@@ -240,12 +253,6 @@ class Pack:
         if self._stored_text is not None:
             return self._stored_text.size
         return sum(section.size_bytes for section in self.sections)
-
-    def _utf8_chunks(self) -> Iterator[bytes | bytearray | memoryview]:
-        if self._stored_text is not None:
-            yield from self._stored_text.read_chunks(outputs.COMPARE_BYTES)
-        else:
-            yield from (section.utf8() for section in self.sections)
 
     def user_content(self, question: str) -> str:
         """The first user message for ``question``: the prefix, then the question unchanged."""

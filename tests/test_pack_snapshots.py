@@ -21,7 +21,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx import counting, packing
 from longctx.corpus import Limits, load_corpus
-from longctx.errors import BudgetError
+from longctx.errors import BudgetError, StoreError
 from longctx.packing import Budget, PackResult, build_pack, pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
@@ -350,3 +350,14 @@ def test_a_reused_pack_is_written_the_same_to_files_pipes_and_wrapping_streams(
 def _read_all(descriptor: int) -> bytes:
     with open(descriptor, "rb") as stream:
         return stream.read()
+
+
+def test_a_damaged_stored_manifest_is_a_clear_error_when_read(repo: Path, store: Store) -> None:
+    packed(repo, store)
+    with store.transaction() as connection:
+        connection.execute("UPDATE pack_snapshots SET manifest_json = '{\"entries\": 3}'")
+    again = packed(repo, store)
+    assert again.reused
+    assert again.pack == fresh(repo).pack  # the pack itself is intact and still served
+    with pytest.raises(StoreError, match="cannot be read back"):
+        _ = again.manifest

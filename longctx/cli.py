@@ -37,7 +37,7 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 
 EXIT_OK = 0
 EXIT_ERROR = 1

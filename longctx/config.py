@@ -1,6 +1,17 @@
-"""Settings from arguments and ``LONGCTX_*`` environment variables.
+"""Option objects, every default, and every ``LONGCTX_*`` read.
 
-An explicit argument wins over the environment, which wins over the default:
+The options that travel together are one frozen object each, written once
+here and taken as they are by every call that needs them:
+
+- :class:`CorpusOptions`: what :func:`~longctx.corpus.load_corpus` reads and
+  in which order (also :func:`~longctx.pack.pack`, every session, the CLI);
+- :class:`Limits`: how much of it (part of :class:`CorpusOptions`);
+- :class:`RequestOptions`: how each request of a session is made (answer
+  length, sampling, cache namespace, concurrency, room kept for questions);
+- :class:`ServerOptions`: where the server is and how long to wait for it
+  (:func:`~longctx.backends.connect`, every session, the CLI).
+
+An explicit value wins over the environment, which wins over the default:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
   comma-separated list names several replicas of one model;
@@ -12,13 +23,225 @@ An explicit argument wins over the environment, which wins over the default:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
 
 from longctx.errors import ConfigError
 
-__all__ = ["DEFAULT_BASE_URL", "resolve_api_key", "resolve_base_urls", "resolve_model"]
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_CONCURRENCY",
+    "DEFAULT_MAX_STALE_SHARE",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_RESERVED_QUESTION_TOKENS",
+    "ORDERINGS",
+    "CorpusOptions",
+    "Limits",
+    "RequestOptions",
+    "ServerOptions",
+    "default_home",
+    "resolve_api_key",
+    "resolve_base_urls",
+    "resolve_model",
+]
 
-DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
+
+DEFAULT_MAX_TOKENS: Final = 512
+"""Longest answer, in tokens, unless a request says otherwise."""
+
+DEFAULT_CONCURRENCY: Final = 4
+"""Sibling requests in flight at once."""
+
+DEFAULT_RESERVED_QUESTION_TOKENS: Final = 1024
+"""Room kept in the window, besides the answer, for the question and the turns after it."""
+
+DEFAULT_MAX_STALE_SHARE: Final = 0.2
+"""Largest share of a repository's tracked bytes kept as earlier copies of changed files (layering).
+
+A fifth keeps a layered pack at most 20% larger than a fresh one; past it a
+commit falls back to a fresh pack (see :mod:`longctx.sources.history`).
+"""
+
+ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
+"""The ordering policies :class:`CorpusOptions` accepts."""
+
+_MIB: Final = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much :func:`~longctx.corpus.load_corpus` reads.
+
+    - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
+      A 1M-token context holds about 4 MB of text, so a bigger single file
+      cannot be packed whole anyway. Real source files are far below it
+      (the largest text file of CPython's standard library,
+      ``pydoc_data/topics.py``, is 0.75 MB), while generated dumps, data
+      files and static libraries above it are skipped. Repomix uses 50 MB
+      and gitingest 10 MB, but neither aims at one context window.
+    - ``max_total_bytes`` (128 MiB): about 32 one-million-token windows of
+      text, room for a sharded corpus (a standard library is ~40 MB of
+      text) but a stop before a mistaken ``/`` reads a disk.
+    - ``max_files`` (50,000): ten times a large application repository;
+      gitingest stops at 10,000, too low for the Linux kernel's documentation
+      or a monorepo folder.
+
+    Files are taken in corpus order; when the next document would pass
+    ``max_total_bytes`` or ``max_files`` documents are already in, that file
+    and every later one are skipped (``total-size-limit`` /
+    ``file-count-limit``), so a limited corpus is a prefix of the unlimited
+    one and keeps its cache-friendly order.
+    """
+
+    max_file_bytes: int = 4 * _MIB
+    max_total_bytes: int = 128 * _MIB
+    max_files: int = 50_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_total_bytes", "max_files"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class CorpusOptions:
+    """What a corpus is made of: the same options give the same documents in the same order.
+
+    ``ordering`` is ``"stability"`` (files that change least first; layered
+    as of a recent base commit in a git repository), ``"path"``, or None
+    (``stability`` when a git repository is among the sources, else
+    ``path``). ``include`` / ``exclude`` are gitignore-style patterns
+    matched against paths relative to each source. Credentials are skipped
+    unless ``allow_secrets``. ``max_stale_share`` bounds the earlier copies
+    of a layered repository (0 turns layering off). Raises
+    :class:`~longctx.errors.ConfigError` for an unknown ordering or a share
+    outside [0, 1).
+    """
+
+    ordering: str | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    allow_secrets: bool = False
+    max_stale_share: float = DEFAULT_MAX_STALE_SHARE
+
+    def __post_init__(self) -> None:
+        if self.ordering is not None and self.ordering not in ORDERINGS:
+            raise ConfigError(f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}")
+        share = self.max_stale_share
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share < 1):
+            raise ConfigError(f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}")
+        for name in ("include", "exclude"):
+            patterns = getattr(self, name)
+            if isinstance(patterns, str):
+                raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
+            # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
+            object.__setattr__(self, name, tuple(patterns))
+        if not isinstance(self.limits, Limits):
+            raise ConfigError(f"CorpusOptions.limits must be a Limits, not {self.limits!r}")
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """How a session makes each request.
+
+    ``max_tokens`` bounds each answer; ``temperature`` and ``seed`` are
+    passed to the server when set; ``cache_salt`` namespaces the server's
+    prefix cache (1 to 128 characters, none of ``@ / \\`` or NUL: vLLM's
+    rule); ``concurrency`` bounds sibling requests in flight;
+    ``reserved_question_tokens`` is the room kept in the window for the
+    questions and turns that follow the pack; ``extra_body`` is merged into
+    every request body. Raises :class:`~longctx.errors.ConfigError` for a
+    value the servers would refuse.
+    """
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float | None = None
+    seed: int | None = None
+    cache_salt: str | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "concurrency"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be at least 1, not {value!r}")
+        if self.reserved_question_tokens < 0:
+            raise ConfigError("reserved_question_tokens must not be negative")
+        salt = self.cache_salt
+        if salt is not None and (not 1 <= len(salt) <= 128 or any(c in salt for c in "@/\\\0")):
+            raise ConfigError("cache_salt must be 1 to 128 characters without @, /, \\ or NUL")
+        object.__setattr__(self, "extra_body", dict(self.extra_body))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The form kept with a stored session (the salt too: a resumed session keeps its namespace)."""
+        return {
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "cache_salt": self.cache_salt,
+            "concurrency": self.concurrency,
+            "reserved_question_tokens": self.reserved_question_tokens,
+            "extra_body": dict(self.extra_body),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RequestOptions:
+        """The options :meth:`to_dict` wrote; keys an older release did not write take their defaults."""
+        defaults = cls()
+        return cls(
+            max_tokens=int(data.get("max_tokens", defaults.max_tokens)),
+            temperature=data.get("temperature"),
+            seed=data.get("seed"),
+            cache_salt=data.get("cache_salt"),
+            concurrency=int(data.get("concurrency", defaults.concurrency)),
+            reserved_question_tokens=int(
+                data.get("reserved_question_tokens", defaults.reserved_question_tokens)
+            ),
+            extra_body=dict(data.get("extra_body") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where the server is and how long to wait for it.
+
+    ``base_url`` is one URL, a comma-separated string or a sequence of
+    replicas of one model (default ``LONGCTX_BASE_URL``, then
+    ``http://127.0.0.1:8000/v1``); ``model`` the served name (default
+    ``LONGCTX_MODEL``, then the server's only model); ``api_key`` a bearer
+    token (default ``LONGCTX_API_KEY``; never printed, never stored).
+    ``stall_timeout`` bounds the wait for any byte of a response (the first
+    comes after prefill, so keep it above the longest prefill);
+    ``timeout`` bounds a whole request. The environment is read when a
+    connection is made, not when the options are built.
+    """
+
+    base_url: str | Sequence[str] | None = None
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 3600.0
+    stall_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base_url, (str, type(None))):
+            object.__setattr__(self, "base_url", tuple(self.base_url))
+
+    def base_urls(self) -> tuple[str, ...]:
+        """The replicas' URLs: the option, else ``LONGCTX_BASE_URL``, else the default."""
+        return resolve_base_urls(self.base_url)
+
+    def resolved_model(self) -> str | None:
+        return resolve_model(self.model)
+
+    def resolved_api_key(self) -> str | None:
+        return resolve_api_key(self.api_key)
 
 
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -43,3 +266,16 @@ def resolve_model(model: str | None) -> str | None:
 def resolve_api_key(api_key: str | None) -> str | None:
     """The API key: the argument, else ``LONGCTX_API_KEY``, else None."""
     return api_key or os.environ.get("LONGCTX_API_KEY") or None
+
+
+def default_home() -> Path:
+    """``$LONGCTX_HOME`` if set, else the platform's user data folder for longctx."""
+    configured = os.environ.get("LONGCTX_HOME")
+    if configured:
+        return Path(configured).expanduser()
+    # Imported here: with LONGCTX_HOME set (tests, scripts) its import
+    # (tempfile, shutil, ...) takes about 10 ms, a re-pack of an unchanged
+    # repository no more than 250.
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("longctx", appauthor=False))

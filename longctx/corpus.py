@@ -28,12 +28,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from longctx.config import ORDERINGS, CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, list_folder, list_single_file
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
@@ -53,50 +54,8 @@ __all__ = [
 
 logger = logging.getLogger("longctx.corpus")
 
-ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
-"""The ordering policies :func:`load_corpus` accepts."""
-
 MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
-
-_MIB: Final = 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """How much :func:`load_corpus` reads.
-
-    - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
-      A 1M-token context holds about 4 MB of text, so a bigger single file
-      cannot be packed whole anyway. Real source files are far below it
-      (the largest text file of CPython's standard library,
-      ``pydoc_data/topics.py``, is 0.75 MB), while generated dumps, data
-      files and static libraries above it are skipped. Repomix uses 50 MB
-      and gitingest 10 MB, but neither aims at one context window.
-    - ``max_total_bytes`` (128 MiB): about 32 one-million-token windows of
-      text, room for a sharded corpus (a standard library is ~40 MB of
-      text) but a stop before a mistaken ``/`` reads a disk.
-    - ``max_files`` (50,000): ten times a large application repository;
-      gitingest stops at 10,000, too low for the Linux kernel's documentation
-      or a monorepo folder.
-
-    Files are taken in corpus order; when the next document would pass
-    ``max_total_bytes`` or ``max_files`` documents are already in, that file
-    and every later one are skipped (``total-size-limit`` /
-    ``file-count-limit``), so a limited corpus is a prefix of the unlimited
-    one and keeps its cache-friendly order.
-    """
-
-    max_file_bytes: int = 4 * _MIB
-    max_total_bytes: int = 128 * _MIB
-    max_files: int = 50_000
-
-    def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_total_bytes", "max_files"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
-
 
 @dataclass(frozen=True, slots=True)
 class ManifestEntry:

@@ -19,7 +19,7 @@ from longctx.backends.base import Backend, connect
 from longctx.corpus import Limits, load_corpus
 from longctx.packing import Pack, ShardedPack
 from longctx.session import DEFAULT_MAX_TOKENS, Answer, Session, pack_for_server
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.store import Store
 from longctx.usage import SavingsReport, build_report
 

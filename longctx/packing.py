@@ -52,7 +52,7 @@ from longctx.rendering import (
     render_document,
     render_listing,
 )
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.store import Store, StoredText
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 

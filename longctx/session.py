@@ -45,7 +45,7 @@ from longctx.corpus import Corpus, Limits, load_corpus
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.store import (
     RequestRecord,
     SessionRecord,

@@ -48,7 +48,7 @@ from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
 from longctx.errors import StoreError
 from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from longctx.config import default_home
 from longctx.errors import SessionNotFound, StoreError
 
 if TYPE_CHECKING:
@@ -171,19 +172,6 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     """,
 )
-
-
-def default_home() -> Path:
-    """``$LONGCTX_HOME`` if set, else the platform's user data folder for longctx."""
-    configured = os.environ.get("LONGCTX_HOME")
-    if configured:
-        return Path(configured).expanduser()
-    # Imported here: with LONGCTX_HOME set (tests, scripts) its import
-    # (tempfile, shutil, ...) takes about 10 ms, a re-pack of an unchanged
-    # repository no more than 250.
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("longctx", appauthor=False))
 
 
 @dataclass(frozen=True)

@@ -36,26 +36,18 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.errors import SourceError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-__all__ = ["DEFAULT_MAX_STALE_SHARE", "LEVELS", "Layering", "plan_layers"]
+__all__ = ["LEVELS", "Layering", "plan_layers"]
 
 logger = logging.getLogger("longctx.sources")
 
 LEVELS: Final[tuple[int, ...]] = (16, 8, 4, 2, 1)
 """Base spacings tried, in first-parent commits, coarsest first."""
-
-DEFAULT_MAX_STALE_SHARE: Final = 0.2
-"""The share of the base's tracked bytes that earlier copies may take by default.
-
-On the histories in docs/benchmarks.md, 0.2 keeps the median pack's earlier
-copies between 0% and 11% of its tokens (27% at most, in a repository with
-many images) while most commits keep nearly all of the previous pack; 0
-turns layering off.
-"""
 
 _SUBMODULE_MODE: Final = "160000"
 _SYMLINK_MODE: Final = "120000"  # its blob is the link's target, not what the pack showed

@@ -55,7 +55,8 @@ from longctx.errors import SourceError
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
-from longctx.sources.layers import DEFAULT_MAX_STALE_SHARE, plan_layers
+from longctx.config import DEFAULT_MAX_STALE_SHARE
+from longctx.sources.layers import plan_layers
 
 if TYPE_CHECKING:
     from git.cmd import Git

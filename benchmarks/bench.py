@@ -359,6 +359,7 @@ class _Replay:
 
 
 def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
+    from longctx.config import CorpusOptions
     from longctx.corpus import load_corpus
     from longctx.packing import build_pack, compare_packs
     from longctx.store import Store
@@ -385,7 +386,7 @@ def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
         for number, commit in enumerate(commits, start=1):
             subprocess.run(["git", "checkout", "--quiet", "--detach", commit], cwd=history, check=True)
             for policy, options in _RETENTION_POLICIES.items():
-                pack = build_pack(load_corpus(history, **options), tokenizer=tokenizer, store=store)
+                pack = build_pack(load_corpus(history, CorpusOptions(**options)), tokenizer=tokenizer, store=store)
                 stale = sum(section.tokens or 0 for section in pack.earlier_copies)
                 earlier[policy].append(stale / (pack.prefix_tokens or 1))
                 if policy in previous:

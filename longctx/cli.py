@@ -193,6 +193,19 @@ def _limits(max_file_bytes: int | None, max_total_bytes: int | None, max_files: 
         raise ConfigError(str(error)) from error
 
 
+def _corpus_options(options: dict[str, Any]) -> Any:
+    from longctx.config import CorpusOptions
+
+    return CorpusOptions(
+        ordering=options["ordering"],
+        include=options["include"],
+        exclude=options["exclude"],
+        limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
+        allow_secrets=options["allow_secrets"],
+        max_stale_share=options["max_stale_share"],
+    )
+
+
 def _open_session(paths: Sequence[str], options: dict[str, Any], say: Callable[[str], None]) -> Any:
     from longctx.session import RepoSession
 
@@ -201,12 +214,7 @@ def _open_session(paths: Sequence[str], options: dict[str, Any], say: Callable[[
         base_url=options["base_url"],
         model=options["model"],
         api_key=options["api_key"],
-        ordering=options["ordering"],
-        include=options["include"],
-        exclude=options["exclude"],
-        limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
-        allow_secrets=options["allow_secrets"],
-        max_stale_share=options["max_stale_share"],
+        corpus=_corpus_options(options),
         max_tokens=options["max_tokens"],
         cache_salt=options["cache_salt"],
         on_progress=say,
@@ -284,14 +292,9 @@ def pack(
     try:
         result = pack_paths(
             list(paths),
-            ordering=options["ordering"],
-            include=options["include"],
-            exclude=options["exclude"],
-            limits=_limits(options["max_file_bytes"], options["max_total_bytes"], options["max_files"]),
-            allow_secrets=options["allow_secrets"],
+            _corpus_options(options),
             tokenizer=_tokenizer(tokenizer, options),
             store=Store.open(),
-            max_stale_share=options["max_stale_share"],
         )
     except LongctxError as error:
         fail(error)

@@ -28,13 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from longctx.config import ORDERINGS, CorpusOptions, Limits
+from longctx.config import CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, list_folder, list_single_file
-from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
@@ -43,9 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MANIFEST_FORMAT_VERSION",
-    "ORDERINGS",
     "Corpus",
-    "Limits",
     "Manifest",
     "ManifestEntry",
     "SkipReason",
@@ -254,15 +251,10 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
 
 def load_corpus(
     paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    options: CorpusOptions | None = None,
     *,
-    ordering: str | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    limits: Limits = Limits(),
-    allow_secrets: bool = False,
     on_document: Callable[[Document], None] | None = None,
     keep_documents: bool = True,
-    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
     store: Store | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
@@ -275,7 +267,9 @@ def load_corpus(
     by its base name alone), a repeated base name getting ``-2``, ``-3``...
     in argument order. A path given twice is loaded once.
 
-    ``ordering`` is ``"stability"`` (committed files by last commit time,
+    ``options`` (:class:`~longctx.config.CorpusOptions`, defaults when
+    None) choose the documents and their order. Its ``ordering`` is
+    ``"stability"`` (committed files by last commit time,
     oldest first; then files without history; then files changed in the
     work tree or untracked; ties and the last two groups by path) or
     ``"path"``. The default is ``stability`` when a git repository is among
@@ -304,18 +298,11 @@ def load_corpus(
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    if ordering is not None and ordering not in ORDERINGS:
-        raise ConfigError(f"unknown ordering {ordering!r}; use one of {', '.join(ORDERINGS)}")
-    if (
-        isinstance(max_stale_share, bool)
-        or not isinstance(max_stale_share, (int, float))
-        or not (0 <= max_stale_share < 1)
-    ):
-        raise ConfigError(
-            f"max_stale_share must be a number from 0 up to (not including) 1, not {max_stale_share!r}"
-        )
-    globs = GlobFilter(include, exclude)
-    sources = _load_sources(_distinct_paths(paths), 0 if ordering == "path" else max_stale_share, store)
+    options = options or CorpusOptions()
+    ordering, limits, allow_secrets = options.ordering, options.limits, options.allow_secrets
+    globs = GlobFilter(options.include, options.exclude)
+    stale_share = 0 if ordering == "path" else options.max_stale_share
+    sources = _load_sources(_distinct_paths(paths), stale_share, store)
     several = len(sources) > 1
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")

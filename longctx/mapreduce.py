@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from longctx.backends.base import Backend, connect
-from longctx.corpus import Limits, load_corpus
+from longctx.corpus import load_corpus
 from longctx.packing import Pack, ShardedPack
 from longctx.session import DEFAULT_MAX_TOKENS, Answer, Session, pack_for_server
-from longctx.config import DEFAULT_MAX_STALE_SHARE
+from longctx.config import CorpusOptions
 from longctx.store import Store
 from longctx.usage import SavingsReport, build_report
 
@@ -65,12 +65,7 @@ class ShardedSession:
         model: str | None = None,
         api_key: str | None = None,
         store: Store | None = None,
-        ordering: str | None = None,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        limits: Limits | None = None,
-        allow_secrets: bool = False,
-        max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
+        corpus: CorpusOptions | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         reserved_question_tokens: int = 1024,
         sharded: ShardedPack | Pack | None = None,
@@ -81,12 +76,7 @@ class ShardedSession:
         if sharded is None:
             corpus = load_corpus(
                 paths,
-                ordering=ordering,
-                include=include,
-                exclude=exclude,
-                limits=limits or Limits(),
-                allow_secrets=allow_secrets,
-                max_stale_share=max_stale_share,
+                corpus,
                 store=self.store,
             )
             sharded = pack_for_server(

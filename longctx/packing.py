@@ -36,7 +36,7 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs, snapshots
-from longctx.corpus import Corpus, Limits, Manifest, load_corpus
+from longctx.corpus import Corpus, Manifest, load_corpus
 from longctx.counting import SectionCounter, count_texts
 from longctx.documents import Document
 from longctx.errors import BudgetError, ConfigError, PackError
@@ -52,7 +52,7 @@ from longctx.rendering import (
     render_document,
     render_listing,
 )
-from longctx.config import DEFAULT_MAX_STALE_SHARE
+from longctx.config import CorpusOptions
 from longctx.store import Store, StoredText
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 
@@ -750,22 +750,17 @@ def build_pack(
 
 def pack(
     paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    options: CorpusOptions | None = None,
     *,
-    ordering: str | None = None,
-    include: Sequence[str] = (),
-    exclude: Sequence[str] = (),
-    limits: Limits | None = None,
-    allow_secrets: bool = False,
     tokenizer: Tokenizer | None = None,
     store: Store | None = None,
     budget: Budget | None = None,
     reuse: bool = True,
-    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
 ) -> PackResult:
     """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
 
-    The arguments are those two functions' (``limits`` None means
-    :class:`~longctx.corpus.Limits`'s defaults). Documents are rendered and
+    The arguments are those two functions' (``options`` None means
+    :class:`~longctx.config.CorpusOptions`'s defaults). Documents are rendered and
     counted while the corpus is read. With ``store`` and ``reuse``, a single
     folder of a git repository whose state has not changed since its last
     pack with the same options (same commit, same changed, staged and
@@ -773,15 +768,12 @@ def pack(
     not read again: its pack and manifest come back from the store
     (``reused`` is True). Raises what those two functions raise.
     """
-    limits = limits or Limits()
+    options = options or CorpusOptions()
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
     key: snapshots.SnapshotKey | None = None
     if store is not None and reuse:
-        key = snapshots.snapshot_key(
-            paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
-            allow_secrets=allow_secrets, tokenizer=tokenizer, max_stale_share=max_stale_share,
-        )  # fmt: skip
+        key = snapshots.snapshot_key(paths, options, tokenizer)
     if key is not None and store is not None:
         stored = snapshots.load_snapshot(store, key)
         if stored is not None:
@@ -805,11 +797,7 @@ def pack(
     try:
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.
-        corpus = load_corpus(
-            paths, ordering=ordering, include=include, exclude=exclude, limits=limits,
-            allow_secrets=allow_secrets, on_document=builder.add, keep_documents=False,
-            max_stale_share=max_stale_share, store=store,
-        )  # fmt: skip
+        corpus = load_corpus(paths, options, on_document=builder.add, keep_documents=False, store=store)
         built = builder.finish(corpus)
     except BaseException:
         if writer is not None:

@@ -41,11 +41,11 @@ from typing import Any
 
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
-from longctx.corpus import Corpus, Limits, load_corpus
+from longctx.corpus import Corpus, load_corpus
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
-from longctx.config import DEFAULT_MAX_STALE_SHARE
+from longctx.config import CorpusOptions
 from longctx.store import (
     RequestRecord,
     SessionRecord,
@@ -653,12 +653,7 @@ class _CorpusSession(Session):
         model: str | None = None,
         api_key: str | None = None,
         store: Store | None = None,
-        ordering: str | None = None,
-        include: Sequence[str] = (),
-        exclude: Sequence[str] = (),
-        limits: Limits | None = None,
-        allow_secrets: bool = False,
-        max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
+        corpus: CorpusOptions | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         reserved_question_tokens: int = 1024,
         title: str | None = None,
@@ -673,12 +668,7 @@ class _CorpusSession(Session):
         progress("reading files")
         self.corpus = load_corpus(
             paths,
-            ordering=ordering,
-            include=include,
-            exclude=exclude,
-            limits=limits or Limits(),
-            allow_secrets=allow_secrets,
-            max_stale_share=max_stale_share,
+            corpus,
             store=store,
         )
         progress(f"{len(self.corpus.manifest.included)} documents; connecting to the server")

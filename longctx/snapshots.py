@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
-from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, Manifest
+from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Manifest
 from longctx.errors import StoreError
 from longctx.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
-from longctx.config import DEFAULT_MAX_STALE_SHARE
+from longctx.config import CorpusOptions
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer
@@ -182,14 +182,8 @@ def _state_digest(state: RepositoryState) -> str:
 
 def snapshot_key(
     paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
-    *,
-    ordering: str | None,
-    include: Sequence[str],
-    exclude: Sequence[str],
-    limits: Limits,
-    allow_secrets: bool,
+    options: CorpusOptions,
     tokenizer: Tokenizer | None,
-    max_stale_share: float = DEFAULT_MAX_STALE_SHARE,
 ) -> SnapshotKey | None:
     """The key of the pack these arguments would give, or None when git cannot vouch for it (see above)."""
     if not isinstance(paths, (str, os.PathLike)):
@@ -210,13 +204,13 @@ def snapshot_key(
             os.path.realpath(directory),
             state.work_tree,
             state.subdirectory,
-            ordering,
-            list(include),
-            list(exclude),
-            [limits.max_file_bytes, limits.max_total_bytes, limits.max_files],
-            allow_secrets,
+            options.ordering,
+            list(options.include),
+            list(options.exclude),
+            [options.limits.max_file_bytes, options.limits.max_total_bytes, options.limits.max_files],
+            options.allow_secrets,
             None if tokenizer is None else tokenizer.identity,
-            max_stale_share,
+            options.max_stale_share,
             _code_identity(),
         ]
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
+from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, ManifestEntry, load_corpus
 from longctx.errors import ConfigError, InputError
 
@@ -38,7 +39,7 @@ def test_limits_have_sensible_defaults_and_are_validated() -> None:
 
 def test_the_file_count_limit_keeps_a_prefix_of_the_order(tmp_path: Path) -> None:
     _tree(tmp_path, {f"{name}.txt": name for name in "abcde"})
-    corpus = load_corpus([tmp_path], limits=Limits(max_files=3))
+    corpus = load_corpus([tmp_path], CorpusOptions(limits=Limits(max_files=3)))
     assert [d.path for d in corpus.documents] == ["a.txt", "b.txt", "c.txt"]
     assert _statuses(corpus)["d.txt"] == ("skipped", "file-count-limit")
     entry = corpus.manifest.get("e.txt")
@@ -47,7 +48,7 @@ def test_the_file_count_limit_keeps_a_prefix_of_the_order(tmp_path: Path) -> Non
 
 def test_the_total_size_limit_stops_at_the_first_file_that_does_not_fit(tmp_path: Path) -> None:
     _tree(tmp_path, {"a.txt": "x" * 40, "b.txt": "x" * 40, "c.txt": "x" * 40, "d.txt": "x"})
-    corpus = load_corpus([tmp_path], limits=Limits(max_total_bytes=100))
+    corpus = load_corpus([tmp_path], CorpusOptions(limits=Limits(max_total_bytes=100)))
     assert [d.path for d in corpus.documents] == ["a.txt", "b.txt"]
     assert corpus.total_bytes == 80
     # d.txt would fit, but the corpus stays a prefix of the unlimited one.
@@ -58,7 +59,7 @@ def test_the_total_size_limit_stops_at_the_first_file_that_does_not_fit(tmp_path
 def test_skipped_files_do_not_count_against_the_limits(tmp_path: Path) -> None:
     _tree(tmp_path, {"a.txt": "a", "c.txt": "c"})
     (tmp_path / "b.bin").write_bytes(b"\x00" * 50)
-    corpus = load_corpus([tmp_path], limits=Limits(max_files=2, max_total_bytes=10))
+    corpus = load_corpus([tmp_path], CorpusOptions(limits=Limits(max_files=2, max_total_bytes=10)))
     assert [d.path for d in corpus.documents] == ["a.txt", "c.txt"]
 
 
@@ -74,7 +75,7 @@ def test_include_and_exclude_globs(tmp_path: Path) -> None:
             "setup.py": "",
         },
     )
-    corpus = load_corpus([tmp_path], include=["*.py", "docs/"], exclude=["tests/", "*_test.py"])
+    corpus = load_corpus([tmp_path], CorpusOptions(include=["*.py", "docs/"], exclude=["tests/", "*_test.py"]))
     assert _statuses(corpus) == {
         "src/app.py": ("included", None),
         "setup.py": ("included", None),
@@ -83,7 +84,7 @@ def test_include_and_exclude_globs(tmp_path: Path) -> None:
         "src/data.json": ("skipped", "excluded-by-glob"),
         "tests/test_app.py": ("skipped", "excluded-by-glob"),
     }
-    anchored = load_corpus([tmp_path], include=["/src/*.py"])
+    anchored = load_corpus([tmp_path], CorpusOptions(include=["/src/*.py"]))
     assert [d.path for d in anchored.documents] == ["src/app.py", "src/app_test.py"]
 
 
@@ -92,7 +93,7 @@ def test_globs_apply_to_repositories_too(tmp_path: Path) -> None:
     _tree(repo, {"a.py": "", "b.md": "", "vendor/c.py": ""})
     git(repo, "add", ".")
     commit(repo, "c", when=1_500_000_000)
-    corpus = load_corpus([repo], exclude=["vendor/"])
+    corpus = load_corpus([repo], CorpusOptions(exclude=["vendor/"]))
     assert _statuses(corpus) == {
         "a.py": ("included", None),
         "b.md": ("included", None),
@@ -130,7 +131,7 @@ def test_a_repository_among_several_roots_makes_stability_the_default(tmp_path: 
     assert corpus.ordering == "stability"
     # Committed files come before files without history.
     assert [d.path for d in corpus.documents] == ["repo/z.py", "folder/a.py"]
-    assert load_corpus([folder, repo], ordering="path").ordering == "path"
+    assert load_corpus([folder, repo], CorpusOptions(ordering="path")).ordering == "path"
 
 
 def test_arguments_are_checked(tmp_path: Path) -> None:
@@ -140,9 +141,9 @@ def test_arguments_are_checked(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="no paths"):
         load_corpus([])
     with pytest.raises(ConfigError, match="unknown ordering 'newest'"):
-        load_corpus([tmp_path], ordering="newest")
+        load_corpus([tmp_path], CorpusOptions(ordering="newest"))
     with pytest.raises(ConfigError, match="invalid pattern in exclude patterns"):
-        load_corpus([tmp_path], exclude=["!"])
+        load_corpus([tmp_path], CorpusOptions(exclude=["!"]))
 
 
 def test_a_single_path_may_be_passed_bare(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from corpus_fixtures import (
     secret_fragments,
 )
 
+from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.errors import LongctxError
 
@@ -112,8 +113,8 @@ def test_error_messages_carry_no_secrets(tmp_path: Path) -> None:
     secrets = _secret_tree(tmp_path)
     calls: list[Callable[[], object]] = [
         lambda: load_corpus([tmp_path / secrets["aws-access-key-id"]]),  # a path that does not exist
-        lambda: load_corpus([tmp_path], include=["!"]),
-        lambda: load_corpus([tmp_path], ordering="by-secret"),
+        lambda: load_corpus([tmp_path], CorpusOptions(include=["!"])),
+        lambda: load_corpus([tmp_path], CorpusOptions(ordering="by-secret")),
     ]
     messages: list[str] = []
     for call in calls:
@@ -126,7 +127,7 @@ def test_error_messages_carry_no_secrets(tmp_path: Path) -> None:
 
 def test_allow_secrets_includes_them_and_says_so(tmp_path: Path) -> None:
     secrets = _secret_tree(tmp_path)
-    corpus = load_corpus([tmp_path], allow_secrets=True)
+    corpus = load_corpus([tmp_path], CorpusOptions(allow_secrets=True))
     by_path = {document.path: document for document in corpus.documents}
     assert secrets["aws-access-key-id"] in by_path["src/aws_access_key_id.py"].text
     assert secrets["github-token"] in by_path["paper.pdf"].text

@@ -8,6 +8,8 @@ folders).
 
 from __future__ import annotations
 
+import dataclasses
+
 import gzip
 import io
 import os
@@ -20,6 +22,7 @@ import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx import counting, packing
+from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, StoreError
 from longctx.packing import Budget, PackResult, build_pack, pack
@@ -52,15 +55,25 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield opened
 
 
+_CORPUS_KEYS = {field.name for field in dataclasses.fields(CorpusOptions)}
+
+
+def _corpus_options(options: dict[str, Any]) -> CorpusOptions:
+    """The corpus options among ``options`` (taken out of it)."""
+    return CorpusOptions(**{key: options.pop(key) for key in list(options) if key in _CORPUS_KEYS})
+
+
 def packed(repo: Path | Sequence[Path], store: Store, **options: Any) -> PackResult:
     options.setdefault("tokenizer", EstimateTokenizer())
-    return pack(repo, store=store, **options)
+    corpus_options = _corpus_options(options)
+    return pack(repo, corpus_options, store=store, **options)
 
 
 def fresh(repo: Path, **options: Any) -> PackResult:
     """What the files give now: load_corpus then build_pack, no store."""
+    options = dict(options)
     tokenizer: Tokenizer | None = options.pop("tokenizer", EstimateTokenizer())
-    corpus = load_corpus(repo, **options)
+    corpus = load_corpus(repo, _corpus_options(options))
     return PackResult(build_pack(corpus, tokenizer=tokenizer), corpus.manifest, corpus.ordering, reused=False)
 
 

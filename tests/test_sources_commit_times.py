@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
+from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.sources import repo as repo_module
 from longctx.store import Store
@@ -60,12 +61,12 @@ def test_a_second_load_walks_no_history_and_gives_the_same_corpus(
 ) -> None:
     repository = _history(tmp_path / "repo", 12)
     (repository / "module_5.py").write_text("# edited, not committed\n")  # layered: one changed file
-    expected = _order(load_corpus(repository, max_stale_share=max_stale_share))
+    expected = _order(load_corpus(repository, CorpusOptions(max_stale_share=max_stale_share)))
     walks = _Walks(monkeypatch)
     with Store.open(tmp_path / "home") as store:
-        first = load_corpus(repository, max_stale_share=max_stale_share, store=store)
+        first = load_corpus(repository, CorpusOptions(max_stale_share=max_stale_share), store=store)
         walked = len(walks.calls)
-        second = load_corpus(repository, max_stale_share=max_stale_share, store=store)
+        second = load_corpus(repository, CorpusOptions(max_stale_share=max_stale_share), store=store)
 
     assert walked >= 1
     assert len(walks.calls) == walked  # the second load walked nothing
@@ -98,11 +99,11 @@ def test_edits_between_commits_walk_history_once_per_set_of_changed_files(
 def test_a_new_commit_walks_again_and_the_times_follow_it(tmp_path: Path) -> None:
     repository = _history(tmp_path / "repo", 3)
     with Store.open(tmp_path / "home") as store:
-        before = _times(load_corpus(repository, store=store, max_stale_share=0))
+        before = _times(load_corpus(repository, CorpusOptions(max_stale_share=0), store=store))
         (repository / "module_9.py").write_text("# now changed\n")
         git(repository, "add", "-A")
         commit(repository, "touch module 9", when=_T0 + 10_000)
-        after = _times(load_corpus(repository, store=store, max_stale_share=0))
+        after = _times(load_corpus(repository, CorpusOptions(max_stale_share=0), store=store))
 
     assert before["module_9.py"] == _T0
     assert after["module_9.py"] == _T0 + 10_000

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import LFS_POINTER
 
+from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, Limits, SkipReason, load_corpus
 from longctx.errors import SourceError
 from longctx.sources import Candidate, Skip
@@ -194,7 +195,7 @@ def test_the_root_that_cannot_be_listed_raises(tmp_path: Path, monkeypatch: pyte
 def test_size_limit_per_file(tmp_path: Path) -> None:
     _write(tmp_path, "big.txt", "x" * 2000)
     _write(tmp_path, "small.txt", "x" * 10)
-    corpus = load_corpus([tmp_path], limits=Limits(max_file_bytes=1000))
+    corpus = load_corpus([tmp_path], CorpusOptions(limits=Limits(max_file_bytes=1000)))
     entry = corpus.manifest.get("big.txt")
     assert entry is not None
     assert (entry.reason, entry.size_bytes, entry.notes) == (

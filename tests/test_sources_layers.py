@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
+from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, ConfigError
 from longctx.packing import Budget, Pack, build_pack, compare_packs
@@ -50,8 +51,8 @@ def _commit_edit(repo: Path, name: str, text: str, when: int) -> None:
     commit(repo, f"edit {name}", when=when)
 
 
-def _pack(repo: Path, **options: float) -> Pack:
-    return build_pack(load_corpus(repo, **options))  # type: ignore[arg-type]
+def _pack(repo: Path, options: CorpusOptions | None = None) -> Pack:
+    return build_pack(load_corpus(repo, options))
 
 
 def _survives(old: Pack, new: Pack) -> bool:
@@ -91,10 +92,10 @@ def test_an_edit_to_an_old_file_keeps_the_prefix(tmp_path: Path) -> None:
 
 def test_without_layering_the_same_edit_breaks_the_prefix_at_the_old_file(tmp_path: Path) -> None:
     repo = _history(tmp_path / "repo", 6)
-    before = _pack(repo, max_stale_share=0)
+    before = _pack(repo, CorpusOptions(max_stale_share=0))
     _commit_edit(repo, "src/module_00.py", "# module 0, rewritten\n", _T0 + 10_000)
 
-    after = _pack(repo, max_stale_share=0)
+    after = _pack(repo, CorpusOptions(max_stale_share=0))
 
     assert not _survives(before, after)
     assert not any(section.name.startswith(("earlier:", "changes")) for section in after.sections)
@@ -154,7 +155,7 @@ def test_at_a_base_commit_the_pack_is_the_plain_stability_pack(tmp_path: Path) -
     corpus = load_corpus(repo)
 
     assert corpus.layer_base is None
-    assert _pack(repo).prefix == _pack(repo, max_stale_share=0).prefix
+    assert _pack(repo).prefix == _pack(repo, CorpusOptions(max_stale_share=0)).prefix
 
 
 def test_a_change_too_large_for_the_share_falls_back_to_a_nearer_base(tmp_path: Path) -> None:
@@ -195,7 +196,7 @@ def test_max_stale_share_is_checked(tmp_path: Path) -> None:
     repo = _history(tmp_path / "repo", 2)
     for bad in (-0.1, 1, 1.5, True, "0.2"):
         with pytest.raises(ConfigError, match="max_stale_share"):
-            load_corpus(repo, max_stale_share=bad)  # type: ignore[arg-type]
+            load_corpus(repo, CorpusOptions(max_stale_share=bad))  # type: ignore[arg-type]
 
 
 def test_a_folder_of_a_repository_is_layered_within_the_folder(tmp_path: Path) -> None:
@@ -222,7 +223,7 @@ def test_an_excluded_file_has_no_earlier_copy_and_one_manifest_entry(tmp_path: P
     repo = _history(tmp_path / "repo", 6)
     _commit_edit(repo, "src/module_04.py", "# four\n", _T0 + 10_000)
 
-    corpus = load_corpus(repo, exclude=["src/module_04.py"])
+    corpus = load_corpus(repo, CorpusOptions(exclude=["src/module_04.py"]))
 
     assert corpus.layer_base is not None
     assert all(document.path != "src/module_04.py" for document in corpus.documents)
@@ -238,7 +239,7 @@ def test_earlier_copies_count_towards_the_size_limit(tmp_path: Path) -> None:
     full = load_corpus(repo)
     packed = sum(document.size_bytes for document in full.documents)
 
-    limited = load_corpus(repo, limits=Limits(max_total_bytes=packed - 1))
+    limited = load_corpus(repo, CorpusOptions(limits=Limits(max_total_bytes=packed - 1)))
 
     # The last document no longer fits: the limited corpus is a prefix of the full one.
     assert [d.path for d in limited.documents] == [d.path for d in full.documents][: len(limited.documents)]
@@ -260,7 +261,7 @@ def test_an_over_budget_layered_pack_names_its_earlier_copies(tmp_path: Path) ->
         )
 
     assert raised.value.total_tokens == pack.total_tokens
-    plain = load_corpus(repo, max_stale_share=0)
+    plain = load_corpus(repo, CorpusOptions(max_stale_share=0))
     with pytest.raises(BudgetError) as plain_raised:
         build_pack(
             plain, budget=Budget(context_length=1000, reserved_output_tokens=10, reserved_question_tokens=10)

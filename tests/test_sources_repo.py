@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import LFS_POINTER, commit, git, init_repo, isolated_git
 
+from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.errors import SourceError
 
@@ -120,7 +121,7 @@ def test_last_commit_times_dirty_files_and_stability_order(tmp_path: Path) -> No
         "unreadable",
         ("deleted in the working tree",),
     )
-    path_order = load_corpus([repo], ordering="path")
+    path_order = load_corpus([repo], CorpusOptions(ordering="path"))
     assert [d.path for d in path_order.documents] == sorted(facts)
 
 

@@ -36,7 +36,7 @@ from typing import BinaryIO, Final
 
 from longctx.errors import OutputError
 
-__all__ = ["COMPARE_BYTES", "Saved", "save"]
+__all__ = ["COMPARE_BYTES", "Saved", "save", "save_text"]
 
 # Bytes compared per read when checking an existing file: large enough that
 # the per-read overhead vanishes, small enough to stay in the CPU cache.
@@ -157,3 +157,9 @@ def _write_in_place(name: str, target: str, write: Callable[[BinaryIO], int]) ->
             return write(file)
     except OSError as error:
         raise OutputError(f"cannot write the output: {error.strerror or error}", path=name) from error
+
+
+def save_text(path: str | os.PathLike[str], text: str) -> Saved:
+    """:func:`save` for a text, as UTF-8: whole or not at all, left alone when the file already holds it."""
+    data = text.encode("utf-8")
+    return save(path, len(data), lambda: (data,), lambda stream: stream.write(data))

@@ -668,3 +668,18 @@ def cached_counts(
         store.save_token_counts(identity, fresh)
         known.update(fresh)
     return [known[digest] for digest in digests]
+
+
+OFFLINE_CHOICES: Final = "estimate, a tiktoken vocabulary name such as cl100k_base, or a model folder"
+
+
+def offline_tokenizer(choice: str) -> Tokenizer:
+    """The tokenizer a user named without a server: ``estimate``, a model folder, or a tiktoken name.
+
+    Raises :class:`~longctx.errors.TokenizerError` for a name that is none of these.
+    """
+    if choice == "estimate":
+        return EstimateTokenizer()
+    if Path(choice).is_dir():
+        return tokenizer_from_model_dir(Path(choice))
+    return TiktokenFileTokenizer.named(choice)

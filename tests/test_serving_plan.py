@@ -152,7 +152,7 @@ def test_a_context_that_does_not_fit_once_reports_its_shortfall() -> None:
     answer = plan.at_context[0]
     assert answer.max_concurrency == 0
     assert answer.shortfall_bytes == 6 * GIB
-    assert "6.00 GiB short" in plan.render_text()
+    assert "6.00 GiB short" in plan.to_text()
 
 
 def test_beyond_model_limit_is_flagged() -> None:
@@ -190,13 +190,13 @@ def test_render_text_and_json() -> None:
         contexts=[131_072],
         concurrencies=[2],
     )
-    text = plan.render_text()
+    text = plan.to_text()
     # 60 GiB - 92 / 4 = 23 GiB weights - 4 GiB reserve = 33 GiB.
     assert "KV memory           : 33.00 GiB" in text
     assert "7 x MLA (latent 512 + rope 64): 4,032 bytes per token" in text
     assert "20 x KDA" in text
     assert "per sequence, fixed : 10.35 MiB" in text  # 10,854,400 bytes at TP 4
     assert "Longest context at a given concurrency" in text
-    data = json.loads(json.dumps(plan.as_dict()))
+    data = json.loads(json.dumps(plan.to_dict()))
     assert data["kv_memory_per_gpu_bytes"] == 33 * GIB
     assert data["layout"]["groups"][0]["kind"] == "mla"

@@ -81,7 +81,7 @@ def test_kimi_k3_sglang_recipe() -> None:
 
 
 def test_render_shell_for_an_image() -> None:
-    text = recipe_for(KIMI_K3_NVFP4, "vllm").render_shell()
+    text = recipe_for(KIMI_K3_NVFP4, "vllm").to_text()
     assert "docker run --rm --gpus all --ipc=host --network=host --shm-size=64g" in text
     assert "  -e HF_TOKEN \\" in text
     assert '-v "$PWD/kimi-k3-runtime/runtime_patches:/k3-runtime-patches:ro"' in text
@@ -94,7 +94,7 @@ def test_render_shell_for_an_image() -> None:
     assert _option(tuple(words), "--attention-config") == (
         '{"mla_prefill_backend":"TRTLLM_RAGGED","use_prefill_query_quantization":true}'
     )
-    sglang = recipe_for(KIMI_K3_NVFP4, "sglang").render_shell()
+    sglang = recipe_for(KIMI_K3_NVFP4, "sglang").to_text()
     assert "lmsysorg/sglang:dev-dev-kimi-k3-nvfp4 \\\n  sglang serve \\\n    --trust-remote-code" in sglang
 
 
@@ -103,7 +103,7 @@ def test_generic_recipe_round_trips_through_the_shell(engine: str) -> None:
     recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", engine, gpus=2, config=LLAMA_GQA)
     assert not recipe.from_catalogue
     assert recipe.image is None
-    assert shlex.split(recipe.render_shell().replace("\\\n", " ")) == list(recipe.argv)
+    assert shlex.split(recipe.to_text().replace("\\\n", " ")) == list(recipe.argv)
 
 
 def test_generic_vllm_recipe_has_the_three_switches() -> None:

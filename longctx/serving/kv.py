@@ -278,7 +278,7 @@ class KVLayout:
             total += held * group.token_bytes(self.kv_dtype_bytes, tp)
         return total
 
-    def describe(self) -> str:
+    def to_text(self) -> str:
         """One line per layer group, with its bytes per token or per sequence (TP 1)."""
         lines = []
         for g in self.groups:

@@ -116,7 +116,7 @@ class CapacityPlan:
     at_concurrency: tuple[ConcurrencyAnswer, ...]
     notes: tuple[str, ...]
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The plan as plain JSON-ready data (enums as their values)."""
 
         def factory(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -124,7 +124,7 @@ class CapacityPlan:
 
         return dataclasses.asdict(self, dict_factory=factory)
 
-    def render_text(self) -> str:
+    def to_text(self) -> str:
         """A human-readable report: inputs, per-token costs, the two answer tables, notes."""
         layout = self.layout
         name = layout.model_type or "model"
@@ -135,7 +135,7 @@ class CapacityPlan:
             + (f", model limit {layout.max_context:,} tokens" if layout.max_context else ""),
             "Layers (whole model, one copy):",
         ]
-        lines += ["  " + line for line in layout.describe().splitlines()]
+        lines += ["  " + line for line in layout.to_text().splitlines()]
         lines.append(
             f"Per GPU (tensor parallel {self.gpus}, decode context parallel {self.dcp}, "
             f"blocks of {self.block_size} tokens):"

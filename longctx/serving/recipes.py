@@ -91,7 +91,7 @@ class Recipe:
         """The ``--option`` names in ``argv``, in order (values left out)."""
         return tuple(arg for arg in self.argv if arg.startswith("--"))
 
-    def render_shell(self) -> str:
+    def to_text(self) -> str:
         """A copy-pasteable shell snippet: setup, then ``docker run`` (with an image) or the command."""
         lines: list[str] = []
         if self.setup:

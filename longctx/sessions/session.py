@@ -9,12 +9,16 @@ server prefills only what is new.
   transaction once the answer arrived (a crash loses no completed turn and
   leaves no half turn).
 - :meth:`Session.ask_many` fans sibling questions out from the current
-  point. The first sibling goes alone; the moment its first token arrives
-  the server holds the whole shared prefix, and the others follow with
-  bounded concurrency, so each of them reads the prefix from the cache
-  whatever the engine's scheduler does with simultaneous arrivals. Each
-  sibling becomes a branch session.
+  point (see :mod:`longctx.sessions.siblings`); each sibling becomes a
+  branch session.
 - :meth:`Session.fork` branches explicitly at any turn.
+
+Lifecycle, as in httpx: constructing a session does no I/O and contacts
+no server. The first call that needs them connects (saying so through
+``on_progress``), opens the default store, and records the session; a
+session that opened its backend or store owns it and closes it in
+:meth:`~Conversation.close`, while forks and branches share their parent's
+and close neither.
 
 Assistant turns are kept the way the chat template renders them in later
 requests: reasoning (``<think>...</think>``, or the server's separate
@@ -30,36 +34,32 @@ routers keep the pack on one replica.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Any
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, AsyncIterator, Self
 
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
-from longctx.corpus import Corpus, load_corpus
+from longctx.config import RequestOptions, ServerOptions
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
-from longctx.config import CorpusOptions
-from longctx.store import (
-    RequestRecord,
-    SessionRecord,
-    Store,
-    StoredPack,
-    TurnRecord,
-)
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.sessions import siblings
+from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Prices, SavingsReport, Usage, build_report, cold_prefill_rate
 
-__all__ = ["Answer", "Batch", "DocSession", "RepoSession", "Session", "history_form", "pack_for_server"]
+if TYPE_CHECKING:
+    from longctx.pack import Pack
 
-DEFAULT_MAX_TOKENS = 512
+__all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
+
 THINK_END = "</think>"
+
+Progress = Callable[[str], None]
 
 
 def history_form(answer: str) -> str:
@@ -81,7 +81,13 @@ def affinity_key(fingerprint: str | None, session_id: str) -> str:
 
 @dataclass(frozen=True)
 class Answer:
-    """One answered question. ``str(answer)`` is its text."""
+    """One answered question. ``str(answer)`` is its text.
+
+    An answer of a :class:`~longctx.sessions.sharded.ShardedSession` is the
+    combined (reduce) answer with the answers of every shard it was made
+    from in ``shard_answers``; for any other session ``shard_answers`` is
+    empty.
+    """
 
     question: str
     text: str
@@ -92,19 +98,35 @@ class Answer:
     turn: int
     request_id: str
     attempts: int
+    shard_answers: tuple[Answer, ...] = ()
 
     def __str__(self) -> str:
         return self.text
 
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the CLI prints: question, answer, usage, where it is stored."""
+        data: dict[str, Any] = {
+            "question": self.question,
+            "answer": self.text,
+            "reasoning": self.reasoning,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "usage": self.usage.to_dict(),
+            "attempts": self.attempts,
+        }
+        if self.shard_answers:
+            data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
+        return data
+
 
 @dataclass(frozen=True)
 class Batch:
-    """The answers of :meth:`Session.ask_many`, in question order, and their report."""
+    """The answers of :meth:`Conversation.ask_many`, in question order, and their report."""
 
     answers: tuple[Answer, ...]
     report: SavingsReport
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[Answer]:
         return iter(self.answers)
 
     def __len__(self) -> int:
@@ -114,131 +136,240 @@ class Batch:
         return self.answers[index]
 
 
-@dataclass
-class _Settings:
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float | None = None
-    seed: int | None = None
-    cache_salt: str | None = None
-    concurrency: int = 4
-    base_urls: tuple[str, ...] = ()
-    model: str | None = None
-    extra_body: dict[str, Any] = field(default_factory=dict)
+class Conversation(ABC):
+    """What every session offers: questions, siblings, forks, reports, a lifecycle.
 
-    def to_json(self) -> dict[str, Any]:
-        # The salt namespaces a tenant's cache; it is kept so a resumed
-        # session keeps hitting its own prefix, but it is no secret of the
-        # server's and no key: API keys are never stored.
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "cache_salt": self.cache_salt,
-            "concurrency": self.concurrency,
-            "base_urls": list(self.base_urls),
-            "model": self.model,
-            "extra_body": self.extra_body,
-        }
+    :class:`Session` (and :class:`~longctx.sessions.corpus.RepoSession` /
+    :class:`~longctx.sessions.corpus.DocSession` built on it) and
+    :class:`~longctx.sessions.sharded.ShardedSession` implement it, so code
+    that takes a session works with either.
+    """
 
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> _Settings:
-        return cls(
-            max_tokens=int(data.get("max_tokens", DEFAULT_MAX_TOKENS)),
-            temperature=data.get("temperature"),
-            seed=data.get("seed"),
-            cache_salt=data.get("cache_salt"),
-            concurrency=int(data.get("concurrency", 4)),
-            base_urls=tuple(data.get("base_urls", ())),
-            model=data.get("model"),
-            extra_body=dict(data.get("extra_body", {})),
-        )
+    @property
+    @abstractmethod
+    def id(self) -> str:
+        """The session's id in the store (``longctx report ID``)."""
+
+    @abstractmethod
+    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
+
+    @abstractmethod
+    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """The async twin of :meth:`ask`."""
+
+    @abstractmethod
+    def ask_many(
+        self,
+        questions: Sequence[str],
+        *,
+        max_tokens: int | None = None,
+        concurrency: int | None = None,
+        on_answer: Callable[[Answer], None] | None = None,
+    ) -> Batch:
+        """Ask sibling ``questions`` from the current point; each becomes a branch."""
+
+    @abstractmethod
+    async def aask_many(
+        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
+    ) -> Batch:
+        """The async twin of :meth:`ask_many`."""
+
+    @abstractmethod
+    def fork(self, at: int | None = None, *, title: str | None = None) -> Conversation:
+        """A new session sharing this one's first ``at`` turns (all by default)."""
+
+    @abstractmethod
+    def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
+        """Savings over every request of this session (and of its branches)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close what this session opened (its backend, its store); idempotent."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
-def _validate_salt(salt: str | None) -> None:
-    if salt is None:
-        return
-    # vLLM's rule (1..128 characters, none of @ / \ or NUL); SGLang accepts these too.
-    if not 1 <= len(salt) <= 128 or any(c in salt for c in "@/\\\0"):
-        raise ConfigError("cache_salt must be 1 to 128 characters without @, /, \\ or NUL")
-
-
-class Session:
+class Session(Conversation):
     """A conversation over an optional pack, persisted in the store.
 
-    Create one with a :class:`~longctx.backends.base.Backend` (from
-    :func:`~longctx.backends.base.connect`) and a pack (a
-    :class:`longctx.packing.Pack` or a :class:`longctx.store.StoredPack`);
-    resume one by id with :meth:`resume`.
+    ``backend`` is a connection (:func:`~longctx.backends.base.connect`) the
+    caller owns; without one the session connects to ``server`` (default
+    :class:`~longctx.config.ServerOptions`) on its first request and owns
+    that connection. ``pack`` is a :class:`~longctx.pack.Pack` or a
+    :class:`~longctx.store.StoredPack`. ``store`` likewise: without one the
+    default store is opened on first use and closed by :meth:`close`.
+    ``request`` sets how every request is made. Nothing is contacted,
+    opened or stored until the first call that needs it; resume a stored
+    session by id with :meth:`resume`.
     """
 
     def __init__(
         self,
         backend: Backend | None = None,
-        pack: Any | None = None,
+        pack: Pack | StoredPack | None = None,
         *,
+        server: ServerOptions | None = None,
         store: Store | None = None,
+        request: RequestOptions | None = None,
         title: str | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        temperature: float | None = None,
-        seed: int | None = None,
-        cache_salt: str | None = None,
-        concurrency: int = 4,
-        extra_body: Mapping[str, Any] | None = None,
-        _record: SessionRecord | None = None,
+        on_progress: Progress | None = None,
     ) -> None:
-        _validate_salt(cache_salt)
-        if max_tokens < 1 or concurrency < 1:
-            raise ConfigError("max_tokens and concurrency must be at least 1")
+        self.request = request or RequestOptions()
+        self._server = server or ServerOptions()
         self._backend = backend
-        self.store = store or Store.open()
-        self.pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
-        self._lock = threading.Lock()
-        if _record is not None:
-            self._record = _record
-            self.settings = _Settings.from_json(_record.settings)
-        else:
-            backend = self._backend = backend or connect()
-            self.settings = _Settings(
-                max_tokens=max_tokens,
-                temperature=temperature,
-                seed=seed,
-                cache_salt=cache_salt,
-                concurrency=concurrency,
-                base_urls=tuple(info.api_url for info in backend.servers),
-                model=backend.info.model,
-                extra_body=dict(extra_body or {}),
-            )
-            if self.pack is not None:
-                self.store.save_pack(self.pack)
-            self._record = SessionRecord(
-                id=uuid.uuid4().hex[:16],
-                created_at=time.time(),
-                kind="session",
-                title=title or (self.pack.summary.get("title", "") if self.pack else "") or "session",
-                pack_fingerprint=self.pack.fingerprint if self.pack else None,
-                parent_id=None,
-                parent_turns=None,
-                settings=self.settings.to_json(),
-            )
-            self.store.create_session(self._record)
-        self._turns: list[TurnRecord] = self._load_history(self._record)
+        self._owns_backend = False
+        self._store = store
+        self._owns_store = False
+        self._pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
+        self._title = title
+        self._on_progress = on_progress
+        self._record: SessionRecord | None = None
+        self._parent: tuple[str, str] | None = None
+        self._new_id = uuid.uuid4().hex[:16]
+        self._turns: list[TurnRecord] = []
+        self._closed = False
+        # One turn at a time: a turn's request is built from the history the
+        # previous turn left. The opening lock is reentrant: opening may read
+        # the pack, which a subclass prepares through the same path.
+        self._turn_lock = threading.Lock()
+        self._open_lock = threading.RLock()
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @classmethod
+    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Session:
+        """The stored session ``session_id`` with every committed turn.
+
+        Without ``backend``, the session connects to the server(s) it used
+        when it first needs one (reading its turns or report needs none).
+        Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
+        :class:`~longctx.errors.StoreError` when its pack is missing.
+        """
+        owned = store is None
+        store = store or Store.open()
+        try:
+            record = store.session(session_id)
+            return cls._restore(record, backend, store, owns_store=owned)
+        except BaseException:
+            if owned:
+                store.close()
+            raise
+
+    @classmethod
+    def _restore(
+        cls, record: SessionRecord, backend: Backend | None, store: Store, *, owns_store: bool = False
+    ) -> Session:
+        """A session object for a stored record (resume, fork, branch): nothing new is written."""
+        pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
+        if record.pack_fingerprint and pack is None:
+            raise StoreError(f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store")
+        settings = record.settings
+        urls = tuple(settings.get("base_urls") or ())
+        session = Session(
+            backend,
+            pack,
+            server=ServerOptions(base_url=urls or None, model=settings.get("model")),
+            store=store,
+            request=RequestOptions.from_dict(settings),
+            title=record.title,
+        )
+        session._owns_store = owns_store
+        session._record = record
+        session._turns = session._load_history(record)
+        return session
+
+    @property
+    def store(self) -> Store:
+        """The store the session lives in (the default one, opened on first use, unless given)."""
+        with self._open_lock:
+            if self._store is None:
+                self._store = Store.open()
+                self._owns_store = True
+            return self._store
 
     @property
     def backend(self) -> Backend:
-        """The connection to the server, made on first use for a resumed session."""
-        if self._backend is None:
-            self._backend = connect(list(self.settings.base_urls) or None, model=self.settings.model)
-        return self._backend
+        """The connection to the server, made on first use unless one was given."""
+        with self._open_lock:
+            if self._backend is None:
+                self._progress(f"connecting to {', '.join(self._server.base_urls())}")
+                self._backend = connect(self._server)
+                self._owns_backend = True
+            return self._backend
+
+    @property
+    def pack(self) -> StoredPack | None:
+        """The pack every request starts with (prepared on first use by a corpus session)."""
+        return self._pack
+
+    def _set_pack(self, pack: Pack | StoredPack) -> None:
+        self._pack = _stored_pack(pack)
+
+    def _progress(self, message: str) -> None:
+        if self._on_progress is not None:
+            self._on_progress(message)
+
+    def _opened(self) -> SessionRecord:
+        """The session's stored record, recorded with its settings on first use."""
+        with self._open_lock:
+            if self._closed:
+                raise ConfigError("this session is closed")
+            if self._record is None:
+                pack = self.pack
+                backend = self.backend
+                settings = {
+                    **self.request.to_dict(),
+                    "base_urls": [info.api_url for info in backend.servers],
+                    "model": backend.info.model,
+                }
+                parent_id, kind = self._parent or (None, "session")
+                record = SessionRecord(
+                    id=self._new_id,
+                    created_at=time.time(),
+                    kind=kind,
+                    title=self._title or (pack.summary.get("title", "") if pack else "") or "session",
+                    pack_fingerprint=pack.fingerprint if pack else None,
+                    parent_id=parent_id,
+                    parent_turns=None,
+                    settings=settings,
+                )
+                if pack is not None:
+                    self.store.save_pack(pack)
+                self.store.create_session(record)
+                self._record = record
+            return self._record
+
+    def _attach(self, parent_id: str, kind: str) -> None:
+        """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
+        self._parent = (parent_id, kind)
+
+    def close(self) -> None:
+        """Close the connection and the store if this session opened them; idempotent."""
+        with self._open_lock:
+            self._closed = True
+            if self._owns_backend and self._backend is not None:
+                self._backend.close()
+                self._backend = None
+            if self._owns_store and self._store is not None:
+                self._store.close()
+                self._store = None
 
     # -- identity and history -----------------------------------------------
 
     @property
     def id(self) -> str:
-        return self._record.id
+        return self._record.id if self._record is not None else self._new_id
 
     @property
     def title(self) -> str:
-        return self._record.title
+        if self._record is not None:
+            return self._record.title
+        return self._title or "session"
 
     @property
     def turns(self) -> tuple[TurnRecord, ...]:
@@ -247,12 +378,15 @@ class Session:
 
     @property
     def affinity_key(self) -> str:
-        if self.pack is not None:
-            return affinity_key(self.pack.fingerprint, self.id)
+        pack = self.pack
+        if pack is not None:
+            return affinity_key(pack.fingerprint, self.id)
         return affinity_key(None, self._root_id())
 
     def _root_id(self) -> str:
         record = self._record
+        if record is None:
+            return self.id
         while record.parent_id is not None:
             try:
                 record = self.store.session(record.parent_id)
@@ -269,31 +403,13 @@ class Session:
         inherited = self._load_history(parent)[: record.parent_turns]
         return inherited + own
 
-    @classmethod
-    def resume(
-        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
-    ) -> Session:
-        """The stored session ``session_id`` with every committed turn.
-
-        Without ``backend``, the session connects to the server(s) it used
-        when it first needs one (reading its turns or report needs none).
-        Raises :class:`SessionNotFound` for an unknown id.
-        """
-        store = store or Store.open()
-        record = store.session(session_id)
-        pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
-        if record.pack_fingerprint and pack is None:
-            raise StoreError(
-                f"session {session_id} refers to pack {record.pack_fingerprint} missing from the store"
-            )
-        return cls(backend, pack, store=store, _record=record)
-
     def messages(self, question: str, *, history: Sequence[TurnRecord] | None = None) -> list[dict[str, str]]:
         """The messages of the request that would ask ``question`` now."""
         turns = self._turns if history is None else history
+        pack = self.pack
         messages: list[dict[str, str]] = []
-        if self.pack is not None:
-            messages.append({"role": "system", "content": self.pack.system})
+        if pack is not None:
+            messages.append({"role": "system", "content": pack.system})
         for index, turn in enumerate(turns):
             messages.append({"role": "user", "content": self._user_content(turn.question, first=index == 0)})
             messages.append({"role": "assistant", "content": turn.history_answer})
@@ -301,49 +417,34 @@ class Session:
         return messages
 
     def _user_content(self, question: str, *, first: bool) -> str:
-        if first and self.pack is not None:
-            return self.pack.prefix + question
+        pack = self.pack
+        if first and pack is not None:
+            return pack.prefix + question
         return question
 
     # -- requests -----------------------------------------------------------
 
-    def _request(self, question: str, history: Sequence[TurnRecord], max_tokens: int | None) -> ChatRequest:
+    def _chat_request(self, question: str, history: Sequence[TurnRecord], max_tokens: int | None) -> ChatRequest:
         if not question.strip():
             raise ConfigError("the question is empty")
+        options = self.request
         return ChatRequest(
             messages=tuple(self.messages(question, history=history)),
-            max_tokens=max_tokens or self.settings.max_tokens,
-            temperature=self.settings.temperature,
-            seed=self.settings.seed,
-            cache_salt=self.settings.cache_salt,
+            max_tokens=max_tokens or options.max_tokens,
+            temperature=options.temperature,
+            seed=options.seed,
+            cache_salt=options.cache_salt,
             affinity_key=self.affinity_key,
-            extra_body=self.settings.extra_body,
+            extra_body=options.extra_body,
         )
 
-    def _records(
+    def _committed(
         self, sent: Sent, *, session_id: str, position: int, question: str, purpose: str, batch_id: str | None
-    ) -> tuple[TurnRecord, RequestRecord, Answer]:
+    ) -> Committed:
+        """The records of one answered request, and the answer they make."""
         completion = sent.completion
-        usage = completion.usage
         now = time.time()
-        request = RequestRecord(
-            id=sent.request_id,
-            session_id=session_id,
-            batch_id=batch_id,
-            purpose=purpose,
-            started_at=now - (usage.total_seconds or 0.0),
-            base_url=sent.server.api_url,
-            engine=sent.server.engine,
-            model=sent.server.model,
-            prompt_tokens=usage.prompt_tokens,
-            cached_tokens=usage.cached_tokens,
-            created_cache_tokens=usage.created_cache_tokens,
-            completion_tokens=usage.completion_tokens,
-            ttft_seconds=usage.ttft_seconds,
-            total_seconds=usage.total_seconds,
-            attempts=sent.attempts,
-            cached_reason=usage.cached_reason,
-        )
+        request = _request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, finished_at=now)
         turn = TurnRecord(
             session_id=session_id,
             position=position,
@@ -359,78 +460,92 @@ class Session:
             text=completion.text,
             reasoning=completion.reasoning,
             finish_reason=completion.finish_reason,
-            usage=usage,
+            usage=completion.usage,
             session_id=session_id,
             turn=position,
             request_id=sent.request_id,
             attempts=sent.attempts,
         )
-        return turn, request, answer
+        return Committed(turn, request, answer)
 
     def _own_position(self) -> int:
         """The position of the next turn among this session's own turns."""
-        return len(self._turns) - (self._record.parent_turns or 0)
+        record = self._opened()
+        return len(self._turns) - (record.parent_turns or 0)
 
-    def ask(self, question: str, *, max_tokens: int | None = None, purpose: str = "turn") -> Answer:
-        """Ask ``question`` as the next turn; the turn is stored once the answer arrived.
+    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
+        return self._ask(question, max_tokens=max_tokens, purpose="turn")
 
-        ``purpose`` labels the request in reports (``turn``; map-reduce uses ``map 2/3``).
-        """
-        with self._lock:
-            request = self._request(question, self._turns, max_tokens)
+    def _ask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
+        with self._turn_lock:
+            request = self._chat_request(question, self._turns, max_tokens)
+            record = self._opened()
             snapshot = CounterSnapshot.take(self.backend)
-            answer, record = self._commit_turn(self.backend.complete(request), question, purpose)
-            snapshot.finish(self.store, self.id, None, [record])
-            return answer
+            committed = self._commit_turn(self.backend.complete(request), question, purpose)
+            snapshot.finish(self.store, record.id, None, [committed.request])
+            return committed.answer
 
-    async def aask(self, question: str, *, max_tokens: int | None = None, purpose: str = "turn") -> Answer:
-        """The async twin of :meth:`ask`."""
-        request = self._request(question, self._turns, max_tokens)
-        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
-        answer, record = self._commit_turn(await self.backend.acomplete(request), question, purpose)
-        await asyncio.to_thread(snapshot.finish, self.store, self.id, None, [record])
-        return answer
+    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """The async twin of :meth:`ask`, as safe: one turn at a time, also against :meth:`ask`."""
+        return await self._aask(question, max_tokens=max_tokens, purpose="turn")
 
-    def _commit_turn(self, sent: Sent, question: str, purpose: str) -> tuple[Answer, RequestRecord]:
+    async def _aask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
+        async with self._async_turn():
+            request = self._chat_request(question, self._turns, max_tokens)
+            record = await asyncio.to_thread(self._opened)
+            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
+            committed = self._commit_turn(await self.backend.acomplete(request), question, purpose)
+            await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
+            return committed.answer
+
+    @asynccontextmanager
+    async def _async_turn(self) -> AsyncIterator[None]:
+        # The threading lock is taken off the event loop, so a turn running in
+        # another thread (ask) blocks this coroutine, not the loop.
+        await asyncio.to_thread(self._turn_lock.acquire)
+        try:
+            yield
+        finally:
+            self._turn_lock.release()
+
+    def _commit_turn(self, sent: Sent, question: str, purpose: str) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
-        turn, record, answer = self._records(
-            sent,
-            session_id=self.id,
-            position=self._own_position(),
-            question=question,
-            purpose=purpose,
+        committed = self._committed(
+            sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
             batch_id=None,
-        )
-        self.store.commit_turn(turn, record)
-        self._turns.append(turn)
-        return answer, record
+        )  # fmt: skip
+        self.store.commit_turn(committed.turn, committed.request)
+        self._turns.append(committed.turn)
+        return committed
 
     # -- siblings -----------------------------------------------------------
 
-    def _sibling_plan(
-        self, questions: Sequence[str], max_tokens: int | None
-    ) -> tuple[list[ChatRequest], str]:
+    def _sibling_plan(self, questions: Sequence[str], max_tokens: int | None) -> siblings.Plan:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
         history = list(self._turns)
-        return [self._request(question, history, max_tokens) for question in questions], uuid.uuid4().hex[:16]
+        requests = [self._chat_request(question, history, max_tokens) for question in questions]
+        record = self._opened()
+        return siblings.Plan(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
 
-    def _commit_sibling(self, sent: Sent, question: str, batch_id: str) -> tuple[RequestRecord, Answer]:
+    def _commit_sibling(self, sent: Sent, question: str, batch_id: str) -> Committed:
+        record = self._opened()
         branch = SessionRecord(
             id=uuid.uuid4().hex[:16],
             created_at=time.time(),
             kind="sibling",
             title=question[:80],
-            pack_fingerprint=self._record.pack_fingerprint,
-            parent_id=self.id,
+            pack_fingerprint=record.pack_fingerprint,
+            parent_id=record.id,
             parent_turns=len(self._turns),
-            settings=self.settings.to_json(),
+            settings=record.settings,
         )
-        turn, record, answer = self._records(
+        committed = self._committed(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id
         )
-        self.store.commit_turn(turn, record, new_session=branch)
-        return record, answer
+        self.store.commit_turn(committed.turn, committed.request, new_session=branch)
+        return committed
 
     def ask_many(
         self,
@@ -442,114 +557,81 @@ class Session:
     ) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
 
-        The first question goes alone until its first token arrives (the
-        shared prefix is then in the server's cache); the rest follow, at
-        most ``concurrency`` at a time. Answers come back in question order;
-        ``on_answer`` hears of each as it is stored (for progress). A
-        question that fails after its retries raises once the others are
-        done; the answered ones are stored.
+        See :mod:`longctx.sessions.siblings` for how they go out; at most
+        ``concurrency`` (default: the request options') are in flight.
+        Answers come back in question order; ``on_answer`` hears of each as
+        it is stored (for progress). A question that fails after its retries
+        raises once the others are done; the answered ones are stored.
         """
-        requests, batch_id = self._sibling_plan(questions, max_tokens)
-        limit = concurrency or self.settings.concurrency
+        plan = self._sibling_plan(questions, max_tokens)
         snapshot = CounterSnapshot.take(self.backend)
-        lead_ready = threading.Event()
-        results: dict[int, tuple[RequestRecord, Answer]] = {}
-        failures: list[BaseException] = []
-
-        def run(index: int) -> None:
-            on_first = lead_ready.set if index == 0 else None
-            try:
-                sent = self.backend.complete(requests[index], on_first_token=on_first)
-                results[index] = self._commit_sibling(sent, questions[index], batch_id)
-                if on_answer is not None:
-                    on_answer(results[index][1])
-            finally:
-                if index == 0:
-                    # Also on failure, so the others are not held forever.
-                    lead_ready.set()
-
-        with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="longctx-sibling") as pool:
-            lead: Future[None] = pool.submit(run, 0)
-            lead_ready.wait()
-            rest = [pool.submit(run, index) for index in range(1, len(requests))]
-            pending = {lead, *rest}
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                failures.extend(error for future in done if (error := future.exception()) is not None)
-        return self._finish_batch(batch_id, questions, results, failures, snapshot)
+        outcome = siblings.run(
+            self.backend,
+            plan,
+            limit=concurrency or self.request.concurrency,
+            commit=lambda sent, index: self._commit_sibling(sent, plan.questions[index], plan.batch_id),
+            on_answer=on_answer,
+        )
+        return self._finish_batch(plan, outcome, snapshot)
 
     async def aask_many(
         self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
     ) -> Batch:
         """The async twin of :meth:`ask_many`."""
-        requests, batch_id = self._sibling_plan(questions, max_tokens)
-        gate = asyncio.Semaphore(concurrency or self.settings.concurrency)
+        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens)
         snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
-        lead_ready = asyncio.Event()
-        results: dict[int, tuple[RequestRecord, Answer]] = {}
-
-        async def run(index: int) -> None:
-            async with gate:
-                try:
-                    sent = await self.backend.acomplete(
-                        requests[index], on_first_token=lead_ready.set if index == 0 else None
-                    )
-                    results[index] = self._commit_sibling(sent, questions[index], batch_id)
-                finally:
-                    if index == 0:
-                        lead_ready.set()
-
-        lead = asyncio.ensure_future(run(0))
-        await lead_ready.wait()
-        outcomes = await asyncio.gather(
-            lead, *(run(i) for i in range(1, len(requests))), return_exceptions=True
+        outcome = await siblings.arun(
+            self.backend,
+            plan,
+            limit=concurrency or self.request.concurrency,
+            commit=lambda sent, index: self._commit_sibling(sent, plan.questions[index], plan.batch_id),
         )
-        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
-        return await asyncio.to_thread(self._finish_batch, batch_id, questions, results, failures, snapshot)
+        return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot)
 
-    def _finish_batch(
-        self,
-        batch_id: str,
-        questions: Sequence[str],
-        results: Mapping[int, tuple[RequestRecord, Answer]],
-        failures: Sequence[BaseException],
-        snapshot: CounterSnapshot,
-    ) -> Batch:
-        records = [results[i][0] for i in sorted(results)]
-        check = snapshot.finish(self.store, self.id, batch_id, records)
-        if failures:
-            raise failures[0]
-        answers = tuple(results[i][1] for i in range(len(questions)))
+    def _finish_batch(self, plan: siblings.Plan, outcome: siblings.Outcome[Committed], snapshot: CounterSnapshot) -> Batch:
+        records = [outcome.results[i].request for i in sorted(outcome.results)]
+        check = snapshot.finish(self.store, plan.session_id, plan.batch_id, records)
+        if outcome.failures:
+            raise outcome.failures[0]
+        answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
         report = build_report(
-            records, title=f"batch of {len(questions)} sibling questions", counter_check=check
+            records, title=f"batch of {len(plan.questions)} sibling questions", counter_check=check
         )
         return Batch(answers, report)
 
     # -- branches -----------------------------------------------------------
 
     def fork(self, at: int | None = None, *, title: str | None = None) -> Session:
-        """A new session sharing this one's first ``at`` turns (all by default)."""
+        """A new session sharing this one's first ``at`` turns (all by default).
+
+        The fork shares this session's backend and store and closes neither.
+        """
+        record = self._opened()
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
-        record = SessionRecord(
+        child = SessionRecord(
             id=uuid.uuid4().hex[:16],
             created_at=time.time(),
             kind="fork",
             title=title or f"fork of {self.title}",
-            pack_fingerprint=self._record.pack_fingerprint,
-            parent_id=self.id,
+            pack_fingerprint=record.pack_fingerprint,
+            parent_id=record.id,
             parent_turns=keep,
-            settings=self.settings.to_json(),
+            settings=record.settings,
         )
-        self.store.create_session(record)
-        return Session(self._backend, self.pack, store=self.store, _record=record)
+        self.store.create_session(child)
+        return self._shared(child)
 
     def branch(self, answer: Answer) -> Session:
-        """The branch session an ``ask_many`` answer lives in, to continue it."""
-        return Session(
-            self._backend, self.pack, store=self.store, _record=self.store.session(answer.session_id)
-        )
+        """The branch session an ``ask_many`` answer lives in, to continue it (shares backend and store)."""
+        return self._shared(self.store.session(answer.session_id))
+
+    def _shared(self, record: SessionRecord) -> Session:
+        session = Session._restore(record, self._backend, self.store)
+        # A fork made before this session connected connects on its own and owns that connection.
+        session._server = self._server
+        return session
 
     # -- reports ------------------------------------------------------------
 
@@ -579,130 +661,52 @@ class Session:
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""
+        if self._record is None:
+            return []
         return [child.id for child in self.store.children(self.id)]
 
-    def close(self) -> None:
-        """Close the connection to the server, if one was made (the store stays open)."""
-        if self._backend is not None:
-            self._backend.close()
-
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
     def __repr__(self) -> str:
-        return f"<Session {self.id} {self.title!r}: {len(self._turns)} turns>"
+        return f"<{type(self).__name__} {self.id} {self.title!r}: {len(self._turns)} turns>"
 
 
-def _stored_pack(pack: Any) -> StoredPack:
+@dataclass(frozen=True)
+class Committed:
+    """What one answered request left: its turn, its request record, and the answer."""
+
+    turn: TurnRecord
+    request: RequestRecord
+    answer: Answer
+
+
+def _stored_pack(pack: Pack | StoredPack) -> StoredPack:
     if isinstance(pack, StoredPack):
         return pack
-    summary = pack.summary() if callable(getattr(pack, "summary", None)) else {}
     return StoredPack(
         fingerprint=pack.fingerprint,
         format_version=pack.format_version,
         system=pack.system,
         prefix=pack.prefix,
-        summary=summary,
+        summary=pack.summary(),
     )
 
 
-def pack_for_server(
-    corpus: Corpus,
-    backend: Backend,
-    *,
-    store: Store,
-    max_tokens: int,
-    reserved_question_tokens: int = 1024,
-    shard: bool = False,
-) -> Pack | ShardedPack:
-    """The pack of ``corpus`` counted with the server's own tokenizer and checked against its window.
-
-    On a server without a tokenize route (or an unknown window) the
-    documented estimate is used and the pack says ``estimated``. Raises
-    :class:`~longctx.errors.BudgetError` when it does not fit, unless
-    ``shard``: then it is split into shards that each fit.
-    """
-    info = backend.info
-    tokenizer: Tokenizer = backend.tokenizer() if info.engine in ("vllm", "sglang") else EstimateTokenizer()
-    budget = (
-        Budget(
-            info.context_length,
-            reserved_output_tokens=max_tokens,
-            reserved_question_tokens=reserved_question_tokens,
-        )
-        if info.context_length
-        else None
+def _request_record(sent: Sent, *, session_id: str, batch_id: str | None, purpose: str, finished_at: float) -> RequestRecord:
+    usage = sent.completion.usage
+    return RequestRecord(
+        id=sent.request_id,
+        session_id=session_id,
+        batch_id=batch_id,
+        purpose=purpose,
+        started_at=finished_at - (usage.total_seconds or 0.0),
+        base_url=sent.server.api_url,
+        engine=sent.server.engine,
+        model=sent.server.model,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.cached_tokens,
+        created_cache_tokens=usage.created_cache_tokens,
+        completion_tokens=usage.completion_tokens,
+        ttft_seconds=usage.ttft_seconds,
+        total_seconds=usage.total_seconds,
+        attempts=sent.attempts,
+        cached_reason=usage.cached_reason,
     )
-    if shard and budget is not None:
-        return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store)
-    return build_pack(corpus, tokenizer=tokenizer, store=store, budget=budget)
-
-
-class _CorpusSession(Session):
-    """A session over the pack of paths: loading, packing and connecting in one call."""
-
-    def __init__(
-        self,
-        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
-        *,
-        backend: Backend | None = None,
-        base_url: str | Sequence[str] | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
-        store: Store | None = None,
-        corpus: CorpusOptions | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        reserved_question_tokens: int = 1024,
-        title: str | None = None,
-        on_progress: Callable[[str], None] | None = None,
-        **options: Any,
-    ) -> None:
-        def progress(message: str) -> None:
-            if on_progress is not None:
-                on_progress(message)
-
-        store = store or Store.open()
-        progress("reading files")
-        self.corpus = load_corpus(
-            paths,
-            corpus,
-            store=store,
-        )
-        progress(f"{len(self.corpus.manifest.included)} documents; connecting to the server")
-        backend = backend or connect(base_url, model=model, api_key=api_key)
-        progress(f"counting tokens with {backend.info.engine}'s tokenizer")
-        packed = pack_for_server(
-            self.corpus,
-            backend,
-            store=store,
-            max_tokens=max_tokens,
-            reserved_question_tokens=reserved_question_tokens,
-        )
-        assert isinstance(packed, Pack)
-        self.full_pack = packed
-        label = title or self.corpus.root or "documents"
-        super().__init__(backend, packed, store=store, title=label, max_tokens=max_tokens, **options)
-
-
-class RepoSession(_CorpusSession):
-    """A session over a repository (or folder): ``RepoSession("repo/").ask("...")``.
-
-    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
-    order in git repositories: files that change least come first, layered
-    as of a recent base commit, see ``max_stale_share``), packed
-    and counted with the server's own tokenizer, and checked against the
-    server's window less ``max_tokens`` and ``reserved_question_tokens``.
-    Raises :class:`~longctx.errors.BudgetError` naming the largest files and
-    folders when it does not fit (see :class:`longctx.mapreduce.ShardedSession`).
-    """
-
-
-class DocSession(_CorpusSession):
-    """A session over documents (PDFs, notebooks, text files, folders of them).
-
-    ``DocSession(["report.pdf", "notes/"]).ask("...")``; otherwise as
-    :class:`RepoSession`.
-    """

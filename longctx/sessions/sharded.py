@@ -1,29 +1,43 @@
 """Questions over a corpus larger than the window: map over shards, then reduce.
 
 Opt-in: :class:`ShardedSession` splits the corpus into shards that each fit
-the window (:func:`longctx.packing.build_shards`), each a stable prefix of
-its own. A question goes to every shard as a turn of that shard's own
-session (map), so a follow-up question to the same shard reuses the shard's
-cached prefix and history; then one request combines the shard answers
-(reduce). The report shows the caching of each shard's requests.
+the window (:func:`longctx.pack.build_shards`), each a stable prefix of its
+own. A question goes to every shard at once as a turn of that shard's own
+session (map), so a follow-up question to the same shard reuses the
+shard's cached prefix and history; then one request combines the shard
+answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
+like any session: ``ask``, ``ask_many``, their async twins, ``fork``,
+``report``, ``resume``, ``close``. Its answers are
+:class:`~longctx.sessions.session.Answer` objects (the reduce answer) with
+the shards' answers in ``shard_answers``.
+
+In the store, a sharded session is a record of kind ``sharded``; its shard
+sessions (kind ``shard``) and its reducer (kind ``reduce``) are its
+branches, and each reduce request is a fork of the reducer with no history.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+import asyncio
+import dataclasses
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from longctx.backends.base import Backend, connect
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
-from longctx.packing import Pack, ShardedPack
-from longctx.session import DEFAULT_MAX_TOKENS, Answer, Session, pack_for_server
-from longctx.config import CorpusOptions
-from longctx.store import Store
-from longctx.usage import SavingsReport, build_report
+from longctx.errors import ConfigError
+from longctx.pack import Pack, ShardedPack
+from longctx.sessions.corpus import Paths, as_paths, shards_for_server
+from longctx.sessions.session import Answer, Batch, Conversation, Progress, Session
+from longctx.store import SessionRecord, Store
+from longctx.usage import Prices, SavingsReport, build_report
 
-__all__ = ["REDUCE_SYSTEM", "MapReduceAnswer", "ShardedSession"]
+__all__ = ["REDUCE_SYSTEM", "ShardedSession"]
 
 REDUCE_SYSTEM = (
     "You combine partial answers. Each partial answer below was written from one part of a "
@@ -31,102 +45,306 @@ REDUCE_SYSTEM = (
     "say where they differ, and do not invent what none of them says."
 )
 
-
-@dataclass(frozen=True)
-class MapReduceAnswer:
-    """The combined answer and the per-shard answers it was made from."""
-
-    answer: Answer
-    shard_answers: tuple[Answer, ...]
-
-    @property
-    def text(self) -> str:
-        return self.answer.text
-
-    def __str__(self) -> str:
-        return self.answer.text
+KIND = "sharded"
 
 
-class ShardedSession:
+def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
+    parts = "\n\n".join(
+        f'<partial-answer part="{index}">\n{answer.text}\n</partial-answer>'
+        for index, answer in enumerate(partial, start=1)
+    )
+    return f"{REDUCE_SYSTEM}\n\nQuestion: {question}\n\n{parts}"
+
+
+class ShardedSession(Conversation):
     """Sessions over every shard of an oversized corpus, and a reducer.
 
-    Takes :class:`~longctx.session.RepoSession`'s arguments, plus
+    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments, plus
     ``sharded`` (shards already built, instead of loading ``paths``).
     Shards leave out the earlier copies of a layered pack, so
-    ``max_stale_share`` only chooses the order of the documents.
+    ``CorpusOptions.max_stale_share`` only chooses the order of the
+    documents. Like every session, constructing one does no I/O: the first
+    question loads, connects and builds the shards.
     """
 
     def __init__(
         self,
-        paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+        paths: Paths,
         *,
         backend: Backend | None = None,
-        base_url: str | Sequence[str] | None = None,
-        model: str | None = None,
-        api_key: str | None = None,
+        server: ServerOptions | None = None,
         store: Store | None = None,
         corpus: CorpusOptions | None = None,
-        max_tokens: int = DEFAULT_MAX_TOKENS,
-        reserved_question_tokens: int = 1024,
+        request: RequestOptions | None = None,
+        title: str | None = None,
+        on_progress: Progress | None = None,
         sharded: ShardedPack | Pack | None = None,
-        **options: Any,
     ) -> None:
-        self.store = store or Store.open()
-        self.backend = backend or connect(base_url, model=model, api_key=api_key)
-        if sharded is None:
-            corpus = load_corpus(
-                paths,
-                corpus,
-                store=self.store,
+        self.paths = as_paths(paths)
+        self.corpus_options = corpus or CorpusOptions()
+        self.request = request or RequestOptions()
+        self._server = server or ServerOptions()
+        self._backend = backend
+        self._owns_backend = False
+        self._store = store
+        self._owns_store = False
+        self._title = title
+        self._on_progress = on_progress
+        self._given = sharded
+        self._new_id = uuid.uuid4().hex[:16]
+        self._record: SessionRecord | None = None
+        self._shards: tuple[Session, ...] | None = None
+        self._reducer: Session | None = None
+        self._lock = threading.RLock()
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------
+
+    @classmethod
+    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> ShardedSession:
+        """The stored sharded session ``session_id``, each shard with every committed turn.
+
+        Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
+        :class:`~longctx.errors.ConfigError` when it is not a sharded session.
+        """
+        owned = store is None
+        store = store or Store.open()
+        try:
+            record = store.session(session_id)
+            if record.kind != KIND:
+                raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
+            session = cls((), backend=backend, store=store, request=RequestOptions.from_dict(record.settings))
+            session._owns_store = owned
+            session._record = record
+            session._shards = tuple(
+                Session._restore(store.session(shard_id), backend, store) for shard_id in record.settings["shards"]
             )
-            sharded = pack_for_server(
-                corpus,
-                self.backend,
-                store=self.store,
-                max_tokens=max_tokens,
-                reserved_question_tokens=reserved_question_tokens,
-                shard=True,
+            session._reducer = Session._restore(store.session(record.settings["reducer"]), backend, store)
+            return session
+        except BaseException:
+            if owned:
+                store.close()
+            raise
+
+    @property
+    def store(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = Store.open()
+                self._owns_store = True
+            return self._store
+
+    @property
+    def backend(self) -> Backend:
+        with self._lock:
+            if self._backend is None:
+                if self._on_progress is not None:
+                    self._on_progress(f"connecting to {', '.join(self._server.base_urls())}")
+                self._backend = connect(self._server)
+                self._owns_backend = True
+            return self._backend
+
+    @property
+    def shards(self) -> tuple[Session, ...]:
+        """One session per shard, in corpus order (built on first use)."""
+        self._prepare()
+        assert self._shards is not None
+        return self._shards
+
+    @property
+    def reducer(self) -> Session:
+        """The session whose forks combine the shards' answers."""
+        self._prepare()
+        assert self._reducer is not None
+        return self._reducer
+
+    def _prepare(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise ConfigError("this session is closed")
+            if self._shards is not None:
+                return
+            backend, store = self.backend, self.store
+            given = self._given
+            if given is None:
+                if self._on_progress is not None:
+                    self._on_progress("reading files")
+                corpus = load_corpus(self.paths, self.corpus_options, store=store)
+                packs = shards_for_server(corpus, backend, store=store, request=self.request)
+                label = corpus.root or "documents"
+            else:
+                packs = given.shards if isinstance(given, ShardedPack) else (given,)
+                label = "documents"
+            count = len(packs)
+            shards = [
+                Session(backend, shard, store=store, request=self.request, title=f"shard {index}/{count}")
+                for index, shard in enumerate(packs, start=1)
+            ]
+            reducer = Session(backend, None, store=store, request=self.request, title="reduce")
+            record = SessionRecord(
+                id=self._new_id,
+                created_at=time.time(),
+                kind=KIND,
+                title=self._title or f"{label}: {count} shards",
+                pack_fingerprint=None,
+                parent_id=None,
+                parent_turns=None,
+                settings={
+                    **self.request.to_dict(),
+                    "base_urls": [info.api_url for info in backend.servers],
+                    "model": backend.info.model,
+                    "shards": [shard.id for shard in shards],
+                    "reducer": reducer.id,
+                },
             )
-        shards = sharded.shards if isinstance(sharded, ShardedPack) else (sharded,)
+            store.create_session(record)
+            for shard in shards:
+                shard._attach(record.id, "shard")
+            reducer._attach(record.id, "reduce")
+            self._record, self._shards, self._reducer = record, tuple(shards), reducer
+
+    def close(self) -> None:
+        """Close the connection and the store if this session opened them; idempotent."""
+        with self._lock:
+            self._closed = True
+            if self._owns_backend and self._backend is not None:
+                self._backend.close()
+                self._backend = None
+            if self._owns_store and self._store is not None:
+                self._store.close()
+                self._store = None
+
+    @property
+    def id(self) -> str:
+        return self._record.id if self._record is not None else self._new_id
+
+    @property
+    def title(self) -> str:
+        return self._record.title if self._record is not None else (self._title or "sharded session")
+
+    # -- questions ----------------------------------------------------------
+
+    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """Ask every shard at once (map), then combine their answers (reduce)."""
+        shards = self.shards
         count = len(shards)
-        self.shards: tuple[Session, ...] = tuple(
-            Session(
-                self.backend,
-                shard,
-                store=self.store,
-                title=f"shard {index}/{count}",
-                max_tokens=max_tokens,
-                **options,
+
+        def map_one(index: int) -> Answer:
+            return shards[index]._ask(question, max_tokens=max_tokens, purpose=f"map {index + 1}/{count}")
+
+        with ThreadPoolExecutor(max_workers=min(count, self.request.concurrency)) as pool:
+            partial = tuple(pool.map(map_one, range(count)))
+        return self._reduce(question, partial, max_tokens)
+
+    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+        """The async twin of :meth:`ask`."""
+        shards = await asyncio.to_thread(lambda: self.shards)
+        count = len(shards)
+        partial = await asyncio.gather(
+            *(
+                shard._aask(question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
+                for index, shard in enumerate(shards, start=1)
             )
-            for index, shard in enumerate(shards, start=1)
         )
-        self.reducer = Session(
-            self.backend, None, store=self.store, title="reduce", max_tokens=max_tokens, **options
-        )
+        return await asyncio.to_thread(self._reduce, question, tuple(partial), max_tokens)
 
-    def ask(self, question: str, *, max_tokens: int | None = None) -> MapReduceAnswer:
-        """Ask every shard (map), then combine their answers (reduce)."""
-        count = len(self.shards)
-        partial = tuple(
-            shard.ask(question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
-            for index, shard in enumerate(self.shards, start=1)
+    def _reduce(self, question: str, partial: tuple[Answer, ...], max_tokens: int | None) -> Answer:
+        if len(partial) == 1:
+            return dataclasses.replace(partial[0], shard_answers=partial)
+        combined = self.reducer.fork(at=0)._ask(
+            _reduce_prompt(question, partial), max_tokens=max_tokens, purpose="reduce"
         )
-        if count == 1:
-            return MapReduceAnswer(partial[0], partial)
-        parts = "\n\n".join(
-            f'<partial-answer part="{index}">\n{answer.text}\n</partial-answer>'
-            for index, answer in enumerate(partial, start=1)
-        )
-        combined = self.reducer.fork(at=0).ask(
-            f"{REDUCE_SYSTEM}\n\nQuestion: {question}\n\n{parts}", max_tokens=max_tokens, purpose="reduce"
-        )
-        return MapReduceAnswer(combined, partial)
+        return dataclasses.replace(combined, question=question, shard_answers=partial)
 
-    def report(self) -> SavingsReport:
+    def ask_many(
+        self,
+        questions: Sequence[str],
+        *,
+        max_tokens: int | None = None,
+        concurrency: int | None = None,
+        on_answer: Callable[[Answer], None] | None = None,
+    ) -> Batch:
+        """Sibling ``questions``: each shard answers them all as one batch, then each is reduced.
+
+        The shards' batches run at once, each sharing its shard's prefix;
+        ``on_answer`` hears of each combined answer.
+        """
+        if not questions:
+            raise ConfigError("ask_many needs at least one question")
+        shards = self.shards
+        limit = concurrency or self.request.concurrency
+        with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+            batches = list(
+                pool.map(lambda shard: shard.ask_many(questions, max_tokens=max_tokens, concurrency=limit), shards)
+            )
+
+        def reduce_one(index: int) -> Answer:
+            answer = self._reduce(questions[index], tuple(batch[index] for batch in batches), max_tokens)
+            if on_answer is not None:
+                on_answer(answer)
+            return answer
+
+        with ThreadPoolExecutor(max_workers=limit) as pool:
+            answers = tuple(pool.map(reduce_one, range(len(questions))))
+        return self._batch(answers)
+
+    async def aask_many(
+        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
+    ) -> Batch:
+        """The async twin of :meth:`ask_many`."""
+        if not questions:
+            raise ConfigError("ask_many needs at least one question")
+        shards = await asyncio.to_thread(lambda: self.shards)
+        limit = concurrency or self.request.concurrency
+        batches = await asyncio.gather(
+            *(shard.aask_many(questions, max_tokens=max_tokens, concurrency=limit) for shard in shards)
+        )
+        answers = await asyncio.gather(
+            *(
+                asyncio.to_thread(self._reduce, question, tuple(batch[index] for batch in batches), max_tokens)
+                for index, question in enumerate(questions)
+            )
+        )
+        return await asyncio.to_thread(self._batch, tuple(answers))
+
+    def _batch(self, answers: tuple[Answer, ...]) -> Batch:
+        ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
+        records = self.store.requests(session_ids=ids)
+        return Batch(answers, build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"))
+
+    # -- branches and reports -------------------------------------------------
+
+    def fork(self, at: int | None = None, *, title: str | None = None) -> ShardedSession:
+        """A sharded session whose shards are forks of these at ``at`` turns (all by default).
+
+        The fork shares this session's backend, store and reducer, and closes none of them.
+        """
+        shards = self.shards
+        forked = ShardedSession((), backend=self._backend, server=self._server, store=self.store, request=self.request)
+        forked._shards = tuple(shard.fork(at, title=f"{shard.title} (fork)") for shard in shards)
+        forked._reducer = self.reducer
+        assert self._record is not None
+        record = dataclasses.replace(
+            self._record,
+            id=forked._new_id,
+            created_at=time.time(),
+            title=title or f"fork of {self.title}",
+            settings={**self._record.settings, "shards": [shard.id for shard in forked._shards]},
+        )
+        self.store.create_session(record)
+        forked._record = record
+        return forked
+
+    def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Every map and reduce request, shard by shard."""
         ids: list[str] = []
         for session in (*self.shards, self.reducer):
             ids.append(session.id)
-            ids.extend(session.branch_ids())
+            if include_branches:
+                ids.extend(session.branch_ids())
         records = self.store.requests(session_ids=ids)
-        return build_report(records, title=f"map-reduce over {len(self.shards)} shards")
+        return build_report(records, title=f"map-reduce over {len(self.shards)} shards", prices=prices)
+
+    def __repr__(self) -> str:
+        shards: Any = len(self._shards) if self._shards is not None else "unbuilt"
+        return f"<ShardedSession {self.id} {self.title!r}: {shards} shards>"

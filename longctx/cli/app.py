@@ -1,0 +1,380 @@
+"""The ``longctx`` command group: its one error boundary, its exit codes, and what commands share.
+
+Answers (or JSON with ``--json``) go to stdout; progress, the one-line
+savings summary and errors go to stderr. Only :class:`LongctxError` is
+caught, once, here (:class:`App`); anything else is a bug and shows its
+traceback.
+
+Exit codes:
+
+    0  success
+    1  another longctx error (the store, a tokenizer...)
+    2  usage: bad arguments or LONGCTX_* settings
+    3  the server cannot be reached
+    4  the prompt does not fit: context overflow or over budget
+    5  bad input: a path or document that cannot be used
+    6  the server answered with an error
+    7  no such session
+
+Commands reach servers and the store through :class:`Runtime`, the object
+click passes down (``obj``): tests give it a connection of their own to
+run the commands in process against a fake server.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from longctx.config import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_MAX_STALE_SHARE,
+    DEFAULT_MAX_TOKENS,
+    ORDERINGS,
+    CorpusOptions,
+    Limits,
+    RequestOptions,
+    ServerOptions,
+)
+from longctx.errors import (
+    BackendError,
+    BudgetError,
+    ConfigError,
+    ContextOverflow,
+    InputError,
+    LongctxError,
+    ServerUnreachable,
+    SessionNotFound,
+)
+from longctx.store import Store
+
+if TYPE_CHECKING:
+    from longctx.backends.base import Backend
+
+__all__ = [
+    "EXIT_BAD_INPUT",
+    "EXIT_ERROR",
+    "EXIT_NO_SESSION",
+    "EXIT_OK",
+    "EXIT_SERVER",
+    "EXIT_TOO_LONG",
+    "EXIT_UNREACHABLE",
+    "EXIT_USAGE",
+    "App",
+    "Runtime",
+    "corpus_options",
+    "emit_json",
+    "exit_code",
+    "main",
+    "note",
+    "progress",
+    "request_options",
+    "server_options",
+]
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_TOO_LONG = 4
+EXIT_BAD_INPUT = 5
+EXIT_SERVER = 6
+EXIT_NO_SESSION = 7
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_code(error: LongctxError) -> int:
+    """The documented exit code for ``error``."""
+    if isinstance(error, SessionNotFound):
+        return EXIT_NO_SESSION
+    if isinstance(error, ConfigError):
+        return EXIT_USAGE
+    if isinstance(error, ServerUnreachable):
+        return EXIT_UNREACHABLE
+    if isinstance(error, (ContextOverflow, BudgetError)):
+        return EXIT_TOO_LONG
+    if isinstance(error, InputError):
+        return EXIT_BAD_INPUT
+    if isinstance(error, BackendError):
+        return EXIT_SERVER
+    return EXIT_ERROR
+
+
+def _fail(error: LongctxError) -> NoReturn:
+    """Print one line naming the problem (and its path, when it has one) and exit with its code."""
+    message = str(error)
+    path = getattr(error, "path", None)
+    if path is not None and str(path) not in message:
+        message = f"{path}: {message}"
+    click.echo(f"longctx: error: {message}", err=True)
+    sys.exit(exit_code(error))
+
+
+# Each command's module, imported when the command is looked up: `longctx pack`
+# then never imports the sessions and the openai client it does not use.
+COMMAND_MODULES: dict[str, str] = {
+    "pack": "longctx.cli.packing",
+    "ask": "longctx.cli.questions",
+    "batch": "longctx.cli.questions",
+    "chat": "longctx.cli.questions",
+    "report": "longctx.cli.sessions",
+    "sessions": "longctx.cli.sessions",
+    "doctor": "longctx.cli.serving",
+    "recipe": "longctx.cli.serving",
+    "plan": "longctx.cli.serving",
+}
+
+
+class App(click.Group):
+    """The command group, with the one place a :class:`LongctxError` becomes an exit code.
+
+    Its commands live in the modules of :data:`COMMAND_MODULES`, which
+    register themselves on :data:`main` when imported.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:
+            importlib.import_module(COMMAND_MODULES[cmd_name])
+        return super().get_command(ctx, cmd_name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except LongctxError as error:
+            _fail(error)
+
+
+@dataclass
+class Runtime:
+    """How commands reach the world: the server connection and the store.
+
+    By default a command connects to the server its options name and opens
+    the default store, and closes both. A caller that passes a ``backend``
+    (a test, through ``CliRunner().invoke(main, args,
+    obj=Runtime(backend=...))``) keeps it: commands use it and leave it open.
+    """
+
+    backend: Backend | None = None
+    open_store: Callable[[], Store] = Store.open
+
+    def connect(self, server: ServerOptions) -> Backend:
+        """The given backend, else a new connection (the caller closes it)."""
+        if self.backend is not None:
+            return self.backend
+        # Imported here, not above: the openai client it loads costs a quarter
+        # of a second, which `longctx pack` with an offline tokenizer never needs.
+        from longctx.backends.base import connect
+
+        return connect(server)
+
+    def release(self, backend: Backend) -> None:
+        """Close ``backend`` if :meth:`connect` made it."""
+        if backend is not self.backend:
+            backend.close()
+
+
+def runtime() -> Runtime:
+    """The runtime of the command being run (the default one unless the caller gave another)."""
+    context = click.get_current_context()
+    if not isinstance(context.obj, Runtime):
+        context.obj = Runtime()
+    return context.obj
+
+
+# -- output -------------------------------------------------------------------------
+
+
+def _console() -> Any:
+    from rich.console import Console  # rich is only needed once there is something to show
+
+    return Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
+    """A status line on stderr while work runs (silent with ``--quiet`` or ``--json``)."""
+    if not enabled:
+        yield lambda message: None
+        return
+    with _console().status("starting") as status:
+        yield status.update
+
+
+def note(message: str, *, quiet: bool = False) -> None:
+    """A line on stderr, unless ``quiet``."""
+    if not quiet:
+        click.echo(message, err=True)
+
+
+def emit_json(data: Any) -> None:
+    """``data`` as indented JSON on stdout, keys sorted."""
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+# -- shared options: each group of flags becomes one option object ---------------------
+
+
+def _apply(function: F, options: list[Callable[[F], F]]) -> F:
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def server_options(function: F) -> F:
+    """``--base-url``, ``--model``, ``--api-key``, passed on as ``server: ServerOptions``."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, base_url: str | None, model: str | None, api_key: str | None, **kwargs: Any) -> Any:
+        return function(*args, server=ServerOptions(base_url=base_url, model=model, api_key=api_key), **kwargs)
+
+    return _apply(
+        wrapper,  # type: ignore[arg-type]
+        [
+            click.option(
+                "--base-url",
+                envvar="LONGCTX_BASE_URL",
+                help="Server URL (default http://127.0.0.1:8000/v1; env LONGCTX_BASE_URL; "
+                "comma-separated replicas).",
+            ),
+            click.option(
+                "--model",
+                envvar="LONGCTX_MODEL",
+                help="Served model name (env LONGCTX_MODEL; default: the server's model).",
+            ),
+            click.option(
+                "--api-key", envvar="LONGCTX_API_KEY", help="Bearer token (env LONGCTX_API_KEY); never printed."
+            ),
+        ],
+    )
+
+
+def corpus_options(function: F) -> F:
+    """The flags of :class:`~longctx.config.CorpusOptions`, passed on as ``corpus``."""
+
+    @functools.wraps(function)
+    def wrapper(
+        *args: Any,
+        ordering: str | None,
+        include: tuple[str, ...],
+        exclude: tuple[str, ...],
+        max_file_bytes: int | None,
+        max_total_bytes: int | None,
+        max_files: int | None,
+        allow_secrets: bool,
+        max_stale_share: float,
+        **kwargs: Any,
+    ) -> Any:
+        given = {"max_file_bytes": max_file_bytes, "max_total_bytes": max_total_bytes, "max_files": max_files}
+        corpus = CorpusOptions(
+            ordering=ordering,
+            include=include,
+            exclude=exclude,
+            limits=Limits(**{name: value for name, value in given.items() if value is not None}),
+            allow_secrets=allow_secrets,
+            max_stale_share=max_stale_share,
+        )
+        return function(*args, corpus=corpus, **kwargs)
+
+    defaults = Limits()
+    return _apply(
+        wrapper,  # type: ignore[arg-type]
+        [
+            click.option(
+                "--ordering",
+                type=click.Choice(ORDERINGS),
+                help="Document order (default: stability in git repositories, else path).",
+            ),
+            click.option(
+                "--include",
+                multiple=True,
+                metavar="GLOB",
+                help="Only paths matching this gitignore-style pattern (repeatable).",
+            ),
+            click.option(
+                "--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching this pattern (repeatable)."
+            ),
+            click.option(
+                "--max-file-bytes", type=int, help=f"Skip files larger than this (default {defaults.max_file_bytes})."
+            ),
+            click.option(
+                "--max-total-bytes",
+                type=int,
+                help=f"Stop adding files past this total (default {defaults.max_total_bytes}).",
+            ),
+            click.option(
+                "--max-files", type=int, help=f"Stop adding files past this count (default {defaults.max_files})."
+            ),
+            click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
+            click.option(
+                "--max-stale-share",
+                type=click.FloatRange(0, 1, max_open=True),
+                default=DEFAULT_MAX_STALE_SHARE,
+                show_default=True,
+                help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
+                " so that commits change only the pack's tail (0: no layering).",
+            ),
+        ],
+    )
+
+
+def request_options(*, concurrency: bool = False) -> Callable[[F], F]:
+    """``--max-tokens`` and ``--cache-salt`` (and ``--concurrency``), passed on as ``request: RequestOptions``."""
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
+            extra = {"concurrency": kwargs.pop("concurrency")} if concurrency else {}
+            request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
+            return function(*args, request=request, **kwargs)
+
+        options = [
+            click.option(
+                "--max-tokens",
+                type=int,
+                default=DEFAULT_MAX_TOKENS,
+                show_default=True,
+                help="Longest answer, in tokens.",
+            ),
+            click.option("--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."),
+        ]
+        if concurrency:
+            options.append(
+                click.option(
+                    "--concurrency",
+                    type=int,
+                    default=DEFAULT_CONCURRENCY,
+                    show_default=True,
+                    help="Questions in flight at once.",
+                )
+            )
+        return _apply(wrapper, options)  # type: ignore[arg-type]
+
+    return decorate
+
+
+def output_options(function: F) -> F:
+    """``--json`` and ``--quiet``."""
+    return _apply(
+        function,
+        [
+            click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
+            click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr."),
+        ],
+    )
+
+
+@click.group(cls=App, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+def main() -> None:
+    """Cache-friendly questions over codebases and documents, on vLLM and SGLang."""

@@ -1,0 +1,51 @@
+"""Sessions: every way of asking questions over a pack, behind one interface.
+
+- :mod:`~longctx.sessions.session`: :class:`Conversation` (the interface),
+  :class:`Session` (a conversation over a pack), :class:`Answer`, :class:`Batch`;
+- :mod:`~longctx.sessions.siblings`: how sibling questions go out;
+- :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,
+  sessions over the pack of paths;
+- :mod:`~longctx.sessions.sharded`: :class:`ShardedSession`, map-reduce over
+  the shards of a corpus larger than the window.
+"""
+
+from __future__ import annotations
+
+from longctx.backends.base import Backend
+from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
+from longctx.sessions.session import Answer, Batch, Conversation, Session
+from longctx.sessions.sharded import KIND as SHARDED_KIND
+from longctx.sessions.sharded import ShardedSession
+from longctx.store import Store
+
+__all__ = [
+    "Answer",
+    "Batch",
+    "Conversation",
+    "CorpusSession",
+    "DocSession",
+    "RepoSession",
+    "Session",
+    "ShardedSession",
+    "resume",
+]
+
+
+def resume(session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Conversation:
+    """The stored session ``session_id``, sharded or not, with every committed turn.
+
+    Raises :class:`~longctx.errors.SessionNotFound` for an unknown id.
+    """
+    owned = store is None
+    opened = store or Store.open()
+    try:
+        kind = opened.session(session_id).kind
+    except BaseException:
+        if owned:
+            opened.close()
+        raise
+    if owned:
+        opened.close()
+    if kind == SHARDED_KIND:
+        return ShardedSession.resume(session_id, backend, store=store)
+    return Session.resume(session_id, backend, store=store)

@@ -1,0 +1,156 @@
+"""Sessions over the pack of paths: :class:`RepoSession` and :class:`DocSession`.
+
+Constructing one reads nothing and contacts no server. The first call that
+needs the pack (a question, :attr:`CorpusSession.pack`, :attr:`~CorpusSession.corpus`)
+loads the corpus, connects, counts the pack with the server's own
+tokenizer and checks it against the server's window, reporting each step
+through ``on_progress``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from longctx.backends.base import Backend
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.corpus import Corpus, load_corpus
+from longctx.pack import Budget, Pack, build_pack, build_shards
+from longctx.sessions.session import Progress, Session
+from longctx.store import Store, StoredPack
+from longctx.tokens import EstimateTokenizer, Tokenizer
+
+__all__ = ["CorpusSession", "DocSession", "RepoSession", "pack_for_server", "server_budget", "shards_for_server"]
+
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+
+def as_paths(paths: Paths) -> tuple[str | os.PathLike[str], ...]:
+    """``paths`` as a tuple: one path may be given bare."""
+    return (paths,) if isinstance(paths, (str, os.PathLike)) else tuple(paths)
+
+
+def _server_tokenizer(backend: Backend) -> Tokenizer:
+    return backend.tokenizer() if backend.info.engine in ("vllm", "sglang") else EstimateTokenizer()
+
+
+def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
+    """The server's window less the answer and question room of ``request``; None when the window is unknown."""
+    window = backend.info.context_length
+    if not window:
+        return None
+    return Budget(
+        window,
+        reserved_output_tokens=request.max_tokens,
+        reserved_question_tokens=request.reserved_question_tokens,
+    )
+
+
+def pack_for_server(corpus: Corpus, backend: Backend, *, store: Store, request: RequestOptions) -> Pack:
+    """The pack of ``corpus`` counted with the server's own tokenizer and checked against its window.
+
+    On a server without a tokenize route (or an unknown window) the
+    documented estimate is used and the pack says ``estimated``. Raises
+    :class:`~longctx.errors.BudgetError` when it does not fit (see
+    :func:`shards_for_server`).
+    """
+    return build_pack(
+        corpus, tokenizer=_server_tokenizer(backend), store=store, budget=server_budget(backend, request)
+    )
+
+
+def shards_for_server(
+    corpus: Corpus, backend: Backend, *, store: Store, request: RequestOptions
+) -> tuple[Pack, ...]:
+    """``corpus`` split into packs that each fit the server's window (one when the window is unknown)."""
+    tokenizer = _server_tokenizer(backend)
+    budget = server_budget(backend, request)
+    if budget is None:
+        return (build_pack(corpus, tokenizer=tokenizer, store=store),)
+    return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store).shards
+
+
+class CorpusSession(Session):
+    """A session over the pack of ``paths``, prepared on first use.
+
+    ``corpus`` chooses the documents (:class:`~longctx.config.CorpusOptions`);
+    the other arguments are :class:`~longctx.sessions.session.Session`'s.
+    The title defaults to the corpus's root folder name.
+    """
+
+    def __init__(
+        self,
+        paths: Paths,
+        *,
+        backend: Backend | None = None,
+        server: ServerOptions | None = None,
+        store: Store | None = None,
+        corpus: CorpusOptions | None = None,
+        request: RequestOptions | None = None,
+        title: str | None = None,
+        on_progress: Progress | None = None,
+    ) -> None:
+        super().__init__(
+            backend, None, server=server, store=store, request=request, title=title, on_progress=on_progress
+        )
+        self.paths = as_paths(paths)
+        self.corpus_options = corpus or CorpusOptions()
+        self._corpus: Corpus | None = None
+        self._full_pack: Pack | None = None
+
+    @property
+    def corpus(self) -> Corpus:
+        """The documents and manifest the pack was made from (read on first use)."""
+        self._prepare()
+        assert self._corpus is not None
+        return self._corpus
+
+    @property
+    def full_pack(self) -> Pack:
+        """The pack with its sections and counts (prepared on first use)."""
+        self._prepare()
+        assert self._full_pack is not None
+        return self._full_pack
+
+    @property
+    def pack(self) -> StoredPack | None:
+        self._prepare()
+        return self._pack
+
+    def _prepare(self) -> None:
+        with self._open_lock:
+            if self._full_pack is not None:
+                return
+            self._progress("reading files")
+            corpus = load_corpus(self.paths, self.corpus_options, store=self.store)
+            self._progress(f"{len(corpus.manifest.included)} documents")
+            backend = self.backend
+            self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
+            packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
+            self._corpus, self._full_pack = corpus, packed
+            self._title = self._title or corpus.root or "documents"
+            # Converted here, once: requests read the stored form's prefix.
+            super()._set_pack(packed)
+
+
+class RepoSession(CorpusSession):
+    """A session over a repository (or folder): ``RepoSession("repo/").ask("...")``.
+
+    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
+    order in git repositories: files that change least come first, layered
+    as of a recent base commit, see ``CorpusOptions.max_stale_share``),
+    packed and counted with the server's own tokenizer, and checked against
+    the server's window less ``max_tokens`` and ``reserved_question_tokens``
+    of the request options. The first question raises
+    :class:`~longctx.errors.BudgetError` naming the largest files and
+    folders when it does not fit (see :class:`longctx.sessions.sharded.ShardedSession`),
+    and :class:`~longctx.errors.ServerUnreachable` when no server answers.
+    """
+
+
+class DocSession(CorpusSession):
+    """A session over documents (PDFs, notebooks, text files, folders of them).
+
+    ``DocSession(["report.pdf", "notes/"]).ask("...")``; otherwise as
+    :class:`RepoSession`.
+    """

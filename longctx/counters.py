@@ -16,7 +16,7 @@ from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.store import CounterCheckRecord, RequestRecord, Store
-from longctx.usage import CounterCheck
+from longctx.report import CounterCheck
 
 __all__ = ["CounterSnapshot", "combine_checks"]
 
@@ -42,7 +42,7 @@ class CounterSnapshot:
             if before is None:
                 continue
             mine = [r for r in records if r.base_url == url]
-            reported_values = [r.cached_tokens for r in mine if r.cached_tokens is not None]
+            reported_values = [r.usage.cached_tokens for r in mine if r.usage.cached_tokens is not None]
             reported = sum(reported_values) if reported_values else None
             expected = None if reported is None else before.hits + reported
             after = _settled_counter(self.backend, url, expected)

@@ -1,29 +1,26 @@
-"""Usage of one request, and the savings report over many.
+"""Usage of one request: the one definition of what a response says about its cost.
 
 :class:`Usage` is what one response said about its prompt: prompt, cached
-and created-cache tokens, completion tokens, time to first token. A count
-the server did not report is ``None``, never a made-up zero, and
-``cached_reason`` says why (usually the launch flag that turns reporting on).
+and created-cache tokens, completion tokens, time to first token and in
+all. A count the server did not report is ``None``, never a made-up zero,
+and ``cached_reason`` says why (usually the launch flag that turns
+reporting on).
 
-:class:`SavingsReport` sums the requests of a session or a batch: hit rate,
-prefill tokens saved, and prefill seconds saved, *estimated* from the cold
-prefill rate measured on the same requests. It carries the cross-check
-against the server's own prefix-cache counters and renders as text, JSON,
-Markdown and HTML (shown by notebooks).
+Its fields are written here once. The store's request rows
+(:mod:`longctx.store`), the report's request lines
+(:mod:`longctx.report`) and the JSON the CLI prints are derived from
+:data:`USAGE_FIELDS`, so a new field is added here and in one schema
+migration, nowhere else.
 """
 
 from __future__ import annotations
 
-import html
-import json
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
 
-from longctx.errors import ConfigError
-from longctx.store import RequestRecord
-
-__all__ = ["CounterCheck", "Prices", "SavingsReport", "Usage", "build_report", "cold_prefill_rate"]
+__all__ = ["USAGE_FIELDS", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -45,391 +42,20 @@ class Usage:
             return None
         return self.prompt_tokens - self.cached_tokens
 
-
-@dataclass(frozen=True)
-class Prices:
-    """Prices per million tokens, for a cost line in the report."""
-
-    input_per_million: float
-    cached_input_per_million: float
-    output_per_million: float = 0.0
-    currency: str = "USD"
-
-
-@dataclass(frozen=True)
-class CounterCheck:
-    """The report's cached tokens against the server's own counter.
-
-    ``counter`` names the metric, ``server_delta`` is how much it grew over
-    the report's requests, ``reported`` the sum of the responses' cached
-    tokens. ``matches`` is exact equality; ``note`` explains a mismatch or
-    why no check was possible.
-    """
-
-    counter: str
-    server_delta: int | None
-    reported: int | None
-    matches: bool | None
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class RequestLine:
-    """One request in a report."""
-
-    id: str
-    purpose: str
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    created_cache_tokens: int | None
-    completion_tokens: int | None
-    ttft_seconds: float | None
-    total_seconds: float | None
-    attempts: int
-
-
-@dataclass(frozen=True)
-class SavingsReport:
-    """What the prefix cache saved over a set of requests.
-
-    ``cached_tokens`` is ``None`` when no response reported it; then
-    ``missing_reason`` says what to change on the server.
-    ``prefill_seconds_saved`` is an estimate: cached tokens divided by the
-    cold prefill rate (tokens per second) measured on this report's requests
-    that prefilled most of their prompt.
-    """
-
-    title: str
-    engine: str
-    model: str
-    requests: tuple[RequestLine, ...]
-    prompt_tokens: int
-    cached_tokens: int | None
-    completion_tokens: int
-    missing_reason: str | None
-    cold_prefill_tokens_per_second: float | None
-    counter_check: CounterCheck | None = None
-    prices: Prices | None = None
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def hit_rate(self) -> float | None:
-        if self.cached_tokens is None or self.prompt_tokens == 0:
-            return None
-        return self.cached_tokens / self.prompt_tokens
-
-    @property
-    def prefill_tokens(self) -> int | None:
-        """Prompt tokens the server actually prefilled."""
-        if self.cached_tokens is None:
-            return None
-        return self.prompt_tokens - self.cached_tokens
-
-    @property
-    def prefill_seconds_saved(self) -> float | None:
-        if self.cached_tokens is None or not self.cold_prefill_tokens_per_second:
-            return None
-        return self.cached_tokens / self.cold_prefill_tokens_per_second
-
-    @property
-    def cost(self) -> float | None:
-        """Input plus output cost at ``prices`` (cached tokens at the cached price)."""
-        if self.prices is None or self.cached_tokens is None:
-            return None
-        uncached = self.prompt_tokens - self.cached_tokens
-        return (
-            uncached * self.prices.input_per_million
-            + self.cached_tokens * self.prices.cached_input_per_million
-            + self.completion_tokens * self.prices.output_per_million
-        ) / 1e6
-
-    @property
-    def cost_without_cache(self) -> float | None:
-        if self.prices is None:
-            return None
-        return (
-            self.prompt_tokens * self.prices.input_per_million
-            + self.completion_tokens * self.prices.output_per_million
-        ) / 1e6
-
-    # -- renderings ---------------------------------------------------------
-
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able form (the ``--json`` output)."""
-        return {
-            "title": self.title,
-            "engine": self.engine,
-            "model": self.model,
-            "requests": [asdict(line) for line in self.requests],
-            "prompt_tokens": self.prompt_tokens,
-            "cached_tokens": self.cached_tokens,
-            "prefill_tokens": self.prefill_tokens,
-            "completion_tokens": self.completion_tokens,
-            "hit_rate": self.hit_rate,
-            "missing_reason": self.missing_reason,
-            "cold_prefill_tokens_per_second": self.cold_prefill_tokens_per_second,
-            "prefill_seconds_saved_estimate": self.prefill_seconds_saved,
-            "counter_check": asdict(self.counter_check) if self.counter_check else None,
-            "cost": self.cost,
-            "cost_without_cache": self.cost_without_cache,
-            "currency": self.prices.currency if self.prices else None,
-            "notes": list(self.notes),
-        }
+        """Every field by name (the JSON form, and the store's columns)."""
+        return dataclasses.asdict(self)
 
-    def to_json(self, *, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=True)
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        """The usage :meth:`to_dict` (or a store row with these columns) holds."""
+        return cls(**{name: data[name] for name in USAGE_FIELDS})
 
     def summary_line(self) -> str:
-        """One line for a terminal's stderr."""
-        if self.cached_tokens is None:
-            return (
-                f"{len(self.requests)} requests, {self.prompt_tokens:,} prompt tokens; "
-                f"cached tokens unknown: {self.missing_reason}"
-            )
-        saved = self.prefill_seconds_saved
-        saved_text = f", ~{saved:.1f} s prefill saved (estimate)" if saved is not None else ""
-        return (
-            f"{len(self.requests)} requests, {self.cached_tokens:,} of {self.prompt_tokens:,} prompt tokens "
-            f"cached ({self.hit_rate or 0:.1%}){saved_text}"
-        )
-
-    def _facts(self) -> list[tuple[str, str]]:
-        facts = [("server", f"{self.engine}, model {self.model}"), ("requests", str(len(self.requests)))]
-        facts.append(("prompt tokens", f"{self.prompt_tokens:,}"))
-        if self.cached_tokens is None:
-            facts.append(("cached tokens", f"unknown: {self.missing_reason}"))
-        else:
-            facts.append(("cached tokens", f"{self.cached_tokens:,} ({self.hit_rate or 0:.1%} hit rate)"))
-            facts.append(("prefilled tokens", f"{self.prefill_tokens:,}"))
-        facts.append(("completion tokens", f"{self.completion_tokens:,}"))
-        if self.cold_prefill_tokens_per_second:
-            facts.append(
-                ("cold prefill rate", f"{self.cold_prefill_tokens_per_second:,.0f} tokens/s (measured)")
-            )
-        if self.prefill_seconds_saved is not None:
-            facts.append(("prefill time saved", f"~{self.prefill_seconds_saved:.2f} s (estimate)"))
-        if self.cost is not None and self.cost_without_cache is not None and self.prices:
-            facts.append(
-                (
-                    "cost",
-                    f"{self.cost:.4f} {self.prices.currency} (without cache {self.cost_without_cache:.4f})",
-                )
-            )
-        check = self.counter_check
-        if check is not None:
-            if check.matches is None:
-                facts.append(("server counter", f"{check.counter}: not checked ({check.note})"))
-            else:
-                verdict = "matches" if check.matches else f"MISMATCH ({check.note})"
-                facts.append(("server counter", f"{check.counter} grew by {check.server_delta:,}: {verdict}"))
-        return facts
-
-    def _rows(self) -> list[list[str]]:
-        def number(value: int | None) -> str:
-            return "n/a" if value is None else f"{value:,}"
-
-        def seconds(value: float | None) -> str:
-            return "n/a" if value is None else f"{value:.2f}"
-
-        return [
-            [
-                str(index),
-                line.purpose,
-                number(line.prompt_tokens),
-                number(line.cached_tokens),
-                number(line.completion_tokens),
-                seconds(line.ttft_seconds),
-                seconds(line.total_seconds),
-            ]
-            for index, line in enumerate(self.requests, start=1)
-        ]
-
-    _HEADINGS = ("#", "purpose", "prompt", "cached", "completion", "ttft s", "total s")
-
-    def to_text(self) -> str:
-        lines = [self.title, "=" * len(self.title)]
-        width = max(len(name) for name, _ in self._facts())
-        lines += [f"{name:<{width}}  {value}" for name, value in self._facts()]
-        rows = [list(self._HEADINGS), *self._rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(self._HEADINGS))]
-        lines.append("")
-        for row in rows:
-            lines.append(
-                "  ".join(
-                    cell.rjust(widths[i]) if i != 1 else cell.ljust(widths[i]) for i, cell in enumerate(row)
-                )
-            )
-        lines += [f"note: {note}" for note in self.notes]
-        return "\n".join(lines)
-
-    def to_markdown(self) -> str:
-        lines = [f"### {self.title}", ""]
-        lines += [f"- **{name}**: {value}" for name, value in self._facts()]
-        lines += ["", "| " + " | ".join(self._HEADINGS) + " |", "|" + "---|" * len(self._HEADINGS)]
-        lines += ["| " + " | ".join(row) + " |" for row in self._rows()]
-        lines += [f"\n_{note}_" for note in self.notes]
-        return "\n".join(lines)
-
-    def to_html(self) -> str:
-        """An HTML fragment: facts, a bar per request (cached vs prefilled), the table."""
-        escape = html.escape
-        facts = "".join(f"<tr><th>{escape(n)}</th><td>{escape(v)}</td></tr>" for n, v in self._facts())
-        head = "".join(f"<th>{escape(h)}</th>" for h in self._HEADINGS)
-        body = "".join(
-            "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self._rows()
-        )
-        notes = "".join(f"<p><em>{escape(note)}</em></p>" for note in self.notes)
-        return (
-            f'<div class="longctx-report"><h3>{escape(self.title)}</h3>'
-            f'<table class="longctx-facts">{facts}</table>'
-            f"{self.chart_svg()}"
-            f'<table class="longctx-requests"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
-            f"{notes}</div>"
-        )
-
-    def _repr_html_(self) -> str:
-        return self.to_html()
-
-    def to_page(self) -> str:
-        """A self-contained HTML page (no scripts, no external files) with the figures and the chart."""
-        style = (
-            "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
-            "table{border-collapse:collapse;margin:1em 0}"
-            "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right}"
-            ".longctx-facts th{text-align:left;background:#f4f4f4}"
-            ".longctx-facts td{text-align:left}"
-        )
-        return (
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(self.title)}</title><style>{style}</style></head>"
-            f'<body>{self.to_html()}<script type="application/json" id="longctx-report">'
-            f"{html.escape(self.to_json(indent=None))}</script></body></html>\n"
-        )
-
-    def plot(self, ax: Any = None) -> Any:
-        """A matplotlib bar chart of cached versus prefilled prompt tokens per request.
-
-        Needs the ``notebook`` extra (``pip install longctx[notebook]``).
-        """
-        try:
-            import matplotlib.pyplot as plt
-        except ImportError as error:
-            raise ConfigError("plotting needs matplotlib: pip install 'longctx[notebook]'") from error
-        if ax is None:
-            _, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(self.requests)) + 1))
-        labels = [f"#{i} {line.purpose}" for i, line in enumerate(self.requests, start=1)]
-        cached = [line.cached_tokens or 0 for line in self.requests]
-        prefilled = [(line.prompt_tokens or 0) - c for line, c in zip(self.requests, cached, strict=True)]
-        ax.barh(labels, cached, color="#2e8b57", label="cached")
-        ax.barh(labels, prefilled, left=cached, color="#b0b0b0", label="prefilled")
-        ax.invert_yaxis()
-        ax.set_xlabel("prompt tokens")
-        ax.set_title(self.title)
-        ax.legend()
-        return ax
-
-    def chart_svg(self, width: int = 560, bar_height: int = 16) -> str:
-        """Cached (green) versus prefilled (grey) prompt tokens per request, as inline SVG."""
-        lines = [line for line in self.requests if line.prompt_tokens]
-        if not lines:
-            return ""
-        largest = max(line.prompt_tokens or 0 for line in lines)
-        label_width, gap = 40, 4
-        height = len(lines) * (bar_height + gap) + 24
-        parts = [
-            '<svg class="longctx-chart" xmlns="http://www.w3.org/2000/svg" '
-            f'width="{width}" height="{height}" '
-            'role="img" aria-label="cached versus prefilled prompt tokens per request">'
-        ]
-        scale = (width - label_width - 10) / largest
-        for index, line in enumerate(lines):
-            y = index * (bar_height + gap)
-            cached = line.cached_tokens or 0
-            prefilled = (line.prompt_tokens or 0) - cached
-            parts.append(f'<text x="0" y="{y + bar_height - 4}" font-size="11">#{index + 1}</text>')
-            parts.append(
-                f'<rect x="{label_width}" y="{y}" width="{cached * scale:.1f}" '
-                f'height="{bar_height}" fill="#2e8b57">'
-                f"<title>cached {cached:,}</title></rect>"
-            )
-            parts.append(
-                f'<rect x="{label_width + cached * scale:.1f}" y="{y}" width="{prefilled * scale:.1f}" '
-                f'height="{bar_height}" fill="#b0b0b0"><title>prefilled {prefilled:,}</title></rect>'
-            )
-        legend_y = len(lines) * (bar_height + gap) + 14
-        parts.append(
-            f'<text x="{label_width}" y="{legend_y}" font-size="11" fill="#2e8b57">cached</text>'
-            f'<text x="{label_width + 60}" y="{legend_y}" font-size="11" fill="#707070">'
-            "prefilled</text></svg>"
-        )
-        return "".join(parts)
+        """``X of Y prompt tokens cached``, for a turn's line on a terminal."""
+        cached = "unknown" if self.cached_tokens is None else f"{self.cached_tokens:,}"
+        return f"{cached} of {self.prompt_tokens or 0:,} prompt tokens cached"
 
 
-def cold_prefill_rate(records: Iterable[RequestRecord]) -> float | None:
-    """Tokens per second of prefill, from requests that prefilled most of their prompt.
-
-    Time to first token of a request that found little in the cache is
-    dominated by prefill, so uncached tokens over that time is the rate a
-    cache hit saves. None when no such request was seen.
-    """
-    tokens = 0
-    seconds = 0.0
-    for record in records:
-        if record.prompt_tokens is None or record.cached_tokens is None or record.ttft_seconds is None:
-            continue
-        uncached = record.prompt_tokens - record.cached_tokens
-        if uncached >= 0.5 * record.prompt_tokens and uncached >= 256 and record.ttft_seconds > 0:
-            tokens += uncached
-            seconds += record.ttft_seconds
-    return tokens / seconds if seconds > 0 else None
-
-
-def build_report(
-    records: Sequence[RequestRecord],
-    *,
-    title: str,
-    counter_check: CounterCheck | None = None,
-    prices: Prices | None = None,
-    notes: Sequence[str] = (),
-    cold_rate: float | None = None,
-) -> SavingsReport:
-    """Sum ``records`` into a :class:`SavingsReport`.
-
-    ``cold_rate`` (tokens per second) is used when none of ``records`` was
-    a cold request to measure it on.
-    """
-    reported = [r.cached_tokens for r in records if r.cached_tokens is not None]
-    missing = next((r.cached_reason for r in records if r.cached_tokens is None and r.cached_reason), None)
-    if reported and len(reported) < len(records):
-        missing_notes = [f"{len(records) - len(reported)} request(s) did not report cached tokens: {missing}"]
-    else:
-        missing_notes = []
-    engines = sorted({r.engine for r in records}) or ["unknown"]
-    models = sorted({r.model for r in records}) or ["unknown"]
-    return SavingsReport(
-        title=title,
-        engine=", ".join(engines),
-        model=", ".join(models),
-        requests=tuple(
-            RequestLine(
-                id=r.id,
-                purpose=r.purpose,
-                prompt_tokens=r.prompt_tokens,
-                cached_tokens=r.cached_tokens,
-                created_cache_tokens=r.created_cache_tokens,
-                completion_tokens=r.completion_tokens,
-                ttft_seconds=r.ttft_seconds,
-                total_seconds=r.total_seconds,
-                attempts=r.attempts,
-            )
-            for r in records
-        ),
-        prompt_tokens=sum(r.prompt_tokens or 0 for r in records),
-        cached_tokens=sum(reported) if reported else None,
-        completion_tokens=sum(r.completion_tokens or 0 for r in records),
-        missing_reason=None if reported else (missing or ("no requests" if not records else "not reported")),
-        cold_prefill_tokens_per_second=cold_prefill_rate(records) or cold_rate,
-        counter_check=counter_check,
-        prices=prices,
-        notes=tuple([*missing_notes, *notes]),
-    )
+USAGE_FIELDS: Final[tuple[str, ...]] = tuple(field.name for field in dataclasses.fields(Usage))
+"""The names of :class:`Usage`'s fields, in order: also the store's column names."""

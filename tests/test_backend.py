@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from fake_engine import FakeEngine, Fault
 
+from longctx.config import ServerOptions
 from longctx.backends.base import connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
 from longctx.backends.http import parse_context_overflow, split_base_url
@@ -48,7 +49,7 @@ def test_connect_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_an_unserved_model_is_a_clear_error() -> None:
     with pytest.raises(ConfigError, match=r"does not serve 'other'.*fake-model"):
-        connect(URL, model="other", transport=FakeEngine().transport())
+        connect(ServerOptions(URL, model="other"), transport=FakeEngine().transport())
 
 
 def test_an_unreachable_server_is_server_unreachable() -> None:

@@ -295,7 +295,7 @@ def test_chat_from_a_script_and_resume(repository: Path, home: Path, server_env:
     assert resumed.returncode == 0, resumed.stderr
     assert len(store.turns(session.id)) == 4
     requests = store.requests(session_ids=[session.id])
-    assert all((r.cached_tokens or 0) > 0 for r in requests[1:])
+    assert all((r.usage.cached_tokens or 0) > 0 for r in requests[1:])
 
 
 def test_doctor_and_sessions(repository: Path, home: Path, server_env: dict[str, str]) -> None:
@@ -353,7 +353,7 @@ def test_html_report_renders_in_headless_chromium(
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     store = Store.open(home)
     session = store.sessions()[0]
-    cached = sum(r.cached_tokens or 0 for r in store.requests(session_ids=[session.id]))
+    cached = sum(r.usage.cached_tokens or 0 for r in store.requests(session_ids=[session.id]))
     assert cached > 0
     assert f"{cached:,}" in rendered.stdout
     assert "longctx-chart" in rendered.stdout and "<rect" in rendered.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fake_engine import FakeEngine, Fault
 
+from longctx.config import RequestOptions
 from longctx.backends.base import Backend, connect
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
@@ -82,7 +83,7 @@ def test_reasoning_is_dropped_from_history(fake: FakeEngine, backend: Backend, s
 
 
 def test_resume_has_every_committed_turn(backend: Backend, store: Store) -> None:
-    session = Session(backend, PACK, store=store, title="resumable", cache_salt="tenant-1")
+    session = Session(backend, PACK, store=store, title="resumable", request=RequestOptions(cache_salt="tenant-1"))
     session.ask("one?")
     session.ask("two?")
     resumed = Session.resume(session.id, backend, store=Store.open(store.path.parent))
@@ -193,9 +194,9 @@ def test_affinity_key_is_the_packs(fake: FakeEngine, backend: Backend, store: St
 
 def test_bad_settings_are_refused(backend: Backend, store: Store) -> None:
     with pytest.raises(ConfigError, match="cache_salt"):
-        Session(backend, PACK, store=store, cache_salt="a/b")
+        Session(backend, PACK, store=store, request=RequestOptions(cache_salt="a/b"))
     with pytest.raises(ConfigError):
-        Session(backend, PACK, store=store, max_tokens=0)
+        Session(backend, PACK, store=store, request=RequestOptions(max_tokens=0))
     with pytest.raises(ConfigError, match="empty"):
         Session(backend, PACK, store=store).ask("   ")
 
@@ -207,7 +208,7 @@ def test_report_sums_requests_and_checks_counters(backend: Backend, store: Store
     session.ask_many(["x", "y"])
     report = session.report()
     assert len(report.requests) == 4
-    assert report.cached_tokens == sum(line.cached_tokens or 0 for line in report.requests)
+    assert report.cached_tokens == sum(line.usage.cached_tokens or 0 for line in report.requests)
     assert report.counter_check is not None and report.counter_check.matches is True
     assert report.counter_check.server_delta == report.cached_tokens
     data = json.loads(report.to_json())

@@ -19,7 +19,7 @@ from corpus_fixtures import make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
-from longctx.config import CorpusOptions
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
 from longctx.corpus import load_corpus
 from longctx.mapreduce import ShardedSession
@@ -83,7 +83,7 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
     engine_server: LocalServer, tiny_model: TinyModel, backend: Backend, store: Store, tmp_path: Path
 ) -> None:
     repository = make_repository(tmp_path / "repo", ("dataclasses.py",))
-    session = RepoSession(repository, backend=backend, store=store, max_tokens=8, concurrency=8)
+    session = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=8, concurrency=8))
     assert session.full_pack.prefix_tokens is not None and session.full_pack.prefix_tokens >= 8192
     assert not session.full_pack.estimated
     questions = [f"Question {i}: what does part {i} do?" for i in range(8)]
@@ -103,7 +103,7 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
 
 
 def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Store) -> None:
-    session = Session(backend, text_pack(), store=store, max_tokens=16)
+    session = Session(backend, text_pack(), store=store, request=RequestOptions(max_tokens=16))
     answers = [session.ask(f"Turn {i}: tell me more.") for i in range(5)]
     block = backend.info.cache_block_tokens
     for previous, answer in itertools.pairwise(answers):
@@ -120,7 +120,7 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
     backend: Backend, store: Store, tmp_path: Path
 ) -> None:
     repository = make_repository(tmp_path / "repo", ("dataclasses.py", "textwrap.py"))
-    before = RepoSession(repository, backend=backend, store=store, max_tokens=4)
+    before = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=4))
     before.ask("What does the text wrapper do?")
     old = before.full_pack
     assert old.prefix_tokens is not None
@@ -133,9 +133,9 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(repository)]
     subprocess.run([*git, "commit", "-qam", "edit the oldest file"], check=True)
 
-    layered = RepoSession(repository, backend=backend, store=store, max_tokens=4)
+    layered = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=4))
     answer = layered.ask("And the data classes?")
-    plain = RepoSession(repository, backend=backend, store=store, max_tokens=4, corpus=CorpusOptions(max_stale_share=0))
+    plain = RepoSession(repository, backend=backend, store=store, corpus=CorpusOptions(max_stale_share=0), request=RequestOptions(max_tokens=4))
     plain_answer = plain.ask("And the data classes, without layers?")
 
     assert any(section.name == "earlier:README.md" for section in layered.full_pack.sections)
@@ -155,13 +155,13 @@ def test_a_second_doc_session_over_the_same_pdfs_reads_their_text_from_the_store
     folder.mkdir()
     (folder / "report.pdf").write_bytes(make_pdf([f"Findings {uuid.uuid4()}", "The cache holds prefixes."]))
     (folder / "memo.pdf").write_bytes(make_pdf(["Prefill is the cost of long prompts."]))
-    first = DocSession(folder, backend=backend, store=store, max_tokens=8)
+    first = DocSession(folder, backend=backend, store=store, request=RequestOptions(max_tokens=8))
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("pypdf parsed a PDF whose text the store keeps")
 
     monkeypatch.setattr(pypdf, "PdfReader", refuse)
-    second = DocSession(folder, backend=backend, store=store, max_tokens=8)
+    second = DocSession(folder, backend=backend, store=store, request=RequestOptions(max_tokens=8))
 
     assert second.full_pack.fingerprint == first.full_pack.fingerprint
     answer = second.ask("What is the cost of long prompts?")
@@ -170,9 +170,9 @@ def test_a_second_doc_session_over_the_same_pdfs_reads_their_text_from_the_store
 
 def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> None:
     pack = text_pack()
-    Session(backend, pack, store=store, max_tokens=4).ask("warm the prefix")
-    salted = Session(backend, pack, store=store, max_tokens=4, cache_salt="tenant-b").ask("same prefix?")
-    plain = Session(backend, pack, store=store, max_tokens=4).ask("same prefix again?")
+    Session(backend, pack, store=store, request=RequestOptions(max_tokens=4)).ask("warm the prefix")
+    salted = Session(backend, pack, store=store, request=RequestOptions(max_tokens=4, cache_salt="tenant-b")).ask("same prefix?")
+    plain = Session(backend, pack, store=store, request=RequestOptions(max_tokens=4)).ask("same prefix again?")
     assert salted.usage.cached_tokens == 0
     assert plain.usage.cached_tokens and plain.usage.cached_tokens > 8000
 
@@ -202,9 +202,10 @@ def test_faults_are_retried_without_losing_or_duplicating_turns(
     proxy = FaultProxy(host, port, stall_seconds=20)
     try:
         backend = connect(
-            proxy.base_url, retry=RetryPolicy(attempts=8, initial_wait=0.1, max_wait=1.0), stall_timeout=3.0
+            ServerOptions(proxy.base_url, stall_timeout=3.0),
+            retry=RetryPolicy(attempts=8, initial_wait=0.1, max_wait=1.0),
         )
-        session = Session(backend, text_pack(20_000), store=store, max_tokens=32)
+        session = Session(backend, text_pack(20_000), store=store, request=RequestOptions(max_tokens=32))
         proxy.faults.extend(["drop", "503", "429:1", "stall", "cut"])
         started = time.monotonic()
         first = session.ask("first, through every fault")
@@ -239,7 +240,7 @@ CHILD = textwrap.dedent(
 
     url, home, prefix_file = sys.argv[1:4]
     pack = StoredPack("c" * 64, "test/1", "Answer about the documents.", Path(prefix_file).read_text(), {})
-    session = Session(connect(url), pack, store=Store.open(Path(home)), max_tokens=8)
+    session = Session(connect(url), pack, store=Store.open(Path(home)), request=RequestOptions(max_tokens=8))
     print("session", session.id, flush=True)
     for turn in range(100):
         print("asking", turn, flush=True)
@@ -303,7 +304,7 @@ def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     backend = connect(sglang_without_cache_report.api_base)
     diagnosis = backend.doctor()
     assert "--enable-cache-report" in {finding.flag for finding in diagnosis.findings}
-    session = Session(backend, text_pack(20_000), store=store, max_tokens=4)
+    session = Session(backend, text_pack(20_000), store=store, request=RequestOptions(max_tokens=4))
     session.ask("one")
     answer = session.ask("two")
     assert answer.usage.cached_tokens is None
@@ -325,8 +326,8 @@ def test_a_sharded_session_loads_its_paths_with_the_corpus_options(
     def prefixes(session: ShardedSession) -> str:
         return "".join(shard.pack.prefix for shard in session.shards if shard.pack is not None)
 
-    refused = ShardedSession(repository, backend=backend, store=store, max_tokens=8)
-    allowed = ShardedSession(repository, backend=backend, store=store, max_tokens=8, corpus=CorpusOptions(allow_secrets=True))
+    refused = ShardedSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=8))
+    allowed = ShardedSession(repository, backend=backend, store=store, corpus=CorpusOptions(allow_secrets=True), request=RequestOptions(max_tokens=8))
 
     assert "``` textwrap.py\n" in prefixes(refused) and packed_env not in prefixes(refused)
     assert "``` textwrap.py\n" in prefixes(allowed) and packed_env in prefixes(allowed)
@@ -343,7 +344,7 @@ def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store
     sharded = build_shards(corpus, budget=budget, tokenizer=backend.tokenizer(), store=store)
     assert len(sharded.shards) >= 2
     assert all((shard.total_tokens or 0) <= budget.prompt_budget for shard in sharded.shards)
-    session = ShardedSession(repository, backend=backend, store=store, sharded=sharded, max_tokens=8)
+    session = ShardedSession(repository, backend=backend, store=store, sharded=sharded, request=RequestOptions(max_tokens=8))
     first = session.ask("What is defined here?")
     second = session.ask("And what is exported?")
     assert len(first.shard_answers) == len(sharded.shards)

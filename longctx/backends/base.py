@@ -29,7 +29,7 @@ from longctx.backends.engines import (
     read_counters,
 )
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport
-from longctx.config import resolve_api_key, resolve_base_urls, resolve_model
+from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError
 from longctx.retry import OnRetry, RetryOutcome, RetryPolicy, acall_with_retry, call_with_retry
 from longctx.serving.advice import Finding, suggest_server_flags
@@ -315,40 +315,36 @@ def _discover(
 
 
 def connect(
-    base_url: str | Sequence[str] | None = None,
+    server: ServerOptions | str | Sequence[str] | None = None,
     *,
-    model: str | None = None,
-    api_key: str | None = None,
     retry: RetryPolicy | None = None,
-    timeout: float = 3600.0,
-    stall_timeout: float = 600.0,
     transport: Transport | None = None,
     async_transport: AsyncTransport | None = None,
 ) -> Backend:
-    """Connect to the server(s) at ``base_url`` and discover what they are.
+    """Connect to the server(s) ``server`` names and discover what they are.
 
-    Arguments fall back to ``LONGCTX_BASE_URL``, ``LONGCTX_MODEL`` and
-    ``LONGCTX_API_KEY``. ``stall_timeout`` bounds the wait for any byte of a
-    response (the first one comes after prefill, so keep it above the
-    longest prefill); ``timeout`` bounds a whole request. ``transport`` and
-    ``async_transport`` replace the network in tests. Raises
+    ``server`` is a :class:`~longctx.config.ServerOptions`, or just the
+    URL(s) (``connect("http://host:8000/v1")``); what it leaves unset falls
+    back to ``LONGCTX_BASE_URL``, ``LONGCTX_MODEL`` and ``LONGCTX_API_KEY``.
+    ``transport`` and ``async_transport`` replace the network in tests.
+    The caller owns the backend and closes it. Raises
     :class:`ServerUnreachable` when no server answers and
     :class:`ConfigError` when the model is not served.
     """
+    options = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
     policy = retry or RetryPolicy()
-    urls = resolve_base_urls(base_url)
-    chosen_model = resolve_model(model)
-    key = resolve_api_key(api_key)
+    chosen_model = options.resolved_model()
+    key = options.resolved_api_key()
     replicas: list[_Replica] = []
-    for url in urls:
+    for url in options.base_urls():
         info, endpoint = _discover(url, chosen_model, key, policy, transport)
         chosen_model = chosen_model or info.model
         chat = ChatClient(
             info.api_url,
             info.model,
             api_key=key,
-            timeout=timeout,
-            stall_timeout=stall_timeout,
+            timeout=options.timeout,
+            stall_timeout=options.stall_timeout,
             missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
             transport=transport,
             async_transport=async_transport,

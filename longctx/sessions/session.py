@@ -50,7 +50,8 @@ from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.sessions import siblings
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
-from longctx.usage import Prices, SavingsReport, Usage, build_report, cold_prefill_rate
+from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
+from longctx.usage import Usage
 
 if TYPE_CHECKING:
     from longctx.pack import Pack
@@ -444,7 +445,18 @@ class Session(Conversation):
         """The records of one answered request, and the answer they make."""
         completion = sent.completion
         now = time.time()
-        request = _request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, finished_at=now)
+        request = RequestRecord(
+            id=sent.request_id,
+            session_id=session_id,
+            batch_id=batch_id,
+            purpose=purpose,
+            started_at=now - (completion.usage.total_seconds or 0.0),
+            base_url=sent.server.api_url,
+            engine=sent.server.engine,
+            model=sent.server.model,
+            usage=completion.usage,
+            attempts=sent.attempts,
+        )
         turn = TurnRecord(
             session_id=session_id,
             position=position,
@@ -689,24 +701,3 @@ def _stored_pack(pack: Pack | StoredPack) -> StoredPack:
         summary=pack.summary(),
     )
 
-
-def _request_record(sent: Sent, *, session_id: str, batch_id: str | None, purpose: str, finished_at: float) -> RequestRecord:
-    usage = sent.completion.usage
-    return RequestRecord(
-        id=sent.request_id,
-        session_id=session_id,
-        batch_id=batch_id,
-        purpose=purpose,
-        started_at=finished_at - (usage.total_seconds or 0.0),
-        base_url=sent.server.api_url,
-        engine=sent.server.engine,
-        model=sent.server.model,
-        prompt_tokens=usage.prompt_tokens,
-        cached_tokens=usage.cached_tokens,
-        created_cache_tokens=usage.created_cache_tokens,
-        completion_tokens=usage.completion_tokens,
-        ttft_seconds=usage.ttft_seconds,
-        total_seconds=usage.total_seconds,
-        attempts=sent.attempts,
-        cached_reason=usage.cached_reason,
-    )

@@ -35,7 +35,7 @@ from longctx.pack import Pack, ShardedPack
 from longctx.sessions.corpus import Paths, as_paths, shards_for_server
 from longctx.sessions.session import Answer, Batch, Conversation, Progress, Session
 from longctx.store import SessionRecord, Store
-from longctx.usage import Prices, SavingsReport, build_report
+from longctx.report import Prices, SavingsReport, build_report
 
 __all__ = ["REDUCE_SYSTEM", "ShardedSession"]
 

@@ -41,7 +41,7 @@ from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
 from longctx.corpus import load_corpus
 from longctx.packing import build_pack
-from longctx.session import Session
+from longctx.sessions import Session
 from longctx.store import Store
 from longctx.testing import EngineHarness
 from longctx.usage import Usage

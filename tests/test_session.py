@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 from fake_engine import FakeEngine, Fault
 
-from longctx.config import RequestOptions
+from longctx.config import RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
-from longctx.session import Session, history_form
+from longctx.sessions import Session
+from longctx.sessions.session import history_form
 from longctx.store import Store, StoredPack
 
 URL = "http://fake-engine:8000/v1"
@@ -254,23 +255,24 @@ def test_store_filters_requests_and_lists_branches(backend: Backend, store: Stor
 def test_a_sharded_session_connects_with_its_api_key(
     fake: FakeEngine, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from longctx import mapreduce
     from longctx.corpus import load_corpus
-    from longctx.packing import build_pack
+    from longctx.pack import build_pack
+    from longctx.sessions import ShardedSession, sharded
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
     built = build_pack(load_corpus(tmp_path / "docs"))
-    seen: list[dict[str, object]] = []
+    seen: list[ServerOptions] = []
 
-    def recording_connect(base_url: str | None, **options: object) -> Backend:
-        seen.append({"base_url": base_url, **options})
+    def recording_connect(server: ServerOptions) -> Backend:
+        seen.append(server)
         return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
-    monkeypatch.setattr(mapreduce, "connect", recording_connect)
-    session = mapreduce.ShardedSession(
-        tmp_path / "docs", base_url=URL, model="m", api_key="sk-test", store=store, sharded=built
-    )
+    monkeypatch.setattr(sharded, "connect", recording_connect)
+    options = ServerOptions(URL, model="m", api_key="sk-test")
+    session = ShardedSession(tmp_path / "docs", server=options, store=store, sharded=built)
 
-    assert seen == [{"base_url": URL, "model": "m", "api_key": "sk-test"}]
+    assert seen == []  # constructing contacts no server
     assert session.ask("What is A?").text
+    assert seen == [options]
+    assert seen[0].api_key == "sk-test"

@@ -1,0 +1,146 @@
+"""The layout's rules (docs/architecture.md): no import circle, no module over 800 lines, one home per library.
+
+The imports are read from the source, not from a running interpreter, so
+an import inside a function counts like one at the top (hiding a circle
+in a function does not hide it here); only imports under ``if
+TYPE_CHECKING:`` are left out, since they never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "longctx"
+MAX_LINES = 800
+
+# Each third-party library is imported by one module (or one folder) only.
+LIBRARY_HOMES = {
+    "git": ("longctx/sources/git.py",),
+    "pypdf": ("longctx/sources/pdf.py",),
+    "tiktoken": ("longctx/tokens.py",),
+    "tenacity": ("longctx/retry.py",),
+    "openai": ("longctx/backends/",),
+    "click": ("longctx/cli/",),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if "standins" not in path.parts}
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: all of them but those under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (n for branch in node.orelse for n in _runtime_imports_of(branch))
+            continue
+        yield from _runtime_imports_of(node)
+
+
+def _runtime_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        yield node
+    else:
+        yield from _runtime_imports(node)
+
+
+def _resolve(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
+    """The longctx modules ``node`` (in ``module``) makes Python import."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names if alias.name in MODULES)
+        return
+    base = node.module or ""
+    if node.level:
+        package = module if MODULES[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        if submodule in MODULES:
+            yield submodule
+        elif base in MODULES:
+            yield base
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        graph[name] = {target for node in _runtime_imports(tree) for target in _resolve(name, node)} - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` (as the list of modules around it), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_no_import_circle_in_longctx() -> None:
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle or [])
+
+
+def test_the_circle_check_finds_a_circle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_a_function_level_import_counts_and_a_type_checking_one_does_not() -> None:
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from longctx.pack import Pack\n"
+        "def f():\n    from longctx.store import Store\n"
+    )
+    found = {target for node in _runtime_imports(tree) for target in _resolve("longctx.corpus", node)}
+    assert found == {"longctx.store"}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_no_module_over_800_lines(name: str) -> None:
+    lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)} has {lines} lines; split it by concept"
+
+
+def test_each_library_is_imported_in_its_one_home() -> None:
+    strays: list[str] = []
+    for name, path in MODULES.items():
+        relative = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                roots = {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                roots = {node.module.split(".")[0]}
+            else:
+                continue
+            for library in roots & set(LIBRARY_HOMES):
+                if not relative.startswith(LIBRARY_HOMES[library]) and not name.startswith("longctx.testing"):
+                    strays.append(f"{relative} imports {library}")
+    assert not strays, strays

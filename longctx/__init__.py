@@ -1,8 +1,8 @@
 """longctx: cache-friendly long-context question answering on vLLM and SGLang.
 
-    from longctx import RepoSession
+    from longctx import RepoSession, ServerOptions
 
-    session = RepoSession("path/to/repo", base_url="http://127.0.0.1:8000/v1")
+    session = RepoSession("path/to/repo", server=ServerOptions("http://127.0.0.1:8000/v1"))
     print(session.ask("Where is the retry policy defined?"))
     batch = session.ask_many(["What does the store hold?", "How are turns committed?"])
     print(session.report().to_text())
@@ -11,7 +11,10 @@ The pieces, in the order data flows: :func:`load_corpus` (paths to ordered
 documents and a manifest), :func:`pack` (the byte-stable prompt prefix),
 :func:`connect` (a server and what it reports), :class:`Session` (turns,
 siblings, forks, stored in SQLite), :class:`SavingsReport` (what the cache
-saved, checked against the server's counters).
+saved, checked against the server's counters). Options travel as one object
+per concern: :class:`CorpusOptions`, :class:`RequestOptions`,
+:class:`ServerOptions`. Everything a public call returns or raises is
+importable from here; the exception tree is drawn in :mod:`longctx.errors`.
 """
 
 from __future__ import annotations
@@ -22,66 +25,99 @@ from typing import TYPE_CHECKING, Any
 # Imported on first use (PEP 562): `import longctx` stays cheap for the CLI,
 # and the openai client is loaded only by code that talks to a server.
 _EXPORTS: dict[str, str] = {
-    "Answer": "longctx.session",
+    "Answer": "longctx.sessions",
     "Backend": "longctx.backends.base",
     "BackendError": "longctx.errors",
-    "Batch": "longctx.session",
-    "Budget": "longctx.packing",
+    "Batch": "longctx.sessions",
+    "BoundaryCheck": "longctx.pack",
+    "Budget": "longctx.pack",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
+    "Conversation": "longctx.sessions",
     "Corpus": "longctx.corpus",
+    "CorpusOptions": "longctx.config",
+    "CounterCheck": "longctx.report",
     "Diagnosis": "longctx.backends.base",
-    "DocSession": "longctx.session",
+    "DocSession": "longctx.sessions",
     "Document": "longctx.documents",
+    "EnvironmentBuildError": "longctx.errors",
+    "EstimateTokenizer": "longctx.tokens",
+    "Finding": "longctx.serving.advice",
+    "HarnessError": "longctx.errors",
     "InputError": "longctx.errors",
-    "Limits": "longctx.corpus",
+    "InsufficientMemory": "longctx.errors",
+    "Limits": "longctx.config",
     "LongctxError": "longctx.errors",
     "Manifest": "longctx.corpus",
-    "MapReduceAnswer": "longctx.mapreduce",
+    "ManifestEntry": "longctx.corpus",
+    "ModelBuildError": "longctx.errors",
     "OutputError": "longctx.errors",
-    "Pack": "longctx.packing",
-    "Prices": "longctx.usage",
-    "RepoSession": "longctx.session",
+    "Pack": "longctx.pack",
+    "PackComparison": "longctx.pack",
+    "PackError": "longctx.errors",
+    "PackResult": "longctx.pack",
+    "Prices": "longctx.report",
+    "PromptCount": "longctx.pack",
+    "RepoSession": "longctx.sessions",
+    "RequestLine": "longctx.report",
+    "RequestOptions": "longctx.config",
+    "RequestRecord": "longctx.store",
     "RetryPolicy": "longctx.retry",
-    "SavingsReport": "longctx.usage",
+    "Saved": "longctx.outputs",
+    "SavingsReport": "longctx.report",
+    "Section": "longctx.pack",
+    "ServerDiedError": "longctx.errors",
+    "ServerError": "longctx.errors",
     "ServerInfo": "longctx.backends.base",
+    "ServerOptions": "longctx.config",
+    "ServerStartError": "longctx.errors",
+    "ServerTokenizer": "longctx.backends.tokenizer",
     "ServerUnreachable": "longctx.errors",
-    "Session": "longctx.session",
+    "ServingConfigError": "longctx.errors",
+    "Session": "longctx.sessions",
     "SessionNotFound": "longctx.errors",
-    "ShardedPack": "longctx.packing",
-    "ShardedSession": "longctx.mapreduce",
+    "SessionRecord": "longctx.store",
+    "ShardedPack": "longctx.pack",
+    "ShardedSession": "longctx.sessions",
+    "SourceError": "longctx.errors",
     "Store": "longctx.store",
+    "StoreError": "longctx.errors",
+    "StoredPack": "longctx.store",
+    "TiktokenFileTokenizer": "longctx.tokens",
+    "Tokenizer": "longctx.tokens",
+    "TokenizerError": "longctx.errors",
+    "TokenizerJsonTokenizer": "longctx.tokens",
+    "TurnRecord": "longctx.store",
+    "UnsupportedArchitecture": "longctx.errors",
     "Usage": "longctx.usage",
-    "build_pack": "longctx.packing",
-    "build_shards": "longctx.packing",
-    "compare_packs": "longctx.packing",
+    "build_pack": "longctx.pack",
+    "build_shards": "longctx.pack",
+    "check_cache_boundary": "longctx.pack",
+    "compare_packs": "longctx.pack",
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
-    "pack": "longctx.packing",
+    "pack": "longctx.pack",
+    "resume": "longctx.sessions",
+    "tokenizer_from_model_dir": "longctx.tokens",
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
-    from longctx.corpus import Corpus, Limits, Manifest, load_corpus
+    from longctx.errors import BackendError, BudgetError, ConfigError, ContextOverflow, EnvironmentBuildError, HarnessError, InputError, InsufficientMemory, LongctxError, ModelBuildError, OutputError, PackError, ServerDiedError, ServerError, ServerStartError, ServerUnreachable, ServingConfigError, SessionNotFound, SourceError, StoreError, TokenizerError, UnsupportedArchitecture
+    from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
+    from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
-    from longctx.errors import (
-        BackendError,
-        BudgetError,
-        ConfigError,
-        ContextOverflow,
-        InputError,
-        LongctxError,
-        OutputError,
-        ServerUnreachable,
-        SessionNotFound,
-    )
-    from longctx.mapreduce import MapReduceAnswer, ShardedSession
-    from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards, compare_packs, pack
+    from longctx.pack import BoundaryCheck, Budget, Pack, PackComparison, PackResult, PromptCount, Section, ShardedPack, build_pack, build_shards, check_cache_boundary, compare_packs, pack
+    from longctx.outputs import Saved
+    from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer, tokenizer_from_model_dir
+    from longctx.backends.tokenizer import ServerTokenizer
+    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
+    from longctx.serving.advice import Finding
     from longctx.retry import RetryPolicy
-    from longctx.session import Answer, Batch, DocSession, RepoSession, Session
-    from longctx.store import Store
-    from longctx.usage import Prices, SavingsReport, Usage
+    from longctx.sessions import Answer, Batch, Conversation, DocSession, RepoSession, Session, ShardedSession, resume
+    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+    from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
+    from longctx.usage import Usage
 
 
 def __getattr__(name: str) -> Any:
@@ -102,40 +138,78 @@ __all__ = [
     "Backend",
     "BackendError",
     "Batch",
+    "BoundaryCheck",
     "Budget",
     "BudgetError",
     "ConfigError",
     "ContextOverflow",
+    "Conversation",
     "Corpus",
+    "CorpusOptions",
+    "CounterCheck",
     "Diagnosis",
     "DocSession",
     "Document",
+    "EnvironmentBuildError",
+    "EstimateTokenizer",
+    "Finding",
+    "HarnessError",
     "InputError",
+    "InsufficientMemory",
     "Limits",
     "LongctxError",
     "Manifest",
-    "MapReduceAnswer",
+    "ManifestEntry",
+    "ModelBuildError",
     "OutputError",
     "Pack",
+    "PackComparison",
+    "PackError",
+    "PackResult",
     "Prices",
+    "PromptCount",
     "RepoSession",
+    "RequestLine",
+    "RequestOptions",
+    "RequestRecord",
     "RetryPolicy",
+    "Saved",
     "SavingsReport",
+    "Section",
+    "ServerDiedError",
+    "ServerError",
     "ServerInfo",
+    "ServerOptions",
+    "ServerStartError",
+    "ServerTokenizer",
     "ServerUnreachable",
+    "ServingConfigError",
     "Session",
     "SessionNotFound",
+    "SessionRecord",
     "ShardedPack",
     "ShardedSession",
+    "SourceError",
     "Store",
+    "StoreError",
+    "StoredPack",
+    "TiktokenFileTokenizer",
+    "Tokenizer",
+    "TokenizerError",
+    "TokenizerJsonTokenizer",
+    "TurnRecord",
+    "UnsupportedArchitecture",
     "Usage",
     "__version__",
     "build_pack",
     "build_shards",
+    "check_cache_boundary",
     "compare_packs",
     "connect",
     "load_corpus",
     "pack",
+    "resume",
+    "tokenizer_from_model_dir",
 ]
 
 __version__ = "0.1.0"

@@ -26,13 +26,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from longctx.config import default_home
 from longctx.errors import SessionNotFound, StoreError
-
-if TYPE_CHECKING:
-    from longctx.sources.pdf import PdfText
 
 __all__ = [
     "DATABASE_NAME",
@@ -449,10 +446,13 @@ class Store:
 
     # -- PDF texts ----------------------------------------------------------
 
-    def pdf_text(self, extractor: str, content_sha256: str) -> PdfText | None:
-        """The text kept for the PDF with this sha256 by this extractor (see :mod:`longctx.sources.pdf`)."""
-        from longctx.sources.pdf import PdfText
+    def pdf_text(self, extractor: str, content_sha256: str) -> dict[str, Any] | None:
+        """The text kept for this content by this extractor, or None.
 
+        The record is ``{"text": str, "page_count": int, "notes": list[str]}``,
+        as given to :meth:`save_pdf_text`; what it means is the extractor's
+        business (:mod:`longctx.sources.pdf`), not the store's.
+        """
         rows = self._query(
             "SELECT text, page_count, notes_json FROM pdf_texts WHERE extractor = ? AND content_sha256 = ?",
             [extractor, content_sha256],
@@ -460,16 +460,24 @@ class Store:
         if not rows:
             return None
         row = rows[0]
-        text = bytes(row["text"]).decode("utf-8", "surrogatepass")
-        return PdfText(text, row["page_count"], tuple(json.loads(row["notes_json"])))
+        return {
+            "text": bytes(row["text"]).decode("utf-8", "surrogatepass"),
+            "page_count": row["page_count"],
+            "notes": json.loads(row["notes_json"]),
+        }
 
-    def save_pdf_text(self, extractor: str, content_sha256: str, extracted: PdfText) -> None:
+    def save_pdf_text(self, extractor: str, content_sha256: str, record: Mapping[str, Any]) -> None:
+        """Keep ``record`` (shaped as :meth:`pdf_text` returns it) for this content and extractor.
+
+        The text may hold lone surrogates (a PDF's text need not be valid
+        Unicode); they are kept, hence the blob.
+        """
         with self.transaction() as connection:
             connection.execute(
                 "INSERT OR REPLACE INTO pdf_texts (extractor, content_sha256, text, page_count,"
                 " notes_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-                (extractor, content_sha256, extracted.text.encode("utf-8", "surrogatepass"),
-                 extracted.page_count, json.dumps(list(extracted.notes)), time.time()),
+                (extractor, content_sha256, str(record["text"]).encode("utf-8", "surrogatepass"),
+                 int(record["page_count"]), json.dumps(list(record["notes"])), time.time()),
             )  # fmt: skip
 
     # -- last-commit times -------------------------------------------------

@@ -148,6 +148,19 @@ def test_a_changed_pdf_or_a_new_extractor_is_parsed_again(
         assert parsed == [pdf.read_bytes()]
 
 
+def test_a_kept_text_comes_back_from_the_store_as_it_was_extracted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Lone surrogates and notes survive the store's plain record (a blob and a JSON list).
+    extracted = PdfText("--- page 1 of 1 ---\nodd \udcff byte\n", 1, ("pypdf: a note", "page 1: x"))
+    monkeypatch.setattr(pdf_module, "extract_pdf", lambda data: extracted)
+    with Store.open(tmp_path / "home") as store:
+        assert pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store) == extracted
+        monkeypatch.setattr(pdf_module, "extract_pdf", lambda data: pytest.fail("parsed again"))
+        kept = pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store)
+    assert kept == extracted and isinstance(kept, PdfText)
+
+
 def test_a_pdf_that_fails_is_not_kept(tmp_path: Path) -> None:
     folder = tmp_path / "papers"
     folder.mkdir()

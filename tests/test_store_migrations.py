@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from longctx import store as store_module
 from longctx.errors import StoreError
 from longctx.store import DATABASE_NAME, Store
+from longctx.store.db import MIGRATIONS
 
 # The schema of the release before pack snapshots kept their manifest apart.
 _EARLIER_VERSION = 2
@@ -19,7 +19,7 @@ def _earlier_database(home: Path) -> Path:
     home.mkdir()
     path = home / DATABASE_NAME
     connection = sqlite3.connect(path)
-    for number, script in enumerate(store_module._MIGRATIONS[:_EARLIER_VERSION], start=1):
+    for number, script in enumerate(MIGRATIONS[:_EARLIER_VERSION], start=1):
         connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
     connection.execute(
         "INSERT INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)", ("t", "a" * 64, 7)
@@ -48,14 +48,14 @@ def test_an_earlier_database_is_upgraded_and_keeps_its_counts(tmp_path: Path) ->
         assert store._query("SELECT COUNT(*) AS n FROM pdf_texts")[0]["n"] == 0
 
     version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
-    assert version == len(store_module._MIGRATIONS)
+    assert version == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
     connection = sqlite3.connect(home / DATABASE_NAME)
-    connection.execute(f"PRAGMA user_version = {len(store_module._MIGRATIONS) + 1}")
+    connection.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
     connection.commit()
     connection.close()
 

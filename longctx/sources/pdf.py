@@ -35,10 +35,10 @@ import hashlib
 import io
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from longctx.sources.decoding import normalise_newlines
 
@@ -80,11 +80,26 @@ class PdfFailure:
 
 
 class PdfTextCache(Protocol):
-    """Where extracted texts are kept, by extractor identity and the PDF's sha256."""
+    """Where extracted texts are kept, by extractor identity and the PDF's sha256.
 
-    def pdf_text(self, extractor: str, content_sha256: str) -> PdfText | None: ...
+    It keeps plain records, ``{"text": str, "page_count": int, "notes":
+    list[str]}`` (the text may hold lone surrogates), so that a cache (the
+    store) needs to know nothing of :class:`PdfText`.
+    """
 
-    def save_pdf_text(self, extractor: str, content_sha256: str, extracted: PdfText) -> None: ...
+    def pdf_text(self, extractor: str, content_sha256: str) -> Mapping[str, Any] | None: ...
+
+    def save_pdf_text(self, extractor: str, content_sha256: str, record: Mapping[str, Any]) -> None: ...
+
+
+def _as_record(extracted: PdfText) -> dict[str, Any]:
+    """``extracted`` as a :class:`PdfTextCache` keeps it."""
+    return {"text": extracted.text, "page_count": extracted.page_count, "notes": list(extracted.notes)}
+
+
+def _from_record(record: Mapping[str, Any]) -> PdfText:
+    """The :class:`PdfText` a :class:`PdfTextCache` record was made from."""
+    return PdfText(record["text"], record["page_count"], tuple(record["notes"]))
 
 
 @functools.cache
@@ -114,10 +129,10 @@ def extract_pdf_cached(data: bytes, content_sha256: str, cache: PdfTextCache | N
     extractor = extractor_identity()
     kept = cache.pdf_text(extractor, content_sha256)
     if kept is not None:
-        return kept
+        return _from_record(kept)
     extracted = extract_pdf(data)
     if isinstance(extracted, PdfText):
-        cache.save_pdf_text(extractor, content_sha256, extracted)
+        cache.save_pdf_text(extractor, content_sha256, _as_record(extracted))
     return extracted
 
 

@@ -1,0 +1,223 @@
+"""The store's SQLite database: one connection, its lock, transactions and schema versions.
+
+Schema changes are migrations (:data:`MIGRATIONS`), applied in order and
+recorded in ``PRAGMA user_version``; a database written by a newer longctx
+is refused rather than misread. A migration, once released, is never
+edited: databases out there were built by it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+from longctx.errors import StoreError
+
+__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database"]
+
+DATABASE_NAME: Final = "longctx.db"
+"""The database's file name in the longctx home folder."""
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    # 1: token counts, packs, sessions, turns, requests.
+    """
+    CREATE TABLE token_counts (
+        tokenizer TEXT NOT NULL,
+        content_sha256 TEXT NOT NULL,
+        tokens INTEGER NOT NULL,
+        PRIMARY KEY (tokenizer, content_sha256)
+    ) WITHOUT ROWID;
+
+    CREATE TABLE packs (
+        fingerprint TEXT PRIMARY KEY,
+        format_version TEXT NOT NULL,
+        system TEXT NOT NULL,
+        prefix TEXT NOT NULL,
+        summary_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+
+    CREATE TABLE sessions (
+        id TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        title TEXT NOT NULL,
+        pack_fingerprint TEXT REFERENCES packs(fingerprint),
+        parent_id TEXT REFERENCES sessions(id) ON DELETE SET NULL,
+        parent_turns INTEGER,
+        settings_json TEXT NOT NULL
+    );
+    CREATE INDEX sessions_by_parent ON sessions(parent_id);
+
+    CREATE TABLE turns (
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        question TEXT NOT NULL,
+        answer TEXT NOT NULL,
+        history_answer TEXT NOT NULL,
+        reasoning TEXT,
+        request_id TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, position)
+    );
+
+    CREATE TABLE requests (
+        id TEXT PRIMARY KEY,
+        session_id TEXT REFERENCES sessions(id) ON DELETE CASCADE,
+        batch_id TEXT,
+        purpose TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        base_url TEXT NOT NULL,
+        engine TEXT NOT NULL,
+        model TEXT NOT NULL,
+        prompt_tokens INTEGER,
+        cached_tokens INTEGER,
+        created_cache_tokens INTEGER,
+        completion_tokens INTEGER,
+        ttft_seconds REAL,
+        total_seconds REAL,
+        attempts INTEGER NOT NULL,
+        cached_reason TEXT
+    );
+    CREATE INDEX requests_by_session ON requests(session_id, started_at);
+    CREATE INDEX requests_by_batch ON requests(batch_id);
+
+    CREATE TABLE counter_checks (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        batch_id TEXT,
+        base_url TEXT NOT NULL,
+        counter TEXT NOT NULL,
+        before INTEGER NOT NULL,
+        after INTEGER NOT NULL,
+        reported INTEGER,
+        requests INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX counter_checks_by_session ON counter_checks(session_id);
+    """,
+    # 2: pack snapshots (longctx.snapshots): a pack's summary and manifest,
+    # kept under the state of the repository it was built from; its text is a
+    # file beside the database (SQLite writes a 37 MB value twice, through its
+    # journal, about ten times slower than a plain file).
+    """
+    CREATE TABLE pack_snapshots (
+        slot TEXT PRIMARY KEY,
+        state TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        summary_json TEXT NOT NULL,
+        section_sizes_json TEXT NOT NULL,
+        text_file TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
+    # 3: a snapshot's manifest apart from its summary: a reused pack's
+    # manifest (thousands of entries) is decoded only if someone reads it.
+    # Rows from before have none and are not read back (snapshot format 2).
+    """
+    ALTER TABLE pack_snapshots ADD COLUMN manifest_json TEXT;
+    """,
+    # 4: PDF texts by extractor and content (longctx.sources.pdf): a PDF
+    # already read is not parsed again. The text is UTF-8 with lone
+    # surrogates kept (surrogatepass), hence a blob.
+    """
+    CREATE TABLE pdf_texts (
+        extractor TEXT NOT NULL,
+        content_sha256 TEXT NOT NULL,
+        text BLOB NOT NULL,
+        page_count INTEGER NOT NULL,
+        notes_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (extractor, content_sha256)
+    );
+    """,
+    # 5: last-commit times of a repository's files as of a commit
+    # (longctx.sources.repo): the walk over history is done once per commit.
+    """
+    CREATE TABLE commit_times (
+        key TEXT PRIMARY KEY,
+        times_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
+)
+
+
+class Database:
+    """One connection to a longctx database, shared between threads under one lock.
+
+    The concern classes of :class:`longctx.store.Store` build on it: they
+    read through :meth:`_query` and write through :meth:`transaction`.
+    Opening creates the file (and its folder) if needed and brings its
+    schema up to date; raises :class:`StoreError` when either fails.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._connection = sqlite3.connect(
+                path, check_same_thread=False, isolation_level=None, timeout=30
+            )
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"cannot open the longctx database at {path}: {error}") from error
+        self._lock = threading.RLock()
+        self._connection.row_factory = sqlite3.Row
+        self._connection.execute("PRAGMA foreign_keys = ON")
+        self._connection.execute("PRAGMA journal_mode = WAL")
+        self._connection.execute("PRAGMA synchronous = NORMAL")
+        try:
+            self._migrate()
+        except StoreError:
+            # No one will hold this object to close it.
+            self._connection.close()
+            raise
+
+    def close(self) -> None:
+        """Close the connection; closing it again does nothing."""
+        with self._lock:
+            self._connection.close()  # sqlite3 ignores a second close
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One atomic unit of writes: all of it is committed, or none."""
+        with self._lock:
+            try:
+                self._connection.execute("BEGIN IMMEDIATE")
+                yield self._connection
+                self._connection.execute("COMMIT")
+            except BaseException:
+                if self._connection.in_transaction:
+                    self._connection.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
+        with self._lock:
+            try:
+                return self._connection.execute(sql, parameters).fetchall()
+            except sqlite3.Error as error:
+                raise StoreError(f"reading the longctx database {self.path} failed: {error}") from error
+
+    def _migrate(self) -> None:
+        """Apply the migrations the database lacks, each in its own transaction."""
+        with self._lock:
+            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
+            if version > len(MIGRATIONS):
+                raise StoreError(
+                    f"the database {self.path} has schema version {version}, newer than this "
+                    f"longctx understands ({len(MIGRATIONS)}); upgrade longctx"
+                )
+            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+                try:
+                    self._connection.executescript(
+                        f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
+                    )
+                except sqlite3.Error as error:
+                    if self._connection.in_transaction:
+                        self._connection.execute("ROLLBACK")
+                    raise StoreError(f"migrating {self.path} to schema {number} failed: {error}") from error

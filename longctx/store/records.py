@@ -1,0 +1,124 @@
+"""The records the store keeps and returns: frozen values, no behaviour.
+
+``RequestRecord``'s fields are the ``requests`` table's columns, one for one
+(:meth:`longctx.store.Store.requests` builds it from a row by name).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from longctx.store.blobs import StoredText
+
+__all__ = [
+    "CounterCheckRecord",
+    "RequestRecord",
+    "SessionRecord",
+    "StoredPack",
+    "StoredPackSnapshot",
+    "TurnRecord",
+]
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """A stored session: its settings and where it branched from."""
+
+    id: str
+    created_at: float
+    kind: str
+    title: str
+    pack_fingerprint: str | None
+    parent_id: str | None
+    parent_turns: int | None
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One completed question and answer.
+
+    ``history_answer`` is the answer as the chat template will render it in
+    later requests (reasoning removed where the template drops it); later
+    prompts are built from it so their prefix matches what the server saw.
+    """
+
+    session_id: str
+    position: int
+    question: str
+    answer: str
+    history_answer: str
+    reasoning: str | None
+    request_id: str | None
+    created_at: float
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """Usage and timing of one request to a server.
+
+    A count the server did not report is ``None``; ``cached_reason`` says why
+    (for instance the flag that would turn reporting on).
+    """
+
+    id: str
+    session_id: str | None
+    batch_id: str | None
+    purpose: str
+    started_at: float
+    base_url: str
+    engine: str
+    model: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    created_cache_tokens: int | None
+    completion_tokens: int | None
+    ttft_seconds: float | None
+    total_seconds: float | None
+    attempts: int
+    cached_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class CounterCheckRecord:
+    """A server counter read before and after one call's requests."""
+
+    session_id: str
+    batch_id: str | None
+    base_url: str
+    counter: str
+    before: int
+    after: int
+    reported: int | None
+    requests: int
+
+
+@dataclass(frozen=True)
+class StoredPack:
+    """What a session needs of its pack to resume without the original files."""
+
+    fingerprint: str
+    format_version: str
+    system: str
+    prefix: str
+    summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredPackSnapshot:
+    """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
+
+    ``text`` is the UTF-8 of every section in order, open and mapped from
+    its file; ``section_sizes`` the byte length of each section;
+    ``manifest_json`` the manifest as it was saved, not yet decoded.
+    """
+
+    slot: str
+    state: str
+    fingerprint: str
+    summary: Mapping[str, Any]
+    text: StoredText
+    section_sizes: tuple[int, ...]
+    manifest_json: str = field(repr=False)

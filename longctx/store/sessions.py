@@ -1,0 +1,219 @@
+"""What the store keeps of sessions: their packs, turns, requests and counter checks.
+
+Every write is one transaction: a turn and the request that produced it are
+committed together after the response arrived, so after a crash a session
+holds every completed turn and no half turn.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from longctx.errors import SessionNotFound, StoreError
+from longctx.store.db import Database
+from longctx.store.records import (
+    CounterCheckRecord,
+    RequestRecord,
+    SessionRecord,
+    StoredPack,
+    TurnRecord,
+)
+
+__all__ = ["SessionLog"]
+
+
+class SessionLog(Database):
+    """Reads and writes of sessions and what belongs to them, over the store's one connection."""
+
+    # -- packs --------------------------------------------------------------
+
+    def save_pack(self, pack: StoredPack) -> None:
+        """Keep a pack's prefix so its sessions can resume; idempotent."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR IGNORE INTO packs"
+                " (fingerprint, format_version, system, prefix, summary_json, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
+                 json.dumps(pack.summary, sort_keys=True), time.time()),
+            )  # fmt: skip
+
+    def pack(self, fingerprint: str) -> StoredPack | None:
+        """The pack kept under ``fingerprint``, or None."""
+        rows = self._query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
+        if not rows:
+            return None
+        row = rows[0]
+        return StoredPack(
+            fingerprint=row["fingerprint"],
+            format_version=row["format_version"],
+            system=row["system"],
+            prefix=row["prefix"],
+            summary=json.loads(row["summary_json"]),
+        )
+
+    # -- sessions -----------------------------------------------------------
+
+    def create_session(self, record: SessionRecord) -> None:
+        """Store a new session; its id must not be taken."""
+        with self.transaction() as connection:
+            _insert_session(connection, record)
+
+    def session(self, session_id: str) -> SessionRecord:
+        """The session with ``session_id``; raises :class:`SessionNotFound`."""
+        rows = self._query("SELECT * FROM sessions WHERE id = ?", [session_id])
+        if not rows:
+            raise SessionNotFound(session_id)
+        return _session_record(rows[0])
+
+    def sessions(self, *, include_branches: bool = False) -> list[SessionRecord]:
+        """Stored sessions, newest first."""
+        where = "" if include_branches else "WHERE parent_id IS NULL OR kind != 'sibling'"
+        return [
+            _session_record(row)
+            for row in self._query(f"SELECT * FROM sessions {where} ORDER BY created_at DESC, id")
+        ]
+
+    def children(self, session_id: str) -> list[SessionRecord]:
+        """Sessions branched directly from ``session_id`` (siblings and forks), oldest first."""
+        return [
+            _session_record(row)
+            for row in self._query(
+                "SELECT * FROM sessions WHERE parent_id = ? ORDER BY created_at, id", [session_id]
+            )
+        ]
+
+    def delete_session(self, session_id: str) -> None:
+        """Delete a session, its turns and requests; its branches keep theirs."""
+        self.session(session_id)
+        with self.transaction() as connection:
+            connection.execute("DELETE FROM sessions WHERE id = ?", [session_id])
+
+    def turns(self, session_id: str) -> list[TurnRecord]:
+        """The session's own turns, in order (not those inherited from a parent)."""
+        return [
+            TurnRecord(
+                session_id=row["session_id"],
+                position=row["position"],
+                question=row["question"],
+                answer=row["answer"],
+                history_answer=row["history_answer"],
+                reasoning=row["reasoning"],
+                request_id=row["request_id"],
+                created_at=row["created_at"],
+            )
+            for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
+        ]
+
+    def commit_turn(
+        self, turn: TurnRecord, request: RequestRecord, *, new_session: SessionRecord | None = None
+    ) -> None:
+        """Store a completed turn and the request that answered it, atomically.
+
+        ``new_session`` (a sibling branch) is created in the same transaction,
+        so a crash never leaves a branch without its turn. Raises
+        :class:`StoreError` if the position is already taken, so a retried or
+        replayed turn can never be stored twice.
+        """
+        try:
+            with self.transaction() as connection:
+                if new_session is not None:
+                    _insert_session(connection, new_session)
+                _insert_request(connection, request)
+                connection.execute(
+                    "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
+                    " request_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
+                     turn.reasoning, turn.request_id, turn.created_at),
+                )  # fmt: skip
+        except sqlite3.IntegrityError as error:
+            raise StoreError(
+                f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
+            ) from error
+
+    # -- requests -----------------------------------------------------------
+
+    def record_counter_check(self, check: CounterCheckRecord) -> None:
+        """Keep the server counter's growth over a call's requests."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT INTO counter_checks"
+                " (session_id, batch_id, base_url, counter, before, after, reported,"
+                " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
+                 check.reported, check.requests, time.time()),
+            )  # fmt: skip
+
+    def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
+        """The counter checks of these sessions, in the order they were recorded."""
+        marks = ",".join("?" * len(session_ids))
+        return [
+            CounterCheckRecord(
+                session_id=row["session_id"], batch_id=row["batch_id"], base_url=row["base_url"],
+                counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
+                requests=row["requests"],
+            )
+            for row in self._query(
+                f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
+            )
+        ]  # fmt: skip
+
+    def requests(
+        self,
+        *,
+        session_ids: Sequence[str] | None = None,
+        batch_id: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+    ) -> list[RequestRecord]:
+        """Requests matching every filter given (all when none is), oldest first."""
+        clauses: list[str] = []
+        parameters: list[Any] = []
+        if session_ids is not None:
+            clauses.append(f"session_id IN ({','.join('?' * len(session_ids))})")
+            parameters.extend(session_ids)
+        for column, value in (("batch_id", batch_id), ("base_url", base_url), ("model", model)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                parameters.append(value)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
+        return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118
+
+
+def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
+    connection.execute(
+        "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
+        " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
+         record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
+    )  # fmt: skip
+
+
+def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:
+    connection.execute(
+        "INSERT INTO requests (id, session_id, batch_id, purpose, started_at, base_url, engine, model,"
+        " prompt_tokens, cached_tokens, created_cache_tokens, completion_tokens, ttft_seconds,"
+        " total_seconds, attempts, cached_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (request.id, request.session_id, request.batch_id, request.purpose, request.started_at,
+         request.base_url, request.engine, request.model, request.prompt_tokens, request.cached_tokens,
+         request.created_cache_tokens, request.completion_tokens, request.ttft_seconds,
+         request.total_seconds, request.attempts, request.cached_reason),
+    )  # fmt: skip
+
+
+def _session_record(row: sqlite3.Row) -> SessionRecord:
+    return SessionRecord(
+        id=row["id"],
+        created_at=row["created_at"],
+        kind=row["kind"],
+        title=row["title"],
+        pack_fingerprint=row["pack_fingerprint"],
+        parent_id=row["parent_id"],
+        parent_turns=row["parent_turns"],
+        settings=json.loads(row["settings_json"]),
+    )

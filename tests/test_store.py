@@ -1,0 +1,88 @@
+"""The store package: its surface, its closing, and that it knows no source type."""
+
+from __future__ import annotations
+
+import ast
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import longctx.store
+from longctx.errors import StoreError
+from longctx.store import Store
+
+STORE_PACKAGE = Path(longctx.store.__file__).parent
+
+EXPORTED = {
+    "DATABASE_NAME",
+    "CounterCheckRecord",
+    "RequestRecord",
+    "SessionRecord",
+    "Store",
+    "StoredPack",
+    "StoredPackSnapshot",
+    "StoredText",
+    "TurnRecord",
+    "default_home",
+}
+
+
+def test_the_package_exports_what_store_py_exported() -> None:
+    assert set(longctx.store.__all__) == EXPORTED
+    for name in EXPORTED:
+        assert getattr(longctx.store, name) is not None, name
+
+
+def test_closing_twice_does_nothing_and_a_closed_store_refuses_reads(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    store.save_token_counts("t", {"a" * 64: 3})
+    store.close()
+    store.close()
+    with pytest.raises(StoreError):
+        store.token_counts("t", ["a" * 64])
+    with Store.open(tmp_path / "home") as again:
+        assert again.token_counts("t", ["a" * 64]) == {"a" * 64: 3}
+    again.close()
+
+
+def test_a_refused_database_is_not_left_open(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    connection = sqlite3.connect(home / "longctx.db")
+    connection.execute("PRAGMA user_version = 999")
+    connection.commit()
+    connection.close()
+    opened: list[sqlite3.Connection] = []
+    real_connect = sqlite3.connect
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        opened.append(real_connect(*args, **kwargs))
+        return opened[-1]
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    with pytest.raises(StoreError, match="newer than this longctx understands"):
+        Store.open(home)
+    assert len(opened) == 1
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        opened[0].execute("SELECT 1")
+
+
+def _longctx_imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return {name for name in names if name == "longctx" or name.startswith("longctx.")}
+
+
+def test_the_store_imports_only_config_errors_and_itself() -> None:
+    # The store keeps plain data for the sources, tokenizers and snapshots: it imports none of them.
+    for module in sorted(STORE_PACKAGE.glob("*.py")):
+        for name in _longctx_imports(module):
+            assert name in {"longctx.config", "longctx.errors"} or name.startswith("longctx.store."), (
+                f"{module.name} imports {name}"
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -126,7 +127,7 @@ def test_a_turn_position_cannot_be_stored_twice(backend: Backend, store: Store) 
     turn = store.turns(session.id)[0]
     request = store.requests(session_ids=[session.id])[0]
     with pytest.raises(StoreError, match="already stored"):
-        store.commit_turn(turn, request.__class__(**{**request.__dict__, "id": "another"}))
+        store.commit_turn(turn, dataclasses.replace(request, id="another"))
     assert len(store.turns(session.id)) == 1
 
 

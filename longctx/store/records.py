@@ -1,14 +1,18 @@
 """The records the store keeps and returns: frozen values, no behaviour.
 
-``RequestRecord``'s fields are the ``requests`` table's columns, one for one
-(:meth:`longctx.store.Store.requests` builds it from a row by name).
+``RequestRecord``'s fields, with its :class:`~longctx.usage.Usage`'s
+fields in place of ``usage``, are the ``requests`` table's columns, one for
+one (:meth:`longctx.store.Store.requests` builds it from a row by name).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from longctx.usage import Usage
 
 from longctx.store.blobs import StoredText
 
@@ -57,11 +61,7 @@ class TurnRecord:
 
 @dataclass(frozen=True)
 class RequestRecord:
-    """Usage and timing of one request to a server.
-
-    A count the server did not report is ``None``; ``cached_reason`` says why
-    (for instance the flag that would turn reporting on).
-    """
+    """One request to a server: where it went, what it was for, and its :class:`~longctx.usage.Usage`."""
 
     id: str
     session_id: str | None
@@ -71,14 +71,19 @@ class RequestRecord:
     base_url: str
     engine: str
     model: str
-    prompt_tokens: int | None
-    cached_tokens: int | None
-    created_cache_tokens: int | None
-    completion_tokens: int | None
-    ttft_seconds: float | None
-    total_seconds: float | None
+    usage: Usage
     attempts: int
-    cached_reason: str | None = None
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``requests`` row: every field, the usage's spread into its own columns."""
+        row = {name: getattr(self, name) for name in _REQUEST_COLUMNS}
+        row.update(self.usage.to_dict())
+        return row
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> RequestRecord:
+        """The record a ``requests`` row holds."""
+        return cls(usage=Usage.from_dict(row), **{name: row[name] for name in _REQUEST_COLUMNS})
 
 
 @dataclass(frozen=True)
@@ -122,3 +127,8 @@ class StoredPackSnapshot:
     text: StoredText
     section_sizes: tuple[int, ...]
     manifest_json: str = field(repr=False)
+
+
+_REQUEST_COLUMNS: tuple[str, ...] = tuple(
+    field.name for field in dataclasses.fields(RequestRecord) if field.name != "usage"
+)

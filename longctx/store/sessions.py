@@ -182,7 +182,7 @@ class SessionLog(Database):
                 parameters.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
-        return [RequestRecord(**{key: row[key] for key in row.keys()}) for row in rows]  # noqa: SIM118
+        return [RequestRecord.from_row(row) for row in rows]
 
 
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
@@ -195,15 +195,9 @@ def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> No
 
 
 def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:
-    connection.execute(
-        "INSERT INTO requests (id, session_id, batch_id, purpose, started_at, base_url, engine, model,"
-        " prompt_tokens, cached_tokens, created_cache_tokens, completion_tokens, ttft_seconds,"
-        " total_seconds, attempts, cached_reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (request.id, request.session_id, request.batch_id, request.purpose, request.started_at,
-         request.base_url, request.engine, request.model, request.prompt_tokens, request.cached_tokens,
-         request.created_cache_tokens, request.completion_tokens, request.ttft_seconds,
-         request.total_seconds, request.attempts, request.cached_reason),
-    )  # fmt: skip
+    row = request.to_row()
+    columns = ", ".join(row)
+    connection.execute(f"INSERT INTO requests ({columns}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
 
 
 def _session_record(row: sqlite3.Row) -> SessionRecord:

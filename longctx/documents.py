@@ -50,7 +50,7 @@ class Document:
     only for files of a git repository; they drive the ``stability`` order.
 
     ``layer`` and ``earlier`` come from a layered repository listing
-    (:mod:`longctx.sources.layers`): layer 0 holds the base commit's files,
+    (:mod:`longctx.sources.history`): layer 0 holds the base commit's files,
     layer 1 the files changed or added since; an ``earlier`` document is
     the base's copy of a file changed or deleted since, packed where the
     base put it and superseded by the layer-1 copy of the same path.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import random
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from longctx.corpus import Corpus, load_corpus
 from longctx.documents import path_sort_key
-from longctx.sources import repo as repo_source
+from longctx.sources import git as git_source
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
@@ -124,21 +125,23 @@ def test_repository_order_does_not_depend_on_gits_listing_order(
 ) -> None:
     root = _build_repository(tmp_path / "repo")
     reference = load_corpus([root])
-    real_run = repo_source._Git.run
+    real_run = git_source.GitRunner.run
 
     for seed in range(5):
         rng = random.Random(seed)
 
-        def shuffled_run(self: Any, *arguments: str, rng: random.Random = rng, **options: Any) -> bytes:
-            output: bytes = real_run(self, *arguments, **options)
+        def shuffled_run(
+            self: Any, *arguments: str, rng: random.Random = rng, **options: Any
+        ) -> git_source.GitResult:
+            result = real_run(self, *arguments, **options)
             if arguments[0] not in ("ls-files", "status"):
-                return output
-            records = [record for record in output.split(b"\0") if record]
+                return result
+            records = [record for record in result.stdout.split(b"\0") if record]
             rng.shuffle(records)
-            return b"".join(record + b"\0" for record in records)
+            return dataclasses.replace(result, stdout=b"".join(record + b"\0" for record in records))
 
         with monkeypatch.context() as patch:
-            patch.setattr(repo_source._Git, "run", shuffled_run)
+            patch.setattr(git_source.GitRunner, "run", shuffled_run)
             assert load_corpus([root]) == reference
 
 

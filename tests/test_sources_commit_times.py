@@ -10,7 +10,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, load_corpus
-from longctx.sources import repo as repo_module
+from longctx.sources import history as history_module
 from longctx.store import Store
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
@@ -46,13 +46,13 @@ class _Walks:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[tuple[str, frozenset[str]]] = []
-        real = repo_module._last_commit_times
+        real = history_module._last_commit_times
 
         def recording(runner, wanted, pathspec, revision="HEAD"):  # type: ignore[no-untyped-def]
             self.calls.append((revision, frozenset(wanted)))
             return real(runner, wanted, pathspec, revision)
 
-        monkeypatch.setattr(repo_module, "_last_commit_times", recording)
+        monkeypatch.setattr(history_module, "_last_commit_times", recording)
 
 
 @pytest.mark.parametrize("max_stale_share", [0.2, 0])

@@ -13,7 +13,7 @@ from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, ConfigError
 from longctx.packing import Budget, Pack, build_pack, compare_packs
 from longctx.rendering import CHANGES_MARKER
-from longctx.sources.layers import LEVELS
+from longctx.sources.history import LEVELS
 from longctx.tokens import EstimateTokenizer
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here

@@ -6,7 +6,9 @@ read (:class:`Candidate`) and the paths it already knows it will not read
 (:class:`longctx.sources.reading.FileReader`) gives a Document or one
 more Skip. :mod:`longctx.corpus` puts the pieces together.
 
-- :mod:`~longctx.sources.repo`: git work trees, through the git command;
+- :mod:`~longctx.sources.repo`: git work trees: the listing and the state;
+- :mod:`~longctx.sources.history`: last-commit times and layers;
+- :mod:`~longctx.sources.git`: the one git runner (GitPython behind it);
 - :mod:`~longctx.sources.files`: plain folders and single files;
 - :mod:`~longctx.sources.reading`: one file on disk to a Document;
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;
@@ -70,7 +72,7 @@ class Candidate:
     from git (``None`` / ``False`` elsewhere). ``notes`` travel to the
     manifest.
 
-    In a layered repository listing (:mod:`longctx.sources.layers`)
+    In a layered repository listing (:mod:`longctx.sources.history`)
     ``layer`` is 0 for the base's files and 1 for files changed or added
     since (``None`` when the listing is not layered; its
     ``last_commit_time`` is then as of the base for layer 0); a candidate

@@ -1,13 +1,7 @@
-"""Git work trees, through GitPython's command runner (the only module that imports GitPython).
+"""Git work trees: what a repository source lists, and the state that tells a re-pack nothing moved.
 
-Only ``git.cmd.Git`` is used, imported on first use: it runs the listing
-commands below with NUL-separated output, while GitPython's object model
-(``git.Repo``), which would read the repository's objects, costs time on
-every pack for nothing these commands need. The few short commands that
-locate a work tree and take its state (:func:`find_repository`,
-:func:`repository_state`) run git with :mod:`subprocess` directly: they are
-all a re-pack of an unchanged repository runs, and GitPython's import alone
-(about 70 ms) would be a fifth of that re-pack.
+Git runs through :mod:`longctx.sources.git`; last-commit times and layers
+come from :mod:`longctx.sources.history`.
 
 What a repository source considers is exactly what git lists: tracked files
 plus untracked files that git does not ignore (``git ls-files --cached
@@ -21,13 +15,11 @@ and not listed.
 Git is run a fixed number of times whatever the size of the repository:
 ``ls-files`` twice (tracked with modes, untracked), ``status`` once (dirty
 files) and ``log`` once, streamed, over history until every tracked file has
-its last commit time (stopped early, so an old repository costs only the
-history needed). That walk reaches the root commit in a mature repository
-(some file was last touched near it), so with a :class:`CommitTimesCache`
-(the :class:`~longctx.store.Store` is one) its result is kept by commit,
-folder and set of paths: a layered repository walks once per base commit,
-not on every edit. A shallow repository's walks are not kept (deepening
-it changes what the same commit's history holds).
+its last commit time (kept in a :class:`CommitTimesCache` when one is given:
+see :mod:`longctx.sources.history`), plus a few more for a layered listing.
+:func:`find_repository` and :func:`repository_state` run git through the
+module's probes (no GitPython import: they are all a re-pack of an unchanged
+repository runs).
 
 Paths travel NUL-separated (``-z``), so spaces, newlines and names that
 are not UTF-8 survive; the latter become lone surrogates (UTF-8 with
@@ -42,24 +34,23 @@ are not UTF-8 survive; the latter become lone surrogates (UTF-8 with
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import subprocess
-from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Final
 
-from longctx.errors import SourceError
+from longctx.config import DEFAULT_MAX_STALE_SHARE
 from longctx.ignore import IgnoreRules, parent_directories
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
-from longctx.config import DEFAULT_MAX_STALE_SHARE
-from longctx.sources.layers import plan_layers
-
-if TYPE_CHECKING:
-    from git.cmd import Git
+from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
+from longctx.sources.history import (
+    CommitTimesCache,
+    head_commit,
+    last_commit_times,
+    plan_layers,
+    usable_times_cache,
+)
 
 __all__ = [
     "CommitTimesCache",
@@ -73,17 +64,7 @@ __all__ = [
 
 logger = logging.getLogger("longctx.sources")
 
-_SUBMODULE_MODE: Final = "160000"
 _LONGCTX_IGNORE: Final = ".longctxignore"
-_READ_CHUNK: Final = 1 << 16
-_TIMES_KEY_VERSION: Final = "commit-times/1"  # bump when what _last_commit_times returns changes
-_STDERR_LIMIT: Final = 500
-
-# Options that make git's output independent of the user's configuration:
-# no index refresh written to disk, pathspecs taken literally (a folder
-# called "[abc]" is not a glob), no pager, no colours.
-_GIT_OPTIONS: Final = ("--no-pager", "--no-optional-locks", "-c", "color.ui=false")
-_LITERAL: Final = "--literal-pathspecs"  # check-ignore rejects it: its arguments are paths already
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +83,13 @@ def find_repository(directory: str) -> RepositoryRoot | None:
     """Return the git work tree that contains ``directory``, or None when there is none.
 
     Bare repositories and folders inside ``.git`` count as none (git
-    itself refuses to name a work tree for them).
+    itself refuses to name a work tree for them), and so does every folder
+    when git cannot run. Runs git once, without GitPython.
     """
     target = os.path.realpath(directory)
     if not os.path.isdir(target):
         return None
-    top = _plain_git(target, "rev-parse", "--show-toplevel")
+    top = probe(target, "rev-parse", "--show-toplevel")
     if top is None or top.returncode != 0 or not top.stdout.strip():
         return None
     work_tree = os.path.realpath(os.fsdecode(top.stdout.rstrip(b"\n")))
@@ -119,69 +101,6 @@ def find_repository(directory: str) -> RepositoryRoot | None:
     if ".git" in subdirectory.split("/"):
         return None
     return RepositoryRoot(work_tree, subdirectory)
-
-
-class _Git:
-    """Runs git in one work tree and turns failures into SourceError."""
-
-    def __init__(self, root: RepositoryRoot, display_path: str) -> None:
-        self.work_tree = root.work_tree
-        self.display_path = display_path
-        self.executable = _git_executable()
-        # GitPython stops a streamed process when its wrapper is dropped:
-        # the wrappers live as long as this runner.
-        self._streams: list[Any] = []
-
-    def command(self, *arguments: str) -> list[str]:
-        literal = () if arguments[0] == "check-ignore" else (_LITERAL,)
-        return [self.executable, *_GIT_OPTIONS, *literal, *arguments]
-
-    def run(self, *arguments: str, allowed_exit_codes: tuple[int, ...] = (0,)) -> bytes:
-        """Run git with ``arguments`` and return its standard output."""
-        status, output, stderr = self._execute(arguments)
-        if status not in allowed_exit_codes:
-            raise SourceError(
-                f"git {arguments[0]} failed (exit {status}): {_stderr_text(stderr)}", path=self.display_path
-            )
-        return output
-
-    def exit_status(self, *arguments: str, allowed_exit_codes: tuple[int, ...]) -> int:
-        """Run git with ``arguments`` and return its exit status, one of ``allowed_exit_codes``."""
-        status, _, stderr = self._execute(arguments)
-        if status not in allowed_exit_codes:
-            raise SourceError(
-                f"git {arguments[0]} failed (exit {status}): {_stderr_text(stderr)}", path=self.display_path
-            )
-        return status
-
-    def _execute(self, arguments: tuple[str, ...]) -> tuple[int, bytes, bytes]:
-        outcome = _execute(self.work_tree, self.command(*arguments))
-        if outcome is None:
-            raise SourceError("git is not installed or not on PATH", path=self.display_path)
-        return outcome
-
-    def popen(self, *arguments: str, stdin: bool = False) -> subprocess.Popen[bytes]:
-        """Start git with ``arguments``, output on a pipe (for streamed reading), input too if asked."""
-        from git.exc import GitCommandNotFound
-
-        try:
-            process = _runner(self.work_tree).execute(
-                self.command(*arguments),
-                as_process=True,
-                istream=subprocess.PIPE if stdin else None,
-                env=_git_environment(),
-            )
-        except (OSError, GitCommandNotFound):
-            raise SourceError("git is not installed or not on PATH", path=self.display_path) from None
-        self._streams.append(process)
-        popen: subprocess.Popen[bytes] | None = process.proc
-        if popen is None:
-            raise SourceError(f"git {arguments[0]} did not start", path=self.display_path)
-        return popen
-
-    def close(self) -> None:
-        """Let go of the streamed processes (each has finished or been stopped by then)."""
-        self._streams.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,29 +137,22 @@ def repository_state(directory: str) -> RepositoryState | None:
     times (``rev-parse``, ``check-ignore`` for a subfolder, ``status``,
     ``ls-files -v``).
     """
-    real = os.path.realpath(directory)
-    top = _plain_git(real, "rev-parse", "--show-toplevel")
-    if top is None or top.returncode != 0:
+    root = find_repository(directory)
+    if root is None:
         return None
-    work_tree = os.path.realpath(os.fsdecode(top.stdout.rstrip(b"\n")))
-    if not is_inside(real, work_tree):
-        return None
-    subdirectory = relative_target(real, work_tree)
-    subdirectory = "" if subdirectory == "." else subdirectory
-    if ".git" in subdirectory.split("/"):
-        return None
+    work_tree, subdirectory = root.work_tree, root.subdirectory
     pathspec = ("--", filesystem_path(subdirectory)) if subdirectory else ()
     if subdirectory:
-        ignored = _plain_git(work_tree, "check-ignore", "-q", "--", filesystem_path(subdirectory))
+        ignored = probe(work_tree, "check-ignore", "-q", "--", filesystem_path(subdirectory))
         if ignored is None or ignored.returncode != 1:  # 0: ignored; 128: git failed
             return None
     # Both at once: status dominates, and ls-files -v runs in its shadow.
-    status, flags = _plain_git_together(
+    status, flags = probe_together(
         work_tree,
         [
-            (_LITERAL, "status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
+            ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
              "--no-renames", "--ignore-submodules=dirty", *pathspec),
-            (_LITERAL, "ls-files", "-v", "-z", *pathspec),
+            ("ls-files", "-v", "-z", *pathspec),
         ],
     )  # fmt: skip
     if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
@@ -248,7 +160,7 @@ def repository_state(directory: str) -> RepositoryState | None:
     head: str | None = None
     changes: list[bytes] = []
     paths: list[str] = []
-    for record in _split_records(status.stdout):
+    for record in split_records(status.stdout):
         if record.startswith(b"# branch.oid "):
             oid = record[len(b"# branch.oid ") :].decode("ascii", "replace")
             head = None if oid == "(initial)" else oid
@@ -258,147 +170,22 @@ def repository_state(directory: str) -> RepositoryState | None:
             # unmerged ones; "? path" for untracked files.
             fields = {b"1": 8, b"u": 10}.get(record[:1])
             raw = record.split(b" ", fields)[fields] if fields else record[2:]
-            paths.append(_git_path(raw))
+            paths.append(decode_path(raw))
     # ls-files -v tags: "H" cached; lower case: assume-unchanged; "S": skip-worktree.
-    entries = _split_records(flags.stdout)
+    entries = split_records(flags.stdout)
     hidden = any(record[:1].islower() or record[:1] == b"S" for record in entries)
     return RepositoryState(
         work_tree, subdirectory, head, b"\0".join(changes), tuple(paths), hidden, tracked_files=len(entries)
     )
 
 
-def _git_environment() -> dict[str, str]:
-    # Messages in English whatever the user's locale (as GitPython ran git);
-    # paths travel as raw bytes (-z) either way.
-    return {**os.environ, "LANGUAGE": "C", "LC_ALL": "C"}
-
-
-def _git_executable() -> str:
-    # GitPython's own variable for the git binary.
-    return os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git"
-
-
-@dataclass(frozen=True, slots=True)
-class _Completed:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-@cache
-def _runner(cwd: str) -> Git:
-    from git.cmd import Git
-
-    return Git(cwd)
-
-
-def _execute(cwd: str, command: list[str]) -> tuple[int, bytes, bytes] | None:
-    """Run ``command`` in ``cwd`` through GitPython; (status, stdout, stderr), or None without git."""
-    from git.exc import GitCommandNotFound
-
-    try:
-        result: Any = _runner(cwd).execute(
-            command,
-            with_extended_output=True,
-            with_exceptions=False,
-            stdout_as_string=False,
-            strip_newline_in_stdout=False,
-            env=_git_environment(),
-        )
-    except (OSError, GitCommandNotFound):
-        return None
-    status, stdout, stderr = result
-    return int(status), _as_bytes(stdout), _as_bytes(stderr)
-
-
-def _plain_git(cwd: str, *arguments: str) -> _Completed | None:
-    """Run git in ``cwd`` with :class:`_Git`'s options, without GitPython; None when git cannot run."""
-    return _plain_git_together(cwd, [arguments])[0]
-
-
-def _plain_git_together(cwd: str, commands: Sequence[Sequence[str]]) -> list[_Completed | None]:
-    """Run several git commands in ``cwd`` at the same time, as :func:`_plain_git` runs one.
-
-    Their outputs are read one process after the other: a later one whose
-    pipe fills waits until it is read, which cannot deadlock (no process
-    waits on another).
-    """
-    environment = _git_environment()
-    started: list[subprocess.Popen[bytes] | None] = []
-    for arguments in commands:
-        try:
-            started.append(
-                subprocess.Popen(
-                    [_git_executable(), *_GIT_OPTIONS, *arguments],
-                    cwd=cwd,
-                    env=environment,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                )
-            )
-        except OSError:
-            started.append(None)
-    results: list[_Completed | None] = []
-    for process in started:
-        if process is None:
-            results.append(None)
-            continue
-        stdout, stderr = process.communicate()
-        results.append(_Completed(process.returncode, stdout, stderr))
-    return results
-
-
-def _as_bytes(stream: object) -> bytes:
-    if isinstance(stream, bytes):
-        return stream
-    return str(stream or "").encode("utf-8", "surrogateescape")
-
-
-def _stderr_text(stderr: object) -> str:
-    text = stderr.decode("utf-8", "replace") if isinstance(stderr, bytes) else str(stderr)
-    text = " ".join(text.split())
-    return text[:_STDERR_LIMIT]
-
-
 def is_ignored_by_git(root: RepositoryRoot) -> bool:
     """Tell whether git ignores the folder ``root.subdirectory`` (then git lists nothing in it)."""
     if not root.subdirectory:
         return False
-    runner = _Git(root, root.subdirectory)
-    try:
-        folder = filesystem_path(root.subdirectory)
-        return runner.exit_status("check-ignore", "-q", "--", folder, allowed_exit_codes=(0, 1)) == 0
-    finally:
-        runner.close()
-
-
-def _git_path(raw: bytes) -> str:
-    # Git paths are bytes; UTF-8 with surrogateescape names them the same
-    # way under every locale (see files.display_path).
-    return raw.decode("utf-8", "surrogateescape")
-
-
-def _split_records(output: bytes) -> list[bytes]:
-    records = output.split(b"\0")
-    if records and records[-1] == b"":
-        records.pop()
-    return records
-
-
-def _head_sha(runner: _Git) -> str | None:
-    output = runner.run("rev-parse", "-q", "--verify", "HEAD^{commit}", allowed_exit_codes=(0, 1))
-    # Exit 1 without output: an unborn branch, no commit yet.
-    sha = output.decode("ascii", "replace").strip()
-    return sha or None
-
-
-class CommitTimesCache(Protocol):
-    """Where last-commit times are kept, under a key that names the commit, folder and paths walked for."""
-
-    def commit_times(self, key: str) -> dict[str, int] | None: ...
-
-    def save_commit_times(self, key: str, times: dict[str, int]) -> None: ...
+    runner = GitRunner(root.work_tree, root.subdirectory)
+    folder = filesystem_path(root.subdirectory)
+    return runner.run("check-ignore", "-q", "--", folder, allowed_exit_codes=(0, 1)).returncode == 0
 
 
 def list_repository(
@@ -411,44 +198,32 @@ def list_repository(
     """List the repository folder ``directory`` (found as ``root``) as the module docstring says.
 
     With ``max_stale_share`` above 0 the listing is layered when history
-    allows (see :mod:`longctx.sources.layers`): candidates carry their
+    allows (see :mod:`longctx.sources.history`): candidates carry their
     layer, and the base's copies of changed files come as extra candidates
     (``earlier``) with their bytes.
 
-    Last-commit times are kept in ``times_cache`` when given (see above).
+    Last-commit times are kept in ``times_cache`` when given (never for a
+    shallow repository: see :mod:`longctx.sources.history`).
 
     Raises :class:`~longctx.errors.SourceError` when git fails.
     """
-    runner = _Git(root, directory)
-    try:
-        return _list(runner, root, directory, max_stale_share, times_cache)
-    finally:
-        runner.close()
-
-
-def _list(
-    runner: _Git,
-    root: RepositoryRoot,
-    directory: str,
-    max_stale_share: float,
-    times_cache: CommitTimesCache | None,
-) -> Listing:
+    runner = GitRunner(root.work_tree, directory)
     pathspec = ("--", filesystem_path(root.subdirectory)) if root.subdirectory else ()
     prefix = root.subdirectory + "/" if root.subdirectory else ""
     root_real = os.path.realpath(directory)
-    head_sha = _head_sha(runner)
-    if times_cache is not None and head_sha is not None and _is_shallow(runner):
-        times_cache = None
+    head_sha = head_commit(runner)
+    if head_sha is not None:
+        times_cache = usable_times_cache(runner, times_cache)
 
     tracked: dict[str, str] = {}  # repository path -> mode
-    for record in _split_records(runner.run("ls-files", "-z", "--stage", *pathspec)):
+    for record in split_records(runner.run("ls-files", "-z", "--stage", *pathspec).stdout):
         meta, _, raw_path = record.partition(b"\t")
         # Unmerged paths appear once per stage; any stage gives the mode.
-        tracked.setdefault(_git_path(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
+        tracked.setdefault(decode_path(raw_path), meta.split(b" ", 1)[0].decode("ascii"))
     untracked = [
-        _git_path(record)
-        for record in _split_records(
-            runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec)
+        decode_path(record)
+        for record in split_records(
+            runner.run("ls-files", "-z", "--others", "--exclude-standard", *pathspec).stdout
         )
     ]
     modified, deleted = _dirty_paths(
@@ -460,23 +235,21 @@ def _list(
             "--no-renames",
             "--ignore-submodules=all",
             *pathspec,
-        )
+        ).stdout
     )
     rules = _longctx_rules(root, [*tracked, *untracked])
 
     def considered(repo_path: str) -> bool:
         return not (rules and rules.is_ignored_within(repo_path))
 
-    wanted = {path for path, mode in tracked.items() if mode != _SUBMODULE_MODE and path not in deleted}
+    wanted = {path for path, mode in tracked.items() if mode != SUBMODULE_MODE and path not in deleted}
     layering = None
     times_now: dict[str, int] = {}
     if head_sha is not None:
-        layering = plan_layers(
-            runner, pathspec, max_stale_share=max_stale_share, considered=considered, git_path=_git_path
-        )
+        layering = plan_layers(runner, pathspec, max_stale_share=max_stale_share, considered=considered)
     if layering is None:
         times = (
-            _cached_commit_times(runner, wanted, pathspec, head_sha, times_cache)
+            last_commit_times(runner, wanted, pathspec, head_sha, times_cache)
             if head_sha is not None and wanted
             else {}
         )
@@ -485,9 +258,9 @@ def _list(
         # The base's files are placed by their last commit as of the base
         # (the order the pack had then); the changed ones by their own.
         in_base = {path for path in layering.base_tree if considered(path)}
-        times = _cached_commit_times(runner, in_base, pathspec, layering.base, times_cache)
+        times = last_commit_times(runner, in_base, pathspec, layering.base, times_cache)
         changed = wanted & layering.changed
-        times_now = _cached_commit_times(runner, changed, pathspec, head_sha, times_cache) if changed else {}
+        times_now = last_commit_times(runner, changed, pathspec, head_sha, times_cache) if changed else {}
     candidates: list[Candidate] = []
     skipped: list[Skip] = []
 
@@ -500,7 +273,7 @@ def _list(
         if not considered(repo_path):
             continue
         path = repo_path.removeprefix(prefix)
-        if mode == _SUBMODULE_MODE:
+        if mode == SUBMODULE_MODE:
             skipped.append(Skip(path + "/", SkipReason.SUBMODULE, ("git submodule; not descended into",)))
         elif repo_path in deleted:
             skipped.append(Skip(path, SkipReason.UNREADABLE, ("deleted in the working tree",)))
@@ -572,110 +345,17 @@ def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:
     """Parse ``git status --porcelain=v1 -z`` into (paths changed in any way, paths deleted)."""
     modified: set[str] = set()
     deleted: set[str] = set()
-    records = iter(_split_records(status_output))
+    records = iter(split_records(status_output))
     for record in records:
         if len(record) < 4:
             continue
-        code, path = record[:2].decode("ascii", "replace"), _git_path(record[3:])
+        code, path = record[:2].decode("ascii", "replace"), decode_path(record[3:])
         modified.add(path)
         if code[1] == "D":
             deleted.add(path)
         if code[0] in "RC":
             next(records, None)  # the source path of a rename or copy follows
     return modified, deleted
-
-
-def _is_shallow(runner: _Git) -> bool:
-    return runner.run("rev-parse", "--is-shallow-repository").strip() == b"true"
-
-
-def _cached_commit_times(
-    runner: _Git,
-    wanted: set[str],
-    pathspec: tuple[str, ...],
-    commit: str,
-    cache: CommitTimesCache | None,
-) -> dict[str, int]:
-    """:func:`_last_commit_times` as of ``commit`` (a full sha), through ``cache`` when given.
-
-    The key names everything the walk depends on: the commit (its history
-    cannot change, short of a shallow repository, which is never cached),
-    the folder, and the paths asked for (the walk stops once it has them).
-    """
-    if cache is None:
-        return _last_commit_times(runner, wanted, pathspec, commit)
-    digest = hashlib.sha256()
-    for part in (_TIMES_KEY_VERSION, commit, *pathspec, "\0", *sorted(wanted)):
-        digest.update(part.encode("utf-8", "surrogateescape") + b"\0")
-    key = digest.hexdigest()
-    kept = cache.commit_times(key)
-    if kept is not None:
-        return kept
-    times = _last_commit_times(runner, wanted, pathspec, commit)
-    cache.save_commit_times(key, times)
-    return times
-
-
-def _last_commit_times(
-    runner: _Git, wanted: set[str], pathspec: tuple[str, ...], revision: str = "HEAD"
-) -> dict[str, int]:
-    """Map each path in ``wanted`` to the committer time of its newest commit in ``revision``'s history.
-
-    One ``git log`` streams the history newest first; it is stopped as soon
-    as every wanted path has been seen.
-    """
-    # -z output: each commit is "\0<time>\0" followed by its files, each
-    # ending in "\0", the first one prefixed with "\n". A file name is never
-    # empty, so an empty token always starts a commit header.
-    times: dict[str, int] = {}
-    remaining = set(wanted)
-    popen = runner.popen(
-        "log",
-        "-z",
-        "--name-only",
-        "--no-renames",
-        "--no-show-signature",
-        "--format=%x00%ct",
-        revision,
-        *pathspec,
-    )
-    assert popen.stdout is not None
-    reached_end = False
-    try:
-        pending = b""
-        state = "file"
-        commit_time = 0
-        while remaining:
-            chunk = os.read(popen.stdout.fileno(), _READ_CHUNK)
-            if not chunk:
-                reached_end = True
-                break
-            tokens = (pending + chunk).split(b"\0")
-            pending = tokens.pop()
-            for token in tokens:
-                if state == "time":
-                    commit_time = int(token)
-                    state = "first-file"
-                elif not token:
-                    state = "time"
-                else:
-                    name = token[1:] if state == "first-file" and token.startswith(b"\n") else token
-                    state = "file"
-                    path = _git_path(name)
-                    if path in remaining:
-                        remaining.discard(path)
-                        times[path] = commit_time
-    finally:
-        if not reached_end and popen.poll() is None:
-            # Every wanted path has its time (or we are unwinding an
-            # error): the rest of history is not needed.
-            popen.kill()
-        _, stderr = popen.communicate()
-    if reached_end and popen.returncode != 0:
-        raise SourceError(
-            f"git log failed (exit {popen.returncode}): {_stderr_text(stderr)}", path=runner.display_path
-        )
-    return times
 
 
 def _longctx_rules(root: RepositoryRoot, listed: list[str]) -> IgnoreRules:

@@ -178,7 +178,7 @@ class Corpus:
     path. ``head_sha`` is the checked-out commit when the corpus is one git
     repository (``None`` for anything else, and before the first commit).
     ``layer_base`` is the base commit when the documents are layered (see
-    :mod:`longctx.sources.layers`): the base's files first, with the
+    :mod:`longctx.sources.history`): the base's files first, with the
     base's copies of files changed since (``earlier`` documents, not in
     the manifest, which describes the current files), then the files
     changed since.
@@ -274,7 +274,7 @@ def load_corpus(
     work tree or untracked; ties and the last two groups by path) or
     ``"path"``. The default is ``stability`` when a git repository is among
     the sources, ``path`` otherwise. With ``stability``, a git repository
-    is layered when its history allows (:mod:`longctx.sources.layers`):
+    is layered when its history allows (:mod:`longctx.sources.history`):
     its files as of a recent base commit, then the files changed since, the
     base's copies of those (``earlier`` documents) taking at most
     ``max_stale_share`` of the base's tracked bytes (0 turns layering off). ``include`` / ``exclude`` are

@@ -116,7 +116,7 @@ class Section:
 
     ``name`` is ``header`` (the system message), ``opening``,
     ``document:<path>``, ``listing`` or ``boundary``; a layered pack
-    (:mod:`longctx.sources.layers`) also has ``earlier:<path>`` (the base's
+    (:mod:`longctx.sources.history`) also has ``earlier:<path>`` (the base's
     copy of a file changed since) and ``changes`` (the marker before the
     documents changed since the base). ``fingerprint`` is the
     sha256 of ``text``'s UTF-8 bytes; ``tokens`` its count under the pack's

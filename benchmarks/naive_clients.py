@@ -39,7 +39,7 @@ from pathlib import Path
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
 from longctx.corpus import load_corpus
-from longctx.packing import build_pack
+from longctx.pack import build_pack
 from longctx.session import Session
 from longctx.store import Store
 from longctx.testing import EngineHarness

@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "Backend": "longctx.backends.base",
     "BackendError": "longctx.errors",
     "Batch": "longctx.session",
-    "Budget": "longctx.packing",
+    "Budget": "longctx.pack",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "Manifest": "longctx.corpus",
     "MapReduceAnswer": "longctx.mapreduce",
     "OutputError": "longctx.errors",
-    "Pack": "longctx.packing",
+    "Pack": "longctx.pack",
     "Prices": "longctx.usage",
     "RepoSession": "longctx.session",
     "RetryPolicy": "longctx.retry",
@@ -49,16 +49,16 @@ _EXPORTS: dict[str, str] = {
     "ServerUnreachable": "longctx.errors",
     "Session": "longctx.session",
     "SessionNotFound": "longctx.errors",
-    "ShardedPack": "longctx.packing",
+    "ShardedPack": "longctx.pack",
     "ShardedSession": "longctx.mapreduce",
     "Store": "longctx.store",
     "Usage": "longctx.usage",
-    "build_pack": "longctx.packing",
-    "build_shards": "longctx.packing",
-    "compare_packs": "longctx.packing",
+    "build_pack": "longctx.pack",
+    "build_shards": "longctx.pack",
+    "compare_packs": "longctx.pack",
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
-    "pack": "longctx.packing",
+    "pack": "longctx.pack",
 }
 
 if TYPE_CHECKING:
@@ -77,11 +77,19 @@ if TYPE_CHECKING:
         SessionNotFound,
     )
     from longctx.mapreduce import MapReduceAnswer, ShardedSession
-    from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards, compare_packs, pack
+    from longctx.pack import Budget, Pack, ShardedPack, build_pack, build_shards, compare_packs, pack
     from longctx.retry import RetryPolicy
     from longctx.session import Answer, Batch, DocSession, RepoSession, Session
     from longctx.store import Store
     from longctx.usage import Prices, SavingsReport, Usage
+
+# The subpackage longctx.pack shares its name with the function pack(), and
+# the import system sets a package's attribute to a subpackage when it first
+# loads it: whoever imported longctx.pack first would decide what
+# `longctx.pack` is. Loading it now (it is lazy, so this costs nothing) and
+# dropping that attribute leaves `pack` to __getattr__, the function.
+import_module("longctx.pack")
+del globals()["pack"]
 
 
 def __getattr__(name: str) -> Any:

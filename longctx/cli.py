@@ -286,7 +286,7 @@ def pack(
     An unchanged repository's pack is reused from the store. Counts go to
     stderr, flagged when estimated.
     """
-    from longctx.packing import pack as pack_paths
+    from longctx.pack import pack as pack_paths
     from longctx.store import Store
 
     try:

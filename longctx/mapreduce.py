@@ -17,7 +17,7 @@ from typing import Any
 
 from longctx.backends.base import Backend, connect
 from longctx.corpus import load_corpus
-from longctx.packing import Pack, ShardedPack
+from longctx.pack import Pack, ShardedPack
 from longctx.session import DEFAULT_MAX_TOKENS, Answer, Session, pack_for_server
 from longctx.config import CorpusOptions
 from longctx.store import Store

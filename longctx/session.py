@@ -44,7 +44,7 @@ from longctx.backends.chat import ChatRequest
 from longctx.corpus import Corpus, load_corpus
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.packing import Budget, Pack, ShardedPack, build_pack, build_shards
+from longctx.pack import Budget, Pack, ShardedPack, build_pack, build_shards
 from longctx.config import CorpusOptions
 from longctx.store import (
     RequestRecord,

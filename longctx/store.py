@@ -127,7 +127,7 @@ _MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX counter_checks_by_session ON counter_checks(session_id);
     """,
-    # 2: pack snapshots (longctx.snapshots): a pack's summary and manifest,
+    # 2: pack snapshots (longctx.pack.snapshots): a pack's summary and manifest,
     # kept under the state of the repository it was built from; its text is a
     # file beside the database (SQLite writes a 37 MB value twice, through its
     # journal, about ten times slower than a plain file).
@@ -331,7 +331,7 @@ class StoredText:
 
 @dataclass(frozen=True)
 class StoredPackSnapshot:
-    """A stored pack snapshot: its summary (see :mod:`longctx.snapshots`) and its sections' text.
+    """A stored pack snapshot: its summary (see :mod:`longctx.pack.snapshots`) and its sections' text.
 
     ``text`` is the UTF-8 of every section in order, open and mapped from
     its file; ``section_sizes`` the byte length of each section;

@@ -255,7 +255,7 @@ def test_a_sharded_session_connects_with_its_api_key(
 ) -> None:
     from longctx import mapreduce
     from longctx.corpus import load_corpus
-    from longctx.packing import build_pack
+    from longctx.pack import build_pack
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")

@@ -19,11 +19,11 @@ from corpus_fixtures import make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
-from longctx.config import CorpusOptions
 from longctx.backends.base import Backend, connect
+from longctx.config import CorpusOptions
 from longctx.corpus import load_corpus
 from longctx.mapreduce import ShardedSession
-from longctx.packing import Budget, build_shards
+from longctx.pack import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.session import DocSession, RepoSession, Session, history_form
 from longctx.store import Store, StoredPack
@@ -135,7 +135,9 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
 
     layered = RepoSession(repository, backend=backend, store=store, max_tokens=4)
     answer = layered.ask("And the data classes?")
-    plain = RepoSession(repository, backend=backend, store=store, max_tokens=4, corpus=CorpusOptions(max_stale_share=0))
+    plain = RepoSession(
+        repository, backend=backend, store=store, max_tokens=4, corpus=CorpusOptions(max_stale_share=0)
+    )
     plain_answer = plain.ask("And the data classes, without layers?")
 
     assert any(section.name == "earlier:README.md" for section in layered.full_pack.sections)
@@ -326,7 +328,9 @@ def test_a_sharded_session_loads_its_paths_with_the_corpus_options(
         return "".join(shard.pack.prefix for shard in session.shards if shard.pack is not None)
 
     refused = ShardedSession(repository, backend=backend, store=store, max_tokens=8)
-    allowed = ShardedSession(repository, backend=backend, store=store, max_tokens=8, corpus=CorpusOptions(allow_secrets=True))
+    allowed = ShardedSession(
+        repository, backend=backend, store=store, max_tokens=8, corpus=CorpusOptions(allow_secrets=True)
+    )
 
     assert "``` textwrap.py\n" in prefixes(refused) and packed_env not in prefixes(refused)
     assert "``` textwrap.py\n" in prefixes(allowed) and packed_env in prefixes(allowed)

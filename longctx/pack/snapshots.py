@@ -44,17 +44,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
+from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Manifest
 from longctx.errors import StoreError
-from longctx.rendering import FORMAT_VERSION
+from longctx.pack.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
-from longctx.config import CorpusOptions
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer
 
 if TYPE_CHECKING:
-    from longctx.packing import Pack
+    from longctx.pack.model import Pack
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -122,7 +122,8 @@ def _digest(parts: Sequence[Any]) -> str:
 
 def _code_identity() -> list[Any]:
     """Size and modification time of every longctx module and of the packages that shape a pack."""
-    package = Path(__file__).resolve().parent
+    # This module is in longctx/pack/: its grandparent is the whole library.
+    package = Path(__file__).resolve().parent.parent
     stamps: list[Any] = []
     for folder, folders, files in os.walk(package):
         folders[:] = sorted(name for name in folders if name not in ("__pycache__", "testing"))
@@ -230,7 +231,7 @@ def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
 
 
 def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
-    from longctx.packing import Pack, Section  # here: longctx.packing imports this module
+    from longctx.pack.model import Pack, Section  # here: longctx.pack.model imports this module
 
     summary = stored.summary
     try:

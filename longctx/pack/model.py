@@ -35,13 +35,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, BinaryIO, Final
 
-from longctx import outputs, snapshots
+from longctx import outputs
+from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, Manifest, load_corpus
-from longctx.counting import SectionCounter, count_texts
 from longctx.documents import Document
 from longctx.errors import BudgetError, ConfigError, PackError
 from longctx.outputs import Saved
-from longctx.rendering import (
+from longctx.pack import snapshots
+from longctx.pack.counting import SectionCounter, count_texts
+from longctx.pack.rendering import (
     BOUNDARY,
     CHANGES_MARKER,
     DOCUMENTS_OPENING,
@@ -52,7 +54,6 @@ from longctx.rendering import (
     render_document,
     render_listing,
 )
-from longctx.config import CorpusOptions
 from longctx.store import Store, StoredText
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
 

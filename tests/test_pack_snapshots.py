@@ -23,7 +23,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, StoreError
-from longctx.pack import Budget, PackResult, build_pack, counting, model, pack
+from longctx.pack import Budget, PackResult, build, build_pack, counting, pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
@@ -320,7 +320,7 @@ def test_the_first_pack_of_a_large_repository_starts_its_counting_worker_early(
         start_worker(counter)
 
     monkeypatch.setattr(counting.SectionCounter, "start_worker", spy)
-    monkeypatch.setattr(model, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
+    monkeypatch.setattr(build, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     first = packed(repo, store, tokenizer=tokenizer)
     assert early == [True]

@@ -1,10 +1,15 @@
 """Packs: the cache-friendly prompt prefix of a corpus, its byte format, counts, budget and shards.
 
-The modules: :mod:`~longctx.pack.rendering` (the byte format, the contract
+The modules, in the order they import each other (each imports only those
+before it): :mod:`~longctx.pack.rendering` (the byte format, the contract
 of ``docs/pack-format.md``), :mod:`~longctx.pack.counting` (counting beside
-the reading), :mod:`~longctx.pack.snapshots` (a pack read back from the
-store) and :mod:`~longctx.pack.model` (the pack, its budget, shards and
-comparisons, and building them).
+the reading), :mod:`~longctx.pack.model` (:class:`Section`, :class:`Pack`,
+:class:`Budget`, :class:`ShardedPack` and the other values),
+:mod:`~longctx.pack.compare` (:func:`compare_packs`,
+:func:`check_cache_boundary`), :mod:`~longctx.pack.snapshots` (a pack read
+back from the store), :mod:`~longctx.pack.assembly` (sections to a pack),
+:mod:`~longctx.pack.budget` (the budget check, :func:`build_shards`),
+:mod:`~longctx.pack.build` (:func:`build_pack`, :func:`pack`).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     "BOUNDARY": "longctx.pack.rendering",
     "CHANGES_MARKER": "longctx.pack.rendering",
-    "DEFAULT_PROBE_QUESTION": "longctx.pack.model",
+    "DEFAULT_PROBE_QUESTION": "longctx.pack.compare",
     "DOCUMENTS_OPENING": "longctx.pack.rendering",
     "FORMAT_VERSION": "longctx.pack.rendering",
     "NO_FINAL_NEWLINE": "longctx.pack.rendering",
@@ -32,20 +37,22 @@ _EXPORTS: dict[str, str] = {
     "PromptCount": "longctx.pack.model",
     "Section": "longctx.pack.model",
     "ShardedPack": "longctx.pack.model",
-    "build_pack": "longctx.pack.model",
-    "build_shards": "longctx.pack.model",
-    "check_cache_boundary": "longctx.pack.model",
-    "compare_packs": "longctx.pack.model",
+    "build_pack": "longctx.pack.build",
+    "build_shards": "longctx.pack.budget",
+    "check_cache_boundary": "longctx.pack.compare",
+    "compare_packs": "longctx.pack.compare",
     "fence_for": "longctx.pack.rendering",
-    "pack": "longctx.pack.model",
+    "pack": "longctx.pack.build",
     "render_document": "longctx.pack.rendering",
     "render_listing": "longctx.pack.rendering",
     "render_path": "longctx.pack.rendering",
 }
 
 if TYPE_CHECKING:
+    from longctx.pack.budget import build_shards
+    from longctx.pack.build import build_pack, pack
+    from longctx.pack.compare import DEFAULT_PROBE_QUESTION, check_cache_boundary, compare_packs
     from longctx.pack.model import (
-        DEFAULT_PROBE_QUESTION,
         BoundaryCheck,
         Budget,
         Pack,
@@ -54,11 +61,6 @@ if TYPE_CHECKING:
         PromptCount,
         Section,
         ShardedPack,
-        build_pack,
-        build_shards,
-        check_cache_boundary,
-        compare_packs,
-        pack,
     )
     from longctx.pack.rendering import (
         BOUNDARY,

@@ -1,65 +1,37 @@
-"""Pack: the cache-friendly prompt prefix, its fingerprints, token counts, budget and shards.
+"""The pack's data: sections, the pack itself, its budget and shards, and what comparing packs tells.
 
 A :class:`Pack` is the shared start of every request about a corpus: a
 fixed system message and the start of the first user message (documents,
 listing, boundary); the question comes right after it. It is a pure
-function of the documents and the manifest (see :mod:`longctx.rendering`
+function of the documents and the manifest (see :mod:`longctx.pack.rendering`
 and ``docs/pack-format.md``), fingerprinted per section so that a cache
-break can be located (:func:`compare_packs`).
+break can be located (:func:`~longctx.pack.compare.compare_packs`).
 
-Counts: with a tokenizer, every section is counted, through the
-:class:`~longctx.store.Store` cache when one is given. Sections are built so
-that counts add up for GPT-style BPE tokenizers; with the server's own
-tokenizer the whole prefix is counted once more (cached too), so
-``prefix_tokens`` is exact even where they would not add up, and the chat
-template's own tokens are measured (``template_overhead_tokens``).
-
-Budget: :func:`build_pack` raises :class:`~longctx.errors.BudgetError`
-(total, budget, largest files and folders) when the pack does not fit;
-:func:`build_shards` splits the documents, in corpus order, into packs that
-each fit.
-
-:func:`pack` is the one call from paths to a pack: it loads the corpus and
-renders and counts each document as soon as it is read (the counting runs
-beside the reading, see :mod:`longctx.counting`), and with a store it reuses
-the pack of a git repository whose state has not changed since
-(:mod:`longctx.snapshots`) without reading a file.
+This module holds values only: building them is :mod:`longctx.pack.build`
+and :mod:`longctx.pack.budget`'s work, reading them back from the store
+:mod:`longctx.pack.snapshots`'s; it imports none of those, so each of them
+can import it. :class:`Budget` is here and not with the budget check
+because a :class:`ShardedPack` holds one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, Manifest, load_corpus
-from longctx.documents import Document
-from longctx.errors import BudgetError, ConfigError, PackError
+from longctx.corpus import Manifest
+from longctx.errors import ConfigError
 from longctx.outputs import Saved
-from longctx.pack import snapshots
-from longctx.pack.counting import SectionCounter, count_texts
-from longctx.pack.rendering import (
-    BOUNDARY,
-    CHANGES_MARKER,
-    DOCUMENTS_OPENING,
-    FORMAT_VERSION,
-    SYSTEM_HEADER,
-    ListingEntry,
-    folder_lines,
-    render_document,
-    render_listing,
-)
-from longctx.store import Store, StoredText
-from longctx.tokens import EstimateTokenizer, ServerTokenizer, Tokenizer, cached_counts, text_sha256
+from longctx.pack.rendering import FORMAT_VERSION
+from longctx.store import StoredText
+from longctx.tokens import Tokenizer, text_sha256
 
 __all__ = [
-    "DEFAULT_PROBE_QUESTION",
-    "FORMAT_VERSION",
     "BoundaryCheck",
     "Budget",
     "Pack",
@@ -68,31 +40,16 @@ __all__ = [
     "PromptCount",
     "Section",
     "ShardedPack",
-    "build_pack",
-    "build_shards",
-    "check_cache_boundary",
-    "compare_packs",
-    "pack",
 ]
-
-DEFAULT_PROBE_QUESTION: Final = "Which files define the public API, and what does each of them do?"
-"""The question :func:`check_cache_boundary` appends when none is given."""
 
 _DOCUMENT_PREFIX: Final = "document:"
 _EARLIER_PREFIX: Final = "earlier:"
-_CHANGES: Final = "changes"
-_LARGEST_SHOWN: Final = 10
-# Files tracked above which a first pack starts its counting worker at once.
-_EARLY_WORKER_FILES: Final = 256
-# A miniature first user message, to measure what the chat template adds
-# around the system message and the user message.
-_TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
 
 
 class _Text:
     """The descriptor behind :attr:`Section.text`: a str, or UTF-8 decoded on first read.
 
-    A pack read back from the store (:mod:`longctx.snapshots`) holds its
+    A pack read back from the store (:mod:`longctx.pack.snapshots`) holds its
     sections as views of the stored UTF-8: writing it out or comparing
     fingerprints never decodes 37 MB nobody reads.
     """
@@ -295,7 +252,7 @@ class Pack:
 
         ``tokenizer`` should be the one the pack was counted with; the
         question is counted alone (the boundary keeps it from merging with
-        the prefix, see :func:`check_cache_boundary`).
+        the prefix, see :func:`~longctx.pack.compare.check_cache_boundary`).
         """
         return PromptCount(
             prefix_tokens=self.prefix_tokens,
@@ -387,12 +344,12 @@ class ShardedPack:
 
 @dataclass(frozen=True)
 class PackResult:
-    """What :func:`pack` returns: the pack, the manifest of every path considered, and how it was made.
+    """What :func:`~longctx.pack.pack` returns: the pack, the manifest of the paths considered, its origin.
 
     ``ordering`` is the policy the documents were put in. ``reused`` is True
     when the pack and manifest were read back from the store (the
     repository had not changed since they were built) rather than built
-    from the files; either way they are what :func:`build_pack` and
+    from the files; either way they are what :func:`~longctx.pack.build.build_pack` and
     :func:`~longctx.corpus.load_corpus` give for the same inputs.
     """
 
@@ -422,7 +379,7 @@ class PackComparison:
     counted by the same tokenizer (a lower bound on the reusable tokens).
     ``partial_tokens`` adds the tokens of the first differing section's
     shared start, up to its last shared line break, when
-    :func:`compare_packs` was given the tokenizer.
+    :func:`~longctx.pack.compare.compare_packs` was given the tokenizer.
     """
 
     identical: bool
@@ -457,7 +414,7 @@ class BoundaryCheck:
     question: str
 
 
-# -- building -----------------------------------------------------------------
+# -- fingerprints -------------------------------------------------------------
 
 
 def _fingerprint(text: str) -> str:
@@ -480,588 +437,3 @@ def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
         digest.update(part.encode("utf-8"))
     digest.update(b"\0")
     return digest.hexdigest()
-
-
-def _clean_text(text: str) -> str:
-    """``text`` with lone surrogates (never valid in UTF-8) replaced by U+FFFD."""
-    if text.isascii():  # known without reading the text
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if 0xD800 <= ord(char) <= 0xDFFF else char for char in text)
-    return text
-
-
-def _document_section_texts(documents: Sequence[Document]) -> list[str]:
-    return [render_document(document.path, _clean_text(document.text)) for document in documents]
-
-
-@dataclass
-class _Counter:
-    """Counts through the store for one build, and the server-only extras."""
-
-    tokenizer: Tokenizer | None
-    store: Store | None
-    _overheads: dict[str, int] = field(default_factory=dict)
-
-    def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
-        if self.tokenizer is None:
-            return None
-        return cached_counts(self.tokenizer, texts, self.store, digests=digests)
-
-    def template_overhead(self, system: str) -> int | None:
-        if not isinstance(self.tokenizer, ServerTokenizer):
-            return None
-        if system not in self._overheads:
-            self._overheads[system] = self._measure_overhead(self.tokenizer, system)
-        return self._overheads[system]
-
-    def _measure_overhead(self, tokenizer: ServerTokenizer, system: str) -> int:
-        # Cached under a key no real text can have: the counts table maps a
-        # text digest to tokens, so this is the digest of a tagged string.
-        key = _fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
-        identity = tokenizer.identity
-        if self.store is not None:
-            known = self.store.token_counts(identity, [key])
-            if key in known:
-                return known[key]
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": _TEMPLATE_PROBE_USER}]
-        whole = len(tokenizer.tokenize_messages(messages, add_generation_prompt=True))
-        parts = tokenizer.count_many([system, _TEMPLATE_PROBE_USER])
-        overhead = whole - sum(parts)
-        if self.store is not None:
-            self.store.save_token_counts(identity, {key: overhead})
-        return overhead
-
-
-def _assemble(
-    document_texts: Sequence[str | memoryview],
-    section_names: Sequence[str],
-    listing: str,
-    *,
-    part: int | None,
-    counter: _Counter,
-    document_counts: Sequence[int] | None = None,
-    document_fingerprints: Sequence[str] | None = None,
-    documents_digest: hashlib._Hash | None = None,
-    stored_text: StoredText | None = None,
-) -> Pack:
-    """The pack of these document sections (named ``section_names``) and listing.
-
-    ``documents_digest``, when given, is :func:`_pack_digest_start` already
-    fed with the opening and the documents' UTF-8 bytes (a builder that
-    encoded each document once for its fingerprint fed it too).
-    """
-    names = ["header", "opening", *section_names, "listing", "boundary"]
-    texts: list[str | memoryview] = [SYSTEM_HEADER, DOCUMENTS_OPENING, *document_texts, listing, BOUNDARY]
-    if document_fingerprints is None:
-        document_fingerprints = [_fingerprint(_as_str(text)) for text in document_texts]
-    fingerprints = [
-        _fingerprint(SYSTEM_HEADER),
-        _fingerprint(DOCUMENTS_OPENING),
-        *document_fingerprints,
-        _fingerprint(listing),
-        _fingerprint(BOUNDARY),
-    ]
-    counts: list[int] | None
-    if counter.tokenizer is None:
-        counts = None
-    elif document_counts is not None:
-        fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
-        fixed = counter.counts(
-            [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
-        )
-        assert fixed is not None
-        counts = [fixed[0], fixed[1], *document_counts, fixed[2], fixed[3]]
-    else:
-        counts = counter.counts([_as_str(text) for text in texts], fingerprints)
-    sections = tuple(
-        Section(name, text, fingerprint, None if counts is None else counts[index])
-        for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))
-    )
-    prefix_tokens: int | None = None
-    additive: bool | None = None
-    if counts is not None:
-        prefix_tokens = sum(counts)
-        if isinstance(counter.tokenizer, ServerTokenizer):
-            # The server is the authority: count the whole user prefix once
-            # (cached like any text) and trust it over the sum.
-            whole = counter.counts(["".join(_as_str(text) for text in texts[1:])])
-            assert whole is not None
-            additive = whole[0] == sum(counts[1:])
-            prefix_tokens = counts[0] + whole[0]
-    tokenizer = counter.tokenizer
-    if documents_digest is None:
-        fingerprint = _pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
-    else:
-        for text in (listing, BOUNDARY):
-            documents_digest.update(text.encode("utf-8"))
-        documents_digest.update(b"\0")
-        fingerprint = documents_digest.hexdigest()
-    return Pack(
-        format_version=FORMAT_VERSION,
-        system=SYSTEM_HEADER,
-        sections=sections,
-        fingerprint=fingerprint,
-        tokenizer=None if tokenizer is None else tokenizer.identity,
-        estimated=bool(tokenizer is not None and tokenizer.estimated),
-        prefix_tokens=prefix_tokens,
-        template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
-        part=part,
-        sections_additive=additive,
-        _stored_text=stored_text,
-    )
-
-
-def _as_str(text: str | memoryview) -> str:
-    return text if isinstance(text, str) else str(text, "utf-8", "surrogatepass")
-
-
-def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
-    return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]
-
-
-class _PackBuilder:
-    """Renders documents into sections as they arrive, and has them counted meanwhile.
-
-    Fed by :func:`build_pack` from a loaded corpus, or by :func:`pack` while
-    the corpus loads; :meth:`finish` assembles the pack either way, so both
-    give the same pack.
-    """
-
-    def __init__(
-        self,
-        tokenizer: Tokenizer | None,
-        store: Store | None,
-        snapshot: snapshots.SnapshotWriter | None = None,
-    ) -> None:
-        self.counter = _Counter(tokenizer, store)
-        self.snapshot = snapshot
-        self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
-        self.names: list[str] = []
-        self.paths: list[str] = []  # the current documents' paths, for the listing
-        self.changes_marked = False  # the marker goes before the first document changed since the base
-        # Without a snapshot the texts are kept here; with one, the written
-        # file holds them and the pack's sections are views of it.
-        self.texts: list[str] = []
-        self.fingerprints: list[str] = []
-        self.digest = _pack_digest_start(SYSTEM_HEADER)
-        self.digest.update(DOCUMENTS_OPENING.encode("utf-8"))
-        if snapshot is not None:
-            snapshot.write(SYSTEM_HEADER.encode("utf-8"))
-            snapshot.write(DOCUMENTS_OPENING.encode("utf-8"))
-
-    def add(self, document: Document) -> None:
-        if document.layer == 1 and not self.changes_marked:
-            self._add_section(_CHANGES, CHANGES_MARKER, CHANGES_MARKER.encode("utf-8"))
-            self.changes_marked = True
-        text = render_document(document.path, document.text)
-        # One encoding for both hashes (the section's and the pack's) and
-        # the snapshot's copy. It fails only on lone surrogates in the
-        # text (a rendered path never has them): then the text is cleaned
-        # and rendered again, which _clean_text would otherwise have
-        # checked with an encoding of its own.
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:
-            text = render_document(document.path, _clean_text(document.text))
-            data = text.encode("utf-8")
-        if document.earlier:
-            self._add_section(_EARLIER_PREFIX + document.path, text, data)
-        else:
-            self._add_section(_DOCUMENT_PREFIX + document.path, text, data)
-            self.paths.append(document.path)
-
-    def _add_section(self, name: str, text: str, data: bytes) -> None:
-        fingerprint = hashlib.sha256(data).hexdigest()
-        self.digest.update(data)
-        if self.snapshot is not None:
-            self.snapshot.write(data)
-        self.names.append(name)
-        if self.snapshot is None:
-            self.texts.append(text)
-        self.fingerprints.append(fingerprint)
-        if self.section_counter is not None:
-            self.section_counter.add(text, fingerprint, data)
-
-    def finish(self, corpus: Corpus) -> Pack:
-        listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
-        texts: Sequence[str | memoryview] = self.texts
-        stored: StoredText | None = None
-        if self.snapshot is not None:
-            self.snapshot.write(listing.encode("utf-8"))
-            self.snapshot.write(BOUNDARY.encode("utf-8"))
-            stored = self.snapshot.mapped()
-            views: list[memoryview] = []
-            start = 0
-            for size in self.snapshot.sizes:
-                views.append(stored.view[start : start + size])
-                start += size
-            texts = views[2:-2]  # the documents, between the header and opening and the listing and boundary
-        counts = None if self.section_counter is None else self.section_counter.counts()
-        return _assemble(
-            texts,
-            self.names,
-            listing,
-            part=None,
-            counter=self.counter,
-            document_counts=counts,
-            document_fingerprints=self.fingerprints,
-            documents_digest=self.digest,
-            stored_text=stored,
-        )
-
-    def close(self) -> None:
-        if self.section_counter is not None:
-            self.section_counter.close()
-
-
-def build_pack(
-    corpus: Corpus,
-    *,
-    tokenizer: Tokenizer | None = None,
-    store: Store | None = None,
-    budget: Budget | None = None,
-) -> Pack:
-    """Render ``corpus`` as one pack, counted with ``tokenizer`` and checked against ``budget``.
-
-    Without a tokenizer nothing is counted (``prefix_tokens`` is None),
-    unless a budget is given: then the documented estimate is used and the
-    pack is flagged ``estimated``. Counts go through ``store`` when given,
-    so re-packing an unchanged corpus asks the tokenizer nothing.
-
-    Raises :class:`~longctx.errors.BudgetError` when the pack plus the chat
-    template's tokens exceed ``budget.prompt_budget``; the error names the
-    largest files and folders (see :func:`build_shards` for the alternative).
-    """
-    if budget is not None and tokenizer is None:
-        tokenizer = EstimateTokenizer()
-    builder = _PackBuilder(tokenizer, store)
-    try:
-        for document in corpus.documents:
-            builder.add(document)
-        built = builder.finish(corpus)
-    finally:
-        builder.close()
-    if budget is not None:
-        _check_budget(built, budget)
-    return built
-
-
-def pack(
-    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
-    options: CorpusOptions | None = None,
-    *,
-    tokenizer: Tokenizer | None = None,
-    store: Store | None = None,
-    budget: Budget | None = None,
-    reuse: bool = True,
-) -> PackResult:
-    """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
-
-    The arguments are those two functions' (``options`` None means
-    :class:`~longctx.config.CorpusOptions`'s defaults). Documents are rendered and
-    counted while the corpus is read. With ``store`` and ``reuse``, a single
-    folder of a git repository whose state has not changed since its last
-    pack with the same options (same commit, same changed, staged and
-    untracked files with the same content, see :mod:`longctx.snapshots`) is
-    not read again: its pack and manifest come back from the store
-    (``reused`` is True). Raises what those two functions raise.
-    """
-    options = options or CorpusOptions()
-    if budget is not None and tokenizer is None:
-        tokenizer = EstimateTokenizer()
-    key: snapshots.SnapshotKey | None = None
-    if store is not None and reuse:
-        key = snapshots.snapshot_key(paths, options, tokenizer)
-    if key is not None and store is not None:
-        stored = snapshots.load_snapshot(store, key)
-        if stored is not None:
-            if budget is not None:
-                _check_budget(stored.pack, budget)
-            return PackResult(stored.pack, stored.manifest, stored.ordering, reused=True)
-    # The snapshot's text is written as the documents are rendered.
-    writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
-    builder = _PackBuilder(tokenizer, store, writer)
-    if (
-        key is not None
-        and store is not None
-        and builder.section_counter is not None
-        and key.tracked_files >= _EARLY_WORKER_FILES
-        and not store.has_pack_snapshot(key.slot)
-    ):
-        # The first pack of a large repository with these options: its
-        # texts are most likely not counted yet, so the counting worker
-        # starts now and is ready when the first files are read.
-        builder.section_counter.start_worker()
-    try:
-        # The builder keeps what it needs of each document: the corpus need
-        # not hold every text a second time.
-        corpus = load_corpus(paths, options, on_document=builder.add, keep_documents=False, store=store)
-        built = builder.finish(corpus)
-    except BaseException:
-        if writer is not None:
-            writer.discard()
-        raise
-    finally:
-        builder.close()
-    if writer is not None:
-        writer.keep(built, corpus)
-    if budget is not None:
-        _check_budget(built, budget)
-    return PackResult(built, corpus.manifest, corpus.ordering, reused=False)
-
-
-def _check_budget(pack: Pack, budget: Budget) -> None:
-    total = pack.total_tokens
-    assert total is not None
-    if total <= budget.prompt_budget:
-        return
-    files = sorted(
-        ((section.path, section.tokens or 0) for section in pack.documents if section.path is not None),
-        key=lambda item: (-item[1], item[0]),
-    )
-    folders: dict[str, int] = {}
-    for path, tokens in files:
-        parts = path.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            folder = "/".join(parts[:depth]) + "/"
-            folders[folder] = folders.get(folder, 0) + tokens
-    top_folders = sorted(folders.items(), key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
-    top_files = files[:_LARGEST_SHOWN]
-    excess = total - budget.prompt_budget
-    estimated = " (estimated)" if pack.estimated else ""
-
-    def listed(items: Sequence[tuple[str, int]]) -> str:
-        return "; ".join(f"{path} {tokens:,}" for path, tokens in items) or "none"
-
-    earlier = sum(section.tokens or 0 for section in pack.earlier_copies)
-    layered = (
-        f" Of these, {earlier:,} are earlier copies of files changed since the pack's base commit"
-        " (max_stale_share=0 leaves them out)."
-        if earlier
-        else ""
-    )
-    message = (
-        f"the pack needs {total:,} tokens{estimated} but the budget is {budget.describe()}: "
-        f"{excess:,} tokens must go.{layered} Largest folders: {listed(top_folders)}. "
-        f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards."
-    )
-    raise BudgetError(
-        message,
-        total_tokens=total,
-        budget_tokens=budget.prompt_budget,
-        largest=tuple(top_folders) + tuple(top_files),
-    )
-
-
-def build_shards(
-    corpus: Corpus,
-    *,
-    budget: Budget,
-    tokenizer: Tokenizer | None = None,
-    store: Store | None = None,
-) -> ShardedPack:
-    """Split ``corpus`` into packs that each fit ``budget``, filled greedily in corpus order.
-
-    A shard holds the next documents while they fit with its own listing
-    (the paths of its documents; the skipped paths go in the last shard).
-    Adding documents at the end of the corpus leaves the earlier shards
-    unchanged (the first shard only gains its part number when a second
-    shard appears). A corpus that fits is one shard without a part number,
-    byte-identical to :func:`build_pack`'s pack (for a layered corpus, to
-    the pack of its current files in the same order: shards leave out the
-    earlier copies and the changes marker). Without a tokenizer the
-    documented estimate is used.
-
-    Raises :class:`~longctx.errors.BudgetError` naming a document that alone
-    does not fit (longctx does not cut documents).
-    """
-    tokenizer = tokenizer or EstimateTokenizer()
-    counter = _Counter(tokenizer, store)
-    # Shards hold the current files once each: the earlier copies of a
-    # layered corpus serve one pack's prefix, not a split.
-    documents = tuple(document for document in corpus.documents if not document.earlier)
-    texts = _document_section_texts(documents)
-    counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
-    chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
-    skipped = _skipped_entries(corpus)
-    empty = _assemble([], [], render_listing(skipped, part=1), part=1, counter=counter)
-    fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
-    limit = budget.prompt_budget
-    if fixed > limit:
-        raise BudgetError(
-            f"even an empty pack needs {fixed:,} tokens (header, listing of skipped paths, chat template), "
-            f"more than the budget of {budget.describe()}",
-            total_tokens=fixed,
-            budget_tokens=limit,
-        )
-    for document, tokens, chain in zip(documents, counts, chains, strict=True):
-        if fixed + tokens + chain > limit:
-            raise BudgetError(
-                f"{document.path} alone needs {tokens:,} tokens, more than a shard can hold "
-                f"(budget {budget.describe()}, of which {fixed:,} go to the header, listing and template); "
-                "exclude it or use a larger context",
-                total_tokens=fixed + tokens + chain,
-                budget_tokens=limit,
-                largest=((document.path, tokens),),
-            )
-
-    groups = _greedy_groups(counts, chains, limit - fixed)
-    shards: list[Pack] = []
-    index = 0
-    while index < len(groups):
-        start, stop = groups[index]
-        last = index == len(groups) - 1
-        part = None if len(groups) == 1 else index + 1
-        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter)
-        if (shard.total_tokens or 0) > limit and stop - start > 1:
-            # The upper bound was not one (a tokenizer whose counts do not
-            # add up): give the last document to the next shard and redo.
-            groups[index] = (start, stop - 1)
-            if last:
-                groups.append((stop - 1, stop))
-            else:
-                groups[index + 1] = (stop - 1, groups[index + 1][1])
-            continue
-        if (shard.total_tokens or 0) > limit:
-            _check_budget(shard, budget)
-        shards.append(shard)
-        index += 1
-    if not shards:
-        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter))
-    if len(shards) == 1 and shards[0].part is not None:
-        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter)
-    digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
-    return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
-
-
-def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> list[tuple[int, int]]:
-    """Half-open index ranges of documents: each as long as its documents and listing lines fit ``room``."""
-    groups: list[tuple[int, int]] = []
-    start = 0
-    used = 0
-    for index, (tokens, chain) in enumerate(zip(counts, chains, strict=True)):
-        need = tokens + chain
-        if index > start and used + need > room:
-            groups.append((start, index))
-            start, used = index, 0
-        used += need
-    if start < len(counts):
-        groups.append((start, len(counts)))
-    return groups
-
-
-def _shard(  # noqa: PLR0917 - one private call site, positional by design
-    documents: Sequence[Document],
-    texts: Sequence[str],
-    counts: Sequence[int],
-    start: int,
-    stop: int,
-    skipped: list[ListingEntry],
-    part: int | None,
-    counter: _Counter,
-) -> Pack:
-    paths = [document.path for document in documents[start:stop]]
-    listing = render_listing([*(ListingEntry(path) for path in paths), *skipped], part=part)
-    names = [_DOCUMENT_PREFIX + path for path in paths]
-    return _assemble(
-        texts[start:stop], names, listing, part=part, counter=counter, document_counts=counts[start:stop]
-    )
-
-
-# -- comparing ----------------------------------------------------------------
-
-
-def _common_prefix_length(old: bytes, new: bytes) -> int:
-    length = min(len(old), len(new))
-    if old[:length] == new[:length]:
-        return length
-    low, high = 0, length
-    while low < high:
-        middle = (low + high + 1) // 2
-        if old[:middle] == new[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
-
-
-def compare_packs(old: Pack, new: Pack, *, tokenizer: Tokenizer | None = None) -> PackComparison:
-    """Name the first section where ``new`` departs from ``old`` and measure what survives before it.
-
-    With ``tokenizer`` (the one both packs were counted with), the shared
-    start of the first differing section is counted too, up to its last
-    shared line break (``partial_tokens``).
-    """
-    same_tokenizer = old.tokenizer is not None and old.tokenizer == new.tokenizer
-    surviving_tokens: int | None = 0 if same_tokenizer else None
-    surviving_bytes = 0
-    index = 0
-    for old_section, new_section in zip(old.sections, new.sections, strict=False):
-        # Bytes are what a server cache sees: a document that became its
-        # own earlier copy (a layered pack) still matches.
-        if old_section.fingerprint != new_section.fingerprint:
-            break
-        surviving_bytes += old_section.size_bytes
-        if surviving_tokens is not None:
-            surviving_tokens = None if old_section.tokens is None else surviving_tokens + old_section.tokens
-        index += 1
-    old_total = old.prefix_tokens if same_tokenizer else None
-    if index == len(old.sections) == len(new.sections):
-        return PackComparison(True, None, "the packs are identical", index, surviving_bytes,
-                              old.prefix_tokens if same_tokenizer else None, old_total)  # fmt: skip
-    partial: int | None = None
-    if index < len(new.sections) and index < len(old.sections):
-        old_section, new_section = old.sections[index], new.sections[index]
-        old_bytes = old_section.text.encode("utf-8")
-        shared = _common_prefix_length(old_bytes, new_section.text.encode("utf-8"))
-        surviving_bytes += shared
-        if tokenizer is not None and surviving_tokens is not None:
-            cut = old_bytes.rfind(b"\n", 0, shared) + 1
-            partial = tokenizer.count(old_bytes[:cut].decode("utf-8")) if cut else 0
-        name = new_section.name
-        if old_section.name == new_section.name:
-            detail = f"{name} changed"
-        elif any(section.name == new_section.name for section in old.sections[index:]):
-            detail = f"{old_section.name} was removed or moved (now {name} follows)"
-        else:
-            detail = f"{name} is new, before {old_section.name}"
-    elif index < len(new.sections):
-        name = new.sections[index].name
-        detail = f"{name} was added at the end"
-    else:
-        name = old.sections[index].name
-        detail = f"{name} and what follows were removed"
-    return PackComparison(False, name, detail, index, surviving_bytes, surviving_tokens, old_total, partial)
-
-
-# -- the cache boundary --------------------------------------------------------
-
-
-def check_cache_boundary(
-    pack: Pack, tokenizer: ServerTokenizer, question: str = DEFAULT_PROBE_QUESTION
-) -> BoundaryCheck:
-    """Check with the server tokenizer that the prefix's tokens are a prefix of prefix + question's.
-
-    When they are, every request about this pack (any question, any
-    sibling) starts with the same tokens and the server's prefix cache can
-    serve all of them; when not, ``divergent_position`` is where they part.
-    """
-    if not question:
-        raise PackError("check_cache_boundary needs a non-empty question")
-    shared = tokenizer.encode(pack.prefix)
-    full = tokenizer.encode(pack.user_content(question))
-    position: int | None = None
-    for index, token in enumerate(shared):
-        if index >= len(full) or full[index] != token:
-            position = index
-            break
-    return BoundaryCheck(
-        ok=position is None,
-        prefix_tokens=len(shared),
-        prompt_tokens=len(full),
-        divergent_position=position,
-        question=question,
-    )

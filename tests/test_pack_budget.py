@@ -6,7 +6,7 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.errors import BudgetError, ConfigError
-from longctx.packing import Budget, build_pack, build_shards, compare_packs
+from longctx.pack import Budget, build_pack, build_shards, compare_packs
 from longctx.sources import SkipReason
 from longctx.tokens import EstimateTokenizer
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 from pack_fixtures import corpus_of, document, parse_prefix
 
-from longctx.packing import FORMAT_VERSION, build_pack
-from longctx.rendering import (
+from longctx.pack import (
     BOUNDARY,
     DOCUMENTS_OPENING,
+    FORMAT_VERSION,
     SYSTEM_HEADER,
     ListingEntry,
+    build_pack,
     fence_for,
     render_document,
     render_listing,

@@ -1,4 +1,4 @@
-"""longctx.packing.pack: an unchanged repository is read back from the store, anything else is rebuilt.
+"""longctx.pack.pack: an unchanged repository is read back from the store, anything else is rebuilt.
 
 Every test compares with what load_corpus + build_pack give on the same
 files: a pack read back from the store must be that pack, and any change
@@ -9,7 +9,6 @@ folders).
 from __future__ import annotations
 
 import dataclasses
-
 import gzip
 import io
 import os
@@ -21,11 +20,10 @@ from typing import Any
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx import counting, packing
 from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, StoreError
-from longctx.packing import Budget, PackResult, build_pack, pack
+from longctx.pack import Budget, PackResult, build, build_pack, counting, pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
@@ -322,7 +320,7 @@ def test_the_first_pack_of_a_large_repository_starts_its_counting_worker_early(
         start_worker(counter)
 
     monkeypatch.setattr(counting.SectionCounter, "start_worker", spy)
-    monkeypatch.setattr(packing, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
+    monkeypatch.setattr(build, "_EARLY_WORKER_FILES", 3)  # the fixture tracks 4 files
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     first = packed(repo, store, tokenizer=tokenizer)
     assert early == [True]

@@ -11,8 +11,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, ConfigError
-from longctx.packing import Budget, Pack, build_pack, compare_packs
-from longctx.rendering import CHANGES_MARKER
+from longctx.pack import CHANGES_MARKER, Budget, Pack, build_pack, compare_packs
 from longctx.sources.history import LEVELS
 from longctx.tokens import EstimateTokenizer
 

@@ -13,7 +13,7 @@ from pack_fixtures import corpus_of, document
 
 from longctx.backends.http import HttpEndpoint
 from longctx.errors import TokenizerError
-from longctx.packing import build_pack
+from longctx.pack import build_pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, ServerTokenizer, cached_counts, text_sha256
 

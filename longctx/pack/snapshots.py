@@ -1,11 +1,11 @@
 """Pack snapshots: a git repository packed again in the same state is read back from the store.
 
 A re-pack of an unchanged repository would read, decode, scan and render
-every file again to get the same bytes. :func:`~longctx.packing.pack`
+every file again to get the same bytes. :func:`~longctx.pack.build.pack`
 instead keys each pack it builds by what it was asked and by the
 repository's state, keeps it (sections, counts, manifest) in the
 :class:`~longctx.store.Store`, and when the key matches later it rebuilds
-the :class:`~longctx.packing.Pack` and :class:`~longctx.corpus.Manifest`
+the :class:`~longctx.pack.model.Pack` and :class:`~longctx.corpus.Manifest`
 from the store without opening a file: one ``git status``, one SQLite read.
 
 The key has two parts. The *slot* is what was asked: the resolved folder,
@@ -42,19 +42,17 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
+from typing import Any, BinaryIO, Final
 
+from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Manifest
 from longctx.errors import StoreError
-from longctx.rendering import FORMAT_VERSION
+from longctx.pack.model import Pack, Section
+from longctx.pack.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
-from longctx.config import CorpusOptions
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
 from longctx.tokens import Tokenizer
-
-if TYPE_CHECKING:
-    from longctx.packing import Pack
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -122,7 +120,8 @@ def _digest(parts: Sequence[Any]) -> str:
 
 def _code_identity() -> list[Any]:
     """Size and modification time of every longctx module and of the packages that shape a pack."""
-    package = Path(__file__).resolve().parent
+    # This module is in longctx/pack/: its grandparent is the whole library.
+    package = Path(__file__).resolve().parent.parent
     stamps: list[Any] = []
     for folder, folders, files in os.walk(package):
         folders[:] = sorted(name for name in folders if name not in ("__pycache__", "testing"))
@@ -230,8 +229,6 @@ def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
 
 
 def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
-    from longctx.packing import Pack, Section  # here: longctx.packing imports this module
-
     summary = stored.summary
     try:
         described = summary["pack"]

@@ -1,0 +1,198 @@
+"""Assembling a pack from rendered sections: their fingerprints, their counts, the pack's fingerprint.
+
+Shared by the builder (:mod:`longctx.pack.build`, which renders and counts
+documents as they are read) and the shards (:mod:`longctx.pack.budget`,
+which assemble packs from slices of a corpus): both give their sections to
+:func:`_assemble`, so a corpus that fits is the same pack either way. It
+lives apart from both because the builder checks the budget and the
+budget's shards assemble packs: in either module it would close a circle.
+
+Counts: with a tokenizer, every section is counted, through the
+:class:`~longctx.store.Store` cache when one is given. Sections are built so
+that counts add up for GPT-style BPE tokenizers; with the server's own
+tokenizer the whole prefix is counted once more (cached too), so
+``prefix_tokens`` is exact even where they would not add up, and the chat
+template's own tokens are measured (``template_overhead_tokens``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from longctx.corpus import Corpus
+from longctx.documents import Document
+from longctx.pack.model import Pack, Section, _fingerprint, _pack_fingerprint
+from longctx.pack.rendering import (
+    BOUNDARY,
+    DOCUMENTS_OPENING,
+    FORMAT_VERSION,
+    SYSTEM_HEADER,
+    ListingEntry,
+    render_document,
+)
+from longctx.store import Store, StoredText
+from longctx.tokens import ServerTokenizer, Tokenizer, cached_counts
+
+# A miniature first user message, to measure what the chat template adds
+# around the system message and the user message.
+_TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
+
+
+def _clean_text(text: str) -> str:
+    """``text`` with lone surrogates (never valid in UTF-8) replaced by U+FFFD."""
+    if text.isascii():  # known without reading the text
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if 0xD800 <= ord(char) <= 0xDFFF else char for char in text)
+    return text
+
+
+def _document_section_texts(documents: Sequence[Document]) -> list[str]:
+    return [render_document(document.path, _clean_text(document.text)) for document in documents]
+
+
+@dataclass
+class _Counter:
+    """Counts through the store for one build, and the server-only extras."""
+
+    tokenizer: Tokenizer | None
+    store: Store | None
+    _overheads: dict[str, int] = field(default_factory=dict)
+
+    def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
+        if self.tokenizer is None:
+            return None
+        return cached_counts(self.tokenizer, texts, self.store, digests=digests)
+
+    def template_overhead(self, system: str) -> int | None:
+        if not isinstance(self.tokenizer, ServerTokenizer):
+            return None
+        if system not in self._overheads:
+            self._overheads[system] = self._measure_overhead(self.tokenizer, system)
+        return self._overheads[system]
+
+    def _measure_overhead(self, tokenizer: ServerTokenizer, system: str) -> int:
+        # Cached under a key no real text can have: the counts table maps a
+        # text digest to tokens, so this is the digest of a tagged string.
+        key = _fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
+        identity = tokenizer.identity
+        if self.store is not None:
+            known = self.store.token_counts(identity, [key])
+            if key in known:
+                return known[key]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": _TEMPLATE_PROBE_USER}]
+        whole = len(tokenizer.tokenize_messages(messages, add_generation_prompt=True))
+        parts = tokenizer.count_many([system, _TEMPLATE_PROBE_USER])
+        overhead = whole - sum(parts)
+        if self.store is not None:
+            self.store.save_token_counts(identity, {key: overhead})
+        return overhead
+
+
+@dataclass(frozen=True)
+class _Sections:
+    """What :func:`_assemble` makes a pack of: document sections, their listing, and what is known of them.
+
+    ``document_texts`` are the sections between the opening and the listing
+    (documents, earlier copies, the changes marker), called ``names``.
+    ``document_counts`` and ``document_fingerprints``, when given, are
+    theirs already (a builder counted and hashed them as they came).
+    ``documents_digest``, when given, is :func:`~longctx.pack.model._pack_digest_start` already
+    fed with the opening and the documents' UTF-8 bytes; :func:`_assemble`
+    finishes it, so it serves one pack. ``stored_text`` is the store's copy
+    of every section's UTF-8, for a pack written as it was built.
+    """
+
+    document_texts: Sequence[str | memoryview]
+    names: Sequence[str]
+    listing: str
+    part: int | None = None
+    document_counts: Sequence[int] | None = None
+    document_fingerprints: Sequence[str] | None = None
+    documents_digest: hashlib._Hash | None = None
+    stored_text: StoredText | None = None
+
+
+def _assemble(given: _Sections, counter: _Counter) -> Pack:
+    """The pack of ``given``'s document sections and listing, counted through ``counter``."""
+    listing = given.listing
+    names = ["header", "opening", *given.names, "listing", "boundary"]
+    texts: list[str | memoryview] = [
+        SYSTEM_HEADER,
+        DOCUMENTS_OPENING,
+        *given.document_texts,
+        listing,
+        BOUNDARY,
+    ]
+    document_fingerprints = given.document_fingerprints
+    if document_fingerprints is None:
+        document_fingerprints = [_fingerprint(_as_str(text)) for text in given.document_texts]
+    fingerprints = [
+        _fingerprint(SYSTEM_HEADER),
+        _fingerprint(DOCUMENTS_OPENING),
+        *document_fingerprints,
+        _fingerprint(listing),
+        _fingerprint(BOUNDARY),
+    ]
+    counts: list[int] | None
+    if counter.tokenizer is None:
+        counts = None
+    elif given.document_counts is not None:
+        fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
+        fixed = counter.counts(
+            [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
+        )
+        assert fixed is not None
+        counts = [fixed[0], fixed[1], *given.document_counts, fixed[2], fixed[3]]
+    else:
+        counts = counter.counts([_as_str(text) for text in texts], fingerprints)
+    sections = tuple(
+        Section(name, text, fingerprint, None if counts is None else counts[index])
+        for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))
+    )
+    prefix_tokens: int | None = None
+    additive: bool | None = None
+    if counts is not None:
+        prefix_tokens = sum(counts)
+        if isinstance(counter.tokenizer, ServerTokenizer):
+            # The server is the authority: count the whole user prefix once
+            # (cached like any text) and trust it over the sum.
+            whole = counter.counts(["".join(_as_str(text) for text in texts[1:])])
+            assert whole is not None
+            additive = whole[0] == sum(counts[1:])
+            prefix_tokens = counts[0] + whole[0]
+    tokenizer = counter.tokenizer
+    documents_digest = given.documents_digest
+    if documents_digest is None:
+        fingerprint = _pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
+    else:
+        for text in (listing, BOUNDARY):
+            documents_digest.update(text.encode("utf-8"))
+        documents_digest.update(b"\0")
+        fingerprint = documents_digest.hexdigest()
+    return Pack(
+        format_version=FORMAT_VERSION,
+        system=SYSTEM_HEADER,
+        sections=sections,
+        fingerprint=fingerprint,
+        tokenizer=None if tokenizer is None else tokenizer.identity,
+        estimated=bool(tokenizer is not None and tokenizer.estimated),
+        prefix_tokens=prefix_tokens,
+        template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
+        part=given.part,
+        sections_additive=additive,
+        _stored_text=given.stored_text,
+    )
+
+
+def _as_str(text: str | memoryview) -> str:
+    return text if isinstance(text, str) else str(text, "utf-8", "surrogatepass")
+
+
+def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
+    return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]

@@ -1,0 +1,187 @@
+"""The budget check, and the shards of a corpus too large for one pack.
+
+:func:`~longctx.pack.build.build_pack` and :func:`~longctx.pack.build.pack`
+raise :class:`~longctx.errors.BudgetError` (total, budget, largest files and
+folders) through :func:`_check_budget` when a pack does not fit its
+:class:`~longctx.pack.model.Budget`; :func:`build_shards` splits the
+documents, in corpus order, into packs that each fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Final
+
+from longctx.corpus import Corpus
+from longctx.documents import Document
+from longctx.errors import BudgetError
+from longctx.pack.assembly import _assemble, _Counter, _document_section_texts, _Sections, _skipped_entries
+from longctx.pack.counting import count_texts
+from longctx.pack.model import _DOCUMENT_PREFIX, Budget, Pack, ShardedPack, _fingerprint
+from longctx.pack.rendering import ListingEntry, folder_lines, render_listing
+from longctx.store import Store
+from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
+
+__all__ = ["build_shards"]
+
+_LARGEST_SHOWN: Final = 10
+
+
+def _check_budget(pack: Pack, budget: Budget) -> None:
+    """Raise :class:`~longctx.errors.BudgetError` (largest folders and files named) unless ``pack`` fits."""
+    total = pack.total_tokens
+    assert total is not None
+    if total <= budget.prompt_budget:
+        return
+    files = sorted(
+        ((section.path, section.tokens or 0) for section in pack.documents if section.path is not None),
+        key=lambda item: (-item[1], item[0]),
+    )
+    folders: dict[str, int] = {}
+    for path, tokens in files:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folder = "/".join(parts[:depth]) + "/"
+            folders[folder] = folders.get(folder, 0) + tokens
+    top_folders = sorted(folders.items(), key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
+    top_files = files[:_LARGEST_SHOWN]
+    excess = total - budget.prompt_budget
+    estimated = " (estimated)" if pack.estimated else ""
+
+    def listed(items: Sequence[tuple[str, int]]) -> str:
+        return "; ".join(f"{path} {tokens:,}" for path, tokens in items) or "none"
+
+    earlier = sum(section.tokens or 0 for section in pack.earlier_copies)
+    layered = (
+        f" Of these, {earlier:,} are earlier copies of files changed since the pack's base commit"
+        " (max_stale_share=0 leaves them out)."
+        if earlier
+        else ""
+    )
+    message = (
+        f"the pack needs {total:,} tokens{estimated} but the budget is {budget.describe()}: "
+        f"{excess:,} tokens must go.{layered} Largest folders: {listed(top_folders)}. "
+        f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards."
+    )
+    raise BudgetError(
+        message,
+        total_tokens=total,
+        budget_tokens=budget.prompt_budget,
+        largest=tuple(top_folders) + tuple(top_files),
+    )
+
+
+def build_shards(
+    corpus: Corpus,
+    *,
+    budget: Budget,
+    tokenizer: Tokenizer | None = None,
+    store: Store | None = None,
+) -> ShardedPack:
+    """Split ``corpus`` into packs that each fit ``budget``, filled greedily in corpus order.
+
+    A shard holds the next documents while they fit with its own listing
+    (the paths of its documents; the skipped paths go in the last shard).
+    Adding documents at the end of the corpus leaves the earlier shards
+    unchanged (the first shard only gains its part number when a second
+    shard appears). A corpus that fits is one shard without a part number,
+    byte-identical to :func:`build_pack`'s pack (for a layered corpus, to
+    the pack of its current files in the same order: shards leave out the
+    earlier copies and the changes marker). Without a tokenizer the
+    documented estimate is used.
+
+    Raises :class:`~longctx.errors.BudgetError` naming a document that alone
+    does not fit (longctx does not cut documents).
+    """
+    tokenizer = tokenizer or EstimateTokenizer()
+    counter = _Counter(tokenizer, store)
+    # Shards hold the current files once each: the earlier copies of a
+    # layered corpus serve one pack's prefix, not a split.
+    documents = tuple(document for document in corpus.documents if not document.earlier)
+    texts = _document_section_texts(documents)
+    counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
+    chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
+    skipped = _skipped_entries(corpus)
+    empty = _assemble(_Sections([], [], render_listing(skipped, part=1), part=1), counter)
+    fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
+    limit = budget.prompt_budget
+    if fixed > limit:
+        raise BudgetError(
+            f"even an empty pack needs {fixed:,} tokens (header, listing of skipped paths, chat template), "
+            f"more than the budget of {budget.describe()}",
+            total_tokens=fixed,
+            budget_tokens=limit,
+        )
+    for document, tokens, chain in zip(documents, counts, chains, strict=True):
+        if fixed + tokens + chain > limit:
+            raise BudgetError(
+                f"{document.path} alone needs {tokens:,} tokens, more than a shard can hold "
+                f"(budget {budget.describe()}, of which {fixed:,} go to the header, listing and template); "
+                "exclude it or use a larger context",
+                total_tokens=fixed + tokens + chain,
+                budget_tokens=limit,
+                largest=((document.path, tokens),),
+            )
+
+    groups = _greedy_groups(counts, chains, limit - fixed)
+    shards: list[Pack] = []
+    index = 0
+    while index < len(groups):
+        start, stop = groups[index]
+        last = index == len(groups) - 1
+        part = None if len(groups) == 1 else index + 1
+        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter)
+        if (shard.total_tokens or 0) > limit and stop - start > 1:
+            # The upper bound was not one (a tokenizer whose counts do not
+            # add up): give the last document to the next shard and redo.
+            groups[index] = (start, stop - 1)
+            if last:
+                groups.append((stop - 1, stop))
+            else:
+                groups[index + 1] = (stop - 1, groups[index + 1][1])
+            continue
+        if (shard.total_tokens or 0) > limit:
+            _check_budget(shard, budget)
+        shards.append(shard)
+        index += 1
+    if not shards:
+        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter))
+    if len(shards) == 1 and shards[0].part is not None:
+        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter)
+    digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
+    return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
+
+
+def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> list[tuple[int, int]]:
+    """Half-open index ranges of documents: each as long as its documents and listing lines fit ``room``."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    used = 0
+    for index, (tokens, chain) in enumerate(zip(counts, chains, strict=True)):
+        need = tokens + chain
+        if index > start and used + need > room:
+            groups.append((start, index))
+            start, used = index, 0
+        used += need
+    if start < len(counts):
+        groups.append((start, len(counts)))
+    return groups
+
+
+def _shard(  # noqa: PLR0917 - one private call site, positional by design
+    documents: Sequence[Document],
+    texts: Sequence[str],
+    counts: Sequence[int],
+    start: int,
+    stop: int,
+    skipped: list[ListingEntry],
+    part: int | None,
+    counter: _Counter,
+) -> Pack:
+    paths = [document.path for document in documents[start:stop]]
+    listing = render_listing([*(ListingEntry(path) for path in paths), *skipped], part=part)
+    names = [_DOCUMENT_PREFIX + path for path in paths]
+    return _assemble(
+        _Sections(texts[start:stop], names, listing, part=part, document_counts=counts[start:stop]), counter
+    )

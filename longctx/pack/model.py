@@ -1,0 +1,439 @@
+"""The pack's data: sections, the pack itself, its budget and shards, and what comparing packs tells.
+
+A :class:`Pack` is the shared start of every request about a corpus: a
+fixed system message and the start of the first user message (documents,
+listing, boundary); the question comes right after it. It is a pure
+function of the documents and the manifest (see :mod:`longctx.pack.rendering`
+and ``docs/pack-format.md``), fingerprinted per section so that a cache
+break can be located (:func:`~longctx.pack.compare.compare_packs`).
+
+This module holds values only: building them is :mod:`longctx.pack.build`
+and :mod:`longctx.pack.budget`'s work, reading them back from the store
+:mod:`longctx.pack.snapshots`'s; it imports none of those, so each of them
+can import it. :class:`Budget` is here and not with the budget check
+because a :class:`ShardedPack` holds one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, BinaryIO, Final
+
+from longctx import outputs
+from longctx.corpus import Manifest
+from longctx.errors import ConfigError
+from longctx.outputs import Saved
+from longctx.pack.rendering import FORMAT_VERSION
+from longctx.store import StoredText
+from longctx.tokens import Tokenizer, text_sha256
+
+__all__ = [
+    "BoundaryCheck",
+    "Budget",
+    "Pack",
+    "PackComparison",
+    "PackResult",
+    "PromptCount",
+    "Section",
+    "ShardedPack",
+]
+
+_DOCUMENT_PREFIX: Final = "document:"
+_EARLIER_PREFIX: Final = "earlier:"
+
+
+class _Text:
+    """The descriptor behind :attr:`Section.text`: a str, or UTF-8 decoded on first read.
+
+    A pack read back from the store (:mod:`longctx.pack.snapshots`) holds its
+    sections as views of the stored UTF-8: writing it out or comparing
+    fingerprints never decodes 37 MB nobody reads.
+    """
+
+    def __get__(self, section: object, owner: type | None = None) -> str:
+        if section is None:
+            raise AttributeError("text")  # no default value, for dataclasses
+        value = section.__dict__["text"]
+        if isinstance(value, str):
+            return value
+        text = str(value, "utf-8", "surrogatepass")
+        section.__dict__["text"] = text
+        return text
+
+    def __set__(self, section: object, value: str | memoryview) -> None:
+        section.__dict__["text"] = value
+
+
+@dataclass(frozen=True)
+class Section:
+    """One fingerprinted piece of the prompt prefix.
+
+    ``name`` is ``header`` (the system message), ``opening``,
+    ``document:<path>``, ``listing`` or ``boundary``; a layered pack
+    (:mod:`longctx.sources.history`) also has ``earlier:<path>`` (the base's
+    copy of a file changed since) and ``changes`` (the marker before the
+    documents changed since the base). ``fingerprint`` is the
+    sha256 of ``text``'s UTF-8 bytes; ``tokens`` its count under the pack's
+    tokenizer, when counted. ``text`` may be given as a view of its UTF-8
+    (a section read back from the store); it is decoded when first read.
+    """
+
+    name: str
+    text: _Text = _Text()
+    # The descriptor above gives text no default (its class access raises
+    # AttributeError), which dataclasses honour and mypy does not see.
+    fingerprint: str  # type: ignore[misc]
+    tokens: int | None = None
+
+    def utf8(self) -> bytes | memoryview:
+        """``text`` as UTF-8, without decoding a section given as UTF-8."""
+        value = self.__dict__["text"]
+        return value if isinstance(value, memoryview) else value.encode("utf-8", "surrogatepass")
+
+    @property
+    def path(self) -> str | None:
+        """The document path of a ``document:`` section, else None."""
+        return self.name[len(_DOCUMENT_PREFIX) :] if self.name.startswith(_DOCUMENT_PREFIX) else None
+
+    @property
+    def size_bytes(self) -> int:
+        value = self.__dict__["text"]
+        return value.nbytes if isinstance(value, memoryview) else len(value.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True)
+class PromptCount:
+    """The tokens of one first request: pack prefix, chat template, question.
+
+    ``total`` is None when a part is unknown (no template measure without the
+    server tokenizer); ``estimated`` when any part is an estimate.
+    """
+
+    prefix_tokens: int | None
+    template_overhead_tokens: int | None
+    question_tokens: int | None
+    estimated: bool
+
+    @property
+    def total(self) -> int | None:
+        parts = (self.prefix_tokens, self.template_overhead_tokens, self.question_tokens)
+        return (
+            None if any(part is None for part in parts) else sum(part for part in parts if part is not None)
+        )
+
+
+@dataclass(frozen=True)
+class Pack:
+    """The shared prompt prefix of a corpus (or of one shard of it).
+
+    ``system`` is the system message (the ``header`` section); ``prefix`` is
+    the start of the first user message, the concatenation of every other
+    section, ending with the boundary (``Question:`` and a line break); the
+    question is appended right after it. ``fingerprint`` covers the format
+    version, ``system`` and ``prefix``. ``prefix_tokens`` counts ``system``
+    plus ``prefix`` as the server tokenizes them, without the chat
+    template's own tokens, which are ``template_overhead_tokens`` (known
+    with the server tokenizer only). ``part`` is the 1-based shard number
+    when the pack is one of several.
+    """
+
+    format_version: str
+    system: str
+    sections: tuple[Section, ...]
+    fingerprint: str
+    tokenizer: str | None
+    estimated: bool
+    prefix_tokens: int | None
+    template_overhead_tokens: int | None
+    part: int | None = None
+    sections_additive: bool | None = field(default=None)
+    # The UTF-8 of every section in order, when the pack was read back from
+    # the store: write_to hands it over in one piece.
+    _stored_text: StoredText | None = field(default=None, compare=False, repr=False)
+
+    @cached_property
+    def prefix(self) -> str:
+        """The start of the first user message: every section after the header, joined.
+
+        Joined on first use and kept: a large pack's text is held once per
+        section until someone needs it whole (see :meth:`prefix_parts`).
+        """
+        return "".join(self.prefix_parts())
+
+    def prefix_parts(self) -> Iterator[str]:
+        """The prefix's sections' texts in order, to write or send a pack without joining it."""
+        return (section.text for section in self.sections[1:])
+
+    def write_to(self, stream: BinaryIO) -> int:
+        """Write ``system`` then ``prefix`` to ``stream`` as UTF-8, section by section; return the byte count.
+
+        The fastest way to save a pack: nothing is joined, and a pack read
+        back from the store is written from the stored bytes as they are.
+        """
+        if self._stored_text is not None:
+            return self._stored_text.copy_to(stream)
+        written = 0
+        for section in self.sections:
+            data = section.utf8()
+            stream.write(data)
+            written += len(data) if isinstance(data, bytes) else data.nbytes
+        return written
+
+    def save(self, path: str | os.PathLike[str]) -> Saved:
+        """Save the pack's bytes (what :meth:`write_to` writes) to the file ``path``, whole or not at all.
+
+        A file that already holds exactly these bytes is left as it is
+        (``Saved.unchanged``); see :mod:`longctx.outputs` for the rest of
+        the contract. Raises :class:`~longctx.errors.OutputError`.
+        """
+        stored = self._stored_text
+        if stored is not None:
+            return outputs.save(
+                path, stored.size, lambda: stored.read_chunks(outputs.COMPARE_BYTES), self.write_to
+            )
+        # Encoded once, for the size, the comparison and the write alike.
+        parts = [section.utf8() for section in self.sections]
+
+        def write(stream: BinaryIO) -> int:
+            for part in parts:
+                stream.write(part)
+            return sum(len(part) for part in parts)
+
+        return outputs.save(path, sum(len(part) for part in parts), lambda: parts, write)
+
+    @property
+    def size_bytes(self) -> int:
+        """The byte count :meth:`write_to` writes: every section's UTF-8."""
+        if self._stored_text is not None:
+            return self._stored_text.size
+        return sum(section.size_bytes for section in self.sections)
+
+    def user_content(self, question: str) -> str:
+        """The first user message for ``question``: the prefix, then the question unchanged."""
+        return self.prefix + question
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """The chat messages of a first request: the system message, then the prefix and the question."""
+        return [
+            {"role": "system", "content": self.system},
+            {"role": "user", "content": self.user_content(question)},
+        ]
+
+    @property
+    def documents(self) -> tuple[Section, ...]:
+        """The document sections, in pack order."""
+        return tuple(section for section in self.sections if section.path is not None)
+
+    @property
+    def earlier_copies(self) -> tuple[Section, ...]:
+        """The ``earlier:`` sections of a layered pack: the base's copies of files changed since."""
+        return tuple(section for section in self.sections if section.name.startswith(_EARLIER_PREFIX))
+
+    def section(self, name: str) -> Section:
+        """The section called ``name``; raises KeyError when there is none."""
+        for section in self.sections:
+            if section.name == name:
+                return section
+        raise KeyError(name)
+
+    @property
+    def total_tokens(self) -> int | None:
+        """Prefix plus template tokens: what the pack takes of the window before any question."""
+        if self.prefix_tokens is None:
+            return None
+        return self.prefix_tokens + (self.template_overhead_tokens or 0)
+
+    def prompt_count(self, question: str, tokenizer: Tokenizer) -> PromptCount:
+        """Count the first request for ``question``: this pack's counts plus the question's tokens.
+
+        ``tokenizer`` should be the one the pack was counted with; the
+        question is counted alone (the boundary keeps it from merging with
+        the prefix, see :func:`~longctx.pack.compare.check_cache_boundary`).
+        """
+        return PromptCount(
+            prefix_tokens=self.prefix_tokens,
+            template_overhead_tokens=self.template_overhead_tokens,
+            question_tokens=tokenizer.count(question),
+            estimated=self.estimated or tokenizer.estimated,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able facts: version, fingerprints, counts (flagged when estimated), sections."""
+        return {
+            "format_version": self.format_version,
+            "fingerprint": self.fingerprint,
+            "part": self.part,
+            "tokenizer": self.tokenizer,
+            "estimated": self.estimated,
+            "prefix_tokens": self.prefix_tokens,
+            "template_overhead_tokens": self.template_overhead_tokens,
+            "total_tokens": self.total_tokens,
+            "sections_additive": self.sections_additive,
+            "system_bytes": len(self.system.encode("utf-8")),
+            "prefix_bytes": len(self.prefix.encode("utf-8")),
+            "document_count": len(self.documents),
+            "earlier_copy_count": len(self.earlier_copies),
+            "sections": [
+                {"name": section.name, "fingerprint": section.fingerprint, "tokens": section.tokens}
+                for section in self.sections
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many tokens a pack may take: the context length less what the answer and question need.
+
+    ``prompt_budget`` = ``context_length`` - ``reserved_output_tokens`` -
+    ``reserved_question_tokens``; a pack fits when its prefix plus the chat
+    template's tokens are at most that.
+    """
+
+    context_length: int
+    reserved_output_tokens: int = 4096
+    reserved_question_tokens: int = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("context_length", "reserved_output_tokens", "reserved_question_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"Budget.{name} must be a non-negative integer, not {value!r}")
+        if self.prompt_budget <= 0:
+            raise ConfigError(
+                f"the budget leaves no room for a pack: context {self.context_length} - output "
+                f"{self.reserved_output_tokens} - question {self.reserved_question_tokens} <= 0"
+            )
+
+    @property
+    def prompt_budget(self) -> int:
+        return self.context_length - self.reserved_output_tokens - self.reserved_question_tokens
+
+    def describe(self) -> str:
+        return (
+            f"{self.prompt_budget:,} (context {self.context_length:,}"
+            f" - output {self.reserved_output_tokens:,}"
+            f" - question {self.reserved_question_tokens:,})"
+        )
+
+
+@dataclass(frozen=True)
+class ShardedPack:
+    """A corpus split into packs that each fit the budget, in corpus order.
+
+    Each shard is a full :class:`Pack` (same header, its own documents, its
+    own listing, ``part`` 1, 2, ...); the listing of skipped paths is in the
+    last one. ``fingerprint`` covers the shards' fingerprints in order.
+    """
+
+    shards: tuple[Pack, ...]
+    budget: Budget
+    fingerprint: str
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "fingerprint": self.fingerprint,
+            "prompt_budget": self.budget.prompt_budget,
+            "shards": [shard.summary() for shard in self.shards],
+        }
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What :func:`~longctx.pack.pack` returns: the pack, the manifest of the paths considered, its origin.
+
+    ``ordering`` is the policy the documents were put in. ``reused`` is True
+    when the pack and manifest were read back from the store (the
+    repository had not changed since they were built) rather than built
+    from the files; either way they are what :func:`~longctx.pack.build.build_pack` and
+    :func:`~longctx.corpus.load_corpus` give for the same inputs.
+    """
+
+    pack: Pack
+    # The manifest, or for a reused pack the call that decodes it: most
+    # callers of a reused pack never read its thousands of entries.
+    _manifest: Manifest | Callable[[], Manifest] = field(repr=False, compare=False)
+    ordering: str
+    reused: bool
+
+    @cached_property
+    def manifest(self) -> Manifest:
+        """Every path considered, with what became of it (see :class:`~longctx.corpus.Manifest`)."""
+        return self._manifest if isinstance(self._manifest, Manifest) else self._manifest()
+
+
+@dataclass(frozen=True)
+class PackComparison:
+    """Where two packs part, and how much of the old prefix a server cache can still reuse.
+
+    ``first_difference`` is the name of the first section that differs (the
+    new pack's, or the old one's when the new pack ended first), None when
+    the packs are identical. ``surviving_bytes`` counts the UTF-8 bytes of
+    ``system + prefix`` shared from the start (whole sections, plus the
+    common start of the first differing one); ``surviving_tokens`` the
+    tokens of the whole sections shared from the start, when both packs were
+    counted by the same tokenizer (a lower bound on the reusable tokens).
+    ``partial_tokens`` adds the tokens of the first differing section's
+    shared start, up to its last shared line break, when
+    :func:`~longctx.pack.compare.compare_packs` was given the tokenizer.
+    """
+
+    identical: bool
+    first_difference: str | None
+    detail: str
+    surviving_sections: int
+    surviving_bytes: int
+    surviving_tokens: int | None
+    old_prefix_tokens: int | None
+    partial_tokens: int | None = None
+
+    @property
+    def surviving_share(self) -> float | None:
+        """Surviving tokens (whole sections and ``partial_tokens``) per old pack token (1.0: identical)."""
+        if self.surviving_tokens is None or not self.old_prefix_tokens:
+            return None
+        return (self.surviving_tokens + (self.partial_tokens or 0)) / self.old_prefix_tokens
+
+
+@dataclass(frozen=True)
+class BoundaryCheck:
+    """Whether the prefix's tokens are a prefix of the tokens of prefix + question.
+
+    ``divergent_position`` is the index of the first token where they
+    differ (None when ``ok``).
+    """
+
+    ok: bool
+    prefix_tokens: int
+    prompt_tokens: int
+    divergent_position: int | None
+    question: str
+
+
+# -- fingerprints -------------------------------------------------------------
+
+
+def _fingerprint(text: str) -> str:
+    return text_sha256(text)
+
+
+def _pack_digest_start(system: str) -> hashlib._Hash:
+    """A sha256 fed with the format version and the system message, each followed by a NUL byte."""
+    digest = hashlib.sha256()
+    for part in (FORMAT_VERSION, system):
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    return digest
+
+
+def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
+    """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
+    digest = _pack_digest_start(system)
+    for part in prefix_parts:
+        digest.update(part.encode("utf-8"))
+    digest.update(b"\0")
+    return digest.hexdigest()

@@ -505,7 +505,7 @@ def engines(args: argparse.Namespace) -> str:
     from longctx.pack import build_pack, check_cache_boundary
     from longctx.store import Store
     from longctx.testing import EngineHarness
-    from longctx.tokens import ServerTokenizer
+    from longctx.backends.tokenizer import ServerTokenizer
 
     harness = EngineHarness(
         args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")

@@ -17,7 +17,7 @@ from longctx.corpus import load_corpus
 from longctx.pack import Pack, build_pack, check_cache_boundary
 from longctx.store import Store
 from longctx.testing import LocalServer, TinyModel
-from longctx.tokens import ServerTokenizer
+from longctx.backends.tokenizer import ServerTokenizer
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUESTIONS = [

@@ -15,7 +15,8 @@ from longctx.backends.http import HttpEndpoint
 from longctx.errors import TokenizerError
 from longctx.pack import build_pack
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, ServerTokenizer, cached_counts, text_sha256
+from longctx.backends.tokenizer import ServerTokenizer
+from longctx.tokens import EstimateTokenizer, cached_counts, text_sha256
 
 
 def _fake_ids(text: str) -> list[int]:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import (
@@ -29,13 +29,11 @@ from longctx.backends.engines import (
     read_counters,
 )
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport
+from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError
 from longctx.retry import OnRetry, RetryOutcome, RetryPolicy, acall_with_retry, call_with_retry
 from longctx.serving.advice import Finding, suggest_server_flags
-
-if TYPE_CHECKING:
-    from longctx.tokens import ServerTokenizer
 
 __all__ = ["Backend", "Diagnosis", "ServerInfo", "connect"]
 
@@ -188,8 +186,7 @@ class Backend:
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model)."""
-        from longctx.tokens import ServerTokenizer
-
+    
         replica = self._replica(affinity_key)
         if replica.info.engine == "generic":
             raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")

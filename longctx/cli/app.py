@@ -376,5 +376,6 @@ def output_options(function: F) -> F:
 
 
 @click.group(cls=App, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="longctx")
 def main() -> None:
     """Cache-friendly questions over codebases and documents, on vLLM and SGLang."""

@@ -34,7 +34,7 @@ from longctx.pack.rendering import (
     render_document,
 )
 from longctx.store import Store, StoredText
-from longctx.tokens import ServerTokenizer, Tokenizer, cached_counts
+from longctx.tokens import TemplateTokenizer, Tokenizer, cached_counts
 
 # A miniature first user message, to measure what the chat template adds
 # around the system message and the user message.
@@ -70,13 +70,13 @@ class _Counter:
         return cached_counts(self.tokenizer, texts, self.store, digests=digests)
 
     def template_overhead(self, system: str) -> int | None:
-        if not isinstance(self.tokenizer, ServerTokenizer):
+        if not isinstance(self.tokenizer, TemplateTokenizer):
             return None
         if system not in self._overheads:
             self._overheads[system] = self._measure_overhead(self.tokenizer, system)
         return self._overheads[system]
 
-    def _measure_overhead(self, tokenizer: ServerTokenizer, system: str) -> int:
+    def _measure_overhead(self, tokenizer: TemplateTokenizer, system: str) -> int:
         # Cached under a key no real text can have: the counts table maps a
         # text digest to tokens, so this is the digest of a tagged string.
         key = _fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
@@ -159,7 +159,7 @@ def _assemble(given: _Sections, counter: _Counter) -> Pack:
     additive: bool | None = None
     if counts is not None:
         prefix_tokens = sum(counts)
-        if isinstance(counter.tokenizer, ServerTokenizer):
+        if isinstance(counter.tokenizer, TemplateTokenizer):
             # The server is the authority: count the whole user prefix once
             # (cached like any text) and trust it over the sum.
             whole = counter.counts(["".join(_as_str(text) for text in texts[1:])])

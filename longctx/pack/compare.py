@@ -12,7 +12,7 @@ from typing import Final
 
 from longctx.errors import PackError
 from longctx.pack.model import BoundaryCheck, Pack, PackComparison
-from longctx.tokens import ServerTokenizer, Tokenizer
+from longctx.tokens import TemplateTokenizer, Tokenizer
 
 __all__ = ["DEFAULT_PROBE_QUESTION", "check_cache_boundary", "compare_packs"]
 
@@ -87,7 +87,7 @@ def compare_packs(old: Pack, new: Pack, *, tokenizer: Tokenizer | None = None) -
 
 
 def check_cache_boundary(
-    pack: Pack, tokenizer: ServerTokenizer, question: str = DEFAULT_PROBE_QUESTION
+    pack: Pack, tokenizer: TemplateTokenizer, question: str = DEFAULT_PROBE_QUESTION
 ) -> BoundaryCheck:
     """Check with the server tokenizer that the prefix's tokens are a prefix of prefix + question's.
 

@@ -1,0 +1,126 @@
+"""The served model's own tokenizer, through the server's tokenize route.
+
+It satisfies :class:`longctx.tokens.Tokenizer` like the offline tokenizers;
+it lives here, with the HTTP it speaks, so that :mod:`longctx.tokens` needs
+no server code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Literal
+
+from longctx.backends.http import HttpEndpoint
+from longctx.errors import BackendError, TokenizerError
+
+__all__ = ["ServerTokenizer"]
+
+# A probe covering scripts, digits, whitespace runs and punctuation: two
+# tokenizers that split it the same way are, for counting, the same.
+_IDENTITY_PROBE: Final = (
+    "def f(x):\n    return x  # ok\n\n\tTabs\u00a0and  spaces; 12345 67.8e-9 \u00e9\u00e8 \u00df\n"
+    "\u4e2d\u6587\u5b57\u7b26 \u65e5\u672c\u8a9e \ud55c\uad6d\uc5b4 "
+    "\u0440\u0443\u0441\u0441\u043a\u0438\u0439 "
+    "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \U0001f600\n<|im_end|> </s> [INST] ```python\n'll 're"
+)
+_SGLANG_BATCH_CHARS: Final = 1_000_000
+_VLLM_PARALLEL_REQUESTS: Final = 8
+
+
+class ServerTokenizer:
+    """The served model's own tokenizer, through the server's tokenize route.
+
+    vLLM: ``POST {root}/tokenize``; SGLang: ``POST {root}/v1/tokenize``. Text
+    is encoded without the special tokens a tokenizer adds by itself.
+    ``count_many`` sends several texts per request to SGLang (its route
+    takes a list) and parallel requests to vLLM (its route takes one text).
+
+    ``identity`` (asked once, lazily) is engine, model name and a digest of
+    the tokens of a fixed probe text, so two servers that serve different
+    tokenizers under one name never share cached counts.
+    """
+
+    def __init__(self, endpoint: HttpEndpoint, engine: Literal["vllm", "sglang"], model: str) -> None:
+        if engine not in ("vllm", "sglang"):
+            raise TokenizerError(f"unknown engine {engine!r}; use 'vllm' or 'sglang'")
+        self.endpoint = endpoint
+        self.engine = engine
+        self.model = model
+        self._path = "/tokenize" if engine == "vllm" else "/v1/tokenize"
+        self._identity: str | None = None
+
+    @property
+    def identity(self) -> str:
+        if self._identity is None:
+            digest = hashlib.sha256(json.dumps(self.encode(_IDENTITY_PROBE)).encode()).hexdigest()[:16]
+            self._identity = f"server:{self.engine}:{self.model}:{digest}"
+        return self._identity
+
+    @property
+    def estimated(self) -> bool:
+        return False
+
+    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            answer = self.endpoint.post_json(self._path, {"model": self.model, **body})
+        except BackendError as error:
+            raise TokenizerError(f"the {self.engine} server could not tokenize: {error}") from error
+        if not isinstance(answer, dict) or "tokens" not in answer:
+            raise TokenizerError(
+                f"the {self.engine} tokenize route answered without tokens: {str(answer)[:200]}"
+            )
+        return answer
+
+    def encode(self, text: str) -> list[int]:
+        """The server's token ids for ``text`` alone (no BOS/EOS added)."""
+        tokens = self._post({"prompt": text, "add_special_tokens": False})["tokens"]
+        return [int(token) for token in tokens]
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+    def count_many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        if self.engine == "sglang":
+            return self._count_batched(texts)
+        if len(texts) == 1:
+            return [self.count(texts[0])]
+        with ThreadPoolExecutor(max_workers=_VLLM_PARALLEL_REQUESTS) as pool:
+            return list(pool.map(self.count, texts))
+
+    def _count_batched(self, texts: Sequence[str]) -> list[int]:
+        counts: list[int] = []
+        batch: list[str] = []
+        size = 0
+        for text in texts:
+            if batch and size + len(text) > _SGLANG_BATCH_CHARS:
+                counts.extend(self._count_list(batch))
+                batch, size = [], 0
+            batch.append(text)
+            size += len(text)
+        counts.extend(self._count_list(batch))
+        return counts
+
+    def _count_list(self, texts: list[str]) -> list[int]:
+        answer = self._post({"prompt": texts, "add_special_tokens": False})
+        tokens = answer["tokens"]
+        if not isinstance(tokens, list) or len(tokens) != len(texts):
+            raise TokenizerError(
+                f"the sglang tokenize route answered {len(tokens)} results for {len(texts)} texts"
+            )
+        return [len(ids) for ids in tokens]
+
+    def tokenize_messages(
+        self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
+    ) -> list[int]:
+        """The token ids of ``messages`` through the server's chat template, as a chat request sends them."""
+        body: dict[str, Any] = {"messages": [dict(message) for message in messages]}
+        if self.engine == "vllm" or not add_generation_prompt:
+            body["add_generation_prompt"] = add_generation_prompt
+        # SGLang without the flag renders exactly as for a chat completion
+        # (which always opens the assistant turn).
+        return [int(token) for token in self._post(body)["tokens"]]

@@ -40,7 +40,7 @@ from longctx.config import RequestOptions
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
 from longctx.corpus import load_corpus
-from longctx.pack import build_pack
+from longctx.packing import build_pack
 from longctx.sessions import Session
 from longctx.store import Store
 from longctx.testing import EngineHarness

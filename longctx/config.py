@@ -4,7 +4,7 @@ The options that travel together are one frozen object each, written once
 here and taken as they are by every call that needs them:
 
 - :class:`CorpusOptions`: what :func:`~longctx.corpus.load_corpus` reads and
-  in which order (also :func:`~longctx.pack.pack`, every session, the CLI);
+  in which order (also :func:`~longctx.packing.pack`, every session, the CLI);
 - :class:`Limits`: how much of it (part of :class:`CorpusOptions`);
 - :class:`RequestOptions`: how each request of a session is made (answer
   length, sampling, cache namespace, concurrency, room kept for questions);

@@ -395,7 +395,7 @@ def _read_in_order(
 
     Returns the documents (none unless ``keep``) and their total size in bytes.
     """
-    # Imported here: a pack read back from the store (longctx.pack.snapshots)
+    # Imported here: a pack read back from the store (longctx.packing.snapshots)
     # needs this module's manifest but reads no file, and the readers'
     # imports (secret patterns, PDF and notebook support) are a tenth of
     # its import time.

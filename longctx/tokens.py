@@ -444,7 +444,7 @@ class TiktokenFileTokenizer:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         # One text at a time: never more than one text's ids in memory.
         # (Threads do not help: tiktoken 0.14 and bpe-openai hold the GIL
-        # while counting; longctx.pack.counting uses a second process instead.)
+        # while counting; longctx.packing.counting uses a second process instead.)
         return [self.count(text) for text in texts]
 
 

@@ -23,7 +23,7 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
 from longctx.config import CorpusOptions
 from longctx.corpus import load_corpus
-from longctx.pack import Budget, build_shards
+from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.session import history_form

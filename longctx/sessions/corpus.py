@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
-from longctx.pack import Budget, Pack, build_pack, build_shards
+from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.sessions.session import Progress, Session
 from longctx.store import Store, StoredPack
 from longctx.tokens import EstimateTokenizer, Tokenizer

@@ -54,7 +54,7 @@ from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rat
 from longctx.usage import Usage
 
 if TYPE_CHECKING:
-    from longctx.pack import Pack
+    from longctx.packing import Pack
 
 __all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
 
@@ -201,7 +201,7 @@ class Session(Conversation):
     ``backend`` is a connection (:func:`~longctx.backends.base.connect`) the
     caller owns; without one the session connects to ``server`` (default
     :class:`~longctx.config.ServerOptions`) on its first request and owns
-    that connection. ``pack`` is a :class:`~longctx.pack.Pack` or a
+    that connection. ``pack`` is a :class:`~longctx.packing.Pack` or a
     :class:`~longctx.store.StoredPack`. ``store`` likewise: without one the
     default store is opened on first use and closed by :meth:`close`.
     ``request`` sets how every request is made. Nothing is contacted,
@@ -698,6 +698,6 @@ def _stored_pack(pack: Pack | StoredPack) -> StoredPack:
         format_version=pack.format_version,
         system=pack.system,
         prefix=pack.prefix,
-        summary=pack.summary(),
+        summary=pack.to_dict(),
     )
 

@@ -1,7 +1,7 @@
 """Questions over a corpus larger than the window: map over shards, then reduce.
 
 Opt-in: :class:`ShardedSession` splits the corpus into shards that each fit
-the window (:func:`longctx.pack.build_shards`), each a stable prefix of its
+the window (:func:`longctx.packing.build_shards`), each a stable prefix of its
 own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
@@ -31,7 +31,7 @@ from longctx.backends.base import Backend, connect
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
-from longctx.pack import Pack, ShardedPack
+from longctx.packing import Pack, ShardedPack
 from longctx.sessions.corpus import Paths, as_paths, shards_for_server
 from longctx.sessions.session import Answer, Batch, Conversation, Progress, Session
 from longctx.store import SessionRecord, Store

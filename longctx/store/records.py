@@ -113,7 +113,7 @@ class StoredPack:
 
 @dataclass(frozen=True)
 class StoredPackSnapshot:
-    """A stored pack snapshot: its summary (see :mod:`longctx.pack.snapshots`) and its sections' text.
+    """A stored pack snapshot: its summary (see :mod:`longctx.packing.snapshots`) and its sections' text.
 
     ``text`` is the UTF-8 of every section in order, open and mapped from
     its file; ``section_sizes`` the byte length of each section;

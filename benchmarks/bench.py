@@ -501,11 +501,11 @@ def engines(args: argparse.Namespace) -> str:
     import httpx2
 
     from longctx.backends.http import HttpEndpoint
+    from longctx.backends.tokenizer import ServerTokenizer
     from longctx.corpus import load_corpus
     from longctx.packing import build_pack, check_cache_boundary
     from longctx.store import Store
     from longctx.testing import EngineHarness
-    from longctx.backends.tokenizer import ServerTokenizer
 
     harness = EngineHarness(
         args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")

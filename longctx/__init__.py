@@ -103,20 +103,72 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.errors import BackendError, BudgetError, ConfigError, ContextOverflow, EnvironmentBuildError, HarnessError, InputError, InsufficientMemory, LongctxError, ModelBuildError, OutputError, PackError, ServerDiedError, ServerError, ServerStartError, ServerUnreachable, ServingConfigError, SessionNotFound, SourceError, StoreError, TokenizerError, UnsupportedArchitecture
+    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
+    from longctx.backends.tokenizer import ServerTokenizer
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
-    from longctx.packing import BoundaryCheck, Budget, Pack, PackComparison, PackResult, PromptCount, Section, ShardedPack, build_pack, build_shards, check_cache_boundary, compare_packs, pack
+    from longctx.errors import (
+        BackendError,
+        BudgetError,
+        ConfigError,
+        ContextOverflow,
+        EnvironmentBuildError,
+        HarnessError,
+        InputError,
+        InsufficientMemory,
+        LongctxError,
+        ModelBuildError,
+        OutputError,
+        PackError,
+        ServerDiedError,
+        ServerError,
+        ServerStartError,
+        ServerUnreachable,
+        ServingConfigError,
+        SessionNotFound,
+        SourceError,
+        StoreError,
+        TokenizerError,
+        UnsupportedArchitecture,
+    )
     from longctx.outputs import Saved
-    from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer, tokenizer_from_model_dir
-    from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
-    from longctx.serving.advice import Finding
-    from longctx.retry import RetryPolicy
-    from longctx.sessions import Answer, Batch, Conversation, DocSession, RepoSession, Session, ShardedSession, resume
-    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+    from longctx.packing import (
+        BoundaryCheck,
+        Budget,
+        Pack,
+        PackComparison,
+        PackResult,
+        PromptCount,
+        Section,
+        ShardedPack,
+        build_pack,
+        build_shards,
+        check_cache_boundary,
+        compare_packs,
+        pack,
+    )
     from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
+    from longctx.retry import RetryPolicy
+    from longctx.serving.advice import Finding
+    from longctx.sessions import (
+        Answer,
+        Batch,
+        Conversation,
+        DocSession,
+        RepoSession,
+        Session,
+        ShardedSession,
+        resume,
+    )
+    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+    from longctx.tokens import (
+        EstimateTokenizer,
+        TiktokenFileTokenizer,
+        Tokenizer,
+        TokenizerJsonTokenizer,
+        tokenizer_from_model_dir,
+    )
     from longctx.usage import Usage
 
 

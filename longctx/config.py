@@ -134,7 +134,9 @@ class CorpusOptions:
             raise ConfigError(f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}")
         share = self.max_stale_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share < 1):
-            raise ConfigError(f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}")
+            raise ConfigError(
+                f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}"
+            )
         for name in ("include", "exclude"):
             patterns = getattr(self, name)
             if isinstance(patterns, str):

@@ -54,6 +54,7 @@ logger = logging.getLogger("longctx.corpus")
 MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
 
+
 @dataclass(frozen=True, slots=True)
 class ManifestEntry:
     """One path considered: ``included`` (with size, hash, kind) or ``skipped`` (with a reason).

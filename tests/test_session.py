@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fake_engine import FakeEngine, Fault
 
-from longctx.config import RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
+from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
 from longctx.sessions import Session
@@ -85,7 +85,9 @@ def test_reasoning_is_dropped_from_history(fake: FakeEngine, backend: Backend, s
 
 
 def test_resume_has_every_committed_turn(backend: Backend, store: Store) -> None:
-    session = Session(backend, PACK, store=store, title="resumable", request=RequestOptions(cache_salt="tenant-1"))
+    session = Session(
+        backend, PACK, store=store, title="resumable", request=RequestOptions(cache_salt="tenant-1")
+    )
     session.ask("one?")
     session.ask("two?")
     resumed = Session.resume(session.id, backend, store=Store.open(store.path.parent))

@@ -12,10 +12,10 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.backends.http import HttpEndpoint
+from longctx.backends.tokenizer import ServerTokenizer
 from longctx.errors import TokenizerError
 from longctx.packing import build_pack
 from longctx.store import Store
-from longctx.backends.tokenizer import ServerTokenizer
 from longctx.tokens import EstimateTokenizer, cached_counts, text_sha256
 
 

@@ -376,7 +376,9 @@ class PackResult:
         skipped_text = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())) or "none"
         tokens = built.prefix_tokens
         count_text = (
-            "not counted" if tokens is None else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
+            "not counted"
+            if tokens is None
+            else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
         )
         earlier = built.earlier_copies
         earlier_text = ""

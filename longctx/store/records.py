@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from longctx.usage import Usage
-
 from longctx.store.blobs import StoredText
+from longctx.usage import Usage
 
 __all__ = [
     "CounterCheckRecord",

@@ -76,8 +76,12 @@ def test_a_session_closes_the_backend_and_store_it_opened_and_only_those(
 
     monkeypatch.setattr("longctx.sessions.session.connect", connecting)
     closed: list[object] = []
-    monkeypatch.setattr(Backend, "close", lambda self: closed.append(self))
-    monkeypatch.setattr(Store, "close", lambda self: closed.append(self))
+
+    def record(self: object) -> None:
+        closed.append(self)
+
+    monkeypatch.setattr(Backend, "close", record)
+    monkeypatch.setattr(Store, "close", record)
 
     owner = Session(pack=PACK)
     owner.ask("first?")

@@ -16,7 +16,8 @@ from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
-from longctx.sessions.session import Progress, Session
+from longctx.sessions.resources import Progress
+from longctx.sessions.session import Session
 from longctx.store import Store, StoredPack
 from longctx.tokens import EstimateTokenizer, Tokenizer
 
@@ -125,7 +126,7 @@ class CorpusSession(Session):
         return self._pack
 
     def _prepare(self) -> None:
-        with self._open_lock:
+        with self._resources.lock:
             if self._full_pack is not None:
                 return
             self._progress("reading files")

@@ -41,6 +41,14 @@ class Resources:
         # Reentrant: preparing a session (reading its pack) takes the backend and the store under it.
         self.lock = threading.RLock()
 
+    @classmethod
+    def for_resume(cls, backend: Backend | None, store: Store | None) -> Resources:
+        """Resources to read a stored session: the store given, else the default one, opened now and owned."""
+        resources = cls(backend=backend, store=store or Store.open())
+        if store is None:
+            resources._made.append(resources.store)
+        return resources
+
     def progress(self, message: str) -> None:
         """Tell the caller's ``on_progress`` (if any) what is happening."""
         if self._on_progress is not None:
@@ -69,11 +77,6 @@ class Resources:
                 self._store = Store.open()
                 self._made.append(self._store)
             return self._store
-
-    def adopt_store(self) -> None:
-        """Take ownership of the store given at construction (``resume`` opened it for this session)."""
-        if self._store is not None and self._store not in self._made:
-            self._made.append(self._store)
 
     def borrowed(self) -> Resources:
         """Resources for a fork or branch: the same backend (once made) and store, owning neither."""

@@ -145,10 +145,38 @@ class Conversation(ABC):
     that takes a session works with either.
     """
 
+    # Set by each kind's constructor: what it uses and owns, its stored record
+    # once recorded, the id it will be recorded under, and the title asked for.
+    _resources: Resources
+    _record: SessionRecord | None
+    _new_id: str
+    _title: str | None
+    _default_title = "session"
+
     @property
-    @abstractmethod
     def id(self) -> str:
-        """The session's id in the store (``longctx report ID``)."""
+        """The session's id in the store (``longctx report ID``), known before it is recorded."""
+        return self._record.id if self._record is not None else self._new_id
+
+    @property
+    def title(self) -> str:
+        if self._record is not None:
+            return self._record.title
+        return self._title or self._default_title
+
+    @property
+    def store(self) -> Store:
+        """The store the session lives in (the default one, opened on first use, unless given)."""
+        return self._resources.store
+
+    @property
+    def backend(self) -> Backend:
+        """The connection to the server, made on first use unless one was given."""
+        return self._resources.backend
+
+    def close(self) -> None:
+        """Close the connection and the store if this session opened them; idempotent."""
+        self._resources.close()
 
     @abstractmethod
     def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
@@ -182,10 +210,6 @@ class Conversation(ABC):
     @abstractmethod
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its branches)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Close what this session opened (its backend, its store); idempotent."""
 
     def __enter__(self) -> Self:
         return self
@@ -246,9 +270,7 @@ class Session(Conversation):
         unknown id and :class:`~longctx.errors.StoreError` when its pack is
         missing.
         """
-        resources = Resources(backend=backend, store=store or Store.open())
-        if store is None:
-            resources.adopt_store()
+        resources = Resources.for_resume(backend, store)
         try:
             return cls._restore(resources.store.session(session_id), resources)
         except BaseException:
@@ -274,16 +296,6 @@ class Session(Conversation):
         session._record = record
         session._turns = session._load_history(record)
         return session
-
-    @property
-    def store(self) -> Store:
-        """The store the session lives in (the default one, opened on first use, unless given)."""
-        return self._resources.store
-
-    @property
-    def backend(self) -> Backend:
-        """The connection to the server, made on first use unless one was given."""
-        return self._resources.backend
 
     @property
     def pack(self) -> StoredPack | None:
@@ -328,21 +340,7 @@ class Session(Conversation):
         """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
         self._parent = (parent_id, kind)
 
-    def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent."""
-        self._resources.close()
-
     # -- identity and history -----------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self._record.id if self._record is not None else self._new_id
-
-    @property
-    def title(self) -> str:
-        if self._record is not None:
-            return self._record.title
-        return self._title or "session"
 
     @property
     def turns(self) -> tuple[TurnRecord, ...]:

@@ -24,16 +24,16 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Unpack
 
 from longctx.backends.base import Backend
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.config import CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.corpus import Paths, as_paths, shards_for_server
-from longctx.sessions.resources import Progress, Resources
+from longctx.sessions.corpus import CorpusSessionOptions, Paths, as_paths, shards_for_server
+from longctx.sessions.resources import Resources
 from longctx.sessions.session import Answer, Batch, Conversation, Session
 from longctx.store import SessionRecord, Store
 
@@ -59,7 +59,8 @@ def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
 class ShardedSession(Conversation):
     """Sessions over every shard of an oversized corpus, and a reducer.
 
-    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments, plus
+    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments
+    (:class:`~longctx.sessions.corpus.CorpusSessionOptions`), plus
     ``sharded`` (shards already built, instead of loading ``paths``).
     Shards leave out the earlier copies of a layered pack, so
     ``CorpusOptions.max_stale_share`` only chooses the order of the
@@ -67,24 +68,25 @@ class ShardedSession(Conversation):
     question loads, connects and builds the shards.
     """
 
+    _default_title = "sharded session"
+
     def __init__(
         self,
         paths: Paths,
         *,
-        backend: Backend | None = None,
-        server: ServerOptions | None = None,
-        store: Store | None = None,
-        corpus: CorpusOptions | None = None,
-        request: RequestOptions | None = None,
-        title: str | None = None,
-        on_progress: Progress | None = None,
         sharded: ShardedPack | Pack | None = None,
+        **options: Unpack[CorpusSessionOptions],
     ) -> None:
         self.paths = as_paths(paths)
-        self.corpus_options = corpus or CorpusOptions()
-        self.request = request or RequestOptions()
-        self._resources = Resources(server=server, backend=backend, store=store, on_progress=on_progress)
-        self._title = title
+        self.corpus_options = options.get("corpus") or CorpusOptions()
+        self.request = options.get("request") or RequestOptions()
+        self._resources = Resources(
+            server=options.get("server"),
+            backend=options.get("backend"),
+            store=options.get("store"),
+            on_progress=options.get("on_progress"),
+        )
+        self._title = options.get("title")
         self._given = sharded
         self._new_id = uuid.uuid4().hex[:16]
         self._record: SessionRecord | None = None
@@ -102,9 +104,7 @@ class ShardedSession(Conversation):
         Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
         :class:`~longctx.errors.ConfigError` when it is not a sharded session.
         """
-        resources = Resources(backend=backend, store=store or Store.open())
-        if store is None:
-            resources.adopt_store()
+        resources = Resources.for_resume(backend, store)
         try:
             record = resources.store.session(session_id)
             if record.kind != KIND:
@@ -123,14 +123,6 @@ class ShardedSession(Conversation):
         except BaseException:
             resources.close()
             raise
-
-    @property
-    def store(self) -> Store:
-        return self._resources.store
-
-    @property
-    def backend(self) -> Backend:
-        return self._resources.backend
 
     @property
     def shards(self) -> tuple[Session, ...]:
@@ -190,18 +182,6 @@ class ShardedSession(Conversation):
             for part in (*shards, reducer):
                 part._opened()
             self._record, self._shards, self._reducer = record, tuple(shards), reducer
-
-    def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent."""
-        self._resources.close()
-
-    @property
-    def id(self) -> str:
-        return self._record.id if self._record is not None else self._new_id
-
-    @property
-    def title(self) -> str:
-        return self._record.title if self._record is not None else (self._title or "sharded session")
 
     # -- questions ----------------------------------------------------------
 

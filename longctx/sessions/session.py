@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any, Self
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.config import RequestOptions, ServerOptions
-from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
+from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Progress, Resources
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage

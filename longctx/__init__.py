@@ -31,6 +31,8 @@ _EXPORTS: dict[str, str] = {
     "Batch": "longctx.sessions",
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
+    "CacheCounters": "longctx.backends.engines",
+    "ChatRequest": "longctx.backends.chat",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -66,6 +68,7 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "longctx.retry",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
+    "Sent": "longctx.backends.base",
     "Section": "longctx.packing",
     "ServerDiedError": "longctx.errors",
     "ServerError": "longctx.errors",
@@ -103,7 +106,9 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
+    from longctx.backends.base import Backend, Diagnosis, Sent, ServerInfo, connect
+    from longctx.backends.chat import ChatRequest
+    from longctx.backends.engines import CacheCounters
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
@@ -193,6 +198,8 @@ __all__ = [
     "BoundaryCheck",
     "Budget",
     "BudgetError",
+    "CacheCounters",
+    "ChatRequest",
     "ConfigError",
     "ContextOverflow",
     "Conversation",
@@ -228,6 +235,7 @@ __all__ = [
     "Saved",
     "SavingsReport",
     "Section",
+    "Sent",
     "ServerDiedError",
     "ServerError",
     "ServerInfo",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 from pathlib import Path
@@ -17,6 +18,8 @@ PUBLIC = {
     "Batch",
     "BoundaryCheck",
     "Budget",
+    "CacheCounters",
+    "ChatRequest",
     "BudgetError",
     "ConfigError",
     "ContextOverflow",
@@ -52,6 +55,7 @@ PUBLIC = {
     "RetryPolicy",
     "Saved",
     "SavingsReport",
+    "Sent",
     "Section",
     "ServerDiedError",
     "ServerError",
@@ -120,3 +124,43 @@ def test_readme_has_the_two_commands_and_ci_runs_the_test_command() -> None:
     assert "scripts/test" in ci
     for linked in re.findall(r"\]\((docs/[^)]+)\)", readme):
         assert (ROOT / linked).exists(), linked
+
+
+def _longctx_classes() -> dict[str, type]:
+    """Every class defined in a longctx module (the testing harness aside), by name."""
+    import pkgutil
+
+    found: dict[str, type] = {}
+    for info in pkgutil.walk_packages(longctx.__path__, "longctx."):
+        if info.name.startswith(("longctx.testing", "longctx.cli")) or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if isinstance(value, type) and value.__module__ == info.name and not name.startswith("_"):
+                found.setdefault(name, value)
+    return found
+
+
+def test_everything_a_public_call_returns_is_exported() -> None:
+    classes = _longctx_classes()
+    missing: set[str] = set()
+
+    def check(annotation: object, where: str) -> None:
+        for name in re.findall(r"[A-Za-z_]\w*", str(annotation)):
+            if name in classes and name not in longctx.__all__ and not name.startswith("_"):
+                missing.add(f"{name} (returned by {where})")
+
+    for public in longctx.__all__:
+        value = getattr(longctx, public)
+        if callable(value) and not isinstance(value, type):
+            check(getattr(value, "__annotations__", {}).get("return"), public)
+        if isinstance(value, type) and not issubclass(value, BaseException):
+            for attribute, member in vars(value).items():
+                if attribute.startswith("_"):
+                    continue
+                function = (
+                    member.fget if isinstance(member, property) else getattr(member, "__func__", member)
+                )
+                if callable(function):
+                    check(getattr(function, "__annotations__", {}).get("return"), f"{public}.{attribute}")
+    assert not missing, sorted(missing)

@@ -35,7 +35,7 @@ from longctx.errors import BackendError, ConfigError
 from longctx.retry import OnRetry, RetryOutcome, RetryPolicy, acall_with_retry, call_with_retry
 from longctx.serving.advice import Finding, suggest_server_flags
 
-__all__ = ["Backend", "Diagnosis", "ServerInfo", "connect"]
+__all__ = ["Backend", "Diagnosis", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)

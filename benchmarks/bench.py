@@ -150,7 +150,7 @@ def _counting_alone(corpus: Path, home: Path) -> dict[str, float]:
     sections come from the store the unchanged runs read (no file is read
     again), and their counts are checked against the pack's.
     """
-    from longctx.pack import pack
+    from longctx.packing import pack
     from longctx.store import Store
     from longctx.tokens import TiktokenFileTokenizer, fast_openai_counter
 
@@ -281,7 +281,7 @@ def speed(args: argparse.Namespace) -> str:
         " file with cl100k_base (100k entries; through bpe-openai, an exact compiled implementation of the same"
         " vocabulary that the tests check against tiktoken, installed here as longctx's optional counter) and checks"
         " for secrets like repomix's defaults. longctx runs `benchmarks/pack_one.py`, a fresh process calling"
-        " `longctx.pack.pack` and saving with `Pack.save`, the calls the `longctx pack -o` command makes; it"
+        " `longctx.packing.pack` and saving with `Pack.save`, the calls the `longctx pack -o` command makes; it"
         " counts in a second process while it reads (two cores here). *cold*: a fresh process, an empty longctx"
         " store and no output file; *unchanged*: a fresh process with the store and the output file left by the"
         " cold run: the repository's state (HEAD, `git status`, content of changed files) matches the pack"
@@ -361,7 +361,7 @@ class _Replay:
 def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
     from longctx.config import CorpusOptions
     from longctx.corpus import load_corpus
-    from longctx.pack import build_pack, compare_packs
+    from longctx.packing import build_pack, compare_packs
     from longctx.store import Store
     from longctx.tokens import TiktokenFileTokenizer
 
@@ -458,7 +458,7 @@ def retention(args: argparse.Namespace) -> str:
 def budget(args: argparse.Namespace) -> str:
     from longctx.corpus import load_corpus
     from longctx.errors import BudgetError
-    from longctx.pack import Budget, build_pack, build_shards
+    from longctx.packing import Budget, build_pack, build_shards
     from longctx.store import Store
     from longctx.tokens import TiktokenFileTokenizer
 
@@ -501,11 +501,11 @@ def engines(args: argparse.Namespace) -> str:
     import httpx2
 
     from longctx.backends.http import HttpEndpoint
+    from longctx.backends.tokenizer import ServerTokenizer
     from longctx.corpus import load_corpus
-    from longctx.pack import build_pack, check_cache_boundary
+    from longctx.packing import build_pack, check_cache_boundary
     from longctx.store import Store
     from longctx.testing import EngineHarness
-    from longctx.backends.tokenizer import ServerTokenizer
 
     harness = EngineHarness(
         args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")

@@ -36,11 +36,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from longctx.config import RequestOptions
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
+from longctx.config import RequestOptions
 from longctx.corpus import load_corpus
-from longctx.pack import build_pack
+from longctx.packing import build_pack
 from longctx.sessions import Session
 from longctx.store import Store
 from longctx.testing import EngineHarness
@@ -134,7 +134,12 @@ def naive_client(
 def longctx_client(backend: Backend, root: Path, store: Store) -> ClientResult:
     corpus = load_corpus(root)
     pack = build_pack(corpus, tokenizer=backend.tokenizer(), store=store)
-    session = Session(backend, pack, store=store, request=RequestOptions(max_tokens=MAX_TOKENS, cache_salt=uuid.uuid4().hex, concurrency=4))
+    session = Session(
+        backend,
+        pack,
+        store=store,
+        request=RequestOptions(max_tokens=MAX_TOKENS, cache_salt=uuid.uuid4().hex, concurrency=4),
+    )
     batch = session.ask_many(list(SIBLINGS))
     usages = [answer.usage for answer in batch]
     for question in TURNS:

@@ -1,7 +1,7 @@
 """The longctx side of the speed benchmark: pack one folder into one file, as a fresh process.
 
 Usage: pack_one.py SOURCE OUTPUT {cl100k,estimate}; the store is $LONGCTX_HOME.
-Goes through longctx.pack.pack, the call the ``longctx pack`` command makes.
+Goes through longctx.packing.pack, the call the ``longctx pack`` command makes.
 Prints one JSON line: documents, bytes, tokens, whether the stored pack was
 reused, whether OUTPUT already held the pack (then compared and left as it
 was, see longctx.outputs), seconds per stage, and the peak resident memory of this process and
@@ -17,7 +17,7 @@ import time
 
 started = time.perf_counter()
 
-from longctx.pack import pack  # noqa: E402 - imports are part of the measured time
+from longctx.packing import pack  # noqa: E402 - imports are part of the measured time
 from longctx.store import Store  # noqa: E402
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer  # noqa: E402
 

@@ -29,8 +29,8 @@ _EXPORTS: dict[str, str] = {
     "Backend": "longctx.backends.base",
     "BackendError": "longctx.errors",
     "Batch": "longctx.sessions",
-    "BoundaryCheck": "longctx.pack",
-    "Budget": "longctx.pack",
+    "BoundaryCheck": "longctx.packing",
+    "Budget": "longctx.packing",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -53,12 +53,12 @@ _EXPORTS: dict[str, str] = {
     "ManifestEntry": "longctx.corpus",
     "ModelBuildError": "longctx.errors",
     "OutputError": "longctx.errors",
-    "Pack": "longctx.pack",
-    "PackComparison": "longctx.pack",
+    "Pack": "longctx.packing",
+    "PackComparison": "longctx.packing",
     "PackError": "longctx.errors",
-    "PackResult": "longctx.pack",
+    "PackResult": "longctx.packing",
     "Prices": "longctx.report",
-    "PromptCount": "longctx.pack",
+    "PromptCount": "longctx.packing",
     "RepoSession": "longctx.sessions",
     "RequestLine": "longctx.report",
     "RequestOptions": "longctx.config",
@@ -66,7 +66,7 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "longctx.retry",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
-    "Section": "longctx.pack",
+    "Section": "longctx.packing",
     "ServerDiedError": "longctx.errors",
     "ServerError": "longctx.errors",
     "ServerInfo": "longctx.backends.base",
@@ -78,7 +78,7 @@ _EXPORTS: dict[str, str] = {
     "Session": "longctx.sessions",
     "SessionNotFound": "longctx.errors",
     "SessionRecord": "longctx.store",
-    "ShardedPack": "longctx.pack",
+    "ShardedPack": "longctx.packing",
     "ShardedSession": "longctx.sessions",
     "SourceError": "longctx.errors",
     "Store": "longctx.store",
@@ -91,32 +91,84 @@ _EXPORTS: dict[str, str] = {
     "TurnRecord": "longctx.store",
     "UnsupportedArchitecture": "longctx.errors",
     "Usage": "longctx.usage",
-    "build_pack": "longctx.pack",
-    "build_shards": "longctx.pack",
-    "check_cache_boundary": "longctx.pack",
-    "compare_packs": "longctx.pack",
+    "build_pack": "longctx.packing",
+    "build_shards": "longctx.packing",
+    "check_cache_boundary": "longctx.packing",
+    "compare_packs": "longctx.packing",
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
-    "pack": "longctx.pack",
+    "pack": "longctx.packing",
     "resume": "longctx.sessions",
     "tokenizer_from_model_dir": "longctx.tokens",
 }
 
 if TYPE_CHECKING:
-    from longctx.errors import BackendError, BudgetError, ConfigError, ContextOverflow, EnvironmentBuildError, HarnessError, InputError, InsufficientMemory, LongctxError, ModelBuildError, OutputError, PackError, ServerDiedError, ServerError, ServerStartError, ServerUnreachable, ServingConfigError, SessionNotFound, SourceError, StoreError, TokenizerError, UnsupportedArchitecture
+    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
+    from longctx.backends.tokenizer import ServerTokenizer
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
-    from longctx.pack import BoundaryCheck, Budget, Pack, PackComparison, PackResult, PromptCount, Section, ShardedPack, build_pack, build_shards, check_cache_boundary, compare_packs, pack
+    from longctx.errors import (
+        BackendError,
+        BudgetError,
+        ConfigError,
+        ContextOverflow,
+        EnvironmentBuildError,
+        HarnessError,
+        InputError,
+        InsufficientMemory,
+        LongctxError,
+        ModelBuildError,
+        OutputError,
+        PackError,
+        ServerDiedError,
+        ServerError,
+        ServerStartError,
+        ServerUnreachable,
+        ServingConfigError,
+        SessionNotFound,
+        SourceError,
+        StoreError,
+        TokenizerError,
+        UnsupportedArchitecture,
+    )
     from longctx.outputs import Saved
-    from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer, tokenizer_from_model_dir
-    from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.backends.base import Backend, Diagnosis, ServerInfo, connect
-    from longctx.serving.advice import Finding
-    from longctx.retry import RetryPolicy
-    from longctx.sessions import Answer, Batch, Conversation, DocSession, RepoSession, Session, ShardedSession, resume
-    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+    from longctx.packing import (
+        BoundaryCheck,
+        Budget,
+        Pack,
+        PackComparison,
+        PackResult,
+        PromptCount,
+        Section,
+        ShardedPack,
+        build_pack,
+        build_shards,
+        check_cache_boundary,
+        compare_packs,
+        pack,
+    )
     from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
+    from longctx.retry import RetryPolicy
+    from longctx.serving.advice import Finding
+    from longctx.sessions import (
+        Answer,
+        Batch,
+        Conversation,
+        DocSession,
+        RepoSession,
+        Session,
+        ShardedSession,
+        resume,
+    )
+    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+    from longctx.tokens import (
+        EstimateTokenizer,
+        TiktokenFileTokenizer,
+        Tokenizer,
+        TokenizerJsonTokenizer,
+        tokenizer_from_model_dir,
+    )
     from longctx.usage import Usage
 
 

@@ -4,7 +4,7 @@ The options that travel together are one frozen object each, written once
 here and taken as they are by every call that needs them:
 
 - :class:`CorpusOptions`: what :func:`~longctx.corpus.load_corpus` reads and
-  in which order (also :func:`~longctx.pack.pack`, every session, the CLI);
+  in which order (also :func:`~longctx.packing.pack`, every session, the CLI);
 - :class:`Limits`: how much of it (part of :class:`CorpusOptions`);
 - :class:`RequestOptions`: how each request of a session is made (answer
   length, sampling, cache namespace, concurrency, room kept for questions);
@@ -134,7 +134,9 @@ class CorpusOptions:
             raise ConfigError(f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}")
         share = self.max_stale_share
         if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share < 1):
-            raise ConfigError(f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}")
+            raise ConfigError(
+                f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}"
+            )
         for name in ("include", "exclude"):
             patterns = getattr(self, name)
             if isinstance(patterns, str):

@@ -54,6 +54,7 @@ logger = logging.getLogger("longctx.corpus")
 MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
 
+
 @dataclass(frozen=True, slots=True)
 class ManifestEntry:
     """One path considered: ``included`` (with size, hash, kind) or ``skipped`` (with a reason).
@@ -395,7 +396,7 @@ def _read_in_order(
 
     Returns the documents (none unless ``keep``) and their total size in bytes.
     """
-    # Imported here: a pack read back from the store (longctx.pack.snapshots)
+    # Imported here: a pack read back from the store (longctx.packing.snapshots)
     # needs this module's manifest but reads no file, and the readers'
     # imports (secret patterns, PDF and notebook support) are a tenth of
     # its import time.

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from longctx.backends.base import Backend
-from longctx.store import CounterCheckRecord, RequestRecord, Store
 from longctx.report import CounterCheck
+from longctx.store import CounterCheckRecord, RequestRecord, Store
 
 __all__ = ["CounterSnapshot", "combine_checks"]
 

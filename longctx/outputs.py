@@ -1,7 +1,7 @@
 """Saving a result to the user's file: whole or not at all, and left alone when it already holds it.
 
 :func:`save` is how ``longctx pack -o FILE`` (and :meth:`Pack.save
-<longctx.pack.Pack.save>`) writes. Its contract:
+<longctx.packing.Pack.save>`) writes. Its contract:
 
 - **Whole or not at all.** A regular file (or a new one) is written to a
   temporary file beside it, then renamed over it: a reader, a crash or a full

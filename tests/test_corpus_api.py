@@ -75,7 +75,9 @@ def test_include_and_exclude_globs(tmp_path: Path) -> None:
             "setup.py": "",
         },
     )
-    corpus = load_corpus([tmp_path], CorpusOptions(include=["*.py", "docs/"], exclude=["tests/", "*_test.py"]))
+    corpus = load_corpus(
+        [tmp_path], CorpusOptions(include=["*.py", "docs/"], exclude=["tests/", "*_test.py"])
+    )
     assert _statuses(corpus) == {
         "src/app.py": ("included", None),
         "setup.py": ("included", None),

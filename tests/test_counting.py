@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from longctx.pack import counting
-from longctx.pack.counting import SectionCounter, serve
+from longctx.packing import counting
+from longctx.packing.counting import SectionCounter, serve
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, fast_openai_counter, text_sha256
 

@@ -16,7 +16,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from longctx import outputs
 from longctx.corpus import load_corpus
 from longctx.errors import OutputError
-from longctx.pack import Pack, build_pack, pack
+from longctx.packing import Pack, build_pack, pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer
 

@@ -6,7 +6,7 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.errors import BudgetError, ConfigError
-from longctx.pack import Budget, build_pack, build_shards, compare_packs
+from longctx.packing import Budget, build_pack, build_shards, compare_packs
 from longctx.sources import SkipReason
 from longctx.tokens import EstimateTokenizer
 
@@ -72,7 +72,7 @@ def test_shards_each_fit_cover_the_corpus_in_order_and_stand_alone() -> None:
         listing = shard.section("listing").text
         assert ("[skipped: binary] data.bin" in listing) == (number == len(sharded.shards))
         assert shard.prefix.endswith("Question:\n")
-    assert sharded.summary()["shards"][0]["part"] == 1
+    assert sharded.to_dict()["shards"][0]["part"] == 1
 
 
 def test_adding_a_file_at_the_end_leaves_earlier_shards_alone() -> None:

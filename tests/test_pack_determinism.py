@@ -18,7 +18,7 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.corpus import Corpus, load_corpus
-from longctx.pack import FORMAT_VERSION, Pack, build_pack
+from longctx.packing import FORMAT_VERSION, Pack, build_pack
 from longctx.sources import SkipReason
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pack"
@@ -88,7 +88,7 @@ _SCRIPT = """
 import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 from test_pack_determinism import golden_corpus, _digest
-from longctx.pack import build_pack
+from longctx.packing import build_pack
 from longctx.corpus import Corpus, load_corpus
 print(_digest(build_pack(golden_corpus())))
 print(_digest(build_pack(load_corpus(sys.argv[2]))))

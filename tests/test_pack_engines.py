@@ -13,11 +13,11 @@ import httpx2
 import pytest
 
 from longctx.backends.http import HttpEndpoint
+from longctx.backends.tokenizer import ServerTokenizer
 from longctx.corpus import load_corpus
-from longctx.pack import Pack, build_pack, check_cache_boundary
+from longctx.packing import Pack, build_pack, check_cache_boundary
 from longctx.store import Store
 from longctx.testing import LocalServer, TinyModel
-from longctx.backends.tokenizer import ServerTokenizer
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUESTIONS = [

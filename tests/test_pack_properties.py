@@ -19,7 +19,7 @@ from pack_fixtures import (
 )
 
 from longctx.corpus import Corpus, Manifest
-from longctx.pack import build_pack, compare_packs
+from longctx.packing import build_pack, compare_packs
 from longctx.sources import SkipReason
 from longctx.tokens import KIMI_PAT_STR, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pack_fixtures import corpus_of, document, parse_prefix
 
-from longctx.pack import (
+from longctx.packing import (
     BOUNDARY,
     DOCUMENTS_OPENING,
     FORMAT_VERSION,

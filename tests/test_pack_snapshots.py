@@ -1,4 +1,4 @@
-"""longctx.pack.pack: an unchanged repository is read back from the store, anything else is rebuilt.
+"""longctx.packing.pack: an unchanged repository is read back from the store, anything else is rebuilt.
 
 Every test compares with what load_corpus + build_pack give on the same
 files: a pack read back from the store must be that pack, and any change
@@ -23,7 +23,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, StoreError
-from longctx.pack import Budget, PackResult, build, build_pack, counting, pack
+from longctx.packing import Budget, PackResult, build, build_pack, counting, pack
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
@@ -103,7 +103,7 @@ def test_an_unchanged_repository_is_read_back_and_equals_a_fresh_build(repo: Pat
     assert [section.tokens for section in again.pack.sections] == [
         section.tokens for section in first.pack.sections
     ]
-    assert again.pack.summary() == first.pack.summary()
+    assert again.pack.to_dict() == first.pack.to_dict()
 
 
 def test_reuse_false_and_no_store_always_build(repo: Path, store: Store) -> None:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from fake_engine import FakeEngine, Fault
 
-from longctx.config import RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
+from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
 from longctx.sessions import Session
@@ -85,12 +85,14 @@ def test_reasoning_is_dropped_from_history(fake: FakeEngine, backend: Backend, s
 
 
 def test_resume_has_every_committed_turn(backend: Backend, store: Store) -> None:
-    session = Session(backend, PACK, store=store, title="resumable", request=RequestOptions(cache_salt="tenant-1"))
+    session = Session(
+        backend, PACK, store=store, title="resumable", request=RequestOptions(cache_salt="tenant-1")
+    )
     session.ask("one?")
     session.ask("two?")
     resumed = Session.resume(session.id, backend, store=Store.open(store.path.parent))
     assert [turn.question for turn in resumed.turns] == ["one?", "two?"]
-    assert resumed.settings.cache_salt == "tenant-1"
+    assert resumed.request.cache_salt == "tenant-1"
     assert resumed.pack == PACK
     resumed.ask("three?")
     assert len(Session.resume(session.id, backend, store=store).turns) == 3
@@ -236,7 +238,7 @@ def test_an_all_cached_session_estimates_savings_from_earlier_cold_requests(
     warm = Session(backend, PACK, store=store)
     warm.ask("same pack again")
     report = warm.report()
-    assert report.requests[0].cached_tokens and report.requests[0].cached_tokens > 0
+    assert report.requests[0].usage.cached_tokens and report.requests[0].usage.cached_tokens > 0
     assert report.cold_prefill_tokens_per_second is not None
     assert report.prefill_seconds_saved is not None
     assert any("earlier requests" in note for note in report.notes)
@@ -257,7 +259,7 @@ def test_a_sharded_session_connects_with_its_api_key(
     fake: FakeEngine, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from longctx.corpus import load_corpus
-    from longctx.pack import build_pack
+    from longctx.packing import build_pack
     from longctx.sessions import ShardedSession, sharded
 
     (tmp_path / "docs").mkdir()

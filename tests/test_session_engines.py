@@ -19,11 +19,10 @@ from corpus_fixtures import make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.backends.base import Backend, connect
-from longctx.config import CorpusOptions
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
-from longctx.pack import Budget, build_shards
+from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.session import history_form
@@ -84,7 +83,9 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
     engine_server: LocalServer, tiny_model: TinyModel, backend: Backend, store: Store, tmp_path: Path
 ) -> None:
     repository = make_repository(tmp_path / "repo", ("dataclasses.py",))
-    session = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=8, concurrency=8))
+    session = RepoSession(
+        repository, backend=backend, store=store, request=RequestOptions(max_tokens=8, concurrency=8)
+    )
     assert session.full_pack.prefix_tokens is not None and session.full_pack.prefix_tokens >= 8192
     assert not session.full_pack.estimated
     questions = [f"Question {i}: what does part {i} do?" for i in range(8)]
@@ -136,7 +137,13 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
 
     layered = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=4))
     answer = layered.ask("And the data classes?")
-    plain = RepoSession(repository, backend=backend, store=store, corpus=CorpusOptions(max_stale_share=0), request=RequestOptions(max_tokens=4))
+    plain = RepoSession(
+        repository,
+        backend=backend,
+        store=store,
+        corpus=CorpusOptions(max_stale_share=0),
+        request=RequestOptions(max_tokens=4),
+    )
     plain_answer = plain.ask("And the data classes, without layers?")
 
     assert any(section.name == "earlier:README.md" for section in layered.full_pack.sections)
@@ -172,8 +179,12 @@ def test_a_second_doc_session_over_the_same_pdfs_reads_their_text_from_the_store
 def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> None:
     pack = text_pack()
     Session(backend, pack, store=store, request=RequestOptions(max_tokens=4)).ask("warm the prefix")
-    salted = Session(backend, pack, store=store, request=RequestOptions(max_tokens=4, cache_salt="tenant-b")).ask("same prefix?")
-    plain = Session(backend, pack, store=store, request=RequestOptions(max_tokens=4)).ask("same prefix again?")
+    salted = Session(
+        backend, pack, store=store, request=RequestOptions(max_tokens=4, cache_salt="tenant-b")
+    ).ask("same prefix?")
+    plain = Session(backend, pack, store=store, request=RequestOptions(max_tokens=4)).ask(
+        "same prefix again?"
+    )
     assert salted.usage.cached_tokens == 0
     assert plain.usage.cached_tokens and plain.usage.cached_tokens > 8000
 
@@ -328,7 +339,13 @@ def test_a_sharded_session_loads_its_paths_with_the_corpus_options(
         return "".join(shard.pack.prefix for shard in session.shards if shard.pack is not None)
 
     refused = ShardedSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=8))
-    allowed = ShardedSession(repository, backend=backend, store=store, corpus=CorpusOptions(allow_secrets=True), request=RequestOptions(max_tokens=8))
+    allowed = ShardedSession(
+        repository,
+        backend=backend,
+        store=store,
+        corpus=CorpusOptions(allow_secrets=True),
+        request=RequestOptions(max_tokens=8),
+    )
 
     assert "``` textwrap.py\n" in prefixes(refused) and packed_env not in prefixes(refused)
     assert "``` textwrap.py\n" in prefixes(allowed) and packed_env in prefixes(allowed)
@@ -345,7 +362,9 @@ def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store
     sharded = build_shards(corpus, budget=budget, tokenizer=backend.tokenizer(), store=store)
     assert len(sharded.shards) >= 2
     assert all((shard.total_tokens or 0) <= budget.prompt_budget for shard in sharded.shards)
-    session = ShardedSession(repository, backend=backend, store=store, sharded=sharded, request=RequestOptions(max_tokens=8))
+    session = ShardedSession(
+        repository, backend=backend, store=store, sharded=sharded, request=RequestOptions(max_tokens=8)
+    )
     first = session.ask("What is defined here?")
     second = session.ask("And what is exported?")
     assert len(first.shard_answers) == len(sharded.shards)

@@ -11,7 +11,7 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from longctx.config import CorpusOptions
 from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, ConfigError
-from longctx.pack import CHANGES_MARKER, Budget, Pack, build_pack, compare_packs
+from longctx.packing import CHANGES_MARKER, Budget, Pack, build_pack, compare_packs
 from longctx.sources.history import LEVELS
 from longctx.tokens import EstimateTokenizer
 
@@ -252,7 +252,7 @@ def test_an_over_budget_layered_pack_names_its_earlier_copies(tmp_path: Path) ->
     corpus = load_corpus(repo)
     pack = build_pack(corpus, tokenizer=EstimateTokenizer())
     earlier = sum(section.tokens or 0 for section in pack.earlier_copies)
-    assert pack.summary()["earlier_copy_count"] == len(pack.earlier_copies) == 2  # notes.md, module_00.py
+    assert pack.to_dict()["earlier_copy_count"] == len(pack.earlier_copies) == 2  # notes.md, module_00.py
 
     with pytest.raises(BudgetError, match=f"Of these, {earlier:,} are earlier copies") as raised:
         build_pack(

@@ -12,10 +12,10 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.backends.http import HttpEndpoint
-from longctx.errors import TokenizerError
-from longctx.pack import build_pack
-from longctx.store import Store
 from longctx.backends.tokenizer import ServerTokenizer
+from longctx.errors import TokenizerError
+from longctx.packing import build_pack
+from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, cached_counts, text_sha256
 
 
@@ -87,7 +87,7 @@ def test_count_many_matches_count(engine: str) -> None:
 
 
 def test_sglang_batches_stay_below_a_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("longctx.tokens._SGLANG_BATCH_CHARS", 100)
+    monkeypatch.setattr("longctx.backends.tokenizer._SGLANG_BATCH_CHARS", 100)
     server = FakeServer("sglang")
     texts = ["x " * 30] * 7
     assert server.tokenizer().count_many(texts) == [30] * 7

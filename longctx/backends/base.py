@@ -186,7 +186,7 @@ class Backend:
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model)."""
-    
+
         replica = self._replica(affinity_key)
         if replica.info.engine == "generic":
             raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")

@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -88,8 +88,6 @@ EXIT_TOO_LONG = 4
 EXIT_BAD_INPUT = 5
 EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def exit_code(error: LongctxError) -> int:
@@ -227,21 +225,25 @@ def emit_json(data: Any) -> None:
 # -- shared options: each group of flags becomes one option object ---------------------
 
 
-def _apply(function: F, options: list[Callable[[F], F]]) -> F:
+def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., Any]:
     for option in reversed(options):
         function = option(function)
     return function
 
 
-def server_options(function: F) -> F:
+def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--base-url``, ``--model``, ``--api-key``, passed on as ``server: ServerOptions``."""
 
     @functools.wraps(function)
-    def wrapper(*args: Any, base_url: str | None, model: str | None, api_key: str | None, **kwargs: Any) -> Any:
-        return function(*args, server=ServerOptions(base_url=base_url, model=model, api_key=api_key), **kwargs)
+    def wrapper(
+        *args: Any, base_url: str | None, model: str | None, api_key: str | None, **kwargs: Any
+    ) -> Any:
+        return function(
+            *args, server=ServerOptions(base_url=base_url, model=model, api_key=api_key), **kwargs
+        )
 
     return _apply(
-        wrapper,  # type: ignore[arg-type]
+        wrapper,
         [
             click.option(
                 "--base-url",
@@ -255,13 +257,15 @@ def server_options(function: F) -> F:
                 help="Served model name (env LONGCTX_MODEL; default: the server's model).",
             ),
             click.option(
-                "--api-key", envvar="LONGCTX_API_KEY", help="Bearer token (env LONGCTX_API_KEY); never printed."
+                "--api-key",
+                envvar="LONGCTX_API_KEY",
+                help="Bearer token (env LONGCTX_API_KEY); never printed.",
             ),
         ],
     )
 
 
-def corpus_options(function: F) -> F:
+def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.config.CorpusOptions`, passed on as ``corpus``."""
 
     @functools.wraps(function)
@@ -290,7 +294,7 @@ def corpus_options(function: F) -> F:
 
     defaults = Limits()
     return _apply(
-        wrapper,  # type: ignore[arg-type]
+        wrapper,
         [
             click.option(
                 "--ordering",
@@ -304,10 +308,15 @@ def corpus_options(function: F) -> F:
                 help="Only paths matching this gitignore-style pattern (repeatable).",
             ),
             click.option(
-                "--exclude", multiple=True, metavar="GLOB", help="Leave out paths matching this pattern (repeatable)."
+                "--exclude",
+                multiple=True,
+                metavar="GLOB",
+                help="Leave out paths matching this pattern (repeatable).",
             ),
             click.option(
-                "--max-file-bytes", type=int, help=f"Skip files larger than this (default {defaults.max_file_bytes})."
+                "--max-file-bytes",
+                type=int,
+                help=f"Skip files larger than this (default {defaults.max_file_bytes}).",
             ),
             click.option(
                 "--max-total-bytes",
@@ -315,7 +324,9 @@ def corpus_options(function: F) -> F:
                 help=f"Stop adding files past this total (default {defaults.max_total_bytes}).",
             ),
             click.option(
-                "--max-files", type=int, help=f"Stop adding files past this count (default {defaults.max_files})."
+                "--max-files",
+                type=int,
+                help=f"Stop adding files past this count (default {defaults.max_files}).",
             ),
             click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
             click.option(
@@ -330,10 +341,10 @@ def corpus_options(function: F) -> F:
     )
 
 
-def request_options(*, concurrency: bool = False) -> Callable[[F], F]:
-    """``--max-tokens`` and ``--cache-salt`` (and ``--concurrency``), passed on as ``request: RequestOptions``."""
+def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``), passed on as ``request: RequestOptions``."""
 
-    def decorate(function: F) -> F:
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
             extra = {"concurrency": kwargs.pop("concurrency")} if concurrency else {}
@@ -348,7 +359,9 @@ def request_options(*, concurrency: bool = False) -> Callable[[F], F]:
                 show_default=True,
                 help="Longest answer, in tokens.",
             ),
-            click.option("--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."),
+            click.option(
+                "--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."
+            ),
         ]
         if concurrency:
             options.append(
@@ -360,12 +373,12 @@ def request_options(*, concurrency: bool = False) -> Callable[[F], F]:
                     help="Questions in flight at once.",
                 )
             )
-        return _apply(wrapper, options)  # type: ignore[arg-type]
+        return _apply(wrapper, options)
 
     return decorate
 
 
-def output_options(function: F) -> F:
+def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--json`` and ``--quiet``."""
     return _apply(
         function,

@@ -8,7 +8,7 @@ import click
 
 from longctx.cli.app import corpus_options, emit_json, main, note, runtime, server_options
 from longctx.config import CorpusOptions, ServerOptions
-from longctx.pack import pack as pack_paths
+from longctx.packing import pack as pack_paths
 from longctx.tokens import Tokenizer, offline_tokenizer
 
 

@@ -70,13 +70,12 @@ def ask(
 
     The session is stored: continue it with `longctx chat --session ID`.
     """
-    with runtime().open_store() as store:
-        with progress(not (quiet or as_json)) as say:
-            session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
-            say("waiting for the answer")
-            with session:
-                answer = session.ask(question)
-                report = session.report()
+    with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
+        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        say("waiting for the answer")
+        with session:
+            answer = session.ask(question)
+            report = session.report()
     if as_json:
         emit_json({**answer.to_dict(), "report": report.to_dict()})
     else:
@@ -113,19 +112,18 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
-    with runtime().open_store() as store:
-        with progress(not (quiet or as_json)) as say:
-            session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
-            done = 0
+    with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
+        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        done = 0
 
-            def answered(_: Answer) -> None:
-                nonlocal done
-                done += 1
-                say(f"answered {done} of {len(questions)} questions")
+        def answered(_: Answer) -> None:
+            nonlocal done
+            done += 1
+            say(f"answered {done} of {len(questions)} questions")
 
-            say(f"asking {len(questions)} questions")
-            with session:
-                result = session.ask_many(questions, on_answer=answered)
+        say(f"asking {len(questions)} questions")
+        with session:
+            result = session.ask_many(questions, on_answer=answered)
     if as_json:
         emit_json(
             {
@@ -192,4 +190,3 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
             click.echo(answer.text)
         note(f"[turn {answer.turn}: {answer.usage.summary_line()}]", quiet=quiet)
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)
-

@@ -37,7 +37,9 @@ def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
     type=click.Path(exists=True),
     help="The model's config.json (or folder), for a model outside the catalogue.",
 )
-def recipe(model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None) -> None:
+def recipe(
+    model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None
+) -> None:
     """The launch command and environment for MODEL on ENGINE."""
     config = load_model_config(config_path) if config_path else None
     result = recipe_for(model, engine, gpus=gpus, max_model_len=max_model_len, config=config)
@@ -64,12 +66,18 @@ def recipe(model: str, engine: str, gpus: int | None, max_model_len: int | None,
     "--kv-memory", type=float, help="GiB of KV cache per GPU, as the server logs it (overrides the estimate)."
 )
 @click.option("--dcp", type=int, default=1, show_default=True, help="SGLang decode context parallelism.")
-@click.option("--context", "contexts", type=int, multiple=True, help="Context lengths to answer for (repeatable).")
 @click.option(
-    "--concurrency", "concurrencies", type=int, multiple=True, help="Concurrencies to answer for (repeatable)."
+    "--context", "contexts", type=int, multiple=True, help="Context lengths to answer for (repeatable)."
+)
+@click.option(
+    "--concurrency",
+    "concurrencies",
+    type=int,
+    multiple=True,
+    help="Concurrencies to answer for (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
-def plan(  # noqa: PLR0917 - click passes every option as a parameter
+def plan(
     config_path: str,
     kv_cache_dtype: str,
     gpus: int,

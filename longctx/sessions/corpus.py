@@ -15,12 +15,19 @@ from collections.abc import Sequence
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
-from longctx.pack import Budget, Pack, build_pack, build_shards
+from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.sessions.session import Progress, Session
 from longctx.store import Store, StoredPack
 from longctx.tokens import EstimateTokenizer, Tokenizer
 
-__all__ = ["CorpusSession", "DocSession", "RepoSession", "pack_for_server", "server_budget", "shards_for_server"]
+__all__ = [
+    "CorpusSession",
+    "DocSession",
+    "RepoSession",
+    "pack_for_server",
+    "server_budget",
+    "shards_for_server",
+]
 
 Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
@@ -35,7 +42,7 @@ def _server_tokenizer(backend: Backend) -> Tokenizer:
 
 
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
-    """The server's window less the answer and question room of ``request``; None when the window is unknown."""
+    """The server's window less the answer and question room of ``request``; None for an unknown window."""
     window = backend.info.context_length
     if not window:
         return None

@@ -38,23 +38,23 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from longctx.backends.base import Backend, Sent, connect
 from longctx.backends.chat import ChatRequest
 from longctx.config import RequestOptions, ServerOptions
 from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
+from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
-from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.usage import Usage
 
 if TYPE_CHECKING:
-    from longctx.pack import Pack
+    from longctx.packing import Pack
 
 __all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
 
@@ -201,7 +201,7 @@ class Session(Conversation):
     ``backend`` is a connection (:func:`~longctx.backends.base.connect`) the
     caller owns; without one the session connects to ``server`` (default
     :class:`~longctx.config.ServerOptions`) on its first request and owns
-    that connection. ``pack`` is a :class:`~longctx.pack.Pack` or a
+    that connection. ``pack`` is a :class:`~longctx.packing.Pack` or a
     :class:`~longctx.store.StoredPack`. ``store`` likewise: without one the
     default store is opened on first use and closed by :meth:`close`.
     ``request`` sets how every request is made. Nothing is contacted,
@@ -243,7 +243,9 @@ class Session(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Session:
+    def resume(
+        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
+    ) -> Session:
         """The stored session ``session_id`` with every committed turn.
 
         Without ``backend``, the session connects to the server(s) it used
@@ -268,7 +270,9 @@ class Session(Conversation):
         """A session object for a stored record (resume, fork, branch): nothing new is written."""
         pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
-            raise StoreError(f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store")
+            raise StoreError(
+                f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store"
+            )
         settings = record.settings
         urls = tuple(settings.get("base_urls") or ())
         session = Session(
@@ -425,7 +429,9 @@ class Session(Conversation):
 
     # -- requests -----------------------------------------------------------
 
-    def _chat_request(self, question: str, history: Sequence[TurnRecord], max_tokens: int | None) -> ChatRequest:
+    def _chat_request(
+        self, question: str, history: Sequence[TurnRecord], max_tokens: int | None
+    ) -> ChatRequest:
         if not question.strip():
             raise ConfigError("the question is empty")
         options = self.request
@@ -600,7 +606,9 @@ class Session(Conversation):
         )
         return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot)
 
-    def _finish_batch(self, plan: siblings.Plan, outcome: siblings.Outcome[Committed], snapshot: CounterSnapshot) -> Batch:
+    def _finish_batch(
+        self, plan: siblings.Plan, outcome: siblings.Outcome[Committed], snapshot: CounterSnapshot
+    ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
         check = snapshot.finish(self.store, plan.session_id, plan.batch_id, records)
         if outcome.failures:
@@ -698,6 +706,5 @@ def _stored_pack(pack: Pack | StoredPack) -> StoredPack:
         format_version=pack.format_version,
         system=pack.system,
         prefix=pack.prefix,
-        summary=pack.summary(),
+        summary=pack.to_dict(),
     )
-

@@ -1,7 +1,7 @@
 """Questions over a corpus larger than the window: map over shards, then reduce.
 
 Opt-in: :class:`ShardedSession` splits the corpus into shards that each fit
-the window (:func:`longctx.pack.build_shards`), each a stable prefix of its
+the window (:func:`longctx.packing.build_shards`), each a stable prefix of its
 own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
@@ -31,11 +31,11 @@ from longctx.backends.base import Backend, connect
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
-from longctx.pack import Pack, ShardedPack
+from longctx.packing import Pack, ShardedPack
+from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions.corpus import Paths, as_paths, shards_for_server
 from longctx.sessions.session import Answer, Batch, Conversation, Progress, Session
 from longctx.store import SessionRecord, Store
-from longctx.report import Prices, SavingsReport, build_report
 
 __all__ = ["REDUCE_SYSTEM", "ShardedSession"]
 
@@ -101,7 +101,9 @@ class ShardedSession(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> ShardedSession:
+    def resume(
+        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
+    ) -> ShardedSession:
         """The stored sharded session ``session_id``, each shard with every committed turn.
 
         Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
@@ -117,7 +119,8 @@ class ShardedSession(Conversation):
             session._owns_store = owned
             session._record = record
             session._shards = tuple(
-                Session._restore(store.session(shard_id), backend, store) for shard_id in record.settings["shards"]
+                Session._restore(store.session(shard_id), backend, store)
+                for shard_id in record.settings["shards"]
             )
             session._reducer = Session._restore(store.session(record.settings["reducer"]), backend, store)
             return session
@@ -201,6 +204,9 @@ class ShardedSession(Conversation):
             for shard in shards:
                 shard._attach(record.id, "shard")
             reducer._attach(record.id, "reduce")
+            # Recorded now, with the sharded session: resume finds every part even if one never asked.
+            for part in (*shards, reducer):
+                part._opened()
             self._record, self._shards, self._reducer = record, tuple(shards), reducer
 
     def close(self) -> None:
@@ -275,7 +281,9 @@ class ShardedSession(Conversation):
         limit = concurrency or self.request.concurrency
         with ThreadPoolExecutor(max_workers=len(shards)) as pool:
             batches = list(
-                pool.map(lambda shard: shard.ask_many(questions, max_tokens=max_tokens, concurrency=limit), shards)
+                pool.map(
+                    lambda shard: shard.ask_many(questions, max_tokens=max_tokens, concurrency=limit), shards
+                )
             )
 
         def reduce_one(index: int) -> Answer:
@@ -301,7 +309,9 @@ class ShardedSession(Conversation):
         )
         answers = await asyncio.gather(
             *(
-                asyncio.to_thread(self._reduce, question, tuple(batch[index] for batch in batches), max_tokens)
+                asyncio.to_thread(
+                    self._reduce, question, tuple(batch[index] for batch in batches), max_tokens
+                )
                 for index, question in enumerate(questions)
             )
         )
@@ -310,7 +320,10 @@ class ShardedSession(Conversation):
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
         ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
         records = self.store.requests(session_ids=ids)
-        return Batch(answers, build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"))
+        return Batch(
+            answers,
+            build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"),
+        )
 
     # -- branches and reports -------------------------------------------------
 
@@ -320,7 +333,9 @@ class ShardedSession(Conversation):
         The fork shares this session's backend, store and reducer, and closes none of them.
         """
         shards = self.shards
-        forked = ShardedSession((), backend=self._backend, server=self._server, store=self.store, request=self.request)
+        forked = ShardedSession(
+            (), backend=self._backend, server=self._server, store=self.store, request=self.request
+        )
         forked._shards = tuple(shard.fork(at, title=f"{shard.title} (fork)") for shard in shards)
         forked._reducer = self.reducer
         assert self._record is not None

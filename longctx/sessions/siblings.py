@@ -113,5 +113,7 @@ async def arun(backend: Backend, plan: Plan, *, limit: int, commit: Callable[[Se
 
     lead = asyncio.ensure_future(send(0))
     await lead_ready.wait()
-    outcomes = await asyncio.gather(lead, *(send(i) for i in range(1, len(plan.requests))), return_exceptions=True)
+    outcomes = await asyncio.gather(
+        lead, *(send(i) for i in range(1, len(plan.requests))), return_exceptions=True
+    )
     return Outcome(results, [outcome for outcome in outcomes if isinstance(outcome, BaseException)])

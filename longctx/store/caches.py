@@ -5,7 +5,7 @@ extractor and content sha256; the last-commit times of a repository's files
 by commit; pack snapshots by slot and repository state. Each value is plain
 data: what it means is its producer's business (:mod:`longctx.tokens`,
 :mod:`longctx.sources.pdf`, :mod:`longctx.sources.repo`,
-:mod:`longctx.pack.snapshots`), and the store imports none of them.
+:mod:`longctx.packing.snapshots`), and the store imports none of them.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX counter_checks_by_session ON counter_checks(session_id);
     """,
-    # 2: pack snapshots (longctx.pack.snapshots): a pack's summary and manifest,
+    # 2: pack snapshots (longctx.packing.snapshots): a pack's summary and manifest,
     # kept under the state of the repository it was built from; its text is a
     # file beside the database (SQLite writes a 37 MB value twice, through its
     # journal, about ten times slower than a plain file).

@@ -12,9 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from longctx.usage import Usage
-
 from longctx.store.blobs import StoredText
+from longctx.usage import Usage
 
 __all__ = [
     "CounterCheckRecord",
@@ -113,7 +112,7 @@ class StoredPack:
 
 @dataclass(frozen=True)
 class StoredPackSnapshot:
-    """A stored pack snapshot: its summary (see :mod:`longctx.pack.snapshots`) and its sections' text.
+    """A stored pack snapshot: its summary (see :mod:`longctx.packing.snapshots`) and its sections' text.
 
     ``text`` is the UTF-8 of every section in order, open and mapped from
     its file; ``section_sizes`` the byte length of each section;

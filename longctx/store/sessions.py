@@ -182,7 +182,7 @@ class SessionLog(Database):
                 parameters.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
-        return [RequestRecord.from_row(row) for row in rows]
+        return [RequestRecord.from_row(dict(row)) for row in rows]
 
 
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
@@ -197,7 +197,9 @@ def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> No
 def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:
     row = request.to_row()
     columns = ", ".join(row)
-    connection.execute(f"INSERT INTO requests ({columns}) VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    connection.execute(
+        f"INSERT INTO requests ({columns}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+    )
 
 
 def _session_record(row: sqlite3.Row) -> SessionRecord:

@@ -3,13 +3,13 @@
 A :class:`Pack` is the shared start of every request about a corpus: a
 fixed system message and the start of the first user message (documents,
 listing, boundary); the question comes right after it. It is a pure
-function of the documents and the manifest (see :mod:`longctx.pack.rendering`
+function of the documents and the manifest (see :mod:`longctx.packing.rendering`
 and ``docs/pack-format.md``), fingerprinted per section so that a cache
-break can be located (:func:`~longctx.pack.compare.compare_packs`).
+break can be located (:func:`~longctx.packing.compare.compare_packs`).
 
-This module holds values only: building them is :mod:`longctx.pack.build`
-and :mod:`longctx.pack.budget`'s work, reading them back from the store
-:mod:`longctx.pack.snapshots`'s; it imports none of those, so each of them
+This module holds values only: building them is :mod:`longctx.packing.build`
+and :mod:`longctx.packing.budget`'s work, reading them back from the store
+:mod:`longctx.packing.snapshots`'s; it imports none of those, so each of them
 can import it. :class:`Budget` is here and not with the budget check
 because a :class:`ShardedPack` holds one.
 """
@@ -27,7 +27,7 @@ from longctx import outputs
 from longctx.corpus import Manifest
 from longctx.errors import ConfigError
 from longctx.outputs import Saved
-from longctx.pack.rendering import FORMAT_VERSION
+from longctx.packing.rendering import FORMAT_VERSION
 from longctx.store import StoredText
 from longctx.tokens import Tokenizer, text_sha256
 
@@ -49,7 +49,7 @@ _EARLIER_PREFIX: Final = "earlier:"
 class _Text:
     """The descriptor behind :attr:`Section.text`: a str, or UTF-8 decoded on first read.
 
-    A pack read back from the store (:mod:`longctx.pack.snapshots`) holds its
+    A pack read back from the store (:mod:`longctx.packing.snapshots`) holds its
     sections as views of the stored UTF-8: writing it out or comparing
     fingerprints never decodes 37 MB nobody reads.
     """
@@ -252,7 +252,7 @@ class Pack:
 
         ``tokenizer`` should be the one the pack was counted with; the
         question is counted alone (the boundary keeps it from merging with
-        the prefix, see :func:`~longctx.pack.compare.check_cache_boundary`).
+        the prefix, see :func:`~longctx.packing.compare.check_cache_boundary`).
         """
         return PromptCount(
             prefix_tokens=self.prefix_tokens,
@@ -261,7 +261,7 @@ class Pack:
             estimated=self.estimated or tokenizer.estimated,
         )
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-able facts: version, fingerprints, counts (flagged when estimated), sections."""
         return {
             "format_version": self.format_version,
@@ -333,23 +333,23 @@ class ShardedPack:
     budget: Budget
     fingerprint: str
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": FORMAT_VERSION,
             "fingerprint": self.fingerprint,
             "prompt_budget": self.budget.prompt_budget,
-            "shards": [shard.summary() for shard in self.shards],
+            "shards": [shard.to_dict() for shard in self.shards],
         }
 
 
 @dataclass(frozen=True)
 class PackResult:
-    """What :func:`~longctx.pack.pack` returns: the pack, the manifest of the paths considered, its origin.
+    """What :func:`~longctx.packing.pack` returns: the pack, the manifest of the paths considered, its origin.
 
     ``ordering`` is the policy the documents were put in. ``reused`` is True
     when the pack and manifest were read back from the store (the
     repository had not changed since they were built) rather than built
-    from the files; either way they are what :func:`~longctx.pack.build.build_pack` and
+    from the files; either way they are what :func:`~longctx.packing.build.build_pack` and
     :func:`~longctx.corpus.load_corpus` give for the same inputs.
     """
 
@@ -365,6 +365,35 @@ class PackResult:
         """Every path considered, with what became of it (see :class:`~longctx.corpus.Manifest`)."""
         return self._manifest if isinstance(self._manifest, Manifest) else self._manifest()
 
+    def to_dict(self) -> dict[str, Any]:
+        """The pack's summary, the manifest and whether it was reused (``longctx pack --json``)."""
+        return {"pack": self.pack.to_dict(), "manifest": self.manifest.to_dict(), "reused": self.reused}
+
+    def summary_line(self) -> str:
+        """One line for a terminal: documents, earlier copies, tokens, what was skipped, the fingerprint."""
+        built = self.pack
+        skipped = self.manifest.skipped_by_reason()
+        skipped_text = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())) or "none"
+        tokens = built.prefix_tokens
+        count_text = (
+            "not counted"
+            if tokens is None
+            else f"{tokens:,} tokens{' (estimated)' if built.estimated else ''}"
+        )
+        earlier = built.earlier_copies
+        earlier_text = ""
+        if earlier:
+            earlier_tokens = sum(section.tokens or 0 for section in earlier)
+            copies = "copy" if len(earlier) == 1 else "copies"
+            earlier_text = f" (and {len(earlier)} earlier {copies} of changed files" + (
+                f", {earlier_tokens:,} tokens)" if tokens is not None else ")"
+            )
+        return (
+            f"packed {len(built.documents)} documents{earlier_text}"
+            f"{' (unchanged: reused)' if self.reused else ''}: "
+            f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
+        )
+
 
 @dataclass(frozen=True)
 class PackComparison:
@@ -379,7 +408,7 @@ class PackComparison:
     counted by the same tokenizer (a lower bound on the reusable tokens).
     ``partial_tokens`` adds the tokens of the first differing section's
     shared start, up to its last shared line break, when
-    :func:`~longctx.pack.compare.compare_packs` was given the tokenizer.
+    :func:`~longctx.packing.compare.compare_packs` was given the tokenizer.
     """
 
     identical: bool

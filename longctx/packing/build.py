@@ -2,14 +2,14 @@
 
 Both feed the documents, in corpus order, to one builder that renders each
 as it arrives and has it counted meanwhile (the counting runs beside the
-reading, see :mod:`longctx.pack.counting`), then assembles the pack
-(:mod:`longctx.pack.assembly`): the two give the same pack for the same
+reading, see :mod:`longctx.packing.counting`), then assembles the pack
+(:mod:`longctx.packing.assembly`): the two give the same pack for the same
 corpus. Either raises :class:`~longctx.errors.BudgetError` when given a
-budget the pack does not fit (:mod:`longctx.pack.budget`).
+budget the pack does not fit (:mod:`longctx.packing.budget`).
 
 :func:`pack` is the one call from paths to a pack: it loads the corpus and
 packs it as it is read, and with a store it reuses the pack of a git
-repository whose state has not changed since (:mod:`longctx.pack.snapshots`)
+repository whose state has not changed since (:mod:`longctx.packing.snapshots`)
 without reading a file.
 """
 
@@ -23,11 +23,11 @@ from typing import Final
 from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.documents import Document
-from longctx.pack import snapshots
-from longctx.pack.assembly import _assemble, _clean_text, _Counter, _Sections, _skipped_entries
-from longctx.pack.budget import _check_budget
-from longctx.pack.counting import SectionCounter
-from longctx.pack.model import (
+from longctx.packing import snapshots
+from longctx.packing.assembly import _assemble, _clean_text, _Counter, _Sections, _skipped_entries
+from longctx.packing.budget import _check_budget
+from longctx.packing.counting import SectionCounter
+from longctx.packing.model import (
     _DOCUMENT_PREFIX,
     _EARLIER_PREFIX,
     Budget,
@@ -35,7 +35,7 @@ from longctx.pack.model import (
     PackResult,
     _pack_digest_start,
 )
-from longctx.pack.rendering import (
+from longctx.packing.rendering import (
     BOUNDARY,
     CHANGES_MARKER,
     DOCUMENTS_OPENING,
@@ -164,7 +164,7 @@ def build_pack(
 
     Raises :class:`~longctx.errors.BudgetError` when the pack plus the chat
     template's tokens exceed ``budget.prompt_budget``; the error names the
-    largest files and folders (see :func:`~longctx.pack.budget.build_shards` for the alternative).
+    largest files and folders (see :func:`~longctx.packing.budget.build_shards` for the alternative).
     """
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
@@ -196,7 +196,7 @@ def pack(
     counted while the corpus is read. With ``store`` and ``reuse``, a single
     folder of a git repository whose state has not changed since its last
     pack with the same options (same commit, same changed, staged and
-    untracked files with the same content, see :mod:`longctx.pack.snapshots`) is
+    untracked files with the same content, see :mod:`longctx.packing.snapshots`) is
     not read again: its pack and manifest come back from the store
     (``reused`` is True). Raises what those two functions raise.
     """

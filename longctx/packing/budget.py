@@ -1,9 +1,9 @@
 """The budget check, and the shards of a corpus too large for one pack.
 
-:func:`~longctx.pack.build.build_pack` and :func:`~longctx.pack.build.pack`
+:func:`~longctx.packing.build.build_pack` and :func:`~longctx.packing.build.pack`
 raise :class:`~longctx.errors.BudgetError` (total, budget, largest files and
 folders) through :func:`_check_budget` when a pack does not fit its
-:class:`~longctx.pack.model.Budget`; :func:`build_shards` splits the
+:class:`~longctx.packing.model.Budget`; :func:`build_shards` splits the
 documents, in corpus order, into packs that each fit.
 """
 
@@ -16,10 +16,10 @@ from typing import Final
 from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
-from longctx.pack.assembly import _assemble, _Counter, _document_section_texts, _Sections, _skipped_entries
-from longctx.pack.counting import count_texts
-from longctx.pack.model import _DOCUMENT_PREFIX, Budget, Pack, ShardedPack, _fingerprint
-from longctx.pack.rendering import ListingEntry, folder_lines, render_listing
+from longctx.packing.assembly import _assemble, _Counter, _document_section_texts, _Sections, _skipped_entries
+from longctx.packing.counting import count_texts
+from longctx.packing.model import _DOCUMENT_PREFIX, Budget, Pack, ShardedPack, _fingerprint
+from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
 

@@ -1,7 +1,7 @@
 """Assembling a pack from rendered sections: their fingerprints, their counts, the pack's fingerprint.
 
-Shared by the builder (:mod:`longctx.pack.build`, which renders and counts
-documents as they are read) and the shards (:mod:`longctx.pack.budget`,
+Shared by the builder (:mod:`longctx.packing.build`, which renders and counts
+documents as they are read) and the shards (:mod:`longctx.packing.budget`,
 which assemble packs from slices of a corpus): both give their sections to
 :func:`_assemble`, so a corpus that fits is the same pack either way. It
 lives apart from both because the builder checks the budget and the
@@ -24,8 +24,8 @@ from typing import Final
 
 from longctx.corpus import Corpus
 from longctx.documents import Document
-from longctx.pack.model import Pack, Section, _fingerprint, _pack_fingerprint
-from longctx.pack.rendering import (
+from longctx.packing.model import Pack, Section, _fingerprint, _pack_fingerprint
+from longctx.packing.rendering import (
     BOUNDARY,
     DOCUMENTS_OPENING,
     FORMAT_VERSION,
@@ -102,7 +102,7 @@ class _Sections:
     (documents, earlier copies, the changes marker), called ``names``.
     ``document_counts`` and ``document_fingerprints``, when given, are
     theirs already (a builder counted and hashed them as they came).
-    ``documents_digest``, when given, is :func:`~longctx.pack.model._pack_digest_start` already
+    ``documents_digest``, when given, is :func:`~longctx.packing.model._pack_digest_start` already
     fed with the opening and the documents' UTF-8 bytes; :func:`_assemble`
     finishes it, so it serves one pack. ``stored_text`` is the store's copy
     of every section's UTF-8, for a pack written as it was built.

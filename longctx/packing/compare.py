@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from longctx.errors import PackError
-from longctx.pack.model import BoundaryCheck, Pack, PackComparison
+from longctx.packing.model import BoundaryCheck, Pack, PackComparison
 from longctx.tokens import TemplateTokenizer, Tokenizer
 
 __all__ = ["DEFAULT_PROBE_QUESTION", "check_cache_boundary", "compare_packs"]

@@ -286,11 +286,11 @@ class _Worker:
     @classmethod
     def start(cls, encoding_name: str, counter: SectionCounter) -> _Worker | None:
         """Start a worker for the named encoding; None (counting stays here) when it cannot start."""
-        # The folder that holds the longctx package: this file is longctx/pack/counting.py.
+        # The folder that holds the longctx package: this file is longctx/packing/counting.py.
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         code = (
             f"import sys; sys.path.insert(0, {package_root!r}); "
-            f"from longctx.pack.counting import serve; serve({encoding_name!r})"
+            f"from longctx.packing.counting import serve; serve({encoding_name!r})"
         )
         if not sys.executable:
             return None

@@ -1,11 +1,11 @@
 """Pack snapshots: a git repository packed again in the same state is read back from the store.
 
 A re-pack of an unchanged repository would read, decode, scan and render
-every file again to get the same bytes. :func:`~longctx.pack.build.pack`
+every file again to get the same bytes. :func:`~longctx.packing.build.pack`
 instead keys each pack it builds by what it was asked and by the
 repository's state, keeps it (sections, counts, manifest) in the
 :class:`~longctx.store.Store`, and when the key matches later it rebuilds
-the :class:`~longctx.pack.model.Pack` and :class:`~longctx.corpus.Manifest`
+the :class:`~longctx.packing.model.Pack` and :class:`~longctx.corpus.Manifest`
 from the store without opening a file: one ``git status``, one SQLite read.
 
 The key has two parts. The *slot* is what was asked: the resolved folder,
@@ -47,8 +47,8 @@ from typing import Any, BinaryIO, Final
 from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Manifest
 from longctx.errors import StoreError
-from longctx.pack.model import Pack, Section
-from longctx.pack.rendering import FORMAT_VERSION
+from longctx.packing.model import Pack, Section
+from longctx.packing.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
@@ -120,7 +120,7 @@ def _digest(parts: Sequence[Any]) -> str:
 
 def _code_identity() -> list[Any]:
     """Size and modification time of every longctx module and of the packages that shape a pack."""
-    # This module is in longctx/pack/: its grandparent is the whole library.
+    # This module is in longctx/packing/: its grandparent is the whole library.
     package = Path(__file__).resolve().parent.parent
     stamps: list[Any] = []
     for folder, folders, files in os.walk(package):

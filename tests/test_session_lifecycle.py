@@ -1,0 +1,144 @@
+"""Lifecycles like httpx: a session is cheap to build, connects on first use, and closes what it opened."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeEngine
+
+from longctx import Conversation, RepoSession, ServerOptions, Session, ShardedSession
+from longctx.backends.base import Backend, connect
+from longctx.errors import ServerUnreachable
+from longctx.retry import instant_retries
+from longctx.sessions import resume
+from longctx.store import Store, StoredPack
+
+URL = "http://fake-engine:8000/v1"
+PACK = StoredPack(
+    fingerprint="e" * 64,
+    format_version="test/1",
+    system="You answer questions about the documents.",
+    prefix="<documents>\n" + "lorem ipsum\n" * 200 + "</documents>\n\n",
+    summary={"title": "fixture"},
+)
+
+
+@pytest.fixture
+def fake() -> FakeEngine:
+    return FakeEngine(engine="generic", block=1)
+
+
+@pytest.fixture
+def backend(fake: FakeEngine) -> Backend:
+    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    root.mkdir()
+    (root / "a.py").write_text("x = 1\n")
+    return root
+
+
+def test_a_session_against_an_unreachable_server_is_built_and_fails_on_first_ask(repository: Path) -> None:
+    home = Path(os.environ["LONGCTX_HOME"])
+    session = RepoSession(repository, server=ServerOptions("http://127.0.0.1:9/v1"))
+    assert not home.exists()  # nothing opened, read or written yet
+    progress: list[str] = []
+    session = RepoSession(
+        repository, server=ServerOptions("http://127.0.0.1:9/v1"), on_progress=progress.append
+    )
+    with instant_retries(), pytest.raises(ServerUnreachable):
+        session.ask("anything?")
+    assert any(message.startswith("connecting to http://127.0.0.1:9/v1") for message in progress)
+    session.close()
+
+
+def test_constructing_reads_no_file(tmp_path: Path) -> None:
+    # A path that does not exist is found out by the first call, not the constructor.
+    RepoSession(tmp_path / "not-yet-there")
+    Session(pack=PACK)
+
+
+def test_a_session_closes_the_backend_and_store_it_opened_and_only_those(
+    backend: Backend, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Backend] = []
+
+    def connecting(server: ServerOptions) -> Backend:
+        made = connect(URL, transport=fake.transport())
+        opened.append(made)
+        return made
+
+    monkeypatch.setattr("longctx.sessions.session.connect", connecting)
+    closed: list[object] = []
+    monkeypatch.setattr(Backend, "close", lambda self: closed.append(self))
+    monkeypatch.setattr(Store, "close", lambda self: closed.append(self))
+
+    owner = Session(pack=PACK)
+    owner.ask("first?")
+    fork = owner.fork()
+    fork.ask("in the fork?")
+    fork.close()
+    assert closed == []  # a fork shares its parent's backend and store
+    owner.close()
+    assert len(closed) == 2 and closed[0] is opened[0] and isinstance(closed[1], Store)
+    owner.close()
+    assert len(closed) == 2  # closing twice closes nothing twice
+
+    closed.clear()
+    given_store = Store.open(Path(os.environ["LONGCTX_HOME"]) / "given")
+    with Session(backend, PACK, store=given_store) as borrowed:
+        borrowed.ask("q?")
+    assert closed == []  # given backend and store stay open for their owner
+
+
+def test_aask_waits_for_a_turn_in_flight(backend: Backend, tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    session = Session(backend, PACK, store=store)
+
+    async def both() -> None:
+        await asyncio.gather(
+            asyncio.to_thread(session.ask, "from a thread"),
+            session.aask("from the loop"),
+            session.aask("and again"),
+        )
+
+    asyncio.run(both())
+    stored = store.turns(session.id)
+    assert sorted(turn.position for turn in stored) == [0, 1, 2]
+    assert len(session.turns) == 3
+
+
+def test_every_session_kind_has_the_one_interface(backend: Backend, repository: Path, tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    sharded = ShardedSession(repository, backend=backend, store=store)
+    plain = RepoSession(repository, backend=backend, store=store)
+    for session in (sharded, plain):
+        assert isinstance(session, Conversation)
+        first = session.ask("What is x?")
+        batch = session.ask_many(["one?", "two?"])
+        assert [answer.question for answer in batch] == ["one?", "two?"]
+        assert asyncio.run(session.aask("async?")).text
+        assert len(asyncio.run(session.aask_many(["a?", "b?"]))) == 2
+        assert session.fork().ask("forked?").text
+        assert session.report().requests
+        again = resume(session.id, backend, store=store)
+        assert type(again) is type(session) or isinstance(again, Session)
+        assert again.report().prompt_tokens == session.report().prompt_tokens
+        session.close()
+        assert first.text
+
+
+def test_a_sharded_answer_is_an_answer_with_its_shards(
+    backend: Backend, repository: Path, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "home")
+    session = ShardedSession(repository, backend=backend, store=store)
+    answer = session.ask("What is x?")
+    assert answer.shard_answers and answer.question == "What is x?"
+    assert answer.to_dict()["shard_answers"][0]["question"] == "What is x?"

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import llm
 
-from longctx.pack import pack
+from longctx.packing import pack
 from longctx.store import Store
 
 __all__ = ["PREFIX", "fragment_text", "load_fragment", "register_fragment_loaders"]

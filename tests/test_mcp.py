@@ -8,6 +8,7 @@ read from the tool results (structured content, or the error text).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import socket
 import subprocess
@@ -132,7 +133,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
             assert {answer["session_id"] for answer in asked} == {asked[0]["session_id"]}
             assert [answer["turn"] for answer in asked] == [0, 1, 2]
             assert asked[0]["cached_tokens"] < pack_tokens // 2, asked[0]
-            for previous, answer in zip(asked, asked[1:], strict=False):
+            for previous, answer in itertools.pairwise(asked):
                 # Everything the previous request sent is read from the cache, up to the last full block.
                 assert answer["cached_tokens"] >= pack_tokens - block, answer
                 assert answer["cached_tokens"] >= previous["prompt_tokens"] - block, (previous, answer)
@@ -143,7 +144,10 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                     {"path": str(repository), "questions": ["Name one function.", "Name one module."]},
                 )
             )
-            assert [answer["question"] for answer in siblings["answers"]] == ["Name one function.", "Name one module."]
+            assert [answer["question"] for answer in siblings["answers"]] == [
+                "Name one function.",
+                "Name one module.",
+            ]
             for answer in siblings["answers"]:
                 assert answer["cached_tokens"] >= asked[-1]["prompt_tokens"] - block, siblings
 
@@ -168,7 +172,12 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
 
             fresh = data_of(
                 await client.call_tool(
-                    "ask", {"path": str(repository), "question": "Start over: what is heapq?", "new_conversation": True}
+                    "ask",
+                    {
+                        "path": str(repository),
+                        "question": "Start over: what is heapq?",
+                        "new_conversation": True,
+                    },
                 )
             )
             assert fresh["turn"] == 0 and fresh["session_id"] != asked[0]["session_id"]
@@ -186,10 +195,12 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
             result = await client.call_tool("ask", {"path": str(missing), "question": "Anything?"})
             assert result.is_error
             message = text_of(result)
-            assert f"InputError: no such file or folder {missing}" in message, message
+            assert f"InputError: {missing}: no such file or folder" in message, message
             assert "Traceback" not in message
             empty = await client.call_tool("ask_many", {"path": str(repository), "questions": []})
-            assert empty.is_error and "ConfigError: ask_many needs at least one question" in text_of(empty), text_of(empty)
+            assert empty.is_error and "ConfigError: ask_many needs at least one question" in text_of(empty), (
+                text_of(empty)
+            )
 
     asyncio.run(scenario())
     assert os.path.isdir(home)

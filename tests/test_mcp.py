@@ -90,6 +90,26 @@ def test_help_lists_the_mcp_command() -> None:
     assert "Model Context Protocol" in result.stdout
 
 
+def run_without_the_sdk(*args: str) -> subprocess.CompletedProcess[str]:
+    """``longctx ARGS`` in a Python where importing the mcp SDK fails, as without the extra."""
+    code = f"import sys; sys.modules['mcp'] = None; from longctx.cli import main; main({list(args)!r})"
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def test_without_the_extra_help_works_and_the_command_names_the_extra() -> None:
+    helped = run_without_the_sdk("--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "mcp" in helped.stdout
+    served = run_without_the_sdk("mcp")
+    assert served.returncode == 2, served.stderr
+    assert (
+        served.stderr.strip()
+        == "longctx: error: the MCP server needs the mcp extra: pip install 'longctx[mcp]'"
+    )
+
+
 def test_an_unreachable_server_is_a_tool_error_with_the_message(tmp_path: Path, home: Path) -> None:
     repository = make_repository(tmp_path / "repo")
     url = f"http://127.0.0.1:{free_port()}/v1"
@@ -128,6 +148,8 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                 result = await client.call_tool("ask", {"path": str(repository), "question": question})
                 asked.append(data_of(result))
             pack_tokens = asked[0]["pack_tokens"]
+            print(f"mcp turns (prompt, cached), pack {pack_tokens} tokens, {block}-token blocks:")
+            print([(answer["prompt_tokens"], answer["cached_tokens"]) for answer in asked])
             assert pack_tokens > 4000, asked[0]
             # One session for the source, reused: the questions are its turns 0, 1, 2.
             assert {answer["session_id"] for answer in asked} == {asked[0]["session_id"]}
@@ -148,6 +170,10 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                 "Name one function.",
                 "Name one module.",
             ]
+            print(
+                "siblings:",
+                [(answer["prompt_tokens"], answer["cached_tokens"]) for answer in siblings["answers"]],
+            )
             for answer in siblings["answers"]:
                 assert answer["cached_tokens"] >= asked[-1]["prompt_tokens"] - block, siblings
 

@@ -43,10 +43,12 @@ if TYPE_CHECKING:
 __all__ = [
     "MANIFEST_FORMAT_VERSION",
     "Corpus",
+    "CorpusOutline",
     "Manifest",
     "ManifestEntry",
     "SkipReason",
     "load_corpus",
+    "stream_corpus",
 ]
 
 logger = logging.getLogger("longctx.corpus")
@@ -171,8 +173,8 @@ class Manifest:
 
 
 @dataclass(frozen=True)
-class Corpus:
-    """Documents in policy order, and the manifest of everything considered.
+class CorpusOutline:
+    """What a corpus is, but for its documents: the manifest, the order, where it came from.
 
     ``ordering`` is the policy used. ``root`` is a display label (the base
     name of the one path loaded, ``None`` for several), never an absolute
@@ -182,20 +184,31 @@ class Corpus:
     :mod:`longctx.sources.history`): the base's files first, with the
     base's copies of files changed since (``earlier`` documents, not in
     the manifest, which describes the current files), then the files
-    changed since.
+    changed since. :func:`stream_corpus` returns one: its documents went to
+    the caller one by one.
     """
 
-    documents: tuple[Document, ...]
     manifest: Manifest
     ordering: str
     root: str | None
     head_sha: str | None
     layer_base: str | None = None
 
+
+@dataclass(frozen=True)
+class Corpus(CorpusOutline):
+    """Documents in policy order, and the outline: the manifest of everything considered, and more."""
+
+    documents: tuple[Document, ...] = field(kw_only=True)
+
     @property
     def total_bytes(self) -> int:
         """The raw size of the included files."""
         return sum(document.size_bytes for document in self.documents)
+
+
+Paths = Sequence[str | os.PathLike[str]] | str | os.PathLike[str]
+"""One path, or several: what :func:`load_corpus` takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,11 +264,9 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
 
 
 def load_corpus(
-    paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
+    paths: Paths,
     options: CorpusOptions | None = None,
     *,
-    on_document: Callable[[Document], None] | None = None,
-    keep_documents: bool = True,
     store: Store | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
@@ -281,12 +292,7 @@ def load_corpus(
     ``max_stale_share`` of the base's tracked bytes (0 turns layering off). ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
-    the manifest notes them. ``on_document`` is called with each document
-    as soon as it is read, in corpus order, so that work on it (rendering,
-    counting) can start before the last file is read; with
-    ``keep_documents`` False the corpus does not keep them (its
-    ``documents`` is empty, its manifest complete), so a caller that
-    consumes them that way holds each text once. With a ``store``, the text
+    the manifest notes them. With a ``store``, the text
     of a PDF read before is taken from it rather than extracted again (see
     :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
     as of a commit already walked (see :mod:`longctx.sources.repo`).
@@ -297,6 +303,43 @@ def load_corpus(
     cannot be read (git failing, an unlistable folder). A problem with one
     file never raises: it is a skip in the manifest.
     """
+    outline, documents = _load(paths, options, None, keep=True, store=store)
+    return Corpus(
+        outline.manifest,
+        outline.ordering,
+        outline.root,
+        outline.head_sha,
+        outline.layer_base,
+        documents=documents,
+    )
+
+
+def stream_corpus(
+    paths: Paths,
+    options: CorpusOptions | None,
+    on_document: Callable[[Document], None],
+    *,
+    store: Store | None = None,
+) -> CorpusOutline:
+    """:func:`load_corpus`, handing each document to ``on_document`` as soon as it is read, in corpus order.
+
+    Work on a document (rendering, counting) starts before the last file
+    is read, and nothing keeps the documents but the caller, so each text
+    is held once. Returns the outline (manifest, ordering, origin); raises
+    what :func:`load_corpus` raises.
+    """
+    outline, _ = _load(paths, options, on_document, keep=False, store=store)
+    return outline
+
+
+def _load(
+    paths: Paths,
+    options: CorpusOptions | None,
+    on_document: Callable[[Document], None] | None,
+    *,
+    keep: bool,
+    store: Store | None,
+) -> tuple[CorpusOutline, tuple[Document, ...]]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     options = options or CorpusOptions()
@@ -326,12 +369,11 @@ def load_corpus(
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
-        candidates, limits, allow_secrets, entries, on_document, keep=keep_documents, pdf_cache=store
+        candidates, limits, allow_secrets, entries, on_document, keep=keep, pdf_cache=store
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
-    corpus = Corpus(
-        documents=documents,
+    outline = CorpusOutline(
         manifest=Manifest(tuple(entries)),
         ordering=policy,
         root=None if several else sources[0].label,
@@ -343,10 +385,10 @@ def load_corpus(
         sum(entry.status == "included" for entry in entries),
         document_bytes,
         sum(entry.status == "skipped" for entry in entries),
-        corpus.manifest.skipped_by_reason(),
+        outline.manifest.skipped_by_reason(),
         policy,
     )
-    return corpus
+    return outline, documents
 
 
 def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:

@@ -54,7 +54,7 @@ def corpus_of(documents: list[Document], skipped: dict[str, SkipReason] | None =
     ]
     entries += [ManifestEntry(path, "skipped", reason) for path, reason in (skipped or {}).items()]
     entries.sort(key=lambda entry: path_sort_key(entry.path))
-    return Corpus(tuple(documents), Manifest(tuple(entries)), "path", "fixture", None)
+    return Corpus(Manifest(tuple(entries)), "path", "fixture", None, documents=tuple(documents))
 
 
 @dataclass(frozen=True)

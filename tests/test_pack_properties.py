@@ -63,7 +63,7 @@ def test_manifest_order_does_not_matter(items: list[tuple[str, str]], shuffler: 
     entries = list(corpus.manifest.entries)
     shuffler.shuffle(entries)
     shuffled = Corpus(
-        corpus.documents, Manifest(tuple(entries)), corpus.ordering, corpus.root, corpus.head_sha
+        Manifest(tuple(entries)), corpus.ordering, corpus.root, corpus.head_sha, documents=corpus.documents
     )
     assert build_pack(shuffled).prefix == build_pack(corpus).prefix
 

@@ -260,7 +260,7 @@ def test_a_sharded_session_connects_with_its_api_key(
 ) -> None:
     from longctx.corpus import load_corpus
     from longctx.packing import build_pack
-    from longctx.sessions import ShardedSession, sharded
+    from longctx.sessions import ShardedSession, resources
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
@@ -271,7 +271,7 @@ def test_a_sharded_session_connects_with_its_api_key(
         seen.append(server)
         return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
-    monkeypatch.setattr(sharded, "connect", recording_connect)
+    monkeypatch.setattr(resources, "connect", recording_connect)
     options = ServerOptions(URL, model="m", api_key="sk-test")
     session = ShardedSession(tmp_path / "docs", server=options, store=store, sharded=built)
 

@@ -247,6 +247,7 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     from longctx.backends.base import connect
+    from longctx.config import RequestOptions
     from longctx.sessions import Session
     from longctx.store import Store, StoredPack
 

@@ -87,3 +87,15 @@ def test_the_store_imports_only_config_errors_usage_and_itself() -> None:
             assert name in {"longctx.config", "longctx.errors", "longctx.usage"} or name.startswith(
                 "longctx.store."
             ), f"{module.name} imports {name}"
+
+
+def test_constructing_a_store_does_no_io_and_open_opens(tmp_path: Path) -> None:
+    path = tmp_path / "home" / "longctx.db"
+    store = Store(path)
+    assert not path.parent.exists()  # nothing made until the store is used
+    assert store.sessions() == []
+    assert path.exists()
+    store.close()
+    opened = Store.open(tmp_path / "other")
+    assert (tmp_path / "other" / "longctx.db").exists()  # open() opens at once
+    opened.close()

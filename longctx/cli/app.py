@@ -342,7 +342,7 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``), passed on as ``request: RequestOptions``."""
+    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``), passed on as ``request``."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from longctx.corpus import Corpus
+from longctx.corpus import CorpusOutline
 from longctx.documents import Document
 from longctx.packing.model import Pack, Section, _fingerprint, _pack_fingerprint
 from longctx.packing.rendering import (
@@ -194,5 +194,5 @@ def _as_str(text: str | memoryview) -> str:
     return text if isinstance(text, str) else str(text, "utf-8", "surrogatepass")
 
 
-def _skipped_entries(corpus: Corpus) -> list[ListingEntry]:
+def _skipped_entries(corpus: CorpusOutline) -> list[ListingEntry]:
     return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, load_corpus
+from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document
 from longctx.packing import snapshots
 from longctx.packing.assembly import _assemble, _clean_text, _Counter, _Sections, _skipped_entries
@@ -117,7 +117,7 @@ class _PackBuilder:
         if self.section_counter is not None:
             self.section_counter.add(text, fingerprint, data)
 
-    def finish(self, corpus: Corpus) -> Pack:
+    def finish(self, corpus: CorpusOutline) -> Pack:
         listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
         texts: Sequence[str | memoryview] = self.texts
         stored: StoredText | None = None
@@ -229,7 +229,7 @@ def pack(
     try:
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.
-        corpus = load_corpus(paths, options, on_document=builder.add, keep_documents=False, store=store)
+        corpus = stream_corpus(paths, options, builder.add, store=store)
         built = builder.finish(corpus)
     except BaseException:
         if writer is not None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final
 
 from longctx.config import CorpusOptions
-from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Manifest
+from longctx.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.errors import StoreError
 from longctx.packing.model import Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
@@ -305,7 +305,7 @@ class SnapshotWriter:
             self._file = None
         self._path.unlink(missing_ok=True)
 
-    def keep(self, pack: Pack, corpus: Corpus) -> bool:
+    def keep(self, pack: Pack, corpus: CorpusOutline) -> bool:
         """Store the snapshot of ``pack`` and the manifest; False (dropped) when it cannot be trusted."""
         if self._file is None:
             return False
@@ -329,7 +329,7 @@ class SnapshotWriter:
             raise
         return True
 
-    def _trustworthy(self, pack: Pack, corpus: Corpus) -> bool:
+    def _trustworthy(self, pack: Pack, corpus: CorpusOutline) -> bool:
         key = self.key
         if corpus.head_sha != key.head or pack.part is not None or len(self.sizes) != len(pack.sections):
             return False
@@ -343,7 +343,7 @@ class SnapshotWriter:
         return True
 
 
-def _summary(pack: Pack, corpus: Corpus) -> dict[str, Any]:
+def _summary(pack: Pack, corpus: CorpusOutline) -> dict[str, Any]:
     return {
         "version": SNAPSHOT_FORMAT_VERSION,
         "ordering": corpus.ordering,

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import TypedDict, Unpack
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
-from longctx.sessions.session import Progress, Session
+from longctx.sessions.resources import Progress
+from longctx.sessions.session import Session
 from longctx.store import Store, StoredPack
 from longctx.tokens import EstimateTokenizer, Tokenizer
 
@@ -77,31 +79,47 @@ def shards_for_server(
     return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store).shards
 
 
+class CorpusSessionOptions(TypedDict, total=False):
+    """The keyword arguments of every session over paths (:class:`RepoSession`, :class:`DocSession`,
+    :class:`~longctx.sessions.sharded.ShardedSession`), written once.
+
+    ``backend`` a connection the caller owns (else one is made to ``server``
+    on first use and owned by the session); ``store`` likewise; ``corpus``
+    chooses the documents; ``request`` how each request is made; ``title``
+    names the session (default: the corpus's root folder); ``on_progress``
+    hears what is happening (reading, connecting, counting).
+    """
+
+    backend: Backend | None
+    server: ServerOptions | None
+    store: Store | None
+    corpus: CorpusOptions | None
+    request: RequestOptions | None
+    title: str | None
+    on_progress: Progress | None
+
+
 class CorpusSession(Session):
     """A session over the pack of ``paths``, prepared on first use.
 
-    ``corpus`` chooses the documents (:class:`~longctx.config.CorpusOptions`);
-    the other arguments are :class:`~longctx.sessions.session.Session`'s.
-    The title defaults to the corpus's root folder name.
+    Takes :class:`CorpusSessionOptions`: ``corpus`` chooses the documents
+    (:class:`~longctx.config.CorpusOptions`); the others are
+    :class:`~longctx.sessions.session.Session`'s. The title defaults to the
+    corpus's root folder name.
     """
 
-    def __init__(
-        self,
-        paths: Paths,
-        *,
-        backend: Backend | None = None,
-        server: ServerOptions | None = None,
-        store: Store | None = None,
-        corpus: CorpusOptions | None = None,
-        request: RequestOptions | None = None,
-        title: str | None = None,
-        on_progress: Progress | None = None,
-    ) -> None:
+    def __init__(self, paths: Paths, **options: Unpack[CorpusSessionOptions]) -> None:
         super().__init__(
-            backend, None, server=server, store=store, request=request, title=title, on_progress=on_progress
+            options.get("backend"),
+            None,
+            server=options.get("server"),
+            store=options.get("store"),
+            request=options.get("request"),
+            title=options.get("title"),
+            on_progress=options.get("on_progress"),
         )
         self.paths = as_paths(paths)
-        self.corpus_options = corpus or CorpusOptions()
+        self.corpus_options = options.get("corpus") or CorpusOptions()
         self._corpus: Corpus | None = None
         self._full_pack: Pack | None = None
 
@@ -125,7 +143,7 @@ class CorpusSession(Session):
         return self._pack
 
     def _prepare(self) -> None:
-        with self._open_lock:
+        with self._resources.lock:
             if self._full_pack is not None:
                 return
             self._progress("reading files")

@@ -43,13 +43,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from longctx.backends.base import Backend, Sent, connect
+from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.config import RequestOptions, ServerOptions
-from longctx.counters import CounterSnapshot, combine_checks
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
+from longctx.sessions.counters import CounterSnapshot, combine_checks
+from longctx.sessions.resources import Progress, Resources
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage
 
@@ -59,8 +60,6 @@ if TYPE_CHECKING:
 __all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
 
 THINK_END = "</think>"
-
-Progress = Callable[[str], None]
 
 
 def history_form(answer: str) -> str:
@@ -146,10 +145,38 @@ class Conversation(ABC):
     that takes a session works with either.
     """
 
+    # Set by each kind's constructor: what it uses and owns, its stored record
+    # once recorded, the id it will be recorded under, and the title asked for.
+    _resources: Resources
+    _record: SessionRecord | None
+    _new_id: str
+    _title: str | None
+    _default_title = "session"
+
     @property
-    @abstractmethod
     def id(self) -> str:
-        """The session's id in the store (``longctx report ID``)."""
+        """The session's id in the store (``longctx report ID``), known before it is recorded."""
+        return self._record.id if self._record is not None else self._new_id
+
+    @property
+    def title(self) -> str:
+        if self._record is not None:
+            return self._record.title
+        return self._title or self._default_title
+
+    @property
+    def store(self) -> Store:
+        """The store the session lives in (the default one, opened on first use, unless given)."""
+        return self._resources.store
+
+    @property
+    def backend(self) -> Backend:
+        """The connection to the server, made on first use unless one was given."""
+        return self._resources.backend
+
+    def close(self) -> None:
+        """Close the connection and the store if this session opened them; idempotent."""
+        self._resources.close()
 
     @abstractmethod
     def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
@@ -184,10 +211,6 @@ class Conversation(ABC):
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its branches)."""
 
-    @abstractmethod
-    def close(self) -> None:
-        """Close what this session opened (its backend, its store); idempotent."""
-
     def __enter__(self) -> Self:
         return self
 
@@ -221,24 +244,16 @@ class Session(Conversation):
         on_progress: Progress | None = None,
     ) -> None:
         self.request = request or RequestOptions()
-        self._server = server or ServerOptions()
-        self._backend = backend
-        self._owns_backend = False
-        self._store = store
-        self._owns_store = False
+        self._resources = Resources(server=server, backend=backend, store=store, on_progress=on_progress)
         self._pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
         self._title = title
-        self._on_progress = on_progress
         self._record: SessionRecord | None = None
         self._parent: tuple[str, str] | None = None
         self._new_id = uuid.uuid4().hex[:16]
         self._turns: list[TurnRecord] = []
-        self._closed = False
         # One turn at a time: a turn's request is built from the history the
-        # previous turn left. The opening lock is reentrant: opening may read
-        # the pack, which a subclass prepares through the same path.
+        # previous turn left.
         self._turn_lock = threading.Lock()
-        self._open_lock = threading.RLock()
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -250,62 +265,37 @@ class Session(Conversation):
 
         Without ``backend``, the session connects to the server(s) it used
         when it first needs one (reading its turns or report needs none).
-        Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
-        :class:`~longctx.errors.StoreError` when its pack is missing.
+        Without ``store`` it opens the default one, and closes it in
+        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
+        unknown id and :class:`~longctx.errors.StoreError` when its pack is
+        missing.
         """
-        owned = store is None
-        store = store or Store.open()
+        resources = Resources.for_resume(backend, store)
         try:
-            record = store.session(session_id)
-            return cls._restore(record, backend, store, owns_store=owned)
+            return cls._restore(resources.store.session(session_id), resources)
         except BaseException:
-            if owned:
-                store.close()
+            resources.close()
             raise
 
     @classmethod
-    def _restore(
-        cls, record: SessionRecord, backend: Backend | None, store: Store, *, owns_store: bool = False
-    ) -> Session:
+    def _restore(cls, record: SessionRecord, resources: Resources) -> Session:
         """A session object for a stored record (resume, fork, branch): nothing new is written."""
+        store = resources.store
         pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
             raise StoreError(
                 f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store"
             )
         settings = record.settings
-        urls = tuple(settings.get("base_urls") or ())
-        session = Session(
-            backend,
-            pack,
-            server=ServerOptions(base_url=urls or None, model=settings.get("model")),
-            store=store,
-            request=RequestOptions.from_dict(settings),
-            title=record.title,
-        )
-        session._owns_store = owns_store
+        if resources.given_backend is None:
+            # Where the session was served, unless the caller connects it elsewhere.
+            urls = tuple(settings.get("base_urls") or ())
+            resources.server = ServerOptions(base_url=urls or None, model=settings.get("model"))
+        session = Session(pack=pack, request=RequestOptions.from_dict(settings), title=record.title)
+        session._resources = resources
         session._record = record
         session._turns = session._load_history(record)
         return session
-
-    @property
-    def store(self) -> Store:
-        """The store the session lives in (the default one, opened on first use, unless given)."""
-        with self._open_lock:
-            if self._store is None:
-                self._store = Store.open()
-                self._owns_store = True
-            return self._store
-
-    @property
-    def backend(self) -> Backend:
-        """The connection to the server, made on first use unless one was given."""
-        with self._open_lock:
-            if self._backend is None:
-                self._progress(f"connecting to {', '.join(self._server.base_urls())}")
-                self._backend = connect(self._server)
-                self._owns_backend = True
-            return self._backend
 
     @property
     def pack(self) -> StoredPack | None:
@@ -316,14 +306,11 @@ class Session(Conversation):
         self._pack = _stored_pack(pack)
 
     def _progress(self, message: str) -> None:
-        if self._on_progress is not None:
-            self._on_progress(message)
+        self._resources.progress(message)
 
     def _opened(self) -> SessionRecord:
         """The session's stored record, recorded with its settings on first use."""
-        with self._open_lock:
-            if self._closed:
-                raise ConfigError("this session is closed")
+        with self._resources.lock:
             if self._record is None:
                 pack = self.pack
                 backend = self.backend
@@ -353,28 +340,7 @@ class Session(Conversation):
         """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
         self._parent = (parent_id, kind)
 
-    def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent."""
-        with self._open_lock:
-            self._closed = True
-            if self._owns_backend and self._backend is not None:
-                self._backend.close()
-                self._backend = None
-            if self._owns_store and self._store is not None:
-                self._store.close()
-                self._store = None
-
     # -- identity and history -----------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self._record.id if self._record is not None else self._new_id
-
-    @property
-    def title(self) -> str:
-        if self._record is not None:
-            return self._record.title
-        return self._title or "session"
 
     @property
     def turns(self) -> tuple[TurnRecord, ...]:
@@ -648,10 +614,7 @@ class Session(Conversation):
         return self._shared(self.store.session(answer.session_id))
 
     def _shared(self, record: SessionRecord) -> Session:
-        session = Session._restore(record, self._backend, self.store)
-        # A fork made before this session connected connects on its own and owns that connection.
-        session._server = self._server
-        return session
+        return Session._restore(record, self._resources.borrowed())
 
     # -- reports ------------------------------------------------------------
 

@@ -20,21 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Unpack
 
-from longctx.backends.base import Backend, connect
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.backends.base import Backend
+from longctx.config import CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.corpus import Paths, as_paths, shards_for_server
-from longctx.sessions.session import Answer, Batch, Conversation, Progress, Session
+from longctx.sessions.corpus import CorpusSessionOptions, Paths, as_paths, shards_for_server
+from longctx.sessions.resources import Resources
+from longctx.sessions.session import Answer, Batch, Conversation, Session
 from longctx.store import SessionRecord, Store
 
 __all__ = ["REDUCE_SYSTEM", "ShardedSession"]
@@ -59,7 +59,8 @@ def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
 class ShardedSession(Conversation):
     """Sessions over every shard of an oversized corpus, and a reducer.
 
-    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments, plus
+    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments
+    (:class:`~longctx.sessions.corpus.CorpusSessionOptions`), plus
     ``sharded`` (shards already built, instead of loading ``paths``).
     Shards leave out the earlier copies of a layered pack, so
     ``CorpusOptions.max_stale_share`` only chooses the order of the
@@ -67,36 +68,30 @@ class ShardedSession(Conversation):
     question loads, connects and builds the shards.
     """
 
+    _default_title = "sharded session"
+
     def __init__(
         self,
         paths: Paths,
         *,
-        backend: Backend | None = None,
-        server: ServerOptions | None = None,
-        store: Store | None = None,
-        corpus: CorpusOptions | None = None,
-        request: RequestOptions | None = None,
-        title: str | None = None,
-        on_progress: Progress | None = None,
         sharded: ShardedPack | Pack | None = None,
+        **options: Unpack[CorpusSessionOptions],
     ) -> None:
         self.paths = as_paths(paths)
-        self.corpus_options = corpus or CorpusOptions()
-        self.request = request or RequestOptions()
-        self._server = server or ServerOptions()
-        self._backend = backend
-        self._owns_backend = False
-        self._store = store
-        self._owns_store = False
-        self._title = title
-        self._on_progress = on_progress
+        self.corpus_options = options.get("corpus") or CorpusOptions()
+        self.request = options.get("request") or RequestOptions()
+        self._resources = Resources(
+            server=options.get("server"),
+            backend=options.get("backend"),
+            store=options.get("store"),
+            on_progress=options.get("on_progress"),
+        )
+        self._title = options.get("title")
         self._given = sharded
         self._new_id = uuid.uuid4().hex[:16]
         self._record: SessionRecord | None = None
         self._shards: tuple[Session, ...] | None = None
         self._reducer: Session | None = None
-        self._lock = threading.RLock()
-        self._closed = False
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -109,43 +104,25 @@ class ShardedSession(Conversation):
         Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
         :class:`~longctx.errors.ConfigError` when it is not a sharded session.
         """
-        owned = store is None
-        store = store or Store.open()
+        resources = Resources.for_resume(backend, store)
         try:
-            record = store.session(session_id)
+            record = resources.store.session(session_id)
             if record.kind != KIND:
                 raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
-            session = cls((), backend=backend, store=store, request=RequestOptions.from_dict(record.settings))
-            session._owns_store = owned
+            session = cls((), request=RequestOptions.from_dict(record.settings))
+            session._resources = resources
             session._record = record
             session._shards = tuple(
-                Session._restore(store.session(shard_id), backend, store)
-                for shard_id in record.settings["shards"]
+                Session._restore(resources.store.session(part), resources.borrowed())
+                for part in record.settings["shards"]
             )
-            session._reducer = Session._restore(store.session(record.settings["reducer"]), backend, store)
+            session._reducer = Session._restore(
+                resources.store.session(record.settings["reducer"]), resources.borrowed()
+            )
             return session
         except BaseException:
-            if owned:
-                store.close()
+            resources.close()
             raise
-
-    @property
-    def store(self) -> Store:
-        with self._lock:
-            if self._store is None:
-                self._store = Store.open()
-                self._owns_store = True
-            return self._store
-
-    @property
-    def backend(self) -> Backend:
-        with self._lock:
-            if self._backend is None:
-                if self._on_progress is not None:
-                    self._on_progress(f"connecting to {', '.join(self._server.base_urls())}")
-                self._backend = connect(self._server)
-                self._owns_backend = True
-            return self._backend
 
     @property
     def shards(self) -> tuple[Session, ...]:
@@ -162,16 +139,13 @@ class ShardedSession(Conversation):
         return self._reducer
 
     def _prepare(self) -> None:
-        with self._lock:
-            if self._closed:
-                raise ConfigError("this session is closed")
+        with self._resources.lock:
             if self._shards is not None:
                 return
             backend, store = self.backend, self.store
             given = self._given
             if given is None:
-                if self._on_progress is not None:
-                    self._on_progress("reading files")
+                self._resources.progress("reading files")
                 corpus = load_corpus(self.paths, self.corpus_options, store=store)
                 packs = shards_for_server(corpus, backend, store=store, request=self.request)
                 label = corpus.root or "documents"
@@ -208,25 +182,6 @@ class ShardedSession(Conversation):
             for part in (*shards, reducer):
                 part._opened()
             self._record, self._shards, self._reducer = record, tuple(shards), reducer
-
-    def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent."""
-        with self._lock:
-            self._closed = True
-            if self._owns_backend and self._backend is not None:
-                self._backend.close()
-                self._backend = None
-            if self._owns_store and self._store is not None:
-                self._store.close()
-                self._store = None
-
-    @property
-    def id(self) -> str:
-        return self._record.id if self._record is not None else self._new_id
-
-    @property
-    def title(self) -> str:
-        return self._record.title if self._record is not None else (self._title or "sharded session")
 
     # -- questions ----------------------------------------------------------
 
@@ -333,9 +288,8 @@ class ShardedSession(Conversation):
         The fork shares this session's backend, store and reducer, and closes none of them.
         """
         shards = self.shards
-        forked = ShardedSession(
-            (), backend=self._backend, server=self._server, store=self.store, request=self.request
-        )
+        forked = ShardedSession((), request=self.request)
+        forked._resources = self._resources.borrowed()
         forked._shards = tuple(shard.fork(at, title=f"{shard.title} (fork)") for shard in shards)
         forked._reducer = self.reducer
         assert self._record is not None

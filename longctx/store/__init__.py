@@ -59,8 +59,15 @@ class Store(ContentCaches, SessionLog):
 
     @classmethod
     def open(cls, home: Path | None = None) -> Store:
-        """Open (creating if needed) the database in ``home`` or :func:`default_home`."""
-        return cls((home or default_home()) / DATABASE_NAME)
+        """Open (creating if needed) the database in ``home`` or :func:`default_home`, now.
+
+        ``Store(path)`` does no I/O and opens the database on first use;
+        this opens it at once, so a database that cannot be used is reported
+        here (:class:`~longctx.errors.StoreError`).
+        """
+        store = cls((home or default_home()) / DATABASE_NAME)
+        store.connect()
+        return store
 
     def __enter__(self) -> Store:
         return self

@@ -152,35 +152,57 @@ class Database:
 
     The concern classes of :class:`longctx.store.Store` build on it: they
     read through :meth:`_query` and write through :meth:`transaction`.
-    Opening creates the file (and its folder) if needed and brings its
-    schema up to date; raises :class:`StoreError` when either fails.
+    Constructing one does no I/O; opening (:meth:`connect`, or the first read
+    or write) creates the file (and its folder) if needed and brings its
+    schema up to date, and raises :class:`StoreError` when either fails.
     """
 
     def __init__(self, path: Path) -> None:
+        # No I/O here: the database is opened by open() or on first use.
         self.path = path
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._connection = sqlite3.connect(
-                path, check_same_thread=False, isolation_level=None, timeout=30
-            )
-        except (OSError, sqlite3.Error) as error:
-            raise StoreError(f"cannot open the longctx database at {path}: {error}") from error
         self._lock = threading.RLock()
-        self._connection.row_factory = sqlite3.Row
-        self._connection.execute("PRAGMA foreign_keys = ON")
-        self._connection.execute("PRAGMA journal_mode = WAL")
-        self._connection.execute("PRAGMA synchronous = NORMAL")
-        try:
-            self._migrate()
-        except StoreError:
-            # No one will hold this object to close it.
-            self._connection.close()
-            raise
+        self._opened: sqlite3.Connection | None = None
+        self._closed = False
+
+    def connect(self) -> None:
+        """Open the database now (creating it and updating its schema) rather than on first use."""
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"the longctx database {self.path} is closed")
+            if self._opened is not None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                connection = sqlite3.connect(
+                    self.path, check_same_thread=False, isolation_level=None, timeout=30
+                )
+            except (OSError, sqlite3.Error) as error:
+                raise StoreError(f"cannot open the longctx database at {self.path}: {error}") from error
+            connection.row_factory = sqlite3.Row
+            connection.execute("PRAGMA foreign_keys = ON")
+            connection.execute("PRAGMA journal_mode = WAL")
+            connection.execute("PRAGMA synchronous = NORMAL")
+            try:
+                _migrate(connection, self.path)
+            except StoreError:
+                connection.close()
+                raise
+            self._opened = connection
+
+    @property
+    def _connection(self) -> sqlite3.Connection:
+        with self._lock:
+            if self._opened is None:
+                self.connect()
+            assert self._opened is not None
+            return self._opened
 
     def close(self) -> None:
         """Close the connection; closing it again does nothing."""
         with self._lock:
-            self._connection.close()  # sqlite3 ignores a second close
+            self._closed = True
+            if self._opened is not None:
+                self._opened.close()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -203,21 +225,19 @@ class Database:
             except sqlite3.Error as error:
                 raise StoreError(f"reading the longctx database {self.path} failed: {error}") from error
 
-    def _migrate(self) -> None:
-        """Apply the migrations the database lacks, each in its own transaction."""
-        with self._lock:
-            version = self._connection.execute("PRAGMA user_version").fetchone()[0]
-            if version > len(MIGRATIONS):
-                raise StoreError(
-                    f"the database {self.path} has schema version {version}, newer than this "
-                    f"longctx understands ({len(MIGRATIONS)}); upgrade longctx"
-                )
-            for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-                try:
-                    self._connection.executescript(
-                        f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;"
-                    )
-                except sqlite3.Error as error:
-                    if self._connection.in_transaction:
-                        self._connection.execute("ROLLBACK")
-                    raise StoreError(f"migrating {self.path} to schema {number} failed: {error}") from error
+
+def _migrate(connection: sqlite3.Connection, path: Path) -> None:
+    """Apply the migrations the database lacks, each in its own transaction."""
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"the database {path} has schema version {version}, newer than this "
+            f"longctx understands ({len(MIGRATIONS)}); upgrade longctx"
+        )
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        try:
+            connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+        except sqlite3.Error as error:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            raise StoreError(f"migrating {path} to schema {number} failed: {error}") from error

@@ -1,0 +1,97 @@
+"""What a session uses and may own: the connection to the server and the store.
+
+A session given a backend or a store uses it and leaves it open for its
+owner; one given neither connects (to :class:`~longctx.config.ServerOptions`)
+and opens the default store on first use, owns what it opened, and closes
+it in :meth:`Resources.close`. Forks and branches borrow their parent's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from longctx.backends.base import Backend, connect
+from longctx.config import ServerOptions
+from longctx.errors import ConfigError
+from longctx.store import Store
+
+__all__ = ["Progress", "Resources"]
+
+Progress = Callable[[str], None]
+
+
+class Resources:
+    """A backend and a store, made on first use unless given; closes only what it made."""
+
+    def __init__(
+        self,
+        *,
+        server: ServerOptions | None = None,
+        backend: Backend | None = None,
+        store: Store | None = None,
+        on_progress: Progress | None = None,
+    ) -> None:
+        self.server = server or ServerOptions()
+        self._backend = backend
+        self._store = store
+        self._made: list[Backend | Store] = []
+        self._on_progress = on_progress
+        self._closed = False
+        # Reentrant: preparing a session (reading its pack) takes the backend and the store under it.
+        self.lock = threading.RLock()
+
+    @classmethod
+    def for_resume(cls, backend: Backend | None, store: Store | None) -> Resources:
+        """Resources to read a stored session: the store given, else the default one, opened now and owned."""
+        resources = cls(backend=backend, store=store or Store.open())
+        if store is None:
+            resources._made.append(resources.store)
+        return resources
+
+    def progress(self, message: str) -> None:
+        """Tell the caller's ``on_progress`` (if any) what is happening."""
+        if self._on_progress is not None:
+            self._on_progress(message)
+
+    @property
+    def backend(self) -> Backend:
+        with self.lock:
+            self._check_open()
+            if self._backend is None:
+                self.progress(f"connecting to {', '.join(self.server.base_urls())}")
+                self._backend = connect(self.server)
+                self._made.append(self._backend)
+            return self._backend
+
+    @property
+    def given_backend(self) -> Backend | None:
+        """The backend if one was given or already made (nothing is connected to find out)."""
+        return self._backend
+
+    @property
+    def store(self) -> Store:
+        with self.lock:
+            self._check_open()
+            if self._store is None:
+                self._store = Store.open()
+                self._made.append(self._store)
+            return self._store
+
+    def borrowed(self) -> Resources:
+        """Resources for a fork or branch: the same backend (once made) and store, owning neither."""
+        return Resources(server=self.server, backend=self._backend, store=self.store)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ConfigError("this session is closed")
+
+    def close(self) -> None:
+        """Close what was made here, newest first; idempotent."""
+        with self.lock:
+            self._closed = True
+            while self._made:
+                made = self._made.pop()
+                made.close()
+            self._backend = None
+            self._store = None

@@ -49,9 +49,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.counters import combine_checks
 from longctx.errors import ContextOverflow, LongctxError
-from longctx.report import SavingsReport, build_report
+from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.corpus import server_budget
 from longctx.store import Store
@@ -305,9 +304,18 @@ class Toolbox:
     def _conversation(self, source: _Source, *, new: bool) -> Session:
         with self._lock:
             if new:
-                fork = source.root.fork(at=0, title=f"conversation {len(source.conversations) + 1}")
-                source.conversations.append(fork)
-                source.conversation = fork
+                # A session of its own over the same pack (not a fork), so the
+                # source's savings are the sum of its conversations' reports.
+                root = source.root
+                fresh = Session(
+                    root.backend,
+                    root.pack,
+                    store=root.store,
+                    request=root.request,
+                    title=f"{root.title} (conversation {len(source.conversations) + 1})",
+                )
+                source.conversations.append(fresh)
+                source.conversation = fresh
             return source.conversation
 
     def ask_many(
@@ -379,28 +387,37 @@ class Toolbox:
             raise _tool_error(error) from None
 
     def _source_savings(self, source: _Source) -> SourceSavings:
-        store = self._store_open()
-        ids: list[str] = []
-        for conversation in source.conversations:
-            for session_id in (conversation.id, *conversation.branch_ids()):
-                if session_id not in ids:
-                    ids.append(session_id)
-        records = store.requests(session_ids=ids)
-        report: SavingsReport = build_report(
-            records, title=", ".join(source.paths), counter_check=combine_checks(store.counter_checks(ids))
-        )
-        check = report.counter_check
+        with self._lock:
+            conversations = list(source.conversations)
+        reports: list[SavingsReport] = [conversation.report() for conversation in conversations]
+        requests = sum(len(report.requests) for report in reports)
+        prompt_tokens = sum(report.prompt_tokens for report in reports)
+        known = [report.cached_tokens for report in reports if report.cached_tokens is not None]
+        cached = sum(known) if known else None
+        saved = [
+            report.prefill_seconds_saved for report in reports if report.prefill_seconds_saved is not None
+        ]
+        checks = [report.counter_check.matches for report in reports if report.counter_check is not None]
+        missing = next((report.missing_reason for report in reports if report.missing_reason), None)
+        hit_rate = cached / prompt_tokens if cached is not None and prompt_tokens else None
+        if cached is None:
+            summary = (
+                f"{requests} requests, {prompt_tokens:,} prompt tokens; cached tokens unknown: {missing}"
+            )
+        else:
+            share = f"{hit_rate or 0:.1%}"
+            summary = f"{requests} requests, {cached:,} of {prompt_tokens:,} prompt tokens cached ({share})"
         return SourceSavings(
             paths=list(source.paths),
-            session_ids=[conversation.id for conversation in source.conversations],
-            requests=len(report.requests),
-            prompt_tokens=report.prompt_tokens,
-            cached_tokens=report.cached_tokens,
-            hit_rate=report.hit_rate,
-            prefill_seconds_saved_estimate=report.prefill_seconds_saved,
-            missing_reason=report.missing_reason,
-            server_counters_match=None if check is None else check.matches,
-            summary=report.summary_line(),
+            session_ids=[conversation.id for conversation in conversations],
+            requests=requests,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            hit_rate=hit_rate,
+            prefill_seconds_saved_estimate=sum(saved) if saved else None,
+            missing_reason=missing,
+            server_counters_match=all(checks) if checks else None,
+            summary=summary,
         )
 
     def close(self) -> None:

@@ -26,6 +26,8 @@ LIBRARY_HOMES = {
     "tenacity": ("longctx/retry.py",),
     "openai": ("longctx/backends/",),
     "click": ("longctx/cli/",),
+    "mcp": ("longctx/mcp.py",),
+    "llm": ("longctx/llm_plugin.py",),
 }
 
 

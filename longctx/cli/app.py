@@ -129,6 +129,7 @@ COMMAND_MODULES: dict[str, str] = {
     "doctor": "longctx.cli.serving",
     "recipe": "longctx.cli.serving",
     "plan": "longctx.cli.serving",
+    "mcp": "longctx.cli.mcp",
 }
 
 

@@ -1,0 +1,34 @@
+"""``longctx mcp``: the MCP server over stdio (see :mod:`longctx.mcp`), for coding agents.
+
+The mcp SDK is an optional extra: this module imports :mod:`longctx.mcp`
+only when the command runs, so ``longctx --help`` works without it, and
+without it the command fails with a :class:`~longctx.errors.ConfigError`
+naming the extra to install.
+"""
+
+from __future__ import annotations
+
+from longctx.cli.app import corpus_options, main, request_options, server_options
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.errors import ConfigError
+
+EXTRA_HINT = "the MCP server needs the mcp extra: pip install 'longctx[mcp]'"
+
+
+@main.command()
+@corpus_options
+@server_options
+@request_options(concurrency=True)
+def mcp(server: ServerOptions, corpus: CorpusOptions, request: RequestOptions) -> None:
+    """Serve longctx's tools to an agent over stdio (Model Context Protocol).
+
+    Tools: ask (follow-ups are cached turns of one session per path), ask_many, show_pack, savings.
+    The flags set every session's server, corpus and request options (see docs/agents.md).
+    """
+    try:
+        from longctx import mcp as mcp_server
+    except ModuleNotFoundError as error:
+        if error.name is not None and error.name.split(".")[0] == "mcp":
+            raise ConfigError(EXTRA_HINT) from error
+        raise
+    mcp_server.serve(server=server, request=request, corpus=corpus)

@@ -1,0 +1,482 @@
+"""The MCP server: longctx as tools a coding agent calls over stdio (the one module importing the mcp SDK).
+
+Tools (each result is a short structured object; an answer is the model's text):
+
+- ``ask``: a question about a repository, folder or documents. One session
+  per source (the resolved paths), kept for the server's lifetime: the
+  agent's next question about the same source is the next turn of that
+  session, so the pack and every earlier turn are read from the server's
+  prefix cache. ``new_conversation`` starts again from the pack (still
+  cached) when the history has grown too long.
+- ``ask_many``: sibling questions from the current point of that session,
+  sent together so they share the cached prefix.
+- ``show_pack``: what was packed: documents with their tokens (largest
+  first), skipped paths with their reasons, the pack's tokens and the
+  server's budget.
+- ``savings``: the savings report of one source, or of every source asked
+  about so far.
+
+Errors: a :class:`~longctx.errors.LongctxError` becomes a tool error (the
+result has ``isError`` set, as the MCP specification asks for errors of a
+tool's execution) whose text is the error's class and message, the path
+first when the error carries one; never a traceback. Anything else is a bug:
+the SDK logs its traceback on stderr and the client sees only that the tool
+failed.
+
+Configuration: :class:`~longctx.config.ServerOptions`,
+:class:`~longctx.config.RequestOptions` and
+:class:`~longctx.config.CorpusOptions` given to :func:`serve` (the
+``longctx mcp`` flags), the server's URL, model and key otherwise from
+``LONGCTX_*`` variables when the first session connects.
+
+Concurrency: the SDK runs each tool call in a worker thread. The table of
+sessions is guarded by one lock; each session serialises its own turns
+(its turn lock), so concurrent calls about one source queue up while
+calls about different sources run at once. Nothing is read or contacted
+until a tool needs it; :meth:`Toolbox.close` closes every session and the
+store.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.errors import ContextOverflow, LongctxError
+from longctx.report import SavingsReport
+from longctx.sessions import RepoSession, Session
+from longctx.sessions.corpus import server_budget
+from longctx.store import Store
+
+__all__ = [
+    "AskManyResult",
+    "AskResult",
+    "DocumentTokens",
+    "PackInfo",
+    "SavingsResult",
+    "SiblingAnswer",
+    "SkippedPath",
+    "SourceSavings",
+    "Toolbox",
+    "build_server",
+    "serve",
+]
+
+SERVER_NAME = "longctx"
+INSTRUCTIONS = (
+    "Questions about a code repository, a folder or documents (PDFs, notebooks, text), answered by the "
+    "long-context model this server talks to. Pass absolute paths. Ask follow-ups about the same path: "
+    "they continue one conversation whose pack and history the model server keeps cached. Use ask_many "
+    "for several independent questions at once, show_pack to see what was packed, savings for what the "
+    "cache saved."
+)
+
+
+@dataclass(frozen=True)
+class AskResult:
+    """One answered question and what it cost.
+
+    ``cached_tokens`` of ``prompt_tokens`` were read from the server's prefix
+    cache (None: the server did not say, ``cached_reason`` says why);
+    ``pack_tokens`` is the size of the pack every request of the source
+    starts with.
+    """
+
+    answer: str
+    session_id: str
+    turn: int
+    finish_reason: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    completion_tokens: int | None
+    pack_tokens: int | None
+    cached_reason: str | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class SiblingAnswer:
+    """One answer of ``ask_many``."""
+
+    question: str
+    answer: str
+    prompt_tokens: int | None
+    cached_tokens: int | None
+
+
+@dataclass(frozen=True)
+class AskManyResult:
+    """The answers of ``ask_many`` in question order, and the batch's totals."""
+
+    answers: list[SiblingAnswer]
+    prompt_tokens: int
+    cached_tokens: int | None
+    pack_tokens: int | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class DocumentTokens:
+    """A packed document and its tokens (None when they were not counted)."""
+
+    path: str
+    tokens: int | None
+
+
+@dataclass(frozen=True)
+class SkippedPath:
+    """A path left out of the pack, and why (binary, too-large, secret, ignored...)."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PackInfo:
+    """What a source's pack holds, and whether it fits the server's window.
+
+    ``documents`` and ``skipped`` list at most ``limit`` entries each
+    (documents largest first); ``document_count`` and ``skipped_count``
+    count them all, ``skipped_by_reason`` groups every skipped path.
+    ``prompt_budget`` is the window less the room kept for the answer and
+    the questions (None when the server does not say its window).
+    """
+
+    paths: list[str]
+    fingerprint: str
+    document_count: int
+    documents: list[DocumentTokens]
+    skipped_count: int
+    skipped_by_reason: dict[str, int]
+    skipped: list[SkippedPath]
+    pack_tokens: int | None
+    estimated: bool
+    tokenizer: str | None
+    context_length: int | None
+    prompt_budget: int | None
+    fits: bool | None
+
+
+@dataclass(frozen=True)
+class SourceSavings:
+    """The savings of one source: every request of its conversations and their siblings."""
+
+    paths: list[str]
+    session_ids: list[str]
+    requests: int
+    prompt_tokens: int
+    cached_tokens: int | None
+    hit_rate: float | None
+    prefill_seconds_saved_estimate: float | None
+    missing_reason: str | None
+    server_counters_match: bool | None
+    summary: str
+
+
+@dataclass(frozen=True)
+class SavingsResult:
+    """The ``savings`` tool's answer: one entry per source, in the order they were first asked about."""
+
+    sources: list[SourceSavings]
+
+
+@dataclass
+class _Source:
+    """A source's sessions: the one that holds the pack, and the conversation now continued."""
+
+    paths: tuple[str, ...]
+    root: RepoSession
+    conversation: Session
+    conversations: list[Session] = field(default_factory=list)
+
+
+def _source_key(paths: str | Sequence[str]) -> tuple[str, ...]:
+    """The absolute, resolved paths of a tool call: the same source however the agent spells it."""
+    given = [paths] if isinstance(paths, str) else list(paths)
+    if not given:
+        raise ToolError("ConfigError: no path given")
+    return tuple(os.path.realpath(os.path.expanduser(path)) for path in given)
+
+
+def _tool_error(error: LongctxError) -> ToolError:
+    """The MCP tool error for ``error``: its class and message, the path first when it carries one."""
+    message = str(error)
+    path = getattr(error, "path", None)
+    if path is not None and str(path) not in message:
+        message = f"{path}: {message}"
+    if isinstance(error, ContextOverflow):
+        message += " (ask again with new_conversation=true to start over from the pack, which stays cached)"
+    return ToolError(f"{type(error).__name__}: {message}")
+
+
+class Toolbox:
+    """The tools, without the protocol: what each MCP tool call runs (in a worker thread).
+
+    Sessions are made on a source's first call and kept until :meth:`close`;
+    they share one store (``store``, else the default one, opened on first
+    use) and each connects to ``server`` on its first question.
+    """
+
+    def __init__(
+        self,
+        *,
+        server: ServerOptions | None = None,
+        request: RequestOptions | None = None,
+        corpus: CorpusOptions | None = None,
+        store: Store | None = None,
+    ) -> None:
+        self.server = server or ServerOptions()
+        self.request = request or RequestOptions()
+        self.corpus = corpus or CorpusOptions()
+        self._store = store
+        self._owns_store = store is None
+        self._sources: dict[tuple[str, ...], _Source] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _store_open(self) -> Store:
+        with self._lock:
+            if self._store is None:
+                self._store = Store.open()
+            return self._store
+
+    def _source(self, paths: str | Sequence[str]) -> _Source:
+        """The source's sessions, its pack prepared; a source whose pack cannot be made is not kept."""
+        key = _source_key(paths)
+        store = self._store_open()
+        with self._lock:
+            if self._closed:
+                raise ToolError("ConfigError: the longctx MCP server is shutting down")
+            source = self._sources.get(key)
+            if source is None:
+                root = RepoSession(
+                    list(key), server=self.server, store=store, corpus=self.corpus, request=self.request
+                )
+                source = _Source(key, root, root, [root])
+                self._sources[key] = source
+        try:
+            # Outside the table's lock: packing a large repository must not hold up other sources.
+            source.root.full_pack  # noqa: B018
+        except BaseException:
+            with self._lock:
+                if self._sources.get(key) is source:
+                    del self._sources[key]
+            source.root.close()
+            raise
+        return source
+
+    def ask(
+        self,
+        paths: str | Sequence[str],
+        question: str,
+        *,
+        max_tokens: int | None = None,
+        new_conversation: bool = False,
+    ) -> AskResult:
+        """Ask ``question`` as the next turn of the source's conversation (or of a new one from the pack)."""
+        try:
+            source = self._source(paths)
+            conversation = self._conversation(source, new=new_conversation)
+            answer = conversation.ask(question, max_tokens=max_tokens)
+        except LongctxError as error:
+            raise _tool_error(error) from None
+        usage = answer.usage
+        return AskResult(
+            answer=answer.text,
+            session_id=answer.session_id,
+            turn=answer.turn,
+            finish_reason=answer.finish_reason,
+            prompt_tokens=usage.prompt_tokens,
+            cached_tokens=usage.cached_tokens,
+            completion_tokens=usage.completion_tokens,
+            pack_tokens=source.root.full_pack.total_tokens,
+            cached_reason=usage.cached_reason,
+            summary=usage.summary_line(),
+        )
+
+    def _conversation(self, source: _Source, *, new: bool) -> Session:
+        with self._lock:
+            if new:
+                # A session of its own over the same pack (not a fork), so the
+                # source's savings are the sum of its conversations' reports.
+                root = source.root
+                fresh = Session(
+                    root.backend,
+                    root.pack,
+                    store=root.store,
+                    request=root.request,
+                    title=f"{root.title} (conversation {len(source.conversations) + 1})",
+                )
+                source.conversations.append(fresh)
+                source.conversation = fresh
+            return source.conversation
+
+    def ask_many(
+        self, paths: str | Sequence[str], questions: Sequence[str], *, max_tokens: int | None = None
+    ) -> AskManyResult:
+        """Ask sibling ``questions`` from the current point of the source's conversation, together."""
+        try:
+            source = self._source(paths)
+            batch = self._conversation(source, new=False).ask_many(list(questions), max_tokens=max_tokens)
+        except LongctxError as error:
+            raise _tool_error(error) from None
+        answers = [
+            SiblingAnswer(a.question, a.text, a.usage.prompt_tokens, a.usage.cached_tokens)
+            for a in batch.answers
+        ]
+        report = batch.report
+        return AskManyResult(
+            answers=answers,
+            prompt_tokens=report.prompt_tokens,
+            cached_tokens=report.cached_tokens,
+            pack_tokens=source.root.full_pack.total_tokens,
+            summary=report.summary_line(),
+        )
+
+    def show_pack(self, paths: str | Sequence[str], *, limit: int = 50) -> PackInfo:
+        """What the source's pack holds (``limit`` entries per list) and how it fits the server's window."""
+        try:
+            source = self._source(paths)
+            pack = source.root.full_pack
+            manifest = source.root.corpus.manifest
+            backend = source.root.backend
+            budget = server_budget(backend, source.root.request)
+        except LongctxError as error:
+            raise _tool_error(error) from None
+        documents = sorted(pack.documents, key=lambda section: -(section.tokens or 0))
+        skipped = manifest.skipped
+        total = pack.total_tokens
+        return PackInfo(
+            paths=list(source.paths),
+            fingerprint=pack.fingerprint,
+            document_count=len(pack.documents),
+            documents=[
+                DocumentTokens(section.path or section.name, section.tokens) for section in documents[:limit]
+            ],
+            skipped_count=len(skipped),
+            skipped_by_reason=manifest.skipped_by_reason(),
+            skipped=[SkippedPath(entry.path, str(entry.reason)) for entry in skipped[:limit]],
+            pack_tokens=total,
+            estimated=pack.estimated,
+            tokenizer=pack.tokenizer,
+            context_length=backend.info.context_length,
+            prompt_budget=budget.prompt_budget if budget else None,
+            fits=None if budget is None or total is None else total <= budget.prompt_budget,
+        )
+
+    def savings(self, paths: str | Sequence[str] | None = None) -> SavingsResult:
+        """The savings of the source of ``paths``, or of every source asked about so far."""
+        with self._lock:
+            if paths is None:
+                sources = list(self._sources.values())
+            else:
+                source = self._sources.get(_source_key(paths))
+                if source is None:
+                    raise ToolError("InputError: nothing was asked about these paths yet")
+                sources = [source]
+        try:
+            return SavingsResult([self._source_savings(source) for source in sources])
+        except LongctxError as error:
+            raise _tool_error(error) from None
+
+    def _source_savings(self, source: _Source) -> SourceSavings:
+        with self._lock:
+            conversations = list(source.conversations)
+        reports: list[SavingsReport] = [conversation.report() for conversation in conversations]
+        requests = sum(len(report.requests) for report in reports)
+        prompt_tokens = sum(report.prompt_tokens for report in reports)
+        known = [report.cached_tokens for report in reports if report.cached_tokens is not None]
+        cached = sum(known) if known else None
+        saved = [
+            report.prefill_seconds_saved for report in reports if report.prefill_seconds_saved is not None
+        ]
+        checks = [report.counter_check.matches for report in reports if report.counter_check is not None]
+        missing = next((report.missing_reason for report in reports if report.missing_reason), None)
+        hit_rate = cached / prompt_tokens if cached is not None and prompt_tokens else None
+        if cached is None:
+            summary = (
+                f"{requests} requests, {prompt_tokens:,} prompt tokens; cached tokens unknown: {missing}"
+            )
+        else:
+            share = f"{hit_rate or 0:.1%}"
+            summary = f"{requests} requests, {cached:,} of {prompt_tokens:,} prompt tokens cached ({share})"
+        return SourceSavings(
+            paths=list(source.paths),
+            session_ids=[conversation.id for conversation in conversations],
+            requests=requests,
+            prompt_tokens=prompt_tokens,
+            cached_tokens=cached,
+            hit_rate=hit_rate,
+            prefill_seconds_saved_estimate=sum(saved) if saved else None,
+            missing_reason=missing,
+            server_counters_match=all(checks) if checks else None,
+            summary=summary,
+        )
+
+    def close(self) -> None:
+        """Close every session, then the store if this toolbox opened it; idempotent."""
+        with self._lock:
+            self._closed = True
+            sources, self._sources = list(self._sources.values()), {}
+        for source in sources:
+            for conversation in reversed(source.conversations):
+                conversation.close()
+        with self._lock:
+            if self._owns_store and self._store is not None:
+                self._store.close()
+                self._store = None
+
+
+def build_server(toolbox: Toolbox) -> MCPServer[Any]:
+    """An MCP server whose tools call ``toolbox``."""
+    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+
+    @server.tool()
+    def ask(
+        path: str | list[str], question: str, max_tokens: int | None = None, new_conversation: bool = False
+    ) -> AskResult:
+        """Ask a question about a repository, folder or documents (absolute paths; one path or several).
+
+        Follow-up questions about the same path continue the conversation, reading the pack and the
+        earlier turns from the model server's cache. new_conversation=true starts over from the pack.
+        """
+        return toolbox.ask(path, question, max_tokens=max_tokens, new_conversation=new_conversation)
+
+    @server.tool()
+    def ask_many(path: str | list[str], questions: list[str], max_tokens: int | None = None) -> AskManyResult:
+        """Ask several independent questions about the same path at once; they share the cached pack."""
+        return toolbox.ask_many(path, questions, max_tokens=max_tokens)
+
+    @server.tool()
+    def show_pack(path: str | list[str], limit: int = 50) -> PackInfo:
+        """Show what was packed for a path: documents and tokens (largest first), skipped paths and why,
+        the pack's tokens and the server's budget."""
+        return toolbox.show_pack(path, limit=limit)
+
+    @server.tool()
+    def savings(path: str | list[str] | None = None) -> SavingsResult:
+        """What the prefix cache saved: for one path, or for every path asked about so far."""
+        return toolbox.savings(path)
+
+    return server
+
+
+def serve(
+    *,
+    server: ServerOptions | None = None,
+    request: RequestOptions | None = None,
+    corpus: CorpusOptions | None = None,
+) -> None:
+    """Run the MCP server over stdio until the client closes it, then close every session."""
+    toolbox = Toolbox(server=server, request=request, corpus=corpus)
+    try:
+        build_server(toolbox).run("stdio")
+    finally:
+        toolbox.close()

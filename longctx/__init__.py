@@ -19,8 +19,9 @@ importable from here; the exception tree is drawn in :mod:`longctx.errors`.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from longctx.exports import lazy_exports
 
 # Imported on first use (PEP 562): `import longctx` stays cheap for the CLI,
 # and the openai client is loaded only by code that talks to a server.
@@ -177,18 +178,7 @@ if TYPE_CHECKING:
     from longctx.usage import Usage
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'longctx' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "Answer",

@@ -14,8 +14,9 @@ back from the store), :mod:`~longctx.packing.assembly` (sections to a pack),
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from longctx.exports import lazy_exports
 
 # Imported on first use (PEP 562), like the names of longctx itself: the
 # counting worker imports longctx.packing.counting, and a fresh interpreter
@@ -77,18 +78,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'longctx.packing' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "BOUNDARY",

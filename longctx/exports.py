@@ -18,7 +18,10 @@ __all__ = ["lazy_exports"]
 def lazy_exports(
     package: str, table: Mapping[str, str]
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package``: each name of ``table`` loads from its module once."""
+    """The ``__getattr__`` and ``__dir__`` of ``package``: a name of ``table`` loads from its module once.
+
+    ``dir()`` lists the package's ``__all__`` (its public names).
+    """
 
     def getattr_(name: str) -> Any:
         module = table.get(name)

@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.engines",
     "ChatRequest": "longctx.backends.chat",
+    "Changes": "longctx.sessions.changes",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -45,6 +46,7 @@ _EXPORTS: dict[str, str] = {
     "Document": "longctx.documents",
     "EnvironmentBuildError": "longctx.errors",
     "EstimateTokenizer": "longctx.tokens",
+    "FileChange": "longctx.sessions.changes",
     "Finding": "longctx.serving.advice",
     "HarnessError": "longctx.errors",
     "InputError": "longctx.errors",
@@ -166,6 +168,7 @@ if TYPE_CHECKING:
         ShardedSession,
         resume,
     )
+    from longctx.sessions.changes import Changes, FileChange
     from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
     from longctx.tokens import (
         EstimateTokenizer,
@@ -199,6 +202,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "CacheCounters",
+    "Changes",
     "ChatRequest",
     "ConfigError",
     "ContextOverflow",
@@ -211,6 +215,7 @@ __all__ = [
     "Document",
     "EnvironmentBuildError",
     "EstimateTokenizer",
+    "FileChange",
     "Finding",
     "HarnessError",
     "InputError",

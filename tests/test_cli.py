@@ -448,3 +448,20 @@ def test_resume_applies_or_refuses_each_option(
     assert "applying --max-tokens 3 to the resumed session" in applied.stderr
     request = Store.open(home).requests(session_ids=[session.id])[-1]
     assert request.usage.completion_tokens is not None and request.usage.completion_tokens <= 3
+
+
+def test_doctor_reports_each_replica_and_suggests_only_what_it_sees(
+    home: Path, vllm_server: LocalServer
+) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    result = run("doctor", "--base-url", f"{vllm_server.api_base},{dead}", "--json", home=home)
+    assert result.returncode == cli.EXIT_UNREACHABLE, result.stderr
+    data = json.loads(result.stdout)
+    live, down = data["replicas"]
+    assert live["servers"][0]["engine"] == "vllm" and down["ok"] is False
+    # The harness's vLLM reports neither chunked prefill nor the batch size: nothing is claimed.
+    assert all("max-num-batched-tokens" not in finding["flag"] for finding in live["findings"])

@@ -6,7 +6,11 @@ The same behaviour against the real engines: test_session_engines.py
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -222,3 +226,45 @@ def test_resume_refuses_paths_and_pack_options_and_applies_max_tokens(
     assert applied.exit_code == EXIT_OK, applied.output
     assert "applying --max-tokens 7 to the resumed session" in applied.stderr
     assert fake.chat_bodies[-1]["max_tokens"] == 7 and fake.chat_bodies[-1].get("cache_salt") == "s1"
+
+
+@pytest.fixture
+def html_server() -> Iterator[str]:
+    """A web server that is not an LLM server: every path is an HTML 404 page."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html><body><h1>Not Found</h1>" + b"x" * 5000 + b"</body></html>"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_doctor_names_a_non_llm_server_in_one_line_and_reports_each_replica_in_json(
+    html_server: str,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    result = invoke(None, "doctor", "--base-url", f"{html_server},{dead}", "--json", "--no-probe")
+    assert result.exit_code != EXIT_OK
+    data = json.loads(result.stdout)
+    assert data["ok"] is False
+    assert [replica["url"] for replica in data["replicas"]] == [html_server, dead]
+    assert "not an OpenAI-compatible LLM server" in data["replicas"][0]["error"]
+    assert "\n" not in data["replicas"][0]["error"] and "xxxx" not in data["replicas"][0]["error"]
+    assert data["replicas"][1]["ok"] is False and data["replicas"][1]["error"]
+    text = invoke(None, "doctor", "--base-url", html_server, "--no-probe")
+    assert text.stdout.count("\n") == 1 and "<html" not in text.output

@@ -386,11 +386,12 @@ def test_ctrl_c_stops_a_batch_prints_what_is_done_and_exits_130(
         "--concurrency", "2", home=home, env=server_env,
     )  # fmt: skip
     assert process.stderr is not None and process.stdout is not None
-    seen = ""
-    while "answered 2 of 24" not in seen:
-        line = process.stderr.readline()
-        assert line, f"the batch ended early: {seen}"
-        seen += line
+    deadline = time.monotonic() + 300
+    # Progress lines are for terminals: the store says when two answers are in.
+    while _stored_siblings(home) < 2:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     interrupted_at = time.monotonic()
     stdout, stderr = process.communicate(timeout=60)
@@ -402,7 +403,14 @@ def test_ctrl_c_stops_a_batch_prints_what_is_done_and_exits_130(
     stored = store.children(parent.id)
     assert 2 <= len(stored) < 24
     assert stdout.count("## Question ") == len(stored)
-    assert f"answered and stored in session {parent.id}" in seen + stderr
+    assert f"answered and stored in session {parent.id}" in stderr
+
+
+def _stored_siblings(home: Path) -> int:
+    if not (home / "longctx.db").exists():
+        return 0
+    with Store.open(home) as store:
+        return sum(1 for record in store.sessions(include_branches=True) if record.kind == "sibling")
 
 
 def test_chat_appends_a_file_edited_between_turns(

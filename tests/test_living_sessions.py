@@ -268,3 +268,35 @@ def test_doctor_names_a_non_llm_server_in_one_line_and_reports_each_replica_in_j
     assert data["replicas"][1]["ok"] is False and data["replicas"][1]["error"]
     text = invoke(None, "doctor", "--base-url", html_server, "--no-probe")
     assert text.stdout.count("\n") == 1 and "<html" not in text.output
+
+
+def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_empties(
+    backend: Backend, repository: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LONGCTX_HOME", str(tmp_path / "home"))
+    assert invoke(backend, "ask", str(repository), "What is a?").exit_code == EXIT_OK
+    questions = tmp_path / "questions.txt"
+    questions.write_text("q0?\nq1?\n")
+    assert invoke(backend, "batch", str(repository), "--questions", str(questions)).exit_code == EXIT_OK
+    # An empty chat keeps nothing; an empty session recorded some other way is pruned.
+    empty_chat = invoke(backend, "chat", str(repository), stdin="\n")
+    assert empty_chat.exit_code == EXIT_OK and "not kept" in empty_chat.stderr
+    home = Store.open(tmp_path / "home")
+    empty = Session(backend, store=home)
+    empty._opened()
+    listing = invoke(backend, "sessions", "list", "--all")
+    lines = listing.stdout.splitlines()
+    assert listing.exit_code == EXIT_OK and len(lines) == 3 + 2, listing.stdout
+    batch_line = next(line for line in lines if "2 siblings" in line)
+    assert str(repository) in batch_line and "tokens" in batch_line
+    assert any("What is a?" in line for line in lines)
+    assert sum(line.startswith("    ") and "q" in line for line in lines) == 2
+    data = json.loads(invoke(backend, "sessions", "list", "--json", "--all").stdout)
+    assert {row["source"] for row in data if row["pack_tokens"]} == {str(repository)}
+
+    dry = invoke(backend, "sessions", "prune", "--dry-run")
+    assert dry.stdout.split() == [empty.id] and len(home.sessions()) == 3
+    assert invoke(backend, "sessions", "prune").stdout.split() == [empty.id]
+    assert len(home.sessions()) == 2
+    old = invoke(backend, "sessions", "prune", "--older-than", "0")
+    assert len(old.stdout.split()) == 2 + 2 and home.sessions() == []

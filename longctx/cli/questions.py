@@ -259,4 +259,10 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
             click.echo(answer.text)
         appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
         note(f"[turn {answer.turn}: {answer.usage.summary_line()}{appended}]", quiet=quiet)
+    if not session.turns and not session.branch_ids():
+        # Nothing was asked: an empty session would only clutter `sessions list`.
+        if session.id in {record.id for record in session.store.sessions()}:
+            session.store.delete_session(session.id)
+        note("no question asked: the session is not kept", quiet=quiet)
+        return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)

@@ -301,10 +301,12 @@ def test_chat_from_a_script_and_resume(repository: Path, home: Path, server_env:
 def test_doctor_and_sessions(repository: Path, home: Path, server_env: dict[str, str]) -> None:
     doctor = run("doctor", "--json", home=home, env=server_env)
     assert doctor.returncode == 0, doctor.stderr
-    data = json.loads(doctor.stdout)
+    data = json.loads(doctor.stdout)["replicas"][0]
     assert data["servers"][0]["engine"] == "vllm" and data["servers"][0]["cache_reporting"] is True
     suggested = {finding["flag"] for finding in data["findings"]}
-    assert {"--kv-cache-dtype fp8", "--enable-chunked-prefill --max-num-batched-tokens 8192"} <= suggested
+    # fp8 is seen missing (the cache dtype is reported); chunked prefill is not reported, so not claimed.
+    assert "--kv-cache-dtype fp8" in suggested
+    assert not any("max-num-batched-tokens" in flag for flag in suggested)
     assert data["ok"] is True  # suggestions only: nothing that loses or hides savings
     run("ask", str(repository), "one?", "--max-tokens", "4", home=home, env=server_env)
     listed = json.loads(run("sessions", "list", "--json", home=home).stdout)
@@ -434,7 +436,9 @@ def test_chat_appends_a_file_edited_between_turns(
     assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
     block = 128 if "vllm" in first.engine else 1
     # At least the previous prompt, rounded down to the cache block (vLLM's CPU build: 128).
-    assert second.usage.cached_tokens >= 0.99 * (first.usage.prompt_tokens - first.usage.prompt_tokens % block)
+    assert second.usage.cached_tokens >= 0.99 * (
+        first.usage.prompt_tokens - first.usage.prompt_tokens % block
+    )
 
 
 def test_resume_applies_or_refuses_each_option(
@@ -444,11 +448,16 @@ def test_resume_applies_or_refuses_each_option(
     assert first.returncode == 0, first.stderr
     session = Store.open(home).sessions()[0]
     with_paths = run("chat", str(repository), "--session", session.id, home=home, env=server_env, stdin="")
-    assert with_paths.returncode == cli.EXIT_USAGE and "PATHS cannot be given with --session" in with_paths.stderr
+    assert (
+        with_paths.returncode == cli.EXIT_USAGE
+        and "PATHS cannot be given with --session" in with_paths.stderr
+    )
     salt = run("chat", "--session", session.id, "--cache-salt", "other", home=home, env=server_env, stdin="")
     assert salt.returncode == cli.EXIT_USAGE and "--cache-salt cannot change on resume" in salt.stderr
     exclude = run("chat", "--session", session.id, "--exclude", "*.md", home=home, env=server_env, stdin="")
-    assert exclude.returncode == cli.EXIT_USAGE and "--exclude cannot be given with --session" in exclude.stderr
+    assert (
+        exclude.returncode == cli.EXIT_USAGE and "--exclude cannot be given with --session" in exclude.stderr
+    )
     applied = run(
         "chat", "--session", session.id, "--max-tokens", "3", home=home, env=server_env, stdin="Again?\n"
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from fake_engine import Fault, FakeEngine
+from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Runtime, main

@@ -225,7 +225,11 @@ def chat(
     """Chat about PATHS: one question per line on stdin, answers on stdout.
 
     Every completed turn is stored at once; resume with --session ID after
-    an interruption. End with an empty line or end of input.
+    an interruption. End with an empty line or end of input. Files changed
+    between turns are appended to the next question (--no-follow-changes
+    turns that off). With --session, --max-tokens and --follow-changes
+    apply to the resumed session, server options say where it is served,
+    and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:
         if session_id:

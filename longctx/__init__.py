@@ -34,6 +34,7 @@ _EXPORTS: dict[str, str] = {
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.engines",
     "ChatRequest": "longctx.backends.chat",
+    "Changes": "longctx.sessions.changes",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -46,6 +47,7 @@ _EXPORTS: dict[str, str] = {
     "Document": "longctx.documents",
     "EnvironmentBuildError": "longctx.errors",
     "EstimateTokenizer": "longctx.tokens",
+    "FileChange": "longctx.sessions.changes",
     "Finding": "longctx.serving.advice",
     "HarnessError": "longctx.errors",
     "InputError": "longctx.errors",
@@ -167,6 +169,7 @@ if TYPE_CHECKING:
         ShardedSession,
         resume,
     )
+    from longctx.sessions.changes import Changes, FileChange
     from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
     from longctx.tokens import (
         EstimateTokenizer,
@@ -189,6 +192,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "CacheCounters",
+    "Changes",
     "ChatRequest",
     "ConfigError",
     "ContextOverflow",
@@ -201,6 +205,7 @@ __all__ = [
     "Document",
     "EnvironmentBuildError",
     "EstimateTokenizer",
+    "FileChange",
     "Finding",
     "HarnessError",
     "InputError",

@@ -146,6 +146,34 @@ class CorpusOptions:
         if not isinstance(self.limits, Limits):
             raise ConfigError(f"CorpusOptions.limits must be a Limits, not {self.limits!r}")
 
+    def to_dict(self) -> dict[str, Any]:
+        """The form kept with a living session, so a resumed one reads its paths the same way."""
+        return {
+            "ordering": self.ordering,
+            "include": list(self.include),
+            "exclude": list(self.exclude),
+            "limits": {
+                "max_file_bytes": self.limits.max_file_bytes,
+                "max_total_bytes": self.limits.max_total_bytes,
+                "max_files": self.limits.max_files,
+            },
+            "allow_secrets": self.allow_secrets,
+            "max_stale_share": self.max_stale_share,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CorpusOptions:
+        """The options :meth:`to_dict` wrote; missing keys take their defaults."""
+        defaults = cls()
+        return cls(
+            ordering=data.get("ordering"),
+            include=tuple(data.get("include") or ()),
+            exclude=tuple(data.get("exclude") or ()),
+            limits=Limits(**(data.get("limits") or {})),
+            allow_secrets=bool(data.get("allow_secrets", False)),
+            max_stale_share=float(data.get("max_stale_share", defaults.max_stale_share)),
+        )
+
 
 @dataclass(frozen=True)
 class RequestOptions:
@@ -157,8 +185,11 @@ class RequestOptions:
     rule); ``concurrency`` bounds sibling requests in flight;
     ``reserved_question_tokens`` is the room kept in the window for the
     questions and turns that follow the pack; ``extra_body`` is merged into
-    every request body. Raises :class:`~longctx.errors.ConfigError` for a
-    value the servers would refuse.
+    every request body. ``follow_changes`` (on by default) makes a
+    repository session append the files changed since its pack to the next
+    user message (see :mod:`longctx.sessions.changes`). Raises
+    :class:`~longctx.errors.ConfigError` for a value the servers would
+    refuse.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -168,6 +199,7 @@ class RequestOptions:
     concurrency: int = DEFAULT_CONCURRENCY
     reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    follow_changes: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
@@ -191,6 +223,7 @@ class RequestOptions:
             "concurrency": self.concurrency,
             "reserved_question_tokens": self.reserved_question_tokens,
             "extra_body": dict(self.extra_body),
+            "follow_changes": self.follow_changes,
         }
 
     @classmethod
@@ -207,6 +240,7 @@ class RequestOptions:
                 data.get("reserved_question_tokens", defaults.reserved_question_tokens)
             ),
             extra_body=dict(data.get("extra_body") or {}),
+            follow_changes=bool(data.get("follow_changes", True)),
         )
 
 

@@ -128,7 +128,7 @@ def test_pack_json_in_process(repository: Path) -> None:
 def test_doctor_uses_the_given_backend_and_leaves_it_open(backend: Backend, fake: FakeEngine) -> None:
     result = invoke(backend, "doctor", "--json", "--no-probe")
     assert result.exit_code == EXIT_OK, result.output
-    assert json.loads(result.stdout)["servers"][0]["model"] == fake.model
+    assert json.loads(result.stdout)["replicas"][0]["servers"][0]["model"] == fake.model
     assert backend.info.model == fake.model  # still usable: a given backend is not closed
 
 

@@ -22,6 +22,7 @@ from fault_proxy import FaultProxy
 from longctx.backends.base import Backend, connect
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
+from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
@@ -380,3 +381,54 @@ def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store
     purposes = [line.purpose for line in report.requests]
     assert purposes.count("reduce") == 2
     assert {f"map {i}/{len(sharded.shards)}" for i in range(1, len(sharded.shards) + 1)} <= set(purposes)
+
+
+def test_a_file_edited_between_turns_is_appended_and_the_previous_prompt_stays_cached(
+    backend: Backend, store: Store, tmp_path: Path
+) -> None:
+    repository = make_repository(tmp_path / "repo", ("textwrap.py", "heapq.py"))
+    session = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=8))
+    first = session.ask("What does the text wrapper do?")
+    assert first.appended is None
+    marker = f"LIVING_{uuid.uuid4().hex}"
+    wrapper = repository / "textwrap.py"
+    wrapper.write_text(wrapper.read_text() + f"\n# {marker}\n")
+    (repository / "README.md").unlink()
+    second = session.ask("What changed in textwrap.py?")
+
+    assert second.appended is not None
+    assert {change.describe() for change in second.appended.changes} == {
+        "textwrap.py changed",
+        "README.md deleted",
+    }
+    last_user = session.messages("next")[-3]["content"]
+    assert marker in last_user and "[deleted] README.md" in last_user
+    assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
+    reachable = block_round(first.usage.prompt_tokens, backend.info.cache_block_tokens)
+    assert second.usage.cached_tokens >= 0.99 * reachable, (second.usage, first.usage)
+    # Nothing changed since: the third turn appends nothing and caches the second prompt.
+    third = session.ask("And now?")
+    assert third.appended is None
+    assert second.usage.prompt_tokens is not None and third.usage.cached_tokens is not None
+    assert third.usage.cached_tokens >= 0.99 * block_round(
+        second.usage.prompt_tokens, backend.info.cache_block_tokens
+    )
+    assert any("appended 2 changed file(s)" in note for note in session.report().notes)
+    session.close()
+
+    # Resumed, the session renders the appended turn as sent and still follows the files.
+    resumed = Session.resume(session.id, backend, store=store)
+    assert resumed.messages("next") == session.messages("next")
+    wrapper.write_text(wrapper.read_text() + "# once more\n")
+    fourth = resumed.ask("Once more?")
+    assert fourth.appended is not None
+    assert [change.describe() for change in fourth.appended.changes] == ["textwrap.py changed"]
+    assert fourth.usage.cached_tokens is not None and third.usage.prompt_tokens is not None
+    assert fourth.usage.cached_tokens >= 0.99 * block_round(
+        third.usage.prompt_tokens, backend.info.cache_block_tokens
+    )
+    # Changes that would pass the window are refused before anything is sent, with the way out.
+    (repository / "big.py").write_text((STDLIB / "typing.py").read_text() * 2)
+    with pytest.raises(ContextOverflow, match="start a fresh pack with `longctx chat"):
+        resumed.ask("And the big file?")
+    assert len(store.turns(session.id)) == 4

@@ -240,18 +240,9 @@ class Backend:
             for finding in suggest_server_flags(info.engine, observed):
                 if finding not in findings:
                     findings.append(finding)
-            if info.engine == "vllm" and "max_num_batched_tokens" not in observed:
-                # vLLM publishes its scheduler settings only in dev mode; say
-                # what to check rather than stay silent on a key switch.
-                findings.append(
-                    Finding(
-                        "suggestion",
-                        "max_num_batched_tokens",
-                        "not reported by this server",
-                        "--enable-chunked-prefill --max-num-batched-tokens 8192",
-                        "bounds each prefill step, so a long prompt does not stall running requests",
-                    )
-                )
+            # Nothing is suggested for what the server does not report (vLLM
+            # publishes its scheduler settings only in dev mode): a deployment
+            # that already sets them would be told to set them again.
         ordered = sorted(findings, key=lambda f: f.severity != "warning")
         return Diagnosis(tuple(servers), tuple(ordered))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from longctx.cli.app import (
     EXIT_BAD_INPUT,
     EXIT_ERROR,
+    EXIT_INTERRUPTED,
     EXIT_NO_SESSION,
     EXIT_OK,
     EXIT_SERVER,
@@ -22,6 +23,7 @@ from longctx.cli.app import (
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -82,6 +83,7 @@ __all__ = [
 
 EXIT_OK = 0
 EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_TOO_LONG = 4
@@ -153,6 +155,10 @@ class App(click.Group):
             return super().invoke(ctx)
         except LongctxError as error:
             _fail(error)
+        except KeyboardInterrupt:
+            # 130, the shell's code for SIGINT; 1 is reserved for other errors.
+            click.echo("longctx: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @dataclass
@@ -341,13 +347,17 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     )
 
 
-def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``), passed on as ``request``."""
+def request_options(
+    *, concurrency: bool = False, follow_changes: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--max-tokens``, ``--cache-salt`` (``--concurrency``, ``--follow-changes``), given as ``request``."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
             extra = {"concurrency": kwargs.pop("concurrency")} if concurrency else {}
+            if follow_changes:
+                extra["follow_changes"] = kwargs.pop("follow_changes")
             request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
             return function(*args, request=request, **kwargs)
 
@@ -371,6 +381,15 @@ def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any
                     default=DEFAULT_CONCURRENCY,
                     show_default=True,
                     help="Questions in flight at once.",
+                )
+            )
+        if follow_changes:
+            options.append(
+                click.option(
+                    "--follow-changes/--no-follow-changes",
+                    default=True,
+                    show_default=True,
+                    help="Append files changed since the pack to the next question.",
                 )
             )
         return _apply(wrapper, options)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
 
 from longctx.cli.app import corpus_options, emit_json, main, note, runtime, server_options
 from longctx.config import CorpusOptions, ServerOptions
+from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
 from longctx.tokens import Tokenizer, offline_tokenizer
 
@@ -34,7 +36,7 @@ from longctx.tokens import Tokenizer, offline_tokenizer
     "--json",
     "as_json",
     is_flag=True,
-    help="Print the pack's summary and manifest as JSON instead of the pack.",
+    help="Print the pack's summary and manifest as JSON instead of the pack (to --output if given).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
 def pack(
@@ -56,7 +58,10 @@ def pack(
     with runtime().open_store() as store:
         result = pack_paths(list(paths), corpus, tokenizer=_tokenizer(tokenizer, server), store=store)
     saved = None
-    if as_json:
+    if as_json and output:
+        # Through the one saving path, like the pack itself.
+        saved = save_text(output, json.dumps(result.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+    elif as_json:
         emit_json(result.to_dict())
     elif output:
         saved = result.pack.save(output)
@@ -66,7 +71,9 @@ def pack(
         sys.stdout.buffer.flush()
     note(result.summary_line(), quiet=quiet)
     if saved is not None and saved.unchanged:
-        note(f"{saved.path} already held this pack: left as it was", quiet=quiet)
+        note(
+            f"{saved.path} already held this {'summary' if as_json else 'pack'}: left as it was", quiet=quiet
+        )
 
 
 def _tokenizer(choice: str, server: ServerOptions) -> Tokenizer:

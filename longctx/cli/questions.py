@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -114,16 +115,22 @@ def batch(
         raise ConfigError("the questions file holds no questions")
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
         session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
-        done = 0
+        done: list[Answer] = []
 
-        def answered(_: Answer) -> None:
-            nonlocal done
-            done += 1
-            say(f"answered {done} of {len(questions)} questions")
+        def answered(answer: Answer) -> None:
+            done.append(answer)
+            say(f"answered {len(done)} of {len(questions)} questions")
 
         say(f"asking {len(questions)} questions")
         with session:
-            result = session.ask_many(questions, on_answer=answered)
+            try:
+                result = session.ask_many(questions, on_answer=answered)
+            except KeyboardInterrupt:
+                # Closing the connection ends the requests in flight; the
+                # answers printed are those already stored.
+                session.close()
+                _print_interrupted(session.id, questions, list(done), as_json=as_json)
+                raise
     if as_json:
         emit_json(
             {
@@ -138,12 +145,73 @@ def batch(
     note(f"session {session.id}: {result.report.summary_line()}", quiet=quiet)
 
 
+def _print_interrupted(
+    session_id: str, questions: Sequence[str], done: list[Answer], *, as_json: bool
+) -> None:
+    done.sort(key=lambda answer: questions.index(answer.question))
+    if as_json:
+        answers = [answer.to_dict() for answer in done]
+        emit_json({"session_id": session_id, "answers": answers, "interrupted": True})
+    else:
+        for answer in done:
+            click.echo(f"## {answer.question}\n\n{answer.text}\n")
+    click.echo(
+        f"longctx: {len(done)} of {len(questions)} questions answered and stored in session {session_id}",
+        err=True,
+    )
+
+
+# Options of `chat` that a resumed session applies: the rest describe a pack,
+# which a stored session keeps (its changed files are appended instead).
+_APPLIED_ON_RESUME = {"max_tokens": "--max-tokens", "follow_changes": "--follow-changes/--no-follow-changes"}
+_SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
+
+
+def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
+    """Apply or refuse, one by one, the options given with ``--session``."""
+    context = click.get_current_context()
+    given = {
+        parameter.name: parameter
+        for parameter in context.command.params
+        if parameter.name
+        and context.get_parameter_source(parameter.name)
+        in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    }
+    if given.get("paths") is not None and context.params.get("paths"):
+        raise ConfigError(
+            "PATHS cannot be given with --session: a resumed session keeps its pack "
+            "(files changed since are appended to the next question)"
+        )
+    stored = session.request
+    for name, parameter in given.items():
+        flag = "/".join(getattr(parameter, "opts", []) or [name])
+        if name in ("paths", "session_id", "as_json", "quiet") or name in _SERVER_ON_RESUME:
+            continue
+        if name == "cache_salt":
+            if request.cache_salt != stored.cache_salt:
+                raise ConfigError(
+                    "--cache-salt cannot change on resume: the session's cached prefix lives under "
+                    "its own salt; start a new session for another one"
+                )
+            continue
+        if name not in _APPLIED_ON_RESUME:
+            raise ConfigError(f"{flag} cannot be given with --session: it describes the pack, which is kept")
+        note(f"applying {flag} {context.params[name]} to the resumed session", quiet=quiet)
+    session.request = dataclasses.replace(
+        stored,
+        max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
+        follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
+    )
+    if not session.request.follow_changes:
+        session.stop_following()
+
+
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options()
+@request_options(follow_changes=True)
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -157,7 +225,11 @@ def chat(
     """Chat about PATHS: one question per line on stdin, answers on stdout.
 
     Every completed turn is stored at once; resume with --session ID after
-    an interruption. End with an empty line or end of input.
+    an interruption. End with an empty line or end of input. Files changed
+    between turns are appended to the next question (--no-follow-changes
+    turns that off). With --session, --max-tokens and --follow-changes
+    apply to the resumed session, server options say where it is served,
+    and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:
         if session_id:
@@ -165,6 +237,7 @@ def chat(
             if backend is None and server.base_url:
                 backend = runtime().connect(server)
             session: Session = Session.resume(session_id, backend, store=store)
+            _resumed(session, request, quiet)
         elif paths:
             with progress(not (quiet or as_json)) as say:
                 session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
@@ -188,5 +261,12 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
             click.echo(json.dumps(answer.to_dict(), sort_keys=True))
         else:
             click.echo(answer.text)
-        note(f"[turn {answer.turn}: {answer.usage.summary_line()}]", quiet=quiet)
+        appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
+        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{appended}]", quiet=quiet)
+    if not session.turns and not session.branch_ids():
+        # Nothing was asked: an empty session would only clutter `sessions list`.
+        if session.id in {record.id for record in session.store.sessions()}:
+            session.store.delete_session(session.id)
+        note("no question asked: the session is not kept", quiet=quiet)
+        return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)

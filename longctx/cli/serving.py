@@ -2,28 +2,68 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+from typing import Any
+
 import click
 
-from longctx.cli.app import emit_json, main, note, runtime, server_options
+from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
 from longctx.config import ServerOptions
+from longctx.errors import BackendError, LongctxError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
 
 
 @main.command()
 @server_options
-@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout (also when a server fails).")
 @click.option("--no-probe", is_flag=True, help="Do not send the one-token probe request.")
 def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
-    """Check the server: engine, window, prefix caching, cached-token reporting; name the flags to add."""
-    backend = runtime().connect(server)
-    try:
-        diagnosis = backend.doctor(probe=not no_probe)
-    finally:
-        runtime().release(backend)
+    """Check each server: engine, window, prefix caching, cached-token reporting; name the flags to add.
+
+    Several replica URLs are checked one by one; a replica that fails is
+    reported in one line and the others are still checked.
+    """
+    given = runtime().backend
+    targets = [server] if given is not None else [replace(server, base_url=url) for url in server.base_urls()]
+    reports: list[dict[str, Any]] = []
+    texts: list[str] = []
+    failure: LongctxError | None = None
+    for target in targets:
+        url = ", ".join(target.base_urls()) if given is None else "the given server"
+        try:
+            backend = runtime().connect(target)
+            try:
+                diagnosis = backend.doctor(probe=not no_probe)
+            finally:
+                runtime().release(backend)
+        except LongctxError as error:
+            failure = failure or error
+            line = _one_line(error)
+            reports.append({"url": url, "ok": False, "error": line, "exit_code": exit_code(error)})
+            texts.append(f"{url}: {line}")
+            continue
+        reports.append({"url": url, **diagnosis.to_dict()})
+        texts.append(diagnosis.to_text())
     if as_json:
-        emit_json(diagnosis.to_dict())
+        emit_json({"ok": failure is None and all(r["ok"] for r in reports), "replicas": reports})
     else:
-        click.echo(diagnosis.to_text())
+        click.echo("\n".join(texts))
+    if failure is not None:
+        sys.exit(exit_code(failure))
+
+
+def _one_line(error: LongctxError) -> str:
+    """What went wrong, in one line: a server that is not an LLM server is named as such, not dumped."""
+    body = getattr(error, "body", None)
+    status = getattr(error, "status", None)
+    if isinstance(error, BackendError) and body and not body.lstrip().startswith(("{", "[")):
+        kind = "an HTML page" if "<html" in body[:500].lower() else "text that is not JSON"
+        return (
+            f"this is not an OpenAI-compatible LLM server: it answered HTTP {status} with {kind}; "
+            "check the URL (host, port, and the /v1 path)"
+        )
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 @main.command()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import click
 
 from longctx.cli.app import emit_json, main, note, runtime
 from longctx.errors import SessionNotFound
 from longctx.outputs import save_text
 from longctx.sessions import Session, resume
+from longctx.store import SessionRecord, Store
 
 
 @main.command()
@@ -46,29 +50,74 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("--all", "show_all", is_flag=True, help="Include sibling branches.")
+@click.option("--all", "show_all", is_flag=True, help="Include sibling branches, under their batch.")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def sessions_list(show_all: bool, as_json: bool) -> None:
-    """Stored sessions, newest first."""
+    """Stored sessions, newest first: when, over what, how large, and their siblings."""
     with runtime().open_store() as store:
-        rows = [(record, len(store.turns(record.id))) for record in store.sessions(include_branches=show_all)]
+        rows = [_listed(store, record) for record in store.sessions()]
+        children = {row["id"]: [_listed(store, c) for c in store.children(row["id"])] for row in rows}
     if as_json:
-        emit_json(
-            [
-                {
-                    "id": record.id,
-                    "kind": record.kind,
-                    "title": record.title,
-                    "created_at": record.created_at,
-                    "parent_id": record.parent_id,
-                    "turns": turns,
-                }
-                for record, turns in rows
-            ]
-        )
+        emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
-    for record, turns in rows:
-        click.echo(f"{record.id}  {record.kind:<7}  {turns:>3} turns  {record.title}")
+    for row in rows:
+        click.echo(_list_line(row, len(children[row["id"]])))
+        if show_all:
+            for child in children[row["id"]]:
+                click.echo("    " + _list_line(child, 0))
+
+
+def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
+    """A session's facts for the listing: its time, source, pack size, turns and first question."""
+    turns = store.turns(record.id)
+    pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
+    living = record.settings.get("living") or {}
+    return {
+        "id": record.id,
+        "kind": record.kind,
+        "title": record.title,
+        "created_at": record.created_at,
+        "parent_id": record.parent_id,
+        "turns": len(turns),
+        "source": ", ".join(living.get("paths") or []) or record.title,
+        "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
+        "first_question": turns[0].question if turns else None,
+    }
+
+
+def _list_line(row: dict[str, Any], branches: int) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
+    size = f"{row['pack_tokens']:,} tokens" if row["pack_tokens"] else "no pack"
+    count = f"{branches} siblings" if branches and not row["turns"] else f"{row['turns']} turns"
+    question = (row["first_question"] or "").replace("\n", " ")
+    question = question if len(question) <= 60 else question[:57] + "..."
+    return f"{row['id']}  {when}  {row['kind']:<7}  {count:>11}  {size:>14}  {row['source']}  {question}"
+
+
+@sessions.command("prune")
+@click.option(
+    "--older-than",
+    "days",
+    type=click.FloatRange(min=0),
+    help="Also delete sessions created more than this many days ago.",
+)
+@click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
+def sessions_prune(days: float | None, dry_run: bool) -> None:
+    """Delete empty sessions (no turn, no branch), and with --older-than DAYS the old ones."""
+    cutoff = time.time() - days * 86400 if days is not None else None
+    with runtime().open_store() as store:
+        doomed = [
+            record
+            for record in store.sessions(include_branches=True)
+            if (cutoff is not None and record.created_at < cutoff)
+            or (not store.turns(record.id) and not store.children(record.id))
+        ]
+        if not dry_run:
+            for record in doomed:
+                store.delete_session(record.id)
+    for record in doomed:
+        click.echo(record.id)
+    note(f"{'would delete' if dry_run else 'deleted'} {len(doomed)} session(s)")
 
 
 @sessions.command("show")

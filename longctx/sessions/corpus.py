@@ -17,6 +17,7 @@ from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
+from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
 from longctx.store import Store, StoredPack
@@ -123,6 +124,10 @@ class CorpusSession(Session):
         self._corpus: Corpus | None = None
         self._full_pack: Pack | None = None
 
+    def _path_strings(self) -> list[str]:
+        # Absolute: a resumed session may run in another folder.
+        return [os.path.abspath(os.fspath(path)) for path in self.paths]
+
     @property
     def corpus(self) -> Corpus:
         """The documents and manifest the pack was made from (read on first use)."""
@@ -147,12 +152,20 @@ class CorpusSession(Session):
             if self._full_pack is not None:
                 return
             self._progress("reading files")
+            # Taken before the files are read: a change made while they are
+            # read shows up at the next turn rather than never.
+            follows = self.request.follow_changes
+            state = ChangeTracker.state_of(self._path_strings(), self.corpus_options) if follows else None
             corpus = load_corpus(self.paths, self.corpus_options, store=self.store)
             self._progress(f"{len(corpus.manifest.included)} documents")
             backend = self.backend
             self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
             packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
+            if follows:
+                self._tracker = ChangeTracker(
+                    self._path_strings(), self.corpus_options, corpus_hashes(corpus), state
+                )
             self._title = self._title or corpus.root or "documents"
             # Converted here, once: requests read the stored form's prefix.
             super()._set_pack(packed)

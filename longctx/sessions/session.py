@@ -49,9 +49,11 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
+from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Progress, Resources
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.tokens import EstimateTokenizer
 from longctx.usage import Usage
 
 if TYPE_CHECKING:
@@ -86,7 +88,8 @@ class Answer:
     An answer of a :class:`~longctx.sessions.sharded.ShardedSession` is the
     combined (reduce) answer with the answers of every shard it was made
     from in ``shard_answers``; for any other session ``shard_answers`` is
-    empty.
+    empty. ``appended`` is set when the question's message carried files
+    changed since the pack (see :mod:`longctx.sessions.changes`).
     """
 
     question: str
@@ -99,6 +102,7 @@ class Answer:
     request_id: str
     attempts: int
     shard_answers: tuple[Answer, ...] = ()
+    appended: Changes | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -114,6 +118,8 @@ class Answer:
             "usage": self.usage.to_dict(),
             "attempts": self.attempts,
         }
+        if self.appended is not None:
+            data["appended"] = [change.describe() for change in self.appended.changes]
         if self.shard_answers:
             data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
         return data
@@ -251,6 +257,8 @@ class Session(Conversation):
         self._parent: tuple[str, str] | None = None
         self._new_id = uuid.uuid4().hex[:16]
         self._turns: list[TurnRecord] = []
+        # Set for a session over a repository that follows its files.
+        self._tracker: ChangeTracker | None = None
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
@@ -295,6 +303,8 @@ class Session(Conversation):
         session._resources = resources
         session._record = record
         session._turns = session._load_history(record)
+        if session.request.follow_changes:
+            session._tracker = ChangeTracker.from_settings(settings)
         return session
 
     @property
@@ -318,6 +328,7 @@ class Session(Conversation):
                     **self.request.to_dict(),
                     "base_urls": [info.api_url for info in backend.servers],
                     "model": backend.info.model,
+                    **(self._tracker.to_settings() if self._tracker is not None else {}),
                 }
                 parent_id, kind = self._parent or (None, "session")
                 record = SessionRecord(
@@ -374,17 +385,20 @@ class Session(Conversation):
         inherited = self._load_history(parent)[: record.parent_turns]
         return inherited + own
 
-    def messages(self, question: str, *, history: Sequence[TurnRecord] | None = None) -> list[dict[str, str]]:
-        """The messages of the request that would ask ``question`` now."""
+    def messages(
+        self, question: str, *, history: Sequence[TurnRecord] | None = None, preamble: str = ""
+    ) -> list[dict[str, str]]:
+        """The messages of the request that would ask ``question`` now (after ``preamble``: changed files)."""
         turns = self._turns if history is None else history
         pack = self.pack
         messages: list[dict[str, str]] = []
         if pack is not None:
             messages.append({"role": "system", "content": pack.system})
         for index, turn in enumerate(turns):
-            messages.append({"role": "user", "content": self._user_content(turn.question, first=index == 0)})
+            content = self._user_content(turn.preamble + turn.question, first=index == 0)
+            messages.append({"role": "user", "content": content})
             messages.append({"role": "assistant", "content": turn.history_answer})
-        messages.append({"role": "user", "content": self._user_content(question, first=not turns)})
+        messages.append({"role": "user", "content": self._user_content(preamble + question, first=not turns)})
         return messages
 
     def _user_content(self, question: str, *, first: bool) -> str:
@@ -393,16 +407,47 @@ class Session(Conversation):
             return pack.prefix + question
         return question
 
+    def stop_following(self) -> None:
+        """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
+        self._tracker = None
+
+    def _pending_changes(self, history: Sequence[TurnRecord], max_tokens: int | None) -> Changes | None:
+        """The files changed since the model last saw them, checked against the window; None if none."""
+        tracker = self._tracker
+        if tracker is None or not self.request.follow_changes:
+            return None
+        estimate = EstimateTokenizer()
+        changes = tracker.pending(self.store, history, count=estimate.count)
+        if changes is None:
+            return None
+        pack = self.pack
+        history_text = "".join(turn.preamble + turn.question + turn.history_answer for turn in history)
+        pack_tokens = int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
+        check_room(
+            changes,
+            prompt_tokens=pack_tokens + estimate.count(history_text),
+            max_tokens=max_tokens or self.request.max_tokens,
+            context_length=self.backend.info.context_length,
+            paths=tracker.paths,
+        )
+        self._progress(changes.summary_line())
+        return changes
+
     # -- requests -----------------------------------------------------------
 
     def _chat_request(
-        self, question: str, history: Sequence[TurnRecord], max_tokens: int | None
+        self,
+        question: str,
+        history: Sequence[TurnRecord],
+        max_tokens: int | None,
+        changes: Changes | None = None,
     ) -> ChatRequest:
         if not question.strip():
             raise ConfigError("the question is empty")
         options = self.request
+        preamble = changes.text if changes is not None else ""
         return ChatRequest(
-            messages=tuple(self.messages(question, history=history)),
+            messages=tuple(self.messages(question, history=history, preamble=preamble)),
             max_tokens=max_tokens or options.max_tokens,
             temperature=options.temperature,
             seed=options.seed,
@@ -412,7 +457,15 @@ class Session(Conversation):
         )
 
     def _committed(
-        self, sent: Sent, *, session_id: str, position: int, question: str, purpose: str, batch_id: str | None
+        self,
+        sent: Sent,
+        *,
+        session_id: str,
+        position: int,
+        question: str,
+        purpose: str,
+        batch_id: str | None,
+        changes: Changes | None = None,
     ) -> Committed:
         """The records of one answered request, and the answer they make."""
         completion = sent.completion
@@ -438,6 +491,8 @@ class Session(Conversation):
             reasoning=completion.reasoning,
             request_id=sent.request_id,
             created_at=now,
+            preamble=changes.text if changes is not None else "",
+            file_changes=dict(changes.files) if changes is not None else {},
         )
         answer = Answer(
             question=question,
@@ -449,6 +504,7 @@ class Session(Conversation):
             turn=position,
             request_id=sent.request_id,
             attempts=sent.attempts,
+            appended=changes,
         )
         return Committed(turn, request, answer)
 
@@ -463,10 +519,13 @@ class Session(Conversation):
 
     def _ask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
         with self._turn_lock:
-            request = self._chat_request(question, self._turns, max_tokens)
+            if not question.strip():
+                raise ConfigError("the question is empty")
+            changes = self._pending_changes(self._turns, max_tokens)
+            request = self._chat_request(question, self._turns, max_tokens, changes)
             record = self._opened()
             snapshot = CounterSnapshot.take(self.backend)
-            committed = self._commit_turn(self.backend.complete(request), question, purpose)
+            committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
             snapshot.finish(self.store, record.id, None, [committed.request])
             return committed.answer
 
@@ -476,10 +535,13 @@ class Session(Conversation):
 
     async def _aask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
         async with self._async_turn():
-            request = self._chat_request(question, self._turns, max_tokens)
+            if not question.strip():
+                raise ConfigError("the question is empty")
+            changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
+            request = self._chat_request(question, self._turns, max_tokens, changes)
             record = await asyncio.to_thread(self._opened)
             snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
-            committed = self._commit_turn(await self.backend.acomplete(request), question, purpose)
+            committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
             await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
             return committed.answer
 
@@ -493,11 +555,13 @@ class Session(Conversation):
         finally:
             self._turn_lock.release()
 
-    def _commit_turn(self, sent: Sent, question: str, purpose: str) -> Committed:
+    def _commit_turn(
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
+    ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         committed = self._committed(
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
-            batch_id=None,
+            batch_id=None, changes=changes,
         )  # fmt: skip
         self.store.commit_turn(committed.turn, committed.request)
         self._turns.append(committed.turn)
@@ -505,15 +569,17 @@ class Session(Conversation):
 
     # -- siblings -----------------------------------------------------------
 
-    def _sibling_plan(self, questions: Sequence[str], max_tokens: int | None) -> siblings.Plan:
+    def _sibling_plan(
+        self, questions: Sequence[str], max_tokens: int | None, changes: Changes | None
+    ) -> siblings.Plan:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
         history = list(self._turns)
-        requests = [self._chat_request(question, history, max_tokens) for question in questions]
+        requests = [self._chat_request(question, history, max_tokens, changes) for question in questions]
         record = self._opened()
         return siblings.Plan(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
 
-    def _commit_sibling(self, sent: Sent, question: str, batch_id: str) -> Committed:
+    def _commit_sibling(self, sent: Sent, question: str, batch_id: str, changes: Changes | None) -> Committed:
         record = self._opened()
         branch = SessionRecord(
             id=uuid.uuid4().hex[:16],
@@ -526,8 +592,9 @@ class Session(Conversation):
             settings=record.settings,
         )
         committed = self._committed(
-            sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id
-        )
+            sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
+            changes=changes,
+        )  # fmt: skip
         self.store.commit_turn(committed.turn, committed.request, new_session=branch)
         return committed
 
@@ -547,13 +614,16 @@ class Session(Conversation):
         it is stored (for progress). A question that fails after its retries
         raises once the others are done; the answered ones are stored.
         """
-        plan = self._sibling_plan(questions, max_tokens)
+        changes = self._pending_changes(self._turns, max_tokens)
+        plan = self._sibling_plan(questions, max_tokens, changes)
         snapshot = CounterSnapshot.take(self.backend)
         outcome = siblings.run(
             self.backend,
             plan,
             limit=concurrency or self.request.concurrency,
-            commit=lambda sent, index: self._commit_sibling(sent, plan.questions[index], plan.batch_id),
+            commit=lambda sent, index: self._commit_sibling(
+                sent, plan.questions[index], plan.batch_id, changes
+            ),
             on_answer=on_answer,
         )
         return self._finish_batch(plan, outcome, snapshot)
@@ -562,13 +632,16 @@ class Session(Conversation):
         self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
     ) -> Batch:
         """The async twin of :meth:`ask_many`."""
-        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens)
+        changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
+        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes)
         snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
         outcome = await siblings.arun(
             self.backend,
             plan,
             limit=concurrency or self.request.concurrency,
-            commit=lambda sent, index: self._commit_sibling(sent, plan.questions[index], plan.batch_id),
+            commit=lambda sent, index: self._commit_sibling(
+                sent, plan.questions[index], plan.batch_id, changes
+            ),
         )
         return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot)
 
@@ -623,7 +696,12 @@ class Session(Conversation):
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         records = self.store.requests(session_ids=ids)
         checks = self.store.counter_checks(ids)
-        notes: list[str] = []
+        notes = [
+            f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
+            + ", ".join(sorted(turn.file_changes)[:5])
+            for turn in self._turns
+            if turn.file_changes
+        ]
         fallback_rate = None
         if cold_prefill_rate(records) is None and records:
             # Every request of this session hit the cache; the rate a hit

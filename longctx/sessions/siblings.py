@@ -83,7 +83,8 @@ def run(
                 # Also on failure, so the others are not held forever.
                 lead_ready.set()
 
-    with ThreadPoolExecutor(max_workers=limit, thread_name_prefix="longctx-sibling") as pool:
+    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="longctx-sibling")
+    try:
         lead: Future[None] = pool.submit(send, 0)
         lead_ready.wait()
         rest = [pool.submit(send, index) for index in range(1, len(plan.requests))]
@@ -91,6 +92,13 @@ def run(
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             failures.extend(error for future in done if (error := future.exception()) is not None)
+    except BaseException:
+        # Ctrl-C (or any error here): the questions not yet sent are dropped at
+        # once rather than waited for; those in flight end when the caller
+        # closes the backend. What was answered is already stored.
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return Outcome(results, failures)
 
 

@@ -144,6 +144,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         created_at REAL NOT NULL
     );
     """,
+    # 6: living sessions (longctx.sessions.changes): the changed files a turn's
+    # user message carried before its question, and the file hashes they set,
+    # so a resumed session renders that message byte for byte again.
+    """
+    ALTER TABLE turns ADD COLUMN preamble TEXT NOT NULL DEFAULT '';
+    ALTER TABLE turns ADD COLUMN file_changes_json TEXT NOT NULL DEFAULT '{}';
+    """,
 )
 
 

@@ -46,6 +46,10 @@ class TurnRecord:
     ``history_answer`` is the answer as the chat template will render it in
     later requests (reasoning removed where the template drops it); later
     prompts are built from it so their prefix matches what the server saw.
+    ``preamble`` is what the user message carried before ``question``: the
+    files of a living session that changed since the model last saw them
+    (see :mod:`longctx.sessions.changes`); ``file_changes`` maps each such
+    path to its new content hash (None: deleted).
     """
 
     session_id: str
@@ -56,6 +60,8 @@ class TurnRecord:
     reasoning: str | None
     request_id: str | None
     created_at: float
+    preamble: str = ""
+    file_changes: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,8 @@ class SessionLog(Database):
                 reasoning=row["reasoning"],
                 request_id=row["request_id"],
                 created_at=row["created_at"],
+                preamble=row["preamble"],
+                file_changes=json.loads(row["file_changes_json"]),
             )
             for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
         ]
@@ -126,9 +128,11 @@ class SessionLog(Database):
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
-                    " request_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    " request_id, created_at, preamble, file_changes_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
-                     turn.reasoning, turn.request_id, turn.created_at),
+                     turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
+                     json.dumps(dict(turn.file_changes), sort_keys=True)),
                 )  # fmt: skip
         except sqlite3.IntegrityError as error:
             raise StoreError(

@@ -40,14 +40,19 @@ printed), `LONGCTX_HOME` (where the session store lives).
 """
 
 
+def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
+    # make_context applies the command's context settings (-h, the width), as a real run does;
+    # resilient parsing: no argument is given, and none is needed for the help text.
+    return command.make_context(name, [], parent=parent, resilient_parsing=True, terminal_width=100)
+
+
 def _help(command: click.Command, name: str, parent: click.Context | None) -> str:
-    context = click.Context(command, info_name=name, parent=parent, terminal_width=100, max_content_width=100)
-    return command.get_help(context)
+    return command.get_help(_context(command, name, parent))
 
 
 def reference() -> str:
     sections = [INTRO]
-    root = click.Context(main, info_name="longctx", terminal_width=100, max_content_width=100)
+    root = _context(main, "longctx", None)
     sections.append(f"## longctx\n\n```text\n{main.get_help(root)}\n```\n")
 
     def walk(group: click.Group, context: click.Context, prefix: str) -> None:
@@ -58,7 +63,7 @@ def reference() -> str:
             full = f"{prefix} {name}"
             sections.append(f"## {full}\n\n```text\n{_help(command, name, context)}\n```\n")
             if isinstance(command, click.Group):
-                walk(command, click.Context(command, info_name=name, parent=context), full)
+                walk(command, _context(command, name, context), full)
 
     walk(main, root, "longctx")
     return "\n".join(sections)

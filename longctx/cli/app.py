@@ -38,6 +38,7 @@ from longctx.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_STALE_SHARE,
     DEFAULT_MAX_TOKENS,
+    DISPATCHES,
     ORDERINGS,
     CorpusOptions,
     Limits,
@@ -341,12 +342,16 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``), passed on as ``request``."""
+    """``--max-tokens``, ``--cache-salt`` (and ``--concurrency``, ``--dispatch``): ``request``."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
-            extra = {"concurrency": kwargs.pop("concurrency")} if concurrency else {}
+            extra = (
+                {"concurrency": kwargs.pop("concurrency"), "dispatch": kwargs.pop("dispatch")}
+                if concurrency
+                else {}
+            )
             request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
             return function(*args, request=request, **kwargs)
 
@@ -366,10 +371,20 @@ def request_options(*, concurrency: bool = False) -> Callable[[Callable[..., Any
             options.append(
                 click.option(
                     "--concurrency",
-                    type=int,
-                    default=DEFAULT_CONCURRENCY,
+                    type=click.IntRange(min=1),
+                    default=None,
+                    help="Questions in flight at once (default: the engine's measured one, else"
+                    f" {DEFAULT_CONCURRENCY}).",
+                )
+            )
+            options.append(
+                click.option(
+                    "--dispatch",
+                    type=click.Choice(DISPATCHES),
+                    default="auto",
                     show_default=True,
-                    help="Questions in flight at once.",
+                    help="How sibling questions go out: all together, the lead's first token first,"
+                    " the lead's admission first, or what was measured fastest for the engine.",
                 )
             )
         return _apply(wrapper, options)

@@ -254,9 +254,7 @@ def five_turns(repo: Path, base_url: str, home: Path, max_tokens: int) -> dict[s
     }
 
 
-def run_context(
-    target: int, base_url: str, info: Any, work: Path, max_tokens: int, repeats: int
-) -> dict[str, Any]:
+def run_context(target: int, base_url: str, work: Path, *, max_tokens: int, repeats: int) -> dict[str, Any]:
     from longctx.backends.base import connect
     from longctx.config import RequestOptions, ServerOptions
     from longctx.errors import BudgetError
@@ -401,7 +399,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="longctx-gpu-") as scratch:
         for target in targets:
             results["contexts"].append(
-                run_context(target, args.base_url, info, Path(scratch), args.answer_tokens, args.repeats)
+                run_context(
+                    target, args.base_url, Path(scratch), max_tokens=args.answer_tokens, repeats=args.repeats
+                )
             )
             # Written after every context, so a run cut short keeps what it measured.
             path.write_text(json.dumps(results, indent=2))

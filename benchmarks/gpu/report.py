@@ -118,7 +118,7 @@ def section(results: dict[str, Any]) -> str:
         "",
     ]
     for context in results["contexts"]:
-        lines += context_section(context, block) + [""]
+        lines += [*context_section(context, block), ""]
     return "\n".join(lines)
 
 

@@ -133,6 +133,21 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+# What `longctx --help` lists for each command (its docstring's first line).
+COMMAND_SUMMARIES: dict[str, str] = {
+    "pack": "Pack PATHS (repositories, folders, files) into one cache-friendly prompt prefix.",
+    "ask": "Ask QUESTION about PATHS; the answer goes to stdout.",
+    "batch": "Ask every question of a file about PATHS, as siblings sharing one cached prefix.",
+    "chat": "Chat about PATHS: one question per line on stdin, answers on stdout.",
+    "report": "The savings report of a session (default: the latest), its siblings included.",
+    "sessions": "List, show and delete stored sessions.",
+    "doctor": "Check the server: engine, window, prefix caching, cached-token reporting;"
+    " name the flags to add.",
+    "recipe": "The launch command and environment for MODEL on ENGINE.",
+    "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
+}
+
+
 class App(click.Group):
     """The command group, with the one place a :class:`LongctxError` becomes an exit code.
 
@@ -142,6 +157,17 @@ class App(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``longctx --help``, from :data:`COMMAND_SUMMARIES`.
+
+        Click would import every command module to read its help: about half a
+        second (the sessions and the openai client) before the list shows.
+        A test holds each summary equal to its command's own short help.
+        """
+        rows = [(name, COMMAND_SUMMARIES[name]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:

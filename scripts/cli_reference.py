@@ -50,8 +50,10 @@ def reference() -> str:
     sections.append(f"## longctx\n\n```text\n{main.get_help(root)}\n```\n")
 
     def walk(group: click.Group, context: click.Context, prefix: str) -> None:
-        for name in sorted(group.commands):
-            command = group.commands[name]
+        # Looked up, not read from group.commands: longctx imports a command's module on lookup.
+        for name in sorted(group.list_commands(context)):
+            command = group.get_command(context, name)
+            assert command is not None, name
             full = f"{prefix} {name}"
             sections.append(f"## {full}\n\n```text\n{_help(command, name, context)}\n```\n")
             if isinstance(command, click.Group):

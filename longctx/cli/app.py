@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
+from click.utils import make_default_short_help
 
 from longctx.config import (
     DEFAULT_CONCURRENCY,
@@ -165,7 +166,10 @@ class App(click.Group):
         second (the sessions and the openai client) before the list shows.
         A test holds each summary equal to its command's own short help.
         """
-        rows = [(name, COMMAND_SUMMARIES[name]) for name in self.list_commands(ctx)]
+        names = self.list_commands(ctx)
+        # The width click itself would give each summary, so the list reads as it always did.
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, make_default_short_help(COMMAND_SUMMARIES[name], limit)) for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -94,9 +94,10 @@ def context_section(context: dict[str, Any], block: int) -> list[str]:
         previous = None
         for number, turn in enumerate(turns, start=1):
             expected = None if previous is None else previous - previous % block
+            cached = turn["cached"]
             whole = "" if expected is None else ("yes" if (turn["cached"] or 0) >= expected else "NO")
             lines.append(
-                f"| {number} | {turn['prompt']:,} | {turn['cached'] if turn['cached'] is not None else 'n/a'}"
+                f"| {number} | {turn['prompt']:,} | {'n/a' if cached is None else f'{cached:,}'}"
                 f" | {'' if expected is None else f'{expected:,}'} | {whole} | {turn['ttft']:.3f} |"
             )
             previous = turn["prompt"]

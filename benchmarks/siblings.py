@@ -186,6 +186,7 @@ def engine_table(engine: str, harness: EngineHarness, work: Path, repetitions: i
         *rows,
         "",
         verdict,
+        "",
     ]
     return "\n".join(lines), auto_is_fastest
 

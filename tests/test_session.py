@@ -285,7 +285,7 @@ def test_a_sharded_session_connects_with_its_api_key(
 
 @pytest.mark.parametrize(
     ("engine", "strategy", "concurrency"),
-    [("vllm", "together", 8), ("sglang", "together", 8), ("generic", "lead", 4)],
+    [("vllm", "together", 8), ("sglang", "admitted", 8), ("generic", "lead", 4)],
 )
 def test_auto_dispatch_follows_the_measured_table_and_the_report_says_so(
     tmp_path: Path, engine: str, strategy: str, concurrency: int

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-from click.utils import make_default_short_help
 
 from longctx.config import (
     DEFAULT_CONCURRENCY,
@@ -149,6 +148,13 @@ COMMAND_SUMMARIES: dict[str, str] = {
 }
 
 
+def _shortened(summary: str, limit: int) -> str:
+    """``summary`` cut to ``limit`` characters at a word, as click shortens a command's help."""
+    if len(summary) <= limit:
+        return summary
+    return summary[: limit - 3].rsplit(" ", 1)[0] + "..."
+
+
 class App(click.Group):
     """The command group, with the one place a :class:`LongctxError` becomes an exit code.
 
@@ -169,7 +175,7 @@ class App(click.Group):
         names = self.list_commands(ctx)
         # The width click itself would give each summary, so the list reads as it always did.
         limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = [(name, make_default_short_help(COMMAND_SUMMARIES[name], limit)) for name in names]
+        rows = [(name, _shortened(COMMAND_SUMMARIES[name], limit)) for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -1,6 +1,6 @@
 """Turn the GPU benchmark's results-*.json into docs/benchmarks.md's "gpu-siblings" section.
 
-Usage: python benchmarks/gpu/report.py OUT/results-h200.json [--write]
+Usage: python benchmarks/gpu/report.py OUT/results-h200*.json [--write]
 Without --write the section is printed; with it, it replaces the section between its markers.
 """
 
@@ -125,10 +125,16 @@ def section(results: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+", help="one or more results-*.json of one server")
     parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
     args = parser.parse_args()
-    body = section(json.loads(args.results.read_text()))
+    runs = [json.loads(path.read_text()) for path in args.results]
+    # Several runs (one per command, to stay under a time limit) make one section, in context order.
+    merged = {
+        **runs[0],
+        "contexts": sorted((c for run in runs for c in run["contexts"]), key=lambda c: c["target_tokens"]),
+    }
+    body = section(merged)
     if args.write:
         from bench import write_section
 

@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_MAX_STALE_SHARE",
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
+    "DISPATCHES",
     "ORDERINGS",
     "CorpusOptions",
     "Limits",
@@ -53,7 +54,10 @@ DEFAULT_MAX_TOKENS: Final = 512
 """Longest answer, in tokens, unless a request says otherwise."""
 
 DEFAULT_CONCURRENCY: Final = 4
-"""Sibling requests in flight at once."""
+"""Sibling requests in flight at once on a server whose engine has no measured default."""
+
+DISPATCHES: Final[tuple[str, ...]] = ("auto", "together", "lead", "admitted")
+"""How sibling requests go out (see :mod:`longctx.sessions.siblings`); ``auto`` picks per engine."""
 
 DEFAULT_RESERVED_QUESTION_TOKENS: Final = 1024
 """Room kept in the window, besides the answer, for the question and the turns after it."""
@@ -182,7 +186,12 @@ class RequestOptions:
     ``max_tokens`` bounds each answer; ``temperature`` and ``seed`` are
     passed to the server when set; ``cache_salt`` namespaces the server's
     prefix cache (1 to 128 characters, none of ``@ / \\`` or NUL: vLLM's
-    rule); ``concurrency`` bounds sibling requests in flight;
+    rule); ``concurrency`` bounds sibling requests in flight (None: the
+    engine's measured default); ``dispatch`` is how siblings go out:
+    ``together`` (all at once, up to ``concurrency``), ``lead`` (the first
+    alone until its first token), ``admitted`` (the first alone until the
+    server accepted it), or ``auto`` (what the benchmark measured fastest for
+    the engine and version; see :mod:`longctx.sessions.siblings`);
     ``reserved_question_tokens`` is the room kept in the window for the
     questions and turns that follow the pack; ``extra_body`` is merged into
     every request body. ``follow_changes`` (on by default) makes a
@@ -196,7 +205,8 @@ class RequestOptions:
     temperature: float | None = None
     seed: int | None = None
     cache_salt: str | None = None
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: int | None = None
+    dispatch: str = "auto"
     reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     follow_changes: bool = True
@@ -204,8 +214,12 @@ class RequestOptions:
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
             value = getattr(self, name)
+            if value is None and name == "concurrency":
+                continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be at least 1, not {value!r}")
+        if self.dispatch not in DISPATCHES:
+            raise ConfigError(f"unknown dispatch {self.dispatch!r}; use one of {', '.join(DISPATCHES)}")
         if self.reserved_question_tokens < 0:
             raise ConfigError("reserved_question_tokens must not be negative")
         salt = self.cache_salt
@@ -221,6 +235,7 @@ class RequestOptions:
             "seed": self.seed,
             "cache_salt": self.cache_salt,
             "concurrency": self.concurrency,
+            "dispatch": self.dispatch,
             "reserved_question_tokens": self.reserved_question_tokens,
             "extra_body": dict(self.extra_body),
             "follow_changes": self.follow_changes,
@@ -235,7 +250,8 @@ class RequestOptions:
             temperature=data.get("temperature"),
             seed=data.get("seed"),
             cache_salt=data.get("cache_salt"),
-            concurrency=int(data.get("concurrency", defaults.concurrency)),
+            concurrency=None if data.get("concurrency") is None else int(data["concurrency"]),
+            dispatch=str(data.get("dispatch", defaults.dispatch)),
             reserved_question_tokens=int(
                 data.get("reserved_question_tokens", defaults.reserved_question_tokens)
             ),

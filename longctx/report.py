@@ -68,7 +68,8 @@ class SavingsReport:
     """What the prefix cache saved over a set of requests.
 
     ``cached_tokens`` is ``None`` when no response reported it; then
-    ``missing_reason`` says what to change on the server.
+    ``missing_reason`` says what to change on the server. ``dispatch`` (a
+    batch's report only) says how its siblings went out and why.
     ``prefill_seconds_saved`` is an estimate: cached tokens divided by the
     cold prefill rate (tokens per second) measured on this report's requests
     that prefilled most of their prompt.
@@ -86,6 +87,7 @@ class SavingsReport:
     counter_check: CounterCheck | None = None
     prices: Prices | None = None
     notes: tuple[str, ...] = field(default=())
+    dispatch: str | None = None
 
     @property
     def hit_rate(self) -> float | None:
@@ -149,6 +151,7 @@ class SavingsReport:
             "cost_without_cache": self.cost_without_cache,
             "currency": self.prices.currency if self.prices else None,
             "notes": list(self.notes),
+            "dispatch": self.dispatch,
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -170,6 +173,8 @@ class SavingsReport:
 
     def _facts(self) -> list[tuple[str, str]]:
         facts = [("server", f"{self.engine}, model {self.model}"), ("requests", str(len(self.requests)))]
+        if self.dispatch:
+            facts.append(("dispatch", self.dispatch))
         facts.append(("prompt tokens", f"{self.prompt_tokens:,}"))
         if self.cached_tokens is None:
             facts.append(("cached tokens", f"unknown: {self.missing_reason}"))
@@ -370,11 +375,13 @@ def build_report(
     prices: Prices | None = None,
     notes: Sequence[str] = (),
     cold_rate: float | None = None,
+    dispatch: str | None = None,
 ) -> SavingsReport:
     """Sum ``records`` into a :class:`SavingsReport`.
 
     ``cold_rate`` (tokens per second) is used when none of ``records`` was
-    a cold request to measure it on.
+    a cold request to measure it on; ``dispatch`` describes how a batch's
+    siblings went out.
     """
     reported = [r.usage.cached_tokens for r in records if r.usage.cached_tokens is not None]
     missing = next(
@@ -402,4 +409,5 @@ def build_report(
         counter_check=counter_check,
         prices=prices,
         notes=tuple([*missing_notes, *notes]),
+        dispatch=dispatch,
     )

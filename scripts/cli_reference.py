@@ -56,7 +56,7 @@ def reference() -> str:
     sections.append(f"## longctx\n\n```text\n{main.get_help(root)}\n```\n")
 
     def walk(group: click.Group, context: click.Context, prefix: str) -> None:
-        # Through list_commands/get_command: the group loads each command's module on demand.
+        # Looked up, not read from group.commands: longctx imports a command's module on lookup.
         for name in sorted(group.list_commands(context)):
             command = group.get_command(context, name)
             assert command is not None, name

@@ -8,6 +8,8 @@ backend, and the one error boundary, with every exit code from one place.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,7 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Runtime, main
-from longctx.cli.app import COMMAND_MODULES
+from longctx.cli.app import COMMAND_MODULES, COMMAND_SUMMARIES
 from longctx.retry import instant_retries
 from longctx.store import Store
 
@@ -162,3 +164,25 @@ def test_commands_load_their_module_on_demand() -> None:
     assert listed.exit_code == EXIT_OK
     for name in COMMAND_MODULES:
         assert f"  {name}" in listed.stdout
+
+
+def test_help_lists_every_command_without_importing_command_modules() -> None:
+    """`longctx --help` shows each command's own summary, and imports no command module (nor openai)."""
+    import importlib
+
+    assert set(COMMAND_SUMMARIES) == set(COMMAND_MODULES)
+    for name, module in COMMAND_MODULES.items():
+        importlib.import_module(module)
+        assert main.commands[name].get_short_help_str(limit=500) == COMMAND_SUMMARIES[name], name
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from longctx.cli import main\n"
+        "result = CliRunner().invoke(main, ['--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "assert 'Ask every question of a file about PATHS' in result.output\n"
+        "loaded = [m for m in ('openai', 'longctx.sessions', 'longctx.cli.questions') if m in sys.modules]\n"
+        "print(','.join(loaded))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == ""

@@ -17,6 +17,7 @@ from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
 from longctx.sessions import Session
 from longctx.sessions.session import history_form
+from longctx.sessions.siblings import Dispatch, choose_dispatch
 from longctx.store import Store, StoredPack
 
 URL = "http://fake-engine:8000/v1"
@@ -136,10 +137,11 @@ def test_a_turn_position_cannot_be_stored_twice(backend: Backend, store: Store) 
 def test_ask_many_sends_the_lead_first_and_branches_each_sibling(
     fake: FakeEngine, backend: Backend, store: Store
 ) -> None:
-    session = Session(backend, PACK, store=store)
+    session = Session(backend, PACK, store=store, request=RequestOptions(dispatch="lead"))
     session.ask("shared history?")
     questions = [f"sibling {i}?" for i in range(6)]
     batch = session.ask_many(questions, concurrency=3)
+    assert batch.report.dispatch == "lead, up to 3 in flight (asked for)"
     assert [answer.question for answer in batch] == questions
     # The lead went out before any other sibling.
     sibling_bodies = fake.chat_bodies[1:]
@@ -279,3 +281,38 @@ def test_a_sharded_session_connects_with_its_api_key(
     assert session.ask("What is A?").text
     assert seen == [options]
     assert seen[0].api_key == "sk-test"
+
+
+@pytest.mark.parametrize(
+    ("engine", "strategy", "concurrency"),
+    [("vllm", "together", 8), ("sglang", "admitted", 8), ("generic", "lead", 4)],
+)
+def test_auto_dispatch_follows_the_measured_table_and_the_report_says_so(
+    tmp_path: Path, engine: str, strategy: str, concurrency: int
+) -> None:
+    fake = FakeEngine(block=1, engine=engine)
+    with connect("http://fake.test/v1", transport=fake.transport()) as backend:
+        session = Session(backend, PACK, store=Store.open(tmp_path / "home"))
+        batch = session.ask_many([f"sibling {i}?" for i in range(10)])
+    assert batch.report.dispatch is not None
+    assert batch.report.dispatch.startswith(f"{strategy}, up to {concurrency} in flight (auto for {engine}")
+    assert f"dispatch {batch.report.dispatch}" in " ".join(batch.report.to_text().split())
+    assert batch.report.to_dict()["dispatch"] == batch.report.dispatch
+    # Ten questions over fewer slots: every one but the first to arrive still read the prefix.
+    cached = sorted(answer.usage.cached_tokens or 0 for answer in batch.answers)
+    assert all(value > 0 for value in cached[1:]), cached
+
+
+def test_explicit_dispatch_and_concurrency_win_over_the_table() -> None:
+    fake = FakeEngine(block=1, engine="vllm")
+    with connect("http://fake.test/v1", transport=fake.transport()) as backend:
+        info = backend.info
+    assert choose_dispatch(info, RequestOptions()).strategy == "together"
+    assert choose_dispatch(info, RequestOptions(dispatch="admitted", concurrency=2)) == Dispatch(
+        "admitted", 2, "asked for"
+    )
+    assert choose_dispatch(info, RequestOptions(concurrency=2), concurrency=5).concurrency == 5
+    with pytest.raises(ConfigError, match="unknown dispatch"):
+        RequestOptions(dispatch="waves")
+    assert RequestOptions.from_dict(RequestOptions(dispatch="lead").to_dict()).dispatch == "lead"
+    assert RequestOptions.from_dict({"max_tokens": 5}).concurrency is None

@@ -156,11 +156,17 @@ class Backend:
         *,
         on_retry: OnRetry | None = None,
         on_first_token: Callable[[], None] | None = None,
+        on_admitted: Callable[[], None] | None = None,
     ) -> Sent:
-        """Send ``request`` with the retry policy; raises the last error when it gives up."""
+        """Send ``request`` with the retry policy; raises the last error when it gives up.
+
+        ``on_admitted`` hears when the server accepted the request (its
+        response headers arrived), ``on_first_token`` when the first token
+        did (the prompt is prefilled); each may be called once per attempt.
+        """
         replica, stamped = self._route(request)
         outcome: RetryOutcome[Completion] = call_with_retry(
-            lambda: replica.chat.complete(stamped, on_first_token), self.retry, on_retry=on_retry
+            lambda: replica.chat.complete(stamped, on_first_token, on_admitted), self.retry, on_retry=on_retry
         )
         return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
 
@@ -170,11 +176,14 @@ class Backend:
         *,
         on_retry: OnRetry | None = None,
         on_first_token: Callable[[], None] | None = None,
+        on_admitted: Callable[[], None] | None = None,
     ) -> Sent:
         """The async twin of :meth:`complete`."""
         replica, stamped = self._route(request)
         outcome = await acall_with_retry(
-            lambda: replica.chat.acomplete(stamped, on_first_token), self.retry, on_retry=on_retry
+            lambda: replica.chat.acomplete(stamped, on_first_token, on_admitted),
+            self.retry,
+            on_retry=on_retry,
         )
         return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
 

@@ -215,15 +215,25 @@ class ChatClient:
             arguments["extra_body"] = body
         return arguments
 
-    def complete(self, request: ChatRequest, on_first_token: Callable[[], None] | None = None) -> Completion:
+    def complete(
+        self,
+        request: ChatRequest,
+        on_first_token: Callable[[], None] | None = None,
+        on_admitted: Callable[[], None] | None = None,
+    ) -> Completion:
         """Send ``request`` once and read the whole stream.
 
+        ``on_admitted`` is called when the response's headers arrive: the
+        server has accepted the request (vLLM sends them once it rendered and
+        tokenized the prompt, just before the request enters its scheduler).
         ``on_first_token`` is called when the first token arrives: the
         server has then prefilled (and cached) the whole prompt.
         """
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
         try:
             stream: Iterable[Any] = self._sync.chat.completions.create(**self._arguments(request))
+            if on_admitted is not None:
+                on_admitted()
             for chunk in stream:
                 accumulator.add(chunk)
         except _FAILURES as error:
@@ -231,12 +241,17 @@ class ChatClient:
         return accumulator.finish()
 
     async def acomplete(
-        self, request: ChatRequest, on_first_token: Callable[[], None] | None = None
+        self,
+        request: ChatRequest,
+        on_first_token: Callable[[], None] | None = None,
+        on_admitted: Callable[[], None] | None = None,
     ) -> Completion:
         """The async twin of :meth:`complete`."""
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
         try:
             stream = await self._async.chat.completions.create(**self._arguments(request))
+            if on_admitted is not None:
+                on_admitted()
             async for chunk in stream:
                 accumulator.add(chunk)
         except _FAILURES as error:

@@ -38,6 +38,7 @@ from longctx.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_STALE_SHARE,
     DEFAULT_MAX_TOKENS,
+    DISPATCHES,
     ORDERINGS,
     CorpusOptions,
     Limits,
@@ -135,6 +136,29 @@ COMMAND_MODULES: dict[str, str] = {
 }
 
 
+# What `longctx --help` lists for each command (its docstring's first line).
+COMMAND_SUMMARIES: dict[str, str] = {
+    "pack": "Pack PATHS (repositories, folders, files) into one cache-friendly prompt prefix.",
+    "ask": "Ask QUESTION about PATHS; the answer goes to stdout.",
+    "batch": "Ask every question of a file about PATHS, as siblings sharing one cached prefix.",
+    "chat": "Chat about PATHS: one question per line on stdin, answers on stdout.",
+    "report": "The savings report of a session (default: the latest), its siblings included.",
+    "sessions": "List, show and delete stored sessions.",
+    "doctor": "Check the server: engine, window, prefix caching, cached-token reporting;"
+    " name the flags to add.",
+    "recipe": "The launch command and environment for MODEL on ENGINE.",
+    "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
+    "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
+}
+
+
+def _shortened(summary: str, limit: int) -> str:
+    """``summary`` cut to ``limit`` characters at a word, as click shortens a command's help."""
+    if len(summary) <= limit:
+        return summary
+    return summary[: limit - 3].rsplit(" ", 1)[0] + "..."
+
+
 class App(click.Group):
     """The command group, with the one place a :class:`LongctxError` becomes an exit code.
 
@@ -144,6 +168,20 @@ class App(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMAND_MODULES)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of ``longctx --help``, from :data:`COMMAND_SUMMARIES`.
+
+        Click would import every command module to read its help: about half a
+        second (the sessions and the openai client) before the list shows.
+        A test holds each summary equal to its command's own short help.
+        """
+        names = self.list_commands(ctx)
+        # The width click itself would give each summary, so the list reads as it always did.
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, _shortened(COMMAND_SUMMARIES[name], limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:
@@ -350,12 +388,16 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def request_options(
     *, concurrency: bool = False, follow_changes: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` (``--concurrency``, ``--follow-changes``), given as ``request``."""
+    """``--max-tokens``, ``--cache-salt`` and the flags asked for, passed on as ``request``."""
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
-            extra = {"concurrency": kwargs.pop("concurrency")} if concurrency else {}
+            extra = (
+                {"concurrency": kwargs.pop("concurrency"), "dispatch": kwargs.pop("dispatch")}
+                if concurrency
+                else {}
+            )
             if follow_changes:
                 extra["follow_changes"] = kwargs.pop("follow_changes")
             request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
@@ -377,10 +419,20 @@ def request_options(
             options.append(
                 click.option(
                     "--concurrency",
-                    type=int,
-                    default=DEFAULT_CONCURRENCY,
+                    type=click.IntRange(min=1),
+                    default=None,
+                    help="Questions in flight at once (default: the engine's measured one, else"
+                    f" {DEFAULT_CONCURRENCY}).",
+                )
+            )
+            options.append(
+                click.option(
+                    "--dispatch",
+                    type=click.Choice(DISPATCHES),
+                    default="auto",
                     show_default=True,
-                    help="Questions in flight at once.",
+                    help="How sibling questions go out: all together, the lead's first token first,"
+                    " the lead's admission first, or what was measured fastest for the engine.",
                 )
             )
         if follow_changes:

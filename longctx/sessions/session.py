@@ -608,25 +608,29 @@ class Session(Conversation):
     ) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
 
-        See :mod:`longctx.sessions.siblings` for how they go out; at most
-        ``concurrency`` (default: the request options') are in flight.
+        They go out as the request options' ``dispatch`` says (``auto``: what
+        was measured fastest for the server's engine; see
+        :mod:`longctx.sessions.siblings`), at most ``concurrency`` (default:
+        the request options', else the engine's measured one) in flight; the
+        batch report's ``dispatch`` says which was used.
         Answers come back in question order; ``on_answer`` hears of each as
         it is stored (for progress). A question that fails after its retries
         raises once the others are done; the answered ones are stored.
         """
         changes = self._pending_changes(self._turns, max_tokens)
         plan = self._sibling_plan(questions, max_tokens, changes)
+        dispatch = self._dispatch(plan, concurrency)
         snapshot = CounterSnapshot.take(self.backend)
         outcome = siblings.run(
             self.backend,
             plan,
-            limit=concurrency or self.request.concurrency,
+            dispatch=dispatch,
             commit=lambda sent, index: self._commit_sibling(
                 sent, plan.questions[index], plan.batch_id, changes
             ),
             on_answer=on_answer,
         )
-        return self._finish_batch(plan, outcome, snapshot)
+        return self._finish_batch(plan, outcome, snapshot, dispatch)
 
     async def aask_many(
         self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
@@ -634,19 +638,29 @@ class Session(Conversation):
         """The async twin of :meth:`ask_many`."""
         changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
         plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes)
+        dispatch = self._dispatch(plan, concurrency)
         snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
         outcome = await siblings.arun(
             self.backend,
             plan,
-            limit=concurrency or self.request.concurrency,
+            dispatch=dispatch,
             commit=lambda sent, index: self._commit_sibling(
                 sent, plan.questions[index], plan.batch_id, changes
             ),
         )
-        return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot)
+        return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot, dispatch)
+
+    def _dispatch(self, plan: siblings.Plan, concurrency: int | None) -> siblings.Dispatch:
+        """How this batch goes out: to the server its requests are routed to, as measured fastest there."""
+        server = self.backend.server_for(plan.requests[0].affinity_key)
+        return siblings.choose_dispatch(server, self.request, concurrency)
 
     def _finish_batch(
-        self, plan: siblings.Plan, outcome: siblings.Outcome[Committed], snapshot: CounterSnapshot
+        self,
+        plan: siblings.Plan,
+        outcome: siblings.Outcome[Committed],
+        snapshot: CounterSnapshot,
+        dispatch: siblings.Dispatch,
     ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
         check = snapshot.finish(self.store, plan.session_id, plan.batch_id, records)
@@ -654,7 +668,10 @@ class Session(Conversation):
             raise outcome.failures[0]
         answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
         report = build_report(
-            records, title=f"batch of {len(plan.questions)} sibling questions", counter_check=check
+            records,
+            title=f"batch of {len(plan.questions)} sibling questions",
+            counter_check=check,
+            dispatch=dispatch.describe(),
         )
         return Batch(answers, report)
 

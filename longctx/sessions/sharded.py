@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Unpack
 
 from longctx.backends.base import Backend
-from longctx.config import CorpusOptions, RequestOptions
+from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
@@ -193,7 +193,9 @@ class ShardedSession(Conversation):
         def map_one(index: int) -> Answer:
             return shards[index]._ask(question, max_tokens=max_tokens, purpose=f"map {index + 1}/{count}")
 
-        with ThreadPoolExecutor(max_workers=min(count, self.request.concurrency)) as pool:
+        with ThreadPoolExecutor(
+            max_workers=min(count, self.request.concurrency or DEFAULT_CONCURRENCY)
+        ) as pool:
             partial = tuple(pool.map(map_one, range(count)))
         return self._reduce(question, partial, max_tokens)
 

@@ -1,10 +1,26 @@
 """How sibling questions go out: one shared prefix, many questions after it.
 
-Siblings are requests that share everything up to their question. The
-first goes alone; the moment its first token arrives the server holds the
-whole shared prefix, and the others follow with bounded concurrency, so
-each of them reads the prefix from the cache whatever the engine's
-scheduler does with simultaneous arrivals.
+Siblings are requests that share everything up to their question. Three
+dispatch strategies send them:
+
+- ``together``: every sibling at once, at most ``concurrency`` in flight,
+  the next sent the moment one finishes. An engine that shares an in-flight
+  prefix (vLLM v1) prefills it once, and the server's own preparation of
+  each long prompt (chat template, tokenization) overlaps the first
+  prefill instead of waiting for it.
+- ``lead``: the first alone until its first token (the server then holds
+  the whole prefix in its cache), then the rest. For a scheduler that would
+  otherwise prefill a shared prefix once per request admitted together.
+- ``admitted``: the first alone until the server accepted it (its response
+  headers arrived: vLLM sends them after rendering and tokenizing the
+  prompt, just before scheduling), then the rest, so the lead is first in
+  the queue while the others' preparation still overlaps its prefill.
+
+``auto`` picks per engine and version from :data:`MEASURED`, the table
+the sibling benchmark filled in. A batch larger than the concurrency is
+sent as a continuous refill, never in waves: some sibling is always in
+flight, so the engine keeps the prefix's blocks referenced (not evictable)
+until the last question has read them.
 
 This module only sends and collects: what an answered request becomes (a
 branch session, its records) is the caller's ``commit``.
@@ -19,13 +35,76 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from longctx.backends.base import Backend, Sent
+from longctx.backends.base import Backend, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
+from longctx.config import DEFAULT_CONCURRENCY, RequestOptions
 
 if TYPE_CHECKING:
     from longctx.sessions.session import Answer
 
-__all__ = ["Outcome", "Plan", "arun", "run"]
+__all__ = ["MEASURED", "Dispatch", "Outcome", "Plan", "arun", "choose_dispatch", "run"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One row of :data:`MEASURED`: the fastest strategy for an engine (and version prefix)."""
+
+    engine: str
+    version_prefix: str
+    strategy: str
+    concurrency: int
+    source: str
+
+
+# What the sibling benchmarks measured fastest, first match wins (engine, then
+# the version's prefix; "" matches any version). Each row names its source:
+# - vLLM: docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the
+#   CPU build of the test suite) and issue 13's H200 run of vLLM 0.24.0 (8 at
+#   once 8.15 s against 9.7-11.2 s lead-first; benchmarks/gpu/ re-measures it).
+#   vLLM v1 shares an in-flight prefix, so sending together costs no prefill.
+# - SGLang: docs/benchmarks.md "siblings-dispatch" (the CPU build, 0.5.23): admitted
+#   (30.3 s) ahead of lead (45.8-49.4 s) and together (36-58 s, noisy); together cached
+#   only 98.4% of the prefix there (followers admitted before the lead's prefix was
+#   whole in the radix tree), lead and admitted 100%. SGLang sends its headers with
+#   the first token, so admitted waits about as long as lead.
+# - any other server: lead-first, the one strategy that caches whatever the
+#   scheduler does with simultaneous arrivals.
+MEASURED: tuple[Measured, ...] = (
+    Measured("vllm", "", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),
+    Measured("sglang", "", "admitted", 8, "benchmarks/siblings.py (CPU)"),
+    Measured("", "", "lead", DEFAULT_CONCURRENCY, "no measurement: lead-first caches on any scheduler"),
+)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """How one batch of siblings goes out: the strategy, how many in flight, and why."""
+
+    strategy: str
+    concurrency: int
+    reason: str
+
+    def describe(self) -> str:
+        """One line for the batch report, e.g. ``together, up to 8 in flight (auto: ...)``."""
+        return f"{self.strategy}, up to {self.concurrency} in flight ({self.reason})"
+
+
+def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int | None = None) -> Dispatch:
+    """The dispatch for siblings sent to ``info``'s server.
+
+    An explicit strategy or concurrency (``concurrency``, else the
+    options') wins; what is left to ``auto`` / None comes from the first
+    :data:`MEASURED` row matching the engine and version.
+    """
+    version = info.version or ""
+    row = next(
+        row for row in MEASURED if row.engine in ("", info.engine) and version.startswith(row.version_prefix)
+    )
+    limit = concurrency or options.concurrency or row.concurrency
+    if options.dispatch != "auto":
+        return Dispatch(options.dispatch, limit, "asked for")
+    engine = f"{info.engine} {info.version}" if info.version else info.engine
+    return Dispatch(row.strategy, limit, f"auto for {engine}: {row.source}")
 
 
 class _Committed(Protocol):
@@ -58,23 +137,26 @@ def run(
     backend: Backend,
     plan: Plan,
     *,
-    limit: int,
+    dispatch: Dispatch,
     commit: Callable[[Sent, int], C],
     on_answer: Callable[[Answer], None] | None = None,
 ) -> Outcome[C]:
-    """Send ``plan``'s requests (lead first, then at most ``limit`` at a time) and commit each answer.
+    """Send ``plan``'s requests as ``dispatch`` says and commit each answer.
 
     Every request is sent even when one fails; the failures are returned,
     not raised, so the caller can store what was answered first.
     """
     lead_ready = threading.Event()
+    if dispatch.strategy == "together":
+        lead_ready.set()
     results: dict[int, C] = {}
     failures: list[BaseException] = []
 
     def send(index: int) -> None:
-        on_first = lead_ready.set if index == 0 else None
+        first_token = lead_ready.set if index == 0 and dispatch.strategy == "lead" else None
+        admitted = lead_ready.set if index == 0 and dispatch.strategy == "admitted" else None
         try:
-            sent = backend.complete(plan.requests[index], on_first_token=on_first)
+            sent = backend.complete(plan.requests[index], on_first_token=first_token, on_admitted=admitted)
             results[index] = commit(sent, index)
             if on_answer is not None:
                 on_answer(results[index].answer)
@@ -83,10 +165,11 @@ def run(
                 # Also on failure, so the others are not held forever.
                 lead_ready.set()
 
-    pool = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="longctx-sibling")
+    pool = ThreadPoolExecutor(max_workers=dispatch.concurrency, thread_name_prefix="longctx-sibling")
     try:
         lead: Future[None] = pool.submit(send, 0)
         lead_ready.wait()
+        # The pool is the refill: a slot freed by an answer takes the next question.
         rest = [pool.submit(send, index) for index in range(1, len(plan.requests))]
         pending = {lead, *rest}
         while pending:
@@ -102,17 +185,23 @@ def run(
     return Outcome(results, failures)
 
 
-async def arun(backend: Backend, plan: Plan, *, limit: int, commit: Callable[[Sent, int], C]) -> Outcome[C]:
+async def arun(
+    backend: Backend, plan: Plan, *, dispatch: Dispatch, commit: Callable[[Sent, int], C]
+) -> Outcome[C]:
     """The async twin of :func:`run`."""
-    gate = asyncio.Semaphore(limit)
+    gate = asyncio.Semaphore(dispatch.concurrency)
     lead_ready = asyncio.Event()
+    if dispatch.strategy == "together":
+        lead_ready.set()
     results: dict[int, C] = {}
 
     async def send(index: int) -> None:
+        first_token = lead_ready.set if index == 0 and dispatch.strategy == "lead" else None
+        admitted = lead_ready.set if index == 0 and dispatch.strategy == "admitted" else None
         async with gate:
             try:
                 sent = await backend.acomplete(
-                    plan.requests[index], on_first_token=lead_ready.set if index == 0 else None
+                    plan.requests[index], on_first_token=first_token, on_admitted=admitted
                 )
                 results[index] = await asyncio.to_thread(commit, sent, index)
             finally:

@@ -1,0 +1,147 @@
+"""Turn the GPU benchmark's results-*.json into docs/benchmarks.md's "gpu-siblings" section.
+
+Usage: python benchmarks/gpu/report.py OUT/results-h200*.json [--write]
+Without --write the section is printed; with it, it replaces the section between its markers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+SECTION = "gpu-siblings"
+ORDER = (
+    "ask_many default",
+    "ask_many c8",
+    "ask_many c8 lead",
+    "plain lead then 7",
+    "plain all 8 doc-first",
+    "plain all 8 question-first",
+)
+
+
+def cached_text(requests: list[dict[str, Any]]) -> str:
+    values = [r.get("cached") for r in requests]
+    if any(v is None for v in values):
+        return "not reported"
+    counts: dict[int, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return " + ".join(f"{n} x {v:,}" if n > 1 else f"{v:,}" for v, n in sorted(counts.items()))
+
+
+def median_wall(runs: list[dict[str, Any]]) -> float:
+    return statistics.median(run["wall_s"] for run in runs)
+
+
+def context_section(context: dict[str, Any], block: int) -> list[str]:
+    scenarios = context["scenarios"]
+    lines = [
+        f"### {context['prefix_tokens']:,}-token pack (target {context['target_tokens']:,})",
+        "",
+        "| client | wall s (each run) | median | cached per request | dispatch |",
+        "|---|---:|---:|---|---|",
+    ]
+    for name in ORDER:
+        runs = scenarios.get(name)
+        if not runs:
+            continue
+        walls = ", ".join(f"{run['wall_s']:.2f}" for run in runs)
+        lines.append(
+            f"| {name} | {walls} | {median_wall(runs):.2f} | {cached_text(runs[-1]['requests'])}"
+            f" | {runs[-1].get('dispatch') or ''} |"
+        )
+    verdicts = []
+    if "ask_many default" in scenarios:
+        ours = median_wall(scenarios["ask_many default"])
+        plain = [
+            median_wall(scenarios[n])
+            for n in ("plain lead then 7", "plain all 8 doc-first")
+            if n in scenarios
+        ]
+        if plain:
+            best = min(plain)
+            verdicts.append(
+                f"ask_many default {ours:.2f} s against the fastest plain client {best:.2f} s:"
+                f" {ours / best - 1:+.1%} ({'within' if ours <= best * 1.05 else 'NOT within'} 5%)"
+            )
+        if "plain all 8 question-first" in scenarios:
+            qf = median_wall(scenarios["plain all 8 question-first"])
+            verdicts.append(
+                f"question-first / ask_many default: {qf / ours:.1f}x ({'at least' if qf / ours >= 4.5 else 'BELOW'} 4.5x)"
+            )
+    if "cli batch" in scenarios and "api batch" in scenarios:
+        cli, api = median_wall(scenarios["cli batch"]), median_wall(scenarios["api batch"])
+        verdicts.append(
+            f"`longctx batch` {cli:.2f} s against the API's {api:.2f} s (both from start, warm store):"
+            f" {cli - api:+.2f} s ({'within' if cli - api <= 0.5 else 'NOT within'} 0.5 s)"
+        )
+    lines += ["", *(f"- {v}" for v in verdicts)]
+    session = scenarios.get("session 5 turns")
+    if session:
+        turns = session[-1]["turns"]
+        lines += [
+            "",
+            "| turn | prompt | cached | previous prompt, rounded down to the block | whole | TTFT s |",
+            "|---:|---:|---:|---:|---|---:|",
+        ]
+        previous = None
+        for number, turn in enumerate(turns, start=1):
+            expected = None if previous is None else previous - previous % block
+            cached = turn["cached"]
+            whole = "" if expected is None else ("yes" if (turn["cached"] or 0) >= expected else "NO")
+            lines.append(
+                f"| {number} | {turn['prompt']:,} | {'n/a' if cached is None else f'{cached:,}'}"
+                f" | {'' if expected is None else f'{expected:,}'} | {whole} | {turn['ttft']:.3f} |"
+            )
+            previous = turn["prompt"]
+    return lines
+
+
+def section(results: dict[str, Any]) -> str:
+    meta = results["meta"]
+    block = meta.get("cache_block_tokens") or 16
+    lines = [
+        "## Siblings, sessions and the CLI on a GPU",
+        "",
+        f"{meta['gpu']}; {meta['engine']} {meta['version']}, model `{meta['model']}` (8B-shaped Llama, random"
+        f" weights, the test suite's tiny tokenizer), window {meta['context_length']:,}, cache block {block};"
+        f" Python {meta['python']}; {meta['answer_tokens']} answer tokens; run {meta['started']}."
+        f" Flags: `{meta['flags']}`. Written by `benchmarks/gpu/report.py` from `benchmarks/gpu/run.sh`'s"
+        " JSON; every scenario under its own `cache_salt` (cold). ask_many rows time the call (pack ready);"
+        " the api/cli batch rows time everything from start (the CLI as a new process).",
+        "",
+    ]
+    for context in results["contexts"]:
+        lines += [*context_section(context, block), ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("results", type=Path, nargs="+", help="one or more results-*.json of one server")
+    parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
+    args = parser.parse_args()
+    runs = [json.loads(path.read_text()) for path in args.results]
+    # Several runs (one per command, to stay under a time limit) make one section, in context order.
+    merged = {
+        **runs[0],
+        "contexts": sorted((c for run in runs for c in run["contexts"]), key=lambda c: c["target_tokens"]),
+    }
+    body = section(merged)
+    if args.write:
+        from bench import write_section
+
+        write_section(SECTION, body)
+    else:
+        print(body)
+
+
+if __name__ == "__main__":
+    main()

@@ -144,7 +144,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "chat": "Chat about PATHS: one question per line on stdin, answers on stdout.",
     "report": "The savings report of a session (default: the latest), its siblings included.",
     "sessions": "List, show and delete stored sessions.",
-    "doctor": "Check the server: engine, window, prefix caching, cached-token reporting;"
+    "doctor": "Check each server: engine, window, prefix caching, cached-token reporting;"
     " name the flags to add.",
     "recipe": "The launch command and environment for MODEL on ENGINE.",
     "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",

@@ -55,6 +55,7 @@ PUBLIC = {
     "RetryPolicy",
     "Saved",
     "SavingsReport",
+    "ReplicaStatus",
     "Sent",
     "Section",
     "ServerDiedError",

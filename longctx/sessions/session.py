@@ -316,7 +316,7 @@ class Session(Conversation):
                 backend = self.backend
                 settings = {
                     **self.request.to_dict(),
-                    "base_urls": [info.api_url for info in backend.servers],
+                    "base_urls": [replica.api_url for replica in backend.replicas],
                     "model": backend.info.model,
                 }
                 parent_id, kind = self._parent or (None, "session")
@@ -465,7 +465,7 @@ class Session(Conversation):
         with self._turn_lock:
             request = self._chat_request(question, self._turns, max_tokens)
             record = self._opened()
-            snapshot = CounterSnapshot.take(self.backend)
+            snapshot = CounterSnapshot.take(self.backend, request.affinity_key)
             committed = self._commit_turn(self.backend.complete(request), question, purpose)
             snapshot.finish(self.store, record.id, None, [committed.request])
             return committed.answer
@@ -478,7 +478,7 @@ class Session(Conversation):
         async with self._async_turn():
             request = self._chat_request(question, self._turns, max_tokens)
             record = await asyncio.to_thread(self._opened)
-            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
+            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, request.affinity_key)
             committed = self._commit_turn(await self.backend.acomplete(request), question, purpose)
             await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
             return committed.answer
@@ -548,7 +548,7 @@ class Session(Conversation):
         raises once the others are done; the answered ones are stored.
         """
         plan = self._sibling_plan(questions, max_tokens)
-        snapshot = CounterSnapshot.take(self.backend)
+        snapshot = CounterSnapshot.take(self.backend, self.affinity_key)
         outcome = siblings.run(
             self.backend,
             plan,
@@ -563,7 +563,7 @@ class Session(Conversation):
     ) -> Batch:
         """The async twin of :meth:`ask_many`."""
         plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens)
-        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
+        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, self.affinity_key)
         outcome = await siblings.arun(
             self.backend,
             plan,

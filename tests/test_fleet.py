@@ -1,6 +1,7 @@
 """longctx over two real vLLM CPU replicas: behind real routers from PyPI, and with a replica killed.
 
-- Behind ``vllm-router`` (consistent_hash, cache_aware), every pack stays
+- Behind ``vllm-router`` (consistent_hash, cache_aware) and SGLang's
+  gateway ``smg`` (consistent_hashing, cache_aware), every pack stays
   on one replica: the cached share of prompt tokens is at least 99% of what
   one replica alone caches on the same workload (the ceiling: each pack's
   first request is cold). round_robin is measured as the baseline and
@@ -79,6 +80,9 @@ def ceiling(vllm_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> floa
         ("vllm-router", "consistent_hash", True),
         ("vllm-router", "cache_aware", True),
         ("vllm-router", "round_robin", False),
+        ("smg", "consistent_hashing", True),
+        ("smg", "cache_aware", True),
+        ("smg", "round_robin", False),
     ],
 )
 def test_a_router_policy_keeps_each_pack_on_one_replica(

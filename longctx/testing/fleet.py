@@ -12,12 +12,21 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from longctx.testing.environments import ROUTER_SPEC, EngineEnvironment, ensure_environment
 from longctx.testing.harness import EngineHarness
-from longctx.testing.servers import HOST, LocalServer, find_free_port, http_ok, start_server, start_vllm
+from longctx.testing.servers import (
+    HOST,
+    LocalServer,
+    find_free_port,
+    http_ok,
+    port_is_free,
+    start_server,
+    start_vllm,
+)
 
 __all__ = ["ROUTER_POLICIES", "Fleet"]
 
@@ -68,12 +77,17 @@ class Fleet:
         if server.alive():
             os.killpg(server.pid, signal.SIGKILL)
             server.process.wait(timeout=30)
+        server.stop(timeout=10)  # the rest of its process group, and the harness's bookkeeping
 
     def restart(self, index: int) -> LocalServer:
         """Start replica ``index`` again on the same port (so its URL is unchanged)."""
         old = self.replicas[index]
         if old.alive():
             raise ValueError(f"replica {index} is still running")
+        deadline = time.monotonic() + 60
+        # The engine's worker processes may hold the socket a moment after the leader died.
+        while not port_is_free(old.port) and time.monotonic() < deadline:
+            time.sleep(0.5)
         self.replicas[index] = self._start_replica(port=old.port)
         if self.replicas[index].port != old.port:
             raise RuntimeError(f"replica {index} could not get its port {old.port} back")

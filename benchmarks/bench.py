@@ -597,6 +597,12 @@ def siblings(args: argparse.Namespace) -> str:
     return sibling_dispatch.section(args.work, args.repo / ".cache" / "harness", args.repetitions)
 
 
+def replicas(args: argparse.Namespace) -> str:
+    import replicas as replica_bench
+
+    return replica_bench.section(args.repo / ".cache" / "harness")
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
@@ -604,6 +610,7 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "engines": engines,
     "sessions": sessions,
     "siblings": siblings,
+    "replicas": replicas,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -612,6 +619,7 @@ SECTION_NAMES = {
     "engines": "pack-exact-counts",
     "sessions": "sessions-naive-clients",
     "siblings": "siblings-dispatch",
+    "replicas": "replicas-overhead",
 }
 
 
@@ -638,7 +646,7 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
     if args.skip_engines:
-        chosen = [name for name in chosen if name not in ("engines", "sessions", "siblings")]
+        chosen = [name for name in chosen if name not in ("engines", "sessions", "siblings", "replicas")]
     for name in chosen:
         started = time.perf_counter()
         write_section(SECTION_NAMES[name], BENCHMARKS[name](args))

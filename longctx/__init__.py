@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "longctx.retry",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
+    "ReplicaStatus": "longctx.backends.base",
     "Sent": "longctx.backends.base",
     "Section": "longctx.packing",
     "ServerDiedError": "longctx.errors",
@@ -109,7 +110,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, Diagnosis, Sent, ServerInfo, connect
+    from longctx.backends.base import Backend, Diagnosis, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
     from longctx.backends.engines import CacheCounters
     from longctx.backends.tokenizer import ServerTokenizer
@@ -222,6 +223,7 @@ __all__ = [
     "PackResult",
     "Prices",
     "PromptCount",
+    "ReplicaStatus",
     "RepoSession",
     "RequestLine",
     "RequestOptions",

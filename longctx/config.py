@@ -17,6 +17,9 @@ An explicit value wins over the environment, which wins over the default:
   comma-separated list names several replicas of one model;
 - ``LONGCTX_MODEL``: the served model name (default: the server's only model);
 - ``LONGCTX_API_KEY``: sent as a bearer token, never printed;
+- ``LONGCTX_AFFINITY_HEADERS``: the headers that carry a request's affinity
+  key to a router, comma-separated (default :data:`DEFAULT_AFFINITY_HEADERS`;
+  a list starting with ``+`` adds to the default set);
 - ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`).
 """
 
@@ -31,10 +34,12 @@ from typing import Any, Final
 from longctx.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_AFFINITY_HEADERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_STALE_SHARE",
     "DEFAULT_MAX_TOKENS",
+    "DEFAULT_REPLICA_RETRY_SECONDS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
     "DISPATCHES",
     "ORDERINGS",
@@ -43,12 +48,32 @@ __all__ = [
     "RequestOptions",
     "ServerOptions",
     "default_home",
+    "resolve_affinity_headers",
     "resolve_api_key",
     "resolve_base_urls",
     "resolve_model",
 ]
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
+
+DEFAULT_AFFINITY_HEADERS: Final[tuple[str, ...]] = (
+    "x-session-id",
+    "X-SMG-Routing-Key",
+    "x-session-token",
+    "X-Dynamo-Session-ID",
+)
+"""The headers a request's affinity key goes out in, one per router that reads one.
+
+``x-session-id``: vllm-router (``consistent_hash``, ``cache_aware``'s session
+key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``); ``x-session-token``:
+llm-d's session affinity; ``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
+``--router-session-affinity-ttl-secs``). The key also goes out as the body's
+``user`` field. A router reading another name: set
+:attr:`ServerOptions.affinity_headers` or ``LONGCTX_AFFINITY_HEADERS``.
+"""
+
+DEFAULT_REPLICA_RETRY_SECONDS: Final = 5.0
+"""How long a replica that could not be reached is left out before it is tried again."""
 
 DEFAULT_MAX_TOKENS: Final = 512
 """Longest answer, in tokens, unless a request says otherwise."""
@@ -273,6 +298,16 @@ class ServerOptions:
     comes after prefill, so keep it above the longest prefill);
     ``timeout`` bounds a whole request. The environment is read when a
     connection is made, not when the options are built.
+
+    ``affinity_headers`` names the headers that carry each request's
+    affinity key (one key per pack) to a router in front of the replicas
+    (default ``LONGCTX_AFFINITY_HEADERS``, then :data:`DEFAULT_AFFINITY_HEADERS`;
+    to add one, give ``(*DEFAULT_AFFINITY_HEADERS, "x-mine")``; to rename,
+    give only the names wanted). With several URLs, a replica that cannot be
+    reached is left out for ``replica_retry_seconds`` and then tried again.
+    ``router_policy`` names the router in front and its policy
+    (``"vllm-router:consistent_hash"``, ``"smg:cache_aware"``), for doctor to
+    flag one that loses the cache; longctx cannot ask a router for it.
     """
 
     base_url: str | Sequence[str] | None = None
@@ -280,10 +315,17 @@ class ServerOptions:
     api_key: str | None = field(default=None, repr=False)
     timeout: float = 3600.0
     stall_timeout: float = 600.0
+    affinity_headers: Sequence[str] | None = None
+    replica_retry_seconds: float = DEFAULT_REPLICA_RETRY_SECONDS
+    router_policy: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_url, (str, type(None))):
             object.__setattr__(self, "base_url", tuple(self.base_url))
+        if self.affinity_headers is not None:
+            object.__setattr__(self, "affinity_headers", tuple(self.affinity_headers))
+        if self.replica_retry_seconds < 0:
+            raise ConfigError("replica_retry_seconds cannot be negative")
 
     def base_urls(self) -> tuple[str, ...]:
         """The replicas' URLs: the option, else ``LONGCTX_BASE_URL``, else the default."""
@@ -294,6 +336,9 @@ class ServerOptions:
 
     def resolved_api_key(self) -> str | None:
         return resolve_api_key(self.api_key)
+
+    def resolved_affinity_headers(self) -> tuple[str, ...]:
+        return resolve_affinity_headers(self.affinity_headers)
 
 
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -313,6 +358,24 @@ def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
 def resolve_model(model: str | None) -> str | None:
     """The served model name: the argument, else ``LONGCTX_MODEL``, else None (ask the server)."""
     return model or os.environ.get("LONGCTX_MODEL") or None
+
+
+def resolve_affinity_headers(headers: Sequence[str] | None) -> tuple[str, ...]:
+    """The affinity headers: the argument, else ``LONGCTX_AFFINITY_HEADERS``, else the default set.
+
+    A ``LONGCTX_AFFINITY_HEADERS`` starting with ``+`` (``+x-mine,x-other``)
+    adds its names to the default set rather than replacing it.
+    """
+    if headers is not None:
+        return tuple(headers)
+    configured = os.environ.get("LONGCTX_AFFINITY_HEADERS", "").strip()
+    if not configured:
+        return DEFAULT_AFFINITY_HEADERS
+    adding = configured.startswith("+")
+    names = tuple(name.strip() for name in configured.lstrip("+").split(",") if name.strip())
+    if adding:
+        return DEFAULT_AFFINITY_HEADERS + tuple(n for n in names if n not in DEFAULT_AFFINITY_HEADERS)
+    return names
 
 
 def resolve_api_key(api_key: str | None) -> str | None:

@@ -51,16 +51,26 @@ class CounterCheck:
 
 @dataclass(frozen=True)
 class RequestLine:
-    """One request in a report: its id, what it was for, its :class:`~longctx.usage.Usage`, its attempts."""
+    """One request in a report: its id, what it was for, its :class:`~longctx.usage.Usage`, its attempts.
+
+    ``base_url`` is the replica that answered it.
+    """
 
     id: str
     purpose: str
     usage: Usage
     attempts: int
+    base_url: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The request's JSON form: its id and purpose, each usage field, its attempts."""
-        return {"id": self.id, "purpose": self.purpose, **self.usage.to_dict(), "attempts": self.attempts}
+        return {
+            "id": self.id,
+            "purpose": self.purpose,
+            **self.usage.to_dict(),
+            "attempts": self.attempts,
+            "base_url": self.base_url,
+        }
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,7 @@ class SavingsReport:
             "cost": self.cost,
             "cost_without_cache": self.cost_without_cache,
             "currency": self.prices.currency if self.prices else None,
+            "replicas": dict(self._per_replica()),
             "notes": list(self.notes),
             "dispatch": self.dispatch,
         }
@@ -182,6 +193,7 @@ class SavingsReport:
             facts.append(("cached tokens", f"{self.cached_tokens:,} ({self.hit_rate or 0:.1%} hit rate)"))
             facts.append(("prefilled tokens", f"{self.prefill_tokens:,}"))
         facts.append(("completion tokens", f"{self.completion_tokens:,}"))
+        facts += [(f"replica {url}", text) for url, text in self._per_replica()]
         if self.cold_prefill_tokens_per_second:
             facts.append(
                 ("cold prefill rate", f"{self.cold_prefill_tokens_per_second:,.0f} tokens/s (measured)")
@@ -203,6 +215,20 @@ class SavingsReport:
                 verdict = "matches" if check.matches else f"MISMATCH ({check.note})"
                 facts.append(("server counter", f"{check.counter} grew by {check.server_delta:,}: {verdict}"))
         return facts
+
+    def _per_replica(self) -> list[tuple[str, str]]:
+        """Each replica's requests and cached share, when more than one answered."""
+        urls = sorted({line.base_url for line in self.requests if line.base_url})
+        if len(urls) < 2:
+            return []
+        shown = []
+        for url in urls:
+            mine = [line for line in self.requests if line.base_url == url]
+            prompt = sum(line.usage.prompt_tokens or 0 for line in mine)
+            cached = sum(line.usage.cached_tokens or 0 for line in mine)
+            share = f", {cached:,} of {prompt:,} prompt tokens cached" if prompt else ""
+            shown.append((url, f"{len(mine)} requests{share}"))
+        return shown
 
     def _rows(self) -> list[list[str]]:
         def number(value: int | None) -> str:
@@ -399,7 +425,8 @@ def build_report(
         engine=", ".join(engines),
         model=", ".join(models),
         requests=tuple(
-            RequestLine(id=r.id, purpose=r.purpose, usage=r.usage, attempts=r.attempts) for r in records
+            RequestLine(id=r.id, purpose=r.purpose, usage=r.usage, attempts=r.attempts, base_url=r.base_url)
+            for r in records
         ),
         prompt_tokens=sum(r.usage.prompt_tokens or 0 for r in records),
         cached_tokens=sum(reported) if reported else None,

@@ -57,6 +57,7 @@ PUBLIC = {
     "RetryPolicy",
     "Saved",
     "SavingsReport",
+    "ReplicaStatus",
     "Sent",
     "Section",
     "ServerDiedError",

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import sqlite3
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,3 +66,61 @@ def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path:
 
     with pytest.raises(StoreError, match="newer than this longctx understands"):
         Store.open(home)
+
+
+def _open_fresh(home: str, start: Any, threads: int) -> list[str]:
+    """Open ``home``'s store from ``threads`` threads at once; the errors they met."""
+    errors: list[str] = []
+    ready = threading.Barrier(threads)
+
+    def one() -> None:
+        ready.wait()
+        start.wait()
+        try:
+            with Store.open(Path(home)) as store:
+                store.save_commit_times(f"key-{os.getpid()}-{threading.get_ident()}", {"a.py": 1})
+        except Exception as error:  # noqa: BLE001 - every failure is the finding, whatever its type
+            errors.append(f"{type(error).__name__}: {error}")
+
+    workers = [threading.Thread(target=one) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    return errors
+
+
+def _process_main(home: str, start: Any, results: Any) -> None:
+    results.put(_open_fresh(home, start, 8))
+
+
+def test_threads_and_processes_opening_a_fresh_store_at_once_make_one_schema(tmp_path: Path) -> None:
+    # 8 threads here and 8 in each of 4 processes, released together on a
+    # store that does not exist yet: every one of them races to migrate it.
+    home = tmp_path / "home"
+    context = multiprocessing.get_context("spawn")
+    start = context.Event()
+    results = context.Queue()
+    processes = [context.Process(target=_process_main, args=(str(home), start, results)) for _ in range(4)]
+    for process in processes:
+        process.start()
+    here: list[list[str]] = []
+    local = threading.Thread(target=lambda: here.append(_open_fresh(str(home), start, 8)))
+    local.start()
+    time.sleep(3.0)  # let the spawned interpreters import longctx and reach the barrier
+    start.set()
+    local.join()
+    errors = list(here[0])
+    for _ in processes:
+        errors += results.get(timeout=120)
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert errors == []
+
+    connection = sqlite3.connect(home / DATABASE_NAME)
+    assert connection.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+    columns = [row[1] for row in connection.execute("PRAGMA table_info(pack_snapshots)")]
+    assert columns.count("manifest_json") == 1
+    # Every opener wrote its row: 8 + 4 * 8 distinct threads.
+    assert connection.execute("SELECT COUNT(*) FROM commit_times").fetchone()[0] == 40

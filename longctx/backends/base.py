@@ -12,9 +12,12 @@ of one pack lands on the replica that holds that pack's prefix.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import threading
+import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -28,14 +31,14 @@ from longctx.backends.engines import (
     discover_engine,
     read_counters,
 )
-from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport
+from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import ServerOptions
-from longctx.errors import BackendError, ConfigError
+from longctx.config import RequestOptions, ServerOptions
+from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryOutcome, RetryPolicy, acall_with_retry, call_with_retry
-from longctx.serving.advice import Finding, suggest_server_flags
+from longctx.serving.advice import Finding, suggest_router_policy, suggest_server_flags
 
-__all__ = ["Backend", "Diagnosis", "Sent", "ServerInfo", "connect"]
+__all__ = ["Backend", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class Diagnosis:
 
     servers: tuple[ServerInfo, ...]
     findings: tuple[Finding, ...]
+    replicas: tuple[ReplicaStatus, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -69,6 +73,10 @@ class Diagnosis:
 
     def to_text(self) -> str:
         lines = []
+        if len(self.replicas) > 1:
+            for replica in self.replicas:
+                state = "up" if replica.up else f"DOWN ({replica.last_error or 'never answered'})"
+                lines.append(f"replica {replica.api_url}: {state}")
         for info in self.servers:
             lines.append(
                 f"{info.api_url}: {info.engine} {info.version or '(version unknown)'}, model {info.model}, "
@@ -96,6 +104,7 @@ class Diagnosis:
                 for info in self.servers
             ],
             "findings": [finding.__dict__ for finding in self.findings],
+            "replicas": [replica.to_dict() for replica in self.replicas],
         }
 
 
@@ -113,11 +122,68 @@ class Sent:
     request_id: str
 
 
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica URL of a backend as it stands: up (answering) or down since when, and why.
+
+    ``info`` is None for a replica that has not answered since the backend
+    was connected (so nothing is known of it yet).
+    """
+
+    api_url: str
+    up: bool
+    info: ServerInfo | None
+    down_since: float | None = None
+    last_error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "api_url": self.api_url,
+            "up": self.up,
+            "down_since": self.down_since,
+            "last_error": self.last_error,
+        }
+
+
+# How long a revival probe of a replica that was down may wait: it runs on a
+# request's path, so a replica that hangs must not stall that request long.
+_PROBE_TIMEOUT = 5.0
+
+
 class _Replica:
-    def __init__(self, info: ServerInfo, endpoint: HttpEndpoint, chat: ChatClient) -> None:
-        self.info = info
-        self.endpoint = endpoint
-        self.chat = chat
+    """One URL: its facts and clients once discovered, and whether it answers."""
+
+    def __init__(self, api_url: str, opener: Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]]):
+        self.api_url = api_url
+        self._opener = opener
+        self.info: ServerInfo | None = None
+        self.endpoint: HttpEndpoint | None = None
+        self.chat: ChatClient | None = None
+        self.down_since: float | None = None
+        self.retry_at = 0.0
+        self.last_error: str | None = None
+        self.lock = threading.Lock()
+
+    @property
+    def up(self) -> bool:
+        return self.down_since is None and self.info is not None
+
+    def open(self) -> None:
+        """Discover the server once (raises as discovery does); then it is up."""
+        if self.info is None:
+            self.info, self.endpoint, self.chat = self._opener()
+        self.down_since = None
+        self.last_error = None
+
+    def mark_down(self, error: BaseException, retry_seconds: float) -> None:
+        now = time.time()
+        if self.down_since is None:
+            self.down_since = now
+        self.last_error = str(error)
+        self.retry_at = time.monotonic() + retry_seconds
+
+    def status(self) -> ReplicaStatus:
+        return ReplicaStatus(self.api_url, self.up, self.info, self.down_since, self.last_error)
 
 
 def rendezvous_order(key: str, urls: Sequence[str]) -> list[str]:
@@ -126,29 +192,103 @@ def rendezvous_order(key: str, urls: Sequence[str]) -> list[str]:
 
 
 class Backend:
-    """One model served by one server or several replicas."""
+    """One model served by one server or several replicas.
 
-    def __init__(self, replicas: Sequence[_Replica], retry: RetryPolicy) -> None:
-        self._replicas = {replica.info.api_url: replica for replica in replicas}
+    With several replicas, the requests of one affinity key (one pack) go
+    to the first replica of its rendezvous order that is up. A replica that
+    cannot be reached is marked down at once and the request goes on to the
+    next replica of the order (so only that replica's packs move); after
+    ``retry_seconds`` the next request that would go to it tries it again,
+    and once it answers its packs go back to it. A request is answered
+    once: it fails over only when no answer came back.
+    """
+
+    def __init__(
+        self,
+        replicas: Sequence[_Replica],
+        retry: RetryPolicy,
+        retry_seconds: float = 5.0,
+        *,
+        router_policy: str | None = None,
+    ) -> None:
+        self._replicas = {replica.api_url: replica for replica in replicas}
         self.retry = retry
+        self.retry_seconds = retry_seconds
+        self.router_policy = router_policy
 
     @property
     def info(self) -> ServerInfo:
-        """The first server's facts (all replicas serve the same model)."""
-        return next(iter(self._replicas.values())).info
+        """The first answering server's facts (all replicas serve the same model)."""
+        for replica in self._replicas.values():
+            if replica.info is not None and replica.up:
+                return replica.info
+        for replica in self._replicas.values():
+            if replica.info is not None:
+                return replica.info
+        raise ServerUnreachable("no replica of this backend has answered", url=next(iter(self._replicas)))
 
     @property
     def servers(self) -> tuple[ServerInfo, ...]:
-        return tuple(replica.info for replica in self._replicas.values())
+        """The facts of every replica discovered so far."""
+        return tuple(replica.info for replica in self._replicas.values() if replica.info is not None)
 
-    def _replica(self, affinity_key: str | None) -> _Replica:
+    @property
+    def replicas(self) -> tuple[ReplicaStatus, ...]:
+        """Every replica URL, in the order given, with whether it is up."""
+        return tuple(replica.status() for replica in self._replicas.values())
+
+    def _order(self, affinity_key: str | None) -> list[_Replica]:
         if len(self._replicas) == 1 or not affinity_key:
-            return next(iter(self._replicas.values()))
-        return self._replicas[rendezvous_order(affinity_key, list(self._replicas))[0]]
+            return list(self._replicas.values())
+        return [self._replicas[url] for url in rendezvous_order(affinity_key, list(self._replicas))]
+
+    def _usable(self, replica: _Replica) -> bool:
+        """Whether ``replica`` takes requests now; a down one past its wait is tried (once per wait)."""
+        if replica.up:
+            return True
+        if time.monotonic() < replica.retry_at or not replica.lock.acquire(blocking=False):
+            return False
+        try:
+            if replica.info is not None and replica.endpoint is not None:
+                replica.endpoint.get_json("/v1/models", timeout=_PROBE_TIMEOUT)
+            replica.open()
+            return True
+        except BackendError as error:
+            replica.mark_down(error, self.retry_seconds)
+            return False
+        finally:
+            replica.lock.release()
+
+    def _pick(self, affinity_key: str | None, tried: set[str]) -> _Replica | None:
+        """The first replica of the key's order that is up and not tried yet, else any untried one."""
+        untried = [replica for replica in self._order(affinity_key) if replica.api_url not in tried]
+        for replica in untried:
+            if self._usable(replica):
+                return replica
+        return untried[0] if untried else None
 
     def server_for(self, affinity_key: str | None) -> ServerInfo:
-        """The server that requests with ``affinity_key`` go to."""
-        return self._replica(affinity_key).info
+        """The server that requests with ``affinity_key`` go to now."""
+        replica = self._pick(affinity_key, set())
+        assert replica is not None  # a backend has at least one replica
+        self._ready(replica)
+        assert replica.info is not None
+        return replica.info
+
+    def _ready(self, replica: _Replica) -> ChatClient:
+        """The replica's chat client, discovering it first if it never answered."""
+        if replica.chat is None:
+            try:
+                replica.open()
+            except ServerUnreachable as error:
+                replica.mark_down(error, self.retry_seconds)
+                raise
+        assert replica.chat is not None
+        return replica.chat
+
+    def _failed(self, replica: _Replica, error: ServerUnreachable) -> None:
+        if len(self._replicas) > 1:
+            replica.mark_down(error, self.retry_seconds)
 
     def complete(
         self,
@@ -158,17 +298,36 @@ class Backend:
         on_first_token: Callable[[], None] | None = None,
         on_admitted: Callable[[], None] | None = None,
     ) -> Sent:
-        """Send ``request`` with the retry policy; raises the last error when it gives up.
+        """Send ``request`` with the retry policy, failing over between replicas; raises the last error.
 
         ``on_admitted`` hears when the server accepted the request (its
         response headers arrived), ``on_first_token`` when the first token
         did (the prompt is prefilled); each may be called once per attempt.
         """
-        replica, stamped = self._route(request)
-        outcome: RetryOutcome[Completion] = call_with_retry(
-            lambda: replica.chat.complete(stamped, on_first_token, on_admitted), self.retry, on_retry=on_retry
-        )
-        return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
+        stamped = self._stamped(request)
+        served: list[_Replica] = []
+        failovers = [0]
+
+        def attempt() -> Completion:
+            tried: set[str] = set()
+            while True:
+                replica = self._pick(stamped.affinity_key, tried)
+                if replica is None:
+                    raise ServerUnreachable("no replica answered", url=", ".join(tried))
+                tried.add(replica.api_url)
+                try:
+                    completion = self._ready(replica).complete(stamped, on_first_token, on_admitted)
+                except ServerUnreachable as error:
+                    self._failed(replica, error)
+                    if len(tried) == len(self._replicas):
+                        raise
+                    failovers[0] += 1
+                    continue
+                served.append(replica)
+                return completion
+
+        outcome: RetryOutcome[Completion] = call_with_retry(attempt, self.retry, on_retry=on_retry)
+        return self._sent(outcome, served[-1], stamped, failovers[0])
 
     async def acomplete(
         self,
@@ -179,55 +338,116 @@ class Backend:
         on_admitted: Callable[[], None] | None = None,
     ) -> Sent:
         """The async twin of :meth:`complete`."""
-        replica, stamped = self._route(request)
-        outcome = await acall_with_retry(
-            lambda: replica.chat.acomplete(stamped, on_first_token, on_admitted),
-            self.retry,
-            on_retry=on_retry,
-        )
-        return Sent(outcome.value, outcome.attempts, replica.info, stamped.request_id or "")
+        stamped = self._stamped(request)
+        served: list[_Replica] = []
+        failovers = [0]
 
-    def _route(self, request: ChatRequest) -> tuple[_Replica, ChatRequest]:
-        """The replica for ``request`` and the request with its id: one id for all its attempts."""
-        return self._replica(request.affinity_key), replace(
-            request, request_id=request.request_id or uuid.uuid4().hex
-        )
+        async def attempt() -> Completion:
+            tried: set[str] = set()
+            while True:
+                # Picking may probe a replica that was down: off the event loop then.
+                if all(replica.up for replica in self._replicas.values()):
+                    replica = self._pick(stamped.affinity_key, tried)
+                else:
+                    replica = await asyncio.to_thread(self._pick, stamped.affinity_key, tried)
+                if replica is None:
+                    raise ServerUnreachable("no replica answered", url=", ".join(tried))
+                tried.add(replica.api_url)
+                try:
+                    chat = (
+                        self._ready(replica)
+                        if replica.chat
+                        else await asyncio.to_thread(self._ready, replica)
+                    )
+                    completion = await chat.acomplete(stamped, on_first_token, on_admitted)
+                except ServerUnreachable as error:
+                    self._failed(replica, error)
+                    if len(tried) == len(self._replicas):
+                        raise
+                    failovers[0] += 1
+                    continue
+                served.append(replica)
+                return completion
+
+        outcome = await acall_with_retry(attempt, self.retry, on_retry=on_retry)
+        return self._sent(outcome, served[-1], stamped, failovers[0])
+
+    @staticmethod
+    def _stamped(request: ChatRequest) -> ChatRequest:
+        """The request with its id: one id for all its attempts, on every replica."""
+        return replace(request, request_id=request.request_id or uuid.uuid4().hex)
+
+    @staticmethod
+    def _sent(
+        outcome: RetryOutcome[Completion], replica: _Replica, request: ChatRequest, failovers: int
+    ) -> Sent:
+        assert replica.info is not None
+        return Sent(outcome.value, outcome.attempts + failovers, replica.info, request.request_id or "")
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
-        """The server's own tokenizer (exact counts for this model)."""
-
-        replica = self._replica(affinity_key)
+        """The server's own tokenizer (exact counts for this model), on the key's replica."""
+        replica = self._pick(affinity_key, set())
+        assert replica is not None
+        self._ready(replica)
+        assert replica.info is not None and replica.endpoint is not None
         if replica.info.engine == "generic":
             raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")
         return ServerTokenizer(replica.endpoint, replica.info.engine, replica.info.model)
 
-    def counters(self) -> dict[str, CacheCounters | None]:
-        """Each server's prefix-cache hit counter now (None where it has none)."""
-        return {
-            url: read_counters(replica.endpoint, replica.info.engine, replica.info.model)
-            for url, replica in self._replicas.items()
-        }
+    def counters(self, urls: Iterable[str] | None = None) -> dict[str, CacheCounters | None]:
+        """The prefix-cache hit counter of each replica up now (None where it has none).
+
+        ``urls`` limits the reading to those replicas (the one that serves a
+        call): a reading is one ``/metrics`` request per replica.
+        """
+        wanted = set(self._replicas) if urls is None else set(urls)
+        readings: dict[str, CacheCounters | None] = {}
+        for url, replica in self._replicas.items():
+            if url in wanted and replica.up and replica.info is not None and replica.endpoint is not None:
+                readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
+        return readings
 
     def probe_cache_reporting(self) -> dict[str, bool]:
-        """Send a one-token request to each server and see whether it reports cached tokens."""
+        """Send a one-token request to each replica up and see whether it reports cached tokens."""
         seen: dict[str, bool] = {}
         request = ChatRequest(messages=({"role": "user", "content": "longctx doctor probe"},), max_tokens=1)
         for url, replica in self._replicas.items():
+            if not self._usable(replica) or replica.chat is None:
+                continue
             completion = call_with_retry(partial(replica.chat.complete, request), self.retry).value
             seen[url] = completion.usage.cached_tokens is not None
         return seen
 
-    def doctor(self, *, probe: bool = True) -> Diagnosis:
-        """Findings about every server, each with the flag that fixes it.
+    def doctor(self, *, probe: bool = True, request: RequestOptions | None = None) -> Diagnosis:
+        """Findings about every replica and the router in front, each with the flag that fixes it.
 
         With ``probe``, one one-token request per server settles whether it
-        reports cached tokens (vLLM does not say otherwise).
+        reports cached tokens (vLLM does not say otherwise). A replica that
+        cannot be reached is a warning; the router policy
+        (:attr:`ServerOptions.router_policy`) is checked against
+        ``request``'s ``cache_salt``.
         """
         reporting = self.probe_cache_reporting() if probe else {}
         servers: list[ServerInfo] = []
         findings: list[Finding] = []
+        if self.router_policy:
+            salted = bool(request is not None and request.cache_salt)
+            findings.extend(suggest_router_policy(self.router_policy, cache_salt=salted))
         for url, replica in self._replicas.items():
             info = replica.info
+            if not replica.up or info is None:
+                findings.append(
+                    Finding(
+                        "warning",
+                        "replica",
+                        f"{url} down",
+                        "(start the replica, or drop its URL)",
+                        "its packs go to the next replica meanwhile: "
+                        f"{replica.last_error or 'never answered'}",
+                    )
+                )
+                if info is None:
+                    continue
             if url in reporting:
                 info = replace(info, cache_reporting=reporting[url])
                 replica.info = info
@@ -253,12 +473,14 @@ class Backend:
             # publishes its scheduler settings only in dev mode): a deployment
             # that already sets them would be told to set them again.
         ordered = sorted(findings, key=lambda f: f.severity != "warning")
-        return Diagnosis(tuple(servers), tuple(ordered))
+        return Diagnosis(tuple(servers), tuple(ordered), self.replicas)
 
     def close(self) -> None:
         for replica in self._replicas.values():
-            replica.chat.close()
-            replica.endpoint.close()
+            if replica.chat is not None:
+                replica.chat.close()
+            if replica.endpoint is not None:
+                replica.endpoint.close()
 
     def __enter__(self) -> Backend:
         return self
@@ -330,21 +552,45 @@ def connect(
     """
     options = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
     policy = retry or RetryPolicy()
-    chosen_model = options.resolved_model()
+    urls = options.base_urls()
     key = options.resolved_api_key()
-    replicas: list[_Replica] = []
-    for url in options.base_urls():
-        info, endpoint = _discover(url, chosen_model, key, policy, transport)
-        chosen_model = chosen_model or info.model
-        chat = ChatClient(
-            info.api_url,
-            info.model,
-            api_key=key,
-            timeout=options.timeout,
-            stall_timeout=options.stall_timeout,
-            missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
-            transport=transport,
-            async_transport=async_transport,
+    headers = options.resolved_affinity_headers()
+    # With replicas, a dead URL is tried once, not retried: it is marked
+    # down and tried again later, and the others serve meanwhile.
+    discovery = policy if len(urls) == 1 else RetryPolicy(attempts=1)
+    chosen: list[str | None] = [options.resolved_model()]
+
+    def opener(url: str) -> Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]]:
+        def open_replica() -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
+            info, endpoint = _discover(url, chosen[0], key, discovery, transport)
+            chosen[0] = chosen[0] or info.model
+            chat = ChatClient(
+                info.api_url,
+                info.model,
+                api_key=key,
+                timeout=options.timeout,
+                stall_timeout=options.stall_timeout,
+                missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
+                affinity_headers=headers,
+                transport=transport,
+                async_transport=async_transport,
+            )
+            return info, endpoint, chat
+
+        return open_replica
+
+    replicas = [_Replica(split_base_url(url)[1], opener(url)) for url in urls]
+    failures: list[ServerUnreachable] = []
+    for replica in replicas:
+        try:
+            replica.open()
+        except ServerUnreachable as error:
+            if len(replicas) == 1:
+                raise
+            replica.mark_down(error, options.replica_retry_seconds)
+            failures.append(error)
+    if len(failures) == len(replicas):
+        raise ServerUnreachable(
+            "no replica answers: " + "; ".join(str(error) for error in failures), url=", ".join(urls)
         )
-        replicas.append(_Replica(info, endpoint, chat))
-    return Backend(replicas, policy)
+    return Backend(replicas, policy, options.replica_retry_seconds, router_policy=options.router_policy)

@@ -11,7 +11,7 @@ retried and no partial answer is ever kept.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +26,7 @@ from longctx.backends.http import (
     make_client,
     unreachable,
 )
+from longctx.config import DEFAULT_AFFINITY_HEADERS
 from longctx.errors import BackendError, ServerError
 from longctx.retry import parse_retry_after
 from longctx.usage import Usage
@@ -40,9 +41,10 @@ _FAILURES: tuple[type[BaseException], ...] = (openai.OpenAIError, *TRANSPORT_ERR
 class ChatRequest:
     """One chat completion to send.
 
-    ``affinity_key`` goes out as the ``x-session-id`` and
-    ``X-SMG-Routing-Key`` headers and the ``user`` field, which cache-aware
-    routers (vLLM router, SGLang gateway) use to keep a prefix on one replica.
+    ``affinity_key`` goes out in each of the client's affinity headers
+    (:data:`longctx.config.DEFAULT_AFFINITY_HEADERS` unless set otherwise)
+    and as the ``user`` field, which routers (vllm-router, SGLang's gateway,
+    llm-d, Dynamo) use to keep a prefix on one replica.
     ``cache_salt`` namespaces the server's prefix cache (tenants never share).
     """
 
@@ -164,6 +166,7 @@ class ChatClient:
         timeout: float = 3600.0,
         stall_timeout: float = 600.0,
         missing_cache_reason: str,
+        affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,
         async_transport: AsyncTransport | None = None,
     ) -> None:
@@ -171,6 +174,7 @@ class ChatClient:
         self.model = model
         self.url = f"{api_url}/chat/completions"
         self._missing = missing_cache_reason
+        self._affinity_headers = tuple(affinity_headers)
         key = api_key or "EMPTY"
         self._sync = openai.OpenAI(
             base_url=api_url,
@@ -204,8 +208,8 @@ class ChatClient:
             arguments["seed"] = request.seed
         if request.affinity_key:
             arguments["user"] = request.affinity_key
-            headers["x-session-id"] = request.affinity_key
-            headers["X-SMG-Routing-Key"] = request.affinity_key
+            for name in self._affinity_headers:
+                headers[name] = request.affinity_key
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
         if request.cache_salt:

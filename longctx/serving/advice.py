@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from longctx.errors import ServingConfigError
 
-__all__ = ["Finding", "suggest_server_flags"]
+__all__ = ["CACHE_KEEPING_POLICIES", "Finding", "suggest_router_policy", "suggest_server_flags"]
 
 _CHUNK_TOKENS = 8192
 _SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
@@ -45,6 +45,56 @@ class Finding:
     observed: str
     flag: str
     reason: str
+
+
+CACHE_KEEPING_POLICIES: dict[str, str] = {
+    "vllm-router": "--policy consistent_hash",
+    "smg": "--policy consistent_hashing",
+    "dynamo": "--router-mode kv --router-session-affinity-ttl-secs 3600",
+}
+"""Per router, the launch flags that keep each pack on one replica with longctx's affinity headers."""
+
+# Policies that send one pack's requests to whichever replica comes next:
+# every replica prefills the pack again and each holds every pack, so a
+# fleet caches no more than one replica.
+_SPREADING = {"round_robin", "roundrobin", "round-robin", "random", "power_of_two", "least_load"}
+
+
+def suggest_router_policy(router_policy: str, *, cache_salt: bool) -> tuple[Finding, ...]:
+    """Findings for the router in front of the replicas, named ``"ROUTER:POLICY"``.
+
+    For example ``"vllm-router:round_robin"`` or ``"smg:cache_aware"``.
+
+    A spreading policy (round robin, random, power of two, least load)
+    loses the cache; vllm-router's ``kv_aware`` ignores requests that carry
+    a ``cache_salt`` (they fall back to its non-affinity policy), so with a
+    salt it is flagged too. A router longctx does not know gets no finding.
+    """
+    router, _, policy = router_policy.partition(":")
+    router, policy = router.strip().lower(), policy.strip().lower()
+    fix = CACHE_KEEPING_POLICIES.get(router, "a session-affinity or consistent-hash policy")
+    if policy in _SPREADING:
+        return (
+            Finding(
+                "warning",
+                "router policy",
+                router_policy,
+                fix,
+                f"{policy} sends a pack's requests to every replica in turn: each prefills the pack again",
+            ),
+        )
+    if policy == "kv_aware" and cache_salt and router == "vllm-router":
+        return (
+            Finding(
+                "warning",
+                "router policy",
+                f"{router_policy} with cache_salt",
+                fix,
+                "vllm-router's kv_aware ignores requests that carry cache_salt: "
+                "they are spread as if they had no affinity",
+            ),
+        )
+    return ()
 
 
 def suggest_server_flags(engine: str, observed: Mapping[str, Any]) -> tuple[Finding, ...]:

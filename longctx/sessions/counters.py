@@ -29,8 +29,15 @@ class CounterSnapshot:
         self.before = before
 
     @classmethod
-    def take(cls, backend: Backend) -> CounterSnapshot:
-        return cls(backend, backend.counters())
+    def take(cls, backend: Backend, affinity_key: str | None = None) -> CounterSnapshot:
+        """Read the counter of the replica that serves ``affinity_key`` (only that one).
+
+        Every request of one key goes to that replica; reading the others
+        would cost a ``/metrics`` request per replica and a wait for
+        counters that cannot move. A request that fails over to another
+        replica is simply not checked.
+        """
+        return cls(backend, backend.counters([backend.server_for(affinity_key).api_url]))
 
     def finish(
         self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
@@ -77,7 +84,7 @@ def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: 
     last: int | None = None
     last_change = time.monotonic()
     while True:
-        reading = backend.counters().get(url)
+        reading = backend.counters([url]).get(url)
         if reading is None:
             return last
         if reading.hits != last:

@@ -326,7 +326,7 @@ class Session(Conversation):
                 backend = self.backend
                 settings = {
                     **self.request.to_dict(),
-                    "base_urls": [info.api_url for info in backend.servers],
+                    "base_urls": [replica.api_url for replica in backend.replicas],
                     "model": backend.info.model,
                     **(self._tracker.to_settings() if self._tracker is not None else {}),
                 }
@@ -524,7 +524,7 @@ class Session(Conversation):
             changes = self._pending_changes(self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = self._opened()
-            snapshot = CounterSnapshot.take(self.backend)
+            snapshot = CounterSnapshot.take(self.backend, request.affinity_key)
             committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
             snapshot.finish(self.store, record.id, None, [committed.request])
             return committed.answer
@@ -540,7 +540,7 @@ class Session(Conversation):
             changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = await asyncio.to_thread(self._opened)
-            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
+            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, request.affinity_key)
             committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
             await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
             return committed.answer
@@ -620,7 +620,7 @@ class Session(Conversation):
         changes = self._pending_changes(self._turns, max_tokens)
         plan = self._sibling_plan(questions, max_tokens, changes)
         dispatch = self._dispatch(plan, concurrency)
-        snapshot = CounterSnapshot.take(self.backend)
+        snapshot = CounterSnapshot.take(self.backend, self.affinity_key)
         outcome = siblings.run(
             self.backend,
             plan,
@@ -639,7 +639,7 @@ class Session(Conversation):
         changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
         plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes)
         dispatch = self._dispatch(plan, concurrency)
-        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend)
+        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, self.affinity_key)
         outcome = await siblings.arun(
             self.backend,
             plan,

@@ -168,7 +168,7 @@ class ShardedSession(Conversation):
                 parent_turns=None,
                 settings={
                     **self.request.to_dict(),
-                    "base_urls": [info.api_url for info in backend.servers],
+                    "base_urls": [replica.api_url for replica in backend.replicas],
                     "model": backend.info.model,
                     "shards": [shard.id for shard in shards],
                     "reducer": reducer.id,

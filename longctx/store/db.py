@@ -234,17 +234,57 @@ class Database:
 
 
 def _migrate(connection: sqlite3.Connection, path: Path) -> None:
-    """Apply the migrations the database lacks, each in its own transaction."""
+    """Apply the migrations the database lacks, safe against other threads and processes.
+
+    Several connections may open a fresh database at once (threads with
+    their own ``Store``, or processes). The version is read, and the
+    missing migrations applied, inside one ``BEGIN IMMEDIATE`` transaction:
+    SQLite's write lock makes every other opener wait, and each re-reads
+    ``user_version`` under the lock, so a migration runs exactly once.
+    """
     version = connection.execute("PRAGMA user_version").fetchone()[0]
-    if version > len(MIGRATIONS):
-        raise StoreError(
-            f"the database {path} has schema version {version}, newer than this "
-            f"longctx understands ({len(MIGRATIONS)}); upgrade longctx"
-        )
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        try:
-            connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
-        except sqlite3.Error as error:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-            raise StoreError(f"migrating {path} to schema {number} failed: {error}") from error
+    if version == len(MIGRATIONS):
+        return  # the common case: up to date, no write lock taken
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot lock {path} to update its schema: {error}") from error
+    number = version
+    try:
+        # Re-read under the lock: another opener may have migrated meanwhile.
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"the database {path} has schema version {version}, newer than this "
+                f"longctx understands ({len(MIGRATIONS)}); upgrade longctx"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            for statement in _statements(script):
+                connection.execute(statement)
+            connection.execute(f"PRAGMA user_version = {number}")
+        connection.execute("COMMIT")
+    except sqlite3.Error as error:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise StoreError(f"migrating {path} to schema {number} failed: {error}") from error
+    except BaseException:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+        raise
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of ``script``, one at a time.
+
+    ``executescript`` cannot be used inside the transaction: on Python
+    3.11 it commits a pending transaction first, which would drop the lock.
+    """
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            if pending.strip():
+                yield pending.strip()
+            pending = ""
+    if pending.strip():
+        yield pending.strip()

@@ -32,6 +32,7 @@ from longctx.testing._logs import log_tail
 
 __all__ = [
     "ENGINE_SPECS",
+    "ROUTER_SPEC",
     "EngineEnvironment",
     "EnvironmentSpec",
     "ensure_environment",
@@ -235,6 +236,14 @@ SGLANG_SPEC = EnvironmentSpec(
     check=("{python}", "-c", "import sgl_kernel, torchvision.transforms, sglang.srt.server_args"),
     digest_extra=_standin_sources(),
 )
+
+ROUTER_SPEC = EnvironmentSpec(
+    name="routers",
+    # Both routers are Rust binaries in PyPI wheels, with no engine inside.
+    steps=(_pip("vllm-router==0.1.17", "smg==1.13.0"),),
+    check=("{python}", "-c", "import vllm_router, smg"),
+)
+"""The routers the fleet tests put in front of the replicas (longctx.testing.fleet)."""
 
 ENGINE_SPECS: dict[str, EnvironmentSpec] = {"vllm": VLLM_SPEC, "sglang": SGLANG_SPEC}
 

@@ -34,12 +34,18 @@ from pathlib import Path
 import pytest
 
 from longctx.errors import ServerDiedError
+from longctx.testing.fleet import Fleet
 from longctx.testing.harness import ENGINES, EngineHarness
 from longctx.testing.model import TinyModel
 from longctx.testing.servers import LocalServer
 
 _HARNESS_KEY = pytest.StashKey[EngineHarness]()
-_SERVER_FIXTURES = {"vllm_server": ("vllm",), "sglang_server": ("sglang",), "engine_server": ()}
+_SERVER_FIXTURES = {
+    "vllm_server": ("vllm",),
+    "sglang_server": ("sglang",),
+    "engine_server": (),
+    "vllm_fleet": ("vllm",),
+}
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -212,3 +218,14 @@ def engine_server(request: pytest.FixtureRequest, longctx_harness: EngineHarness
     """Each engine's server in turn: the test runs once per engine."""
     engine: str = request.param
     return longctx_harness.server(engine)
+
+
+@pytest.fixture(scope="module")
+def vllm_fleet(longctx_harness: EngineHarness) -> Iterator[Fleet]:
+    """Two vLLM (CPU) replicas on the tiny model, and routers on demand (:class:`Fleet`).
+
+    Module-scoped: the second replica, and every router started, stop when
+    the module's tests are done.
+    """
+    with Fleet(longctx_harness, replicas=2) as fleet:
+        yield fleet

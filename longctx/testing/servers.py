@@ -51,8 +51,14 @@ _RUNNING: weakref.WeakSet[LocalServer] = weakref.WeakSet()
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
-    """True when nothing listens on ``host:port`` and it can be bound now."""
+    """True when nothing listens on ``host:port`` and a server can bind it now.
+
+    With ``SO_REUSEADDR``, as vLLM and uvicorn bind: a port whose last
+    connections linger in TIME_WAIT (a server just stopped) is free to them,
+    so a restarted server gets its port, and so its URL, back.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
         except OSError:

@@ -1,0 +1,190 @@
+"""longctx over two real vLLM CPU replicas: behind real routers from PyPI, and with a replica killed.
+
+- Behind ``vllm-router`` (consistent_hash, cache_aware) and SGLang's
+  gateway ``smg`` (consistent_hashing, cache_aware), every pack stays
+  on one replica: the cached share of prompt tokens is at least 99% of what
+  one replica alone caches on the same workload (the ceiling: each pack's
+  first request is cold). round_robin is measured as the baseline and
+  caches visibly less.
+- With both replica URLs given to longctx, a replica killed mid-batch:
+  the batch completes on the survivor, every answer stored once (the store
+  is the judge); restarted, the replica gets its packs back.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from longctx.backends.base import Backend, connect, rendezvous_order
+from longctx.config import RequestOptions, ServerOptions
+from longctx.sessions import Session
+from longctx.sessions.session import affinity_key
+from longctx.store import Store, StoredPack
+from longctx.testing.fleet import Fleet
+
+PACKS = 4
+ROUNDS = 4
+REQUEST = RequestOptions(max_tokens=4, temperature=0.0)
+
+
+def make_packs(tag: str, count: int = PACKS) -> list[StoredPack]:
+    """``count`` distinct packs of about 1,500 tokens; ``tag`` keeps runs from sharing a cache."""
+    packs = []
+    for index in range(count):
+        body = "".join(
+            f"file {tag}/{index}/{line}.py: def f{line}(x): return x * {line}\n" for line in range(110)
+        )
+        packs.append(
+            StoredPack(
+                fingerprint=uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{index}").hex * 2,
+                format_version="test/1",
+                system="You answer questions about the repository.",
+                prefix=f"<repository {tag}-{index}>\n{body}</repository>\n\n",
+                summary={"title": f"{tag}-{index}"},
+            )
+        )
+    return packs
+
+
+def cached_share(backend: Backend, store: Store, packs: list[StoredPack]) -> float:
+    """Rounds of one question per pack, each from a new session: cached / prompt tokens."""
+    prompt = cached = 0
+    for round_number in range(ROUNDS):
+        for pack in packs:
+            session = Session(backend=backend, pack=pack, store=store, request=REQUEST)
+            answer = session.ask(f"Round {round_number}: what does f3 return?")
+            prompt += answer.usage.prompt_tokens or 0
+            cached += answer.usage.cached_tokens or 0
+    return cached / prompt
+
+
+@pytest.fixture(scope="module")
+def ceiling(vllm_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> float:
+    """The cached share on one replica alone: every pack's later rounds fully cached."""
+    with (
+        connect(vllm_fleet.urls[0]) as backend,
+        Store.open(tmp_path_factory.mktemp("ceiling")) as store,
+    ):
+        return cached_share(backend, store, make_packs("ceiling"))
+
+
+@pytest.mark.parametrize(
+    ("router", "policy", "keeps_packs"),
+    [
+        ("vllm-router", "consistent_hash", True),
+        ("vllm-router", "cache_aware", True),
+        ("vllm-router", "round_robin", False),
+        ("smg", "consistent_hashing", True),
+        ("smg", "cache_aware", True),
+        # Measured only: with longctx's X-SMG-Routing-Key, smg 1.13's round_robin
+        # kept the ceiling (72.6% vs 72.8%); why is not established (docs/testing.md).
+        ("smg", "round_robin", None),
+    ],
+)
+def test_a_router_policy_keeps_each_pack_on_one_replica(
+    vllm_fleet: Fleet, ceiling: float, tmp_path: Path, *, router: str, policy: str, keeps_packs: bool | None
+) -> None:
+    server = vllm_fleet.start_router(router, policy)
+    try:
+        options = ServerOptions(base_url=server.api_base, router_policy=f"{router}:{policy}")
+        with connect(options) as backend, Store.open(tmp_path / "home") as store:
+            share = cached_share(backend, store, make_packs(f"{router}-{policy}"))
+            findings = [f for f in backend.doctor(probe=False).findings if f.setting == "router policy"]
+    finally:
+        vllm_fleet.stop_routers()
+    print(f"{router} {policy}: cached share {share:.1%}, single-replica ceiling {ceiling:.1%}")
+    assert ceiling > 0.5  # the workload caches at all: rounds 2-4 of every pack
+    if keeps_packs:
+        assert share >= 0.99 * ceiling
+        assert findings == []
+    elif keeps_packs is False:
+        # Round robin sends each pack's second round to the other replica, cold.
+        assert share < 0.9 * ceiling
+        assert findings and findings[0].severity == "warning"
+
+
+def _homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPack], list[StoredPack]]:
+    """Packs whose first replica is ``url``, and packs whose first replica is another."""
+    mine: list[StoredPack] = []
+    others: list[StoredPack] = []
+    index = 0
+    while len(mine) < count or len(others) < count:
+        pack = make_packs(f"kill-{index}", 1)[0]
+        index += 1
+        # A session's affinity key is its pack's fingerprint (see affinity_key).
+        first = rendezvous_order(affinity_key(pack.fingerprint, "unused"), urls)[0]
+        target = mine if first == url else others
+        if len(target) < count:
+            target.append(pack)
+    return mine, others
+
+
+def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
+    vllm_fleet: Fleet, tmp_path: Path
+) -> None:
+    urls = vllm_fleet.urls
+    victim = urls[1]
+    mine, others = _homed_on(victim, urls, 2)
+    questions = [f"Question {n}: what does f{n} return?" for n in range(6)]
+    options = ServerOptions(base_url=urls, replica_retry_seconds=1.0)
+    with connect(options) as backend, Store.open(tmp_path / "home") as store:
+        sessions = [
+            Session(backend=backend, pack=pack, store=store, request=RequestOptions(max_tokens=48))
+            for pack in mine + others
+        ]
+        assert [backend.server_for(s.affinity_key).api_url for s in sessions] == [victim] * 2 + [urls[0]] * 2
+        answered = threading.Event()
+        outcomes: dict[int, object] = {}
+
+        def on_answer(_: object) -> None:
+            answered.set()
+
+        def batch(index: int) -> Callable[[], None]:
+            def run() -> None:
+                try:
+                    outcomes[index] = sessions[index].ask_many(questions, concurrency=2, on_answer=on_answer)
+                except Exception as error:  # noqa: BLE001 - the test reports any failure
+                    outcomes[index] = error
+
+            return run
+
+        threads = [threading.Thread(target=batch(i)) for i in range(len(sessions))]
+        for thread in threads:
+            thread.start()
+        assert answered.wait(timeout=300)
+        vllm_fleet.kill(1)  # mid-batch: some answers stored, others in flight or not sent
+        for thread in threads:
+            thread.join(timeout=600)
+        failures = [o for o in outcomes.values() if isinstance(o, BaseException)]
+        assert failures == []
+        assert not {r.api_url: r.up for r in backend.replicas}[victim]
+
+        # The store is the judge: each batch has every question answered once.
+        for session in sessions:
+            rows = store._query(
+                "SELECT t.question, t.request_id FROM turns t JOIN sessions s ON s.id = t.session_id "
+                "WHERE s.parent_id = ?",
+                (session.id,),
+            )
+            assert sorted(row["question"] for row in rows) == sorted(questions)
+            ids = [row["request_id"] for row in rows]
+            assert len(set(ids)) == len(ids) == len(questions)
+        served = store._query("SELECT base_url, COUNT(*) AS n FROM requests GROUP BY base_url")
+        assert {row["base_url"] for row in served} <= set(urls)
+
+        vllm_fleet.restart(1)
+        time.sleep(1.5)  # past replica_retry_seconds: the next request tries it again
+        for session in sessions[:2]:
+            session.ask("Back home: what does f1 return?")
+        assert all(r.up for r in backend.replicas)
+        homes = store._query(
+            "SELECT r.base_url FROM requests r JOIN turns t ON t.request_id = r.id "
+            "WHERE t.question = 'Back home: what does f1 return?'"
+        )
+        assert [row["base_url"] for row in homes] == [victim, victim]

@@ -24,7 +24,7 @@ LIBRARY_HOMES = {
     "pypdf": ("longctx/sources/pdf.py",),
     "tiktoken": ("longctx/tokens.py",),
     "tenacity": ("longctx/retry.py",),
-    "openai": ("longctx/backends/",),
+    "httpx2": ("longctx/backends/http.py",),
     "click": ("longctx/cli/",),
     "mcp": ("longctx/mcp.py",),
     "llm": ("longctx/llm_plugin.py",),

@@ -1,40 +1,38 @@
-"""Streaming chat completions through the openai client (imported here only).
+"""Streaming chat completions, the OpenAI-compatible ``/v1/chat/completions`` of vLLM and SGLang.
 
 Every request is streamed with ``stream_options.include_usage``, so the time
-to first token is measured and the usage arrives in the final chunk. The
-client's own retries are off (``max_retries=0``): retrying lives in
-:mod:`longctx.retry`. Failures become longctx errors; a stream that drops or
-stalls midway is :class:`ServerUnreachable`, so the whole request is
-retried and no partial answer is ever kept.
+to first token is measured and the usage arrives in the final chunk. One
+call is one attempt: retrying lives in :mod:`longctx.retry`. Failures become
+longctx errors; a stream that drops or stalls midway is
+:class:`ServerUnreachable`, so the whole request is retried and no partial
+answer is ever kept.
+
+The stream is read straight from HTTP (:func:`longctx.backends.http.post_events`),
+not through the openai SDK: importing it took 0.62 s on the GPU machine's
+Python 3.12 (its typed models), half of all the time ``longctx batch`` spent
+beyond the same work through the API (docs/benchmarks.md, gpu-siblings),
+for a wire format of a few JSON fields.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import openai
-
 from longctx.backends.http import (
-    TRANSPORT_ERRORS,
     AsyncTransport,
     Transport,
-    error_from_response,
+    apost_events,
     make_async_client,
     make_client,
-    unreachable,
+    post_events,
 )
 from longctx.config import DEFAULT_AFFINITY_HEADERS
-from longctx.errors import BackendError, ServerError
-from longctx.retry import parse_retry_after
 from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion"]
-
-# What a request can fail with before it is translated into a longctx error.
-_FAILURES: tuple[type[BaseException], ...] = (openai.OpenAIError, *TRANSPORT_ERRORS)
 
 
 @dataclass(frozen=True)
@@ -68,13 +66,11 @@ class Completion:
     usage: Usage
 
 
-def _extra(model: Any, *names: str) -> Any:
-    extra = getattr(model, "model_extra", None) or {}
-    for name in names:
-        value = getattr(model, name, None) if name in type(model).model_fields else extra.get(name)
-        if value is not None:
-            return value
-    return None
+def _first(mapping: Any, *names: str) -> Any:
+    """The first of ``names`` that ``mapping`` holds with a value (None when it is no mapping)."""
+    if not isinstance(mapping, dict):
+        return None
+    return next((mapping[name] for name in names if mapping.get(name) is not None), None)
 
 
 class _Accumulator:
@@ -92,13 +88,13 @@ class _Accumulator:
         self.usage: Any = None
         self.missing_reason = missing_reason
 
-    def add(self, chunk: Any) -> None:
-        if chunk.usage is not None:
-            self.usage = chunk.usage
-        for choice in chunk.choices or ():
-            delta = choice.delta
-            content = getattr(delta, "content", None)
-            thought = _extra(delta, "reasoning_content", "reasoning")
+    def add(self, chunk: dict[str, Any]) -> None:
+        if chunk.get("usage") is not None:
+            self.usage = chunk["usage"]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            thought = _first(delta, "reasoning_content", "reasoning")
             if (content or thought) and self.first_token_at is None:
                 self.first_token_at = time.perf_counter()
                 if self.on_first_token is not None:
@@ -107,21 +103,21 @@ class _Accumulator:
                 self.text.append(content)
             if thought:
                 self.reasoning.append(str(thought))
-            if choice.finish_reason:
-                self.finish_reason = choice.finish_reason
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
 
     def finish(self) -> Completion:
         ended = time.perf_counter()
         usage = self.usage
         prompt = completion = cached = created = None
         reason: str | None = None
-        if usage is None:
+        if not isinstance(usage, dict):
             reason = "the server sent no usage (stream_options.include_usage unsupported?)"
         else:
-            prompt, completion = usage.prompt_tokens, usage.completion_tokens
-            details = usage.prompt_tokens_details
-            cached = getattr(details, "cached_tokens", None) if details is not None else None
-            created = _extra(details, "created_cache_tokens") if details is not None else None
+            prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            details = usage.get("prompt_tokens_details")
+            cached = _first(details, "cached_tokens")
+            created = _first(details, "created_cache_tokens")
             if cached is None:
                 reason = self.missing_reason
         first = self.first_token_at if self.first_token_at is not None else ended
@@ -139,19 +135,6 @@ class _Accumulator:
                 cached_reason=reason,
             ),
         )
-
-
-def _translate(error: BaseException, url: str) -> BackendError:
-    if isinstance(error, openai.APIStatusError):
-        translated = error_from_response(error.status_code, error.response.text, url)
-        translated.retry_after = parse_retry_after(error.response.headers.get("retry-after"))
-        return translated
-    if isinstance(error, (openai.APIConnectionError, *TRANSPORT_ERRORS)):
-        return unreachable(url, error)
-    if isinstance(error, openai.APIError):
-        # An error event inside the stream (the server gave up midway).
-        return ServerError(f"{url} failed during the answer: {error}", url=url, status=None)
-    raise error
 
 
 class ChatClient:
@@ -175,24 +158,15 @@ class ChatClient:
         self.url = f"{api_url}/chat/completions"
         self._missing = missing_cache_reason
         self._affinity_headers = tuple(affinity_headers)
-        key = api_key or "EMPTY"
-        self._sync = openai.OpenAI(
-            base_url=api_url,
-            api_key=key,
-            max_retries=0,
-            http_client=make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport),
-        )
-        self._async = openai.AsyncOpenAI(
-            base_url=api_url,
-            api_key=key,
-            max_retries=0,
-            http_client=make_async_client(
-                timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
-            ),
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
+        self._async = make_async_client(
+            timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
         )
 
-    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
-        headers: dict[str, str] = {}
+    def _arguments(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, str]]:
+        """The request's body and headers."""
+        headers: dict[str, str] = dict(self._headers)
         body: dict[str, Any] = dict(request.extra_body)
         arguments: dict[str, Any] = {
             "model": self.model,
@@ -214,10 +188,8 @@ class ChatClient:
             headers["X-Request-Id"] = request.request_id
         if request.cache_salt:
             body["cache_salt"] = request.cache_salt
-        arguments["extra_headers"] = headers
-        if body:
-            arguments["extra_body"] = body
-        return arguments
+        # Extra fields go in beside the standard ones; a standard one is never overridden by them.
+        return {**body, **arguments}, headers
 
     def complete(
         self,
@@ -234,14 +206,9 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
-        try:
-            stream: Iterable[Any] = self._sync.chat.completions.create(**self._arguments(request))
-            if on_admitted is not None:
-                on_admitted()
-            for chunk in stream:
-                accumulator.add(chunk)
-        except _FAILURES as error:
-            raise _translate(error, self.url) from error
+        body, headers = self._arguments(request)
+        for chunk in post_events(self._sync, self.url, body, headers, on_admitted):
+            accumulator.add(chunk)
         return accumulator.finish()
 
     async def acomplete(
@@ -252,18 +219,13 @@ class ChatClient:
     ) -> Completion:
         """The async twin of :meth:`complete`."""
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
-        try:
-            stream = await self._async.chat.completions.create(**self._arguments(request))
-            if on_admitted is not None:
-                on_admitted()
-            async for chunk in stream:
-                accumulator.add(chunk)
-        except _FAILURES as error:
-            raise _translate(error, self.url) from error
+        body, headers = self._arguments(request)
+        async for chunk in apost_events(self._async, self.url, body, headers, on_admitted):
+            accumulator.add(chunk)
         return accumulator.finish()
 
     def close(self) -> None:
         self._sync.close()
 
     async def aclose(self) -> None:
-        await self._async.close()
+        await self._async.aclose()

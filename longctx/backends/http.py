@@ -14,18 +14,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx2
 
 from longctx.errors import BackendError, ContextOverflow, ServerError, ServerUnreachable
+from longctx.retry import parse_retry_after
 
 __all__ = [
     "DEFAULT_TIMEOUT",
     "HttpEndpoint",
     "Transport",
+    "apost_events",
     "error_from_response",
     "parse_context_overflow",
+    "post_events",
     "split_base_url",
 ]
 
@@ -196,13 +200,88 @@ def _json(response: httpx2.Response, url: str) -> Any:
         ) from error
 
 
-# The exceptions httpx2 raises when a connection fails, drops or stalls, for
-# modules that read streams through the openai client.
+# The exceptions httpx2 raises when a connection fails, drops or stalls.
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.StreamError)
 
 
+def _event(line: str, url: str) -> dict[str, Any] | None:
+    """The JSON of one server-sent ``data:`` line; None for anything else (comments, ``[DONE]``)."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    if not data or data == "[DONE]":
+        return None
+    try:
+        event = json.loads(data)
+    except ValueError as error:
+        raise ServerError(f"{url} streamed something that is not JSON: {data[:200]!r}", url=url) from error
+    if not isinstance(event, dict):
+        raise ServerError(f"{url} streamed {data[:200]!r}, not an object", url=url)
+    if "error" in event and "choices" not in event:
+        # The server gave up midway (an error event inside the stream).
+        raise ServerError(f"{url} failed during the answer: {str(event['error'])[:BODY_LIMIT]}", url=url)
+    return event
+
+
+def _status_error(response: httpx2.Response, body: str, url: str) -> BackendError:
+    error = error_from_response(response.status_code, body, url)
+    error.retry_after = parse_retry_after(response.headers.get("retry-after"))
+    return error
+
+
+def post_events(
+    client: httpx2.Client,
+    url: str,
+    body: Any,
+    headers: dict[str, str],
+    on_open: Callable[[], None] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """POST ``body`` and yield each JSON event of the server-sent stream that answers it.
+
+    ``on_open`` is called once the response's headers arrived. An HTTP
+    error answer raises its longctx error (with ``retry_after``); a
+    connection that fails, drops or stalls midway raises
+    :class:`ServerUnreachable`; an error event inside the stream raises
+    :class:`ServerError`.
+    """
+    try:
+        with client.stream("POST", url, json=body, headers=headers) as response:
+            if response.status_code >= 400:
+                raise _status_error(response, response.read().decode("utf-8", "replace"), url)
+            if on_open is not None:
+                on_open()
+            for line in response.iter_lines():
+                event = _event(line, url)
+                if event is not None:
+                    yield event
+    except TRANSPORT_ERRORS as error:
+        raise unreachable(url, error) from error
+
+
+async def apost_events(
+    client: httpx2.AsyncClient,
+    url: str,
+    body: Any,
+    headers: dict[str, str],
+    on_open: Callable[[], None] | None = None,
+) -> AsyncIterator[dict[str, Any]]:
+    """The async twin of :func:`post_events`."""
+    try:
+        async with client.stream("POST", url, json=body, headers=headers) as response:
+            if response.status_code >= 400:
+                raise _status_error(response, (await response.aread()).decode("utf-8", "replace"), url)
+            if on_open is not None:
+                on_open()
+            async for line in response.aiter_lines():
+                event = _event(line, url)
+                if event is not None:
+                    yield event
+    except TRANSPORT_ERRORS as error:
+        raise unreachable(url, error) from error
+
+
 def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> httpx2.Client:
-    """An httpx2 client for the openai SDK: ``stall_timeout`` bounds the wait for each read."""
+    """An httpx2 client for streamed answers: ``stall_timeout`` bounds the wait for each read."""
     return httpx2.Client(
         timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0), transport=transport
     )

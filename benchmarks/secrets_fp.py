@@ -50,7 +50,7 @@ class Scan:
 def _texts(root: Path, skip: str | None) -> list[tuple[Path, str]]:
     texts = []
     for folder, folders, names in os.walk(root):
-        folders[:] = sorted(name for name in folders if name != "__pycache__" and name != skip)
+        folders[:] = sorted(name for name in folders if name not in ("__pycache__", skip))
         for name in sorted(names):
             path = Path(folder) / name
             try:

@@ -369,7 +369,14 @@ def _load(
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
-        candidates, limits, allow_secrets, entries, on_document, keep=keep, pdf_cache=store
+        candidates,
+        limits,
+        allow_secrets,
+        entries,
+        on_document,
+        keep=keep,
+        pdf_cache=store,
+        special_tokens=options.special_tokens,
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
@@ -433,6 +440,7 @@ def _read_in_order(
     *,
     keep: bool,
     pdf_cache: Store | None,
+    special_tokens: tuple[str, ...] = (),
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 
@@ -445,7 +453,10 @@ def _read_in_order(
     from longctx.sources.reading import FileReader
 
     reader = FileReader(
-        max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets, pdf_cache=pdf_cache
+        max_file_bytes=limits.max_file_bytes,
+        allow_secrets=allow_secrets,
+        pdf_cache=pdf_cache,
+        special_tokens=special_tokens,
     )
     documents: list[Document] = []
     included = total_bytes = 0

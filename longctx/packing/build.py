@@ -24,7 +24,14 @@ from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document
 from longctx.packing import snapshots
-from longctx.packing.assembly import _assemble, _clean_text, _Counter, _Sections, _skipped_entries
+from longctx.packing.assembly import (
+    _assemble,
+    _clean_text,
+    _Counter,
+    _included_notes,
+    _Sections,
+    _skipped_entries,
+)
 from longctx.packing.budget import _check_budget
 from longctx.packing.counting import SectionCounter
 from longctx.packing.model import (
@@ -118,7 +125,10 @@ class _PackBuilder:
             self.section_counter.add(text, fingerprint, data)
 
     def finish(self, corpus: CorpusOutline) -> Pack:
-        listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
+        notes = _included_notes(corpus)
+        listing = render_listing(
+            [*(ListingEntry(path, note=notes.get(path)) for path in self.paths), *_skipped_entries(corpus)]
+        )
         texts: Sequence[str | memoryview] = self.texts
         stored: StoredText | None = None
         if self.snapshot is not None:

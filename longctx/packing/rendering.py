@@ -38,7 +38,7 @@ __all__ = [
     "render_path",
 ]
 
-FORMAT_VERSION: Final = "longctx-pack/2"
+FORMAT_VERSION: Final = "longctx-pack/3"
 """Version of the byte format; bumped on any change to the bytes a pack renders."""
 
 SYSTEM_HEADER: Final = (
@@ -55,7 +55,9 @@ SYSTEM_HEADER: Final = (
     "double quotes is a JSON string (the path holds characters that need escaping). "
     '"[no final newline]" before a path means the document\'s text does not end with a line break. '
     'A PDF marks each page with a line "--- page N of M ---"; a notebook marks each cell with '
-    '"# %% [markdown]", "# %% [code]" or "# %% [raw]".\n'
+    '"# %% [markdown]", "# %% [code]" or "# %% [raw]". A zero width space after the first character of a '
+    "special-token spelling (a tag such as <|...|>) is the document's own text, broken so that it "
+    "cannot act as a token.\n"
     "\n"
     'A line "<changed-since>" between documents means that the documents after it are the current '
     "versions of files that changed after those before it were taken: where a path appears both before "
@@ -64,8 +66,9 @@ SYSTEM_HEADER: Final = (
     "\n"
     'The listing shows each folder as a line ending in "/", with its entries below it indented by two '
     "more spaces. An entry that was not packed starts with the reason in brackets, such as "
-    '"[skipped: binary]". A listing with a part number covers only the documents of that part of a '
-    "larger collection.\n"
+    '"[skipped: binary]"; a packed PDF with pages that hold no text (scans, images) starts with them, '
+    'such as "[no text on pages 2, 5]". A listing with a part number covers only the documents of that '
+    "part of a larger collection.\n"
     "\n"
     "Answer from the documents. Name the paths you rely on. If the documents do not hold the answer, "
     "say so.\n"
@@ -154,11 +157,13 @@ class ListingEntry:
     """One path of the listing; ``skipped_reason`` is set for a path that was not packed.
 
     A path ending in ``/`` is a folder entry (a submodule, an unlistable
-    folder).
+    folder). ``note`` is for a packed path whose text lacks something (a
+    PDF's pages without text), written in brackets before its name.
     """
 
     path: str
     skipped_reason: str | None = None
+    note: str | None = None
 
 
 def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) -> str:
@@ -183,7 +188,10 @@ def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) 
         for folder in folders[common:]:
             lines.append(f"{'  ' * len(open_folders)}{render_path(folder)}/")
             open_folders.append(folder)
-        note = "" if entry.skipped_reason is None else f"[skipped: {entry.skipped_reason}] "
+        if entry.skipped_reason is not None:
+            note = f"[skipped: {entry.skipped_reason}] "
+        else:
+            note = "" if entry.note is None else f"[{entry.note}] "
         lines.append(f"{'  ' * len(open_folders)}{note}{render_path(name)}{'/' if is_folder else ''}")
     lines.append("</listing>")
     return "\n".join(lines) + "\n"

@@ -210,6 +210,7 @@ def snapshot_key(
             options.allow_secrets,
             None if tokenizer is None else tokenizer.identity,
             options.max_stale_share,
+            list(options.special_tokens),
             _code_identity(),
         ]
     )

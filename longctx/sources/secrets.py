@@ -32,7 +32,14 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ASSIGNMENT_RULE", "RULE_NAMES", "SecretFinding", "find_secrets", "redact_if_secret", "secret_file_rule"]
+__all__ = [
+    "ASSIGNMENT_RULE",
+    "RULE_NAMES",
+    "SecretFinding",
+    "find_secrets",
+    "redact_if_secret",
+    "secret_file_rule",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,15 +222,22 @@ _HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
 _CONSTANT_NAME: Final = re.compile(r"_?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
 _DOTTED_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 _ENTROPY_BITS: Final = 3.5  # bits per character; English words and identifiers stay below it
-_PLACEHOLDER_WORDS: Final = ("example", "sample", "xxxx", "placeholder", "changeme", "your", "dummy", "redacted")
+_PLACEHOLDER_WORDS: Final = (
+    "example",
+    "sample",
+    "xxxx",
+    "placeholder",
+    "changeme",
+    "your",
+    "dummy",
+    "redacted",
+)
 
 
 def _entropy(value: str) -> float:
     """Shannon entropy of ``value``'s characters, in bits per character."""
     total = len(value)
-    return -sum(
-        count / total * math.log2(count / total) for count in collections.Counter(value).values()
-    )
+    return -sum(count / total * math.log2(count / total) for count in collections.Counter(value).values())
 
 
 def _looks_random(value: str) -> bool:

@@ -144,6 +144,16 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         created_at REAL NOT NULL
     );
     """,
+    # 6: the special-token spellings a server's tokenizer treats as special
+    # (longctx.sessions.corpus), by tokenizer identity: learned once per
+    # served tokenizer through its tokenize route.
+    """
+    CREATE TABLE special_tokens (
+        tokenizer TEXT PRIMARY KEY,
+        spellings_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 )
 
 

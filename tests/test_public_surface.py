@@ -30,6 +30,7 @@ PUBLIC = {
     "Diagnosis",
     "DocSession",
     "Document",
+    "EmptyCorpus",
     "EnvironmentBuildError",
     "EstimateTokenizer",
     "Finding",

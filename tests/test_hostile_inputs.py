@@ -116,7 +116,9 @@ def test_an_empty_folder_is_an_error_too(tmp_path: Path) -> None:
 @pytest.fixture
 def fake_backend() -> Iterator[Backend]:
     fake = FakeEngine(engine="generic", block=1)
-    backend = connect("http://fake-engine:8000/v1", transport=fake.transport(), async_transport=fake.transport())
+    backend = connect(
+        "http://fake-engine:8000/v1", transport=fake.transport(), async_transport=fake.transport()
+    )
     yield backend
     backend.close()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from longctx.config import CorpusOptions
@@ -52,7 +53,7 @@ from longctx.packing.rendering import (
     render_listing,
 )
 from longctx.store import Store, StoredText
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens import EstimateTokenizer, Tokenizer, special_token_spellings
 
 __all__ = ["build_pack", "pack"]
 
@@ -190,6 +191,18 @@ def build_pack(
     return built
 
 
+def with_tokenizer_specials(options: CorpusOptions, tokenizer: Tokenizer | None) -> CorpusOptions:
+    """``options`` plus the special-token spellings ``tokenizer`` knows offline (those not broken anyway)."""
+    # Imported here: the spelling list is not needed to read a pack back from the store.
+    from longctx.sources.special_tokens import DEFAULT_SPELLINGS
+
+    known = set(DEFAULT_SPELLINGS) | set(options.special_tokens)
+    added = [spelling for spelling in special_token_spellings(tokenizer) if spelling not in known]
+    if not added:
+        return options
+    return replace(options, special_tokens=(*options.special_tokens, *added))
+
+
 def pack(
     paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     options: CorpusOptions | None = None,
@@ -210,7 +223,7 @@ def pack(
     not read again: its pack and manifest come back from the store
     (``reused`` is True). Raises what those two functions raise.
     """
-    options = options or CorpusOptions()
+    options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
     key: snapshots.SnapshotKey | None = None

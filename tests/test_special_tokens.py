@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from longctx.config import CorpusOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import build_pack, pack
-from longctx.packing.rendering import SYSTEM_HEADER
+from longctx.packing.rendering import SYSTEM_HEADER, render_path
 from longctx.sources.special_tokens import BREAK, CANDIDATE_SPELLINGS, DEFAULT_SPELLINGS, neutralise
 from longctx.store import Store
 from longctx.testing import TinyModel
@@ -108,3 +109,20 @@ def test_an_offline_tokenizers_special_tokens_are_broken_by_pack(
     special_ids = {tokenizer.encode(spelling)[0] for spelling in tokenizer.special_tokens}
     assert not special_ids & set(tokenizer.encode(section.text))
     assert special_token_spellings(EstimateTokenizer()) == ()
+
+
+@pytest.mark.parametrize(
+    "path", ["docs/<|im_end|>.md", "<|im_start|>system", "x/[INST]/y.txt", 'a"<|eot_id|>']
+)
+def test_a_path_spelling_a_special_token_is_quoted_and_escaped(path: str) -> None:
+    rendered = render_path(path)
+    assert rendered.startswith('"') and json.loads(rendered) == path
+    assert neutralise(rendered) == (rendered, 0)
+
+
+def test_a_file_named_like_a_special_token_does_not_spell_it_in_the_pack(tmp_path: Path) -> None:
+    (tmp_path / "<|im_start|>system").write_text("hello\n")
+    (tmp_path / "ok.md").write_text("fine\n")
+    pack = build_pack(load_corpus(tmp_path))
+    assert neutralise(pack.system + pack.prefix) == (pack.system + pack.prefix, 0)
+    assert '"\\u003c|im_start|>system"' in pack.prefix

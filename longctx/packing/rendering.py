@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import path_sort_key
+from longctx.sources.special_tokens import DEFAULT_SPELLINGS
 
 __all__ = [
     "BOUNDARY",
@@ -103,6 +104,13 @@ _BACKTICK_RUNS = re.compile(r"`{3,}")
 # running Python's Unicode database.
 _NEEDS_ESCAPE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
 _ESCAPE_AFTER_JSON = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
+# A path (a file name is the repository's content too) that spells a chat
+# format's special token is quoted, with the spelling's first character
+# written as a \uXXXX escape: the JSON string still decodes to the path, and
+# the rendered text no longer holds the spelling.
+_SPECIAL_IN_PATH = re.compile(
+    "|".join(re.escape(spelling) for spelling in sorted(DEFAULT_SPELLINGS, key=lambda s: (-len(s), s)))
+)
 
 
 def render_path(path: str) -> str:
@@ -114,18 +122,31 @@ def render_path(path: str) -> str:
     either end. Otherwise the path is a JSON string literal in which every
     character of the escape set is a ``\\uXXXX`` escape, so an undecodable
     byte kept as a surrogate (U+DCxx) appears as ``\\udcxx`` and the result
-    is plain UTF-8. Distinct paths always render distinctly.
+    is plain UTF-8. A path that spells a special token of a common chat
+    format (``<|im_end|>``...) is quoted too, the first character of each
+    such spelling escaped (``\\u003c|im_end|>``), so the rendered path holds
+    no special-token spelling. Distinct paths always render distinctly.
     """
+    special = _SPECIAL_IN_PATH.search(path) is not None
     if (
         path
+        and not special
         and path[0] not in '"['
         and path[0] != " "
         and path[-1] != " "
         and _NEEDS_ESCAPE.search(path) is None
     ):
         return path
-    quoted = json.dumps(path, ensure_ascii=False)
-    return _ESCAPE_AFTER_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", quoted)
+    quoted = _ESCAPE_AFTER_JSON.sub(
+        lambda match: f"\\u{ord(match.group()):04x}", json.dumps(path, ensure_ascii=False)
+    )
+    if special:
+        # JSON escapes only change a spelling's characters that need escaping
+        # (none of the default spellings' first characters), so they are found again here.
+        quoted = _SPECIAL_IN_PATH.sub(
+            lambda match: f"\\u{ord(match.group()[0]):04x}" + match.group()[1:], quoted
+        )
+    return quoted
 
 
 def fence_for(text: str) -> str:

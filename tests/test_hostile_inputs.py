@@ -17,9 +17,10 @@ from longctx.cli import main
 from longctx.cli.app import EXIT_EMPTY_CORPUS, EXIT_OK, Runtime
 from longctx.corpus import load_corpus
 from longctx.errors import EmptyCorpus
-from longctx.packing import build_pack
+from longctx.packing import Budget, build_pack, build_shards
 from longctx.sources import pdf as pdf_module
 from longctx.store import Store
+from longctx.tokens import EstimateTokenizer
 
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 
@@ -133,3 +134,18 @@ def test_pack_and_ask_exit_with_their_own_code_for_nothing_to_pack(
     asked = _invoke(tmp_path / "home", "ask", str(nothing_to_pack), "What is here?", backend=fake_backend)
     assert asked.exit_code == EXIT_EMPTY_CORPUS, asked.output
     assert "every file was skipped" in asked.stderr
+
+
+def test_a_shards_listing_names_the_pages_without_text_and_stays_in_budget(tmp_path: Path) -> None:
+    folder = _pdf_folder(tmp_path)
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (folder / name).write_text(f"{name} " * 400)
+    corpus = load_corpus(folder)
+    whole = build_pack(corpus, tokenizer=EstimateTokenizer()).total_tokens or 0
+    assert whole > 1000
+    budget = Budget(whole // 2 + 300, reserved_output_tokens=0, reserved_question_tokens=0)
+    shards = build_shards(corpus, budget=budget, tokenizer=EstimateTokenizer()).shards
+    assert len(shards) >= 2
+    assert all((shard.total_tokens or 0) <= budget.prompt_budget for shard in shards)
+    listings = "".join(shard.prefix.split("<listing", 1)[1] for shard in shards)
+    assert "[no text on page 2] math.pdf\n" in listings and "[no text on page 1] scan.pdf\n" in listings

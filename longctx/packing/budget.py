@@ -108,9 +108,11 @@ def build_shards(
     documents = tuple(document for document in corpus.documents if not document.earlier)
     texts = _document_section_texts(documents)
     counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
-    chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
     skipped = _skipped_entries(corpus)
     notes = _included_notes(corpus)
+    chains = cached_counts(
+        tokenizer, [folder_lines(document.path, notes.get(document.path)) for document in documents], store
+    )
     empty = _assemble(_Sections([], [], render_listing(skipped, part=1), part=1), counter)
     fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
     limit = budget.prompt_budget

@@ -218,9 +218,13 @@ def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) 
     return "\n".join(lines) + "\n"
 
 
-def folder_lines(path: str) -> str:
-    """The listing lines ``path`` needs when no other entry shares its folders (a shard's upper bound)."""
-    return render_listing([ListingEntry(path)]).split("<listing>\n", 1)[1].rsplit("</listing>", 1)[0]
+def folder_lines(path: str, note: str | None = None) -> str:
+    """The listing lines ``path`` (with its ``note``) needs when no other entry shares its folders.
+
+    A shard's upper bound of what a document adds to the listing.
+    """
+    listing = render_listing([ListingEntry(path, note=note)])
+    return listing.split("<listing>\n", 1)[1].rsplit("</listing>", 1)[0]
 
 
 def listing_entries(included: Sequence[str], skipped: Iterable[tuple[str, str]] = ()) -> list[ListingEntry]:

@@ -263,7 +263,14 @@ def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
     if stored is None:
         return None
     links = stored.summary.get("links")
-    if not isinstance(links, list) or not _links_unchanged(key.directory, links):
+    if not (
+        isinstance(links, list)
+        and all(
+            isinstance(link, list) and len(link) == 3 and all(isinstance(part, str) for part in link)
+            for link in links
+        )
+        and _links_unchanged(key.directory, links)
+    ):
         return None
     # The sections keep views of the mapped file (it closes with the last
     # of them): their text is decoded only if someone reads it.

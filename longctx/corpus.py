@@ -455,11 +455,25 @@ def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
     for path in distinct:
         real = os.path.realpath(path)
         outer = next((folder for folder in folders if real != folder and is_inside(real, folder)), None)
-        if outer is None:
-            kept.append(path)
-        else:
+        if outer is not None and _same_work_tree(real, outer):
             logger.info("%s is inside another path given, packed once as part of it", display_path(path))
+        else:
+            kept.append(path)
     return kept
+
+
+def _same_work_tree(inner: str, outer: str) -> bool:
+    """Whether ``outer``'s listing holds ``inner`` (a path inside the folder ``outer``).
+
+    A plain folder lists everything below it; a repository nested in a
+    repository is a skip of the outer one's listing (``submodule``), so a
+    path inside it given too is no repeat.
+    """
+    folder = inner if os.path.isdir(inner) else os.path.dirname(inner)
+    inner_tree, outer_tree = find_repository(folder), find_repository(outer)
+    inner_top = None if inner_tree is None else inner_tree.work_tree
+    outer_top = None if outer_tree is None else outer_tree.work_tree
+    return outer_top is None or inner_top == outer_top
 
 
 def _load_sources(paths: list[str], max_stale_share: float, store: Store | None) -> list[_Source]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,3 +151,21 @@ def test_a_shards_listing_names_the_pages_without_text_and_stays_in_budget(tmp_p
     assert all((shard.total_tokens or 0) <= budget.prompt_budget for shard in shards)
     listings = "".join(shard.prefix.split("<listing", 1)[1] for shard in shards)
     assert "[no text on page 2] math.pdf\n" in listings and "[no text on page 1] scan.pdf\n" in listings
+
+
+def test_a_repository_nested_in_a_given_repository_is_no_repeat(tmp_path: Path) -> None:
+    outer = tmp_path / "outer"
+    inner = outer / "inner"
+    inner.mkdir(parents=True)
+    (outer / "top.md").write_text("top\n")
+    (inner / "deep.md").write_text("deep\n")
+    for repository in (outer, inner):
+        subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    corpus = load_corpus([outer, inner])
+    assert sorted(document.path for document in corpus.documents) == ["inner/deep.md", "outer/top.md"]
+    # In a plain folder the nested repository's files are the folder's own: packed once.
+    shutil.rmtree(outer / ".git")
+    assert sorted(document.path for document in load_corpus([outer, inner]).documents) == [
+        "inner/deep.md",
+        "top.md",
+    ]

@@ -204,7 +204,9 @@ def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], R
         "longctx, cl100k, cold": lambda: longctx("cl100k", work / f"home-cl100k{tag}", fresh=True),
         "longctx, cl100k, unchanged": lambda: longctx("cl100k", work / f"home-cl100k{tag}", fresh=False),
         "longctx, estimate, cold": lambda: longctx("estimate", work / f"home-estimate{tag}", fresh=True),
-        "longctx, estimate, unchanged": lambda: longctx("estimate", work / f"home-estimate{tag}", fresh=False),
+        "longctx, estimate, unchanged": lambda: longctx(
+            "estimate", work / f"home-estimate{tag}", fresh=False
+        ),
         "repomix (defaults: o200k counts, secretlint)": lambda: other(
             [repomix, str(corpus)], outputs / "repomix.xml"
         ),

@@ -30,6 +30,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent / "docs" / "benchmarks.md"
 MIB = 1024 * 1024
+REPOMIX_VERSION = "1.18.1"  # as benchmarks/run installs it
 
 
 def log(message: str) -> None:
@@ -177,10 +178,9 @@ def _counting_alone(corpus: Path, home: Path) -> dict[str, float]:
     return seconds
 
 
-def speed(args: argparse.Namespace) -> str:
-    work: Path = args.work
-    corpus = work / "stdlib-repo"
-    outputs = work / "outputs"
+def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], Run]]:
+    """The runs of the speed benchmark on ``corpus``; ``tag`` keeps its stores and outputs apart."""
+    outputs = work / f"outputs{tag}"
     outputs.mkdir(exist_ok=True)
     python = sys.executable
     repomix = str(work / "node" / "node_modules" / ".bin" / "repomix")
@@ -200,11 +200,13 @@ def speed(args: argparse.Namespace) -> str:
         output.unlink(missing_ok=True)  # as for a cold longctx run: the file is written, not rewritten
         return timed([*command, "-o", str(output)], env=base_env)
 
-    tools: dict[str, Callable[[], Run]] = {
-        "longctx, cl100k, cold": lambda: longctx("cl100k", work / "home-cl100k", fresh=True),
-        "longctx, cl100k, unchanged": lambda: longctx("cl100k", work / "home-cl100k", fresh=False),
-        "longctx, estimate, cold": lambda: longctx("estimate", work / "home-estimate", fresh=True),
-        "longctx, estimate, unchanged": lambda: longctx("estimate", work / "home-estimate", fresh=False),
+    return {
+        "longctx, cl100k, cold": lambda: longctx("cl100k", work / f"home-cl100k{tag}", fresh=True),
+        "longctx, cl100k, unchanged": lambda: longctx("cl100k", work / f"home-cl100k{tag}", fresh=False),
+        "longctx, estimate, cold": lambda: longctx("estimate", work / f"home-estimate{tag}", fresh=True),
+        "longctx, estimate, unchanged": lambda: longctx(
+            "estimate", work / f"home-estimate{tag}", fresh=False
+        ),
         "repomix (defaults: o200k counts, secretlint)": lambda: other(
             [repomix, str(corpus)], outputs / "repomix.xml"
         ),
@@ -213,21 +215,16 @@ def speed(args: argparse.Namespace) -> str:
         ),
         "gitingest (o200k count)": lambda: other([gitingest, str(corpus)], outputs / "gitingest.txt"),
     }
+
+
+def _speed_runs(args: argparse.Namespace, corpus: Path, tag: str) -> dict[str, list[Run]]:
+    """Every tool on ``corpus``, ``args.repetitions`` times, interleaved; checks the reuse of each run."""
+    tools = _speed_tools(args.work, corpus, tag)
     runs: dict[str, list[Run]] = {name: [] for name in tools}
     for repetition in range(args.repetitions):
         for name, tool in tools.items():
-            log(f"speed: {name}, repetition {repetition + 1}/{args.repetitions}")
+            log(f"speed{tag}: {name}, repetition {repetition + 1}/{args.repetitions}")
             runs[name].append(tool())
-
-    def median(name: str) -> float:
-        return statistics.median(run.seconds for run in runs[name])
-
-    def peak(name: str) -> int:
-        return max(run.peak_rss_bytes for run in runs[name])
-
-    facts = json.loads(runs["longctx, cl100k, cold"][-1].stdout)
-    estimate_facts = json.loads(runs["longctx, estimate, cold"][-1].stdout)
-    unchanged_facts = json.loads(runs["longctx, cl100k, unchanged"][-1].stdout)
     reuse = {
         name: [json.loads(run.stdout)["reused"] for run in runs[name]]
         for name in tools
@@ -238,7 +235,12 @@ def speed(args: argparse.Namespace) -> str:
     kept = {name: [json.loads(run.stdout)["output_unchanged"] for run in runs[name]] for name in reuse}
     if kept != reuse:
         raise RuntimeError(f"a cold run found its output in place or an unchanged run did not: {kept}")
-    counting_seconds = _counting_alone(corpus, work / "home-cl100k")
+    return runs
+
+
+def _token_counts(runs: dict[str, list[Run]]) -> dict[str, str]:
+    facts = json.loads(runs["longctx, cl100k, cold"][-1].stdout)
+    estimate_facts = json.loads(runs["longctx, estimate, cold"][-1].stdout)
     repomix_tokens = re.search(
         r"Total Tokens:\s*([\d,]+)", runs["repomix (defaults: o200k counts, secretlint)"][-1].stdout
     )
@@ -246,7 +248,7 @@ def speed(args: argparse.Namespace) -> str:
         r"Estimated tokens:\s*(\S+)",
         runs["gitingest (o200k count)"][-1].stdout + runs["gitingest (o200k count)"][-1].stderr,
     )
-    counts = {
+    return {
         "longctx, cl100k, cold": f"{facts['tokens']:,} (cl100k, exact)",
         "longctx, cl100k, unchanged": f"{facts['tokens']:,} (cl100k, exact)",
         "longctx, estimate, cold": f"{estimate_facts['tokens']:,} (estimate)",
@@ -257,8 +259,84 @@ def speed(args: argparse.Namespace) -> str:
         "gitingest (o200k count)": (gitingest_tokens.group(1) if gitingest_tokens else "not reported")
         + " (o200k)",
     }
-    competitors = ["repomix (defaults: o200k counts, secretlint)", "gitingest (o200k count)"]
-    fastest_name = min(competitors, key=median)
+
+
+_COMPETITORS = ["repomix (defaults: o200k counts, secretlint)", "gitingest (o200k count)"]
+
+
+def speed_links(args: argparse.Namespace) -> str:
+    """The speed table on the second corpus: a package tree with symbolic links."""
+    corpus: Path = args.work / "links-repo"
+    runs = _speed_runs(args, corpus, "-links")
+
+    def median(name: str) -> float:
+        return statistics.median(run.seconds for run in runs[name])
+
+    facts = json.loads(runs["longctx, cl100k, cold"][-1].stdout)
+    unchanged_facts = json.loads(runs["longctx, cl100k, unchanged"][-1].stdout)
+    counts = _token_counts(runs)
+    fastest_name = min(_COMPETITORS, key=median)
+    fastest = median(fastest_name)
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=corpus, capture_output=True, text=True, check=True
+    ).stdout.count("\n")
+    links = sum(1 for path in corpus.rglob("*") if path.is_symlink() and ".git" not in path.parts)
+    size = sum(
+        path.stat().st_size
+        for path in corpus.rglob("*")
+        if path.is_file() and not path.is_symlink() and ".git" not in path.parts
+    )
+    lines = [
+        "### A second corpus, with symbolic links: an npm package tree",
+        "",
+        f"Corpus: the packages npm installs for repomix {REPOMIX_VERSION} (its node_modules less gpt-tokenizer's"
+        f" vocabulary data), under packages/ in a git repository ({files:,} files, {links} of them symbolic"
+        f" links: the node_modules/.bin commands, {size / MIB:.0f} MiB, one commit). longctx packs"
+        f" {facts['documents']:,} documents into {facts['pack_bytes'] / MIB:.1f} MiB; the unchanged runs read"
+        " the pack back from the store, links included (a snapshot keeps each followed link's target and the"
+        " target's content). Same tools, same rules and same machine as above; the median of"
+        f" {args.repetitions} runs.",
+        "",
+        "| tool | wall (s) | vs fastest other tool | peak RSS (MiB) | tokens counted |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name in runs:
+        peak = max(run.peak_rss_bytes for run in runs[name])
+        lines.append(
+            f"| {name} | {median(name):.2f} | {fastest / median(name):.1f}x | {peak / MIB:.0f} | {counts[name]} |"
+        )
+    cold, unchanged = median("longctx, cl100k, cold"), median("longctx, cl100k, unchanged")
+    lines += [
+        "",
+        f"The faster of the other two is {fastest_name.split(' ')[0]} ({fastest:.2f} s).",
+        "",
+        f"- Cold, cl100k: {fastest / cold:.1f}x faster (goal: 1.5x)"
+        f" {'(met)' if fastest / cold >= 1.5 else '(not met)'}.",
+        f"- Unchanged, cl100k: {fastest / unchanged:.1f}x faster (goal: 10x)"
+        f" {'(met)' if fastest / unchanged >= 10 else '(not met)'}; last unchanged run: "
+        + ", ".join(f"{key[:-2]} {unchanged_facts[key]:.2f} s" for key in ("import_s", "pack_s", "write_s"))
+        + ".",
+    ]
+    return "\n".join(lines)
+
+
+def speed(args: argparse.Namespace) -> str:
+    work: Path = args.work
+    corpus = work / "stdlib-repo"
+    runs = _speed_runs(args, corpus, "")
+    tools = runs
+
+    def median(name: str) -> float:
+        return statistics.median(run.seconds for run in runs[name])
+
+    def peak(name: str) -> int:
+        return max(run.peak_rss_bytes for run in runs[name])
+
+    facts = json.loads(runs["longctx, cl100k, cold"][-1].stdout)
+    unchanged_facts = json.loads(runs["longctx, cl100k, unchanged"][-1].stdout)
+    counting_seconds = _counting_alone(corpus, work / "home-cl100k")
+    counts = _token_counts(runs)
+    fastest_name = min(_COMPETITORS, key=median)
     fastest = median(fastest_name)
     pack_mib = facts["pack_bytes"] / MIB
     files = subprocess.run(
@@ -333,6 +411,8 @@ def speed(args: argparse.Namespace) -> str:
         f" of one process; with the counting added and both spread perfectly over {os.cpu_count()} cores, an"
         " exact cold pack done this way cannot take less than"
         f" {(counting_seconds['bpe-openai'] + median('longctx, estimate, cold')) / (os.cpu_count() or 1):.2f} s.",
+        "",
+        speed_links(args),
     ]
     return "\n".join(lines)
 

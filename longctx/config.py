@@ -148,7 +148,11 @@ class CorpusOptions:
     unless ``allow_secrets``. ``max_stale_share`` bounds the earlier copies
     of a layered repository (0 turns layering off). Raises
     :class:`~longctx.errors.ConfigError` for an unknown ordering or a share
-    outside [0, 1).
+    outside [0, 1). ``special_tokens`` are the served model's special-token
+    spellings: broken in document text (see
+    :mod:`longctx.sources.special_tokens`) beside the common chat formats'
+    control spellings, which are always broken; sessions fill it from the
+    server.
     """
 
     ordering: str | None = None
@@ -157,6 +161,7 @@ class CorpusOptions:
     limits: Limits = field(default_factory=Limits)
     allow_secrets: bool = False
     max_stale_share: float = DEFAULT_MAX_STALE_SHARE
+    special_tokens: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.ordering is not None and self.ordering not in ORDERINGS:
@@ -166,12 +171,16 @@ class CorpusOptions:
             raise ConfigError(
                 f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}"
             )
-        for name in ("include", "exclude"):
+        for name in ("include", "exclude", "special_tokens"):
             patterns = getattr(self, name)
             if isinstance(patterns, str):
                 raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
             # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
             object.__setattr__(self, name, tuple(patterns))
+        if not all(isinstance(spelling, str) and spelling for spelling in self.special_tokens):
+            raise ConfigError("CorpusOptions.special_tokens takes non-empty strings")
+        # Sorted and unique: the same spellings given in another order are the same options.
+        object.__setattr__(self, "special_tokens", tuple(sorted(set(self.special_tokens))))
         if not isinstance(self.limits, Limits):
             raise ConfigError(f"CorpusOptions.limits must be a Limits, not {self.limits!r}")
 

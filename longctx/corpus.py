@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from longctx.config import CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
-from longctx.errors import ConfigError, InputError
+from longctx.errors import ConfigError, EmptyCorpus, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
-from longctx.sources.files import display_path, list_folder, list_single_file
+from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
@@ -277,7 +277,8 @@ def load_corpus(
     named relative to their path; with several paths, each is prefixed by
     its path's base name (``repo/src/a.py``; a file passed directly is named
     by its base name alone), a repeated base name getting ``-2``, ``-3``...
-    in argument order. A path given twice is loaded once.
+    in argument order. A path given twice, or inside a folder also given,
+    is loaded once.
 
     ``options`` (:class:`~longctx.config.CorpusOptions`, defaults when
     None) choose the documents and their order. Its ``ordering`` is
@@ -297,7 +298,9 @@ def load_corpus(
     :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
     as of a commit already walked (see :mod:`longctx.sources.repo`).
 
-    Raises :class:`~longctx.errors.InputError` for a path that does not
+    Raises :class:`~longctx.errors.EmptyCorpus` when no document is left
+    (its message names what was skipped and why),
+    :class:`~longctx.errors.InputError` for a path that does not
     exist, :class:`~longctx.errors.ConfigError` for a bad ordering, pattern
     or limit, :class:`~longctx.errors.SourceError` when a whole source
     cannot be read (git failing, an unlistable folder). A problem with one
@@ -369,10 +372,19 @@ def _load(
                 candidates.append(replace(candidate, path=name))
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
-        candidates, limits, allow_secrets, entries, on_document, keep=keep, pdf_cache=store
+        candidates,
+        limits,
+        allow_secrets,
+        entries,
+        on_document,
+        keep=keep,
+        pdf_cache=store,
+        special_tokens=options.special_tokens,
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
+    if not any(entry.status == "included" for entry in entries):
+        raise _empty(paths, entries)
     outline = CorpusOutline(
         manifest=Manifest(tuple(entries)),
         ordering=policy,
@@ -391,8 +403,39 @@ def _load(
     return outline, documents
 
 
+_EMPTY_EXAMPLES: Final = 3  # paths named per skip reason in the message of an empty corpus
+
+
+def _empty(paths: Sequence[str | os.PathLike[str]], entries: list[ManifestEntry]) -> EmptyCorpus:
+    """The error for ``paths`` whose manifest ``entries`` include nothing: what was skipped and why."""
+    named = ", ".join(display_path(os.fspath(path)) for path in paths)
+    if not entries:
+        return EmptyCorpus(f"nothing to pack in {named}: no file found (after ignore rules)")
+    by_reason: dict[str, list[str]] = {}
+    for entry in entries:
+        by_reason.setdefault(str(entry.reason), []).append(entry.path)
+    parts = []
+    for reason, skipped in sorted(by_reason.items(), key=lambda item: (-len(item[1]), item[0])):
+        shown = ", ".join(_message_path(path) for path in skipped[:_EMPTY_EXAMPLES])
+        more = f" and {len(skipped) - _EMPTY_EXAMPLES} more" if len(skipped) > _EMPTY_EXAMPLES else ""
+        parts.append(f"{len(skipped)} {reason} ({shown}{more})")
+    return EmptyCorpus(
+        f"nothing to pack in {named}: every file was skipped: " + "; ".join(parts),
+        skipped={reason: len(skipped) for reason, skipped in by_reason.items()},
+    )
+
+
+def _message_path(path: str) -> str:
+    """``path`` for a message: as it is, or as a JSON string when it holds a control character."""
+    return json.dumps(path) if any(ord(character) < 32 for character in path) else path
+
+
 def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
-    """Check that every path exists; drop repeats of the same file or folder."""
+    """Check that every path exists; drop repeats of the same file or folder.
+
+    A repeat is the same file or folder given twice, or a path inside a
+    folder that is also given (it is packed once, as part of that folder).
+    """
     if not paths:
         raise InputError("no paths to load")
     distinct: list[str] = []
@@ -407,7 +450,30 @@ def _distinct_paths(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
         if real not in seen:
             seen.add(real)
             distinct.append(path)
-    return distinct
+    folders = [os.path.realpath(path) for path in distinct if os.path.isdir(path)]
+    kept = []
+    for path in distinct:
+        real = os.path.realpath(path)
+        outer = next((folder for folder in folders if real != folder and is_inside(real, folder)), None)
+        if outer is not None and _same_work_tree(real, outer):
+            logger.info("%s is inside another path given, packed once as part of it", display_path(path))
+        else:
+            kept.append(path)
+    return kept
+
+
+def _same_work_tree(inner: str, outer: str) -> bool:
+    """Whether ``outer``'s listing holds ``inner`` (a path inside the folder ``outer``).
+
+    A plain folder lists everything below it; a repository nested in a
+    repository is a skip of the outer one's listing (``submodule``), so a
+    path inside it given too is no repeat.
+    """
+    folder = inner if os.path.isdir(inner) else os.path.dirname(inner)
+    inner_tree, outer_tree = find_repository(folder), find_repository(outer)
+    inner_top = None if inner_tree is None else inner_tree.work_tree
+    outer_top = None if outer_tree is None else outer_tree.work_tree
+    return outer_top is None or inner_top == outer_top
 
 
 def _load_sources(paths: list[str], max_stale_share: float, store: Store | None) -> list[_Source]:
@@ -433,6 +499,7 @@ def _read_in_order(
     *,
     keep: bool,
     pdf_cache: Store | None,
+    special_tokens: tuple[str, ...] = (),
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 
@@ -445,7 +512,10 @@ def _read_in_order(
     from longctx.sources.reading import FileReader
 
     reader = FileReader(
-        max_file_bytes=limits.max_file_bytes, allow_secrets=allow_secrets, pdf_cache=pdf_cache
+        max_file_bytes=limits.max_file_bytes,
+        allow_secrets=allow_secrets,
+        pdf_cache=pdf_cache,
+        special_tokens=special_tokens,
     )
     documents: list[Document] = []
     included = total_bytes = 0

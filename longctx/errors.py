@@ -115,6 +115,18 @@ class SourceError(InputError):
     """A whole source (repository, folder, PDF) could not be read."""
 
 
+class EmptyCorpus(InputError):
+    """The paths hold no document to pack; ``skipped`` counts the paths considered by skip reason.
+
+    The message names what was skipped and why (the first paths of each
+    reason), so the user sees why nothing was left.
+    """
+
+    def __init__(self, message: str, *, skipped: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.skipped = dict(skipped or {})
+
+
 class OutputError(LongctxError):
     """A result could not be saved to the user's file, named by ``path``; the file is as it was."""
 

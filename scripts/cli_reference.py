@@ -36,6 +36,7 @@ printed), `LONGCTX_HOME` (where the session store lives).
 | 5 | bad input: a path or document that cannot be used |
 | 6 | the server answered with an error |
 | 7 | no such session |
+| 8 | nothing to pack: the paths hold no document (the message names what was skipped and why) |
 | 130 | interrupted (Ctrl-C); a batch first prints the answers already stored and the session id |
 """
 

@@ -62,6 +62,24 @@ def planted_secrets() -> dict[str, str]:
         "pypi-token": "py" + "pi-AgEIcHlwaS5vcmc" + token("pypi", 60),
         "sendgrid-api-key": "S" + "G." + token("sg1", 22) + "." + token("sg2", 43),
         "huggingface-token": "h" + "f_" + token("hf", 34, _LETTERS),
+        "credential-assignment": "db_pass" + "word=" + token("dbpass", 24),
+    }
+
+
+def credential_formats() -> dict[str, str]:
+    """Credentials in the formats real scanners accept beyond the planted ones, each as a config line."""
+    return {
+        "classic token, 40 characters": "GITHUB_TOKEN=" + "gh" + "p_" + token("ghp40", 40),
+        "app installation token": "token: " + "gh" + "s_" + token("ghs", 36),
+        "user-to-server token": "gh" + "u_" + token("ghu", 36),
+        "OAuth token": "gh" + "o_" + token("gho", 36),
+        "refresh token, long": "gh" + "r_" + token("ghr", 76),
+        "fine-grained token, long": "github" + "_pat_" + token("fg1", 22) + "_" + token("fg2", 70),
+        "API key in YAML": "  api_key: " + token("yaml", 32),
+        "secret in JSON": '{"client_secret": "' + token("json", 40, _BASE64) + '"}',
+        "token in shell": "export SERVICE_TOKEN='" + token("shell", 28) + "'",
+        "password in TOML": 'password = "' + token("toml", 20) + '"',
+        "hex key in Go": 'signingKey := "' + token("go", 32, "0123456789abcdef") + '"',
     }
 
 

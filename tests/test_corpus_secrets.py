@@ -11,6 +11,7 @@ import pytest
 from corpus_fixtures import (
     NOTEBOOK,
     build_adversarial_repository,
+    credential_formats,
     isolated_git,
     make_pdf,
     planted_secrets,
@@ -143,3 +144,24 @@ def test_allow_secrets_includes_them_and_says_so(tmp_path: Path) -> None:
         "content matches aws-access-key-id at line 4; included because secrets are allowed",
     )
     assert _leaks(secrets, corpus.manifest.to_json()) == []
+
+
+def test_every_credential_format_in_config_files_is_skipped_and_appears_nowhere(tmp_path: Path) -> None:
+    """The formats other scanners accept (longer GitHub tokens, app tokens, credential-named assignments)."""
+    formats = credential_formats()
+    names = {}
+    for number, (name, line) in enumerate(sorted(formats.items())):
+        path = tmp_path / "config" / f"settings_{number}.cfg"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(f"# {name}\n[service]\ntimeout = 30\n{line}\nretries = 3\n")
+        names[f"config/settings_{number}.cfg"] = name
+    (tmp_path / "README.md").write_text("# Project\n")
+    corpus = load_corpus(tmp_path)
+    for path, name in names.items():
+        entry = corpus.manifest.get(path)
+        assert entry is not None and (entry.status, entry.reason) == ("skipped", "secret"), name
+        assert entry.notes[0].startswith("content matches ") and entry.notes[0].endswith(" at line 4"), name
+    values = {
+        name: line.split("=", 1)[-1].split(": ", 1)[-1].strip("'\"{}") for name, line in formats.items()
+    }
+    assert _leaks(values, _corpus_text(corpus), corpus.manifest.to_json()) == []

@@ -253,16 +253,51 @@ def test_a_subfolder_is_its_own_snapshot(repo: Path, store: Store) -> None:
     assert whole.pack != sub.pack
 
 
-def test_not_kept_when_git_cannot_vouch(repo: Path, store: Store, tmp_path: Path) -> None:
-    # A link to an ignored file: git does not watch the target.
+def test_a_link_to_an_ignored_file_is_reused_until_its_target_changes(repo: Path, store: Store) -> None:
+    # git does not watch the target: the snapshot keeps its content digest.
     (repo / "build").mkdir()
     (repo / "build" / "out.txt").write_text("generated 1\n")
     os.symlink("build/out.txt", repo / "out-link.txt")
     first = packed(repo, store)
-    assert not packed(repo, store).reused
+    assert packed(repo, store).reused
     (repo / "build" / "out.txt").write_text("generated 2\n")
-    assert_same(packed(repo, store), fresh(repo))
-    assert first.pack != fresh(repo).pack
+    second = packed(repo, store)
+    assert not second.reused
+    assert_same(second, fresh(repo))
+    assert first.pack != second.pack
+    assert packed(repo, store).reused
+
+
+def test_an_unchanged_repository_with_internal_links_is_read_back(repo: Path, store: Store) -> None:
+    """Tracked links, as in node_modules/.bin or a docs folder: the re-pack comes from the store."""
+    (repo / "bin").mkdir()
+    os.symlink("../src/core.py", repo / "bin" / "core")
+    os.symlink("README.md", repo / "README-link.md")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "links")
+    first = packed(repo, store)
+    notes = {entry.path: entry.notes for entry in first.manifest.included}
+    assert notes["bin/core"] == ("symbolic link to src/core.py",)
+    again = packed(repo, store)
+    assert again.reused
+    assert_same(again, fresh(repo))
+    # Retargeting a link (a change git sees) and editing a target both miss.
+    os.remove(repo / "README-link.md")
+    os.symlink("src/core.py", repo / "README-link.md")
+    retargeted = packed(repo, store)
+    assert not retargeted.reused
+    assert_same(retargeted, fresh(repo))
+
+
+def test_a_link_out_of_the_repository_stays_skipped_and_the_pack_is_reused(
+    repo: Path, store: Store, tmp_path: Path
+) -> None:
+    (tmp_path / "outside.txt").write_text("secret-ish\n")
+    os.symlink(tmp_path / "outside.txt", repo / "outside-link.txt")
+    first = packed(repo, store)
+    entry = first.manifest.get("outside-link.txt")
+    assert entry is not None and entry.reason == "symlink-outside-root"
+    assert packed(repo, store).reused
 
 
 def test_assume_unchanged_entries_disable_reuse(repo: Path, store: Store) -> None:

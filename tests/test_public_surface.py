@@ -31,6 +31,7 @@ PUBLIC = {
     "Diagnosis",
     "DocSession",
     "Document",
+    "EmptyCorpus",
     "EnvironmentBuildError",
     "EstimateTokenizer",
     "FileChange",

@@ -241,6 +241,7 @@ def test_kinds(tmp_path: Path) -> None:
 
 def test_lfs_pointer_outside_a_repository_is_still_a_pointer(tmp_path: Path) -> None:
     _write(tmp_path, "model.bin", LFS_POINTER)
+    _write(tmp_path, "README.md", "# Model\n")  # a corpus of skips alone is an error (EmptyCorpus)
     entry = load_corpus([tmp_path]).manifest.get("model.bin")
     assert entry is not None and entry.reason == "lfs-pointer"
 
@@ -267,5 +268,5 @@ def test_a_link_passed_directly_is_followed_and_named_by_the_link(tmp_path: Path
     secret_target = _write(tmp_path, "elsewhere/.env", "A=1\n")
     innocent = tmp_path / "settings.txt"
     os.symlink(secret_target, innocent)
-    entry = load_corpus([innocent]).manifest.get("settings.txt")
+    entry = load_corpus([innocent, link]).manifest.get("settings.txt")
     assert entry is not None and (entry.reason, entry.notes) == ("secret", ("file name matches dotenv-file",))

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from corpus_fixtures import planted_secrets, token
+from corpus_fixtures import credential_formats, planted_secrets, token
 
 from longctx.sources.secrets import RULE_NAMES, find_secrets, redact_if_secret, secret_file_rule
 
@@ -36,12 +36,30 @@ def test_findings_never_carry_the_secret(rule: str) -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["aws-access-key-id", "github-token", "npm-token", "huggingface-token"],
+    ["aws-access-key-id", "npm-token", "huggingface-token"],
 )
 def test_a_token_glued_to_a_longer_word_is_not_a_token(rule: str) -> None:
     secret = planted_secrets()[rule]
     assert find_secrets("x" + secret) == ()
     assert find_secrets(secret + "x") == ()
+
+
+def test_github_tokens_longer_than_36_are_tokens_but_not_glued_to_a_word() -> None:
+    secret = planted_secrets()["github-token"]
+    assert find_secrets("x" + secret) == ()
+    assert [finding.rule for finding in find_secrets(secret + "x")] == ["github-token"]
+
+
+@pytest.mark.parametrize("name", sorted(credential_formats()))
+def test_each_credential_format_is_found(name: str) -> None:
+    line = credential_formats()[name]
+    findings = find_secrets(f"# settings\n{line}\n")
+    assert [finding.line for finding in findings] == [2], name
+
+
+def test_a_github_token_in_a_config_file_is_named_by_its_own_rule() -> None:
+    text = "[auth]\nGITHUB_TOKEN=" + "gh" + "p_" + token("cfg", 40) + "\n"
+    assert [(finding.rule, finding.line) for finding in find_secrets(text)] == [("github-token", 2)]
 
 
 def test_published_placeholders_are_not_secrets() -> None:
@@ -66,6 +84,16 @@ def test_published_placeholders_are_not_secrets() -> None:
         + "'\n",
         "secret_key = settings.SECRET_KEY\n",
         "AWS_SECRET_ACCESS_KEY = os.environ['AWS_SECRET_ACCESS_KEY']\n",
+        # Credential-named assignments of values that are not credentials.
+        'password = "hunter2"\n',
+        "token = get_token(request)\n",
+        'TOKEN_TYPE = "bearer_token_v2"\n',
+        "api_key: ${API_KEY}\n",
+        "secret_key = self.config.secret_key_2024\n",
+        'key = "section.subsection.option_name"\n',
+        'SECRET_KEY = "your-secret-key-here-123456"\n',
+        'password: "xxxxxxxxxxxxxxxx1234"\n',
+        "    tokens_per_second = 1234567890123456\n",
     ],
 )
 def test_ordinary_code_is_not_flagged(text: str) -> None:

@@ -56,6 +56,25 @@ def test_an_earlier_database_is_upgraded_and_keeps_its_counts(tmp_path: Path) ->
     assert version == len(MIGRATIONS)
 
 
+def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_data(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / DATABASE_NAME
+    connection = sqlite3.connect(path)
+    for number, script in enumerate(MIGRATIONS[:5], start=1):
+        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+    connection.execute("INSERT INTO commit_times (key, times_json, created_at) VALUES ('k', '{\"a\": 1}', 0)")
+    connection.commit()
+    connection.close()
+
+    with Store.open(home) as store:
+        assert store.commit_times("k") == {"a": 1}
+        assert store.special_tokens("server:vllm:tiny:0") is None
+        store.save_special_tokens("server:vllm:tiny:0", ["<|im_end|>"])
+        assert store.special_tokens("server:vllm:tiny:0") == ("<|im_end|>",)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 7 == len(MIGRATIONS)
+
+
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -114,6 +114,30 @@ class ServerTokenizer:
             )
         return [len(ids) for ids in tokens]
 
+    def special_spellings(self, candidates: Sequence[str]) -> tuple[str, ...]:
+        """Those of ``candidates`` that this server reads as one special token, in their order.
+
+        The servers have no route that lists a tokenizer's special tokens,
+        so each candidate is tokenized: one that comes back as a single id
+        is a token of its own (an added or special token; an ordinary
+        vocabulary entry that long is rare, and breaking it is harmless).
+        Llama 3's 256 reserved spellings are tried only when the first of
+        them is special. Raises :class:`~longctx.errors.TokenizerError` when
+        the server cannot tokenize.
+        """
+        reserved = [spelling for spelling in candidates if spelling.startswith("<|reserved_special_token_")]
+        first = [spelling for spelling in candidates if spelling not in reserved[1:]]
+        found = [
+            spelling for spelling, count in zip(first, self.count_many(first), strict=True) if count == 1
+        ]
+        if reserved and reserved[0] in found:
+            rest = reserved[1:]
+            found += [
+                spelling for spelling, count in zip(rest, self.count_many(rest), strict=True) if count == 1
+            ]
+        order = {spelling: index for index, spelling in enumerate(candidates)}
+        return tuple(sorted(found, key=order.__getitem__))
+
     def tokenize_messages(
         self, messages: Sequence[Mapping[str, str]], *, add_generation_prompt: bool = True
     ) -> list[int]:

@@ -15,6 +15,7 @@ Exit codes:
     5  bad input: a path or document that cannot be used
     6  the server answered with an error
     7  no such session
+    8  nothing to pack: the paths hold no document (the message says what was skipped and why)
 
 Commands reach servers and the store through :class:`Runtime`, the object
 click passes down (``obj``): tests give it a connection of their own to
@@ -50,6 +51,7 @@ from longctx.errors import (
     BudgetError,
     ConfigError,
     ContextOverflow,
+    EmptyCorpus,
     InputError,
     LongctxError,
     ServerUnreachable,
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
     "EXIT_NO_SESSION",
@@ -91,6 +94,7 @@ EXIT_TOO_LONG = 4
 EXIT_BAD_INPUT = 5
 EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
+EXIT_EMPTY_CORPUS = 8
 
 
 def exit_code(error: LongctxError) -> int:
@@ -103,6 +107,8 @@ def exit_code(error: LongctxError) -> int:
         return EXIT_UNREACHABLE
     if isinstance(error, (ContextOverflow, BudgetError)):
         return EXIT_TOO_LONG
+    if isinstance(error, EmptyCorpus):
+        return EXIT_EMPTY_CORPUS
     if isinstance(error, InputError):
         return EXIT_BAD_INPUT
     if isinstance(error, BackendError):

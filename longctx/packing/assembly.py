@@ -18,6 +18,7 @@ template's own tokens are measured (``template_overhead_tokens``).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -196,3 +197,18 @@ def _as_str(text: str | memoryview) -> str:
 
 def _skipped_entries(corpus: CorpusOutline) -> list[ListingEntry]:
     return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]
+
+
+_NO_TEXT_NOTE = re.compile(r"page (\d+): (?:no extractable text|text extraction failed)")
+
+
+def _included_notes(corpus: CorpusOutline) -> dict[str, str]:
+    """The listing note of each packed path whose text lacks pages: ``no text on pages 2, 5``."""
+    notes: dict[str, str] = {}
+    for entry in corpus.manifest.included:
+        pages = [match.group(1) for note in entry.notes if (match := _NO_TEXT_NOTE.match(note))]
+        if pages:
+            notes[entry.path] = ("no text on page " if len(pages) == 1 else "no text on pages ") + ", ".join(
+                pages
+            )
+    return notes

@@ -16,7 +16,14 @@ from typing import Final
 from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
-from longctx.packing.assembly import _assemble, _Counter, _document_section_texts, _Sections, _skipped_entries
+from longctx.packing.assembly import (
+    _assemble,
+    _Counter,
+    _document_section_texts,
+    _included_notes,
+    _Sections,
+    _skipped_entries,
+)
 from longctx.packing.counting import count_texts
 from longctx.packing.model import _DOCUMENT_PREFIX, Budget, Pack, ShardedPack, _fingerprint
 from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
@@ -101,8 +108,11 @@ def build_shards(
     documents = tuple(document for document in corpus.documents if not document.earlier)
     texts = _document_section_texts(documents)
     counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
-    chains = cached_counts(tokenizer, [folder_lines(document.path) for document in documents], store)
     skipped = _skipped_entries(corpus)
+    notes = _included_notes(corpus)
+    chains = cached_counts(
+        tokenizer, [folder_lines(document.path, notes.get(document.path)) for document in documents], store
+    )
     empty = _assemble(_Sections([], [], render_listing(skipped, part=1), part=1), counter)
     fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
     limit = budget.prompt_budget
@@ -131,7 +141,7 @@ def build_shards(
         start, stop = groups[index]
         last = index == len(groups) - 1
         part = None if len(groups) == 1 else index + 1
-        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter)
+        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter, notes)
         if (shard.total_tokens or 0) > limit and stop - start > 1:
             # The upper bound was not one (a tokenizer whose counts do not
             # add up): give the last document to the next shard and redo.
@@ -146,9 +156,9 @@ def build_shards(
         shards.append(shard)
         index += 1
     if not shards:
-        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter))
+        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter, notes))
     if len(shards) == 1 and shards[0].part is not None:
-        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter)
+        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter, notes)
     digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
     return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
 
@@ -178,9 +188,12 @@ def _shard(  # noqa: PLR0917 - one private call site, positional by design
     skipped: list[ListingEntry],
     part: int | None,
     counter: _Counter,
+    notes: dict[str, str],
 ) -> Pack:
     paths = [document.path for document in documents[start:stop]]
-    listing = render_listing([*(ListingEntry(path) for path in paths), *skipped], part=part)
+    listing = render_listing(
+        [*(ListingEntry(path, note=notes.get(path)) for path in paths), *skipped], part=part
+    )
     names = [_DOCUMENT_PREFIX + path for path in paths]
     return _assemble(
         _Sections(texts[start:stop], names, listing, part=part, document_counts=counts[start:stop]), counter

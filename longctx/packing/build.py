@@ -18,13 +18,21 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Final
 
 from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document
 from longctx.packing import snapshots
-from longctx.packing.assembly import _assemble, _clean_text, _Counter, _Sections, _skipped_entries
+from longctx.packing.assembly import (
+    _assemble,
+    _clean_text,
+    _Counter,
+    _included_notes,
+    _Sections,
+    _skipped_entries,
+)
 from longctx.packing.budget import _check_budget
 from longctx.packing.counting import SectionCounter
 from longctx.packing.model import (
@@ -45,7 +53,7 @@ from longctx.packing.rendering import (
     render_listing,
 )
 from longctx.store import Store, StoredText
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens import EstimateTokenizer, Tokenizer, special_token_spellings
 
 __all__ = ["build_pack", "pack"]
 
@@ -118,7 +126,10 @@ class _PackBuilder:
             self.section_counter.add(text, fingerprint, data)
 
     def finish(self, corpus: CorpusOutline) -> Pack:
-        listing = render_listing([*(ListingEntry(path) for path in self.paths), *_skipped_entries(corpus)])
+        notes = _included_notes(corpus)
+        listing = render_listing(
+            [*(ListingEntry(path, note=notes.get(path)) for path in self.paths), *_skipped_entries(corpus)]
+        )
         texts: Sequence[str | memoryview] = self.texts
         stored: StoredText | None = None
         if self.snapshot is not None:
@@ -180,6 +191,18 @@ def build_pack(
     return built
 
 
+def with_tokenizer_specials(options: CorpusOptions, tokenizer: Tokenizer | None) -> CorpusOptions:
+    """``options`` plus the special-token spellings ``tokenizer`` knows offline (those not broken anyway)."""
+    # Imported here: the spelling list is not needed to read a pack back from the store.
+    from longctx.sources.special_tokens import DEFAULT_SPELLINGS
+
+    known = set(DEFAULT_SPELLINGS) | set(options.special_tokens)
+    added = [spelling for spelling in special_token_spellings(tokenizer) if spelling not in known]
+    if not added:
+        return options
+    return replace(options, special_tokens=(*options.special_tokens, *added))
+
+
 def pack(
     paths: Sequence[str | os.PathLike[str]] | str | os.PathLike[str],
     options: CorpusOptions | None = None,
@@ -200,7 +223,7 @@ def pack(
     not read again: its pack and manifest come back from the store
     (``reused`` is True). Raises what those two functions raise.
     """
-    options = options or CorpusOptions()
+    options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
     key: snapshots.SnapshotKey | None = None

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import path_sort_key
+from longctx.sources.special_tokens import DEFAULT_SPELLINGS
 
 __all__ = [
     "BOUNDARY",
@@ -38,7 +39,7 @@ __all__ = [
     "render_path",
 ]
 
-FORMAT_VERSION: Final = "longctx-pack/2"
+FORMAT_VERSION: Final = "longctx-pack/3"
 """Version of the byte format; bumped on any change to the bytes a pack renders."""
 
 SYSTEM_HEADER: Final = (
@@ -55,7 +56,9 @@ SYSTEM_HEADER: Final = (
     "double quotes is a JSON string (the path holds characters that need escaping). "
     '"[no final newline]" before a path means the document\'s text does not end with a line break. '
     'A PDF marks each page with a line "--- page N of M ---"; a notebook marks each cell with '
-    '"# %% [markdown]", "# %% [code]" or "# %% [raw]".\n'
+    '"# %% [markdown]", "# %% [code]" or "# %% [raw]". A zero width space after the first character of a '
+    "special-token spelling (a tag such as <|...|>) is the document's own text, broken so that it "
+    "cannot act as a token.\n"
     "\n"
     'A line "<changed-since>" between documents means that the documents after it are the current '
     "versions of files that changed after those before it were taken: where a path appears both before "
@@ -64,8 +67,9 @@ SYSTEM_HEADER: Final = (
     "\n"
     'The listing shows each folder as a line ending in "/", with its entries below it indented by two '
     "more spaces. An entry that was not packed starts with the reason in brackets, such as "
-    '"[skipped: binary]". A listing with a part number covers only the documents of that part of a '
-    "larger collection.\n"
+    '"[skipped: binary]"; a packed PDF with pages that hold no text (scans, images) starts with them, '
+    'such as "[no text on pages 2, 5]". A listing with a part number covers only the documents of that '
+    "part of a larger collection.\n"
     "\n"
     "Answer from the documents. Name the paths you rely on. If the documents do not hold the answer, "
     "say so.\n"
@@ -100,6 +104,13 @@ _BACKTICK_RUNS = re.compile(r"`{3,}")
 # running Python's Unicode database.
 _NEEDS_ESCAPE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
 _ESCAPE_AFTER_JSON = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
+# A path (a file name is the repository's content too) that spells a chat
+# format's special token is quoted, with the spelling's first character
+# written as a \uXXXX escape: the JSON string still decodes to the path, and
+# the rendered text no longer holds the spelling.
+_SPECIAL_IN_PATH = re.compile(
+    "|".join(re.escape(spelling) for spelling in sorted(DEFAULT_SPELLINGS, key=lambda s: (-len(s), s)))
+)
 
 
 def render_path(path: str) -> str:
@@ -111,18 +122,31 @@ def render_path(path: str) -> str:
     either end. Otherwise the path is a JSON string literal in which every
     character of the escape set is a ``\\uXXXX`` escape, so an undecodable
     byte kept as a surrogate (U+DCxx) appears as ``\\udcxx`` and the result
-    is plain UTF-8. Distinct paths always render distinctly.
+    is plain UTF-8. A path that spells a special token of a common chat
+    format (``<|im_end|>``...) is quoted too, the first character of each
+    such spelling escaped (``\\u003c|im_end|>``), so the rendered path holds
+    no special-token spelling. Distinct paths always render distinctly.
     """
+    special = _SPECIAL_IN_PATH.search(path) is not None
     if (
         path
+        and not special
         and path[0] not in '"['
         and path[0] != " "
         and path[-1] != " "
         and _NEEDS_ESCAPE.search(path) is None
     ):
         return path
-    quoted = json.dumps(path, ensure_ascii=False)
-    return _ESCAPE_AFTER_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", quoted)
+    quoted = _ESCAPE_AFTER_JSON.sub(
+        lambda match: f"\\u{ord(match.group()):04x}", json.dumps(path, ensure_ascii=False)
+    )
+    if special:
+        # JSON escapes only change a spelling's characters that need escaping
+        # (none of the default spellings' first characters), so they are found again here.
+        quoted = _SPECIAL_IN_PATH.sub(
+            lambda match: f"\\u{ord(match.group()[0]):04x}" + match.group()[1:], quoted
+        )
+    return quoted
 
 
 def fence_for(text: str) -> str:
@@ -154,11 +178,13 @@ class ListingEntry:
     """One path of the listing; ``skipped_reason`` is set for a path that was not packed.
 
     A path ending in ``/`` is a folder entry (a submodule, an unlistable
-    folder).
+    folder). ``note`` is for a packed path whose text lacks something (a
+    PDF's pages without text), written in brackets before its name.
     """
 
     path: str
     skipped_reason: str | None = None
+    note: str | None = None
 
 
 def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) -> str:
@@ -183,15 +209,22 @@ def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) 
         for folder in folders[common:]:
             lines.append(f"{'  ' * len(open_folders)}{render_path(folder)}/")
             open_folders.append(folder)
-        note = "" if entry.skipped_reason is None else f"[skipped: {entry.skipped_reason}] "
+        if entry.skipped_reason is not None:
+            note = f"[skipped: {entry.skipped_reason}] "
+        else:
+            note = "" if entry.note is None else f"[{entry.note}] "
         lines.append(f"{'  ' * len(open_folders)}{note}{render_path(name)}{'/' if is_folder else ''}")
     lines.append("</listing>")
     return "\n".join(lines) + "\n"
 
 
-def folder_lines(path: str) -> str:
-    """The listing lines ``path`` needs when no other entry shares its folders (a shard's upper bound)."""
-    return render_listing([ListingEntry(path)]).split("<listing>\n", 1)[1].rsplit("</listing>", 1)[0]
+def folder_lines(path: str, note: str | None = None) -> str:
+    """The listing lines ``path`` (with its ``note``) needs when no other entry shares its folders.
+
+    A shard's upper bound of what a document adds to the listing.
+    """
+    listing = render_listing([ListingEntry(path, note=note)])
+    return listing.split("<listing>\n", 1)[1].rsplit("</listing>", 1)[0]
 
 
 def listing_entries(included: Sequence[str], skipped: Iterable[tuple[str, str]] = ()) -> list[ListingEntry]:

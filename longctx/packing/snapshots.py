@@ -24,10 +24,14 @@ slot holds one snapshot: the newest state packed.
 
 What git cannot vouch for is never snapshotted: several paths, a plain
 folder or file, a folder git ignores, a repository where index entries are
-marked assume-unchanged or skip-worktree (status hides edits to them), and
-a corpus that followed a symbolic link (its target may be a file git
-ignores). A repository that changed while it was packed is not snapshotted
-either: the state is taken again after the load and must be the same.
+marked assume-unchanged or skip-worktree (status hides edits to them). A
+corpus that followed symbolic links (inside the folder: links out of it are
+skipped with a reason) is snapshotted with each link's path, target and the
+target's content digest; the snapshot is used only if every link still
+leads to the same target with the same content (the target may be a file
+git ignores, whose edits ``git status`` never shows). A repository that
+changed while it was packed is not snapshotted either: the state is taken
+again after the load and must be the same.
 Clean tracked files are trusted to git's own change detection (stat data,
 and content for racily-clean entries), which ``git status`` itself relies on.
 """
@@ -64,7 +68,7 @@ __all__ = [
 
 logger = logging.getLogger("longctx.snapshots")
 
-SNAPSHOT_FORMAT_VERSION: Final = 2
+SNAPSHOT_FORMAT_VERSION: Final = 3
 """Version of the stored summary's layout and of the key's recipe; part of every key."""
 
 _LONGCTX_IGNORE: Final = ".longctxignore"
@@ -210,6 +214,7 @@ def snapshot_key(
             options.allow_secrets,
             None if tokenizer is None else tokenizer.identity,
             options.max_stale_share,
+            list(options.special_tokens),
             _code_identity(),
         ]
     )
@@ -218,10 +223,54 @@ def snapshot_key(
     )
 
 
+def _followed_links(directory: str, corpus: CorpusOutline) -> list[list[str]]:
+    """Each symbolic link the corpus followed: its path, its target, the target's content digest.
+
+    Links lead inside the folder (others are skipped), but the target may be
+    a file git ignores, whose edits ``git status`` never shows: the state
+    of a snapshot includes what each link pointed to and the target's
+    content, checked again before the snapshot is used.
+    """
+    links = []
+    for entry in corpus.manifest.included:
+        for note in entry.notes:
+            if note.startswith(_LINK_NOTE):
+                target = note.removeprefix(_LINK_NOTE)
+                location = os.path.join(directory, filesystem_path(target))
+                links.append([entry.path, target, _content_digest(location)])
+    return links
+
+
+def _links_unchanged(directory: str, links: Sequence[Sequence[str]]) -> bool:
+    """Whether every link of a snapshot still resolves to the same target, with the same content."""
+    real_directory = os.path.realpath(directory)
+    for path, target, digest in links:
+        resolved = os.path.realpath(os.path.join(directory, filesystem_path(path)))
+        expected = os.path.join(real_directory, filesystem_path(target))
+        if resolved != expected or _content_digest(expected) != digest:
+            logger.info("pack snapshot not used: the link %s changed", path)
+            return False
+    return True
+
+
 def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
-    """The snapshot kept for ``key``, rebuilt; None when there is none (or it cannot be read back)."""
+    """The snapshot kept for ``key``, rebuilt; None when there is none (or it cannot be read back).
+
+    A snapshot of a corpus that followed symbolic links is used only when
+    each still points to the same file with the same content.
+    """
     stored = store.pack_snapshot(key.slot, key.state)
     if stored is None:
+        return None
+    links = stored.summary.get("links")
+    if not (
+        isinstance(links, list)
+        and all(
+            isinstance(link, list) and len(link) == 3 and all(isinstance(part, str) for part in link)
+            for link in links
+        )
+        and _links_unchanged(key.directory, links)
+    ):
         return None
     # The sections keep views of the mapped file (it closes with the last
     # of them): their text is decoded only if someone reads it.
@@ -319,7 +368,7 @@ class SnapshotWriter:
                 self.key.slot,
                 self.key.state,
                 fingerprint=pack.fingerprint,
-                summary=_summary(pack, corpus),
+                summary={**_summary(pack, corpus), "links": _followed_links(self.key.directory, corpus)},
                 manifest=corpus.manifest.to_dict(),
                 text_file=self._path,
                 section_sizes=self.sizes,
@@ -332,9 +381,6 @@ class SnapshotWriter:
     def _trustworthy(self, pack: Pack, corpus: CorpusOutline) -> bool:
         key = self.key
         if corpus.head_sha != key.head or pack.part is not None or len(self.sizes) != len(pack.sections):
-            return False
-        if any(note.startswith(_LINK_NOTE) for entry in corpus.manifest.included for note in entry.notes):
-            logger.info("pack snapshot not kept: the corpus follows symbolic links")
             return False
         state = repository_state(key.directory)
         if state is None or state.hidden_changes or _state_digest(state) != key.state:

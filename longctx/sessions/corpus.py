@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TypedDict, Unpack
 
 from longctx.backends.base import Backend
@@ -29,6 +30,7 @@ __all__ = [
     "RepoSession",
     "pack_for_server",
     "server_budget",
+    "server_corpus_options",
     "shards_for_server",
 ]
 
@@ -42,6 +44,29 @@ def as_paths(paths: Paths) -> tuple[str | os.PathLike[str], ...]:
 
 def _server_tokenizer(backend: Backend) -> Tokenizer:
     return backend.tokenizer() if backend.info.engine in ("vllm", "sglang") else EstimateTokenizer()
+
+
+def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store) -> CorpusOptions:
+    """``options`` with the served model's special-token spellings added to ``special_tokens``.
+
+    They are learned by tokenizing candidate spellings on the server
+    (:meth:`~longctx.backends.tokenizer.ServerTokenizer.special_spellings`)
+    once per tokenizer identity, and kept in ``store``. A server without a
+    tokenize route adds nothing (the default spellings are broken anyway).
+    """
+    if backend.info.engine not in ("vllm", "sglang"):
+        return options
+    # Imported here: the candidate list is only needed when a server is asked.
+    from longctx.sources.special_tokens import CANDIDATE_SPELLINGS
+
+    tokenizer = backend.tokenizer()
+    learned = store.special_tokens(tokenizer.identity)
+    if learned is None:
+        learned = tokenizer.special_spellings(CANDIDATE_SPELLINGS)
+        store.save_special_tokens(tokenizer.identity, learned)
+    if set(learned) <= set(options.special_tokens):
+        return options
+    return replace(options, special_tokens=(*options.special_tokens, *learned))
 
 
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
@@ -151,21 +176,20 @@ class CorpusSession(Session):
         with self._resources.lock:
             if self._full_pack is not None:
                 return
+            backend = self.backend
+            options = server_corpus_options(self.corpus_options, backend, self.store)
             self._progress("reading files")
             # Taken before the files are read: a change made while they are
             # read shows up at the next turn rather than never.
             follows = self.request.follow_changes
-            state = ChangeTracker.state_of(self._path_strings(), self.corpus_options) if follows else None
-            corpus = load_corpus(self.paths, self.corpus_options, store=self.store)
+            state = ChangeTracker.state_of(self._path_strings(), options) if follows else None
+            corpus = load_corpus(self.paths, options, store=self.store)
             self._progress(f"{len(corpus.manifest.included)} documents")
-            backend = self.backend
             self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
             packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
             if follows:
-                self._tracker = ChangeTracker(
-                    self._path_strings(), self.corpus_options, corpus_hashes(corpus), state
-                )
+                self._tracker = ChangeTracker(self._path_strings(), options, corpus_hashes(corpus), state)
             self._title = self._title or corpus.root or "documents"
             # Converted here, once: requests read the stored form's prefix.
             super()._set_pack(packed)

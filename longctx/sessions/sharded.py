@@ -32,7 +32,13 @@ from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.corpus import CorpusSessionOptions, Paths, as_paths, shards_for_server
+from longctx.sessions.corpus import (
+    CorpusSessionOptions,
+    Paths,
+    as_paths,
+    server_corpus_options,
+    shards_for_server,
+)
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Answer, Batch, Conversation, Session
 from longctx.store import SessionRecord, Store
@@ -146,7 +152,8 @@ class ShardedSession(Conversation):
             given = self._given
             if given is None:
                 self._resources.progress("reading files")
-                corpus = load_corpus(self.paths, self.corpus_options, store=store)
+                options = server_corpus_options(self.corpus_options, backend, store)
+                corpus = load_corpus(self.paths, options, store=store)
                 packs = shards_for_server(corpus, backend, store=store, request=self.request)
                 label = corpus.root or "documents"
             else:

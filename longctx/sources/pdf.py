@@ -14,7 +14,11 @@ packer keeps it, and changing it changes every pack of a PDF.
 
 An encrypted PDF is opened with the empty password when that works (many
 PDFs are encrypted only to set permissions); otherwise it is not read.
-A PDF pypdf cannot parse is reported with pypdf's message. What pypdf logs
+A PDF pypdf cannot parse is reported with pypdf's message. C0 control
+characters other than tab and line feed (what pypdf makes of glyphs it
+cannot map, such as NUL bytes from math fonts) become U+FFFD, counted in the
+notes. Messages and notes carry no Python object address, so they are the
+same on every run. What pypdf logs
 while reading one (a font it cannot fully decode, a damaged object it
 worked around) becomes the PDF's notes, shortened, rather than lines on the
 user's terminal.
@@ -35,6 +39,7 @@ import hashlib
 import io
 import logging
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -104,13 +109,17 @@ def _from_record(record: Mapping[str, Any]) -> PdfText:
 
 @functools.cache
 def extractor_identity() -> str:
-    """What shapes an extracted text: pypdf's version and the code of this module and its newline rule."""
+    """What shapes an extracted text: pypdf's and fontTools' versions, this code and its newline rule."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         pypdf_version = version("pypdf")
     except PackageNotFoundError:
         pypdf_version = "unknown"
+    try:  # pypdf decodes CFF and Type 1 font encodings with it: it shapes the text too
+        fonttools_version = version("fonttools")
+    except PackageNotFoundError:
+        fonttools_version = "none"
     code = hashlib.sha256()
     folder = os.path.dirname(os.path.abspath(__file__))
     for name in ("pdf.py", "decoding.py"):
@@ -119,7 +128,7 @@ def extractor_identity() -> str:
                 code.update(source.read())
         except OSError:  # no source beside the code (a frozen build): never reuse
             code.update(os.urandom(16))
-    return f"pypdf {pypdf_version}; code {code.hexdigest()[:16]}"
+    return f"pypdf {pypdf_version}; fonttools {fonttools_version}; code {code.hexdigest()[:16]}"
 
 
 def extract_pdf_cached(data: bytes, content_sha256: str, cache: PdfTextCache | None) -> PdfText | PdfFailure:
@@ -142,7 +151,7 @@ def page_marker(number: int, count: int) -> str:
 
 
 def _message(error: BaseException) -> str:
-    return f"{type(error).__name__}: {_shortened(str(error)) or type(error).__name__}"
+    return f"{type(error).__name__}: {_shortened(_stable(str(error))) or type(error).__name__}"
 
 
 def _shortened(text: str) -> str:
@@ -158,7 +167,7 @@ class _Collector(logging.Handler):
         self.messages: dict[str, None] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages[_shortened(record.getMessage())] = None
+        self.messages[_shortened(_stable(record.getMessage()))] = None
 
 
 @contextmanager
@@ -179,6 +188,20 @@ def _pypdf_messages() -> Iterator[_Collector]:
     finally:
         pypdf_logger.removeHandler(collector)
         pypdf_logger.propagate = propagate
+
+
+# Python object addresses in pypdf's messages (IndirectObject(8, 0, 140435891653584),
+# "<... object at 0x7f...>") differ from run to run; the notes must not.
+_ADDRESS_IN_OBJECT = re.compile(r"IndirectObject\((\d+), (\d+), \d+\)")
+_HEX_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+# C0 controls other than tab and line feed (CR is already a line feed):
+# what pypdf makes of glyphs it cannot map (math fonts), never text.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f]")
+
+
+def _stable(message: str) -> str:
+    """``message`` without the object addresses that change from one run to the next."""
+    return _HEX_ADDRESS.sub("", _ADDRESS_IN_OBJECT.sub(r"IndirectObject(\1, \2)", message))
 
 
 def _pypdf_notes(messages: Sequence[str]) -> list[str]:
@@ -230,7 +253,7 @@ def _extract(data: bytes) -> PdfText | PdfFailure:
         return PdfFailure("corrupt", _message(error))
 
     parts: list[str] = []
-    empty_pages = 0
+    empty_pages = controls = 0
     for number in range(1, count + 1):
         parts.append(page_marker(number, count) + "\n")
         try:
@@ -238,12 +261,16 @@ def _extract(data: bytes) -> PdfText | PdfFailure:
         except Exception as error:  # noqa: BLE001 - one bad page must not lose the others
             notes.append(f"page {number}: text extraction failed ({_message(error)})")
             continue
-        body = normalise_newlines(page_text).strip("\n")
+        body, replaced = _CONTROLS.subn("\ufffd", normalise_newlines(page_text))
+        body = body.strip("\n")
+        controls += replaced
         if not body.strip():
             empty_pages += 1
             notes.append(f"page {number}: no extractable text")
             continue
         parts.append(body + "\n")
+    if controls:
+        notes.append(f"{controls} control characters (glyphs pypdf could not map) replaced by U+FFFD")
     if count == 0:
         notes.append("no pages")
     logger.debug("pdf: %d pages, %d without text", count, empty_pages)

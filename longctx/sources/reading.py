@@ -19,7 +19,9 @@ fails decides the skip reason):
 7. PDF (by ``.pdf`` extension or ``%PDF-`` header): text per page, or
    ``encrypted`` / ``corrupt``. Otherwise decoded text (``lossy`` when bytes
    were replaced); a ``.ipynb`` is rendered, or ``corrupt``.
-8. The text as it would be packed is scanned for credentials: ``secret``
+8. Special-token spellings in the text are broken
+   (:mod:`longctx.sources.special_tokens`), with a note counting them.
+9. The text as it would be packed is scanned for credentials: ``secret``
    unless allowed (then included with a note).
 
 No exception escapes for a problem with one file; notes and messages never
@@ -45,6 +47,7 @@ from longctx.sources.files import is_inside, relative_target
 from longctx.sources.notebook import NotebookError, render_notebook
 from longctx.sources.pdf import PdfFailure, PdfTextCache, extract_pdf_cached
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
+from longctx.sources.special_tokens import neutralise
 
 __all__ = ["FileReader", "Included", "document_kind"]
 
@@ -192,10 +195,16 @@ class FileReader:
     """
 
     def __init__(
-        self, *, max_file_bytes: int, allow_secrets: bool, pdf_cache: PdfTextCache | None = None
+        self,
+        *,
+        max_file_bytes: int,
+        allow_secrets: bool,
+        pdf_cache: PdfTextCache | None = None,
+        special_tokens: tuple[str, ...] = (),
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.allow_secrets = allow_secrets
+        self.special_tokens = special_tokens
         self.pdf_cache = pdf_cache
         self._resolved_folders: dict[str, str] = {}
 
@@ -332,6 +341,9 @@ class FileReader:
             else:
                 kind = document_kind(names[0])
 
+        text, broken = neutralise(text, self.special_tokens)
+        if broken:
+            notes.append(f"{broken} special-token spellings broken (U+200B after their first character)")
         findings = find_secrets(text)
         if findings:
             if not allow_secrets:

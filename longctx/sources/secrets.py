@@ -13,18 +13,33 @@ Findings name the rule and the line, never the matched text: a finding is
 safe to log, to put in a manifest and in an exception message.
 
 The content scan makes four passes of compiled expressions over the text
-(about 0.1 s for the 37 MB of text in CPython's standard library). The
-rules aim at near-zero false positives on ordinary source code: generic
-"password = ..." assignments are not flagged.
+(about 0.1 s for the 37 MB of text in CPython's standard library), and one
+keyword-plus-entropy pass (:data:`ASSIGNMENT_RULE`): a value of 16 or more
+token characters, with two digits or more and at least 3.5 bits of entropy
+per character, assigned to a name holding ``token``, ``secret``,
+``passw``, ``key`` or ``credential`` (``GITHUB_TOKEN=...``,
+``"db_password": "..."``). ``password = "hunter2"`` is not flagged (too
+short, too plain); each rule's false-positive count on the standard library
+and a large package tree is measured by ``benchmarks/secrets_fp.py`` and
+kept in ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
 
+import collections
+import math
 import re
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["RULE_NAMES", "SecretFinding", "find_secrets", "redact_if_secret", "secret_file_rule"]
+__all__ = [
+    "ASSIGNMENT_RULE",
+    "RULE_NAMES",
+    "SecretFinding",
+    "find_secrets",
+    "redact_if_secret",
+    "secret_file_rule",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +87,14 @@ _CONTENT_RULES: Final[tuple[_ContentRule, ...]] = (
     _ContentRule(
         "github-token",
         "_",
-        r"(?<=gh[pousr]_)(?<![A-Za-z0-9]gh._)[A-Za-z0-9]{36}(?![A-Za-z0-9])",
+        # Classic personal (ghp_), OAuth (gho_), user-to-server (ghu_),
+        # server-to-server (ghs_, the app installation token) and refresh
+        # (ghr_) tokens: 36 characters today, up to 255 accepted as GitHub
+        # documents the format may grow (TruffleHog accepts the same range).
+        r"(?<=gh[pousr]_)(?<![A-Za-z0-9]gh._)[A-Za-z0-9]{36,255}(?![A-Za-z0-9])",
     ),
-    _ContentRule("github-fine-grained-token", "_", r"(?<=github_pat_)[A-Za-z0-9_]{82}"),
+    # Fine-grained personal tokens: 22 characters, "_", 59 characters today.
+    _ContentRule("github-fine-grained-token", "_", r"(?<=github_pat_)[A-Za-z0-9_]{82,255}(?![A-Za-z0-9_])"),
     _ContentRule("npm-token", "_", r"(?<=npm_)(?<![A-Za-z0-9]npm_)[A-Za-z0-9]{36}(?![A-Za-z0-9])"),
     _ContentRule("huggingface-token", "_", r"(?<=hf_)(?<![A-Za-z0-9]hf_)[A-Za-z]{34}(?![A-Za-z0-9])"),
     _ContentRule("stripe-secret-key", "_", r"(?<=[rs]k_live_)[0-9A-Za-z]{20,}"),
@@ -112,7 +132,10 @@ _ANCHOR_GATES: Final[dict[str, str]] = {
     ".": r"(?<=[Gs]\.)",
 }
 
-RULE_NAMES: Final[tuple[str, ...]] = tuple(rule.name for rule in _CONTENT_RULES)
+ASSIGNMENT_RULE: Final = "credential-assignment"
+"""The keyword-plus-entropy rule: a high-entropy value assigned to a credential-like name."""
+
+RULE_NAMES: Final[tuple[str, ...]] = (*(rule.name for rule in _CONTENT_RULES), ASSIGNMENT_RULE)
 """The content rules, by name, as findings report them."""
 
 
@@ -176,9 +199,82 @@ def secret_file_rule(name: str) -> str | None:
     return None
 
 
+# The keyword-plus-entropy rule. A case-insensitive expression of the
+# credential words is tried at every position (twenty times slower than the
+# four passes above on the standard library), so the words are found with
+# str.find in an ASCII-lowered copy, and the assignment after each one is
+# matched from there: about as fast as the four passes together.
+_CREDENTIAL_WORDS: Final = ("token", "secret", "passw", "key", "credential")
+_ASSIGNMENT: Final = re.compile(
+    # The rest of the name, an optional closing quote, the operator of
+    # Python, shell, YAML, TOML, JSON, Go or PHP, and the value, quoted or
+    # not, that ends where the quote or the token ends (a value followed by
+    # "(" or "[" is an expression, not a literal). An unquoted value must end
+    # its line (a comment, a "," or ";" may follow) or a string (TOKEN=... in
+    # quotes): "key: Type | None" is an annotation.
+    r"(?P<rest>[A-Za-z0-9_]{0,12})[\"']?[ \t]{0,5}(?::=|=>|[:=])[ \t]{0,5}"
+    r"(?:(?P<quote>[\"'])(?P<quoted>[A-Za-z0-9+/_.~=-]{16,256})(?P=quote)"
+    r"|(?P<bare>[A-Za-z0-9+/_.~=-]{16,256})(?=[\"']|[ \t]*[,;]?[ \t]*(?:#|\r?\n|\Z)))"
+)
+# Names of digests, not of credentials ("key_sha256": a digest of a key).
+_DIGEST_NAMES: Final = ("sha", "hash", "digest", "checksum", "fingerprint", "type")
+_HEX_DIGEST: Final = re.compile(r"[0-9a-fA-F]{40}|[0-9a-fA-F]{64}")
+_CONSTANT_NAME: Final = re.compile(r"_?[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+")
+_DOTTED_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+_ENTROPY_BITS: Final = 3.5  # bits per character; English words and identifiers stay below it
+_PLACEHOLDER_WORDS: Final = (
+    "example",
+    "sample",
+    "xxxx",
+    "placeholder",
+    "changeme",
+    "your",
+    "dummy",
+    "redacted",
+)
+
+
+def _entropy(value: str) -> float:
+    """Shannon entropy of ``value``'s characters, in bits per character."""
+    total = len(value)
+    return -sum(count / total * math.log2(count / total) for count in collections.Counter(value).values())
+
+
+def _looks_random(value: str) -> bool:
+    """A value that reads as a credential: mixed letters and digits, high entropy, not a name."""
+    if sum(character.isdigit() for character in value) < 2 or not any(c.isalpha() for c in value):
+        return False
+    lowered = value.lower()
+    if any(word in lowered for word in _PLACEHOLDER_WORDS):
+        return False
+    if value.endswith("...") or _DOTTED_NAME.fullmatch(value) or _CONSTANT_NAME.fullmatch(value):
+        return False  # elided, module.attribute, a dotted setting name, another constant's name
+    if _HEX_DIGEST.fullmatch(value):  # a git object id or a sha256
+        return False
+    return _entropy(value) >= _ENTROPY_BITS
+
+
+def _assignment_findings(text: str) -> list[SecretFinding]:
+    """Assignments of a high-entropy value to a name holding a credential word."""
+    lowered = text.lower() if text.isascii() else text.encode("ascii", "replace").decode("ascii").lower()
+    findings: list[SecretFinding] = []
+    for word in _CREDENTIAL_WORDS:
+        start = lowered.find(word)
+        while start >= 0:
+            match = _ASSIGNMENT.match(text, start + len(word))
+            if (
+                match is not None
+                and not any(name in match.group("rest").lower() for name in _DIGEST_NAMES)
+                and _looks_random(match.group("quoted") or match.group("bare"))
+            ):
+                findings.append(SecretFinding(ASSIGNMENT_RULE, text.count("\n", 0, start) + 1))
+            start = lowered.find(word, start + 1)
+    return findings
+
+
 def find_secrets(text: str, *, limit: int = 10) -> tuple[SecretFinding, ...]:
     """Find credentials in ``text``: at most ``limit`` findings, ordered by line then rule."""
-    findings: list[SecretFinding] = []
+    findings: list[SecretFinding] = _assignment_findings(text)[: limit * 4]
     for pattern, rule_names in _PASSES:
         for match in pattern.finditer(text):
             if _PLACEHOLDER_MARK in match.group():
@@ -188,6 +284,9 @@ def find_secrets(text: str, *, limit: int = 10) -> tuple[SecretFinding, ...]:
             findings.append(SecretFinding(rule, line))
             if len(findings) >= limit * 4:
                 break
+    # A line a specific rule names needs no second, vaguer finding.
+    specific = {finding.line for finding in findings if finding.rule != ASSIGNMENT_RULE}
+    findings = [f for f in findings if f.rule != ASSIGNMENT_RULE or f.line not in specific]
     findings.sort(key=lambda finding: (finding.line, finding.rule))
     return tuple(findings[:limit])
 

@@ -1,7 +1,8 @@
 """The store's content caches: what is slow to compute and fixed by its input, kept by that input.
 
 Token counts by tokenizer and content sha256; extracted texts of PDFs by
-extractor and content sha256; the last-commit times of a repository's files
+extractor and content sha256; the special-token spellings of a served
+tokenizer by its identity; the last-commit times of a repository's files
 by commit; pack snapshots by slot and repository state. Each value is plain
 data: what it means is its producer's business (:mod:`longctx.tokens`,
 :mod:`longctx.sources.pdf`, :mod:`longctx.sources.repo`,
@@ -111,6 +112,24 @@ class ContentCaches(Database):
                 "DELETE FROM commit_times WHERE key NOT IN"
                 " (SELECT key FROM commit_times ORDER BY created_at DESC, key LIMIT ?)",
                 [keep],
+            )
+
+    # -- special tokens -----------------------------------------------------
+
+    def special_tokens(self, tokenizer: str) -> tuple[str, ...] | None:
+        """The special-token spellings kept for the tokenizer ``tokenizer`` (its identity), or None."""
+        rows = self._query("SELECT spellings_json FROM special_tokens WHERE tokenizer = ?", [tokenizer])
+        if not rows:
+            return None
+        return tuple(json.loads(rows[0]["spellings_json"]))
+
+    def save_special_tokens(self, tokenizer: str, spellings: Sequence[str]) -> None:
+        """Keep ``spellings`` as the special tokens of ``tokenizer`` (its identity)."""
+        with self.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO special_tokens (tokenizer, spellings_json, created_at)"
+                " VALUES (?, ?, ?)",
+                (tokenizer, json.dumps(list(spellings)), time.time()),
             )
 
     # -- pack snapshots -----------------------------------------------------

@@ -151,6 +151,16 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN preamble TEXT NOT NULL DEFAULT '';
     ALTER TABLE turns ADD COLUMN file_changes_json TEXT NOT NULL DEFAULT '{}';
     """,
+    # 7: the special-token spellings a server's tokenizer treats as special
+    # (longctx.sessions.corpus), by tokenizer identity: learned once per
+    # served tokenizer through its tokenize route.
+    """
+    CREATE TABLE special_tokens (
+        tokenizer TEXT PRIMARY KEY,
+        spellings_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 )
 
 

@@ -194,6 +194,8 @@ def test_a_second_doc_session_over_the_same_pdfs_reads_their_text_from_the_store
     (folder / "report.pdf").write_bytes(make_pdf([f"Findings {uuid.uuid4()}", "The cache holds prefixes."]))
     (folder / "memo.pdf").write_bytes(make_pdf(["Prefill is the cost of long prompts."]))
     first = DocSession(folder, backend=backend, store=store, request=RequestOptions(max_tokens=8))
+    # Sessions read their files on first use: this one reads (and parses) them now.
+    assert len(first.full_pack.documents) == 2
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("pypdf parsed a PDF whose text the store keeps")

@@ -432,7 +432,7 @@ def test_chat_appends_a_file_edited_between_turns(
     session = store.sessions()[0]
     turns = store.turns(session.id)
     assert marker in turns[1].preamble and turns[1].file_changes
-    first, second = store.requests(session_ids=[session.id])
+    first, second = [r for r in store.requests(session_ids=[session.id]) if r.purpose == "turn"]
     assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
     block = 128 if "vllm" in first.engine else 1
     # At least the previous prompt, rounded down to the cache block (vLLM's CPU build: 128).
@@ -482,3 +482,37 @@ def test_doctor_reports_each_replica_and_suggests_only_what_it_sees(
     assert live["servers"][0]["engine"] == "vllm" and down["ok"] is False
     # The harness's vLLM reports neither chunked prefill nor the batch size: nothing is claimed.
     assert all("max-num-batched-tokens" not in finding["flag"] for finding in live["findings"])
+
+
+def test_chat_warms_its_pack_while_the_first_question_is_typed(
+    repository: Path, home: Path, engine_server: LocalServer
+) -> None:
+    import time
+
+    env = {"LONGCTX_BASE_URL": engine_server.api_base}
+    process = _popen("chat", str(repository), "--max-tokens", "4", "--json", home=home, env=env)
+    assert process.stdin is not None and process.stdout is not None
+    time.sleep(10)  # the user types the first question
+    process.stdin.write("What does heapq provide?\n")
+    first = json.loads(process.stdout.readline())
+    process.stdin.write("\n")
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "[warm start: pack prefilled" in stderr
+    store = Store.open(home)
+    warm, turn = store.requests(session_ids=[first["session_id"]])
+    assert (warm.purpose, turn.purpose) == ("warm", "turn")
+    assert warm.usage.completion_tokens == 1 and warm.usage.prompt_tokens is not None
+    pack = store.pack(store.session(first["session_id"]).pack_fingerprint or "")
+    assert pack is not None
+    # The pack is everything of the warm prompt but its stand-in question and
+    # the template's tail (under 32 tokens); the question's cached tokens
+    # cover it, rounded down to the cache block (vLLM's CPU build: 128).
+    block = 128 if "vllm" in warm.engine else 1
+    covered = warm.usage.prompt_tokens - 32
+    assert first["usage"]["cached_tokens"] >= covered - covered % block
+    assert first["usage"]["cached_tokens"] == turn.usage.cached_tokens
+    # Its cost is in the report like any request's.
+    report = run("report", first["session_id"], "--json", home=home)
+    lines = json.loads(report.stdout)["requests"]
+    assert [line["purpose"] for line in lines] == ["warm", "turn"]

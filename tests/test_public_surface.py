@@ -83,6 +83,8 @@ PUBLIC = {
     "TurnRecord",
     "UnsupportedArchitecture",
     "Usage",
+    "WarmResult",
+    "WarmStart",
     "__version__",
     "build_pack",
     "build_shards",

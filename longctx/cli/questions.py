@@ -163,7 +163,11 @@ def _print_interrupted(
 
 # Options of `chat` that a resumed session applies: the rest describe a pack,
 # which a stored session keeps (its changed files are appended instead).
-_APPLIED_ON_RESUME = {"max_tokens": "--max-tokens", "follow_changes": "--follow-changes/--no-follow-changes"}
+_APPLIED_ON_RESUME = {
+    "max_tokens": "--max-tokens",
+    "follow_changes": "--follow-changes/--no-follow-changes",
+    "warm_start": "--warm-start/--no-warm-start",
+}
 _SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
 
 
@@ -201,6 +205,8 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         stored,
         max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
         follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
+        # A chat warms its prefix unless told not to, whatever the stored session did.
+        warm_start=request.warm_start,
     )
     if not session.request.follow_changes:
         session.stop_following()
@@ -211,7 +217,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options(follow_changes=True)
+@request_options(follow_changes=True, warm_start=True)
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -227,8 +233,10 @@ def chat(
     Every completed turn is stored at once; resume with --session ID after
     an interruption. End with an empty line or end of input. Files changed
     between turns are appended to the next question (--no-follow-changes
-    turns that off). With --session, --max-tokens and --follow-changes
-    apply to the resumed session, server options say where it is served,
+    turns that off). The pack (and history) is prefilled in the background
+    while the first question is typed (--no-warm-start turns that off). With
+    --session, --max-tokens, --follow-changes and --warm-start apply to the
+    resumed session, server options say where it is served,
     and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:
@@ -250,6 +258,7 @@ def chat(
 def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
     note(f"session {session.id} ({len(session.turns)} earlier turns); empty line to end", quiet=quiet)
     interactive = sys.stdin.isatty()
+    warm_noted = False
     while True:
         if interactive:
             click.echo("> ", err=True, nl=False)
@@ -257,12 +266,18 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         if not question:
             break
         answer = session.ask(question)
+        warm_noted = warm_noted or _note_warm_start(session, quiet=quiet)
         if as_json:
             click.echo(json.dumps(answer.to_dict(), sort_keys=True))
         else:
             click.echo(answer.text)
         appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
         note(f"[turn {answer.turn}: {answer.usage.summary_line()}{appended}]", quiet=quiet)
+    if session.warming is not None:
+        # Its request is recorded in the store when it ends: before the session may be deleted below.
+        session.warming.wait()
+        if not warm_noted:
+            _note_warm_start(session, quiet=quiet)
     if not session.turns and not session.branch_ids():
         # Nothing was asked: an empty session would only clutter `sessions list`.
         if session.id in {record.id for record in session.store.sessions()}:
@@ -270,3 +285,13 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         note("no question asked: the session is not kept", quiet=quiet)
         return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)
+
+
+def _note_warm_start(session: Session, *, quiet: bool) -> bool:
+    """Say what the warm start did, if it is done; True once said."""
+    warming = session.warming
+    result = warming.result if warming is not None else None
+    if result is None:
+        return False
+    note(f"[{result.summary_line()}]", quiet=quiet)
+    return True

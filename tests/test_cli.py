@@ -516,3 +516,40 @@ def test_chat_warms_its_pack_while_the_first_question_is_typed(
     report = run("report", first["session_id"], "--json", home=home)
     lines = json.loads(report.stdout)["requests"]
     assert [line["purpose"] for line in lines] == ["warm", "turn"]
+
+
+def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
+    tmp_path: Path, home: Path, engine_server: LocalServer
+) -> None:
+    root = tmp_path / "big"
+    root.mkdir()
+    for name in ("argparse.py", "typing.py", "inspect.py"):  # about 340 KB: over the 32k-token window
+        (root / name).write_text((STDLIB / name).read_text())
+    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
+    env = {"LONGCTX_BASE_URL": engine_server.api_base}
+    refused = run("ask", str(root), "What is defined here?", "--max-tokens", "8", home=home, env=env)
+    assert refused.returncode == cli.EXIT_TOO_LONG, refused.stderr
+    assert "--shard" in refused.stderr
+    answered = run(
+        "ask", str(root), "What is defined here?", "--max-tokens", "8", "--shard", "--json", home=home, env=env
+    )
+    assert answered.returncode == cli.EXIT_OK, answered.stderr
+    data = json.loads(answered.stdout)
+    shards = len(data["shard_answers"])
+    assert shards >= 2 and f"map-reduce over {shards} shards" in answered.stderr
+    assert all(answer["usage"]["prompt_tokens"] < 32768 for answer in data["shard_answers"])
+    purposes = [line["purpose"] for line in data["report"]["requests"]]
+    assert purposes.count("reduce") == 1 and len(purposes) == shards + 1
+    questions = tmp_path / "questions.txt"
+    questions.write_text("What is defined here?\nWhat is exported?\n")
+    batch = run(
+        "batch", str(root), "--questions", str(questions), "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env,
+    )  # fmt: skip
+    assert batch.returncode == cli.EXIT_OK, batch.stderr
+    answers = json.loads(batch.stdout)["answers"]
+    assert [answer["question"] for answer in answers] == ["What is defined here?", "What is exported?"]
+    # The same shards as the ask: each shard's prefix is read from the cache.
+    for answer in answers:
+        for shard_answer in answer["shard_answers"]:
+            assert shard_answer["usage"]["cached_tokens"] > 0.9 * shard_answer["usage"]["prompt_tokens"] - 256

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO
+from typing import IO, Any
 
 import click
 
@@ -23,8 +23,8 @@ from longctx.cli.app import (
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
-from longctx.sessions import RepoSession, Session
-from longctx.sessions.session import Answer
+from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.session import Answer, Conversation
 from longctx.store import Store
 
 
@@ -51,16 +51,62 @@ def _open_session(
     return session
 
 
+def _open_sharded(
+    paths: Sequence[str],
+    store: Store,
+    *,
+    server: ServerOptions,
+    corpus: CorpusOptions,
+    request: RequestOptions,
+    say: Callable[[str], None],
+) -> ShardedSession:
+    """A map-reduce session over shards of ``paths`` that each fit the window, built now."""
+    session = ShardedSession(
+        list(paths),
+        backend=runtime().backend,
+        server=server,
+        store=store,
+        corpus=corpus,
+        request=request,
+        on_progress=say,
+    )
+    count = len(session.shards)
+    say(f"{count} shard{'s' if count != 1 else ''}: each question is asked of every shard, then combined")
+    return session
+
+
+def _open(shard: bool, paths: Sequence[str], store: Store, **options: Any) -> Conversation:
+    return (_open_sharded if shard else _open_session)(paths, store, **options)
+
+
+def _label(session: Conversation) -> str:
+    if isinstance(session, ShardedSession):
+        return f"session {session.id} (map-reduce over {len(session.shards)} shards)"
+    return f"session {session.id}"
+
+
+def shard_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--shard``: map-reduce over shards that each fit the window."""
+    return click.option(
+        "--shard",
+        is_flag=True,
+        help="Split PATHS into shards that each fit the server's window, ask every shard, "
+        "and combine their answers (map-reduce): for a pack over the budget.",
+    )(function)
+
+
 @main.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.argument("question")
 @corpus_options
 @server_options
 @request_options()
+@shard_option
 @output_options
 def ask(
     paths: tuple[str, ...],
     question: str,
+    shard: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -69,19 +115,20 @@ def ask(
 ) -> None:
     """Ask QUESTION about PATHS; the answer goes to stdout.
 
-    The session is stored: continue it with `longctx chat --session ID`.
+    The session is stored: continue it with `longctx chat --session ID`
+    (a --shard session: in Python, `ShardedSession.resume`).
     """
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
         say("waiting for the answer")
         with session:
             answer = session.ask(question)
             report = session.report()
     if as_json:
-        emit_json({**answer.to_dict(), "report": report.to_dict()})
+        emit_json({**answer.to_dict(), "session_id": session.id, "report": report.to_dict()})
     else:
         click.echo(answer.text)
-    note(f"session {session.id}: {report.summary_line()}", quiet=quiet)
+    note(f"{_label(session)}: {report.summary_line()}", quiet=quiet)
 
 
 @main.command()
@@ -96,10 +143,12 @@ def ask(
 @corpus_options
 @server_options
 @request_options(concurrency=True)
+@shard_option
 @output_options
 def batch(
     paths: tuple[str, ...],
     questions_file: IO[str],
+    shard: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -114,7 +163,7 @@ def batch(
     if not questions:
         raise ConfigError("the questions file holds no questions")
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
         done: list[Answer] = []
 
         def answered(answer: Answer) -> None:
@@ -142,7 +191,7 @@ def batch(
     else:
         for answer in result:
             click.echo(f"## {answer.question}\n\n{answer.text}\n")
-    note(f"session {session.id}: {result.report.summary_line()}", quiet=quiet)
+    note(f"{_label(session)}: {result.report.summary_line()}", quiet=quiet)
 
 
 def _print_interrupted(

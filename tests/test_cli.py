@@ -531,8 +531,9 @@ def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
     assert refused.returncode == cli.EXIT_TOO_LONG, refused.stderr
     assert "--shard" in refused.stderr
     answered = run(
-        "ask", str(root), "What is defined here?", "--max-tokens", "8", "--shard", "--json", home=home, env=env
-    )
+        "ask", str(root), "What is defined here?", "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env,
+    )  # fmt: skip
     assert answered.returncode == cli.EXIT_OK, answered.stderr
     data = json.loads(answered.stdout)
     shards = len(data["shard_answers"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO, Any
@@ -95,17 +96,45 @@ def shard_option(function: Callable[..., Any]) -> Callable[..., Any]:
     )(function)
 
 
+def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[tuple[str, ...], str]:
+    """PATHS and QUESTION from ``ask``'s arguments: the last one is the question, unless --question is given.
+
+    A forgotten question, or a last argument that is an existing path (``ask
+    repoA repoB``), is refused with what to type instead.
+    """
+    if question is not None:
+        if not arguments:
+            raise ConfigError("give PATHS to ask about: longctx ask PATHS... --question TEXT")
+        return arguments, question
+    if not arguments:
+        raise ConfigError('give PATHS and a QUESTION: longctx ask PATHS... "QUESTION"')
+    *paths, last = arguments
+    if os.path.exists(last):
+        hint = "a path" if paths else "the only argument"
+        raise ConfigError(
+            f"the question is missing: {last!r} ({hint}) is an existing path. Put the question last, "
+            f'in quotes: longctx ask {" ".join(arguments)} "QUESTION" (or give it with --question)'
+        )
+    if not paths:
+        raise ConfigError(f'give PATHS before the question: longctx ask PATHS... "{last}"')
+    return tuple(paths), last
+
+
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.argument("question")
+@click.argument("arguments", nargs=-1, metavar="PATHS... QUESTION")
+@click.option(
+    "--question",
+    "question_option",
+    help="The question, when it must not be taken for a path (then PATHS only).",
+)
 @corpus_options
 @server_options
 @request_options()
 @shard_option
 @output_options
 def ask(
-    paths: tuple[str, ...],
-    question: str,
+    arguments: tuple[str, ...],
+    question_option: str | None,
     shard: bool,
     as_json: bool,
     quiet: bool,
@@ -118,6 +147,7 @@ def ask(
     The session is stored: continue it with `longctx chat --session ID`
     (a --shard session: in Python, `ShardedSession.resume`).
     """
+    paths, question = _split_question(arguments, question_option)
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
         session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
         say("waiting for the answer")

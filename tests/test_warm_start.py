@@ -21,6 +21,7 @@ from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.warm import RECENT_SECONDS, WARM_QUESTION
 from longctx.store import Store
+from longctx.usage import Usage
 
 URL = "http://fake-engine:8000/v1"
 
@@ -162,3 +163,40 @@ def test_an_empty_chat_waits_for_its_warm_start_and_leaves_no_session(
     assert result.exit_code == 0, result.output
     assert "no question asked" in result.stderr
     assert Store.open().sessions() == []
+
+
+def test_answer_reuse_is_what_the_next_turn_cached_past_the_previous_prompt() -> None:
+    from longctx.sessions.reuse import answer_reuse
+
+    def usage(prompt: int, cached: int | None, completion: int | None = None) -> Usage:
+        return Usage(prompt, cached, None, completion, None, None)
+
+    previous = usage(2_536, 0, 1_000)
+    whole = answer_reuse(previous, usage(3_660, 3_456))
+    none = answer_reuse(previous, usage(3_659, 2_432))
+    assert whole is not None and none is not None
+    assert (whole.reused_tokens, whole.answer_tokens) == (920, 1_000)
+    assert (none.reused_tokens, none.share) == (0, 0.0)
+    assert whole.summary_line() == "920 of 1,000 tokens of the previous answer from the cache (92%)"
+    assert answer_reuse(previous, usage(3_659, None)) is None
+
+
+def test_chat_turn_lines_and_the_report_say_how_much_of_the_previous_answer_was_cached(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    fake.answer = "an answer " * 40
+    result = CliRunner().invoke(
+        main,
+        ["chat", str(repository), "--no-warm-start"],
+        obj=Runtime(backend=backend),
+        input="one?\ntwo?\n\n",
+    )
+    assert result.exit_code == 0, result.output
+    # The fake engine counts 3 completion tokens and caches only prompts it saw: none of the answer.
+    assert (
+        "[turn 1: " in result.stderr
+        and "0 of 3 tokens of the previous answer from the cache (0%)" in result.stderr
+    )
+    session_id = json.loads(CliRunner().invoke(main, ["sessions", "list", "--json"]).stdout)[0]["id"]
+    notes = Session.resume(session_id, backend).report().notes
+    assert "turn 1: 0 of 3 tokens of the previous answer from the cache (0%)" in notes

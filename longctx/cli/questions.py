@@ -25,6 +25,7 @@ from longctx.cli.app import (
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import Answer, Conversation
 from longctx.store import Store
 
@@ -338,6 +339,7 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
     note(f"session {session.id} ({len(session.turns)} earlier turns); empty line to end", quiet=quiet)
     interactive = sys.stdin.isatty()
     warm_noted = False
+    previous: Answer | None = None
     while True:
         if interactive:
             click.echo("> ", err=True, nl=False)
@@ -351,7 +353,10 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         else:
             click.echo(answer.text)
         appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
-        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{appended}]", quiet=quiet)
+        reuse = answer_reuse(previous.usage, answer.usage) if previous is not None else None
+        reused = f"; {reuse.summary_line()}" if reuse is not None and reuse.answer_tokens else ""
+        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{reused}{appended}]", quiet=quiet)
+        previous = answer
     if session.warming is not None:
         # Its request is recorded in the store when it ends: before the session may be deleted below.
         session.warming.wait()

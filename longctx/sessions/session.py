@@ -52,6 +52,7 @@ from longctx.sessions import siblings
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Progress, Resources
+from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
@@ -722,6 +723,7 @@ class Session(Conversation):
             for turn in self._turns
             if turn.file_changes
         ]
+        notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
         fallback_rate = None
         if cold_prefill_rate(records) is None and records:
             # Every request of this session hit the cache; the rate a hit

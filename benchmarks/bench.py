@@ -591,12 +591,19 @@ def sessions(args: argparse.Namespace) -> str:
     return naive_clients.section(args.work, args.repo / ".cache" / "harness")
 
 
+def answers(args: argparse.Namespace) -> str:
+    import answer_reuse
+
+    return answer_reuse.section(args.work, args.repo / ".cache" / "harness")
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
     "budget": budget,
     "engines": engines,
     "sessions": sessions,
+    "answers": answers,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -604,6 +611,7 @@ SECTION_NAMES = {
     "budget": "pack-budget",
     "engines": "pack-exact-counts",
     "sessions": "sessions-naive-clients",
+    "answers": "sessions-answer-reuse",
 }
 
 
@@ -630,7 +638,7 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
     if args.skip_engines:
-        chosen = [name for name in chosen if name not in ("engines", "sessions")]
+        chosen = [name for name in chosen if name not in ("engines", "sessions", "answers")]
     for name in chosen:
         started = time.perf_counter()
         write_section(SECTION_NAMES[name], BENCHMARKS[name](args))

@@ -411,6 +411,12 @@ class Session(Conversation):
             return pack.prefix + question
         return question
 
+    def close(self) -> None:
+        """Close what this session opened, once a warm start in flight has recorded its request."""
+        if self.warming is not None:
+            self.warming.wait()
+        super().close()
+
     def __enter__(self) -> Self:
         if self.request.warm_start and self.warming is None:
             self.warm_start()

@@ -170,6 +170,17 @@ def test_exit_code_other_longctx_error(tmp_path: Path) -> None:
     assert "cannot open the longctx database" in result.stderr
 
 
+def test_ask_with_the_question_forgotten_or_a_second_path_as_question_says_so(
+    repository: Path, tmp_path: Path, home: Path
+) -> None:
+    forgotten = run("ask", str(repository), home=home)
+    assert forgotten.returncode == cli.EXIT_USAGE
+    assert "the question is missing" in forgotten.stderr and "Missing argument" not in forgotten.stderr
+    second = run("ask", str(repository), str(tmp_path), home=home)
+    assert second.returncode == cli.EXIT_USAGE
+    assert f"{str(tmp_path)!r} (a path) is an existing path" in second.stderr
+
+
 def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
     recipe = run("recipe", "nvidia/Kimi-K3-NVFP4", "--engine", "vllm", home=home)
     assert recipe.returncode == 0

@@ -683,6 +683,12 @@ def replicas(args: argparse.Namespace) -> str:
     return replica_bench.section(args.repo / ".cache" / "harness")
 
 
+def answers(args: argparse.Namespace) -> str:
+    import answer_reuse
+
+    return answer_reuse.section(args.work, args.repo / ".cache" / "harness")
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
@@ -691,6 +697,7 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "sessions": sessions,
     "siblings": siblings,
     "replicas": replicas,
+    "answers": answers,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -700,6 +707,7 @@ SECTION_NAMES = {
     "sessions": "sessions-naive-clients",
     "siblings": "siblings-dispatch",
     "replicas": "replicas-overhead",
+    "answers": "sessions-answer-reuse",
 }
 
 
@@ -726,7 +734,9 @@ def main() -> None:
     args = parser.parse_args()
     chosen = [name for name in args.only.split(",") if name]
     if args.skip_engines:
-        chosen = [name for name in chosen if name not in ("engines", "sessions", "siblings", "replicas")]
+        chosen = [
+            name for name in chosen if name not in ("engines", "sessions", "siblings", "replicas", "answers")
+        ]
     for name in chosen:
         started = time.perf_counter()
         write_section(SECTION_NAMES[name], BENCHMARKS[name](args))

@@ -35,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "CacheCounters": "longctx.backends.engines",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
+    "WarmResult": "longctx.sessions.warm",
+    "WarmStart": "longctx.sessions.warm",
     "BudgetError": "longctx.errors",
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
@@ -173,6 +175,7 @@ if TYPE_CHECKING:
         resume,
     )
     from longctx.sessions.changes import Changes, FileChange
+    from longctx.sessions.warm import WarmResult, WarmStart
     from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
     from longctx.tokens import (
         EstimateTokenizer,
@@ -260,6 +263,8 @@ __all__ = [
     "TurnRecord",
     "UnsupportedArchitecture",
     "Usage",
+    "WarmResult",
+    "WarmStart",
     "__version__",
     "build_pack",
     "build_shards",

@@ -230,7 +230,11 @@ class RequestOptions:
     questions and turns that follow the pack; ``extra_body`` is merged into
     every request body. ``follow_changes`` (on by default) makes a
     repository session append the files changed since its pack to the next
-    user message (see :mod:`longctx.sessions.changes`). Raises
+    user message (see :mod:`longctx.sessions.changes`). ``warm_start``
+    (off by default; ``longctx chat`` turns it on) makes a session prefill
+    its prefix with a one-token request in the background as soon as it is
+    opened, so the first question is served from the cache (see
+    :mod:`longctx.sessions.warm`). Raises
     :class:`~longctx.errors.ConfigError` for a value the servers would
     refuse.
     """
@@ -244,6 +248,7 @@ class RequestOptions:
     reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     follow_changes: bool = True
+    warm_start: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
@@ -273,6 +278,7 @@ class RequestOptions:
             "reserved_question_tokens": self.reserved_question_tokens,
             "extra_body": dict(self.extra_body),
             "follow_changes": self.follow_changes,
+            "warm_start": self.warm_start,
         }
 
     @classmethod
@@ -291,6 +297,7 @@ class RequestOptions:
             ),
             extra_body=dict(data.get("extra_body") or {}),
             follow_changes=bool(data.get("follow_changes", True)),
+            warm_start=bool(data.get("warm_start", False)),
         )
 
 

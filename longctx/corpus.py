@@ -184,7 +184,8 @@ class CorpusOutline:
     :mod:`longctx.sources.history`): the base's files first, with the
     base's copies of files changed since (``earlier`` documents, not in
     the manifest, which describes the current files), then the files
-    changed since. :func:`stream_corpus` returns one: its documents went to
+    changed since; ``layer_note`` says why the documents are (or are not)
+    layered, for the pack's summary line. :func:`stream_corpus` returns one: its documents went to
     the caller one by one.
     """
 
@@ -193,6 +194,7 @@ class CorpusOutline:
     root: str | None
     head_sha: str | None
     layer_base: str | None = None
+    layer_note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -313,6 +315,7 @@ def load_corpus(
         outline.root,
         outline.head_sha,
         outline.layer_base,
+        outline.layer_note,
         documents=documents,
     )
 
@@ -391,6 +394,7 @@ def _load(
         root=None if several else sources[0].label,
         head_sha=repositories[0].head_sha if repositories and not several else None,
         layer_base=repositories[0].layer_base if repositories and not several else None,
+        layer_note=repositories[0].layer_note if repositories and not several else None,
     )
     logger.info(
         "corpus: %d documents (%d bytes), %d skipped %s, ordering %s",

@@ -315,12 +315,12 @@ class SavingsReport:
     def plot(self, ax: Any = None) -> Any:
         """A matplotlib bar chart of cached versus prefilled prompt tokens per request.
 
-        Needs the ``notebook`` extra (``pip install longctx[notebook]``).
+        Needs the ``notebook`` extra (``pip install 'longctx-sdk[notebook]'``).
         """
         try:
             import matplotlib.pyplot as plt
         except ImportError as error:
-            raise ConfigError("plotting needs matplotlib: pip install 'longctx[notebook]'") from error
+            raise ConfigError("plotting needs matplotlib: pip install 'longctx-sdk[notebook]'") from error
         if ax is None:
             _, ax = plt.subplots(figsize=(7, 0.4 * max(3, len(self.requests)) + 1))
         labels = [f"#{i} {line.purpose}" for i, line in enumerate(self.requests, start=1)]

@@ -514,7 +514,7 @@ class TokenizerJsonTokenizer:
         except ImportError as error:
             raise TokenizerError(
                 "reading tokenizer.json needs the optional 'tokenizers' package: "
-                "pip install 'longctx[tokenizers]' (or pip install tokenizers)"
+                "pip install 'longctx-sdk[tokenizers]' (or pip install tokenizers)"
             ) from error
         try:
             raw = file.read_bytes()

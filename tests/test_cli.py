@@ -170,6 +170,17 @@ def test_exit_code_other_longctx_error(tmp_path: Path) -> None:
     assert "cannot open the longctx database" in result.stderr
 
 
+def test_ask_with_the_question_forgotten_or_a_second_path_as_question_says_so(
+    repository: Path, tmp_path: Path, home: Path
+) -> None:
+    forgotten = run("ask", str(repository), home=home)
+    assert forgotten.returncode == cli.EXIT_USAGE
+    assert "the question is missing" in forgotten.stderr and "Missing argument" not in forgotten.stderr
+    second = run("ask", str(repository), str(tmp_path), home=home)
+    assert second.returncode == cli.EXIT_USAGE
+    assert f"{str(tmp_path)!r} (a path) is an existing path" in second.stderr
+
+
 def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
     recipe = run("recipe", "nvidia/Kimi-K3-NVFP4", "--engine", "vllm", home=home)
     assert recipe.returncode == 0
@@ -432,7 +443,7 @@ def test_chat_appends_a_file_edited_between_turns(
     session = store.sessions()[0]
     turns = store.turns(session.id)
     assert marker in turns[1].preamble and turns[1].file_changes
-    first, second = store.requests(session_ids=[session.id])
+    first, second = [r for r in store.requests(session_ids=[session.id]) if r.purpose == "turn"]
     assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
     block = 128 if "vllm" in first.engine else 1
     # At least the previous prompt, rounded down to the cache block (vLLM's CPU build: 128).
@@ -482,3 +493,77 @@ def test_doctor_reports_each_replica_and_suggests_only_what_it_sees(
     assert live["servers"][0]["engine"] == "vllm" and down["ok"] is False
     # The harness's vLLM reports neither chunked prefill nor the batch size: nothing is claimed.
     assert all("max-num-batched-tokens" not in finding["flag"] for finding in live["findings"])
+
+
+def test_chat_warms_its_pack_while_the_first_question_is_typed(
+    repository: Path, home: Path, engine_server: LocalServer
+) -> None:
+    import time
+
+    env = {"LONGCTX_BASE_URL": engine_server.api_base}
+    process = _popen("chat", str(repository), "--max-tokens", "4", "--json", home=home, env=env)
+    assert process.stdin is not None and process.stdout is not None
+    time.sleep(10)  # the user types the first question
+    process.stdin.write("What does heapq provide?\n")
+    first = json.loads(process.stdout.readline())
+    process.stdin.write("\n")
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert "[warm start: pack prefilled" in stderr
+    store = Store.open(home)
+    warm, turn = store.requests(session_ids=[first["session_id"]])
+    assert (warm.purpose, turn.purpose) == ("warm", "turn")
+    assert warm.usage.completion_tokens == 1 and warm.usage.prompt_tokens is not None
+    pack = store.pack(store.session(first["session_id"]).pack_fingerprint or "")
+    assert pack is not None
+    # The pack is everything of the warm prompt but its stand-in question and
+    # the template's tail (under 32 tokens); the question's cached tokens
+    # cover it, rounded down to the cache block (vLLM's CPU build: 128).
+    block = 128 if "vllm" in warm.engine else 1
+    covered = warm.usage.prompt_tokens - 32
+    assert first["usage"]["cached_tokens"] >= covered - covered % block
+    assert first["usage"]["cached_tokens"] == turn.usage.cached_tokens
+    # Its cost is in the report like any request's.
+    report = run("report", first["session_id"], "--json", home=home)
+    lines = json.loads(report.stdout)["requests"]
+    assert [line["purpose"] for line in lines] == ["warm", "turn"]
+
+
+def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
+    tmp_path: Path, home: Path, engine_server: LocalServer
+) -> None:
+    root = tmp_path / "big"
+    root.mkdir()
+    # About 137 KB, 35k tokens: over the 32k-token window, and two shards that
+    # fit SGLang's 40k-token pool together (so the batch finds both cached).
+    for name in ("dataclasses.py", "enum.py"):
+        (root / name).write_text((STDLIB / name).read_text())
+    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
+    env = {"LONGCTX_BASE_URL": engine_server.api_base}
+    refused = run("ask", str(root), "What is defined here?", "--max-tokens", "8", home=home, env=env)
+    assert refused.returncode == cli.EXIT_TOO_LONG, refused.stderr
+    assert "--shard" in refused.stderr
+    answered = run(
+        "ask", str(root), "What is defined here?", "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env,
+    )  # fmt: skip
+    assert answered.returncode == cli.EXIT_OK, answered.stderr
+    data = json.loads(answered.stdout)
+    shards = len(data["shard_answers"])
+    assert shards >= 2 and f"map-reduce over {shards} shards" in answered.stderr
+    assert all(answer["usage"]["prompt_tokens"] < 32768 for answer in data["shard_answers"])
+    purposes = [line["purpose"] for line in data["report"]["requests"]]
+    assert purposes.count("reduce") == 1 and len(purposes) == shards + 1
+    questions = tmp_path / "questions.txt"
+    questions.write_text("What is defined here?\nWhat is exported?\n")
+    batch = run(
+        "batch", str(root), "--questions", str(questions), "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env,
+    )  # fmt: skip
+    assert batch.returncode == cli.EXIT_OK, batch.stderr
+    answers = json.loads(batch.stdout)["answers"]
+    assert [answer["question"] for answer in answers] == ["What is defined here?", "What is exported?"]
+    # The same shards as the ask: each shard's prefix is read from the cache.
+    for answer in answers:
+        for shard_answer in answer["shard_answers"]:
+            assert shard_answer["usage"]["cached_tokens"] > 0.9 * shard_answer["usage"]["prompt_tokens"] - 256

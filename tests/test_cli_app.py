@@ -103,7 +103,9 @@ def test_chat_then_report_and_sessions_from_the_store(
 
     report = invoke(None, "report", session_id, "--json")
     assert report.exit_code == EXIT_OK, report.output
-    assert len(json.loads(report.stdout)["requests"]) == 2
+    # chat warms its pack first: that request is in the report like the two turns.
+    purposes = [line["purpose"] for line in json.loads(report.stdout)["requests"]]
+    assert purposes == ["warm", "turn", "turn"]
 
     listed = json.loads(invoke(None, "sessions", "list", "--json").stdout)
     assert [row["id"] for row in listed] == [session_id]

@@ -70,8 +70,9 @@ def run_llm(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_plugin_is_installed_and_registers_the_prefix(llm_home: Path) -> None:
     plugins = json.loads(run_llm("plugins").stdout)
-    assert {"name": "longctx", "hooks": ["register_fragment_loaders"]}.items() <= next(
-        plugin for plugin in plugins if plugin["name"] == "longctx"
+    # llm names a plugin by its distribution (longctx-sdk: "longctx" on PyPI is another project).
+    assert {"name": "longctx-sdk", "hooks": ["register_fragment_loaders"]}.items() <= next(
+        plugin for plugin in plugins if plugin["name"] == "longctx-sdk"
     ).items()
     assert "longctx:" in run_llm("fragments", "loaders").stdout
 

@@ -106,7 +106,7 @@ def test_without_the_extra_help_works_and_the_command_names_the_extra() -> None:
     assert served.returncode == 2, served.stderr
     assert (
         served.stderr.strip()
-        == "longctx: error: the MCP server needs the mcp extra: pip install 'longctx[mcp]'"
+        == "longctx: error: the MCP server needs the mcp extra: pip install 'longctx-sdk[mcp]'"
     )
 
 

@@ -85,6 +85,8 @@ PUBLIC = {
     "TurnRecord",
     "UnsupportedArchitecture",
     "Usage",
+    "WarmResult",
+    "WarmStart",
     "__version__",
     "build_pack",
     "build_shards",

@@ -26,6 +26,7 @@ from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
+from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import history_form
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
@@ -463,3 +464,43 @@ def test_a_file_edited_between_turns_is_appended_and_the_previous_prompt_stays_c
     with pytest.raises(ContextOverflow, match="start a fresh pack with `longctx chat"):
         resumed.ask("And the big file?")
     assert len(store.turns(session.id)) == 4
+
+
+def test_the_generation_prompt_renders_as_the_history_does(
+    engine_server: LocalServer, tiny_model: TinyModel, backend: Backend
+) -> None:
+    # The server generates right after the generation prompt; the next turn
+    # renders the answer right after the same tokens (the old template put a
+    # newline of its own there), so an answer that re-tokenises to itself is
+    # served from the cache.
+    base = [{"role": "system", "content": "s"}, {"role": "user", "content": "q1"}]
+    prompt = tokenize_messages(engine_server, tiny_model, base)
+    answer = "The answer is 42, because the code says so."
+    history = tokenize_messages(
+        engine_server,
+        tiny_model,
+        [*base, {"role": "assistant", "content": answer}, {"role": "user", "content": "q2"}],
+    )
+    answer_tokens = backend.tokenizer().encode(answer)
+    assert history[: len(prompt)] == prompt
+    assert history[len(prompt) : len(prompt) + len(answer_tokens)] == answer_tokens
+
+
+def test_after_a_thousand_token_answer_the_next_turn_reports_the_answer_reuse(
+    backend: Backend, store: Store
+) -> None:
+    request = RequestOptions(max_tokens=1_000, temperature=0.0, extra_body={"ignore_eos": True})
+    session = Session(backend, text_pack(8_000), store=store, request=request)
+    first = session.ask("Explain the file.")
+    second = session.ask("Go on.")
+    assert first.usage.completion_tokens == 1_000 and first.usage.prompt_tokens is not None
+    assert second.usage.cached_tokens is not None
+    block = backend.info.cache_block_tokens
+    # At least the previous prompt (block-rounded); what is past it is the answer's reuse.
+    assert second.usage.cached_tokens >= block_round(first.usage.prompt_tokens, block)
+    reuse = answer_reuse(first.usage, second.usage)
+    assert reuse is not None and reuse.answer_tokens == 1_000
+    assert reuse.reused_tokens == min(second.usage.cached_tokens - first.usage.prompt_tokens, 1_000) or (
+        reuse.reused_tokens == 0 and second.usage.cached_tokens < first.usage.prompt_tokens
+    )
+    assert f"turn 1: {reuse.summary_line()}" in session.report().notes

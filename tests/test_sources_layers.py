@@ -266,3 +266,36 @@ def test_an_over_budget_layered_pack_names_its_earlier_copies(tmp_path: Path) ->
             plain, budget=Budget(context_length=1000, reserved_output_tokens=10, reserved_question_tokens=10)
         )
     assert "earlier copies" not in str(plain_raised.value)
+
+
+def test_the_pack_line_says_which_base_and_why_a_coarser_one_was_passed_over(tmp_path: Path) -> None:
+    from longctx.packing import pack
+
+    repo = _history(tmp_path / "repo", 6)
+    for number in range(20):
+        _write(repo, f"src/module_{number:02d}.py", f"# module {number} rewritten\n")
+    commit(repo, "rewrite everything", when=_T0 + 10_000)
+    (repo / "notes.md").write_text("work in progress\n")
+
+    result = pack(repo, reuse=False)
+    line = result.summary_line()
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert f"layered on base {head[:12]} (every " in line  # HEAD is the base of levels 2 and 1 here
+    assert "1 file(s) changed since" in line and "1 earlier copy" in line
+    # The coarsest base was passed over: its share, the limit, the cost and the way out.
+    base_16 = git(repo, "rev-list", "--max-parents=0", "HEAD").strip()
+    assert f"base {base_16[:12]} (every 16 commits) was passed over" in line
+    assert "over max_stale_share 20%" in line and "cached prefix is lost once" in line
+    assert "--max-stale-share" in line
+    assert result.to_dict()["layers"] == result.layer_note
+
+
+def test_the_pack_line_says_when_layering_is_off_and_says_nothing_for_a_plain_first_pack(
+    tmp_path: Path,
+) -> None:
+    from longctx.packing import pack
+
+    repo = _history(tmp_path / "repo", 1)
+    assert pack(repo, reuse=False).layer_note is None
+    off = pack(repo, CorpusOptions(max_stale_share=0), reuse=False)
+    assert off.layer_note is not None and "layering off" in off.summary_line()

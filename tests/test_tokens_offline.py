@@ -119,7 +119,7 @@ def test_tokenizer_json_without_the_extra_names_it(tmp_path: Path, monkeypatch: 
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", refuse)
-    with pytest.raises(TokenizerError, match=r"longctx\[tokenizers\]"):
+    with pytest.raises(TokenizerError, match=r"longctx-sdk\[tokenizers\]"):
         TokenizerJsonTokenizer(tokenizer_json)
 
 

@@ -392,7 +392,7 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def request_options(
-    *, concurrency: bool = False, follow_changes: bool = False
+    *, concurrency: bool = False, follow_changes: bool = False, warm_start: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--max-tokens``, ``--cache-salt`` and the flags asked for, passed on as ``request``."""
 
@@ -406,6 +406,8 @@ def request_options(
             )
             if follow_changes:
                 extra["follow_changes"] = kwargs.pop("follow_changes")
+            if warm_start:
+                extra["warm_start"] = kwargs.pop("warm_start")
             request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
             return function(*args, request=request, **kwargs)
 
@@ -448,6 +450,15 @@ def request_options(
                     default=True,
                     show_default=True,
                     help="Append files changed since the pack to the next question.",
+                )
+            )
+        if warm_start:
+            options.append(
+                click.option(
+                    "--warm-start/--no-warm-start",
+                    default=True,
+                    show_default=True,
+                    help="Prefill the pack in the background while the first question is typed.",
                 )
             )
         return _apply(wrapper, options)

@@ -12,7 +12,7 @@ from longctx.cli.app import corpus_options, main, request_options, server_option
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 
-EXTRA_HINT = "the MCP server needs the mcp extra: pip install 'longctx[mcp]'"
+EXTRA_HINT = "the MCP server needs the mcp extra: pip install 'longctx-sdk[mcp]'"
 
 
 @main.command()

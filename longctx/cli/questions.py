@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO
+from typing import IO, Any
 
 import click
 
@@ -23,8 +24,9 @@ from longctx.cli.app import (
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
-from longctx.sessions import RepoSession, Session
-from longctx.sessions.session import Answer
+from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.reuse import answer_reuse
+from longctx.sessions.session import Answer, Conversation
 from longctx.store import Store
 
 
@@ -51,16 +53,90 @@ def _open_session(
     return session
 
 
+def _open_sharded(
+    paths: Sequence[str],
+    store: Store,
+    *,
+    server: ServerOptions,
+    corpus: CorpusOptions,
+    request: RequestOptions,
+    say: Callable[[str], None],
+) -> ShardedSession:
+    """A map-reduce session over shards of ``paths`` that each fit the window, built now."""
+    session = ShardedSession(
+        list(paths),
+        backend=runtime().backend,
+        server=server,
+        store=store,
+        corpus=corpus,
+        request=request,
+        on_progress=say,
+    )
+    count = len(session.shards)
+    say(f"{count} shard{'s' if count != 1 else ''}: each question is asked of every shard, then combined")
+    return session
+
+
+def _open(shard: bool, paths: Sequence[str], store: Store, **options: Any) -> Conversation:
+    return (_open_sharded if shard else _open_session)(paths, store, **options)
+
+
+def _label(session: Conversation) -> str:
+    if isinstance(session, ShardedSession):
+        return f"session {session.id} (map-reduce over {len(session.shards)} shards)"
+    return f"session {session.id}"
+
+
+def shard_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--shard``: map-reduce over shards that each fit the window."""
+    return click.option(
+        "--shard",
+        is_flag=True,
+        help="Split PATHS into shards that each fit the server's window, ask every shard, "
+        "and combine their answers (map-reduce): for a pack over the budget.",
+    )(function)
+
+
+def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[tuple[str, ...], str]:
+    """PATHS and QUESTION from ``ask``'s arguments: the last one is the question, unless --question is given.
+
+    A forgotten question, or a last argument that is an existing path (``ask
+    repoA repoB``), is refused with what to type instead.
+    """
+    if question is not None:
+        if not arguments:
+            raise ConfigError("give PATHS to ask about: longctx ask PATHS... --question TEXT")
+        return arguments, question
+    if not arguments:
+        raise ConfigError('give PATHS and a QUESTION: longctx ask PATHS... "QUESTION"')
+    *paths, last = arguments
+    if os.path.exists(last):
+        hint = "a path" if paths else "the only argument"
+        raise ConfigError(
+            f"the question is missing: {last!r} ({hint}) is an existing path. Put the question last, "
+            f'in quotes: longctx ask {" ".join(arguments)} "QUESTION" (or give it with --question)'
+        )
+    if not paths:
+        raise ConfigError(f'give PATHS before the question: longctx ask PATHS... "{last}"')
+    return tuple(paths), last
+
+
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.argument("question")
+@click.argument("arguments", nargs=-1, metavar="PATHS... QUESTION")
+@click.option(
+    "--question",
+    "question_option",
+    help="The question, when it must not be taken for a path (then PATHS only).",
+)
 @corpus_options
 @server_options
 @request_options()
+@shard_option
 @output_options
 def ask(
-    paths: tuple[str, ...],
-    question: str,
+    arguments: tuple[str, ...],
+    question_option: str | None,
+    shard: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -69,19 +145,21 @@ def ask(
 ) -> None:
     """Ask QUESTION about PATHS; the answer goes to stdout.
 
-    The session is stored: continue it with `longctx chat --session ID`.
+    The session is stored: continue it with `longctx chat --session ID`
+    (a --shard session: in Python, `ShardedSession.resume`).
     """
+    paths, question = _split_question(arguments, question_option)
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
         say("waiting for the answer")
         with session:
             answer = session.ask(question)
             report = session.report()
     if as_json:
-        emit_json({**answer.to_dict(), "report": report.to_dict()})
+        emit_json({**answer.to_dict(), "session_id": session.id, "report": report.to_dict()})
     else:
         click.echo(answer.text)
-    note(f"session {session.id}: {report.summary_line()}", quiet=quiet)
+    note(f"{_label(session)}: {report.summary_line()}", quiet=quiet)
 
 
 @main.command()
@@ -96,10 +174,12 @@ def ask(
 @corpus_options
 @server_options
 @request_options(concurrency=True)
+@shard_option
 @output_options
 def batch(
     paths: tuple[str, ...],
     questions_file: IO[str],
+    shard: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -114,7 +194,7 @@ def batch(
     if not questions:
         raise ConfigError("the questions file holds no questions")
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
         done: list[Answer] = []
 
         def answered(answer: Answer) -> None:
@@ -142,7 +222,7 @@ def batch(
     else:
         for answer in result:
             click.echo(f"## {answer.question}\n\n{answer.text}\n")
-    note(f"session {session.id}: {result.report.summary_line()}", quiet=quiet)
+    note(f"{_label(session)}: {result.report.summary_line()}", quiet=quiet)
 
 
 def _print_interrupted(
@@ -163,7 +243,11 @@ def _print_interrupted(
 
 # Options of `chat` that a resumed session applies: the rest describe a pack,
 # which a stored session keeps (its changed files are appended instead).
-_APPLIED_ON_RESUME = {"max_tokens": "--max-tokens", "follow_changes": "--follow-changes/--no-follow-changes"}
+_APPLIED_ON_RESUME = {
+    "max_tokens": "--max-tokens",
+    "follow_changes": "--follow-changes/--no-follow-changes",
+    "warm_start": "--warm-start/--no-warm-start",
+}
 _SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
 
 
@@ -201,6 +285,8 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         stored,
         max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
         follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
+        # A chat warms its prefix unless told not to, whatever the stored session did.
+        warm_start=request.warm_start,
     )
     if not session.request.follow_changes:
         session.stop_following()
@@ -211,7 +297,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options(follow_changes=True)
+@request_options(follow_changes=True, warm_start=True)
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -227,8 +313,10 @@ def chat(
     Every completed turn is stored at once; resume with --session ID after
     an interruption. End with an empty line or end of input. Files changed
     between turns are appended to the next question (--no-follow-changes
-    turns that off). With --session, --max-tokens and --follow-changes
-    apply to the resumed session, server options say where it is served,
+    turns that off). The pack (and history) is prefilled in the background
+    while the first question is typed (--no-warm-start turns that off). With
+    --session, --max-tokens, --follow-changes and --warm-start apply to the
+    resumed session, server options say where it is served,
     and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:
@@ -250,6 +338,8 @@ def chat(
 def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
     note(f"session {session.id} ({len(session.turns)} earlier turns); empty line to end", quiet=quiet)
     interactive = sys.stdin.isatty()
+    warm_noted = False
+    previous: Answer | None = None
     while True:
         if interactive:
             click.echo("> ", err=True, nl=False)
@@ -257,12 +347,21 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         if not question:
             break
         answer = session.ask(question)
+        warm_noted = warm_noted or _note_warm_start(session, quiet=quiet)
         if as_json:
             click.echo(json.dumps(answer.to_dict(), sort_keys=True))
         else:
             click.echo(answer.text)
         appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
-        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{appended}]", quiet=quiet)
+        reuse = answer_reuse(previous.usage, answer.usage) if previous is not None else None
+        reused = f"; {reuse.summary_line()}" if reuse is not None and reuse.answer_tokens else ""
+        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{reused}{appended}]", quiet=quiet)
+        previous = answer
+    if session.warming is not None:
+        # Its request is recorded in the store when it ends: before the session may be deleted below.
+        session.warming.wait()
+        if not warm_noted:
+            _note_warm_start(session, quiet=quiet)
     if not session.turns and not session.branch_ids():
         # Nothing was asked: an empty session would only clutter `sessions list`.
         if session.id in {record.id for record in session.store.sessions()}:
@@ -270,3 +369,13 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         note("no question asked: the session is not kept", quiet=quiet)
         return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)
+
+
+def _note_warm_start(session: Session, *, quiet: bool) -> bool:
+    """Say what the warm start did, if it is done; True once said."""
+    warming = session.warming
+    result = warming.result if warming is not None else None
+    if result is None:
+        return False
+    note(f"[{result.summary_line()}]", quiet=quiet)
+    return True

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -10,8 +12,25 @@ import click
 
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
 from longctx.config import ServerOptions
-from longctx.errors import BackendError, LongctxError
+from longctx.errors import BackendError, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
+from longctx.serving.families import known_model, known_models
+from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
+
+# The planner's argument names, as `plan`'s flags: its errors name what the user typed.
+_PLAN_FLAGS = {
+    "gpu_memory_gib": "--gpu-memory",
+    "weights_gib": "--weights",
+    "kv_memory_gib": "--kv-memory",
+    "gpu_memory": "--gpu-memory",
+    "kv_memory": "--kv-memory",
+    "weights": "--weights",
+    "utilization": "--gpu-memory-utilization",
+    "gpus": "--gpus",
+    "dcp": "--dcp",
+    "concurrency": "--concurrency",
+    "context": "--context",
+}
 
 
 @main.command()
@@ -92,16 +111,25 @@ def recipe(
 @click.option(
     "--config",
     "config_path",
-    required=True,
     type=click.Path(exists=True),
     help="The model's config.json (or its folder).",
 )
+@click.option("--model", help="A popular long-context model by name, instead of --config (see `recipe`).")
 @click.option(
     "--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True
 )
 @click.option("--gpus", type=int, default=1, show_default=True)
 @click.option("--gpu-memory", type=float, help="GiB per GPU.")
 @click.option("--weights", type=float, help="GiB of weights in all (split over the GPUs).")
+@click.option(
+    "--gpu-memory-utilization",
+    "utilization",
+    type=float,
+    default=DEFAULT_GPU_MEMORY_UTILIZATION,
+    show_default=True,
+    help="The share of each GPU the server may use: vLLM's --gpu-memory-utilization "
+    "(SGLang: --mem-fraction-static).",
+)
 @click.option(
     "--kv-memory", type=float, help="GiB of KV cache per GPU, as the server logs it (overrides the estimate)."
 )
@@ -118,30 +146,66 @@ def recipe(
 )
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def plan(
-    config_path: str,
+    config_path: str | None,
+    model: str | None,
     kv_cache_dtype: str,
     gpus: int,
     gpu_memory: float | None,
     weights: float | None,
+    utilization: float,
     kv_memory: float | None,
     dcp: int,
     contexts: tuple[int, ...],
     concurrencies: tuple[int, ...],
     as_json: bool,
 ) -> None:
-    """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency."""
-    layout = kv_layout_from_config(load_model_config(config_path), kv_cache_dtype=kv_cache_dtype)
-    result = plan_capacity(
-        layout,
-        gpus=gpus,
-        gpu_memory_gib=gpu_memory,
-        weights_gib=weights,
-        kv_memory_gib=kv_memory,
-        dcp=dcp,
-        contexts=list(contexts) or None,
-        concurrencies=list(concurrencies) or None,
-    )
+    """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.
+
+    Without --gpu-memory and --weights (or a measured --kv-memory) it gives
+    the bytes per token and per sequence only.
+    """
+    layout = kv_layout_from_config(_plan_config(config_path, model), kv_cache_dtype=kv_cache_dtype)
+    try:
+        result = plan_capacity(
+            layout,
+            gpus=gpus,
+            gpu_memory_gib=gpu_memory,
+            weights_gib=weights,
+            utilization=utilization,
+            kv_memory_gib=kv_memory,
+            dcp=dcp,
+            contexts=list(contexts) or None,
+            concurrencies=list(concurrencies) or None,
+        )
+    except ServingConfigError as error:
+        raise _naming_flags(error) from None
     if as_json:
         emit_json(result.to_dict())
     else:
         click.echo(result.to_text())
+
+
+def _plan_config(config_path: str | None, model: str | None) -> Mapping[str, Any]:
+    if (config_path is None) == (model is None):
+        raise ConfigError("give the model's --config FILE or a known --model NAME (one of them)")
+    if config_path is not None:
+        return load_model_config(config_path)
+    assert model is not None
+    known = known_model(model)
+    if known is None:
+        raise ConfigError(
+            f"--model {model!r} is not in the table ({', '.join(known_models())}); give its --config FILE"
+        )
+    return known.config
+
+
+def _naming_flags(error: ServingConfigError) -> ServingConfigError:
+    """``error`` with the planner's argument names replaced by the flags of ``plan``."""
+    message = str(error)
+    for name in ("gpu_memory_gib", "weights_gib", "kv_memory_gib"):
+        message = re.sub(rf"\b{name}\b", _PLAN_FLAGS[name], message)
+    field = error.field or ""
+    if field in _PLAN_FLAGS and message.startswith(f"{field} "):
+        message = _PLAN_FLAGS[field] + message[len(field) :]
+    error.args = (message,)
+    return error

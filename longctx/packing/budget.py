@@ -69,7 +69,8 @@ def _check_budget(pack: Pack, budget: Budget) -> None:
     message = (
         f"the pack needs {total:,} tokens{estimated} but the budget is {budget.describe()}: "
         f"{excess:,} tokens must go.{layered} Largest folders: {listed(top_folders)}. "
-        f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards."
+        f"Largest files: {listed(top_files)}. Exclude some of them, or split the pack into shards "
+        "(--shard on `longctx ask` and `batch`; ShardedSession in Python)."
     )
     raise BudgetError(
         message,

@@ -264,4 +264,4 @@ def pack(
         writer.keep(built, corpus)
     if budget is not None:
         _check_budget(built, budget)
-    return PackResult(built, corpus.manifest, corpus.ordering, reused=False)
+    return PackResult(built, corpus.manifest, corpus.ordering, reused=False, layer_note=corpus.layer_note)

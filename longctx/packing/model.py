@@ -350,7 +350,10 @@ class PackResult:
     when the pack and manifest were read back from the store (the
     repository had not changed since they were built) rather than built
     from the files; either way they are what :func:`~longctx.packing.build.build_pack` and
-    :func:`~longctx.corpus.load_corpus` give for the same inputs.
+    :func:`~longctx.corpus.load_corpus` give for the same inputs. ``layer_note``
+    says why a repository's pack is layered on its base, or why it starts
+    over from a nearer one (see :class:`~longctx.sources.history.LayerPlan`);
+    None when there is nothing to say, and for a reused pack.
     """
 
     pack: Pack
@@ -359,6 +362,7 @@ class PackResult:
     _manifest: Manifest | Callable[[], Manifest] = field(repr=False, compare=False)
     ordering: str
     reused: bool
+    layer_note: str | None = None
 
     @cached_property
     def manifest(self) -> Manifest:
@@ -367,7 +371,12 @@ class PackResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The pack's summary, the manifest and whether it was reused (``longctx pack --json``)."""
-        return {"pack": self.pack.to_dict(), "manifest": self.manifest.to_dict(), "reused": self.reused}
+        return {
+            "pack": self.pack.to_dict(),
+            "manifest": self.manifest.to_dict(),
+            "reused": self.reused,
+            "layers": self.layer_note,
+        }
 
     def summary_line(self) -> str:
         """One line for a terminal: documents, earlier copies, tokens, what was skipped, the fingerprint."""
@@ -392,6 +401,7 @@ class PackResult:
             f"packed {len(built.documents)} documents{earlier_text}"
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
+            + (f"; {self.layer_note}" if self.layer_note else "")
         )
 
 

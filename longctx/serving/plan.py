@@ -61,12 +61,13 @@ class ContextAnswer:
 
     ``shortfall_bytes`` is how much KV memory per GPU one such sequence lacks
     (0 when at least one fits); ``beyond_model_limit`` is true when the context
-    exceeds the config's ``max_position_embeddings``.
+    exceeds the config's ``max_position_embeddings``. ``max_concurrency`` is
+    None for a plan made without any memory figure (bytes only).
     """
 
     context_tokens: int
     sequence_bytes_per_gpu: int
-    max_concurrency: int
+    max_concurrency: int | None
     shortfall_bytes: int
     beyond_model_limit: bool
 
@@ -97,7 +98,9 @@ class CapacityPlan:
     holds 1/``dcp`` of the tokens); ``window_token_bytes_per_gpu`` the same for
     sliding-window layers; ``state_bytes_per_gpu`` the fixed linear-attention
     state of one sequence. The memory inputs are ``None`` when the plan was
-    made from a measured ``kv_memory_per_gpu_bytes``.
+    made from a measured ``kv_memory_per_gpu_bytes``; that too is ``None``
+    (and ``at_concurrency`` empty) for a plan made without any memory figure,
+    which gives the bytes per token and per sequence only.
     """
 
     layout: KVLayout
@@ -108,7 +111,7 @@ class CapacityPlan:
     utilization: float | None
     weights_per_gpu_bytes: int | None
     reserve_per_gpu_bytes: int | None
-    kv_memory_per_gpu_bytes: int
+    kv_memory_per_gpu_bytes: int | None
     token_bytes_per_gpu: int
     window_token_bytes_per_gpu: int
     state_bytes_per_gpu: int
@@ -140,8 +143,13 @@ class CapacityPlan:
             f"Per GPU (tensor parallel {self.gpus}, decode context parallel {self.dcp}, "
             f"blocks of {self.block_size} tokens):"
         )
-        kv_line = f"  KV memory           : {_format_bytes(self.kv_memory_per_gpu_bytes)}"
-        if self.gpu_memory_bytes is not None and self.utilization is not None:
+        kv_memory = self.kv_memory_per_gpu_bytes
+        kv_line = (
+            f"  KV memory           : {_format_bytes(kv_memory) if kv_memory is not None else 'not given'}"
+        )
+        if kv_memory is None:
+            kv_line += "  (--gpu-memory and --weights, or --kv-memory, say what fits)"
+        elif self.gpu_memory_bytes is not None and self.utilization is not None:
             kv_line += (
                 f"  (= {_format_bytes(self.gpu_memory_bytes)} x {self.utilization:g}"
                 f" - {_format_bytes(self.weights_per_gpu_bytes or 0)} weights"
@@ -160,10 +168,20 @@ class CapacityPlan:
                 f"  per sequence, fixed : {_format_bytes(self.state_bytes_per_gpu)} (linear-attention state)"
             )
 
+        if kv_memory is None:
+            lines.append("Bytes per sequence at a given context:")
+            lines.append(f"  {'context':>11}  {'per sequence':>12}")
+            for row in self.at_context:
+                beyond = "  (beyond the model's limit)" if row.beyond_model_limit else ""
+                lines.append(
+                    f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}{beyond}"
+                )
+            lines += ["Notes:", *[f"  - {note}" for note in self.notes]] if self.notes else []
+            return "\n".join(lines)
         lines.append("Highest concurrency at a given context:")
         lines.append(f"  {'context':>11}  {'per sequence':>12}  {'sequences':>9}")
         for row in self.at_context:
-            fits = f"{row.max_concurrency:>9,}"
+            fits = f"{row.max_concurrency or 0:>9,}"
             if row.max_concurrency == 0:
                 fits += f"  (one sequence is {_format_bytes(row.shortfall_bytes)} short)"
             if row.beyond_model_limit:
@@ -212,7 +230,10 @@ def plan_capacity(
     ``gpus`` is the tensor-parallel size, ``dcp`` the decode-context-parallel
     size (it must divide ``gpus``). Give either ``gpu_memory_gib`` (per GPU)
     and ``weights_gib`` (the whole model), or a measured ``kv_memory_gib``
-    (per GPU), which then wins. ``contexts`` defaults to powers of two up to
+    (per GPU), which then wins; given none of them, the plan holds the bytes
+    per token and per sequence only. ``utilization`` is vLLM's
+    ``--gpu-memory-utilization`` (SGLang's ``--mem-fraction-static``) the
+    server runs with. ``contexts`` defaults to powers of two up to
     the model's limit, ``concurrencies`` to 1, 8, 32 and 128.
 
     Raises :class:`InsufficientMemory` when no memory is left for the KV cache
@@ -233,7 +254,11 @@ def plan_capacity(
     weights_per_gpu: int | None = None
     reserve_bytes: int | None = None
     used_utilization: float | None = None
-    if kv_memory_gib is not None:
+    kv_memory: int | None
+    if kv_memory_gib is None and gpu_memory_gib is None and weights_gib is None:
+        kv_memory = None
+        notes.append("no memory figure given: bytes per token and per sequence only")
+    elif kv_memory_gib is not None:
         kv_memory = _gib_to_bytes(kv_memory_gib, "kv_memory")
         if kv_memory == 0:
             raise InsufficientMemory("the KV memory given is 0", shortfall_bytes=0, field="kv_memory")
@@ -242,12 +267,14 @@ def plan_capacity(
     else:
         if gpu_memory_gib is None:
             raise ServingConfigError(
-                "give the memory of one GPU (gpu_memory_gib) or a measured KV memory (kv_memory_gib)",
+                "give the memory of one GPU (gpu_memory_gib) as well as the weights (weights_gib), "
+                "or a measured KV memory (kv_memory_gib)",
                 field="gpu_memory",
             )
         if weights_gib is None:
             raise ServingConfigError(
-                "give the size of the model weights (weights_gib) or a measured KV memory (kv_memory_gib)",
+                "give the size of the model weights (weights_gib) as well as the memory of one GPU "
+                "(gpu_memory_gib), or a measured KV memory (kv_memory_gib)",
                 field="weights",
             )
         if not 0 < utilization <= 1:
@@ -287,14 +314,16 @@ def plan_capacity(
             ContextAnswer(
                 context_tokens=context,
                 sequence_bytes_per_gpu=per_sequence,
-                max_concurrency=kv_memory // per_sequence,
-                shortfall_bytes=max(per_sequence - kv_memory, 0),
+                max_concurrency=kv_memory // per_sequence if kv_memory is not None else None,
+                shortfall_bytes=max(per_sequence - kv_memory, 0) if kv_memory is not None else 0,
                 beyond_model_limit=layout.max_context is not None and context > layout.max_context,
             )
         )
 
     at_concurrency = []
     for concurrency in concurrency_list:
+        if kv_memory is None:
+            break  # what fits needs a memory figure
         memory_max = _longest_context(sequence_bytes, concurrency, kv_memory)
         model_max = layout.max_context
         limited_by: Literal["memory", "model", "none"]

@@ -15,6 +15,7 @@ matter for long contexts:
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import types
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longctx.errors import ServingConfigError
+from longctx.serving.families import known_model, known_models
 from longctx.serving.kv import LayerKind, kv_layout_from_config
 
 __all__ = [
@@ -138,7 +140,9 @@ def recipe_for(
     Catalogue models (:func:`catalogue_models`, matched case-insensitively)
     get their validated recipe; ``gpus`` and ``max_model_len`` override the
     validated values and add a note saying so. Any other model needs its
-    parsed ``config.json`` as ``config`` and gets a generic recipe for
+    parsed ``config.json`` as ``config`` (or is one of the popular
+    long-context models of :mod:`longctx.serving.families`, known by name)
+    and gets a generic recipe for
     ``gpus`` GPUs (default 1) whose context defaults to the config's
     ``max_position_embeddings``. ``speculative`` keeps the catalogue's
     speculative decoding where it has one (SGLang DSPARK for Kimi K3).
@@ -158,13 +162,23 @@ def recipe_for(
         )
     if model.lower() == KIMI_K3_NVFP4.lower():
         return _kimi_k3(engine, gpus, max_model_len, speculative)
+    shape_note = None
+    known = known_model(model) if config is None else None
+    if known is not None:
+        model, config = known.name, known.config
+        shape_note = (
+            "shape from longctx's table of popular long-context models; a fine-tune: pass its config.json"
+        )
     if config is None:
         raise ServingConfigError(
-            f"no built-in recipe for {model!r} (built in: {', '.join(catalogue_models())}); "
-            "pass its config.json for a generic recipe",
+            f"no built-in recipe for {model!r} (built in: {', '.join(catalogue_models())}; known by "
+            f"shape: {', '.join(known_models())}); pass its config.json for a generic recipe",
             field="config",
         )
-    return _generic(model, engine, gpus or 1, max_model_len, config)
+    recipe = _generic(model, engine, gpus or 1, max_model_len, config)
+    if shape_note is not None:
+        return dataclasses.replace(recipe, notes=(*recipe.notes, shape_note))
+    return recipe
 
 
 def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculative: bool) -> Recipe:

@@ -52,6 +52,8 @@ from longctx.sessions import siblings
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Progress, Resources
+from longctx.sessions.reuse import reuse_notes
+from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
 from longctx.usage import Usage
@@ -262,6 +264,8 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
+        # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
+        self.warming: WarmStart | None = None
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -406,6 +410,27 @@ class Session(Conversation):
         if first and pack is not None:
             return pack.prefix + question
         return question
+
+    def close(self) -> None:
+        """Close what this session opened, once a warm start in flight has recorded its request."""
+        if self.warming is not None:
+            self.warming.wait()
+        super().close()
+
+    def __enter__(self) -> Self:
+        if self.request.warm_start and self.warming is None:
+            self.warm_start()
+        return self
+
+    def warm_start(self) -> WarmStart:
+        """Prefill the prefix in the background; the next turn waits for it (see sessions/warm.py)."""
+        self.warming = WarmStart(self._warm_plan, lock=self._turn_lock).start()
+        return self.warming
+
+    def _warm_plan(self) -> WarmPlan:
+        record = self._opened()
+        request = self._chat_request(WARM_QUESTION, self._turns, 1)
+        return WarmPlan(self.backend, self.store, record, request, has_history=bool(self._turns))
 
     def stop_following(self) -> None:
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
@@ -574,6 +599,8 @@ class Session(Conversation):
     ) -> siblings.Plan:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
+        if self.warming is not None:
+            self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
         requests = [self._chat_request(question, history, max_tokens, changes) for question in questions]
         record = self._opened()
@@ -719,6 +746,7 @@ class Session(Conversation):
             for turn in self._turns
             if turn.file_changes
         ]
+        notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
         fallback_rate = None
         if cold_prefill_rate(records) is None and records:
             # Every request of this session hit the cache; the rate a hit

@@ -117,7 +117,8 @@ class Listing:
     ``head_sha`` is the commit checked out when the source is a git
     repository (``None`` for folders, single files, and repositories
     without a commit); ``is_repository`` says which kind of source it was.
-    ``layer_base`` is the base commit of a layered listing.
+    ``layer_base`` is the base commit of a layered listing; ``layer_note``
+    says why it is (or is not) layered (see :class:`~longctx.sources.history.LayerPlan`).
     """
 
     candidates: tuple[Candidate, ...]
@@ -125,3 +126,4 @@ class Listing:
     head_sha: str | None = None
     is_repository: bool = False
     layer_base: str | None = None
+    layer_note: str | None = None

@@ -62,6 +62,7 @@ from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path
 __all__ = [
     "LEVELS",
     "CommitTimesCache",
+    "LayerPlan",
     "Layering",
     "head_commit",
     "last_commit_times",
@@ -201,6 +202,22 @@ class Layering:
 
 
 @dataclass(frozen=True, slots=True)
+class LayerPlan:
+    """What :func:`plan_layers` chose, and why, in words for the pack's summary line.
+
+    ``layering`` is None for a plain pack. ``note`` says which base the pack
+    is layered on, or why it is not, and when a coarser base was passed over
+    because its earlier copies took more than ``max_stale_share``, that the
+    pack starts over from a nearer base (the prefix the server held for the
+    coarser one is lost) and what to do about it. None when there is
+    nothing to say (no commits yet, or a plain pack with no base passed over).
+    """
+
+    layering: Layering | None
+    note: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class _Change:
     path: str
     old_mode: str
@@ -214,19 +231,23 @@ def plan_layers(
     *,
     max_stale_share: float,
     considered: Callable[[str], bool],
-) -> Layering | None:
-    """Choose the base for the checked-out commit (see the module docstring); None for a plain pack.
+) -> LayerPlan:
+    """Choose the base for the checked-out commit (see the module docstring), and say why.
 
     ``pathspec`` restricts git to the folder asked for; ``considered``
     tells whether a repository path may be packed at all (ignore files).
     Raises :class:`~longctx.errors.SourceError` when git fails.
     """
     if max_stale_share <= 0:
-        return None
+        return LayerPlan(
+            None, "layering off (max_stale_share 0): a commit re-packs from its first changed file"
+        )
     number = int(runner.run("rev-list", "--first-parent", "--count", "HEAD").stdout.strip() or b"0")
     if number == 0:
-        return None
+        return LayerPlan(None, None)
     tried: set[int] = set()
+    # Coarser bases passed over: (base, level, share of the tracked bytes their earlier copies take).
+    passed_over: list[tuple[str, int, float]] = []
     for level in LEVELS:
         back = (number - 1) % level
         if back in tried:
@@ -236,7 +257,11 @@ def plan_layers(
         changes = [change for change in _changes_since(runner, base, pathspec) if considered(change.path)]
         if not changes:
             logger.debug("layers: nothing changed since %s (level %d): a plain pack", base[:12], level)
-            return None
+            if not passed_over:
+                return LayerPlan(None, None)
+            return LayerPlan(
+                None, _layer_note(None, changed=0, passed_over=passed_over, share=max_stale_share)
+            )
         sizes = _tree_sizes(runner, base, pathspec)
         stale = [
             change
@@ -252,20 +277,47 @@ def plan_layers(
                 "layers: %d earlier bytes of %d since %s (level %d) is too many",
                 stale_bytes, total, base[:12], level,
             )  # fmt: skip
+            passed_over.append((base, level, stale_bytes / total if total else 1.0))
             continue
         earlier = _read_objects(runner, {change.path: change.old_object for change in stale})
         logger.debug(
             "layers: base %s (level %d), %d changed, %d earlier copies (%d bytes)",
             base[:12], level, len(changes), len(earlier), stale_bytes,
         )  # fmt: skip
-        return Layering(
+        layering = Layering(
             base=base,
             level=level,
             changed=frozenset(change.path for change in changes if change.status != "D"),
             earlier=earlier,
             base_tree=frozenset(sizes),
         )
-    return None
+        note = _layer_note(layering, changed=len(changes), passed_over=passed_over, share=max_stale_share)
+        return LayerPlan(layering, note)
+    return LayerPlan(None, _layer_note(None, changed=0, passed_over=passed_over, share=max_stale_share))
+
+
+def _layer_note(
+    layering: Layering | None, *, changed: int, passed_over: list[tuple[str, int, float]], share: float
+) -> str:
+    """The words of a :class:`LayerPlan`: the base chosen (or a plain pack), and the bases passed over."""
+    if layering is not None:
+        copies = len(layering.earlier)
+        text = (
+            f"layered on base {layering.base[:12]} (every {layering.level} commits): {changed} file(s) "
+            f"changed since are packed after it, with {copies} earlier cop{'y' if copies == 1 else 'ies'} "
+            "left in place, so the prefix before them stays cached until the base moves"
+        )
+    else:
+        text = "a plain pack of the checked-out commit"
+    if passed_over:
+        coarse_base, coarse_level, stale = passed_over[0]
+        text += (
+            f"; base {coarse_base[:12]} (every {coarse_level} commits) was passed over: the earlier "
+            f"copies since it would be {stale:.0%} of the tracked bytes, over max_stale_share {share:.0%}, "
+            "so this pack starts over from a nearer base and the server's cached prefix is lost once "
+            "(a larger --max-stale-share keeps it, at the cost of more duplicated text)"
+        )
+    return text
 
 
 def _changes_since(runner: GitRunner, base: str, pathspec: tuple[str, ...]) -> list[_Change]:

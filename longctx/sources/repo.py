@@ -244,9 +244,11 @@ def list_repository(
 
     wanted = {path for path, mode in tracked.items() if mode != SUBMODULE_MODE and path not in deleted}
     layering = None
+    layer_note = None
     times_now: dict[str, int] = {}
     if head_sha is not None:
-        layering = plan_layers(runner, pathspec, max_stale_share=max_stale_share, considered=considered)
+        plan = plan_layers(runner, pathspec, max_stale_share=max_stale_share, considered=considered)
+        layering, layer_note = plan.layering, plan.note
     if layering is None:
         times = (
             last_commit_times(runner, wanted, pathspec, head_sha, times_cache)
@@ -338,6 +340,7 @@ def list_repository(
         head_sha=head_sha,
         is_repository=True,
         layer_base=None if layering is None else layering.base,
+        layer_note=layer_note,
     )
 
 

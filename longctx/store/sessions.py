@@ -141,6 +141,11 @@ class SessionLog(Database):
 
     # -- requests -----------------------------------------------------------
 
+    def record_request(self, request: RequestRecord) -> None:
+        """Keep a request that answered no turn (a warm start), so the report counts its cost."""
+        with self.transaction() as connection:
+            _insert_request(connection, request)
+
     def record_counter_check(self, check: CounterCheckRecord) -> None:
         """Keep the server counter's growth over a call's requests."""
         with self.transaction() as connection:

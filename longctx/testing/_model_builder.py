@@ -41,18 +41,23 @@ TRAINING_BYTES = 8 * 1024 * 1024
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
-# ChatML. Earlier assistant turns lose their reasoning the way Qwen3's
-# template does, so longctx's "store what the template will render" rule can
-# be tested against a real server.
+# ChatML, rendered the way real ChatML templates (Qwen2, Qwen3) render it:
+# the generation prompt is "<|im_start|>assistant\n", exactly the start of
+# an assistant turn in history, so an answer's tokens can be served from the
+# cache in the next turn. The text is emitted by expressions, never by
+# template text next to a "{%-": whitespace control would eat the newlines.
+# Earlier assistant turns lose their reasoning the way Qwen3's template
+# does, so longctx's "store what the template will render" rule can be
+# tested against a real server.
 CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- set content = message['content'] -%}"
-    "{%- if message['role'] == 'assistant' and '</think>' in content -%}"
-    "{%- set content = content.split('</think>')[-1].lstrip('\\n') -%}"
-    "{%- endif -%}"
-    "<|im_start|>{{ message['role'] }}\n{{ content }}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n{%- endif -%}"
+    "{%- for message in messages %}"
+    "{%- set content = message['content'] %}"
+    "{%- if message['role'] == 'assistant' and '</think>' in content %}"
+    "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + content + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
 

@@ -1,0 +1,187 @@
+"""Warm start: prefill a session's prefix while the user types the first question.
+
+A session opened with ``RequestOptions(warm_start=True)`` (``longctx chat``
+does so by default), or told to with :meth:`Session.warm_start
+<longctx.sessions.session.Session.warm_start>`, sends one request in a
+background thread: the messages its next question would send, with a fixed
+stand-in question (:data:`WARM_QUESTION`) and ``max_tokens=1``. The server
+computes and caches the pack (and any history) then, so the real first
+question shares that prefix and is served from the cache. The warm request
+is stored as a request of the session (purpose ``warm``), so the report
+counts its cost like any other; the next turn waits for it (it holds the
+session's turn lock), so the question never races its own warm-up.
+
+Skipped when the server already holds the prefix. Neither engine can say
+whether a prefix is cached without computing a request over it (vLLM's
+counters are server-wide, SGLang's per batch; a probe costs the same
+template and tokenisation as the warm request itself), so the check is the
+store's: a request over the same prefix (the same pack, cache salt, model
+and server, and for a session with turns, this session) that ended less
+than :data:`RECENT_SECONDS` ago means the server computed it moments ago
+and still holds it (eviction is LRU and only under memory pressure). A
+wrong guess costs what no warm start costs: the first question prefills.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from longctx.backends.base import Backend
+from longctx.backends.chat import ChatRequest
+from longctx.errors import LongctxError
+from longctx.sessions.counters import CounterSnapshot
+from longctx.store import RequestRecord, SessionRecord, Store
+from longctx.usage import Usage
+
+__all__ = ["RECENT_SECONDS", "WARM_QUESTION", "WarmPlan", "WarmResult", "WarmStart", "recent_request"]
+
+WARM_QUESTION: Final = "Reply with one word."
+"""The stand-in question of a warm request: it follows the prefix, so it is never cached."""
+
+RECENT_SECONDS: Final = 300.0
+"""A prefix used on the server less than this long ago is taken as still held."""
+
+
+@dataclass(frozen=True)
+class WarmPlan:
+    """What a warm start needs from its session: where to send, where to record, and the request."""
+
+    backend: Backend
+    store: Store
+    record: SessionRecord
+    request: ChatRequest
+    has_history: bool
+
+
+@dataclass(frozen=True)
+class WarmResult:
+    """What a warm start did: sent a request (``usage``), or skipped it or failed (the reason)."""
+
+    request_id: str | None
+    usage: Usage | None
+    skipped: str | None = None
+    failed: str | None = None
+
+    def summary_line(self) -> str:
+        """One line for the terminal."""
+        if self.skipped is not None:
+            return f"warm start skipped: {self.skipped}"
+        if self.failed is not None:
+            return f"warm start failed ({self.failed}); the first question prefills the pack"
+        assert self.usage is not None
+        return f"warm start: pack prefilled ({self.usage.summary_line()})"
+
+
+class WarmStart:
+    """One warm-up request of a session, in a background thread holding the session's turn lock.
+
+    Constructing it does nothing; :meth:`start` takes ``lock`` at once (so
+    a question asked right after waits for the warm-up), then prepares the
+    plan and sends the request in a daemon thread, which releases the lock.
+    A :class:`~longctx.errors.LongctxError` on the way is kept in the
+    result, never raised: the first question then does the work itself.
+    """
+
+    def __init__(
+        self,
+        prepare: Callable[[], WarmPlan],
+        *,
+        lock: threading.Lock,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self._prepare = prepare
+        self._lock = lock
+        self._on_progress = on_progress
+        self._done = threading.Event()
+        self._result: WarmResult | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> WarmStart:
+        """Take the turn lock and send the warm request in the background; returns ``self``."""
+        if self._thread is not None:
+            raise RuntimeError("a warm start runs once")
+        self._lock.acquire()
+        self._thread = threading.Thread(target=self._run, name="longctx-warm-start", daemon=True)
+        self._thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> WarmResult | None:
+        """The result once the warm-up is done (None if ``timeout`` passed first)."""
+        self._done.wait(timeout)
+        return self._result
+
+    @property
+    def result(self) -> WarmResult | None:
+        """The result, or None while the warm-up runs."""
+        return self._result
+
+    def _run(self) -> None:
+        try:
+            self._result = self._warm()
+        except LongctxError as error:
+            self._result = WarmResult(None, None, failed=str(error).splitlines()[0])
+        finally:
+            self._lock.release()
+            self._done.set()
+        if self._on_progress is not None and self._result is not None:
+            self._on_progress(self._result.summary_line())
+
+    def _warm(self) -> WarmResult:
+        plan = self._prepare()
+        held = recent_request(plan)
+        if held is not None:
+            ago = time.time() - _ended(held)
+            return WarmResult(
+                None, None, skipped=f"the server computed this prefix {ago:.0f} s ago (request {held.id})"
+            )
+        snapshot = CounterSnapshot.take(plan.backend)
+        sent = plan.backend.complete(plan.request)
+        usage = sent.completion.usage
+        record = RequestRecord(
+            id=sent.request_id,
+            session_id=plan.record.id,
+            batch_id=None,
+            purpose="warm",
+            started_at=time.time() - (usage.total_seconds or 0.0),
+            base_url=sent.server.api_url,
+            engine=sent.server.engine,
+            model=sent.server.model,
+            usage=usage,
+            attempts=sent.attempts,
+        )
+        plan.store.record_request(record)
+        snapshot.finish(plan.store, plan.record.id, None, [record])
+        return WarmResult(sent.request_id, usage)
+
+
+def recent_request(plan: WarmPlan, *, now: float | None = None) -> RequestRecord | None:
+    """The latest request over ``plan``'s prefix on its server that ended within :data:`RECENT_SECONDS`.
+
+    Over the same prefix: a request of a session over the same pack and
+    cache salt (for a session with turns, of this session: its history is
+    part of the prefix), to one of the backend's servers, for its model.
+    """
+    now = time.time() if now is None else now
+    record = plan.record
+    urls = {info.api_url for info in plan.backend.servers}
+    salt = record.settings.get("cache_salt")
+    sessions = {s.id: s for s in plan.store.sessions(include_branches=True)}
+    for request in reversed(plan.store.requests(model=plan.backend.info.model)):
+        if request.base_url not in urls or now - _ended(request) > RECENT_SECONDS:
+            continue
+        owner = sessions.get(request.session_id or "")
+        if owner is None or owner.pack_fingerprint is None:
+            continue
+        if plan.has_history and owner.id != record.id:
+            continue
+        if owner.pack_fingerprint == record.pack_fingerprint and owner.settings.get("cache_salt") == salt:
+            return request
+    return None
+
+
+def _ended(request: RequestRecord) -> float:
+    return request.started_at + (request.usage.total_seconds or 0.0)

@@ -1,0 +1,127 @@
+"""``plan`` and ``recipe`` from the command line: bytes without memory, flags in errors, models by name.
+
+No server is involved: both commands read a config (or the table of
+popular long-context models) only.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from serving_configs import LLAMA_GQA
+
+from longctx.cli import EXIT_OK, EXIT_USAGE, main
+from longctx.serving import kv_layout_from_config, plan_capacity
+from longctx.serving.families import KNOWN_MODELS, known_model
+
+GIB = 1 << 30
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_GQA))
+    return path
+
+
+def test_plan_without_memory_prints_bytes_per_token_and_per_sequence(config: Path) -> None:
+    result = invoke("plan", "--config", str(config), "--context", "8192", "--context", "32768")
+    assert result.exit_code == EXIT_OK, result.output
+    layout = kv_layout_from_config(LLAMA_GQA)
+    assert f"per token held      : {layout.token_bytes(1):,} bytes" in result.stdout
+    assert "Bytes per sequence at a given context:" in result.stdout
+    assert "KV memory           : not given" in result.stdout
+    data = json.loads(invoke("plan", "--config", str(config), "--context", "8192", "--json").stdout)
+    assert data["kv_memory_per_gpu_bytes"] is None and data["at_concurrency"] == []
+    assert data["at_context"][0]["sequence_bytes_per_gpu"] == layout.sequence_bytes(
+        8192, tp=1, dcp=1, block_size=16
+    )
+    assert data["at_context"][0]["max_concurrency"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "flags", "python_names"),
+    [
+        (
+            ["--gpu-memory", "80"],
+            ["--weights", "--gpu-memory", "--kv-memory"],
+            ["weights_gib", "gpu_memory_gib"],
+        ),
+        (["--weights", "16"], ["--gpu-memory", "--weights"], ["gpu_memory_gib", "weights_gib"]),
+        (["--gpu-memory", "80", "--weights", "-2"], ["--weights must be"], ["weights must"]),
+        (
+            ["--gpu-memory", "80", "--weights", "16", "--gpu-memory-utilization", "1.5"],
+            ["--gpu-memory-utilization"],
+            ["utilization must"],
+        ),
+    ],
+)
+def test_plan_errors_name_flags_not_python_fields(
+    config: Path, args: list[str], flags: list[str], python_names: list[str]
+) -> None:
+    result = invoke("plan", "--config", str(config), *args)
+    assert result.exit_code == EXIT_USAGE
+    for flag in flags:
+        assert flag in result.stderr
+    for name in python_names:
+        assert name not in result.stderr.replace(flags[0], "")
+
+
+def test_gpu_memory_utilization_sets_the_usable_share(config: Path) -> None:
+    common = ["plan", "--config", str(config), "--gpu-memory", "140", "--weights", "16", "--json"]
+    default = json.loads(invoke(*common).stdout)
+    lower = json.loads(invoke(*common, "--gpu-memory-utilization", "0.85").stdout)
+    assert default["utilization"] == 0.92 and lower["utilization"] == 0.85
+    # KV memory = 140 GiB x u - 16 GiB weights - 4 GiB reserve.
+    assert lower["kv_memory_per_gpu_bytes"] == int(140 * GIB * 0.85) - 16 * GIB - 4 * GIB
+    assert default["kv_memory_per_gpu_bytes"] - lower["kv_memory_per_gpu_bytes"] == int(
+        140 * GIB * 0.92
+    ) - int(140 * GIB * 0.85)
+
+
+def test_the_library_plans_bytes_without_memory() -> None:
+    plan = plan_capacity(kv_layout_from_config(LLAMA_GQA), contexts=[4096])
+    assert plan.kv_memory_per_gpu_bytes is None and plan.at_concurrency == ()
+    assert plan.at_context[0].sequence_bytes_per_gpu > 0 and plan.at_context[0].max_concurrency is None
+    assert "bytes per token and per sequence only" in plan.to_text()
+
+
+@pytest.mark.parametrize("name", sorted(KNOWN_MODELS))
+def test_every_known_model_plans_and_has_a_recipe_on_both_engines(name: str) -> None:
+    short = name.split("/", 1)[1].lower()
+    known = known_model(short)
+    assert known is not None and known.name == name
+    for engine in ("vllm", "sglang"):
+        result = invoke("recipe", short, "--engine", engine)
+        assert result.exit_code == EXIT_OK, result.output
+        assert name in result.stdout  # served under its full name
+        assert "table of popular long-context models" in result.stderr
+    planned = invoke("plan", "--model", short, "--kv-cache-dtype", "fp8", "--json")
+    assert planned.exit_code == EXIT_OK, planned.output
+    assert json.loads(planned.stdout)["token_bytes_per_gpu"] > 0
+
+
+def test_recipe_takes_any_config_and_names_the_known_models_for_an_unknown_one(config: Path) -> None:
+    result = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(config))
+    assert result.exit_code == EXIT_OK, result.output
+    assert "someone/custom-llama" in result.stdout and "--kv-cache-dtype" in result.stdout
+    unknown = invoke("recipe", "someone/custom-llama", "--engine", "vllm")
+    assert unknown.exit_code == EXIT_USAGE
+    assert "Qwen/Qwen2.5-7B-Instruct-1M" in unknown.stderr and "config.json" in unknown.stderr
+
+
+def test_plan_needs_exactly_one_of_config_and_model(config: Path) -> None:
+    neither = invoke("plan")
+    both = invoke("plan", "--config", str(config), "--model", "Qwen3-8B")
+    unknown = invoke("plan", "--model", "no-such-model")
+    for result in (neither, both, unknown):
+        assert result.exit_code == EXIT_USAGE
+    assert "--config" in neither.stderr and "--model" in neither.stderr
+    assert "no-such-model" in unknown.stderr and "Qwen/Qwen3-8B" in unknown.stderr

@@ -1,0 +1,202 @@
+"""Warm start against the fake server: a one-token request over the pack before the first question.
+
+The same against the real engines: test_cli.py (`longctx chat` opened, the
+first question typed 10 s later is served from the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_engine import FakeEngine, Fault
+
+from longctx.backends.base import Backend, connect
+from longctx.cli import Runtime, main
+from longctx.config import RequestOptions
+from longctx.retry import instant_retries
+from longctx.sessions import RepoSession, Session
+from longctx.sessions.warm import RECENT_SECONDS, WARM_QUESTION
+from longctx.store import Store
+from longctx.usage import Usage
+
+URL = "http://fake-engine:8000/v1"
+
+
+@pytest.fixture
+def fake() -> FakeEngine:
+    return FakeEngine(engine="generic", block=1)
+
+
+@pytest.fixture
+def backend(fake: FakeEngine) -> Backend:
+    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "a.py").write_text("def a():\n    return 1\n" * 50)
+    (root / "README.md").write_text("# project\n")
+    return root
+
+
+def test_a_session_that_asks_for_it_warms_its_pack_before_the_first_question(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    with RepoSession(
+        repository, backend=backend, store=store, request=RequestOptions(warm_start=True)
+    ) as session:
+        assert session.warming is not None
+        answer = session.ask("what does a return?")
+        result = session.warming.result
+        report = session.report()
+    assert result is not None and result.usage is not None and result.skipped is None
+    warm_body, question_body = fake.chat_bodies
+    assert warm_body["max_tokens"] == 1
+    assert warm_body["messages"][-1]["content"].endswith(WARM_QUESTION)
+    # Everything before the question is the same text in both requests, so
+    # the question is served from what the warm request cached.
+    pack_text = warm_body["messages"][-1]["content"].removesuffix(WARM_QUESTION)
+    assert question_body["messages"][-1]["content"] == pack_text + "what does a return?"
+    assert answer.usage.cached_tokens is not None
+    assert answer.usage.cached_tokens >= (result.usage.prompt_tokens or 0) - 10
+    assert [line.purpose for line in report.requests] == ["warm", "turn"]
+    assert report.prompt_tokens == (result.usage.prompt_tokens or 0) + (answer.usage.prompt_tokens or 0)
+    assert "warm start: pack prefilled" in result.summary_line()
+
+
+def test_no_warm_start_unless_asked(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    with RepoSession(repository, backend=backend, store=store) as session:
+        session.ask("q?")
+    assert session.warming is None
+    assert [body["max_tokens"] for body in fake.chat_bodies] == [RequestOptions().max_tokens]
+
+
+def test_warm_start_is_skipped_when_the_server_computed_the_pack_moments_ago(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    with RepoSession(repository, backend=backend, store=store) as first:
+        first.ask("q?")
+    second = RepoSession(repository, backend=backend, store=store, request=RequestOptions(warm_start=True))
+    with second:
+        assert second.warming is not None
+        result = second.warming.wait(10)
+        second.ask("another?")
+        purposes = [line.purpose for line in second.report().requests]
+    assert result is not None and result.skipped is not None
+    assert "computed this prefix" in result.summary_line()
+    assert len(fake.chat_bodies) == 2  # the first session's question and the second's: no warm request
+    assert purposes == ["turn"]
+
+
+def test_a_pack_used_long_ago_is_warmed_again(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with RepoSession(repository, backend=backend, store=store) as first:
+        first.ask("q?")
+    later = time.time() + RECENT_SECONDS + 60
+    monkeypatch.setattr("longctx.sessions.warm.time.time", lambda: later)
+    with RepoSession(repository, backend=backend, store=store, request=RequestOptions(warm_start=True)) as s:
+        assert s.warming is not None
+        result = s.warming.wait(10)
+    assert result is not None and result.skipped is None and result.usage is not None
+
+
+def test_a_failed_warm_start_is_reported_and_the_question_still_goes_out(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    session = RepoSession(repository, backend=backend, store=store)
+    session.full_pack  # noqa: B018 - the pack is read before the fault is queued
+    fake.faults.append(Fault(status=400, body={"error": {"message": "refused", "code": 400}}))
+    with instant_retries():
+        warming = session.warm_start()
+        answer = session.ask("still answered?")
+    result = warming.result
+    assert result is not None and result.failed is not None
+    assert "the first question prefills the pack" in result.summary_line()
+    assert answer.text == fake.answer
+    session.close()
+
+
+def test_chat_warms_the_pack_and_says_so_and_no_warm_start_turns_it_off(
+    backend: Backend, fake: FakeEngine, tmp_path: Path, repository: Path
+) -> None:
+    runner = CliRunner()
+    result = runner.invoke(
+        main, ["chat", str(repository), "--json"], obj=Runtime(backend=backend), input="first?\n\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert [body["max_tokens"] for body in fake.chat_bodies] == [1, RequestOptions().max_tokens]
+    assert "[warm start: pack prefilled" in result.stderr
+    turn = json.loads(result.stdout.splitlines()[0])
+    report = Session.resume(turn["session_id"], backend).report()
+    assert [line.purpose for line in report.requests] == ["warm", "turn"]
+
+    fake.chat_bodies.clear()
+    result = runner.invoke(
+        main,
+        ["chat", str(repository), "--no-warm-start", "--cache-salt", "other"],
+        obj=Runtime(backend=backend),
+        input="first?\n\n",
+    )
+    assert result.exit_code == 0, result.output
+    assert [body["max_tokens"] for body in fake.chat_bodies] == [RequestOptions().max_tokens]
+    assert "warm start" not in result.stderr
+
+
+def test_an_empty_chat_waits_for_its_warm_start_and_leaves_no_session(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    result = CliRunner().invoke(main, ["chat", str(repository)], obj=Runtime(backend=backend), input="\n")
+    assert result.exit_code == 0, result.output
+    assert "no question asked" in result.stderr
+    assert Store.open().sessions() == []
+
+
+def test_answer_reuse_is_what_the_next_turn_cached_past_the_previous_prompt() -> None:
+    from longctx.sessions.reuse import answer_reuse
+
+    def usage(prompt: int, cached: int | None, completion: int | None = None) -> Usage:
+        return Usage(prompt, cached, None, completion, None, None)
+
+    previous = usage(2_536, 0, 1_000)
+    whole = answer_reuse(previous, usage(3_660, 3_456))
+    none = answer_reuse(previous, usage(3_659, 2_432))
+    assert whole is not None and none is not None
+    assert (whole.reused_tokens, whole.answer_tokens) == (920, 1_000)
+    assert (none.reused_tokens, none.share) == (0, 0.0)
+    assert whole.summary_line() == "920 of 1,000 tokens of the previous answer from the cache (92%)"
+    assert answer_reuse(previous, usage(3_659, None)) is None
+
+
+def test_chat_turn_lines_and_the_report_say_how_much_of_the_previous_answer_was_cached(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    fake.answer = "an answer " * 40
+    result = CliRunner().invoke(
+        main,
+        ["chat", str(repository), "--no-warm-start"],
+        obj=Runtime(backend=backend),
+        input="one?\ntwo?\n\n",
+    )
+    assert result.exit_code == 0, result.output
+    # The fake engine counts 3 completion tokens and caches only prompts it saw: none of the answer.
+    assert (
+        "[turn 1: " in result.stderr
+        and "0 of 3 tokens of the previous answer from the cache (0%)" in result.stderr
+    )
+    session_id = json.loads(CliRunner().invoke(main, ["sessions", "list", "--json"]).stdout)[0]["id"]
+    notes = Session.resume(session_id, backend).report().notes
+    assert "turn 1: 0 of 3 tokens of the previous answer from the cache (0%)" in notes

@@ -25,12 +25,25 @@ from longctx.cli.app import (
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.corpus import CorpusSessionOptions
 from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import Answer, Conversation
 from longctx.store import Store
 
 
-def _open_session(
+def _options(
+    store: Store,
+    server: ServerOptions,
+    corpus: CorpusOptions,
+    request: RequestOptions,
+    say: Callable[[str], None],
+) -> CorpusSessionOptions:
+    return CorpusSessionOptions(
+        backend=runtime().backend, server=server, store=store, corpus=corpus, request=request, on_progress=say
+    )
+
+
+def _open_repo(
     paths: Sequence[str],
     store: Store,
     *,
@@ -40,20 +53,13 @@ def _open_session(
     say: Callable[[str], None],
 ) -> RepoSession:
     """A session over ``paths`` whose pack is ready (so the progress line covers the packing)."""
-    session = RepoSession(
-        list(paths),
-        backend=runtime().backend,
-        server=server,
-        store=store,
-        corpus=corpus,
-        request=request,
-        on_progress=say,
-    )
+    session = RepoSession(list(paths), **_options(store, server, corpus, request, say))
     session.full_pack  # noqa: B018 - prepared here, under the progress line
     return session
 
 
-def _open_sharded(
+def _open(
+    shard: bool,
     paths: Sequence[str],
     store: Store,
     *,
@@ -61,24 +67,14 @@ def _open_sharded(
     corpus: CorpusOptions,
     request: RequestOptions,
     say: Callable[[str], None],
-) -> ShardedSession:
-    """A map-reduce session over shards of ``paths`` that each fit the window, built now."""
-    session = ShardedSession(
-        list(paths),
-        backend=runtime().backend,
-        server=server,
-        store=store,
-        corpus=corpus,
-        request=request,
-        on_progress=say,
-    )
+) -> Conversation:
+    """:func:`_open_repo`, or with ``shard`` a map-reduce session over shards that each fit the window."""
+    if not shard:
+        return _open_repo(paths, store, server=server, corpus=corpus, request=request, say=say)
+    session = ShardedSession(list(paths), **_options(store, server, corpus, request, say))
     count = len(session.shards)
     say(f"{count} shard{'s' if count != 1 else ''}: each question is asked of every shard, then combined")
     return session
-
-
-def _open(shard: bool, paths: Sequence[str], store: Store, **options: Any) -> Conversation:
-    return (_open_sharded if shard else _open_session)(paths, store, **options)
 
 
 def _label(session: Conversation) -> str:
@@ -328,7 +324,7 @@ def chat(
             _resumed(session, request, quiet)
         elif paths:
             with progress(not (quiet or as_json)) as say:
-                session = _open_session(paths, store, server=server, corpus=corpus, request=request, say=say)
+                session = _open_repo(paths, store, server=server, corpus=corpus, request=request, say=say)
         else:
             raise ConfigError("give PATHS to pack, or --session ID to resume")
         with session:

@@ -7,6 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fake_engine import FakeEngine
+
+from longctx.backends.base import Backend, connect
 
 pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
 
@@ -19,3 +22,21 @@ def _clean_longctx_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             monkeypatch.delenv(name)
     monkeypatch.setenv("LONGCTX_HOME", str(tmp_path / "longctx-home"))
     yield
+
+
+FAKE_URL = "http://fake-engine:8000/v1"
+
+
+@pytest.fixture
+def fake() -> FakeEngine:
+    """A fake server without a tokenize route ("generic": packs are counted with the estimate).
+
+    A test module that needs another fake (an engine, a window) defines its own ``fake``.
+    """
+    return FakeEngine(engine="generic", block=1)
+
+
+@pytest.fixture
+def backend(fake: FakeEngine) -> Backend:
+    """A connection to ``fake`` (a module's own ``backend``, a real engine's, takes precedence)."""
+    return connect(FAKE_URL, transport=fake.transport(), async_transport=fake.transport())

@@ -16,24 +16,13 @@ import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
 
-from longctx.backends.base import Backend, connect
+from longctx.backends.base import Backend
 from longctx.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Runtime, main
 from longctx.cli.app import COMMAND_MODULES, COMMAND_SUMMARIES
 from longctx.retry import instant_retries
 from longctx.store import Store
 
 URL = "http://fake-engine:8000/v1"
-
-
-@pytest.fixture
-def fake() -> FakeEngine:
-    # "generic": a server without a tokenize route, so packs are counted with the estimate.
-    return FakeEngine(engine="generic", block=1)
-
-
-@pytest.fixture
-def backend(fake: FakeEngine) -> Backend:
-    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
 
-from longctx.backends.base import Backend, connect
+from longctx.backends.base import Backend
 from longctx.cli import EXIT_OK, EXIT_TOO_LONG, Runtime, main
 from longctx.sessions import ShardedSession
 
@@ -23,11 +23,6 @@ URL = "http://fake-engine:8000/v1"
 def fake() -> FakeEngine:
     # A small window: the repository below needs several of them.
     return FakeEngine(engine="generic", block=1, context_length=3_000)
-
-
-@pytest.fixture
-def backend(fake: FakeEngine) -> Backend:
-    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
 
 @pytest.fixture

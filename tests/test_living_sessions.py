@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine, Fault
 
-from longctx.backends.base import Backend, connect
+from longctx.backends.base import Backend
 from longctx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Runtime, main
 from longctx.cli.app import exit_code
 from longctx.config import RequestOptions
@@ -28,16 +28,6 @@ from longctx.sessions.session import Answer
 from longctx.store import Store
 
 URL = "http://fake-engine:8000/v1"
-
-
-@pytest.fixture
-def fake() -> FakeEngine:
-    return FakeEngine(engine="generic", block=1)
-
-
-@pytest.fixture
-def backend(fake: FakeEngine) -> Backend:
-    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
 
 @pytest.fixture

@@ -27,16 +27,6 @@ PACK = StoredPack(
 
 
 @pytest.fixture
-def fake() -> FakeEngine:
-    return FakeEngine(engine="generic", block=1)
-
-
-@pytest.fixture
-def backend(fake: FakeEngine) -> Backend:
-    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
-
-
-@pytest.fixture
 def repository(tmp_path: Path) -> Path:
     root = tmp_path / "repo"
     root.mkdir()

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 from fake_engine import FakeEngine, Fault
 
-from longctx.backends.base import Backend, connect
+from longctx.backends.base import Backend
 from longctx.cli import Runtime, main
 from longctx.config import RequestOptions
 from longctx.retry import instant_retries
@@ -24,16 +24,6 @@ from longctx.store import Store
 from longctx.usage import Usage
 
 URL = "http://fake-engine:8000/v1"
-
-
-@pytest.fixture
-def fake() -> FakeEngine:
-    return FakeEngine(engine="generic", block=1)
-
-
-@pytest.fixture
-def backend(fake: FakeEngine) -> Backend:
-    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
 
 @pytest.fixture

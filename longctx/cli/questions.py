@@ -43,36 +43,20 @@ def _options(
     )
 
 
-def _open_repo(
-    paths: Sequence[str],
-    store: Store,
-    *,
-    server: ServerOptions,
-    corpus: CorpusOptions,
-    request: RequestOptions,
-    say: Callable[[str], None],
-) -> RepoSession:
+def _open_repo(paths: Sequence[str], options: CorpusSessionOptions) -> RepoSession:
     """A session over ``paths`` whose pack is ready (so the progress line covers the packing)."""
-    session = RepoSession(list(paths), **_options(store, server, corpus, request, say))
+    session = RepoSession(list(paths), **options)
     session.full_pack  # noqa: B018 - prepared here, under the progress line
     return session
 
 
-def _open(
-    shard: bool,
-    paths: Sequence[str],
-    store: Store,
-    *,
-    server: ServerOptions,
-    corpus: CorpusOptions,
-    request: RequestOptions,
-    say: Callable[[str], None],
-) -> Conversation:
+def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> Conversation:
     """:func:`_open_repo`, or with ``shard`` a map-reduce session over shards that each fit the window."""
     if not shard:
-        return _open_repo(paths, store, server=server, corpus=corpus, request=request, say=say)
-    session = ShardedSession(list(paths), **_options(store, server, corpus, request, say))
+        return _open_repo(paths, options)
+    session = ShardedSession(list(paths), **options)
     count = len(session.shards)
+    say = options.get("on_progress") or (lambda message: None)
     say(f"{count} shard{'s' if count != 1 else ''}: each question is asked of every shard, then combined")
     return session
 
@@ -146,7 +130,7 @@ def ask(
     """
     paths, question = _split_question(arguments, question_option)
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, _options(store, server, corpus, request, say))
         say("waiting for the answer")
         with session:
             answer = session.ask(question)
@@ -190,7 +174,7 @@ def batch(
     if not questions:
         raise ConfigError("the questions file holds no questions")
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open(shard, paths, store, server=server, corpus=corpus, request=request, say=say)
+        session = _open(shard, paths, _options(store, server, corpus, request, say))
         done: list[Answer] = []
 
         def answered(answer: Answer) -> None:
@@ -324,7 +308,7 @@ def chat(
             _resumed(session, request, quiet)
         elif paths:
             with progress(not (quiet or as_json)) as say:
-                session = _open_repo(paths, store, server=server, corpus=corpus, request=request, say=say)
+                session = _open_repo(paths, _options(store, server, corpus, request, say))
         else:
             raise ConfigError("give PATHS to pack, or --session ID to resume")
         with session:

@@ -56,6 +56,12 @@ _EXPORTS: dict[str, str] = {
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "Limits": "longctx.config",
+    "Job": "longctx.sessions.jobs",
+    "JobItem": "longctx.sessions.jobs",
+    "JobOptions": "longctx.sessions.jobs",
+    "JobProgress": "longctx.sessions.jobs",
+    "JobReport": "longctx.sessions.jobs",
+    "JobResult": "longctx.sessions.jobs",
     "LongctxError": "longctx.errors",
     "Manifest": "longctx.corpus",
     "ManifestEntry": "longctx.corpus",
@@ -108,6 +114,7 @@ _EXPORTS: dict[str, str] = {
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
     "pack": "longctx.packing",
+    "read_job": "longctx.sessions.jobs",
     "resume": "longctx.sessions",
     "tokenizer_from_model_dir": "longctx.tokens",
 }
@@ -175,6 +182,7 @@ if TYPE_CHECKING:
         resume,
     )
     from longctx.sessions.changes import Changes, FileChange
+    from longctx.sessions.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
     from longctx.sessions.warm import WarmResult, WarmStart
     from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
     from longctx.tokens import (
@@ -217,6 +225,12 @@ __all__ = [
     "HarnessError",
     "InputError",
     "InsufficientMemory",
+    "Job",
+    "JobItem",
+    "JobOptions",
+    "JobProgress",
+    "JobReport",
+    "JobResult",
     "Limits",
     "LongctxError",
     "Manifest",
@@ -273,6 +287,7 @@ __all__ = [
     "connect",
     "load_corpus",
     "pack",
+    "read_job",
     "resume",
     "tokenizer_from_model_dir",
 ]

@@ -234,9 +234,13 @@ class RequestOptions:
     (off by default; ``longctx chat`` turns it on) makes a session prefill
     its prefix with a one-token request in the background as soon as it is
     opened, so the first question is served from the cache (see
-    :mod:`longctx.sessions.warm`). Raises
-    :class:`~longctx.errors.ConfigError` for a value the servers would
-    refuse.
+    :mod:`longctx.sessions.warm`). ``counter_check`` (on by default) reads
+    the serving replica's prefix-cache counter around each call and compares
+    its growth with the cached tokens the responses reported; a job over
+    many packs (:mod:`longctx.sessions.jobs`) turns it off for its sessions
+    and checks once over the whole job, where concurrent packs would blur
+    each call's reading. Raises :class:`~longctx.errors.ConfigError` for a
+    value the servers would refuse.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -249,6 +253,7 @@ class RequestOptions:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     follow_changes: bool = True
     warm_start: bool = False
+    counter_check: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
@@ -279,6 +284,7 @@ class RequestOptions:
             "extra_body": dict(self.extra_body),
             "follow_changes": self.follow_changes,
             "warm_start": self.warm_start,
+            "counter_check": self.counter_check,
         }
 
     @classmethod
@@ -298,6 +304,7 @@ class RequestOptions:
             extra_body=dict(data.get("extra_body") or {}),
             follow_changes=bool(data.get("follow_changes", True)),
             warm_start=bool(data.get("warm_start", False)),
+            counter_check=bool(data.get("counter_check", True)),
         )
 
 

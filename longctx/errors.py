@@ -62,6 +62,14 @@ __all__ = [
 class LongctxError(Exception):
     """Root of every error longctx raises on purpose."""
 
+    def describe(self) -> str:
+        """The message, led by the path it concerns when it has one the message does not name."""
+        message = str(self)
+        path = getattr(self, "path", None)
+        if path is not None and str(path) not in message:
+            return f"{path}: {message}"
+        return message
+
 
 class ConfigError(LongctxError):
     """An argument or a ``LONGCTX_*`` setting is invalid."""

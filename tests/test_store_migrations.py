@@ -72,7 +72,27 @@ def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_da
         assert store.special_tokens("server:vllm:tiny:0") is None
         store.save_special_tokens("server:vllm:tiny:0", ["<|im_end|>"])
         assert store.special_tokens("server:vllm:tiny:0") == ("<|im_end|>",)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 7 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_7_gains_answer_keys_and_keeps_its_sessions(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / DATABASE_NAME
+    connection = sqlite3.connect(path)
+    for number, script in enumerate(MIGRATIONS[:7], start=1):
+        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+    connection.execute(
+        "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
+        " VALUES ('s1', 0, 'session', 't', '{}')"
+    )
+    connection.commit()
+    connection.close()
+
+    with Store.open(home) as store:
+        assert store.session("s1").title == "t"
+        assert store.answered(["job:x:0"]) == {}
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 8 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

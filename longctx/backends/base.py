@@ -56,6 +56,7 @@ class ServerInfo:
     metrics: bool | None
     cache_block_tokens: int | None
     schedule_policy: str | None = None
+    kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -87,6 +88,8 @@ class Diagnosis:
             lines.append(f"  metrics: {_state(info.metrics)}")
             if info.cache_block_tokens:
                 lines.append(f"  cache block: {info.cache_block_tokens} tokens")
+            if info.kv_cache_tokens:
+                lines.append(f"  KV cache: {info.kv_cache_tokens:,} tokens")
         if not self.findings:
             lines.append("no changes needed")
         for finding in self.findings:
@@ -528,6 +531,7 @@ def _discover(
         metrics=facts.metrics,
         cache_block_tokens=facts.cache_block_tokens,
         schedule_policy=facts.schedule_policy,
+        kv_cache_tokens=facts.kv_cache_tokens,
         settings=facts.settings,
     )
     return info, endpoint

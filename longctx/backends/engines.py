@@ -7,11 +7,12 @@ SGLang 0.5.23 in the test suite:
   ``max_model_len`` the effective context length;
 - vLLM: ``GET /version``; its ``/metrics`` always carries
   ``vllm:cache_config_info`` (labels ``enable_prefix_caching``,
-  ``block_size``, ``cache_dtype``) and the counters
+  ``block_size``, ``cache_dtype``, ``num_gpu_blocks``; from 0.32 also
+  ``kv_cache_size_tokens``) and the counters
   ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``;
   cached tokens appear in responses only with ``--enable-prompt-tokens-details``;
 - SGLang: ``GET /server_info`` (older name ``/get_server_info``) has the flat
-  server arguments; counters need ``--enable-metrics``
+  server arguments and ``max_total_num_tokens`` (the KV pool); counters need ``--enable-metrics``
   (``sglang:cached_tokens_total``); cached tokens in OpenAI responses need
   ``--enable-cache-report``.
 """
@@ -56,6 +57,7 @@ class EngineFacts:
     metrics: bool | None = None
     cache_block_tokens: int | None = None
     schedule_policy: str | None = None
+    kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -118,8 +120,18 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
         cache_reporting=None,
         metrics=metrics_ok,
         cache_block_tokens=_integer(settings.get("block_size")),
+        kv_cache_tokens=_vllm_kv_tokens(settings),
         settings=settings,
     )
+
+
+def _vllm_kv_tokens(labels: Mapping[str, Any]) -> int | None:
+    """The KV cache's size in tokens: vLLM 0.32's own label, else blocks times block size."""
+    tokens = _integer(labels.get("kv_cache_size_tokens"))
+    if tokens:
+        return tokens
+    blocks, block = _integer(labels.get("num_gpu_blocks")), _integer(labels.get("block_size"))
+    return blocks * block if blocks and block else None
 
 
 def _discover_sglang(endpoint: HttpEndpoint) -> EngineFacts:
@@ -141,6 +153,7 @@ def _discover_sglang(endpoint: HttpEndpoint) -> EngineFacts:
         metrics=_truth(info.get("enable_metrics")),
         cache_block_tokens=_integer(info.get("page_size")),
         schedule_policy=info.get("schedule_policy"),
+        kv_cache_tokens=_integer(info.get("max_total_num_tokens")),
         settings=info,
     )
 

@@ -118,11 +118,7 @@ def exit_code(error: LongctxError) -> int:
 
 def _fail(error: LongctxError) -> NoReturn:
     """Print one line naming the problem (and its path, when it has one) and exit with its code."""
-    message = str(error)
-    path = getattr(error, "path", None)
-    if path is not None and str(path) not in message:
-        message = f"{path}: {message}"
-    click.echo(f"longctx: error: {message}", err=True)
+    click.echo(f"longctx: error: {error.describe()}", err=True)
     sys.exit(exit_code(error))
 
 
@@ -139,6 +135,7 @@ COMMAND_MODULES: dict[str, str] = {
     "recipe": "longctx.cli.serving",
     "plan": "longctx.cli.serving",
     "mcp": "longctx.cli.mcp",
+    "job": "longctx.cli.jobs",
 }
 
 
@@ -155,6 +152,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "recipe": "The launch command and environment for MODEL on ENGINE.",
     "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
+    "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
 }
 
 
@@ -259,6 +257,24 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         return
     with _console().status("starting") as status:
         yield status.update
+
+
+@contextmanager
+def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], None]]:
+    """A bar of ``total`` steps on stderr; the caller updates it with (steps done, what is happening)."""
+    if not enabled:
+        yield lambda done, message: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
+    with Progress(*columns, console=_console(), transient=True) as bar:
+        task = bar.add_task("starting", total=total)
+
+        def update(done: int, message: str) -> None:
+            bar.update(task, completed=done, description=message)
+
+        yield update
 
 
 def note(message: str, *, quiet: bool = False) -> None:

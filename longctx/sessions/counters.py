@@ -39,10 +39,27 @@ class CounterSnapshot:
         """
         return cls(backend, backend.counters([backend.server_for(affinity_key).api_url]))
 
+    @classmethod
+    def around(cls, backend: Backend, affinity_key: str | None, enabled: bool) -> CounterSnapshot:
+        """:meth:`take`, or with ``enabled`` false a snapshot that reads nothing and checks nothing."""
+        return cls.take(backend, affinity_key) if enabled else cls(backend, {})
+
     def finish(
         self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
     ) -> CounterCheck | None:
         """Read the counters again (until they settle), store and return the check."""
+        checks = self._readings(session_id, batch_id, records)
+        for check in checks:
+            store.record_counter_check(check)
+        return combine_checks(checks)
+
+    def compare(self, records: Iterable[RequestRecord]) -> CounterCheck | None:
+        """:meth:`finish` without storing: for a check over many sessions (a job)."""
+        return combine_checks(self._readings("", None, records))
+
+    def _readings(
+        self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
+    ) -> list[CounterCheckRecord]:
         records = list(records)
         checks: list[CounterCheckRecord] = []
         for url, before in self.before.items():
@@ -65,9 +82,8 @@ class CounterSnapshot:
                 reported=reported,
                 requests=len(mine),
             )
-            store.record_counter_check(check)
             checks.append(check)
-        return combine_checks(checks)
+        return checks
 
 
 def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: float = 5.0) -> int | None:

@@ -38,10 +38,10 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
@@ -49,6 +49,7 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
+from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Progress, Resources
@@ -56,7 +57,6 @@ from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
-from longctx.usage import Usage
 
 if TYPE_CHECKING:
     from longctx.packing import Pack
@@ -81,67 +81,6 @@ def history_form(answer: str) -> str:
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
     """The routing key of a pack's requests: the same for every session over one pack."""
     return f"longctx-{fingerprint[:32]}" if fingerprint else f"longctx-session-{session_id}"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One answered question. ``str(answer)`` is its text.
-
-    An answer of a :class:`~longctx.sessions.sharded.ShardedSession` is the
-    combined (reduce) answer with the answers of every shard it was made
-    from in ``shard_answers``; for any other session ``shard_answers`` is
-    empty. ``appended`` is set when the question's message carried files
-    changed since the pack (see :mod:`longctx.sessions.changes`).
-    """
-
-    question: str
-    text: str
-    reasoning: str | None
-    finish_reason: str | None
-    usage: Usage
-    session_id: str
-    turn: int
-    request_id: str
-    attempts: int
-    shard_answers: tuple[Answer, ...] = ()
-    appended: Changes | None = None
-
-    def __str__(self) -> str:
-        return self.text
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form the CLI prints: question, answer, usage, where it is stored."""
-        data: dict[str, Any] = {
-            "question": self.question,
-            "answer": self.text,
-            "reasoning": self.reasoning,
-            "session_id": self.session_id,
-            "turn": self.turn,
-            "usage": self.usage.to_dict(),
-            "attempts": self.attempts,
-        }
-        if self.appended is not None:
-            data["appended"] = [change.describe() for change in self.appended.changes]
-        if self.shard_answers:
-            data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
-        return data
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The answers of :meth:`Conversation.ask_many`, in question order, and their report."""
-
-    answers: tuple[Answer, ...]
-    report: SavingsReport
-
-    def __iter__(self) -> Iterator[Answer]:
-        return iter(self.answers)
-
-    def __len__(self) -> int:
-        return len(self.answers)
-
-    def __getitem__(self, index: int) -> Answer:
-        return self.answers[index]
 
 
 class Conversation(ABC):
@@ -549,7 +488,7 @@ class Session(Conversation):
             changes = self._pending_changes(self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = self._opened()
-            snapshot = CounterSnapshot.take(self.backend, request.affinity_key)
+            snapshot = CounterSnapshot.around(self.backend, request.affinity_key, self.request.counter_check)
             committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
             snapshot.finish(self.store, record.id, None, [committed.request])
             return committed.answer
@@ -565,7 +504,9 @@ class Session(Conversation):
             changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = await asyncio.to_thread(self._opened)
-            snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, request.affinity_key)
+            snapshot = await asyncio.to_thread(
+                CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
+            )
             committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
             await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
             return committed.answer
@@ -595,10 +536,16 @@ class Session(Conversation):
     # -- siblings -----------------------------------------------------------
 
     def _sibling_plan(
-        self, questions: Sequence[str], max_tokens: int | None, changes: Changes | None
+        self,
+        questions: Sequence[str],
+        max_tokens: int | None,
+        changes: Changes | None,
+        keys: Sequence[str] | None,
     ) -> siblings.Plan:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
+        if keys is not None:
+            siblings.check_keys(self.store, questions, keys)
         if self.warming is not None:
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
@@ -606,7 +553,9 @@ class Session(Conversation):
         record = self._opened()
         return siblings.Plan(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
 
-    def _commit_sibling(self, sent: Sent, question: str, batch_id: str, changes: Changes | None) -> Committed:
+    def _commit_sibling(
+        self, sent: Sent, question: str, batch_id: str, changes: Changes | None, key: str | None = None
+    ) -> Committed:
         record = self._opened()
         branch = SessionRecord(
             id=uuid.uuid4().hex[:16],
@@ -622,7 +571,7 @@ class Session(Conversation):
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes,
         )  # fmt: skip
-        self.store.commit_turn(committed.turn, committed.request, new_session=branch)
+        self.store.commit_turn(committed.turn, committed.request, new_session=branch, key=key)
         return committed
 
     def ask_many(
@@ -632,6 +581,7 @@ class Session(Conversation):
         max_tokens: int | None = None,
         concurrency: int | None = None,
         on_answer: Callable[[Answer], None] | None = None,
+        keys: Sequence[str] | None = None,
     ) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
 
@@ -643,36 +593,48 @@ class Session(Conversation):
         Answers come back in question order; ``on_answer`` hears of each as
         it is stored (for progress). A question that fails after its retries
         raises once the others are done; the answered ones are stored.
+        ``keys``, one per question, are the caller's names for them, stored
+        with each answer in its transaction (:meth:`Store.answered
+        <longctx.store.Store.answered>` finds them): a key that already has an
+        answer is refused before anything is sent, so a job run again asks
+        only what is unanswered.
         """
         changes = self._pending_changes(self._turns, max_tokens)
-        plan = self._sibling_plan(questions, max_tokens, changes)
+        plan = self._sibling_plan(questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
-        snapshot = CounterSnapshot.take(self.backend, self.affinity_key)
+        snapshot = CounterSnapshot.around(self.backend, self.affinity_key, self.request.counter_check)
         outcome = siblings.run(
             self.backend,
             plan,
             dispatch=dispatch,
             commit=lambda sent, index: self._commit_sibling(
-                sent, plan.questions[index], plan.batch_id, changes
+                sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
             ),
             on_answer=on_answer,
         )
         return self._finish_batch(plan, outcome, snapshot, dispatch)
 
     async def aask_many(
-        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
+        self,
+        questions: Sequence[str],
+        *,
+        max_tokens: int | None = None,
+        concurrency: int | None = None,
+        keys: Sequence[str] | None = None,
     ) -> Batch:
         """The async twin of :meth:`ask_many`."""
         changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
-        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes)
+        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
-        snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, self.affinity_key)
+        snapshot = await asyncio.to_thread(
+            CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check
+        )
         outcome = await siblings.arun(
             self.backend,
             plan,
             dispatch=dispatch,
             commit=lambda sent, index: self._commit_sibling(
-                sent, plan.questions[index], plan.batch_id, changes
+                sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
             ),
         )
         return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot, dispatch)

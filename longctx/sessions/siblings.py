@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -38,11 +39,13 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from longctx.backends.base import Backend, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.config import DEFAULT_CONCURRENCY, RequestOptions
+from longctx.errors import ConfigError
 
 if TYPE_CHECKING:
-    from longctx.sessions.session import Answer
+    from longctx.sessions.answers import Answer
+    from longctx.store import Store
 
-__all__ = ["MEASURED", "Dispatch", "Outcome", "Plan", "arun", "choose_dispatch", "run"]
+__all__ = ["MEASURED", "Dispatch", "Outcome", "Plan", "arun", "check_keys", "choose_dispatch", "run"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,25 @@ class Dispatch:
     def describe(self) -> str:
         """One line for the batch report, e.g. ``together, up to 8 in flight (auto: ...)``."""
         return f"{self.strategy}, up to {self.concurrency} in flight ({self.reason})"
+
+
+def check_keys(store: Store, questions: Sequence[str], keys: Sequence[str]) -> None:
+    """Refuse answer keys that do not name each question once, or that already have an answer.
+
+    Raises :class:`~longctx.errors.ConfigError` before anything is sent.
+    """
+    if len(keys) != len(questions):
+        raise ConfigError(f"ask_many got {len(keys)} keys for {len(questions)} questions")
+    if any(not isinstance(key, str) or not key for key in keys):
+        raise ConfigError("every answer key must be a non-empty string")
+    repeated = sorted(key for key, count in Counter(keys).items() if count > 1)
+    if repeated:
+        raise ConfigError(f"answer keys given twice: {', '.join(repeated[:5])}")
+    stored = store.answered(keys)
+    if stored:
+        raise ConfigError(
+            f"{len(stored)} answer keys already have a stored answer: {', '.join(sorted(stored)[:5])}"
+        )
 
 
 def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int | None = None) -> Dispatch:

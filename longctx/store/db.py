@@ -161,6 +161,17 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         created_at REAL NOT NULL
     );
     """,
+    # 8: answer keys (Session.ask_many's ``keys``, longctx.sessions.jobs): a
+    # caller's name for a question, stored in the transaction of its answer,
+    # so a job run again after a crash asks only what has no answer yet.
+    """
+    CREATE TABLE answer_keys (
+        key TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL
+    );
+    CREATE INDEX answer_keys_by_session ON answer_keys(session_id);
+    """,
 )
 
 

@@ -96,35 +96,35 @@ class SessionLog(Database):
     def turns(self, session_id: str) -> list[TurnRecord]:
         """The session's own turns, in order (not those inherited from a parent)."""
         return [
-            TurnRecord(
-                session_id=row["session_id"],
-                position=row["position"],
-                question=row["question"],
-                answer=row["answer"],
-                history_answer=row["history_answer"],
-                reasoning=row["reasoning"],
-                request_id=row["request_id"],
-                created_at=row["created_at"],
-                preamble=row["preamble"],
-                file_changes=json.loads(row["file_changes_json"]),
-            )
+            _turn_record(row)
             for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
         ]
 
     def commit_turn(
-        self, turn: TurnRecord, request: RequestRecord, *, new_session: SessionRecord | None = None
+        self,
+        turn: TurnRecord,
+        request: RequestRecord,
+        *,
+        new_session: SessionRecord | None = None,
+        key: str | None = None,
     ) -> None:
         """Store a completed turn and the request that answered it, atomically.
 
         ``new_session`` (a sibling branch) is created in the same transaction,
-        so a crash never leaves a branch without its turn. Raises
-        :class:`StoreError` if the position is already taken, so a retried or
-        replayed turn can never be stored twice.
+        so a crash never leaves a branch without its turn; so is ``key``, the
+        caller's name for the question (see :meth:`answered`). Raises
+        :class:`StoreError` if the position or the key is already taken, so a
+        retried or replayed turn can never be stored twice.
         """
         try:
             with self.transaction() as connection:
                 if new_session is not None:
                     _insert_session(connection, new_session)
+                if key is not None:
+                    connection.execute(
+                        "INSERT INTO answer_keys (key, session_id, position) VALUES (?, ?, ?)",
+                        (key, turn.session_id, turn.position),
+                    )
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
@@ -138,6 +138,23 @@ class SessionLog(Database):
             raise StoreError(
                 f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
             ) from error
+
+    def answered(self, keys: Sequence[str]) -> dict[str, TurnRecord]:
+        """The stored turn of each of ``keys`` that has one (keys given to :meth:`commit_turn`)."""
+        found: dict[str, TurnRecord] = {}
+        wanted = list(dict.fromkeys(keys))
+        # SQLite limits the parameters of one statement; 500 is far below every build's limit.
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            rows = self._query(
+                "SELECT answer_keys.key AS answer_key, turns.* FROM answer_keys JOIN turns"
+                " ON turns.session_id = answer_keys.session_id AND turns.position = answer_keys.position"
+                f" WHERE answer_keys.key IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            for row in rows:
+                found[row["answer_key"]] = _turn_record(row)
+        return found
 
     # -- requests -----------------------------------------------------------
 
@@ -208,6 +225,21 @@ def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> N
     columns = ", ".join(row)
     connection.execute(
         f"INSERT INTO requests ({columns}) VALUES ({', '.join('?' * len(row))})", list(row.values())
+    )
+
+
+def _turn_record(row: sqlite3.Row) -> TurnRecord:
+    return TurnRecord(
+        session_id=row["session_id"],
+        position=row["position"],
+        question=row["question"],
+        answer=row["answer"],
+        history_answer=row["history_answer"],
+        reasoning=row["reasoning"],
+        request_id=row["request_id"],
+        created_at=row["created_at"],
+        preamble=row["preamble"],
+        file_changes=json.loads(row["file_changes_json"]),
     )
 
 

@@ -1,0 +1,108 @@
+"""``longctx job``: a JSONL file of (paths, question) items answered pack by pack."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from longctx.cli.app import (
+    corpus_options,
+    main,
+    note,
+    progress_bar,
+    request_options,
+    runtime,
+    server_options,
+)
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.errors import OutputError
+from longctx.outputs import save_text
+from longctx.sessions.jobs import Job, JobOptions, JobProgress, read_job
+
+# Exit code when the job ran but some items have no answer (their lines carry "error").
+EXIT_ITEMS_FAILED = 2
+
+
+@main.command()
+@click.argument("job_file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    help="Write the results JSONL here (whole, once the job ends) instead of stdout.",
+)
+@click.option(
+    "--kv-tokens",
+    type=click.IntRange(min=1),
+    help="KV cache of each server URL in tokens, where the server does not report it.",
+)
+@click.option(
+    "--packs-in-flight",
+    type=click.IntRange(min=1),
+    help="Most packs asked at once in all (default: two per server URL).",
+)
+@click.option("--job-id", help="Name of the job in the store (default: a hash of its items).")
+@corpus_options
+@server_options
+@request_options(concurrency=True)
+@click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
+def job(
+    job_file: str,
+    output: str | None,
+    kv_tokens: int | None,
+    packs_in_flight: int | None,
+    job_id: str | None,
+    quiet: bool,
+    server: ServerOptions,
+    corpus: CorpusOptions,
+    request: RequestOptions,
+) -> None:
+    """Answer a JSONL file of {paths, question} items, pack by pack, resumably.
+
+    Each line of FILE ('-' for stdin) is {"paths": PATH or [PATHS], "question":
+    TEXT} with an optional "id"; paths are relative to the current folder.
+    Every pack's questions go out together (one prefill per pack), packs are
+    spread over the replicas, and no replica gets more packs at once than its
+    KV cache holds. Run the same file again after a crash or Ctrl-C: answers
+    already stored are not asked again. Results are JSONL in item order, one
+    line per item with its answer or its error; exit 2 when some item failed.
+    """
+    if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        # Refused before the job runs, not after an hour of answers.
+        raise OutputError("its folder does not exist", path=output)
+    items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
+    options = JobOptions(kv_tokens=kv_tokens, packs_in_flight=packs_in_flight, job_id=job_id)
+    app = runtime()
+    with app.open_store() as store, progress_bar(not quiet, len(items)) as update:
+
+        def progressed(state: JobProgress) -> None:
+            update(state.answered, f"packs {state.packs_done}/{state.packs}, {state.in_flight} in flight: "
+                   f"{state.message}")  # fmt: skip
+
+        # The given backend (a test's), else the job connects and closes its own.
+        work = Job(
+            items, backend=app.backend, server=server, store=store, corpus=corpus, request=request,
+            options=options, on_progress=progressed,
+        )  # fmt: skip
+        try:
+            report = work.run()
+        except KeyboardInterrupt:
+            answered = len(store.answered([work.key(index) for index in range(len(items))]))
+            click.echo(
+                f"longctx: job {work.id}: {answered} of {len(items)} items answered and stored;"
+                " run the same command again to ask the rest",
+                err=True,
+            )
+            raise
+    results = report.to_jsonl()
+    if output:
+        save_text(output, results)
+        note(f"wrote {len(report.results)} results to {output}", quiet=quiet)
+    else:
+        click.echo(results, nl=False)
+    note(report.summary_line(), quiet=quiet)
+    for failed in report.failed[:5]:
+        note(f"item {failed.index}: {failed.error}", quiet=quiet)
+    if report.failed:
+        raise SystemExit(EXIT_ITEMS_FAILED)

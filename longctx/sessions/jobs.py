@@ -1,0 +1,581 @@
+"""Jobs larger than the cache: many packs, many questions, each pack prefilled once.
+
+A :class:`Job` is a list of :class:`JobItem` (the paths of one pack and a
+question about it), read from JSONL by :func:`read_job` or made in Python.
+It is scheduled for the cache, not in the order given:
+
+- every question of one pack goes out together, as siblings
+  (:meth:`Session.ask_many <longctx.sessions.Session.ask_many>`), so the pack
+  is prefilled once however its questions were spread through the input;
+- packs are spread over the replicas by their affinity key (rendezvous over
+  the URLs, or the router's own hashing of the key), and each replica runs
+  its own packs;
+- no replica gets more packs in flight than its KV cache holds (the size the
+  server reports: vLLM's ``vllm:cache_config_info``, SGLang's
+  ``max_total_num_tokens``; or :attr:`JobOptions.kv_tokens`), so no pack's
+  blocks are evicted before its last question has read them. A replica
+  whose size is unknown runs one pack at a time.
+
+Packs are read and counted ahead of the sending (on worker threads) while
+the servers prefill others. Every answer is stored under its item's key in
+the transaction of its turn, so a job run again after a crash or Ctrl-C
+asks only what has no answer yet (:attr:`JobResult.resumed` marks the rest),
+and no question is ever answered twice. The job checks the servers' own
+cache counters once over the whole run (per-call checks would be blurred by
+the packs running beside each call).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import IO, Any
+
+from longctx.backends.base import Backend
+from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.errors import ConfigError, LongctxError
+from longctx.report import CounterCheck
+from longctx.sessions.answers import Answer
+from longctx.sessions.corpus import CorpusSession, RepoSession
+from longctx.sessions.counters import CounterSnapshot
+from longctx.sessions.resources import Resources
+from longctx.store import Store, TurnRecord
+from longctx.usage import Usage
+
+__all__ = [
+    "Job",
+    "JobItem",
+    "JobOptions",
+    "JobProgress",
+    "JobReport",
+    "JobResult",
+    "read_job",
+]
+
+_ITEM_KEYS = frozenset({"paths", "question", "id"})
+
+# The room one sibling takes in the KV cache beyond the shared prefix, on top
+# of its answer: the question and the chat template's turn markers.
+_QUESTION_ROOM_TOKENS = 256
+
+
+@dataclass(frozen=True)
+class JobItem:
+    """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result."""
+
+    paths: tuple[str, ...]
+    question: str
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.paths, (str, os.PathLike)):
+            object.__setattr__(self, "paths", (os.fspath(self.paths),))
+        else:
+            object.__setattr__(self, "paths", tuple(os.fspath(path) for path in self.paths))
+        if not self.paths or any(not path for path in self.paths):
+            raise ConfigError("a job item needs at least one path, and no empty one")
+        if not isinstance(self.question, str) or not self.question.strip():
+            raise ConfigError("a job item's question is empty")
+
+    @property
+    def pack_key(self) -> tuple[str, ...]:
+        """The absolute paths: items with the same key share one pack."""
+        return tuple(os.path.abspath(path) for path in self.paths)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "a job item") -> JobItem:
+        """An item from ``{"paths": str | [str, ...], "question": str, "id"?: str}``.
+
+        Raises :class:`~longctx.errors.ConfigError` naming ``where`` and the
+        problem: not an object, a missing or unknown key, a wrong type.
+        """
+        if not isinstance(data, dict):
+            kind = type(data).__name__
+            raise ConfigError(f"{where}: expected an object with paths and question, got {kind}")
+        unknown = sorted(set(data) - _ITEM_KEYS)
+        if unknown:
+            names = ", ".join(map(repr, unknown))
+            raise ConfigError(f"{where}: unknown key {names} (known: id, paths, question)")
+        for key in ("paths", "question"):
+            if key not in data:
+                raise ConfigError(f"{where}: missing {key!r}")
+        paths = data["paths"]
+        if isinstance(paths, str):
+            paths = [paths]
+        if not isinstance(paths, list) or not all(isinstance(path, str) for path in paths):
+            raise ConfigError(f"{where}: 'paths' must be a string or a list of strings")
+        question, item_id = data["question"], data.get("id")
+        if not isinstance(question, str):
+            raise ConfigError(f"{where}: 'question' must be a string")
+        if item_id is not None and not isinstance(item_id, (str, int)):
+            raise ConfigError(f"{where}: 'id' must be a string or a number")
+        try:
+            return cls(tuple(paths), question, None if item_id is None else str(item_id))
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from error
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"paths": list(self.paths), "question": self.question}
+        if self.id is not None:
+            data["id"] = self.id
+        return data
+
+
+def read_job(source: str | os.PathLike[str] | IO[str]) -> tuple[JobItem, ...]:
+    """The items of a JSONL file (a path, or an open text file such as stdin), in order.
+
+    Each non-blank line is one :meth:`JobItem.from_dict` object. Raises
+    :class:`~longctx.errors.ConfigError` naming the file and line of the
+    first bad one, or when the file holds no item.
+    """
+    if isinstance(source, (str, os.PathLike)):
+        name = os.fspath(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(f"cannot read the job file {name}: {error.strerror or error}") from error
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"the job file {name} is not UTF-8 text: {error}") from error
+    else:
+        name = getattr(source, "name", "<job>")
+        text = source.read()
+    items: list[JobItem] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{name} line {number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON ({error.msg} at column {error.colno})") from error
+        items.append(JobItem.from_dict(data, where=where))
+    if not items:
+        raise ConfigError(f"the job file {name} holds no items")
+    return tuple(items)
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How a job is scheduled.
+
+    ``kv_tokens`` is the KV cache of each server URL in tokens, for servers
+    that do not report it (or to use less of it); behind a router, give what
+    one replica holds and raise ``packs_in_flight`` to the replicas' count.
+    ``kv_share`` is the share of it the packs in flight on one URL may
+    claim (the rest is headroom for the answers and other clients).
+    ``packs_in_flight`` bounds the packs in flight in all (default: two per
+    server URL, so one pack's reading overlaps another's prefill).
+    ``job_id`` names the job in the store; by default it is derived from the
+    items, so running the same file again resumes it.
+    """
+
+    kv_tokens: int | None = None
+    kv_share: float = 0.9
+    packs_in_flight: int | None = None
+    job_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kv_tokens is not None and self.kv_tokens < 1:
+            raise ConfigError(f"kv_tokens must be at least 1, not {self.kv_tokens}")
+        if not 0.0 < self.kv_share <= 1.0:
+            raise ConfigError(f"kv_share must be in (0, 1], not {self.kv_share}")
+        if self.packs_in_flight is not None and self.packs_in_flight < 1:
+            raise ConfigError(f"packs_in_flight must be at least 1, not {self.packs_in_flight}")
+        if self.job_id is not None and not self.job_id.strip():
+            raise ConfigError("job_id is empty")
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What became of one item: its answer (or the error that stopped it) and where it is stored.
+
+    ``resumed`` marks an answer stored by an earlier run of the same job
+    (not asked again); ``usage`` and ``replica`` are set for answers asked in
+    this run.
+    """
+
+    index: int
+    item: JobItem
+    answer: str | None
+    session_id: str | None
+    error: str | None = None
+    resumed: bool = False
+    usage: Usage | None = None
+    replica: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """One line of the results JSONL."""
+        data: dict[str, Any] = {
+            "index": self.index,
+            **self.item.to_dict(),
+            "answer": self.answer,
+            "session_id": self.session_id,
+            "resumed": self.resumed,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        if self.usage is not None:
+            data["usage"] = self.usage.to_dict()
+        if self.replica is not None:
+            data["replica"] = self.replica
+        return data
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Where a running job stands, for a progress bar."""
+
+    answered: int
+    total: int
+    packs_done: int
+    packs: int
+    in_flight: int
+    message: str
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """A job's results in item order, with what the servers prefilled for it."""
+
+    job_id: str
+    results: tuple[JobResult, ...]
+    packs: int
+    counter_check: CounterCheck | None = None
+
+    @property
+    def failed(self) -> tuple[JobResult, ...]:
+        return tuple(result for result in self.results if not result.ok)
+
+    @property
+    def resumed(self) -> int:
+        return len([result for result in self.results if result.resumed])
+
+    @property
+    def asked(self) -> int:
+        """Items asked in this run (answered or not)."""
+        return len(self.results) - self.resumed
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum((result.usage.prompt_tokens or 0) for result in self.results if result.usage is not None)
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum((result.usage.cached_tokens or 0) for result in self.results if result.usage is not None)
+
+    @property
+    def prefilled_tokens(self) -> int:
+        """Prompt tokens the servers computed in this run: prompt less cached."""
+        return self.prompt_tokens - self.cached_tokens
+
+    def to_jsonl(self) -> str:
+        """The results, one JSON object per line, in item order."""
+        return "".join(json.dumps(result.to_dict(), sort_keys=True) + "\n" for result in self.results)
+
+    def summary_line(self) -> str:
+        answered = len(self.results) - len(self.failed)
+        parts = [
+            f"job {self.job_id}: {answered} of {len(self.results)} answered over {self.packs} packs",
+            f"{self.resumed} from an earlier run",
+        ]
+        if self.prompt_tokens:
+            share = self.cached_tokens / self.prompt_tokens
+            parts.append(
+                f"{self.prefilled_tokens:,} tokens prefilled of {self.prompt_tokens:,} ({share:.1%} cached)"
+            )
+        if self.counter_check is not None and self.counter_check.matches is not None:
+            parts.append("server counters agree" if self.counter_check.matches else self.counter_check.note)
+        return "; ".join(parts)
+
+
+@dataclass
+class _Pack:
+    """The items of one pack, and its session once read."""
+
+    key: tuple[str, ...]
+    indices: list[int]
+    session: CorpusSession | None = None
+    replica: str = ""
+    claim: int = 0
+    error: str | None = None
+    results: dict[int, JobResult] = field(default_factory=dict)
+
+
+class _Room:
+    """The KV tokens each replica URL has left for packs in flight, under one condition."""
+
+    def __init__(self, capacity: dict[str, int | None], share: float, limit: int) -> None:
+        self._capacity = {url: None if size is None else int(size * share) for url, size in capacity.items()}
+        self._claimed = {url: 0 for url in capacity}
+        self._running = {url: 0 for url in capacity}
+        self.limit = limit
+
+    @property
+    def in_flight(self) -> int:
+        return sum(self._running.values())
+
+    def fits(self, url: str, claim: int) -> bool:
+        """Whether a pack claiming ``claim`` tokens may start on ``url`` now."""
+        if self.in_flight >= self.limit:
+            return False
+        running = self._running.setdefault(url, 0)
+        if running == 0:
+            return True  # a replica always takes one pack, however large
+        capacity = self._capacity.get(url)
+        if capacity is None:
+            return False  # unknown size: one pack at a time
+        return self._claimed.get(url, 0) + claim <= capacity
+
+    def take(self, url: str, claim: int) -> None:
+        self._running[url] = self._running.get(url, 0) + 1
+        self._claimed[url] = self._claimed.get(url, 0) + claim
+
+    def give_back(self, url: str, claim: int) -> None:
+        self._running[url] -= 1
+        self._claimed[url] -= claim
+
+
+class Job:
+    """Many (paths, question) items answered pack by pack, resumably: see the module docstring.
+
+    Takes the keywords of a corpus session (``backend`` or ``server``,
+    ``store``, ``corpus``, ``request``) and ``options``
+    (:class:`JobOptions`); ``on_progress`` hears a :class:`JobProgress` as
+    packs start and answers arrive. Constructing a job reads nothing and
+    contacts no server; :meth:`run` does the work.
+    """
+
+    def __init__(
+        self,
+        items: Iterable[JobItem],
+        *,
+        backend: Backend | None = None,
+        server: ServerOptions | None = None,
+        store: Store | None = None,
+        corpus: CorpusOptions | None = None,
+        request: RequestOptions | None = None,
+        options: JobOptions | None = None,
+        on_progress: Callable[[JobProgress], None] | None = None,
+    ) -> None:
+        self.items = tuple(items)
+        if not self.items:
+            raise ConfigError("a job needs at least one item")
+        self.options = options or JobOptions()
+        self.corpus_options = corpus or CorpusOptions()
+        # Each call's own counter check would be blurred by the packs beside it: the job checks once.
+        self.request = replace(request or RequestOptions(), counter_check=False, warm_start=False)
+        self._resources = Resources(server=server, backend=backend, store=store)
+        self._on_progress = on_progress
+        self._lock = threading.Lock()
+        # What the progress reports: answers stored, packs finished, of how many, and in flight now.
+        self._answered = 0
+        self._packs_done = 0
+        self._packs_total = 0
+        self._in_flight = 0
+
+    @property
+    def id(self) -> str:
+        """The job's name in the store: :attr:`JobOptions.job_id`, else a hash of its items."""
+        if self.options.job_id:
+            return self.options.job_id
+        canonical = json.dumps([[list(item.pack_key), item.question] for item in self.items])
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def key(self, index: int) -> str:
+        """The answer key item ``index`` is stored under."""
+        return f"job:{self.id}:{index}"
+
+    def run(self) -> JobReport:
+        """Answer every item not answered by an earlier run; results in item order.
+
+        An item whose pack cannot be made (a missing path, a pack over the
+        window) or whose request fails after its retries gets a result with
+        ``error``; the others go on. KeyboardInterrupt stops sending new
+        packs and is raised again once the packs in flight have stopped;
+        everything answered by then is stored.
+        """
+        try:
+            return self._run()
+        finally:
+            self._resources.close()
+
+    def _run(self) -> JobReport:
+        store, backend = self._resources.store, self._resources.backend
+        packs = self._packs()
+        stored = store.answered([self.key(index) for index in range(len(self.items))])
+        results: dict[int, JobResult] = {}
+        for index, item in enumerate(self.items):
+            turn = stored.get(self.key(index))
+            if turn is not None:
+                results[index] = _resumed(index, item, turn)
+        self._answered = len(results)
+        pending = [pack for pack in packs if any(index not in results for index in pack.indices)]
+        for pack in pending:
+            pack.indices = [index for index in pack.indices if index not in results]
+        self._packs_done, self._packs_total = len(packs) - len(pending), len(packs)
+        self._tell(f"{len(pending)} packs to ask, {len(results)} answers already stored")
+        check = None
+        if pending:
+            snapshot = CounterSnapshot(backend, backend.counters())
+            self._schedule(pending, backend)
+            for pack in pending:
+                results.update(pack.results)
+            served = [result.session_id for result in results.values() if result.usage is not None]
+            records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
+            check = snapshot.compare(records)
+        ordered = tuple(results[index] for index in range(len(self.items)))
+        return JobReport(self.id, ordered, len(packs), check)
+
+    def _packs(self) -> list[_Pack]:
+        by_key: dict[tuple[str, ...], _Pack] = {}
+        for index, item in enumerate(self.items):
+            by_key.setdefault(item.pack_key, _Pack(item.pack_key, [])).indices.append(index)
+        return list(by_key.values())
+
+    # -- scheduling -------------------------------------------------------------
+
+    def _schedule(self, pending: list[_Pack], backend: Backend) -> None:
+        urls = [replica.api_url for replica in backend.replicas]
+        limit = self.options.packs_in_flight or 2 * len(urls)
+        room = _Room(self._capacity(backend, urls), self.options.kv_share, limit)
+        waiting = list(pending)  # packs not read yet, in input order
+        ready: list[_Pack] = []  # read and counted, waiting for room on their replica
+        reading: set[Future[_Pack]] = set()
+        asking: dict[Future[None], _Pack] = {}
+        # Reading runs ahead of the asking by at most ``limit`` packs: enough
+        # to keep every replica fed, few enough to bound the packs in memory.
+        pool = ThreadPoolExecutor(max_workers=2 * limit, thread_name_prefix="longctx-job")
+        try:
+            while waiting or ready or reading or asking:
+                while waiting and len(ready) + len(reading) < limit:
+                    reading.add(pool.submit(self._read, waiting.pop(0)))
+                # In input order, but a pack whose replica is full waits
+                # while packs for other replicas go ahead of it.
+                for pack in list(ready):
+                    if room.fits(pack.replica, pack.claim):
+                        ready.remove(pack)
+                        room.take(pack.replica, pack.claim)
+                        asking[pool.submit(self._ask, pack)] = pack
+                        self._in_flight = room.in_flight
+                        self._tell(f"asking {_name(pack)} on {pack.replica}")
+                running: list[Future[Any]] = [*reading, *asking]
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future in reading:
+                        reading.discard(future)
+                        pack = future.result()
+                        if pack.error is None:
+                            ready.append(pack)
+                        else:
+                            self._finished(pack)
+                    else:
+                        pack = asking.pop(future)
+                        room.give_back(pack.replica, pack.claim)
+                        self._in_flight = room.in_flight
+                        future.result()
+                        self._finished(pack)
+        except BaseException:
+            # Ctrl-C or a bug: nothing new starts; what is in flight ends
+            # when its owner closes the backend (every answer so far is stored).
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown()
+
+    def _capacity(self, backend: Backend, urls: Sequence[str]) -> dict[str, int | None]:
+        given = self.options.kv_tokens
+        sizes: dict[str, int | None] = {}
+        for url in urls:
+            info = next((server for server in backend.servers if server.api_url == url), None)
+            sizes[url] = given or (info.kv_cache_tokens if info is not None else None)
+        return sizes
+
+    def _read(self, pack: _Pack) -> _Pack:
+        """Make the pack's session and read and count its pack (on a worker thread)."""
+        session = RepoSession(
+            list(self.items[pack.indices[0]].paths),
+            backend=self._resources.backend,
+            store=self._resources.store,
+            corpus=self.corpus_options,
+            request=self.request,
+            title=f"job {self.id}: {_name(pack)}",
+        )
+        try:
+            prefix = session.full_pack.total_tokens or 0
+            pack.replica = self._resources.backend.server_for(session.affinity_key).api_url
+        except LongctxError as error:
+            session.close()
+            pack.error = error.describe()
+            for index in pack.indices:
+                pack.results[index] = JobResult(index, self.items[index], None, None, error=error.describe())
+            return pack
+        siblings = min(len(pack.indices), self.request.concurrency or 8)
+        pack.claim = prefix + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
+        pack.session = session
+        return pack
+
+    def _ask(self, pack: _Pack) -> None:
+        """Ask the pack's questions as siblings; each answer is stored under its item's key."""
+        session = pack.session
+        assert session is not None
+        questions = [self.items[index].question for index in pack.indices]
+        keys = [self.key(index) for index in pack.indices]
+
+        def answered(answer: Answer) -> None:
+            with self._lock:
+                self._answered += 1
+            self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
+
+        try:
+            with session:
+                batch = session.ask_many(questions, keys=keys, on_answer=answered)
+        except LongctxError as error:
+            # The answered ones are stored under their keys; the rest carry the error.
+            stored = self._resources.store.answered(keys)
+            for index, key in zip(pack.indices, keys, strict=True):
+                turn = stored.get(key)
+                item = self.items[index]
+                pack.results[index] = (
+                    JobResult(index, item, turn.answer, turn.session_id, replica=pack.replica)
+                    if turn is not None
+                    else JobResult(index, item, None, None, error=error.describe(), replica=pack.replica)
+                )
+            return
+        for index, answer in zip(pack.indices, batch, strict=True):
+            pack.results[index] = _asked(index, self.items[index], answer, pack.replica)
+
+    def _finished(self, pack: _Pack) -> None:
+        self._packs_done += 1
+        failed = sum(not result.ok for result in pack.results.values())
+        self._tell(f"{_name(pack)}: {f'{failed} failed' if failed else 'done'}")
+
+    def _tell(self, message: str) -> None:
+        if self._on_progress is None:
+            return
+        with self._lock:
+            progress = JobProgress(
+                self._answered, len(self.items), self._packs_done, self._packs_total, self._in_flight, message
+            )
+        self._on_progress(progress)
+
+
+def _name(pack: _Pack) -> str:
+    names = [os.path.basename(path.rstrip(os.sep)) or path for path in pack.key]
+    return "+".join(names)
+
+
+def _resumed(index: int, item: JobItem, turn: TurnRecord) -> JobResult:
+    return JobResult(index, item, turn.answer, turn.session_id, resumed=True)
+
+
+def _asked(index: int, item: JobItem, answer: Answer, replica: str) -> JobResult:
+    return JobResult(index, item, answer.text, answer.session_id, usage=answer.usage, replica=replica)

@@ -683,6 +683,12 @@ def replicas(args: argparse.Namespace) -> str:
     return replica_bench.section(args.repo / ".cache" / "harness")
 
 
+def jobs(args: argparse.Namespace) -> str:
+    import jobs as job_bench
+
+    return job_bench.section(args.work, args.repo / ".cache" / "harness", args.repetitions)
+
+
 def answers(args: argparse.Namespace) -> str:
     import answer_reuse
 
@@ -697,6 +703,7 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "sessions": sessions,
     "siblings": siblings,
     "replicas": replicas,
+    "jobs": jobs,
     "answers": answers,
 }
 SECTION_NAMES = {
@@ -707,6 +714,7 @@ SECTION_NAMES = {
     "sessions": "sessions-naive-clients",
     "siblings": "siblings-dispatch",
     "replicas": "replicas-overhead",
+    "jobs": "jobs-larger-than-the-cache",
     "answers": "sessions-answer-reuse",
 }
 
@@ -735,7 +743,9 @@ def main() -> None:
     chosen = [name for name in args.only.split(",") if name]
     if args.skip_engines:
         chosen = [
-            name for name in chosen if name not in ("engines", "sessions", "siblings", "replicas", "answers")
+            name
+            for name in chosen
+            if name not in ("engines", "sessions", "siblings", "replicas", "jobs", "answers")
         ]
     for name in chosen:
         started = time.perf_counter()

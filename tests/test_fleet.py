@@ -6,6 +6,8 @@
   one replica alone caches on the same workload (the ceiling: each pack's
   first request is cold). round_robin is measured as the baseline and
   caches visibly less.
+- A job (``longctx.Job``) over both replica URLs keeps every pack on one
+  replica and caches as much as on one replica alone.
 - With both replica URLs given to longctx, a replica killed mid-batch:
   the batch completes on the survivor, every answer stored once (the store
   is the judge); restarted, the replica gets its packs back.
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from longctx import Job, JobItem
 from longctx.backends.base import Backend, connect, rendezvous_order
 from longctx.config import RequestOptions, ServerOptions
 from longctx.sessions import Session
@@ -188,3 +191,40 @@ def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
             "WHERE t.question = 'Back home: what does f1 return?'"
         )
         assert [row["base_url"] for row in homes] == [victim, victim]
+
+
+def _job_folders(root: Path, count: int) -> list[Path]:
+    folders = []
+    for number in range(count):
+        folder = root / f"pack{number}"
+        folder.mkdir(parents=True)
+        body = "".join(f"def g{number}_{line}(x):\n    return x - {line}\n" for line in range(100))
+        (folder / "code.py").write_text(body)
+        folders.append(folder)
+    return folders
+
+
+def _job_share(urls: list[str], items: list[JobItem], home: Path) -> tuple[float, dict[str, set[str]]]:
+    """Run the job on ``urls`` (its own cache salt): cached share, and the replicas each pack used."""
+    request = RequestOptions(max_tokens=4, temperature=0.0, cache_salt=uuid.uuid4().hex)
+    with connect(ServerOptions(base_url=urls)) as backend, Store.open(home) as store:
+        report = Job(items, backend=backend, store=store, request=request).run()
+        assert not report.failed
+        used: dict[str, set[str]] = {}
+        for result in report.results:
+            records = store.requests(session_ids=[result.session_id or ""])
+            used.setdefault(result.item.paths[0], set()).update(r.base_url for r in records)
+    return report.cached_tokens / report.prompt_tokens, used
+
+
+def test_a_job_over_two_replicas_keeps_each_pack_on_one_and_caches_as_one_replica(
+    vllm_fleet: Fleet, tmp_path: Path
+) -> None:
+    folders = _job_folders(tmp_path / "packs", 6)
+    items = [JobItem((str(f),), f"Question {q}: what does g{q} return?") for q in range(3) for f in folders]
+    ceiling, _ = _job_share(vllm_fleet.urls[:1], items, tmp_path / "one")
+    share, used = _job_share(vllm_fleet.urls, items, tmp_path / "two")
+    print(f"job: cached share {share:.1%} on two replicas, {ceiling:.1%} on one; packs per replica {used}")
+    assert ceiling > 0.5  # two of each pack's three requests read the pack from the cache
+    assert all(len(replicas) == 1 for replicas in used.values()), used
+    assert share >= 0.99 * ceiling

@@ -13,7 +13,11 @@ standard-library files of about that many tokens is packed, then:
 - ``plain all 8 question-first``: all 8 at once, the question before the documents;
 - ``session 5 turns``: five turns of one session, TTFT and cached tokens per turn;
 - ``api batch`` / ``cli batch``: the same 8 through the API (from constructing the
-  session, warm store) and through ``longctx batch`` as a new process.
+  session, warm store) and through ``longctx batch`` as a new process;
+- ``first question cold`` / ``first question warm``: a new session's first
+  question, its TTFT, without and with a warm start (``RequestOptions(warm_start=True)``,
+  as ``longctx chat`` opens; the question asked ``--warm-wait`` seconds after
+  opening, as a person types).
 
 Every scenario runs under its own ``cache_salt``, so each starts cold. The
 plain client uses only the standard library (``http.client``), so it pays
@@ -254,7 +258,36 @@ def five_turns(repo: Path, base_url: str, home: Path, max_tokens: int) -> dict[s
     }
 
 
-def run_context(target: int, base_url: str, work: Path, *, max_tokens: int, repeats: int) -> dict[str, Any]:
+def first_question(
+    repo: Path, base_url: str, home: Path, max_tokens: int, *, warm: bool, wait: float
+) -> dict[str, Any]:
+    """A new session's first question after ``wait`` seconds, with or without a warm start."""
+    from longctx.config import RequestOptions, ServerOptions
+    from longctx.sessions import RepoSession
+    from longctx.store import Store
+
+    options = RequestOptions(max_tokens=max_tokens, cache_salt=uuid.uuid4().hex, warm_start=warm)
+    with Store.open(home) as store:
+        session = RepoSession([repo], server=ServerOptions(base_url=base_url), store=store, request=options)
+        session.full_pack  # noqa: B018 - packed before the session opens, as chat does
+        with session:  # opening starts the warm request in the background
+            time.sleep(wait)
+            started = time.perf_counter()
+            answer = session.ask(QUESTIONS[0])
+            wall = time.perf_counter() - started
+            warming = session.warming.result if session.warming is not None else None
+    return {
+        "wall_s": wall,
+        "warm": warm,
+        "wait_s": wait,
+        "warm_summary": None if warming is None else warming.summary_line(),
+        "requests": [usage_row(answer.usage)],
+    }
+
+
+def run_context(
+    target: int, base_url: str, work: Path, *, max_tokens: int, repeats: int, warm_wait: float
+) -> dict[str, Any]:
     from longctx.backends.base import connect
     from longctx.config import RequestOptions, ServerOptions
     from longctx.errors import BudgetError
@@ -317,6 +350,12 @@ def run_context(target: int, base_url: str, work: Path, *, max_tokens: int, repe
     )
     record("session 5 turns", lambda: five_turns(repo, base_url, home, max_tokens))
     for _ in range(repeats):
+        for warm in (False, True):
+            record(
+                f"first question {'warm' if warm else 'cold'}",
+                lambda warm=warm: first_question(repo, base_url, home, max_tokens, warm=warm, wait=warm_wait),
+            )
+    for _ in range(repeats):
         record("api batch", lambda: api_batch(repo, base_url, home, max_tokens))
         record("cli batch", lambda: cli_batch(repo, base_url, home, max_tokens, work))
     return {"target_tokens": target, "prefix_tokens": prefix_tokens, "scenarios": scenarios}
@@ -371,6 +410,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2, help="runs of the headline and CLI rows")
     parser.add_argument("--flags", default="", help="the server's launch flags, for the report")
     parser.add_argument("--label", default="gpu", help="a name for this run (results-LABEL.json)")
+    parser.add_argument(
+        "--warm-wait",
+        type=float,
+        default=10.0,
+        help="seconds between opening a session and its first question",
+    )
     args = parser.parse_args()
 
     from longctx.backends.base import connect
@@ -403,7 +448,12 @@ def main() -> None:
         for target in targets:
             results["contexts"].append(
                 run_context(
-                    target, args.base_url, Path(scratch), max_tokens=args.answer_tokens, repeats=args.repeats
+                    target,
+                    args.base_url,
+                    Path(scratch),
+                    max_tokens=args.answer_tokens,
+                    repeats=args.repeats,
+                    warm_wait=args.warm_wait,
                 )
             )
             # Written after every context, so a run cut short keeps what it measured.

@@ -101,6 +101,26 @@ def context_section(context: dict[str, Any], block: int) -> list[str]:
                 f" | {'' if expected is None else f'{expected:,}'} | {whole} | {turn['ttft']:.3f} |"
             )
             previous = turn["prompt"]
+    cold, warm = scenarios.get("first question cold"), scenarios.get("first question warm")
+    if cold and warm:
+        lines += [
+            "",
+            "| first question of a new session | runs | TTFT s (each run) | median TTFT s | cached |",
+            "|---|---:|---|---:|---|",
+        ]
+        for name, runs in (
+            ("cold (no warm start)", cold),
+            (f"warm start, asked {warm[0]['wait_s']:.0f} s after opening", warm),
+        ):
+            ttfts = [run["requests"][0]["ttft"] for run in runs]
+            lines.append(
+                f"| {name} | {len(runs)} | {', '.join(f'{t:.3f}' for t in ttfts)}"
+                f" | {statistics.median(ttfts):.3f} | {cached_text(runs[-1]['requests'])} |"
+            )
+        ratio = statistics.median(r["requests"][0]["ttft"] for r in cold) / statistics.median(
+            r["requests"][0]["ttft"] for r in warm
+        )
+        lines += ["", f"- the warm start cut the first question's TTFT {ratio:.1f}x"]
     return lines
 
 

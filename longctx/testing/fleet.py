@@ -40,21 +40,30 @@ ROUTER_POLICIES: dict[str, tuple[str, ...]] = {
 class Fleet:
     """N vLLM replicas on the tiny model (the first is the harness's), and routers over them.
 
-    The caller closes it: the replicas and routers it started are stopped;
-    the harness's server is left running for the other tests.
+    ``replica_args`` are extra vLLM flags for the replicas the fleet starts
+    (for example ``--num-gpu-blocks-override 128``: a KV cache of 16,384
+    tokens, smaller than a job's packs); given any, every replica is the
+    fleet's own, the harness's server included in none. The caller closes
+    it: the replicas and routers it started are stopped; the harness's
+    server is left running for the other tests.
     """
 
-    def __init__(self, harness: EngineHarness, replicas: int = 2) -> None:
+    def __init__(self, harness: EngineHarness, replicas: int = 2, replica_args: Sequence[str] = ()) -> None:
         # No I/O: servers start in start().
         self.harness = harness
         self.size = replicas
+        self.replica_args = tuple(replica_args)
         self.replicas: list[LocalServer] = []
         self.routers: list[LocalServer] = []
         self._router_env: EngineEnvironment | None = None
 
+    @property
+    def _shares_harness_server(self) -> bool:
+        return not self.replica_args
+
     def start(self) -> Fleet:
-        """Start the replicas that are missing (the first is the harness's vLLM server)."""
-        if not self.replicas:
+        """Start the replicas that are missing (the first is the harness's vLLM server, unless own)."""
+        if not self.replicas and self._shares_harness_server:
             self.replicas.append(self.harness.server("vllm"))
         while len(self.replicas) < self.size:
             self.replicas.append(self._start_replica())
@@ -67,11 +76,13 @@ class Fleet:
 
     def _start_replica(self, port: int | None = None) -> LocalServer:
         env = self.harness.environment("vllm")
-        return start_vllm(env, self.harness.model(), self.harness.base_dir, port=port)
+        return start_vllm(
+            env, self.harness.model(), self.harness.base_dir, port=port, extra_args=self.replica_args
+        )
 
     def kill(self, index: int) -> None:
         """Kill replica ``index`` at once (SIGKILL), as a crash would; not the harness's (index 0)."""
-        if index == 0:
+        if index == 0 and self._shares_harness_server:
             raise ValueError("replica 0 is the harness's shared server; kill another")
         server = self.replicas[index]
         if server.alive():
@@ -138,9 +149,10 @@ class Fleet:
     def close(self) -> None:
         """Stop the routers and the replicas this fleet started."""
         self.stop_routers()
-        for server in self.replicas[1:]:
+        own = self.replicas[1:] if self._shares_harness_server else self.replicas
+        for server in own:
             server.stop()
-        del self.replicas[1:]
+        del self.replicas[len(self.replicas) - len(own) :]
 
     def __enter__(self) -> Fleet:
         return self.start()

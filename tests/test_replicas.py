@@ -126,6 +126,7 @@ def test_counters_are_read_only_from_the_replica_that_serves(tmp_path: Path) -> 
     session.ask("first question")
     fleet.paths.clear()
     session.ask("second question")
+    session.report()  # the check after the call settles off the answer's path: wait for it
     serving = backend.server_for(session.affinity_key).api_url
     metrics = {url: fleet.paths[(url, "/metrics")] for url in URLS}
     assert metrics[serving] >= 2  # before and after the call
@@ -179,3 +180,16 @@ def test_doctor_flags_a_router_policy_that_loses_the_cache(policy: str, salt: bo
     assert bool(findings) == warned
     if warned:
         assert findings[0].severity == "warning" and "--policy" in findings[0].flag
+
+
+def test_behind_a_declared_router_no_call_reads_the_counters(tmp_path: Path) -> None:
+    """A router answers /metrics with one replica's counters: reading them per call could only fail."""
+    fleet = Fleet()
+    backend = fleet.connect(router_policy="vllm-router:consistent_hash")
+    metrics_reads = sum(n for (url, path), n in fleet.paths.items() if path == "/metrics")
+    with Store.open(tmp_path / "home") as store:
+        session = Session(backend=backend, store=store, request=RequestOptions(max_tokens=2))
+        session.ask("one?")
+        session.ask("two?")
+        assert session.report().counter_check is None
+    assert sum(n for (url, path), n in fleet.paths.items() if path == "/metrics") == metrics_reads

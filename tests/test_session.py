@@ -6,8 +6,10 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import threading
 from pathlib import Path
 
+import httpx2
 import pytest
 from fake_engine import FakeEngine, Fault
 
@@ -316,3 +318,26 @@ def test_explicit_dispatch_and_concurrency_win_over_the_table() -> None:
         RequestOptions(dispatch="waves")
     assert RequestOptions.from_dict(RequestOptions(dispatch="lead").to_dict()).dispatch == "lead"
     assert RequestOptions.from_dict({"max_tokens": 5}).concurrency is None
+
+
+def test_a_turns_counter_check_settles_off_the_answers_path(store: Store) -> None:
+    """ask returns while the server's counter is still being read; report waits for the check."""
+    fake = FakeEngine()
+    gate = threading.Event()
+    reads = [0]
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics":
+            reads[0] += 1
+            # The reading before the call passes; those after it wait until the test opens the gate.
+            if reads[0] > 2:
+                gate.wait(timeout=30)
+        return fake.handle(request)
+
+    session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
+    session.ask("one")  # returns although the counter after it cannot be read yet
+    assert not gate.is_set() and store.counter_checks([session.id]) == []
+    gate.set()
+    report = session.report()
+    assert report.counter_check is not None and report.counter_check.matches
+    assert len(store.counter_checks([session.id])) == 1

@@ -134,11 +134,12 @@ def ask(
         say("waiting for the answer")
         with session:
             answer = session.ask(question)
+            if not as_json:
+                # Printed before the report, which waits for the server's counters to settle.
+                click.echo(answer.text)
             report = session.report()
     if as_json:
         emit_json({**answer.to_dict(), "session_id": session.id, "report": report.to_dict()})
-    else:
-        click.echo(answer.text)
     note(f"{_label(session)}: {report.summary_line()}", quiet=quiet)
 
 

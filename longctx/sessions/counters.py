@@ -6,19 +6,27 @@ call; after it, the counter is read again until it settles (engines publish
 metrics a moment after the response) and its growth is compared with the
 cached tokens the responses reported. Each check is stored with the
 session, so a report can show it later.
+
+A single turn's check runs off the request's path (:meth:`CounterSnapshot.finish_later`):
+the engines publish their counters a moment after the response, and the
+wait for them to settle (up to a second, more behind a router whose
+``/metrics`` is another replica's) must not delay the answer. The session
+waits for its pending checks before a report and when it closes.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, RequestRecord, Store
 
-__all__ = ["CounterSnapshot", "combine_checks"]
+__all__ = ["CounterSnapshot", "PendingCheck", "combine_checks"]
 
 
 class CounterSnapshot:
@@ -41,8 +49,16 @@ class CounterSnapshot:
 
     @classmethod
     def around(cls, backend: Backend, affinity_key: str | None, enabled: bool) -> CounterSnapshot:
-        """:meth:`take`, or with ``enabled`` false a snapshot that reads nothing and checks nothing."""
-        return cls.take(backend, affinity_key) if enabled else cls(backend, {})
+        """:meth:`take`, or a snapshot that reads nothing and checks nothing.
+
+        Nothing is read with ``enabled`` false, or behind a router
+        (:attr:`ServerOptions.router_policy <longctx.config.ServerOptions.router_policy>`
+        set): a router answers ``/metrics`` with one replica's counters, not
+        necessarily the one that served, so the check could only wait and fail.
+        """
+        if not enabled or backend.router_policy:
+            return cls(backend, {})
+        return cls.take(backend, affinity_key)
 
     def finish(
         self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
@@ -52,6 +68,14 @@ class CounterSnapshot:
         for check in checks:
             store.record_counter_check(check)
         return combine_checks(checks)
+
+    def finish_later(
+        self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
+    ) -> PendingCheck:
+        """:meth:`finish` on a background thread; the caller waits for it before it reports."""
+        return PendingCheck(
+            lambda: self.finish(store, session_id, batch_id, list(records)), idle=not self.before
+        )
 
     def compare(self, records: Iterable[RequestRecord]) -> CounterCheck | None:
         """:meth:`finish` without storing: for a check over many sessions (a job)."""
@@ -86,6 +110,42 @@ class CounterSnapshot:
         return checks
 
 
+class PendingCheck:
+    """A counter check finishing on a worker thread; :meth:`wait` for its result.
+
+    The workers are shared by the process and started once (starting a
+    thread per turn cost milliseconds on a loaded machine, on the answer's
+    path). A failure to read or store the check (the server gone, the store
+    closed by its owner) is kept in ``error``, never raised: the check is
+    evidence about the answer, not part of it.
+    """
+
+    def __init__(self, finish: Callable[[], CounterCheck | None], *, idle: bool = False) -> None:
+        self.result: CounterCheck | None = None
+        self.error: BaseException | None = None
+        self._finish = finish
+        # Nothing was read before the call: nothing to check, no work queued.
+        self._future: Future[None] | None = None if idle else _checkers().submit(self._run)
+
+    def _run(self) -> None:
+        try:
+            self.result = self._finish()
+        except Exception as error:  # noqa: BLE001 - kept for the caller, see the class docstring
+            self.error = error
+
+    def wait(self, timeout: float | None = None) -> CounterCheck | None:
+        if self._future is not None:
+            wait([self._future], timeout)
+        return self.result
+
+
+@functools.cache
+def _checkers() -> ThreadPoolExecutor:
+    # A few workers: a check waits up to a few seconds for a counter that
+    # does not settle, and one such must not hold up the other sessions'.
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="longctx-counter-check")
+
+
 def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: float = 5.0) -> int | None:
     """The counter once it reaches ``expected`` or stops moving for a while.
 
@@ -106,7 +166,9 @@ def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: 
         if reading.hits != last:
             last, last_change = reading.hits, time.monotonic()
         now = time.monotonic()
-        if last == expected or now - last_change >= quiet or now >= deadline:
+        # Past the expected value, other traffic is counted too: waiting cannot make it match.
+        reached = expected is not None and last >= expected
+        if reached or now - last_change >= quiet or now >= deadline:
             return last
         time.sleep(0.1)
 

@@ -51,7 +51,7 @@ from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rat
 from longctx.sessions import siblings
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
-from longctx.sessions.counters import CounterSnapshot, combine_checks
+from longctx.sessions.counters import CounterSnapshot, PendingCheck, combine_checks
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
@@ -205,6 +205,8 @@ class Session(Conversation):
         self._turn_lock = threading.Lock()
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
+        # Turns' counter checks still settling on their threads (see sessions/counters.py).
+        self._pending_checks: list[PendingCheck] = []
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -354,7 +356,13 @@ class Session(Conversation):
         """Close what this session opened, once a warm start in flight has recorded its request."""
         if self.warming is not None:
             self.warming.wait()
+        self._settle_checks()
         super().close()
+
+    def _settle_checks(self) -> None:
+        """Wait for the turns' counter checks still in flight (they write to the store)."""
+        while self._pending_checks:
+            self._pending_checks.pop().wait()
 
     def __enter__(self) -> Self:
         if self.request.warm_start and self.warming is None:
@@ -488,9 +496,13 @@ class Session(Conversation):
             changes = self._pending_changes(self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = self._opened()
+            # The last turn's check first: its reading after must not count this turn's hits.
+            self._settle_checks()
             snapshot = CounterSnapshot.around(self.backend, request.affinity_key, self.request.counter_check)
             committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
-            snapshot.finish(self.store, record.id, None, [committed.request])
+            self._pending_checks.append(
+                snapshot.finish_later(self.store, record.id, None, [committed.request])
+            )
             return committed.answer
 
     async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
@@ -504,11 +516,14 @@ class Session(Conversation):
             changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
             record = await asyncio.to_thread(self._opened)
+            await asyncio.to_thread(self._settle_checks)
             snapshot = await asyncio.to_thread(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
             )
             committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
-            await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
+            self._pending_checks.append(
+                snapshot.finish_later(self.store, record.id, None, [committed.request])
+            )
             return committed.answer
 
     @asynccontextmanager
@@ -602,6 +617,7 @@ class Session(Conversation):
         changes = self._pending_changes(self._turns, max_tokens)
         plan = self._sibling_plan(questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
+        self._settle_checks()
         snapshot = CounterSnapshot.around(self.backend, self.affinity_key, self.request.counter_check)
         outcome = siblings.run(
             self.backend,
@@ -626,6 +642,7 @@ class Session(Conversation):
         changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
         plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
+        await asyncio.to_thread(self._settle_checks)
         snapshot = await asyncio.to_thread(
             CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check
         )
@@ -699,6 +716,7 @@ class Session(Conversation):
 
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its sibling branches)."""
+        self._settle_checks()
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         records = self.store.requests(session_ids=ids)
         checks = self.store.counter_checks(ids)

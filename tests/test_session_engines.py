@@ -26,8 +26,8 @@ from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
+from longctx.sessions.answers import history_form
 from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import history_form
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
 from longctx.testing.model import build_tiny_model

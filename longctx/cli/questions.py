@@ -25,9 +25,10 @@ from longctx.cli.app import (
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSessionOptions
 from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import Answer, Conversation
+from longctx.sessions.session import Conversation
 from longctx.store import Store
 
 
@@ -338,12 +339,13 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         note(f"[turn {answer.turn}: {answer.usage.summary_line()}{reused}{appended}]", quiet=quiet)
         previous = answer
     if session.warming is not None:
-        # Its request is recorded in the store when it ends: before the session may be deleted below.
+        # Its line is said before the session ends; with no turn, its request is never stored.
         session.warming.wait()
         if not warm_noted:
             _note_warm_start(session, quiet=quiet)
     if not session.turns and not session.branch_ids():
-        # Nothing was asked: an empty session would only clutter `sessions list`.
+        # Nothing was asked: a new session was never stored (sessions/recording.py);
+        # a resumed one that is empty (stored by an older longctx) goes too.
         if session.id in {record.id for record in session.store.sessions()}:
             session.store.delete_session(session.id)
         note("no question asked: the session is not kept", quiet=quiet)

@@ -43,6 +43,15 @@ class CounterSnapshot:
         self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
     ) -> CounterCheck | None:
         """Read the counters again (until they settle), store and return the check."""
+        checks = self.settle(session_id, batch_id, records)
+        for check in checks:
+            store.record_counter_check(check)
+        return combine_checks(checks)
+
+    def settle(
+        self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
+    ) -> list[CounterCheckRecord]:
+        """Read the counters again (until they settle): one check per server, not stored."""
         records = list(records)
         checks: list[CounterCheckRecord] = []
         for url, before in self.before.items():
@@ -65,9 +74,8 @@ class CounterSnapshot:
                 reported=reported,
                 requests=len(mine),
             )
-            store.record_counter_check(check)
             checks.append(check)
-        return combine_checks(checks)
+        return checks
 
 
 def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: float = 5.0) -> int | None:

@@ -15,7 +15,9 @@ server prefills only what is new.
 
 Lifecycle, as in httpx: constructing a session does no I/O and contacts
 no server. The first call that needs them connects (saying so through
-``on_progress``), opens the default store, and records the session; a
+``on_progress``) and opens the default store; the session itself is stored
+with its first answered turn (:mod:`longctx.sessions.recording`), so one
+that never got an answer leaves nothing behind. A
 session that opened its backend or store owns it and closes it in
 :meth:`~Conversation.close`, while forks and branches share their parent's
 and close neither.
@@ -38,10 +40,10 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Self
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
@@ -49,99 +51,25 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
+from longctx.sessions.answers import Answer, Batch, history_form
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, combine_checks
+from longctx.sessions.recording import Recording
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
-from longctx.usage import Usage
 
 if TYPE_CHECKING:
     from longctx.packing import Pack
 
-__all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
-
-THINK_END = "</think>"
-
-
-def history_form(answer: str) -> str:
-    """``answer`` as a reasoning model's chat template renders it in a later turn.
-
-    Everything up to the last ``</think>`` is dropped, then leading newlines
-    (the rule of Qwen3's template, which DeepSeek-R1 and Kimi K2-Thinking
-    follow in substance).
-    """
-    if THINK_END in answer:
-        return answer.rsplit(THINK_END, maxsplit=1)[-1].lstrip("\n")
-    return answer
+__all__ = ["Conversation", "Session", "affinity_key"]
 
 
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
     """The routing key of a pack's requests: the same for every session over one pack."""
     return f"longctx-{fingerprint[:32]}" if fingerprint else f"longctx-session-{session_id}"
-
-
-@dataclass(frozen=True)
-class Answer:
-    """One answered question. ``str(answer)`` is its text.
-
-    An answer of a :class:`~longctx.sessions.sharded.ShardedSession` is the
-    combined (reduce) answer with the answers of every shard it was made
-    from in ``shard_answers``; for any other session ``shard_answers`` is
-    empty. ``appended`` is set when the question's message carried files
-    changed since the pack (see :mod:`longctx.sessions.changes`).
-    """
-
-    question: str
-    text: str
-    reasoning: str | None
-    finish_reason: str | None
-    usage: Usage
-    session_id: str
-    turn: int
-    request_id: str
-    attempts: int
-    shard_answers: tuple[Answer, ...] = ()
-    appended: Changes | None = None
-
-    def __str__(self) -> str:
-        return self.text
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form the CLI prints: question, answer, usage, where it is stored."""
-        data: dict[str, Any] = {
-            "question": self.question,
-            "answer": self.text,
-            "reasoning": self.reasoning,
-            "session_id": self.session_id,
-            "turn": self.turn,
-            "usage": self.usage.to_dict(),
-            "attempts": self.attempts,
-        }
-        if self.appended is not None:
-            data["appended"] = [change.describe() for change in self.appended.changes]
-        if self.shard_answers:
-            data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
-        return data
-
-
-@dataclass(frozen=True)
-class Batch:
-    """The answers of :meth:`Conversation.ask_many`, in question order, and their report."""
-
-    answers: tuple[Answer, ...]
-    report: SavingsReport
-
-    def __iter__(self) -> Iterator[Answer]:
-        return iter(self.answers)
-
-    def __len__(self) -> int:
-        return len(self.answers)
-
-    def __getitem__(self, index: int) -> Answer:
-        return self.answers[index]
 
 
 class Conversation(ABC):
@@ -256,6 +184,7 @@ class Session(Conversation):
         self._pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
         self._title = title
         self._record: SessionRecord | None = None
+        self._recording = Recording()
         self._parent: tuple[str, str] | None = None
         self._new_id = uuid.uuid4().hex[:16]
         self._turns: list[TurnRecord] = []
@@ -306,6 +235,7 @@ class Session(Conversation):
         session = Session(pack=pack, request=RequestOptions.from_dict(settings), title=record.title)
         session._resources = resources
         session._record = record
+        session._recording = Recording(stored=True)
         session._turns = session._load_history(record)
         if session.request.follow_changes:
             session._tracker = ChangeTracker.from_settings(settings)
@@ -323,7 +253,7 @@ class Session(Conversation):
         self._resources.progress(message)
 
     def _opened(self) -> SessionRecord:
-        """The session's stored record, recorded with its settings on first use."""
+        """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
             if self._record is None:
                 pack = self.pack
@@ -345,11 +275,14 @@ class Session(Conversation):
                     parent_turns=None,
                     settings=settings,
                 )
-                if pack is not None:
-                    self.store.save_pack(pack)
-                self.store.create_session(record)
                 self._record = record
             return self._record
+
+    def _recorded(self) -> SessionRecord:
+        """The session's record, stored now if it is not yet (a fork's parent, a sharded session's part)."""
+        record = self._opened()
+        self._recording.store_now(self.store, self.pack, record)
+        return record
 
     def _attach(self, parent_id: str, kind: str) -> None:
         """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
@@ -430,7 +363,10 @@ class Session(Conversation):
     def _warm_plan(self) -> WarmPlan:
         record = self._opened()
         request = self._chat_request(WARM_QUESTION, self._turns, 1)
-        return WarmPlan(self.backend, self.store, record, request, has_history=bool(self._turns))
+        return WarmPlan(
+            self.backend, self.store, record, request, has_history=bool(self._turns),
+            keep=lambda warm, checks: self._recording.keep(self.store, [warm], checks),
+        )  # fmt: skip
 
     def stop_following(self) -> None:
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
@@ -588,7 +524,8 @@ class Session(Conversation):
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
             batch_id=None, changes=changes,
         )  # fmt: skip
-        self.store.commit_turn(committed.turn, committed.request)
+        with self._recording.first_write(self.pack, self._opened()) as opening:
+            self.store.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
 
@@ -622,7 +559,10 @@ class Session(Conversation):
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes,
         )  # fmt: skip
-        self.store.commit_turn(committed.turn, committed.request, new_session=branch)
+        # The batch's parent is stored with its first sibling, so a batch
+        # stopped before any answer leaves no parent without branches.
+        with self._recording.first_write(self.pack, record) as opening:
+            self.store.commit_turn(committed.turn, committed.request, opening=opening, new_session=branch)
         return committed
 
     def ask_many(
@@ -690,7 +630,9 @@ class Session(Conversation):
         dispatch: siblings.Dispatch,
     ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
-        check = snapshot.finish(self.store, plan.session_id, plan.batch_id, records)
+        checks = snapshot.settle(plan.session_id, plan.batch_id, records)
+        self._recording.keep(self.store, checks=checks)  # kept in memory if no sibling was answered
+        check = combine_checks(checks)
         if outcome.failures:
             raise outcome.failures[0]
         answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
@@ -708,8 +650,9 @@ class Session(Conversation):
         """A new session sharing this one's first ``at`` turns (all by default).
 
         The fork shares this session's backend and store and closes neither.
+        Both are stored at once, turns or not: the fork is resumed by id.
         """
-        record = self._opened()
+        record = self._recorded()
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
@@ -738,8 +681,9 @@ class Session(Conversation):
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its sibling branches)."""
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
-        records = self.store.requests(session_ids=ids)
-        checks = self.store.counter_checks(ids)
+        # A session not stored yet still reports what it did (its warm start).
+        records = [*self.store.requests(session_ids=ids), *self._recording.pending_requests]
+        checks = [*self.store.counter_checks(ids), *self._recording.pending_checks]
         notes = [
             f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
             + ", ".join(sorted(turn.file_changes)[:5])
@@ -767,7 +711,7 @@ class Session(Conversation):
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""
-        if self._record is None:
+        if not self._recording.stored:
             return []
         return [child.id for child in self.store.children(self.id)]
 

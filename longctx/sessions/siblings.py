@@ -40,7 +40,7 @@ from longctx.backends.chat import ChatRequest
 from longctx.config import DEFAULT_CONCURRENCY, RequestOptions
 
 if TYPE_CHECKING:
-    from longctx.sessions.session import Answer
+    from longctx.sessions.answers import Answer
 
 __all__ = ["MEASURED", "Dispatch", "Outcome", "Plan", "arun", "choose_dispatch", "run"]
 

@@ -17,6 +17,7 @@ from longctx.usage import Usage
 
 __all__ = [
     "CounterCheckRecord",
+    "Opening",
     "RequestRecord",
     "SessionRecord",
     "StoredPack",
@@ -114,6 +115,21 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a new session writes in its first transaction: its pack, its record, what it did before.
+
+    ``requests`` and ``counter_checks`` are those made before the session
+    was stored (a warm start): they refer to the session, so they are
+    written with it (see :mod:`longctx.sessions.recording`).
+    """
+
+    pack: StoredPack | None
+    session: SessionRecord
+    requests: tuple[RequestRecord, ...] = ()
+    counter_checks: tuple[CounterCheckRecord, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,92 @@
+"""What questions return: :class:`Answer` (one answered question) and :class:`Batch` (siblings).
+
+An answer's text is kept for later turns in :func:`history_form`: the way a
+reasoning model's chat template renders it there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from longctx.report import SavingsReport
+from longctx.sessions.changes import Changes
+from longctx.usage import Usage
+
+__all__ = ["THINK_END", "Answer", "Batch", "history_form"]
+
+THINK_END = "</think>"
+
+
+def history_form(answer: str) -> str:
+    """``answer`` as a reasoning model's chat template renders it in a later turn.
+
+    Everything up to the last ``</think>`` is dropped, then leading newlines
+    (the rule of Qwen3's template, which DeepSeek-R1 and Kimi K2-Thinking
+    follow in substance).
+    """
+    if THINK_END in answer:
+        return answer.rsplit(THINK_END, maxsplit=1)[-1].lstrip("\n")
+    return answer
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One answered question. ``str(answer)`` is its text.
+
+    An answer of a :class:`~longctx.sessions.sharded.ShardedSession` is the
+    combined (reduce) answer with the answers of every shard it was made
+    from in ``shard_answers``; for any other session ``shard_answers`` is
+    empty. ``appended`` is set when the question's message carried files
+    changed since the pack (see :mod:`longctx.sessions.changes`).
+    """
+
+    question: str
+    text: str
+    reasoning: str | None
+    finish_reason: str | None
+    usage: Usage
+    session_id: str
+    turn: int
+    request_id: str
+    attempts: int
+    shard_answers: tuple[Answer, ...] = ()
+    appended: Changes | None = None
+
+    def __str__(self) -> str:
+        return self.text
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the CLI prints: question, answer, usage, where it is stored."""
+        data: dict[str, Any] = {
+            "question": self.question,
+            "answer": self.text,
+            "reasoning": self.reasoning,
+            "session_id": self.session_id,
+            "turn": self.turn,
+            "usage": self.usage.to_dict(),
+            "attempts": self.attempts,
+        }
+        if self.appended is not None:
+            data["appended"] = [change.describe() for change in self.appended.changes]
+        if self.shard_answers:
+            data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
+        return data
+
+
+@dataclass(frozen=True)
+class Batch:
+    """The answers of :meth:`Conversation.ask_many`, in question order, and their report."""
+
+    answers: tuple[Answer, ...]
+    report: SavingsReport
+
+    def __iter__(self) -> Iterator[Answer]:
+        return iter(self.answers)
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def __getitem__(self, index: int) -> Answer:
+        return self.answers[index]

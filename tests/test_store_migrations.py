@@ -72,7 +72,40 @@ def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_da
         assert store.special_tokens("server:vllm:tiny:0") is None
         store.save_special_tokens("server:vllm:tiny:0", ["<|im_end|>"])
         assert store.special_tokens("server:vllm:tiny:0") == ("<|im_end|>",)
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 7 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_7_keeps_its_turns_and_stores_answer_ids_from_then_on(tmp_path: Path) -> None:
+    from longctx.store import RequestRecord, SessionRecord, TurnRecord
+    from longctx.usage import Usage
+
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / DATABASE_NAME
+    connection = sqlite3.connect(path)
+    for number, script in enumerate(MIGRATIONS[:7], start=1):
+        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+    connection.execute(
+        "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
+        " VALUES ('s', 0, 'session', 't', '{}')"
+    )
+    connection.execute(
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)"
+    )
+    connection.commit()
+    connection.close()
+
+    with Store.open(home) as store:
+        (old,) = store.turns("s")
+        assert old.answer == "a." and old.answer_ids is None
+        usage = Usage(10, 0, None, 3, None, None)
+        request = RequestRecord("r", "s", None, "turn", 0.0, "http://x/v1", "vllm", "m", usage, 1)
+        turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, answer_ids=(5, 6, 7))
+        store.commit_turn(turn, request)
+        assert [t.answer_ids for t in store.turns("s")] == [None, (5, 6, 7)]
+        assert store.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 8 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -161,6 +161,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         created_at REAL NOT NULL
     );
     """,
+    # 8: a turn's answer as the token ids the model generated (a session with
+    # RequestOptions.token_history, longctx.sessions.token_history), so its
+    # next turns send them back as they were and read the answer from the
+    # cache. NULL: not asked for, or the server sent none.
+    """
+    ALTER TABLE turns ADD COLUMN answer_ids_json TEXT;
+    """,
 )
 
 

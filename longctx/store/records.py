@@ -50,7 +50,9 @@ class TurnRecord:
     ``preamble`` is what the user message carried before ``question``: the
     files of a living session that changed since the model last saw them
     (see :mod:`longctx.sessions.changes`); ``file_changes`` maps each such
-    path to its new content hash (None: deleted).
+    path to its new content hash (None: deleted). ``answer_ids`` is the
+    answer as the token ids the model generated, when they were asked for
+    (see :mod:`longctx.sessions.token_history`).
     """
 
     session_id: str
@@ -63,6 +65,7 @@ class TurnRecord:
     created_at: float
     preamble: str = ""
     file_changes: Mapping[str, str | None] = field(default_factory=dict)
+    answer_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,9 @@ class SessionLog(Database):
                 created_at=row["created_at"],
                 preamble=row["preamble"],
                 file_changes=json.loads(row["file_changes_json"]),
+                answer_ids=None
+                if row["answer_ids_json"] is None
+                else tuple(json.loads(row["answer_ids_json"])),
             )
             for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
         ]
@@ -136,11 +139,12 @@ class SessionLog(Database):
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
-                    " request_id, created_at, preamble, file_changes_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " request_id, created_at, preamble, file_changes_json, answer_ids_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
                      turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
-                     json.dumps(dict(turn.file_changes), sort_keys=True)),
+                     json.dumps(dict(turn.file_changes), sort_keys=True),
+                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids))),
                 )  # fmt: skip
         except sqlite3.IntegrityError as error:
             raise StoreError(

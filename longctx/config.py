@@ -234,7 +234,12 @@ class RequestOptions:
     (off by default; ``longctx chat`` turns it on) makes a session prefill
     its prefix with a one-token request in the background as soon as it is
     opened, so the first question is served from the cache (see
-    :mod:`longctx.sessions.warm`). Raises
+    :mod:`longctx.sessions.warm`). ``token_history`` (off by default) makes
+    a session on vLLM or SGLang send each turn after the first as token ids,
+    each earlier answer as the ids the model generated, so the next turn
+    reads the whole previous answer from the cache even where re-tokenising
+    its text gives other tokens (see :mod:`longctx.sessions.token_history`).
+    Raises
     :class:`~longctx.errors.ConfigError` for a value the servers would
     refuse.
     """
@@ -249,6 +254,7 @@ class RequestOptions:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     follow_changes: bool = True
     warm_start: bool = False
+    token_history: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
@@ -279,6 +285,7 @@ class RequestOptions:
             "extra_body": dict(self.extra_body),
             "follow_changes": self.follow_changes,
             "warm_start": self.warm_start,
+            "token_history": self.token_history,
         }
 
     @classmethod
@@ -298,6 +305,7 @@ class RequestOptions:
             extra_body=dict(data.get("extra_body") or {}),
             follow_changes=bool(data.get("follow_changes", True)),
             warm_start=bool(data.get("warm_start", False)),
+            token_history=bool(data.get("token_history", False)),
         )
 
 

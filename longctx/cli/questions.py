@@ -228,6 +228,7 @@ _APPLIED_ON_RESUME = {
     "max_tokens": "--max-tokens",
     "follow_changes": "--follow-changes/--no-follow-changes",
     "warm_start": "--warm-start/--no-warm-start",
+    "token_history": "--token-history/--no-token-history",
 }
 _SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
 
@@ -266,6 +267,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         stored,
         max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
         follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
+        token_history=request.token_history if "token_history" in given else stored.token_history,
         # A chat warms its prefix unless told not to, whatever the stored session did.
         warm_start=request.warm_start,
     )
@@ -278,7 +280,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options(follow_changes=True, warm_start=True)
+@request_options(follow_changes=True, warm_start=True, token_history=True)
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -295,9 +297,11 @@ def chat(
     an interruption. End with an empty line or end of input. Files changed
     between turns are appended to the next question (--no-follow-changes
     turns that off). The pack (and history) is prefilled in the background
-    while the first question is typed (--no-warm-start turns that off). With
-    --session, --max-tokens, --follow-changes and --warm-start apply to the
-    resumed session, server options say where it is served,
+    while the first question is typed (--no-warm-start turns that off).
+    --token-history sends earlier answers as the token ids the model
+    generated, so each turn reads the previous answer from the cache. With
+    --session, --max-tokens, --follow-changes, --warm-start and
+    --token-history apply to the resumed session, server options say where it is served,
     and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Self
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
+from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
@@ -57,6 +58,7 @@ from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.recording import Recording
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
+from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
@@ -193,6 +195,7 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
+        self._token_history = TokenHistory(self._history_tokenizer)
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
 
@@ -454,6 +457,7 @@ class Session(Conversation):
             created_at=now,
             preamble=changes.text if changes is not None else "",
             file_changes=dict(changes.files) if changes is not None else {},
+            answer_ids=completion.token_ids,
         )
         answer = Answer(
             question=question,
@@ -483,10 +487,12 @@ class Session(Conversation):
             if not question.strip():
                 raise ConfigError("the question is empty")
             changes = self._pending_changes(self._turns, max_tokens)
-            request = self._chat_request(question, self._turns, max_tokens, changes)
+            request = self._in_token_history(self._chat_request(question, self._turns, max_tokens, changes))
             record = self._opened()
             snapshot = CounterSnapshot.take(self.backend, request.affinity_key)
-            committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
+            sent = self.backend.complete(request)
+            committed = self._commit_turn(sent, question, purpose, changes)
+            self._token_history.answered(request, sent.completion, len(self._turns))
             snapshot.finish(self.store, record.id, None, [committed.request])
             return committed.answer
 
@@ -500,11 +506,29 @@ class Session(Conversation):
                 raise ConfigError("the question is empty")
             changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
+            request = await asyncio.to_thread(self._in_token_history, request)
             record = await asyncio.to_thread(self._opened)
             snapshot = await asyncio.to_thread(CounterSnapshot.take, self.backend, request.affinity_key)
-            committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
+            sent = await self.backend.acomplete(request)
+            committed = self._commit_turn(sent, question, purpose, changes)
+            self._token_history.answered(request, sent.completion, len(self._turns))
             await asyncio.to_thread(snapshot.finish, self.store, record.id, None, [committed.request])
             return committed.answer
+
+    def _in_token_history(self, request: ChatRequest) -> ChatRequest:
+        """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
+        if not self.request.token_history:
+            return request
+        pack, turns = self.pack, self._turns
+        return self._token_history.request(
+            request, turns, system=pack.system if pack is not None else None,
+            user=request.messages[-1]["content"],
+            first_messages=lambda: self.messages(turns[0].question, history=(), preamble=turns[0].preamble),
+        )  # fmt: skip
+
+    def _history_tokenizer(self) -> ServerTokenizer | None:
+        server = self.backend.server_for(self.affinity_key)
+        return None if server.engine == "generic" else self.backend.tokenizer(self.affinity_key)
 
     @asynccontextmanager
     async def _async_turn(self) -> AsyncIterator[None]:

@@ -99,9 +99,9 @@ def section(work: Path, harness_dir: Path) -> str:
             *rows,
             "",
             "Why the text history gets none of it: the random-weight model emits token sequences that "
-            "are not the tokenizer's own segmentation of their text (on both engines the re-tokenised "
-            "answer agrees with the generated ids for the first 4 tokens only, and is about 18% longer), "
-            "so the history's answer tokens differ from the cached ones after a few tokens, and the hit "
+            "are not the tokenizer's own segmentation of their text (the re-tokenised answer has "
+            "another length, the column above, and in the probe that found this it agreed with the "
+            "generated ids for the first 4 tokens only, on both engines), so the history's answer tokens differ from the cached ones after a few tokens, and the hit "
             "ends at the previous prompt (block-rounded: 128 tokens on vLLM's CPU build; SGLang adds the "
             "few tokens that agree). A trained model emits its tokenizer's segmentation almost always, "
             "and the text history then serves the answer from the cache too.",

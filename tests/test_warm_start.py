@@ -288,3 +288,28 @@ def test_a_chat_interrupted_before_its_first_question_leaves_no_session(
     assert result.exit_code != 0
     assert [body["max_tokens"] for body in fake.chat_bodies] == [1]  # the warm start went out
     assert _nothing_stored(Store.open())
+
+
+def test_chat_token_history_is_kept_with_the_session_and_applied_on_resume(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    runner = CliRunner()
+    first = runner.invoke(
+        main,
+        ["chat", str(repository), "--token-history", "--no-warm-start", "--json"],
+        obj=Runtime(backend=backend),
+        input="one?\n\n",
+    )
+    assert first.exit_code == 0, first.output
+    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+    assert Store.open().session(session_id).settings["token_history"] is True
+    # A server without a tokenize route (this one) gets plain chat requests.
+    assert all("messages" in body and "return_token_ids" not in body for body in fake.chat_bodies)
+    resumed = runner.invoke(
+        main,
+        ["chat", "--session", session_id, "--no-token-history", "--no-warm-start"],
+        obj=Runtime(backend=backend),
+        input="two?\n\n",
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert "applying --token-history False to the resumed session" in resumed.stderr

@@ -47,6 +47,12 @@ benchmark; a runner rewrites only the sections it owns, between its
 """
 
 
+def harness_dir(args: argparse.Namespace) -> Path:
+    """The engine harness folder: ``LONGCTX_HARNESS_DIR``, as for the test suite, else the checkout's."""
+    base = os.environ.get("LONGCTX_HARNESS_DIR")
+    return Path(base) if base else args.repo / ".cache" / "harness"
+
+
 def write_section(name: str, body: str) -> None:
     """Replace (or append) the section called ``name`` in docs/benchmarks.md."""
     text = DOCS.read_text(encoding="utf-8") if DOCS.exists() else _INTRO
@@ -587,9 +593,7 @@ def engines(args: argparse.Namespace) -> str:
     from longctx.store import Store
     from longctx.testing import EngineHarness
 
-    harness = EngineHarness(
-        args.repo / ".cache" / "harness", on_progress=lambda message: log(f"harness: {message}")
-    )
+    harness = EngineHarness(harness_dir(args), on_progress=lambda message: log(f"harness: {message}"))
     question = "Which function parses a JSON document, and what does it return?"
     rows = []
     source = Path(sysconfig.get_paths()["stdlib"]) / "json"
@@ -668,19 +672,19 @@ def engines(args: argparse.Namespace) -> str:
 def sessions(args: argparse.Namespace) -> str:
     import naive_clients
 
-    return naive_clients.section(args.work, args.repo / ".cache" / "harness")
+    return naive_clients.section(args.work, harness_dir(args))
 
 
 def siblings(args: argparse.Namespace) -> str:
     import siblings as sibling_dispatch
 
-    return sibling_dispatch.section(args.work, args.repo / ".cache" / "harness", args.repetitions)
+    return sibling_dispatch.section(args.work, harness_dir(args), args.repetitions)
 
 
 def replicas(args: argparse.Namespace) -> str:
     import replicas as replica_bench
 
-    return replica_bench.section(args.repo / ".cache" / "harness")
+    return replica_bench.section(harness_dir(args))
 
 
 def jobs(args: argparse.Namespace) -> str:
@@ -692,7 +696,7 @@ def jobs(args: argparse.Namespace) -> str:
 def answers(args: argparse.Namespace) -> str:
     import answer_reuse
 
-    return answer_reuse.section(args.work, args.repo / ".cache" / "harness")
+    return answer_reuse.section(args.work, harness_dir(args))
 
 
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {

@@ -234,13 +234,18 @@ class RequestOptions:
     (off by default; ``longctx chat`` turns it on) makes a session prefill
     its prefix with a one-token request in the background as soon as it is
     opened, so the first question is served from the cache (see
-    :mod:`longctx.sessions.warm`). ``counter_check`` (on by default) reads
-    the serving replica's prefix-cache counter around each call and compares
-    its growth with the cached tokens the responses reported; a job over
-    many packs (:mod:`longctx.sessions.jobs`) turns it off for its sessions
-    and checks once over the whole job, where concurrent packs would blur
-    each call's reading. Raises :class:`~longctx.errors.ConfigError` for a
-    value the servers would refuse.
+    :mod:`longctx.sessions.warm`). ``token_history`` (off by default) makes
+    a session on vLLM or SGLang send each turn after the first as token ids,
+    each earlier answer as the ids the model generated, so the next turn
+    reads the whole previous answer from the cache even where re-tokenising
+    its text gives other tokens (see :mod:`longctx.sessions.token_history`).
+    ``counter_check`` (on by default) reads the serving replica's
+    prefix-cache counter around each call and compares its growth with the
+    cached tokens the responses reported; a job over many packs
+    (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
+    once over the whole job, where concurrent packs would blur each call's
+    reading. Raises :class:`~longctx.errors.ConfigError` for a value the
+    servers would refuse.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -254,6 +259,7 @@ class RequestOptions:
     follow_changes: bool = True
     warm_start: bool = False
     counter_check: bool = True
+    token_history: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency"):
@@ -285,6 +291,7 @@ class RequestOptions:
             "follow_changes": self.follow_changes,
             "warm_start": self.warm_start,
             "counter_check": self.counter_check,
+            "token_history": self.token_history,
         }
 
     @classmethod
@@ -305,6 +312,7 @@ class RequestOptions:
             follow_changes=bool(data.get("follow_changes", True)),
             warm_start=bool(data.get("warm_start", False)),
             counter_check=bool(data.get("counter_check", True)),
+            token_history=bool(data.get("token_history", False)),
         )
 
 

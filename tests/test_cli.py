@@ -529,6 +529,47 @@ def test_chat_warms_its_pack_while_the_first_question_is_typed(
     assert [line["purpose"] for line in lines] == ["warm", "turn"]
 
 
+def test_a_chat_killed_after_its_warm_start_and_before_a_question_leaves_no_session(
+    repository: Path, home: Path, engine_server: LocalServer
+) -> None:
+    import signal
+    import time
+
+    from longctx.backends.base import connect
+
+    env = {"LONGCTX_BASE_URL": engine_server.api_base}
+    with connect(engine_server.api_base) as backend:
+        url = backend.servers[0].api_url
+
+        def queried() -> int:
+            # Prompt tokens the server has looked up in its cache (vLLM) or prefilled (SGLang).
+            reading = backend.counters([url]).get(url)
+            assert reading is not None and reading.queries is not None
+            return reading.queries
+
+        before = queried()
+        process = _popen("chat", str(repository), "--max-tokens", "4", home=home, env=env)
+        assert process.stdin is not None
+        deadline = time.monotonic() + 300
+        # The warm request (the whole pack, thousands of tokens) has reached the server.
+        while queried() - before < 2_000:
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(1.0)  # a one-token request: done by now, and its answer read
+        process.send_signal(signal.SIGKILL)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    session_id = stderr.split("session ", 1)[1].split()[0]
+    listing = run("sessions", "list", "--all", "--json", home=home)
+    assert listing.returncode == 0, listing.stderr
+    assert json.loads(listing.stdout) == []
+    with Store.open(home) as store:
+        assert store.sessions(include_branches=True) == [] and store.requests() == []
+    missing = run("report", session_id, home=home)
+    assert missing.returncode != 0 and session_id in missing.stderr
+
+
 def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
     tmp_path: Path, home: Path, engine_server: LocalServer
 ) -> None:

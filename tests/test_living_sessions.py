@@ -24,7 +24,7 @@ from longctx.config import RequestOptions
 from longctx.errors import OutputError, ServerError
 from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
-from longctx.sessions.session import Answer
+from longctx.sessions.answers import Answer
 from longctx.store import Store
 
 URL = "http://fake-engine:8000/v1"
@@ -268,12 +268,13 @@ def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_emp
     questions = tmp_path / "questions.txt"
     questions.write_text("q0?\nq1?\n")
     assert invoke(backend, "batch", str(repository), "--questions", str(questions)).exit_code == EXIT_OK
-    # An empty chat keeps nothing; an empty session recorded some other way is pruned.
+    # An empty chat keeps nothing; an empty session stored some other way (a
+    # fork's parent, an older longctx) is pruned.
     empty_chat = invoke(backend, "chat", str(repository), stdin="\n")
     assert empty_chat.exit_code == EXIT_OK and "not kept" in empty_chat.stderr
     home = Store.open(tmp_path / "home")
     empty = Session(backend, store=home)
-    empty._opened()
+    empty._recorded()
     listing = invoke(backend, "sessions", "list", "--all")
     lines = listing.stdout.splitlines()
     assert listing.exit_code == EXIT_OK and len(lines) == 3 + 2, listing.stdout

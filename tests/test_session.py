@@ -18,7 +18,7 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
 from longctx.retry import instant_retries
 from longctx.sessions import Session
-from longctx.sessions.session import history_form
+from longctx.sessions.answers import history_form
 from longctx.sessions.siblings import Dispatch, choose_dispatch
 from longctx.store import Store, StoredPack
 

@@ -26,8 +26,8 @@ from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
+from longctx.sessions.answers import history_form
 from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import history_form
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer, TinyModel
 from longctx.testing.model import build_tiny_model
@@ -504,3 +504,35 @@ def test_after_a_thousand_token_answer_the_next_turn_reports_the_answer_reuse(
         reuse.reused_tokens == 0 and second.usage.cached_tokens < first.usage.prompt_tokens
     )
     assert f"turn 1: {reuse.summary_line()}" in session.report().notes
+
+
+def test_a_token_id_history_reads_the_whole_previous_answer_from_the_cache(
+    backend: Backend, store: Store
+) -> None:
+    request = RequestOptions(
+        max_tokens=1_000, temperature=0.0, extra_body={"ignore_eos": True}, token_history=True
+    )
+    session = Session(backend, text_pack(8_000), store=store, request=request)
+    first = session.ask("Explain the file.")
+    second = session.ask("Go on.", max_tokens=200)
+    assert first.usage.prompt_tokens is not None and first.usage.completion_tokens == 1_000
+    assert second.usage.cached_tokens is not None
+    block = backend.info.cache_block_tokens
+    # Every token the server computed for the first turn is read back: its
+    # prompt and its answer but the last generated token (sampled, never fed
+    # back in), block-rounded (vLLM's CPU build: 128).
+    computed = first.usage.prompt_tokens + 1_000 - 1
+    assert second.usage.cached_tokens >= block_round(computed, block)
+    reuse = answer_reuse(first.usage, second.usage)
+    assert (
+        reuse is not None and reuse.reused_tokens >= block_round(computed, block) - first.usage.prompt_tokens
+    )
+    stored = store.turns(session.id)
+    assert stored[0].answer_ids is not None and len(stored[0].answer_ids) == 1_000
+    # Why: the answer's text re-tokenises into other ids (the text history caches none of it).
+    assert backend.tokenizer().encode(first.text) != list(stored[0].answer_ids)
+    # A resumed session rebuilds the ids from the stored answers.
+    resumed = Session.resume(session.id, backend, store=store)
+    third = resumed.ask("And then?", max_tokens=8)
+    assert second.usage.prompt_tokens is not None and third.usage.cached_tokens is not None
+    assert third.usage.cached_tokens >= block_round(second.usage.prompt_tokens + 200 - 1, block)

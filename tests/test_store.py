@@ -18,6 +18,7 @@ STORE_PACKAGE = Path(longctx.store.__file__).parent
 EXPORTED = {
     "DATABASE_NAME",
     "CounterCheckRecord",
+    "Opening",  # a new session with what it did before its first turn (sessions/recording.py)
     "RequestRecord",
     "SessionRecord",
     "Store",

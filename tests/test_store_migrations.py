@@ -75,7 +75,10 @@ def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_da
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
-def test_a_database_of_version_7_gains_answer_keys_and_keeps_its_sessions(tmp_path: Path) -> None:
+def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(tmp_path: Path) -> None:
+    from longctx.store import RequestRecord, SessionRecord, TurnRecord
+    from longctx.usage import Usage
+
     home = tmp_path / "home"
     home.mkdir()
     path = home / DATABASE_NAME
@@ -84,15 +87,26 @@ def test_a_database_of_version_7_gains_answer_keys_and_keeps_its_sessions(tmp_pa
         connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
     connection.execute(
         "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
-        " VALUES ('s1', 0, 'session', 't', '{}')"
+        " VALUES ('s', 0, 'session', 't', '{}')"
+    )
+    connection.execute(
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)"
     )
     connection.commit()
     connection.close()
 
     with Store.open(home) as store:
-        assert store.session("s1").title == "t"
+        (old,) = store.turns("s")
+        assert old.answer == "a." and old.answer_ids is None
+        usage = Usage(10, 0, None, 3, None, None)
+        request = RequestRecord("r", "s", None, "turn", 0.0, "http://x/v1", "vllm", "m", usage, 1)
+        turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, answer_ids=(5, 6, 7))
+        store.commit_turn(turn, request)
+        assert [t.answer_ids for t in store.turns("s")] == [None, (5, 6, 7)]
+        assert store.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
         assert store.answered(["job:x:0"]) == {}
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 8 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 9 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -6,21 +6,23 @@ first question typed 10 s later is served from the cache).
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from fake_engine import FakeEngine, Fault
 
-from longctx.backends.base import Backend
+from longctx.backends.base import Backend, connect
 from longctx.cli import Runtime, main
 from longctx.config import RequestOptions
 from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.warm import RECENT_SECONDS, WARM_QUESTION
-from longctx.store import Store
+from longctx.store import Store, StoredPack
 from longctx.usage import Usage
 
 URL = "http://fake-engine:8000/v1"
@@ -190,3 +192,124 @@ def test_chat_turn_lines_and_the_report_say_how_much_of_the_previous_answer_was_
     session_id = json.loads(CliRunner().invoke(main, ["sessions", "list", "--json"]).stdout)[0]["id"]
     notes = Session.resume(session_id, backend).report().notes
     assert "turn 1: 0 of 3 tokens of the previous answer from the cache (0%)" in notes
+
+
+# -- no empty sessions: a session reaches the store with its first answer ------------
+
+
+def _nothing_stored(store: Store) -> bool:
+    return store.sessions(include_branches=True) == [] and store.requests() == []
+
+
+def test_a_warmed_session_closed_before_a_question_leaves_nothing_in_the_store(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    with RepoSession(
+        repository, backend=backend, store=store, request=RequestOptions(warm_start=True)
+    ) as session:
+        assert session.warming is not None
+        result = session.warming.wait(10)
+        # The warm request's cost is still the session's, in memory.
+        assert [line.purpose for line in session.report().requests] == ["warm"]
+    assert result is not None and result.usage is not None
+    assert len(fake.chat_bodies) == 1
+    assert _nothing_stored(store)
+    assert store.counter_checks([session.id]) == []
+
+
+def test_the_first_answer_stores_the_session_with_its_warm_start_and_counter_check(
+    store: Store, repository: Path
+) -> None:
+    fake = FakeEngine(engine="vllm", block=1)  # one with prefix-cache counters (and no tokenize route)
+    backend = connect(URL, transport=fake.transport(), async_transport=fake.transport())
+    pack = StoredPack("f" * 64, "test", "the system header", "<documents>...</documents>\n\n", {})
+    with Session(backend, pack, store=store, request=RequestOptions(warm_start=True)) as session:
+        assert session.warming is not None
+        session.warming.wait(10)
+        assert _nothing_stored(store)
+        session.ask("what does a return?")
+        assert [record.id for record in store.sessions()] == [session.id]
+        assert [r.purpose for r in store.requests(session_ids=[session.id])] == ["warm", "turn"]
+        # The warm start's check and the turn's: both refer to the session, stored with it.
+        assert len(store.counter_checks([session.id])) == 2
+        # Stored, the requests tell a later warm start that the server holds the prefix.
+        again = session.warm_start().wait(10)
+        assert again is not None and again.skipped is not None
+
+
+def test_an_empty_question_or_a_failed_first_request_leaves_no_session(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    from longctx.errors import ConfigError, ServerError
+
+    session = RepoSession(repository, backend=backend, store=store, request=RequestOptions(warm_start=True))
+    session.warm_start().wait(10)
+    with pytest.raises(ConfigError):
+        session.ask("   ")
+    fake.faults.extend([Fault(status=400, body={"error": {"message": "refused", "code": 400}})] * 5)
+    with instant_retries(), pytest.raises(ServerError):
+        session.ask("refused?")
+    session.close()
+    assert _nothing_stored(store)
+
+
+def test_a_batch_whose_every_question_failed_leaves_no_parent(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    from longctx.errors import ServerError
+
+    session = RepoSession(repository, backend=backend, store=store)
+    session.full_pack  # noqa: B018 - the pack is read before the faults are queued
+    fake.faults.extend([Fault(status=400, body={"error": {"message": "refused", "code": 400}})] * 10)
+    with instant_retries(), pytest.raises(ServerError):
+        session.ask_many(["one?", "two?"])
+    session.close()
+    assert _nothing_stored(store)
+
+
+class _CtrlC(io.RawIOBase):
+    """A terminal whose user presses Ctrl-C instead of typing the first question."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if len(buffer):
+            raise KeyboardInterrupt
+        return 0
+
+
+def test_a_chat_interrupted_before_its_first_question_leaves_no_session(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    result = CliRunner().invoke(
+        main, ["chat", str(repository)], obj=Runtime(backend=backend), input=io.BufferedReader(_CtrlC())
+    )
+    assert result.exit_code != 0
+    assert [body["max_tokens"] for body in fake.chat_bodies] == [1]  # the warm start went out
+    assert _nothing_stored(Store.open())
+
+
+def test_chat_token_history_is_kept_with_the_session_and_applied_on_resume(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    runner = CliRunner()
+    first = runner.invoke(
+        main,
+        ["chat", str(repository), "--token-history", "--no-warm-start", "--json"],
+        obj=Runtime(backend=backend),
+        input="one?\n\n",
+    )
+    assert first.exit_code == 0, first.output
+    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+    assert Store.open().session(session_id).settings["token_history"] is True
+    # A server without a tokenize route (this one) gets plain chat requests.
+    assert all("messages" in body and "return_token_ids" not in body for body in fake.chat_bodies)
+    resumed = runner.invoke(
+        main,
+        ["chat", "--session", session_id, "--no-token-history", "--no-warm-start"],
+        obj=Runtime(backend=backend),
+        input="two?\n\n",
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert "applying --token-history False to the resumed session" in resumed.stderr

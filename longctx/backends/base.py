@@ -575,6 +575,7 @@ def connect(
                 timeout=options.timeout,
                 stall_timeout=options.stall_timeout,
                 missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
+                engine=info.engine,
                 affinity_headers=headers,
                 transport=transport,
                 async_transport=async_transport,

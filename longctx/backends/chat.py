@@ -12,6 +12,17 @@ not through the openai SDK: importing it took 0.62 s on the GPU machine's
 Python 3.12 (its typed models), half of all the time ``longctx batch`` spent
 beyond the same work through the API (docs/benchmarks.md, gpu-siblings),
 for a wire format of a few JSON fields.
+
+A request with ``prompt_ids`` is a prompt already rendered through the chat
+template, as token ids: it goes to ``/v1/completions`` instead (both engines
+take a list of ids as ``prompt``), so a session can send its history with
+each answer's generated ids (:mod:`longctx.sessions.token_history`). With
+``token_ids`` the server is asked for the prompt's and the answer's ids:
+vLLM's ``return_token_ids`` on both routes (``prompt_token_ids`` in the
+first chunk, ``token_ids`` per choice), SGLang's ``return_token_ids`` on
+completions (the same fields) and ``return_*_ids_in_sglext`` on chat (its
+chat route refuses ``return_token_ids`` when streaming; the ids come in the
+last chunk's ``sglext``).
 """
 
 from __future__ import annotations
@@ -54,16 +65,24 @@ class ChatRequest:
     affinity_key: str | None = None
     request_id: str | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
+    prompt_ids: tuple[int, ...] | None = None
+    token_ids: bool = False
 
 
 @dataclass(frozen=True)
 class Completion:
-    """A finished answer: its text, separate reasoning if the server split it, and usage."""
+    """A finished answer: its text, separate reasoning if the server split it, and usage.
+
+    ``token_ids`` (the answer as generated) and ``prompt_token_ids`` are
+    set when the request asked for them and the server sent them.
+    """
 
     text: str
     reasoning: str | None
     finish_reason: str | None
     usage: Usage
+    token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
 
 
 def _first(mapping: Any, *names: str) -> Any:
@@ -87,13 +106,17 @@ class _Accumulator:
         self.finish_reason: str | None = None
         self.usage: Any = None
         self.missing_reason = missing_reason
+        self.token_ids: list[int] | None = None
+        self.prompt_token_ids: list[int] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         if chunk.get("usage") is not None:
             self.usage = chunk["usage"]
+        self._add_ids(chunk)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
-            content = delta.get("content")
+            # A chat chunk carries a delta; a completions chunk its text.
+            content = delta.get("content") if "delta" in choice else choice.get("text")
             thought = _first(delta, "reasoning_content", "reasoning")
             if (content or thought) and self.first_token_at is None:
                 self.first_token_at = time.perf_counter()
@@ -105,6 +128,23 @@ class _Accumulator:
                 self.reasoning.append(str(thought))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+
+    def _add_ids(self, chunk: dict[str, Any]) -> None:
+        prompt = chunk.get("prompt_token_ids")
+        for choice in chunk.get("choices") or ():
+            prompt = prompt or choice.get("prompt_token_ids")
+            if choice.get("token_ids"):
+                self.token_ids = [*(self.token_ids or []), *choice["token_ids"]]
+        extension = chunk.get("sglext") or {}
+        if isinstance(extension, dict):
+            # SGLang's chat route: every id so far, per choice, in the last chunk.
+            outputs, inputs = extension.get("output_ids"), extension.get("input_ids")
+            if outputs:
+                self.token_ids = list(outputs[0])
+            if inputs:
+                prompt = inputs[0] if isinstance(inputs[0], list) else inputs
+        if prompt:
+            self.prompt_token_ids = [int(token) for token in prompt]
 
     def finish(self) -> Completion:
         ended = time.perf_counter()
@@ -134,6 +174,8 @@ class _Accumulator:
                 total_seconds=ended - self.started,
                 cached_reason=reason,
             ),
+            token_ids=None if self.token_ids is None else tuple(int(t) for t in self.token_ids),
+            prompt_token_ids=None if self.prompt_token_ids is None else tuple(self.prompt_token_ids),
         )
 
 
@@ -149,13 +191,16 @@ class ChatClient:
         timeout: float = 3600.0,
         stall_timeout: float = 600.0,
         missing_cache_reason: str,
+        engine: str = "generic",
         affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,
         async_transport: AsyncTransport | None = None,
     ) -> None:
         self.api_url = api_url
         self.model = model
+        self.engine = engine
         self.url = f"{api_url}/chat/completions"
+        self.completions_url = f"{api_url}/completions"
         self._missing = missing_cache_reason
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -170,10 +215,15 @@ class ChatClient:
         body: dict[str, Any] = dict(request.extra_body)
         arguments: dict[str, Any] = {
             "model": self.model,
-            "messages": [dict(message) for message in request.messages],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.prompt_ids is not None:
+            arguments["prompt"] = list(request.prompt_ids)
+        else:
+            arguments["messages"] = [dict(message) for message in request.messages]
+        if request.token_ids:
+            arguments.update(self._id_switches(completions=request.prompt_ids is not None))
         if request.max_tokens is not None:
             arguments["max_tokens"] = request.max_tokens
         if request.temperature is not None:
@@ -191,6 +241,17 @@ class ChatClient:
         # Extra fields go in beside the standard ones; a standard one is never overridden by them.
         return {**body, **arguments}, headers
 
+    def _id_switches(self, *, completions: bool) -> dict[str, bool]:
+        """The body fields that make this engine send the prompt's and the answer's token ids."""
+        if self.engine == "vllm" or (self.engine == "sglang" and completions):
+            return {"return_token_ids": True}
+        if self.engine == "sglang":
+            return {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}
+        return {}
+
+    def _url(self, request: ChatRequest) -> str:
+        return self.completions_url if request.prompt_ids is not None else self.url
+
     def complete(
         self,
         request: ChatRequest,
@@ -207,7 +268,7 @@ class ChatClient:
         """
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
         body, headers = self._arguments(request)
-        for chunk in post_events(self._sync, self.url, body, headers, on_admitted):
+        for chunk in post_events(self._sync, self._url(request), body, headers, on_admitted):
             accumulator.add(chunk)
         return accumulator.finish()
 
@@ -220,7 +281,7 @@ class ChatClient:
         """The async twin of :meth:`complete`."""
         accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
         body, headers = self._arguments(request)
-        async for chunk in apost_events(self._async, self.url, body, headers, on_admitted):
+        async for chunk in apost_events(self._async, self._url(request), body, headers, on_admitted):
             accumulator.add(chunk)
         return accumulator.finish()
 

@@ -408,7 +408,11 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def request_options(
-    *, concurrency: bool = False, follow_changes: bool = False, warm_start: bool = False
+    *,
+    concurrency: bool = False,
+    follow_changes: bool = False,
+    warm_start: bool = False,
+    token_history: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--max-tokens``, ``--cache-salt`` and the flags asked for, passed on as ``request``."""
 
@@ -424,6 +428,8 @@ def request_options(
                 extra["follow_changes"] = kwargs.pop("follow_changes")
             if warm_start:
                 extra["warm_start"] = kwargs.pop("warm_start")
+            if token_history:
+                extra["token_history"] = kwargs.pop("token_history")
             request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
             return function(*args, request=request, **kwargs)
 
@@ -475,6 +481,16 @@ def request_options(
                     default=True,
                     show_default=True,
                     help="Prefill the pack in the background while the first question is typed.",
+                )
+            )
+        if token_history:
+            options.append(
+                click.option(
+                    "--token-history/--no-token-history",
+                    default=False,
+                    show_default=True,
+                    help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
+                    " so the next turn reads them from the cache.",
                 )
             )
         return _apply(wrapper, options)

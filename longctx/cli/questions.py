@@ -25,9 +25,10 @@ from longctx.cli.app import (
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession, Session, ShardedSession
+from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSessionOptions
 from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import Answer, Conversation
+from longctx.sessions.session import Conversation
 from longctx.store import Store
 
 
@@ -228,6 +229,7 @@ _APPLIED_ON_RESUME = {
     "max_tokens": "--max-tokens",
     "follow_changes": "--follow-changes/--no-follow-changes",
     "warm_start": "--warm-start/--no-warm-start",
+    "token_history": "--token-history/--no-token-history",
 }
 _SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
 
@@ -266,6 +268,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         stored,
         max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
         follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
+        token_history=request.token_history if "token_history" in given else stored.token_history,
         # A chat warms its prefix unless told not to, whatever the stored session did.
         warm_start=request.warm_start,
     )
@@ -278,7 +281,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options(follow_changes=True, warm_start=True)
+@request_options(follow_changes=True, warm_start=True, token_history=True)
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -295,9 +298,11 @@ def chat(
     an interruption. End with an empty line or end of input. Files changed
     between turns are appended to the next question (--no-follow-changes
     turns that off). The pack (and history) is prefilled in the background
-    while the first question is typed (--no-warm-start turns that off). With
-    --session, --max-tokens, --follow-changes and --warm-start apply to the
-    resumed session, server options say where it is served,
+    while the first question is typed (--no-warm-start turns that off).
+    --token-history sends earlier answers as the token ids the model
+    generated, so each turn reads the previous answer from the cache. With
+    --session, --max-tokens, --follow-changes, --warm-start and
+    --token-history apply to the resumed session, server options say where it is served,
     and PATHS, the pack options and another --cache-salt are refused.
     """
     with runtime().open_store() as store:
@@ -339,12 +344,13 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         note(f"[turn {answer.turn}: {answer.usage.summary_line()}{reused}{appended}]", quiet=quiet)
         previous = answer
     if session.warming is not None:
-        # Its request is recorded in the store when it ends: before the session may be deleted below.
+        # Its line is said before the session ends; with no turn, its request is never stored.
         session.warming.wait()
         if not warm_noted:
             _note_warm_start(session, quiet=quiet)
     if not session.turns and not session.branch_ids():
-        # Nothing was asked: an empty session would only clutter `sessions list`.
+        # Nothing was asked: a new session was never stored (sessions/recording.py);
+        # a resumed one that is empty (stored by an older longctx) goes too.
         if session.id in {record.id for record in session.store.sessions()}:
             session.store.delete_session(session.id)
         note("no question asked: the session is not kept", quiet=quiet)

@@ -1,7 +1,9 @@
 """Sessions: every way of asking questions over a pack, behind one interface.
 
 - :mod:`~longctx.sessions.session`: :class:`Conversation` (the interface),
-  :class:`Session` (a conversation over a pack), :class:`Answer`, :class:`Batch`;
+  :class:`Session` (a conversation over a pack);
+- :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
+- :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);
 - :mod:`~longctx.sessions.siblings`: how sibling questions go out;
 - :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,
   sessions over the pack of paths;
@@ -12,8 +14,9 @@
 from __future__ import annotations
 
 from longctx.backends.base import Backend
+from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
-from longctx.sessions.session import Answer, Batch, Conversation, Session
+from longctx.sessions.session import Conversation, Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
 from longctx.store import Store

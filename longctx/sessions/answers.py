@@ -1,4 +1,8 @@
-"""What a question comes back as: :class:`Answer`, and :class:`Batch` for siblings."""
+"""What questions return: :class:`Answer` (one answered question) and :class:`Batch` (siblings).
+
+An answer's text is kept for later turns in :func:`history_form`: the way a
+reasoning model's chat template renders it there.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,24 @@ from typing import Any
 
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
+from longctx.store import RequestRecord, TurnRecord
 from longctx.usage import Usage
 
-__all__ = ["Answer", "Batch"]
+__all__ = ["THINK_END", "Answer", "Batch", "Committed", "history_form"]
+
+THINK_END = "</think>"
+
+
+def history_form(answer: str) -> str:
+    """``answer`` as a reasoning model's chat template renders it in a later turn.
+
+    Everything up to the last ``</think>`` is dropped, then leading newlines
+    (the rule of Qwen3's template, which DeepSeek-R1 and Kimi K2-Thinking
+    follow in substance).
+    """
+    if THINK_END in answer:
+        return answer.rsplit(THINK_END, maxsplit=1)[-1].lstrip("\n")
+    return answer
 
 
 @dataclass(frozen=True)
@@ -72,3 +91,12 @@ class Batch:
 
     def __getitem__(self, index: int) -> Answer:
         return self.answers[index]
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What one answered request left: its turn, its request record, and the answer."""
+
+    turn: TurnRecord
+    request: RequestRecord
+    answer: Answer

@@ -64,7 +64,7 @@ class CounterSnapshot:
         self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
     ) -> CounterCheck | None:
         """Read the counters again (until they settle), store and return the check."""
-        checks = self._readings(session_id, batch_id, records)
+        checks = self.settle(session_id, batch_id, records)
         for check in checks:
             store.record_counter_check(check)
         return combine_checks(checks)
@@ -79,11 +79,12 @@ class CounterSnapshot:
 
     def compare(self, records: Iterable[RequestRecord]) -> CounterCheck | None:
         """:meth:`finish` without storing: for a check over many sessions (a job)."""
-        return combine_checks(self._readings("", None, records))
+        return combine_checks(self.settle("", None, records))
 
-    def _readings(
+    def settle(
         self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
     ) -> list[CounterCheckRecord]:
+        """Read the counters again (until they settle): one check per server, not stored."""
         records = list(records)
         checks: list[CounterCheckRecord] = []
         for url, before in self.before.items():

@@ -15,7 +15,9 @@ server prefills only what is new.
 
 Lifecycle, as in httpx: constructing a session does no I/O and contacts
 no server. The first call that needs them connects (saying so through
-``on_progress``), opens the default store, and records the session; a
+``on_progress``) and opens the default store; the session itself is stored
+with its first answered turn (:mod:`longctx.sessions.recording`), so one
+that never got an answer leaves nothing behind. A
 session that opened its backend or store owns it and closes it in
 :meth:`~Conversation.close`, while forks and branches share their parent's
 and close neither.
@@ -40,20 +42,22 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
+from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import siblings
-from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.answers import Answer, Batch, Committed, history_form
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, PendingCheck, combine_checks
+from longctx.sessions.recording import Recording
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
+from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
@@ -61,21 +65,7 @@ from longctx.tokens import EstimateTokenizer
 if TYPE_CHECKING:
     from longctx.packing import Pack
 
-__all__ = ["Answer", "Batch", "Conversation", "Session", "affinity_key", "history_form"]
-
-THINK_END = "</think>"
-
-
-def history_form(answer: str) -> str:
-    """``answer`` as a reasoning model's chat template renders it in a later turn.
-
-    Everything up to the last ``</think>`` is dropped, then leading newlines
-    (the rule of Qwen3's template, which DeepSeek-R1 and Kimi K2-Thinking
-    follow in substance).
-    """
-    if THINK_END in answer:
-        return answer.rsplit(THINK_END, maxsplit=1)[-1].lstrip("\n")
-    return answer
+__all__ = ["Conversation", "Session", "affinity_key"]
 
 
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
@@ -195,6 +185,7 @@ class Session(Conversation):
         self._pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
         self._title = title
         self._record: SessionRecord | None = None
+        self._recording = Recording()
         self._parent: tuple[str, str] | None = None
         self._new_id = uuid.uuid4().hex[:16]
         self._turns: list[TurnRecord] = []
@@ -203,6 +194,7 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
+        self._token_history = TokenHistory(self._history_tokenizer)
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
@@ -247,6 +239,7 @@ class Session(Conversation):
         session = Session(pack=pack, request=RequestOptions.from_dict(settings), title=record.title)
         session._resources = resources
         session._record = record
+        session._recording = Recording(stored=True)
         session._turns = session._load_history(record)
         if session.request.follow_changes:
             session._tracker = ChangeTracker.from_settings(settings)
@@ -264,7 +257,7 @@ class Session(Conversation):
         self._resources.progress(message)
 
     def _opened(self) -> SessionRecord:
-        """The session's stored record, recorded with its settings on first use."""
+        """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
             if self._record is None:
                 pack = self.pack
@@ -286,11 +279,14 @@ class Session(Conversation):
                     parent_turns=None,
                     settings=settings,
                 )
-                if pack is not None:
-                    self.store.save_pack(pack)
-                self.store.create_session(record)
                 self._record = record
             return self._record
+
+    def _recorded(self) -> SessionRecord:
+        """The session's record, stored now if it is not yet (a fork's parent, a sharded session's part)."""
+        record = self._opened()
+        self._recording.store_now(self.store, self.pack, record)
+        return record
 
     def _attach(self, parent_id: str, kind: str) -> None:
         """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
@@ -377,7 +373,10 @@ class Session(Conversation):
     def _warm_plan(self) -> WarmPlan:
         record = self._opened()
         request = self._chat_request(WARM_QUESTION, self._turns, 1)
-        return WarmPlan(self.backend, self.store, record, request, has_history=bool(self._turns))
+        return WarmPlan(
+            self.backend, self.store, record, request, has_history=bool(self._turns),
+            keep=lambda warm, checks: self._recording.keep(self.store, [warm], checks),
+        )  # fmt: skip
 
     def stop_following(self) -> None:
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
@@ -465,6 +464,7 @@ class Session(Conversation):
             created_at=now,
             preamble=changes.text if changes is not None else "",
             file_changes=dict(changes.files) if changes is not None else {},
+            answer_ids=completion.token_ids,
         )
         answer = Answer(
             question=question,
@@ -494,12 +494,14 @@ class Session(Conversation):
             if not question.strip():
                 raise ConfigError("the question is empty")
             changes = self._pending_changes(self._turns, max_tokens)
-            request = self._chat_request(question, self._turns, max_tokens, changes)
+            request = self._in_token_history(self._chat_request(question, self._turns, max_tokens, changes))
             record = self._opened()
             # The last turn's check first: its reading after must not count this turn's hits.
             self._settle_checks()
             snapshot = CounterSnapshot.around(self.backend, request.affinity_key, self.request.counter_check)
-            committed = self._commit_turn(self.backend.complete(request), question, purpose, changes)
+            sent = self.backend.complete(request)
+            committed = self._commit_turn(sent, question, purpose, changes)
+            self._token_history.answered(request, sent.completion, len(self._turns))
             self._pending_checks.append(
                 snapshot.finish_later(self.store, record.id, None, [committed.request])
             )
@@ -515,16 +517,34 @@ class Session(Conversation):
                 raise ConfigError("the question is empty")
             changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
             request = self._chat_request(question, self._turns, max_tokens, changes)
+            request = await asyncio.to_thread(self._in_token_history, request)
             record = await asyncio.to_thread(self._opened)
             await asyncio.to_thread(self._settle_checks)
             snapshot = await asyncio.to_thread(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
             )
-            committed = self._commit_turn(await self.backend.acomplete(request), question, purpose, changes)
+            sent = await self.backend.acomplete(request)
+            committed = self._commit_turn(sent, question, purpose, changes)
+            self._token_history.answered(request, sent.completion, len(self._turns))
             self._pending_checks.append(
                 snapshot.finish_later(self.store, record.id, None, [committed.request])
             )
             return committed.answer
+
+    def _in_token_history(self, request: ChatRequest) -> ChatRequest:
+        """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
+        if not self.request.token_history:
+            return request
+        pack, turns = self.pack, self._turns
+        return self._token_history.request(
+            request, turns, system=pack.system if pack is not None else None,
+            user=request.messages[-1]["content"],
+            first_messages=lambda: self.messages(turns[0].question, history=(), preamble=turns[0].preamble),
+        )  # fmt: skip
+
+    def _history_tokenizer(self) -> ServerTokenizer | None:
+        server = self.backend.server_for(self.affinity_key)
+        return None if server.engine == "generic" else self.backend.tokenizer(self.affinity_key)
 
     @asynccontextmanager
     async def _async_turn(self) -> AsyncIterator[None]:
@@ -544,7 +564,8 @@ class Session(Conversation):
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
             batch_id=None, changes=changes,
         )  # fmt: skip
-        self.store.commit_turn(committed.turn, committed.request)
+        with self._recording.first_write(self.pack, self._opened()) as opening:
+            self.store.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
 
@@ -586,7 +607,12 @@ class Session(Conversation):
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes,
         )  # fmt: skip
-        self.store.commit_turn(committed.turn, committed.request, new_session=branch, key=key)
+        # The batch's parent is stored with its first sibling, so a batch
+        # stopped before any answer leaves no parent without branches.
+        with self._recording.first_write(self.pack, record) as opening:
+            self.store.commit_turn(
+                committed.turn, committed.request, opening=opening, new_session=branch, key=key
+            )
         return committed
 
     def ask_many(
@@ -669,7 +695,9 @@ class Session(Conversation):
         dispatch: siblings.Dispatch,
     ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
-        check = snapshot.finish(self.store, plan.session_id, plan.batch_id, records)
+        checks = snapshot.settle(plan.session_id, plan.batch_id, records)
+        self._recording.keep(self.store, checks=checks)  # kept in memory if no sibling was answered
+        check = combine_checks(checks)
         if outcome.failures:
             raise outcome.failures[0]
         answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
@@ -687,8 +715,9 @@ class Session(Conversation):
         """A new session sharing this one's first ``at`` turns (all by default).
 
         The fork shares this session's backend and store and closes neither.
+        Both are stored at once, turns or not: the fork is resumed by id.
         """
-        record = self._opened()
+        record = self._recorded()
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
@@ -718,8 +747,9 @@ class Session(Conversation):
         """Savings over every request of this session (and of its sibling branches)."""
         self._settle_checks()
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
-        records = self.store.requests(session_ids=ids)
-        checks = self.store.counter_checks(ids)
+        # A session not stored yet still reports what it did (its warm start).
+        records = [*self.store.requests(session_ids=ids), *self._recording.pending_requests]
+        checks = [*self.store.counter_checks(ids), *self._recording.pending_checks]
         notes = [
             f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
             + ", ".join(sorted(turn.file_changes)[:5])
@@ -747,21 +777,12 @@ class Session(Conversation):
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""
-        if self._record is None:
+        if not self._recording.stored:
             return []
         return [child.id for child in self.store.children(self.id)]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.title!r}: {len(self._turns)} turns>"
-
-
-@dataclass(frozen=True)
-class Committed:
-    """What one answered request left: its turn, its request record, and the answer."""
-
-    turn: TurnRecord
-    request: RequestRecord
-    answer: Answer
 
 
 def _stored_pack(pack: Pack | StoredPack) -> StoredPack:

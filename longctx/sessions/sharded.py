@@ -8,7 +8,7 @@ shard's cached prefix and history; then one request combines the shard
 answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
 like any session: ``ask``, ``ask_many``, their async twins, ``fork``,
 ``report``, ``resume``, ``close``. Its answers are
-:class:`~longctx.sessions.session.Answer` objects (the reduce answer) with
+:class:`~longctx.sessions.answers.Answer` objects (the reduce answer) with
 the shards' answers in ``shard_answers``.
 
 In the store, a sharded session is a record of kind ``sharded``; its shard
@@ -32,6 +32,7 @@ from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
+from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
@@ -40,7 +41,7 @@ from longctx.sessions.corpus import (
     shards_for_server,
 )
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Answer, Batch, Conversation, Session
+from longctx.sessions.session import Conversation, Session
 from longctx.store import SessionRecord, Store
 
 __all__ = ["REDUCE_SYSTEM", "ShardedSession"]
@@ -187,7 +188,7 @@ class ShardedSession(Conversation):
             reducer._attach(record.id, "reduce")
             # Recorded now, with the sharded session: resume finds every part even if one never asked.
             for part in (*shards, reducer):
-                part._opened()
+                part._recorded()
             self._record, self._shards, self._reducer = record, tuple(shards), reducer
 
     # -- questions ----------------------------------------------------------

@@ -7,9 +7,12 @@ background thread: the messages its next question would send, with a fixed
 stand-in question (:data:`WARM_QUESTION`) and ``max_tokens=1``. The server
 computes and caches the pack (and any history) then, so the real first
 question shares that prefix and is served from the cache. The warm request
-is stored as a request of the session (purpose ``warm``), so the report
-counts its cost like any other; the next turn waits for it (it holds the
-session's turn lock), so the question never races its own warm-up.
+is a request of the session (purpose ``warm``), so the report counts its
+cost like any other; the next turn waits for it (it holds the session's
+turn lock), so the question never races its own warm-up. A session not
+stored yet keeps that request in memory and stores it with its first turn
+(:mod:`longctx.sessions.recording`), so a chat closed or killed before
+asking leaves nothing behind.
 
 Skipped when the server already holds the prefix. Neither engine can say
 whether a prefix is cached without computing a request over it (vLLM's
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -34,7 +37,7 @@ from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.counters import CounterSnapshot
-from longctx.store import RequestRecord, SessionRecord, Store
+from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 
 __all__ = ["RECENT_SECONDS", "WARM_QUESTION", "WarmPlan", "WarmResult", "WarmStart", "recent_request"]
@@ -55,6 +58,8 @@ class WarmPlan:
     record: SessionRecord
     request: ChatRequest
     has_history: bool
+    keep: Callable[[RequestRecord, Sequence[CounterCheckRecord]], None]
+    """Where the warm request's record and counter checks go (the session stores them with itself)."""
 
 
 @dataclass(frozen=True)
@@ -153,8 +158,7 @@ class WarmStart:
             usage=usage,
             attempts=sent.attempts,
         )
-        plan.store.record_request(record)
-        snapshot.finish(plan.store, plan.record.id, None, [record])
+        plan.keep(record, snapshot.settle(plan.record.id, None, [record]))
         return WarmResult(sent.request_id, usage)
 
 

@@ -28,6 +28,7 @@ from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME
 from longctx.store.records import (
     CounterCheckRecord,
+    Opening,
     RequestRecord,
     SessionRecord,
     StoredPack,
@@ -39,6 +40,7 @@ from longctx.store.sessions import SessionLog
 __all__ = [
     "DATABASE_NAME",
     "CounterCheckRecord",
+    "Opening",
     "RequestRecord",
     "SessionRecord",
     "Store",

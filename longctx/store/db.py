@@ -173,6 +173,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX answer_keys_by_session ON answer_keys(session_id);
     """,
+    # 9: a turn's answer as the token ids the model generated (a session with
+    # RequestOptions.token_history, longctx.sessions.token_history), so its
+    # next turns send them back as they were and read the answer from the
+    # cache. NULL: not asked for, or the server sent none.
+    """
+    ALTER TABLE turns ADD COLUMN answer_ids_json TEXT;
+    """,
 )
 
 

@@ -17,6 +17,7 @@ from longctx.usage import Usage
 
 __all__ = [
     "CounterCheckRecord",
+    "Opening",
     "RequestRecord",
     "SessionRecord",
     "StoredPack",
@@ -49,7 +50,9 @@ class TurnRecord:
     ``preamble`` is what the user message carried before ``question``: the
     files of a living session that changed since the model last saw them
     (see :mod:`longctx.sessions.changes`); ``file_changes`` maps each such
-    path to its new content hash (None: deleted).
+    path to its new content hash (None: deleted). ``answer_ids`` is the
+    answer as the token ids the model generated, when they were asked for
+    (see :mod:`longctx.sessions.token_history`).
     """
 
     session_id: str
@@ -62,6 +65,7 @@ class TurnRecord:
     created_at: float
     preamble: str = ""
     file_changes: Mapping[str, str | None] = field(default_factory=dict)
+    answer_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,21 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a new session writes in its first transaction: its pack, its record, what it did before.
+
+    ``requests`` and ``counter_checks`` are those made before the session
+    was stored (a warm start): they refer to the session, so they are
+    written with it (see :mod:`longctx.sessions.recording`).
+    """
+
+    pack: StoredPack | None
+    session: SessionRecord
+    requests: tuple[RequestRecord, ...] = ()
+    counter_checks: tuple[CounterCheckRecord, ...] = ()
 
 
 @dataclass(frozen=True)

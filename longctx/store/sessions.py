@@ -17,6 +17,7 @@ from longctx.errors import SessionNotFound, StoreError
 from longctx.store.db import Database
 from longctx.store.records import (
     CounterCheckRecord,
+    Opening,
     RequestRecord,
     SessionRecord,
     StoredPack,
@@ -34,13 +35,7 @@ class SessionLog(Database):
     def save_pack(self, pack: StoredPack) -> None:
         """Keep a pack's prefix so its sessions can resume; idempotent."""
         with self.transaction() as connection:
-            connection.execute(
-                "INSERT OR IGNORE INTO packs"
-                " (fingerprint, format_version, system, prefix, summary_json, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
-                 json.dumps(pack.summary, sort_keys=True), time.time()),
-            )  # fmt: skip
+            _insert_pack(connection, pack)
 
     def pack(self, fingerprint: str) -> StoredPack | None:
         """The pack kept under ``fingerprint``, or None."""
@@ -62,6 +57,11 @@ class SessionLog(Database):
         """Store a new session; its id must not be taken."""
         with self.transaction() as connection:
             _insert_session(connection, record)
+
+    def record_opening(self, opening: Opening) -> None:
+        """Store a new session with its pack and earlier requests, atomically, before any turn."""
+        with self.transaction() as connection:
+            _insert_opening(connection, opening)
 
     def session(self, session_id: str) -> SessionRecord:
         """The session with ``session_id``; raises :class:`SessionNotFound`."""
@@ -105,19 +105,23 @@ class SessionLog(Database):
         turn: TurnRecord,
         request: RequestRecord,
         *,
+        opening: Opening | None = None,
         new_session: SessionRecord | None = None,
         key: str | None = None,
     ) -> None:
         """Store a completed turn and the request that answered it, atomically.
 
-        ``new_session`` (a sibling branch) is created in the same transaction,
-        so a crash never leaves a branch without its turn; so is ``key``, the
-        caller's name for the question (see :meth:`answered`). Raises
-        :class:`StoreError` if the position or the key is already taken, so a
-        retried or replayed turn can never be stored twice.
+        ``opening`` (the session itself, or a batch's parent, not yet stored),
+        ``new_session`` (a sibling branch) and ``key`` (the caller's name for
+        the question, see :meth:`answered`) are written in the same
+        transaction, so a crash never leaves a session without its turn.
+        Raises :class:`StoreError` if the position or the key is already
+        taken, so a retried or replayed turn can never be stored twice.
         """
         try:
             with self.transaction() as connection:
+                if opening is not None:
+                    _insert_opening(connection, opening)
                 if new_session is not None:
                     _insert_session(connection, new_session)
                 if key is not None:
@@ -128,11 +132,12 @@ class SessionLog(Database):
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
-                    " request_id, created_at, preamble, file_changes_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " request_id, created_at, preamble, file_changes_json, answer_ids_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
                      turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
-                     json.dumps(dict(turn.file_changes), sort_keys=True)),
+                     json.dumps(dict(turn.file_changes), sort_keys=True),
+                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids))),
                 )  # fmt: skip
         except sqlite3.IntegrityError as error:
             raise StoreError(
@@ -166,13 +171,7 @@ class SessionLog(Database):
     def record_counter_check(self, check: CounterCheckRecord) -> None:
         """Keep the server counter's growth over a call's requests."""
         with self.transaction() as connection:
-            connection.execute(
-                "INSERT INTO counter_checks"
-                " (session_id, batch_id, base_url, counter, before, after, reported,"
-                " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
-                 check.reported, check.requests, time.time()),
-            )  # fmt: skip
+            _insert_counter_check(connection, check)
 
     def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
         """The counter checks of these sessions, in the order they were recorded."""
@@ -211,6 +210,36 @@ class SessionLog(Database):
         return [RequestRecord.from_row(dict(row)) for row in rows]
 
 
+def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
+    connection.execute(
+        "INSERT OR IGNORE INTO packs"
+        " (fingerprint, format_version, system, prefix, summary_json, created_at)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
+         json.dumps(pack.summary, sort_keys=True), time.time()),
+    )  # fmt: skip
+
+
+def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:
+    if opening.pack is not None:
+        _insert_pack(connection, opening.pack)
+    _insert_session(connection, opening.session)
+    for request in opening.requests:
+        _insert_request(connection, request)
+    for check in opening.counter_checks:
+        _insert_counter_check(connection, check)
+
+
+def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRecord) -> None:
+    connection.execute(
+        "INSERT INTO counter_checks"
+        " (session_id, batch_id, base_url, counter, before, after, reported,"
+        " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
+         check.reported, check.requests, time.time()),
+    )  # fmt: skip
+
+
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
     connection.execute(
         "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
@@ -240,6 +269,7 @@ def _turn_record(row: sqlite3.Row) -> TurnRecord:
         created_at=row["created_at"],
         preamble=row["preamble"],
         file_changes=json.loads(row["file_changes_json"]),
+        answer_ids=None if row["answer_ids_json"] is None else tuple(json.loads(row["answer_ids_json"])),
     )
 
 

@@ -1,0 +1,96 @@
+"""When a session reaches the store: with its first committed turn, never before.
+
+A new session is written in the transaction that commits its first turn
+(or, for a batch's parent, its first sibling's branch), together with its
+pack and whatever it did before: a warm start's request and counter check,
+which refer to the session and so wait for it. Until then the session lives
+in memory only, so a chat killed before its first answer (SIGKILL
+included), an empty question, a first request that failed, or a chat ended
+at once leaves nothing in the store: no half state for ``sessions list``
+to show or ``sessions prune`` to clean up. A warm start's cost is still in
+the report of a session that goes on to ask; that of one that never asks
+is lost with it.
+
+Sessions that must be found before they ask (a fork, the parts of a
+sharded session) are written at once by :meth:`Recording.store_now`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from longctx.store import CounterCheckRecord, Opening, RequestRecord, SessionRecord, Store, StoredPack
+
+__all__ = ["Recording"]
+
+
+class Recording:
+    """Whether one session is in the store yet, and what waits to be written with it.
+
+    Safe between threads: sibling commits and a warm start may race for
+    the first write; exactly one of them carries the :class:`Opening`.
+    """
+
+    def __init__(self, *, stored: bool = False) -> None:
+        self._lock = threading.RLock()
+        self._stored = stored
+        self._requests: list[RequestRecord] = []
+        self._checks: list[CounterCheckRecord] = []
+
+    @property
+    def stored(self) -> bool:
+        """True once the session's row is in the store."""
+        return self._stored
+
+    @property
+    def pending_requests(self) -> tuple[RequestRecord, ...]:
+        """Requests made but not stored yet (the session is not): a report still counts them."""
+        with self._lock:
+            return tuple(self._requests)
+
+    @property
+    def pending_checks(self) -> tuple[CounterCheckRecord, ...]:
+        """Counter checks kept with :attr:`pending_requests`."""
+        with self._lock:
+            return tuple(self._checks)
+
+    def keep(
+        self,
+        store: Store,
+        requests: Iterable[RequestRecord] = (),
+        checks: Iterable[CounterCheckRecord] = (),
+    ) -> None:
+        """Store records of requests that answered no turn now, or with the session once it is stored."""
+        with self._lock:
+            if not self._stored:
+                self._requests.extend(requests)
+                self._checks.extend(checks)
+                return
+            for request in requests:
+                store.record_request(request)
+            for check in checks:
+                store.record_counter_check(check)
+
+    @contextmanager
+    def first_write(self, pack: StoredPack | None, record: SessionRecord) -> Iterator[Opening | None]:
+        """The :class:`Opening` the write in this block must carry, or None when the session is stored.
+
+        The block is the transaction that commits a turn; the session counts
+        as stored only if it ends without an exception.
+        """
+        with self._lock:
+            if self._stored:
+                yield None
+                return
+            yield Opening(pack, record, tuple(self._requests), tuple(self._checks))
+            self._stored = True
+            self._requests.clear()
+            self._checks.clear()
+
+    def store_now(self, store: Store, pack: StoredPack | None, record: SessionRecord) -> None:
+        """Write the session before any turn (a fork's parent, a sharded session's parts); idempotent."""
+        with self.first_write(pack, record) as opening:
+            if opening is not None:
+                store.record_opening(opening)

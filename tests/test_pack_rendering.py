@@ -85,6 +85,9 @@ def test_fence_grows_past_the_longest_backtick_run() -> None:
     assert fence_for("``") == "```"
     assert fence_for("```") == "````"
     assert fence_for("a ````` b ``` c") == "``````"
+    # Runs past the substring searches' reach: the longest still decides.
+    assert fence_for("``````` x `" + "`" * 40 + " y ````") == "`" * 42
+    assert fence_for("`" * 6) == "`" * 7 and fence_for("`" * 7) == "`" * 8
 
 
 def test_final_newline_is_kept_distinct() -> None:

@@ -176,6 +176,31 @@ def test_any_change_is_rebuilt_then_kept_again(repo: Path, store: Store, mutatio
     assert_same(again, fresh(repo))
 
 
+def test_a_repository_edited_while_its_files_are_read_is_not_kept(
+    repo: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loading = build.stream_corpus
+    original = (repo / "src" / "core.py").read_text()
+
+    def edited_while_read(paths: Any, options: Any, on_document: Any, **keywords: Any) -> Any:
+        def edit_once(document: Any) -> None:
+            if (repo / "src" / "core.py").read_text() == original:
+                _edit_tracked(repo)  # the first file is read: the others may be read before or after
+            on_document(document)
+
+        return loading(paths, options, edit_once, **keywords)
+
+    monkeypatch.setattr(build, "stream_corpus", edited_while_read)
+    assert not packed(repo, store).reused
+    monkeypatch.setattr(build, "stream_corpus", loading)
+    (repo / "src" / "core.py").write_text(original)
+    # Back in the state the pack started from: it was not kept for that state.
+    restored = packed(repo, store)
+    assert not restored.reused
+    assert_same(restored, fresh(repo))
+    assert packed(repo, store).reused
+
+
 def test_a_modified_file_edited_again_is_rebuilt(repo: Path, store: Store) -> None:
     # git status says " M src/core.py" both times: the content decides.
     _edit_tracked(repo)

@@ -57,6 +57,30 @@ def test_each_credential_format_is_found(name: str) -> None:
     assert [finding.line for finding in findings] == [2], name
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "token",
+        "API_TOKEN",
+        "Secret",
+        "db_passwd",
+        "KEY",
+        "credentials",
+        "secretKey",
+        "tokenkey",
+        "myCredential",
+    ],
+)
+def test_every_credential_word_is_found_in_any_case_and_next_to_another(name: str) -> None:
+    value = token("assigned", 24)
+    findings = find_secrets(f"x = 1\n{name} = '{value}'\n{name}: {value}\n")
+    # Two words in one name ("secretKey") give a finding each.
+    assert {(finding.rule, finding.line) for finding in findings} == {
+        ("credential-assignment", 2),
+        ("credential-assignment", 3),
+    }
+
+
 def test_a_github_token_in_a_config_file_is_named_by_its_own_rule() -> None:
     text = "[auth]\nGITHUB_TOKEN=" + "gh" + "p_" + token("cfg", 40) + "\n"
     assert [(finding.rule, finding.line) for finding in find_secrets(text)] == [("github-token", 2)]

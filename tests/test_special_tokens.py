@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from longctx.config import CorpusOptions
 from longctx.corpus import load_corpus
@@ -45,6 +48,32 @@ def test_plain_tags_are_broken_only_when_named() -> None:
 def test_a_longer_spelling_is_broken_as_itself() -> None:
     broken, count = neutralise("<|reserved_special_token_12|>", ("<|reserved|>",))
     assert count == 1 and broken == "<" + BREAK + "|reserved_special_token_12|>"
+
+
+def _neutralise_by_alternation(text: str, extra: tuple[str, ...]) -> tuple[str, int]:
+    """The reference: one alternation of every spelling, longest first (what the trie must match)."""
+    spellings = sorted({s for s in (*DEFAULT_SPELLINGS, *extra) if len(s) > 1}, key=lambda s: (-len(s), s))
+    pattern = re.compile("|".join(map(re.escape, spellings)))
+    result, count = pattern.subn(lambda match: match.group()[0] + BREAK + match.group()[1:], text)
+    return (result, count) if count else (text, 0)
+
+
+@given(
+    text=st.lists(
+        st.sampled_from(["a", "b", "c", "<", "|", "\n", "<|im_end|>", "[INST]", "<|im"]), max_size=30
+    ),
+    extra=st.lists(st.text(alphabet="abc<|", min_size=1, max_size=4), max_size=6),
+)
+def test_overlapping_spellings_are_broken_as_one_alternation_longest_first_would(
+    text: list[str], extra: list[str]
+) -> None:
+    joined, spellings = "".join(text), tuple(extra)
+    assert neutralise(joined, spellings) == _neutralise_by_alternation(joined, spellings)
+
+
+def test_after_the_longest_spelling_the_search_goes_on_past_its_end() -> None:
+    # "abc" is broken, not "ab": so "cd" is not found after it.
+    assert neutralise("abcd", ("ab", "abc", "cd")) == ("a" + BREAK + "bcd", 1)
 
 
 @pytest.mark.parametrize("spelling", ["<|eot_id|>", "<|start_header_id|>", "[INST]", "<start_of_turn>"])

@@ -253,6 +253,8 @@ def pack(
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.
         corpus = stream_corpus(paths, options, builder.add, store=store)
+        if writer is not None:
+            writer.files_read()
         built = builder.finish(corpus)
     except BaseException:
         if writer is not None:

@@ -43,6 +43,7 @@ import importlib.util
 import json
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -325,9 +326,10 @@ class SnapshotWriter:
 
     :meth:`write` takes each section's UTF-8 in order (the builder encodes
     each section once, for its fingerprint, and hands the bytes over), so
-    the text is never encoded or held whole a second time. :meth:`keep`
-    then stores the snapshot, or drops it: see the module docstring.
-    :meth:`discard` drops it (the pack failed).
+    the text is never encoded or held whole a second time. :meth:`files_read`
+    says the last file is read (the repository's state is taken again from
+    then on); :meth:`keep` then stores the snapshot, or drops it: see the
+    module docstring. :meth:`discard` drops it (the pack failed).
     """
 
     def __init__(self, store: Store, key: SnapshotKey) -> None:
@@ -336,6 +338,31 @@ class SnapshotWriter:
         self.sizes: list[int] = []
         self._path = store.new_pack_snapshot_file(key.slot, key.state)
         self._file: BinaryIO | None = open(self._path, "wb")  # noqa: SIM115 - closed by keep or discard
+        self._state_taker: threading.Thread | None = None
+        self._state_after: RepositoryState | None = None
+
+    def files_read(self) -> None:
+        """Start taking the repository's state again, in the background: every file of the pack is read.
+
+        A change from now on is not in the pack, so this state vouches for
+        it as well as one taken at :meth:`keep`; git runs while the pack's
+        last texts are counted, rather than after. Without this call,
+        :meth:`keep` takes the state itself.
+        """
+        if self._state_taker is None:
+            self._state_taker = threading.Thread(
+                target=self._take_state, name="longctx-snapshot-state", daemon=True
+            )
+            self._state_taker.start()
+
+    def _take_state(self) -> None:
+        self._state_after = repository_state(self.key.directory)
+
+    def _state_after_load(self) -> RepositoryState | None:
+        if self._state_taker is None:
+            return repository_state(self.key.directory)
+        self._state_taker.join()
+        return self._state_after
 
     def write(self, data: bytes) -> None:
         if self._file is not None:
@@ -349,6 +376,8 @@ class SnapshotWriter:
         return StoredText(self._path)
 
     def discard(self) -> None:
+        if self._state_taker is not None:
+            self._state_taker.join()  # no git left running after the call
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -361,7 +390,7 @@ class SnapshotWriter:
         self._file.close()
         self._file = None
         try:
-            if not self._trustworthy(pack, corpus):
+            if not self._trustworthy(pack, corpus, self._state_after_load()):
                 self._path.unlink(missing_ok=True)
                 return False
             self.store.save_pack_snapshot(
@@ -378,11 +407,10 @@ class SnapshotWriter:
             raise
         return True
 
-    def _trustworthy(self, pack: Pack, corpus: CorpusOutline) -> bool:
+    def _trustworthy(self, pack: Pack, corpus: CorpusOutline, state: RepositoryState | None) -> bool:
         key = self.key
         if corpus.head_sha != key.head or pack.part is not None or len(self.sizes) != len(pack.sections):
             return False
-        state = repository_state(key.directory)
         if state is None or state.hidden_changes or _state_digest(state) != key.state:
             logger.info("pack snapshot not kept: the repository changed while it was packed")
             return False

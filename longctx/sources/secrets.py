@@ -201,10 +201,21 @@ def secret_file_rule(name: str) -> str | None:
 
 # The keyword-plus-entropy rule. A case-insensitive expression of the
 # credential words is tried at every position (twenty times slower than the
-# four passes above on the standard library), so the words are found with
-# str.find in an ASCII-lowered copy, and the assignment after each one is
-# matched from there: about as fast as the four passes together.
+# four passes above on the standard library), so the words are found in an
+# ASCII-lowered copy, and the assignment after each one is matched from
+# there: about as fast as the four passes together.
 _CREDENTIAL_WORDS: Final = ("token", "secret", "passw", "key", "credential")
+# The words, found from a literal character of their own (a lookbehind
+# checks the letters before it): the engine scans for a leading literal as
+# fast as str.find does, and "token" and "key" share their "k", "secret" and
+# "credential" their "c", so three scans of the copy find the five words. A
+# group per word; no word overlaps itself or another's match, so each
+# occurrence is found, as str.find would find it.
+_WORD_SCANS: Final = (
+    re.compile(r"k(?:(?<=tok)(?P<token>en)|(?P<key>ey))"),
+    re.compile(r"c(?:(?<=sec)(?P<secret>ret)|(?P<credential>redential))"),
+    re.compile(r"(?P<passw>w)(?<=passw)"),
+)
 _ASSIGNMENT: Final = re.compile(
     # The rest of the name, an optional closing quote, the operator of
     # Python, shell, YAML, TOML, JSON, Go or PHP, and the value, quoted or
@@ -257,18 +268,22 @@ def _looks_random(value: str) -> bool:
 def _assignment_findings(text: str) -> list[SecretFinding]:
     """Assignments of a high-entropy value to a name holding a credential word."""
     lowered = text.lower() if text.isascii() else text.encode("ascii", "replace").decode("ascii").lower()
+    # Where each word ends, by word: findings come word by word, each word's
+    # in text order (the order the caller's cut at limit * 4 relies on).
+    ends: dict[str, list[int]] = {word: [] for word in _CREDENTIAL_WORDS}
+    for scan in _WORD_SCANS:
+        for found in scan.finditer(lowered):
+            ends[found.lastgroup or ""].append(found.end())
     findings: list[SecretFinding] = []
-    for word in _CREDENTIAL_WORDS:
-        start = lowered.find(word)
-        while start >= 0:
-            match = _ASSIGNMENT.match(text, start + len(word))
+    for word, word_ends in ends.items():
+        for end in word_ends:
+            match = _ASSIGNMENT.match(text, end)
             if (
                 match is not None
                 and not any(name in match.group("rest").lower() for name in _DIGEST_NAMES)
                 and _looks_random(match.group("quoted") or match.group("bare"))
             ):
-                findings.append(SecretFinding(ASSIGNMENT_RULE, text.count("\n", 0, start) + 1))
-            start = lowered.find(word, start + 1)
+                findings.append(SecretFinding(ASSIGNMENT_RULE, text.count("\n", 0, end - len(word)) + 1))
     return findings
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, TypeAlias
 
 __all__ = ["BREAK", "CANDIDATE_SPELLINGS", "DEFAULT_SPELLINGS", "neutralise"]
 
@@ -141,22 +141,65 @@ CANDIDATE_SPELLINGS: Final[tuple[str, ...]] = (*DEFAULT_SPELLINGS, *_PLAIN)
 """Spellings tried on a server to learn which it treats as special tokens (the defaults and plain tags)."""
 
 
+# A trie node: each next character to its node; _END marks a spelling ending here.
+_Trie: TypeAlias = dict[str, "_Trie"]
+_END: Final = ""
+
+
+def _trie_expression(node: _Trie) -> str:
+    """The expression matching the longest spelling of ``node``'s trie that starts at a position.
+
+    Children come before the end of a spelling (the empty alternative, last),
+    so a spelling that contains another is matched as itself: the match is
+    the one the alternation of every spelling, longest first, would give.
+    """
+    chain = ""
+    # A run of nodes with one child and no spelling ending there is plain text.
+    while len(node) == 1 and _END not in node:
+        ((character, node),) = node.items()
+        chain += re.escape(character)
+    branches = [
+        re.escape(character) + _trie_expression(child)
+        for character, child in sorted(node.items())
+        if character
+    ]
+    if not branches:
+        return chain
+    if _END in node:
+        branches.append("")
+    return chain + "(?:" + "|".join(branches) + ")"
+
+
 @functools.lru_cache(maxsize=16)
-def _pattern(spellings: frozenset[str]) -> re.Pattern[str] | None:
-    # Longest first, so that a spelling that contains another is broken as itself.
-    ordered = sorted((spelling for spelling in spellings if len(spelling) > 1), key=lambda s: (-len(s), s))
-    if not ordered:
+def _pattern(extra: tuple[str, ...]) -> re.Pattern[str] | None:
+    # One expression shaped as a trie of the spellings, not an alternation of
+    # them: CPython's engine tries an alternation's branches one by one at
+    # every "<" and "[" (frequent in code), and a trie's branches are one
+    # character each, rejected at once. Three times faster on an npm tree.
+    root: _Trie = {}
+    for spelling in {*DEFAULT_SPELLINGS, *extra}:
+        if len(spelling) > 1:
+            node = root
+            for character in spelling:
+                node = node.setdefault(character, {})
+            node[_END] = {}
+    if not root:
         return None
-    return re.compile("|".join(re.escape(spelling) for spelling in ordered))
+    return re.compile(_trie_expression(root))
 
 
 def neutralise(text: str, extra: Iterable[str] = ()) -> tuple[str, int]:
     """``text`` with each :data:`DEFAULT_SPELLINGS` or ``extra`` spelling broken by :data:`BREAK`; how many.
 
     Deterministic: the same text and spellings give the same result. A
-    text with none of them is returned as it is (the same object).
+    text with none of them is returned as it is (the same object). Where
+    spellings overlap, the leftmost is broken, and of those starting there
+    the longest.
     """
-    pattern = _pattern(frozenset((*DEFAULT_SPELLINGS, *extra)))
+    # Cached by the extra spellings as given: a reader passes the same tuple
+    # for every file, so the expression is neither rebuilt nor looked up by
+    # a set of hundreds of spellings each time.
+    pattern = _pattern(extra if isinstance(extra, tuple) else tuple(extra))
     if pattern is None:
         return text, 0
     count = 0

@@ -252,6 +252,9 @@ def render(runs: list[Run], kv: list[int | None], workload: Workload, where: str
     speedup = medians["plain client, given order"] / medians["longctx job"]
     ratio = medians["longctx job prefill ratio"]
     kv_text = " and ".join(f"{tokens:,}" for tokens in kv if tokens)
+    kv_total = sum(tokens for tokens in kv if tokens)
+    all_packs = int(statistics.median(run.minimum for run in runs))
+    fits = "less than" if kv_total < all_packs else "NOT less than"
     packs, questions = workload.packs, workload.questions
     return "\n".join(
         [
@@ -260,7 +263,8 @@ def render(runs: list[Run], kv: list[int | None], workload: Workload, where: str
             f"{packs} packs (folders of standard-library modules, about {workload.pack_tokens:,} tokens each)"
             f" with {questions} questions each, {packs * questions} (pack, question) pairs in a shuffled order"
             f" (seed {SEED}), {ANSWER_TOKENS} answer tokens each, on {where}, whose KV caches hold {kv_text}"
-            " tokens: together less than all the packs. *longctx job*: `longctx.Job` over both replica URLs"
+            f" tokens ({kv_total:,} together, {fits} the {all_packs:,} tokens of all the packs)."
+            " *longctx job*: `longctx.Job` over both replica URLs"
             " (reading, packing"
             " and counting every pack included). *plain client*: the byte-identical prompts, built before"
             f" the clock starts, sent in the given order, {CONCURRENCY} in flight, alternating between the"

@@ -114,6 +114,8 @@ def section(harness_dir: Path) -> str:
             "rendezvous routing), and vllm-router 0.1.17 (`consistent_hash`, declared with",
             "`router_policy`) in front of both. Each ask is timed to its answer; the session is",
             "closed after the clock stops (the turn's counter check settles off the answer's path).",
+            "Behind a declared router no counter is read at all (its `/metrics` is some replica's),",
+            "hence its lead.",
             "Goal: within 10 ms of one URL.",
             "",
             table(medians),

@@ -372,8 +372,11 @@ class Job:
             raise ConfigError("a job needs at least one item")
         self.options = options or JobOptions()
         self.corpus_options = corpus or CorpusOptions()
-        # Each call's own counter check would be blurred by the packs beside it: the job checks once.
-        self.request = replace(request or RequestOptions(), counter_check=False, warm_start=False)
+        # Each call's own counter check would be blurred by the packs beside it: the job checks
+        # once over the whole run, unless asked not to check at all.
+        given = request or RequestOptions()
+        self._check_counters = given.counter_check
+        self.request = replace(given, counter_check=False, warm_start=False)
         self._resources = Resources(server=server, backend=backend, store=store)
         self._on_progress = on_progress
         self._lock = threading.Lock()
@@ -426,13 +429,15 @@ class Job:
         self._tell(f"{len(pending)} packs to ask, {len(results)} answers already stored")
         check = None
         if pending:
-            snapshot = CounterSnapshot(backend, backend.counters())
+            # As for one call: nothing to check behind a router (its /metrics is some replica's).
+            checking = self._check_counters and not backend.router_policy
+            snapshot = CounterSnapshot(backend, backend.counters() if checking else {})
             self._schedule(pending, backend)
             for pack in pending:
                 results.update(pack.results)
             served = [result.session_id for result in results.values() if result.usage is not None]
             records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
-            check = snapshot.compare(records)
+            check = snapshot.compare(records) if checking else None
         ordered = tuple(results[index] for index in range(len(self.items)))
         return JobReport(self.id, ordered, len(packs), check)
 

@@ -120,7 +120,7 @@ def section(work: Path, harness_dir: Path) -> str:
             "for `Go on.`). The cache then covers every token the server computed for the "
             "turn before: its prompt and its answer but the last generated token (sampled, never fed "
             "back), block-rounded on vLLM, exact on SGLang. The answer's ids are kept with its turn "
-            "(store migration 8), so a resumed session rebuilds the same ids. It is opt-in: "
+            "(store migration 9), so a resumed session rebuilds the same ids. It is opt-in: "
             "`/v1/completions` skips the server's chat-side parsing (a reasoning parser's separate "
             "field, tool calls), and a trained model, whose answers re-tokenise to the same ids, gains "
             "nothing from it; a turn after an answer whose reasoning the template drops goes out as text.",

@@ -230,7 +230,9 @@ def test_the_first_answer_stores_the_session_with_its_warm_start_and_counter_che
         session.ask("what does a return?")
         assert [record.id for record in store.sessions()] == [session.id]
         assert [r.purpose for r in store.requests(session_ids=[session.id])] == ["warm", "turn"]
-        # The warm start's check and the turn's: both refer to the session, stored with it.
+        # The warm start's check and the turn's (settled off the answer's path: the report
+        # waits for it): both refer to the session, stored with it.
+        session.report()
         assert len(store.counter_checks([session.id])) == 2
         # Stored, the requests tell a later warm start that the server holds the prefix.
         again = session.warm_start().wait(10)

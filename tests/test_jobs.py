@@ -20,7 +20,7 @@ from longctx import Job, JobItem, JobOptions, JobProgress, read_job
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.jobs import EXIT_ITEMS_FAILED
-from longctx.config import ServerOptions
+from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession
 from longctx.sessions.jobs import _Room
@@ -260,3 +260,30 @@ def test_job_command_refuses_a_bad_file_with_its_line(backend: Backend, tmp_path
     job_file.write_text('{"paths": "a", "question": "q", "extra": 1}\n')
     result = CliRunner().invoke(main, ["job", str(job_file)], obj=Runtime(backend=backend))
     assert result.exit_code != EXIT_OK and "line 1: unknown key 'extra'" in result.stderr
+
+
+def test_a_job_reads_no_counters_behind_a_declared_router_or_when_checks_are_off(
+    fake: FakeEngine, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[object] = []
+    original = Backend.counters
+
+    def counting(self: Backend, urls: object = None) -> object:
+        reads.append(urls)
+        return original(self, urls)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Backend, "counters", counting)
+    items = interleaved(make_repos(tmp_path, 2), 2)
+    plain = connect(URLS[0], transport=fake.transport())
+    assert Job(items, backend=plain, store=store, options=JobOptions(job_id="a")).run().failed == ()
+    assert reads  # the job's one check over the run reads the counters
+    reads.clear()
+    routed = connect(
+        ServerOptions(base_url=URLS[0], router_policy="vllm-router:consistent_hash"),
+        transport=fake.transport(),
+    )
+    report = Job(items, backend=routed, store=store, options=JobOptions(job_id="b")).run()
+    assert not report.failed and report.counter_check is None and reads == []
+    unchecked = RequestOptions(counter_check=False)
+    report = Job(items, backend=plain, store=store, request=unchecked, options=JobOptions(job_id="c")).run()
+    assert not report.failed and report.counter_check is None and reads == []

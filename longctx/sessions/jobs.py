@@ -45,6 +45,7 @@ from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession
 from longctx.sessions.counters import CounterSnapshot
 from longctx.sessions.resources import Resources
+from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
 from longctx.usage import Usage
 
@@ -516,14 +517,16 @@ class Job:
         )
         try:
             prefix = session.full_pack.total_tokens or 0
-            pack.replica = self._resources.backend.server_for(session.affinity_key).api_url
+            server = self._resources.backend.server_for(session.affinity_key)
         except LongctxError as error:
             session.close()
             pack.error = error.describe()
             for index in pack.indices:
                 pack.results[index] = JobResult(index, self.items[index], None, None, error=error.describe())
             return pack
-        siblings = min(len(pack.indices), self.request.concurrency or 8)
+        pack.replica = server.api_url
+        # As many siblings in flight as ask_many will send to this server.
+        siblings = min(len(pack.indices), choose_dispatch(server, self.request).concurrency)
         pack.claim = prefix + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.session = session
         return pack

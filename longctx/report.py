@@ -38,8 +38,11 @@ class CounterCheck:
 
     ``counter`` names the metric, ``server_delta`` is how much it grew over
     the report's requests, ``reported`` the sum of the responses' cached
-    tokens. ``matches`` is exact equality; ``note`` explains a mismatch or
-    why no check was possible.
+    tokens. The counter is the server's: calls of this process that
+    overlapped the report's are counted in it too, and ``others_reported``
+    is what their responses reported. ``matches`` is exact equality of the
+    growth with both together; ``note`` explains a mismatch, the others'
+    share, or why no check was possible.
     """
 
     counter: str
@@ -47,6 +50,7 @@ class CounterCheck:
     reported: int | None
     matches: bool | None
     note: str = ""
+    others_reported: int = 0
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,8 @@ class SavingsReport:
                 facts.append(("server counter", f"{check.counter}: not checked ({check.note})"))
             else:
                 verdict = "matches" if check.matches else f"MISMATCH ({check.note})"
+                if check.matches and check.others_reported:
+                    verdict += f" ({check.note})"
                 facts.append(("server counter", f"{check.counter} grew by {check.server_delta:,}: {verdict}"))
         return facts
 

@@ -10,6 +10,7 @@ import pytest
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
+from longctx.sessions.counters import wait_for_checks
 
 pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
 
@@ -22,6 +23,9 @@ def _clean_longctx_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             monkeypatch.delenv(name)
     monkeypatch.setenv("LONGCTX_HOME", str(tmp_path / "longctx-home"))
     yield
+    # Counter windows are kept per server URL for the process; fake servers
+    # reuse URLs from test to test, so one test's must settle before the next.
+    wait_for_checks(10)
 
 
 FAKE_URL = "http://fake-engine:8000/v1"

@@ -129,7 +129,9 @@ def test_counters_are_read_only_from_the_replica_that_serves(tmp_path: Path) -> 
     session.report()  # the check after the call settles off the answer's path: wait for it
     serving = backend.server_for(session.affinity_key).api_url
     metrics = {url: fleet.paths[(url, "/metrics")] for url in URLS}
-    assert metrics[serving] >= 2  # before and after the call
+    # At least the reading after the call; the one before is skipped when the
+    # second turn joins the first's counter window while that still settles.
+    assert metrics[serving] >= 1
     assert all(count == 0 for url, count in metrics.items() if url != serving)
     # Discovery happened once per replica, at connect, not per ask.
     assert all(fleet.paths[(url, "/v1/models")] == 0 for url in URLS)

@@ -106,7 +106,43 @@ def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(t
         assert [t.answer_ids for t in store.turns("s")] == [None, (5, 6, 7)]
         assert store.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
         assert store.answered(["job:x:0"]) == {}
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 9 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 10 == len(MIGRATIONS)
+
+
+def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp_path: Path) -> None:
+    """Migration 10: an old check had its window alone (no others, no window id) and still combines."""
+    from longctx.sessions.counters import combine_checks
+    from longctx.store import CounterCheckRecord
+
+    home = tmp_path / "home"
+    home.mkdir()
+    path = home / DATABASE_NAME
+    connection = sqlite3.connect(path)
+    for number, script in enumerate(MIGRATIONS[:9], start=1):
+        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
+    connection.execute(
+        "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
+        " VALUES ('s', 0, 'session', 't', '{}')"
+    )
+    connection.execute(
+        "INSERT INTO counter_checks"
+        " (session_id, base_url, counter, before, after, reported, requests, created_at)"
+        " VALUES ('s', 'http://x/v1', 'c', 100, 150, 50, 1, 0)"
+    )
+    connection.commit()
+    connection.close()
+
+    with Store.open(home) as store:
+        (old,) = store.counter_checks(["s"])
+        assert old.others_reported == 0 and old.window_id is None
+        shared = CounterCheckRecord(
+            "s", None, "http://x/v1", "c", 150, 190, 10, 1, others_reported=30, window_id="w"
+        )
+        store.record_counter_check(shared)
+        assert store.counter_checks(["s"]) == [old, shared]
+        check = combine_checks(store.counter_checks(["s"]))
+    assert check is not None and check.matches and (check.server_delta, check.reported) == (90, 60)
+    assert check.others_reported == 30 and "other calls of this process" in check.note
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -1,51 +1,92 @@
-"""The server's own prefix-cache counters, read around a call, against what the responses said.
+"""The server's own prefix-cache counters, read around calls, against what the responses said.
 
-A :class:`CounterSnapshot` reads each server's hit counter
-(``vllm:prefix_cache_hits_total``, ``sglang:cached_tokens_total``) before a
-call; after it, the counter is read again until it settles (engines publish
-metrics a moment after the response) and its growth is compared with the
-cached tokens the responses reported. Each check is stored with the
-session, so a report can show it later.
+A check compares the growth of a server's hit counter
+(``vllm:prefix_cache_hits_total``, ``sglang:cached_tokens_total``) over a
+window with the cached tokens the responses in that window reported. The
+counter is the server's, not the call's: every call of this process to
+the same server that overlaps the window is counted in it. So calls that
+overlap in time share one window (a *period*, kept by the process-wide
+ledger below): the counter is read when the first of them starts, and
+again once the last has ended and the counter has settled (engines publish
+metrics a moment after the response); the growth is compared with what
+all of them reported. Each call's check records its own reported tokens,
+those of the others in its window (``others_reported``) and the window's
+id, so a report over several calls counts a shared window once. Without
+this, two sessions asking the same server at once (an MCP server's
+concurrent tool calls) each saw the other's hits and reported a mismatch.
 
-A single turn's check runs off the request's path (:meth:`CounterSnapshot.finish_later`):
-the engines publish their counters a moment after the response, and the
-wait for them to settle (up to a second, more behind a router whose
-``/metrics`` is another replica's) must not delay the answer. The session
-waits for its pending checks before a report and when it closes.
+Traffic this process sends without a check (a job's per-call checks are
+off, it checks once around the whole job) and other clients' traffic are
+not in the ledger: they show as a mismatch, and the note says so.
+
+A turn's check finishes off the answer's path (:meth:`Settling.then`): the
+session waits for its pending checks before a report and when it closes,
+never before an answer.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Self
 
 from longctx.backends.base import Backend
+from longctx.backends.engines import CacheCounters
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, RequestRecord, Store
 
-__all__ = ["CounterSnapshot", "PendingCheck", "combine_checks"]
+__all__ = [
+    "CounterSnapshot",
+    "PendingCheck",
+    "Settling",
+    "batch_check",
+    "combine_checks",
+    "wait_for_checks",
+]
+
+#: How long a settle waits for the counter to reach what the responses reported.
+SETTLE_TIMEOUT = 5.0
+#: How long a batch waits for its check before it returns without it (a
+#: settle takes up to about a second; longer only while other calls of this
+#: process share its window).
+BATCH_CHECK_SECONDS = 8.0
 
 
 class CounterSnapshot:
-    """The server counters before a call, to compare with the responses after it."""
+    """One call's place in the counter windows of the servers it reads (see the module docstring).
 
-    def __init__(self, backend: Backend, before: Mapping[str, Any]) -> None:
+    Open it before the call's requests are sent (:meth:`take`, :meth:`take_all`),
+    :meth:`close` it with the call's records once they have all ended. Used
+    as a context manager, a call that raises (a failed request, Ctrl-C)
+    leaves its windows without a check: an open window would keep its
+    period, and every check sharing it, from ever settling.
+    """
+
+    def __init__(self, backend: Backend, periods: Mapping[str, _Period] | None = None) -> None:
         self.backend = backend
-        self.before = before
+        self._periods = dict(periods or {})
+        self._closed = False
 
     @classmethod
     def take(cls, backend: Backend, affinity_key: str | None = None) -> CounterSnapshot:
-        """Read the counter of the replica that serves ``affinity_key`` (only that one).
+        """Open a window on the replica that serves ``affinity_key`` (only that one).
 
         Every request of one key goes to that replica; reading the others
         would cost a ``/metrics`` request per replica and a wait for
         counters that cannot move. A request that fails over to another
         replica is simply not checked.
         """
-        return cls(backend, backend.counters([backend.server_for(affinity_key).api_url]))
+        return cls._open(backend, [backend.server_for(affinity_key).api_url])
+
+    @classmethod
+    def take_all(cls, backend: Backend) -> CounterSnapshot:
+        """Open a window on every replica up (a job: its packs go to all of them)."""
+        return cls._open(backend, list(backend.counters()))
 
     @classmethod
     def around(cls, backend: Backend, affinity_key: str | None, enabled: bool) -> CounterSnapshot:
@@ -57,58 +98,288 @@ class CounterSnapshot:
         necessarily the one that served, so the check could only wait and fail.
         """
         if not enabled or backend.router_policy:
-            return cls(backend, {})
+            return cls(backend)
         return cls.take(backend, affinity_key)
 
-    def finish(
-        self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
-    ) -> CounterCheck | None:
-        """Read the counters again (until they settle), store and return the check."""
-        checks = self.settle(session_id, batch_id, records)
-        for check in checks:
-            store.record_counter_check(check)
-        return combine_checks(checks)
+    @classmethod
+    def _open(cls, backend: Backend, urls: Iterable[str]) -> CounterSnapshot:
+        periods = {url: period for url in urls if (period := _LEDGER.join(backend, url)) is not None}
+        return cls(backend, periods)
 
-    def finish_later(
-        self, store: Store, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
-    ) -> PendingCheck:
-        """:meth:`finish` on a background thread; the caller waits for it before it reports."""
-        return PendingCheck(
-            lambda: self.finish(store, session_id, batch_id, list(records)), idle=not self.before
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._closed:
+            self.close("", None, [])
+
+    @property
+    def reading(self) -> bool:
+        """True when the call has a window on at least one server (there is something to check)."""
+        return bool(self._periods)
+
+    def close(self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]) -> Settling:
+        """End the call's windows with its requests; the checks come once its periods have settled.
+
+        Call it once, as soon as the call's last request has ended: a
+        period settles only when none of its calls is still open.
+        """
+        if self._closed:
+            raise RuntimeError("a counter snapshot is closed once")
+        self._closed = True
+        records = list(records)
+        shares = [
+            _LEDGER.leave(period, [r for r in records if r.base_url == url])
+            for url, period in self._periods.items()
+        ]
+        return Settling(session_id, batch_id, shares)
+
+    def close_into(self, store: Store, session_id: str, records: Iterable[RequestRecord]) -> PendingCheck:
+        """:meth:`close`, and store the checks once they settle, off the caller's path (a turn's)."""
+
+        def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
+            for check in checks:
+                store.record_counter_check(check)
+            return combine_checks(checks)
+
+        return self.close(session_id, None, records).then(keep)
+
+
+@dataclass
+class _Share:
+    """One call's part of a period: its own requests and the cached tokens they reported."""
+
+    period: _Period
+    requests: int
+    reported: int | None
+
+
+class Settling:
+    """A call's counter checks, once every period it took part in has settled.
+
+    :meth:`wait` blocks for them (one :class:`CounterCheckRecord` per
+    server whose counter could be read after); :meth:`then` hands them to a
+    function on a worker thread, off the caller's path.
+    """
+
+    def __init__(self, session_id: str, batch_id: str | None, shares: Sequence[_Share]) -> None:
+        self._session_id = session_id
+        self._batch_id = batch_id
+        self._shares = list(shares)
+
+    @property
+    def counter(self) -> str:
+        """The name of the counter read (the first server's), or "" when none was."""
+        return self._shares[0].period.counter if self._shares else ""
+
+    def wait(self, timeout: float | None = None) -> list[CounterCheckRecord] | None:
+        """The checks, or None when a period has not settled within ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        checks = []
+        for share in self._shares:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not share.period.settled.wait(left):
+                return None
+            check = share.period.check_for(share, self._session_id, self._batch_id)
+            if check is not None:
+                checks.append(check)
+        return checks
+
+    def then(self, keep: Callable[[list[CounterCheckRecord]], CounterCheck | None]) -> PendingCheck:
+        """``keep(checks)`` on a worker thread once they are in; its result is the pending check's."""
+
+        def finish() -> CounterCheck | None:
+            checks = self.wait()
+            assert checks is not None  # waited without a timeout
+            return keep(checks)
+
+        return PendingCheck(finish, idle=not self._shares)
+
+
+@dataclass
+class _Period:
+    """A window on one server's counter, shared by the calls of this process that overlap in it."""
+
+    url: str
+    counter: str
+    before: int
+    #: The connections of the calls that joined, latest last: the counter is
+    #: read through the latest (the first may have been closed by its owner).
+    backends: list[Backend] = field(default_factory=list)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    open: int = 0
+    requests: int = 0
+    reported: int = 0
+    unknown: bool = False  # a call's responses reported no cached tokens: nothing to expect
+    settling: bool = False
+    after: int | None = None
+    settled: threading.Event = field(default_factory=threading.Event)
+
+    def check_for(self, share: _Share, session_id: str, batch_id: str | None) -> CounterCheckRecord | None:
+        """The check of one call of this (settled) period, or None when the counter was not read after."""
+        if self.after is None:
+            return None
+        others = None if self.unknown or share.reported is None else self.reported - share.reported
+        return CounterCheckRecord(
+            session_id=session_id,
+            batch_id=batch_id,
+            base_url=self.url,
+            counter=self.counter,
+            before=self.before,
+            after=self.after,
+            reported=share.reported,
+            requests=share.requests,
+            others_reported=others,
+            window_id=self.id,
         )
 
-    def compare(self, records: Iterable[RequestRecord]) -> CounterCheck | None:
-        """:meth:`finish` without storing: for a check over many sessions (a job)."""
-        return combine_checks(self.settle("", None, records))
 
-    def settle(
-        self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]
-    ) -> list[CounterCheckRecord]:
-        """Read the counters again (until they settle): one check per server, not stored."""
-        records = list(records)
-        checks: list[CounterCheckRecord] = []
-        for url, before in self.before.items():
-            if before is None:
-                continue
-            mine = [r for r in records if r.base_url == url]
-            reported_values = [r.usage.cached_tokens for r in mine if r.usage.cached_tokens is not None]
-            reported = sum(reported_values) if reported_values else None
-            expected = None if reported is None else before.hits + reported
-            after = _settled_counter(self.backend, url, expected)
-            if after is None:
-                continue
-            check = CounterCheckRecord(
-                session_id=session_id,
-                batch_id=batch_id,
-                base_url=url,
-                counter=before.counter,
-                before=before.hits,
-                after=after,
-                reported=reported,
-                requests=len(mine),
-            )
-            checks.append(check)
-        return checks
+class _Ledger:
+    """The process's open periods, one per server (by its URL), and their settling.
+
+    By URL, whatever connection a call uses: the counter is the server's,
+    so two sessions with connections of their own (an MCP server's
+    sources) still count in each other's windows.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._periods: dict[str, _Period] = {}
+        self._idle = threading.Condition(self._lock)
+
+    def join(self, backend: Backend, url: str) -> _Period | None:
+        """The period a call starting now on ``url`` belongs to (a new one if none is open)."""
+        with self._lock:
+            period = self._periods.get(url)
+            if period is not None:
+                period.open += 1
+                period.backends.append(backend)
+                return period
+        # Read outside the lock: it is a request to the server.
+        reading = backend.counters([url]).get(url)
+        if reading is None:
+            return None
+        with self._lock:
+            # A call that started meanwhile opened one: its reading is older than this call's requests.
+            period = self._periods.setdefault(url, _Period(url, reading.counter, reading.hits))
+            period.open += 1
+            period.backends.append(backend)
+            return period
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no period is open or settling; False if one still is after ``timeout`` seconds."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._periods, timeout)
+
+    def leave(self, period: _Period, records: Sequence[RequestRecord]) -> _Share:
+        """A call of ``period`` has ended with ``records``; the last one out starts its settling."""
+        values = [r.usage.cached_tokens for r in records if r.usage.cached_tokens is not None]
+        share = _Share(period, len(records), sum(values) if values else None)
+        with self._lock:
+            period.open -= 1
+            period.requests += share.requests
+            if share.reported is None and records:
+                period.unknown = True
+            period.reported += share.reported or 0
+            start = period.open == 0 and not period.settling
+            if start:
+                period.settling = True
+        if start:
+            _checkers().submit(self._settle, period)
+        return share
+
+    def _settle(self, period: _Period) -> None:
+        """Read the counter until it settles; end the period unless a call joined it meanwhile.
+
+        Engines publish metrics a moment after the response, so one read
+        right after the last answer can miss the last request. When the
+        responses reported nothing there is nothing to wait for: a short
+        quiet spell is enough, so a server without cached-token reporting
+        does not slow every check by a second.
+        """
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        last: int | None = None
+        last_change = time.monotonic()
+        while True:
+            with self._lock:
+                if period.open:  # a call joined: its leaving settles the period
+                    period.settling = False
+                    return
+                expected = None if period.unknown else period.before + period.reported
+            reading = _read(period)
+            done = reading is None
+            if reading is not None:
+                if reading.hits != last:
+                    last, last_change = reading.hits, time.monotonic()
+                now = time.monotonic()
+                # Past the expected value, other traffic is counted too: waiting cannot make it match.
+                reached = expected is not None and reading.hits >= expected
+                quiet = 1.0 if expected is not None else 0.2
+                done = reached or now - last_change >= quiet or now >= deadline
+            if done:
+                with self._lock:
+                    if period.open:
+                        period.settling = False
+                        return
+                    period.after = last
+                    if self._periods.get(period.url) is period:
+                        del self._periods[period.url]
+                    self._idle.notify_all()
+                period.settled.set()
+                return
+            time.sleep(0.1)
+
+
+def _read(period: _Period) -> CacheCounters | None:
+    """The period's counter now, through the latest of its connections that can still read it."""
+    for backend in reversed(period.backends):
+        try:
+            return backend.counters([period.url]).get(period.url)
+        except Exception:  # noqa: BLE001 - closed by its owner, or the server gone: try the next
+            continue
+    return None
+
+
+_LEDGER = _Ledger()
+
+
+def wait_for_checks(timeout: float = 30.0) -> bool:
+    """Wait until every counter window of this process has settled; False on ``timeout``.
+
+    For a program (or a test) about to end or to reuse a server's URL for
+    another server: the checks settle on worker threads after the calls
+    that made them have returned.
+    """
+    return _LEDGER.wait_idle(timeout)
+
+
+def batch_check(
+    settling: Settling, keep: Callable[[list[CounterCheckRecord]], None], pending: list[PendingCheck]
+) -> CounterCheck | None:
+    """A batch's check for its report if its window settles soon; ``keep`` stores it either way.
+
+    The batch's window is shared with the calls of this process that
+    overlapped it. While one of them still runs (another session's long
+    batch), the batch returns without its check, which ``keep`` gets later
+    from a :class:`PendingCheck` appended to ``pending`` (the session
+    waits for those before its report).
+    """
+
+    def finish(checks: list[CounterCheckRecord]) -> CounterCheck | None:
+        keep(checks)
+        return combine_checks(checks)
+
+    checks = settling.wait(timeout=BATCH_CHECK_SECONDS)
+    if checks is not None:
+        return finish(checks)
+    pending.append(settling.then(finish))
+    return CounterCheck(
+        counter=settling.counter,
+        server_delta=None,
+        reported=None,
+        matches=None,
+        note="other calls of this process on the same server were still running; the session's report has it",
+    )
 
 
 class PendingCheck:
@@ -126,7 +397,7 @@ class PendingCheck:
         self.error: BaseException | None = None
         self._finish = finish
         # Nothing was read before the call: nothing to check, no work queued.
-        self._future: Future[None] | None = None if idle else _checkers().submit(self._run)
+        self._future: Future[None] | None = None if idle else _waiters().submit(self._run)
 
     def _run(self) -> None:
         try:
@@ -142,45 +413,33 @@ class PendingCheck:
 
 @functools.cache
 def _checkers() -> ThreadPoolExecutor:
-    # A few workers: a check waits up to a few seconds for a counter that
-    # does not settle, and one such must not hold up the other sessions'.
-    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="longctx-counter-check")
+    # The threads that read counters until they settle: a few, since a
+    # counter that never reaches the expected value holds one for seconds
+    # and must not hold up the other servers' periods.
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="longctx-counter-settle")
 
 
-def _settled_counter(backend: Backend, url: str, expected: int | None, timeout: float = 5.0) -> int | None:
-    """The counter once it reaches ``expected`` or stops moving for a while.
-
-    Engines publish metrics a moment after the response, so one read right
-    after the last answer can miss the last request. When the responses
-    reported nothing there is nothing to wait for: a short quiet spell is
-    enough, so a server without cached-token reporting does not slow every
-    turn by a second.
-    """
-    quiet = 1.0 if expected is not None else 0.2
-    deadline = time.monotonic() + timeout
-    last: int | None = None
-    last_change = time.monotonic()
-    while True:
-        reading = backend.counters([url]).get(url)
-        if reading is None:
-            return last
-        if reading.hits != last:
-            last, last_change = reading.hits, time.monotonic()
-        now = time.monotonic()
-        # Past the expected value, other traffic is counted too: waiting cannot make it match.
-        reached = expected is not None and last >= expected
-        if reached or now - last_change >= quiet or now >= deadline:
-            return last
-        time.sleep(0.1)
+@functools.cache
+def _waiters() -> ThreadPoolExecutor:
+    # The threads that wait for a settled period and store its checks.
+    # Apart from the readers: a waiter blocks until its period ends, and
+    # waiters filling every reader thread would leave none to end it.
+    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="longctx-counter-check")
 
 
 def combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
-    """One check over several servers or calls; None when there is none."""
+    """One check over several servers or calls; None when there is none.
+
+    Calls that shared a window (the same ``window_id``) count its growth
+    once, against what all its calls reported: theirs and the others'.
+    """
     if not checks:
         return None
-    delta = sum(check.after - check.before for check in checks)
-    reported_parts = [check.reported for check in checks]
-    if any(part is None for part in reported_parts):
+    windows: dict[str, list[CounterCheckRecord]] = {}
+    for number, check in enumerate(checks):
+        windows.setdefault(check.window_id or f"own {number}", []).append(check)
+    delta = sum(group[0].after - group[0].before for group in windows.values())
+    if any(check.reported is None or check.others_reported is None for check in checks):
         return CounterCheck(
             counter=checks[0].counter,
             server_delta=delta,
@@ -188,16 +447,25 @@ def combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
             matches=None,
             note="responses did not report cached tokens; the server counter is the only figure",
         )
-    reported = sum(part or 0 for part in reported_parts)
-    matches = delta == reported
-    note = (
-        ""
-        if matches
-        else (
-            f"the server counted {delta - reported:+,} tokens more than the responses reported "
+    reported = sum(check.reported or 0 for check in checks)
+    # The window's other calls are those not in this report (their own rows are elsewhere).
+    expected = sum((group[0].reported or 0) + (group[0].others_reported or 0) for group in windows.values())
+    others = expected - reported
+    matches = delta == expected
+    if not matches:
+        note = (
+            f"the server counted {delta - expected:+,} tokens more than the responses reported "
             "(other clients' traffic, or requests longctx did not make, in the same window)"
         )
-    )
+    elif others:
+        note = f"{others:,} of the tokens were cached by other calls of this process in the same window"
+    else:
+        note = ""
     return CounterCheck(
-        counter=checks[0].counter, server_delta=delta, reported=reported, matches=matches, note=note
+        counter=checks[0].counter,
+        server_delta=delta,
+        reported=reported,
+        matches=matches,
+        note=note,
+        others_reported=others,
     )

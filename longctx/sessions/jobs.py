@@ -43,7 +43,7 @@ from longctx.errors import ConfigError, LongctxError
 from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession
-from longctx.sessions.counters import CounterSnapshot
+from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -432,13 +432,14 @@ class Job:
         if pending:
             # As for one call: nothing to check behind a router (its /metrics is some replica's).
             checking = self._check_counters and not backend.router_policy
-            snapshot = CounterSnapshot(backend, backend.counters() if checking else {})
-            self._schedule(pending, backend)
-            for pack in pending:
-                results.update(pack.results)
-            served = [result.session_id for result in results.values() if result.usage is not None]
-            records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
-            check = snapshot.compare(records) if checking else None
+            with CounterSnapshot.take_all(backend) if checking else CounterSnapshot(backend) as snapshot:
+                self._schedule(pending, backend)
+                for pack in pending:
+                    results.update(pack.results)
+                served = [result.session_id for result in results.values() if result.usage is not None]
+                records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
+                checks = snapshot.close("", None, records).wait()
+            check = combine_checks(checks or []) if checking else None
         ordered = tuple(results[index] for index in range(len(self.items)))
         return JobReport(self.id, ordered, len(packs), check)
 

@@ -50,10 +50,10 @@ from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import siblings
+from longctx.sessions import counters, siblings
 from longctx.sessions.answers import Answer, Batch, Committed, history_form
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
-from longctx.sessions.counters import CounterSnapshot, PendingCheck, combine_checks
+from longctx.sessions.counters import CounterSnapshot, PendingCheck
 from longctx.sessions.recording import Recording
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
@@ -496,15 +496,14 @@ class Session(Conversation):
             changes = self._pending_changes(self._turns, max_tokens)
             request = self._in_token_history(self._chat_request(question, self._turns, max_tokens, changes))
             record = self._opened()
-            # The last turn's check first: its reading after must not count this turn's hits.
-            self._settle_checks()
-            snapshot = CounterSnapshot.around(self.backend, request.affinity_key, self.request.counter_check)
-            sent = self.backend.complete(request)
-            committed = self._commit_turn(sent, question, purpose, changes)
-            self._token_history.answered(request, sent.completion, len(self._turns))
-            self._pending_checks.append(
-                snapshot.finish_later(self.store, record.id, None, [committed.request])
-            )
+            # No wait for the last turn's check: a turn sent while it settles shares its window.
+            with CounterSnapshot.around(
+                self.backend, request.affinity_key, self.request.counter_check
+            ) as snapshot:
+                sent = self.backend.complete(request)
+                committed = self._commit_turn(sent, question, purpose, changes)
+                self._token_history.answered(request, sent.completion, len(self._turns))
+                self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             return committed.answer
 
     async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
@@ -519,16 +518,13 @@ class Session(Conversation):
             request = self._chat_request(question, self._turns, max_tokens, changes)
             request = await asyncio.to_thread(self._in_token_history, request)
             record = await asyncio.to_thread(self._opened)
-            await asyncio.to_thread(self._settle_checks)
-            snapshot = await asyncio.to_thread(
+            with await asyncio.to_thread(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
-            )
-            sent = await self.backend.acomplete(request)
-            committed = self._commit_turn(sent, question, purpose, changes)
-            self._token_history.answered(request, sent.completion, len(self._turns))
-            self._pending_checks.append(
-                snapshot.finish_later(self.store, record.id, None, [committed.request])
-            )
+            ) as snapshot:
+                sent = await self.backend.acomplete(request)
+                committed = self._commit_turn(sent, question, purpose, changes)
+                self._token_history.answered(request, sent.completion, len(self._turns))
+                self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             return committed.answer
 
     def _in_token_history(self, request: ChatRequest) -> ChatRequest:
@@ -643,18 +639,17 @@ class Session(Conversation):
         changes = self._pending_changes(self._turns, max_tokens)
         plan = self._sibling_plan(questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
-        self._settle_checks()
-        snapshot = CounterSnapshot.around(self.backend, self.affinity_key, self.request.counter_check)
-        outcome = siblings.run(
-            self.backend,
-            plan,
-            dispatch=dispatch,
-            commit=lambda sent, index: self._commit_sibling(
-                sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
-            ),
-            on_answer=on_answer,
-        )
-        return self._finish_batch(plan, outcome, snapshot, dispatch)
+        with CounterSnapshot.around(self.backend, self.affinity_key, self.request.counter_check) as snapshot:
+            outcome = siblings.run(
+                self.backend,
+                plan,
+                dispatch=dispatch,
+                commit=lambda sent, index: self._commit_sibling(
+                    sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
+                ),
+                on_answer=on_answer,
+            )
+            return self._finish_batch(plan, outcome, snapshot, dispatch)
 
     async def aask_many(
         self,
@@ -668,19 +663,18 @@ class Session(Conversation):
         changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
         plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes, keys)
         dispatch = self._dispatch(plan, concurrency)
-        await asyncio.to_thread(self._settle_checks)
-        snapshot = await asyncio.to_thread(
+        with await asyncio.to_thread(
             CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check
-        )
-        outcome = await siblings.arun(
-            self.backend,
-            plan,
-            dispatch=dispatch,
-            commit=lambda sent, index: self._commit_sibling(
-                sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
-            ),
-        )
-        return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot, dispatch)
+        ) as snapshot:
+            outcome = await siblings.arun(
+                self.backend,
+                plan,
+                dispatch=dispatch,
+                commit=lambda sent, index: self._commit_sibling(
+                    sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
+                ),
+            )
+            return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot, dispatch)
 
     def _dispatch(self, plan: siblings.Plan, concurrency: int | None) -> siblings.Dispatch:
         """How this batch goes out: to the server its requests are routed to, as measured fastest there."""
@@ -695,9 +689,11 @@ class Session(Conversation):
         dispatch: siblings.Dispatch,
     ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
-        checks = snapshot.settle(plan.session_id, plan.batch_id, records)
-        self._recording.keep(self.store, checks=checks)  # kept in memory if no sibling was answered
-        check = combine_checks(checks)
+        settling = snapshot.close(plan.session_id, plan.batch_id, records)
+        keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
+        check = counters.batch_check(
+            settling, lambda checks: keep(self.store, checks=checks), self._pending_checks
+        )
         if outcome.failures:
             raise outcome.failures[0]
         answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
@@ -769,7 +765,7 @@ class Session(Conversation):
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
-            counter_check=combine_checks(checks),
+            counter_check=counters.combine_checks(checks),
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from longctx.backends.base import Backend
+from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.counters import CounterSnapshot
@@ -143,8 +143,13 @@ class WarmStart:
             return WarmResult(
                 None, None, skipped=f"the server computed this prefix {ago:.0f} s ago (request {held.id})"
             )
-        snapshot = CounterSnapshot.take(plan.backend)
-        sent = plan.backend.complete(plan.request)
+        with CounterSnapshot.take(plan.backend) as snapshot:
+            sent = plan.backend.complete(plan.request)
+            return self._kept(plan, snapshot, sent)
+
+    @staticmethod
+    def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent) -> WarmResult:
+        """The warm request recorded, with its counter check once that settled."""
         usage = sent.completion.usage
         record = RequestRecord(
             id=sent.request_id,
@@ -158,7 +163,8 @@ class WarmStart:
             usage=usage,
             attempts=sent.attempts,
         )
-        plan.keep(record, snapshot.settle(plan.record.id, None, [record]))
+        checks = snapshot.close(plan.record.id, None, [record]).wait()
+        plan.keep(record, checks or [])
         return WarmResult(sent.request_id, usage)
 
 

@@ -180,6 +180,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE turns ADD COLUMN answer_ids_json TEXT;
     """,
+    # 10: counter checks of calls that overlapped share a window
+    # (longctx.sessions.counters): its id, and the cached tokens its other
+    # calls reported, so a report counts the window's growth once.
+    """
+    ALTER TABLE counter_checks ADD COLUMN others_reported INTEGER DEFAULT 0;
+    ALTER TABLE counter_checks ADD COLUMN window_id TEXT;
+    """,
 )
 
 

@@ -97,7 +97,7 @@ class RequestRecord:
 
 @dataclass(frozen=True)
 class CounterCheckRecord:
-    """A server counter read before and after one call's requests."""
+    """A server counter read before and after one call's requests (and those that overlapped it)."""
 
     session_id: str
     batch_id: str | None
@@ -107,6 +107,11 @@ class CounterCheckRecord:
     after: int
     reported: int | None
     requests: int
+    #: Cached tokens reported by the other calls of this process in the same
+    #: window (longctx.sessions.counters); None when one of them reported none.
+    others_reported: int | None = 0
+    #: The window shared with those calls; None: the call had it alone.
+    window_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ class SessionLog(Database):
             CounterCheckRecord(
                 session_id=row["session_id"], batch_id=row["batch_id"], base_url=row["base_url"],
                 counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
-                requests=row["requests"],
+                requests=row["requests"], others_reported=row["others_reported"], window_id=row["window_id"],
             )
             for row in self._query(
                 f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
@@ -234,9 +234,9 @@ def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRec
     connection.execute(
         "INSERT INTO counter_checks"
         " (session_id, batch_id, base_url, counter, before, after, reported,"
-        " requests, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " requests, others_reported, window_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
-         check.reported, check.requests, time.time()),
+         check.reported, check.requests, check.others_reported, check.window_id, time.time()),
     )  # fmt: skip
 
 

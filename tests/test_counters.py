@@ -1,0 +1,154 @@
+"""Counter checks of calls that overlap in one process: one shared window, counted once, exact."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx2
+import pytest
+from fake_engine import FakeEngine, Fault
+
+from longctx.backends.base import Backend, connect
+from longctx.errors import LongctxError
+from longctx.sessions import Session, counters
+from longctx.store import Store, StoredPack
+
+URL = "http://counters.test/v1"
+PACK = StoredPack(
+    fingerprint="c" * 64,
+    format_version="test/1",
+    system="You answer questions about the documents.",
+    prefix="<documents>\n" + "the quick brown fox\n" * 300 + "</documents>\n\n",
+    summary={"title": "fixture"},
+)
+HELD = "a question the server holds"
+
+
+class HoldingServer:
+    """A fake engine that holds the request asking :data:`HELD` until :attr:`release` is set."""
+
+    def __init__(self) -> None:
+        self.fake = FakeEngine(block=1)
+        self.release = threading.Event()
+        self.holding = threading.Event()
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/chat/completions") and HELD in request.content.decode():
+            self.holding.set()
+            assert self.release.wait(timeout=30), "the test never released the held request"
+        return self.fake.handle(request)
+
+    def connect(self) -> Backend:
+        """A connection of its own (as each source of an MCP server has), to the same URL."""
+        return connect(URL, transport=httpx2.MockTransport(self.handle))
+
+
+@pytest.fixture
+def server() -> Iterator[HoldingServer]:
+    held = HoldingServer()
+    yield held
+    held.release.set()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "home")
+
+
+def held_ask(session: Session) -> threading.Thread:
+    """Ask :data:`HELD` on a thread; the server holds it until released."""
+    thread = threading.Thread(target=session.ask, args=(HELD,))
+    thread.start()
+    return thread
+
+
+def test_sessions_asking_one_server_at_once_each_match_its_counter(
+    server: HoldingServer, store: Store
+) -> None:
+    """Two sessions, two connections, one server: each call counts in the other's window.
+
+    A's request is in flight through all of B's turns, so the server's
+    counter over A's window grows by B's hits too. Checked alone, A's turn
+    mismatched (the MCP server's concurrent tool calls failed this way on CI).
+    """
+    first, second = Session(server.connect(), PACK, store=store), Session(server.connect(), PACK, store=store)
+    second.ask("warm the prefix?")  # B's pack is in the cache: its next turns hit it
+    assert counters.wait_for_checks(10)
+    thread = held_ask(first)
+    assert server.holding.wait(10)
+    second.ask("one?")
+    second.ask("two?")
+    server.release.set()
+    thread.join(10)
+
+    mine, theirs = first.report().counter_check, second.report().counter_check
+    assert mine is not None and theirs is not None
+    assert mine.matches is True and theirs.matches is True, (mine, theirs)
+    # A's window held B's two turns: their hits are in its counter growth, named as others'.
+    assert mine.others_reported > 0 and mine.server_delta == mine.reported + mine.others_reported
+    assert "other calls of this process" in mine.note
+    # Stored as one window: A's and B's rows of it share its id and its readings.
+    (stored,) = store.counter_checks([first.id])
+    shared = [check for check in store.counter_checks([second.id]) if check.window_id == stored.window_id]
+    assert len(shared) == 2 and {(c.before, c.after) for c in shared} == {(stored.before, stored.after)}
+    # Across both sessions the window's growth counts once and matches all that was reported.
+    both = counters.combine_checks([*store.counter_checks([first.id]), *store.counter_checks([second.id])])
+    assert both is not None and both.matches and both.others_reported == 0
+    assert both.server_delta == both.reported == server.fake.hits_total > 0
+
+
+def test_a_call_that_fails_leaves_its_window(server: HoldingServer, store: Store) -> None:
+    """A request that raises closes its window: later checks still settle, and match."""
+    session = Session(server.connect(), PACK, store=store)
+    session.ask("first?")
+    server.fake.faults.append(Fault(status=400, body={"error": "bad request"}))
+    with pytest.raises(LongctxError):
+        session.ask("refused?")
+    session.ask("after?")
+    assert counters.wait_for_checks(10), "a failed call's window stayed open: no check can settle"
+    check = session.report().counter_check
+    assert check is not None and check.matches is True, check
+
+
+def test_a_batch_returns_without_its_check_while_another_call_holds_the_window(
+    server: HoldingServer, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's answers do not wait for another session's call; the session's report has the check."""
+    monkeypatch.setattr(counters, "BATCH_CHECK_SECONDS", 0.3)
+    holder, batcher = (
+        Session(server.connect(), PACK, store=store),
+        Session(server.connect(), PACK, store=store),
+    )
+    thread = held_ask(holder)
+    assert server.holding.wait(10)
+    batch = batcher.ask_many(["x?", "y?"])
+    assert len(batch.answers) == 2
+    check = batch.report.counter_check
+    assert check is not None and check.matches is None and "still running" in check.note, check
+    server.release.set()
+    thread.join(10)
+    settled = batcher.report().counter_check
+    assert settled is not None and settled.matches is True, settled
+    assert len(store.counter_checks([batcher.id, *batcher.branch_ids()])) == 1
+
+
+def test_traffic_outside_the_ledger_is_still_a_mismatch(store: Store) -> None:
+    """Hits the process did not send (another client's) still show: the shared window hides nothing."""
+    fake = FakeEngine(block=1)
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        response = fake.handle(request)
+        if request.url.path.endswith("/chat/completions"):
+            body = json.loads(request.content)
+            assert body["messages"]
+            fake.hits_total += 7  # another client's hits, counted while this call's window is open
+        return response
+
+    session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
+    session.ask("one?")
+    check = session.report().counter_check
+    assert check is not None and check.matches is False and check.server_delta == (check.reported or 0) + 7
+    assert "+7 tokens more" in check.note

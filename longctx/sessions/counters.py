@@ -212,6 +212,7 @@ class _Period:
     reported: int = 0
     unknown: bool = False  # a call's responses reported no cached tokens: nothing to expect
     settling: bool = False
+    left: int = 0  # calls that have left: a settle restarts its clock when one more has
     after: int | None = None
     settled: threading.Event = field(default_factory=threading.Event)
 
@@ -277,6 +278,7 @@ class _Ledger:
         share = _Share(period, len(records), sum(values) if values else None)
         with self._lock:
             period.open -= 1
+            period.left += 1
             period.requests += share.requests
             if share.reported is None and records:
                 period.unknown = True
@@ -297,15 +299,17 @@ class _Ledger:
         quiet spell is enough, so a server without cached-token reporting
         does not slow every check by a second.
         """
-        deadline = time.monotonic() + SETTLE_TIMEOUT
         last: int | None = None
-        last_change = time.monotonic()
+        seen, deadline, last_change = -1, 0.0, 0.0
         while True:
             with self._lock:
                 if period.open:  # a call joined: its leaving settles the period
                     period.settling = False
                     return
                 expected = None if period.unknown else period.before + period.reported
+                if period.left != seen:  # a call joined and left since: wait for its hits too
+                    seen, last_change = period.left, time.monotonic()
+                    deadline = last_change + SETTLE_TIMEOUT
             reading = _read(period)
             done = reading is None
             if reading is not None:
@@ -321,6 +325,8 @@ class _Ledger:
                     if period.open:
                         period.settling = False
                         return
+                    if period.left != seen:  # one more call came and went: read again
+                        continue
                     period.after = last
                     if self._periods.get(period.url) is period:
                         del self._periods[period.url]

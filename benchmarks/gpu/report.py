@@ -45,6 +45,8 @@ def context_section(context: dict[str, Any], block: int) -> list[str]:
     lines = [
         f"### {context['prefix_tokens']:,}-token pack (target {context['target_tokens']:,})",
         "",
+        f"Run {context['started']}.",
+        "",
         "| client | wall s (each run) | median | cached per request | dispatch |",
         "|---|---:|---:|---|---|",
     ]
@@ -132,7 +134,7 @@ def section(results: dict[str, Any]) -> str:
         "",
         f"{meta['gpu']}; {meta['engine']} {meta['version']}, model `{meta['model']}` (8B-shaped Llama, random"
         f" weights, the test suite's tiny tokenizer), window {meta['context_length']:,}, cache block {block};"
-        f" Python {meta['python']}; {meta['answer_tokens']} answer tokens; run {meta['started']}."
+        f" Python {meta['python']}; {meta['answer_tokens']} answer tokens."
         f" Flags: `{meta['flags']}`. Written by `benchmarks/gpu/report.py` from `benchmarks/gpu/run.sh`'s"
         " JSON; every scenario under its own `cache_salt` (cold). ask_many rows time the call (pack ready);"
         " the api/cli batch rows time everything from start (the CLI as a new process).",
@@ -149,11 +151,13 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
     args = parser.parse_args()
     runs = [json.loads(path.read_text()) for path in args.results]
-    # Several runs (one per command, to stay under a time limit) make one section, in context order.
-    merged = {
-        **runs[0],
-        "contexts": sorted((c for run in runs for c in run["contexts"]), key=lambda c: c["target_tokens"]),
-    }
+    # Several runs (one per command, to stay under a time limit) make one section, in context order;
+    # a context measured again (after a change to its path) is shown from the later run only.
+    contexts: dict[int, dict[str, Any]] = {}
+    for run in sorted(runs, key=lambda run: run["meta"]["started"]):
+        for context in run["contexts"]:
+            contexts[context["target_tokens"]] = {**context, "started": run["meta"]["started"]}
+    merged = {**runs[-1], "contexts": [contexts[target] for target in sorted(contexts)]}
     body = section(merged)
     if args.write:
         from bench import write_section

@@ -16,8 +16,10 @@ this, two sessions asking the same server at once (an MCP server's
 concurrent tool calls) each saw the other's hits and reported a mismatch.
 
 Traffic this process sends without a check (a job's per-call checks are
-off, it checks once around the whole job) and other clients' traffic are
-not in the ledger: they show as a mismatch, and the note says so.
+off, it checks once around the whole job), a call that failed after the
+server began it (it leaves its window with nothing reported), and other
+clients' traffic are not in the ledger: they show as a mismatch, and the
+note says so.
 
 A turn's check finishes off the answer's path (:meth:`Settling.then`): the
 session waits for its pending checks before a report and when it closes,
@@ -461,7 +463,8 @@ def combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
     if not matches:
         note = (
             f"the server counted {delta - expected:+,} tokens more than the responses reported "
-            "(other clients' traffic, or requests longctx did not make, in the same window)"
+            "(other clients' traffic, a request that failed after the server began it,"
+            " or requests longctx did not make, in the same window)"
         )
     elif others:
         note = f"{others:,} of the tokens were cached by other calls of this process in the same window"

@@ -90,6 +90,7 @@ def test_sessions_asking_one_server_at_once_each_match_its_counter(
     # A's window held B's two turns: their hits are in its counter growth, named as others'.
     assert mine.others_reported > 0 and mine.server_delta == mine.reported + mine.others_reported
     assert "other calls of this process" in mine.note
+    assert f"grew by {mine.server_delta:,}: matches (" in " ".join(first.report().to_text().split())
     # Stored as one window: A's and B's rows of it share its id and its readings.
     (stored,) = store.counter_checks([first.id])
     shared = [check for check in store.counter_checks([second.id]) if check.window_id == stored.window_id]

@@ -20,25 +20,37 @@ from longctx.store.db import MIGRATIONS
 _EARLIER_VERSION = 2
 
 
-def _earlier_database(home: Path) -> Path:
-    home.mkdir()
+def _database_at(home: Path, version: int, *rows: str) -> Path:
+    """A database in ``home`` as longctx left it at schema ``version``, with ``rows`` inserted."""
+    home.mkdir(exist_ok=True)
     path = home / DATABASE_NAME
     connection = sqlite3.connect(path)
-    for number, script in enumerate(MIGRATIONS[:_EARLIER_VERSION], start=1):
+    for number, script in enumerate(MIGRATIONS[:version], start=1):
         connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
-    connection.execute(
-        "INSERT INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)", ("t", "a" * 64, 7)
-    )
-    # A snapshot as that release saved it: the manifest inside the summary.
-    (home / "pack-snapshots").mkdir()
-    (home / "pack-snapshots" / "old.txt").write_text("header")
-    connection.execute(
-        "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json, text_file,"
-        " created_at) VALUES ('slot', 'state', 'f', '{\"manifest\": {}}', '[6]', 'old.txt', 0)"
-    )
+    for row in rows:
+        connection.execute(row)
     connection.commit()
     connection.close()
     return path
+
+
+_SESSION_ROW = (
+    "INSERT INTO sessions (id, created_at, kind, title, settings_json) VALUES ('s', 0, 'session', 't', '{}')"
+)
+
+
+def _earlier_database(home: Path) -> Path:
+    home.mkdir()
+    # A snapshot as that release saved it: the manifest inside the summary.
+    (home / "pack-snapshots").mkdir()
+    (home / "pack-snapshots" / "old.txt").write_text("header")
+    return _database_at(
+        home,
+        _EARLIER_VERSION,
+        f"INSERT INTO token_counts (tokenizer, content_sha256, tokens) VALUES ('t', '{'a' * 64}', 7)",
+        "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, section_sizes_json, text_file,"
+        " created_at) VALUES ('slot', 'state', 'f', '{\"manifest\": {}}', '[6]', 'old.txt', 0)",
+    )
 
 
 def test_an_earlier_database_is_upgraded_and_keeps_its_counts(tmp_path: Path) -> None:
@@ -58,14 +70,9 @@ def test_an_earlier_database_is_upgraded_and_keeps_its_counts(tmp_path: Path) ->
 
 def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_data(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    home.mkdir()
-    path = home / DATABASE_NAME
-    connection = sqlite3.connect(path)
-    for number, script in enumerate(MIGRATIONS[:5], start=1):
-        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
-    connection.execute("INSERT INTO commit_times (key, times_json, created_at) VALUES ('k', '{\"a\": 1}', 0)")
-    connection.commit()
-    connection.close()
+    path = _database_at(
+        home, 5, "INSERT INTO commit_times (key, times_json, created_at) VALUES ('k', '{\"a\": 1}', 0)"
+    )
 
     with Store.open(home) as store:
         assert store.commit_times("k") == {"a": 1}
@@ -80,21 +87,13 @@ def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(t
     from longctx.usage import Usage
 
     home = tmp_path / "home"
-    home.mkdir()
-    path = home / DATABASE_NAME
-    connection = sqlite3.connect(path)
-    for number, script in enumerate(MIGRATIONS[:7], start=1):
-        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
-    connection.execute(
-        "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
-        " VALUES ('s', 0, 'session', 't', '{}')"
-    )
-    connection.execute(
+    path = _database_at(
+        home,
+        7,
+        _SESSION_ROW,
         "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
-        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
     )
-    connection.commit()
-    connection.close()
 
     with Store.open(home) as store:
         (old,) = store.turns("s")
@@ -115,22 +114,13 @@ def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp
     from longctx.store import CounterCheckRecord
 
     home = tmp_path / "home"
-    home.mkdir()
-    path = home / DATABASE_NAME
-    connection = sqlite3.connect(path)
-    for number, script in enumerate(MIGRATIONS[:9], start=1):
-        connection.executescript(f"BEGIN;\n{script}\nPRAGMA user_version = {number};\nCOMMIT;")
-    connection.execute(
-        "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
-        " VALUES ('s', 0, 'session', 't', '{}')"
+    _database_at(
+        home,
+        9,
+        _SESSION_ROW,
+        "INSERT INTO counter_checks (session_id, base_url, counter, before, after, reported, requests,"
+        " created_at) VALUES ('s', 'http://x/v1', 'c', 100, 150, 50, 1, 0)",
     )
-    connection.execute(
-        "INSERT INTO counter_checks"
-        " (session_id, base_url, counter, before, after, reported, requests, created_at)"
-        " VALUES ('s', 'http://x/v1', 'c', 100, 150, 50, 1, 0)"
-    )
-    connection.commit()
-    connection.close()
 
     with Store.open(home) as store:
         (old,) = store.counter_checks(["s"])

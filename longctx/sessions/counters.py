@@ -69,8 +69,8 @@ class CounterSnapshot:
     period, and every check sharing it, from ever settling.
     """
 
-    def __init__(self, backend: Backend, periods: Mapping[str, _Period] | None = None) -> None:
-        self.backend = backend
+    def __init__(self, periods: Mapping[str, _Period] | None = None) -> None:
+        # No periods: a snapshot that reads and checks nothing.
         self._periods = dict(periods or {})
         self._closed = False
 
@@ -100,13 +100,13 @@ class CounterSnapshot:
         necessarily the one that served, so the check could only wait and fail.
         """
         if not enabled or backend.router_policy:
-            return cls(backend)
+            return cls()
         return cls.take(backend, affinity_key)
 
     @classmethod
     def _open(cls, backend: Backend, urls: Iterable[str]) -> CounterSnapshot:
         periods = {url: period for url in urls if (period := _LEDGER.join(backend, url)) is not None}
-        return cls(backend, periods)
+        return cls(periods)
 
     def __enter__(self) -> Self:
         return self
@@ -114,11 +114,6 @@ class CounterSnapshot:
     def __exit__(self, *exc_info: object) -> None:
         if not self._closed:
             self.close("", None, [])
-
-    @property
-    def reading(self) -> bool:
-        """True when the call has a window on at least one server (there is something to check)."""
-        return bool(self._periods)
 
     def close(self, session_id: str, batch_id: str | None, records: Iterable[RequestRecord]) -> Settling:
         """End the call's windows with its requests; the checks come once its periods have settled.

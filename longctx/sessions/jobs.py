@@ -432,7 +432,7 @@ class Job:
         if pending:
             # As for one call: nothing to check behind a router (its /metrics is some replica's).
             checking = self._check_counters and not backend.router_policy
-            with CounterSnapshot.take_all(backend) if checking else CounterSnapshot(backend) as snapshot:
+            with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
                 self._schedule(pending, backend)
                 for pack in pending:
                     results.update(pack.results)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 
 import tenacity
 
+from longctx.drivers import Io, Plan, run, sleep
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
 
 __all__ = [
@@ -31,11 +32,11 @@ __all__ = [
     "RetryEvent",
     "RetryOutcome",
     "RetryPolicy",
-    "acall_with_retry",
     "call_with_retry",
     "instant_retries",
     "is_retryable",
     "parse_retry_after",
+    "retried",
 ]
 
 T = TypeVar("T")
@@ -161,42 +162,66 @@ def _retrying_arguments(policy: RetryPolicy, on_retry: OnRetry | None) -> dict[s
     }
 
 
+class _Attempts:
+    """The policy's decisions for one call, without I/O: after each failure, how long to wait or to give up.
+
+    tenacity decides (its stop, wait and retry strategies, its before-sleep
+    hook) from the state it is told; the plan that owns this object does
+    the waiting, so one body serves both drivers.
+    """
+
+    def __init__(self, policy: RetryPolicy, on_retry: OnRetry | None) -> None:
+        self._retrying = tenacity.Retrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
+        self._retrying.begin()
+        self._state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
+
+    @property
+    def made(self) -> int:
+        """Attempts made so far, the current one included."""
+        return int(self._state.attempt_number)
+
+    def failed(self, error: BaseException) -> float:
+        """Seconds to wait before the next attempt; re-raises ``error`` when the policy gives up."""
+        self._state.set_exception((type(error), error, error.__traceback__))
+        action = self._retrying.iter(self._state)  # raises error itself when giving up (reraise)
+        if not isinstance(action, tenacity.DoSleep):
+            raise error
+        self._state.prepare_for_next_attempt()
+        return float(action)
+
+
+def retried(
+    attempt: Callable[[], Plan[T]],
+    policy: RetryPolicy = RetryPolicy(),
+    *,
+    on_retry: OnRetry | None = None,
+) -> Plan[RetryOutcome[T]]:
+    """The plan that carries out ``attempt()`` until it succeeds or the policy gives up.
+
+    The last error is re-raised when it gives up.
+
+    ``on_retry`` is told of each failed attempt that will be retried.
+    """
+    attempts = _Attempts(policy, on_retry)
+    while True:
+        try:
+            value = yield from attempt()
+        except Exception as error:  # noqa: BLE001 - the policy decides, re-raising what it does not retry
+            yield sleep(attempts.failed(error))
+        else:
+            return RetryOutcome(value, attempts.made)
+
+
 def call_with_retry(
     function: Callable[[], T],
     policy: RetryPolicy = RetryPolicy(),
     *,
     on_retry: OnRetry | None = None,
 ) -> RetryOutcome[T]:
-    """Call ``function`` until it succeeds or the policy gives up (re-raising the last error).
+    """Call ``function`` (blocking) with the policy: :func:`retried` over one step, carried out here."""
 
-    ``on_retry`` is told of each failed attempt that will be retried.
-    """
-    retrying = tenacity.Retrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
-    attempts = 0
+    def attempt() -> Plan[T]:
+        value: T = yield Io(function)
+        return value
 
-    def attempt() -> T:
-        nonlocal attempts
-        attempts += 1
-        return function()
-
-    value = retrying(attempt)
-    return RetryOutcome(value, attempts)
-
-
-async def acall_with_retry(
-    function: Callable[[], Awaitable[T]],
-    policy: RetryPolicy = RetryPolicy(),
-    *,
-    on_retry: OnRetry | None = None,
-) -> RetryOutcome[T]:
-    """The async twin of :func:`call_with_retry`."""
-    retrying = tenacity.AsyncRetrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
-    attempts = 0
-
-    async def attempt() -> T:
-        nonlocal attempts
-        attempts += 1
-        return await function()
-
-    value: T = await retrying(attempt)
-    return RetryOutcome(value, attempts)
+    return run(retried(attempt, policy, on_retry=on_retry))

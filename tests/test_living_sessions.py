@@ -274,7 +274,7 @@ def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_emp
     assert empty_chat.exit_code == EXIT_OK and "not kept" in empty_chat.stderr
     home = Store.open(tmp_path / "home")
     empty = Session(backend, store=home)
-    empty._recorded()
+    empty.persist()
     listing = invoke(backend, "sessions", "list", "--all")
     lines = listing.stdout.splitlines()
     assert listing.exit_code == EXIT_OK and len(lines) == 3 + 2, listing.stdout

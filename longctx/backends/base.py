@@ -12,7 +12,6 @@ of one pack lands on the replica that holds that pack's prefix.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import threading
 import time
@@ -20,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import (
@@ -34,11 +33,12 @@ from longctx.backends.engines import (
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
+from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
-from longctx.retry import OnRetry, RetryOutcome, RetryPolicy, acall_with_retry, call_with_retry
+from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
 from longctx.serving.advice import Finding, suggest_router_policy, suggest_server_flags
 
-__all__ = ["Backend", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
+__all__ = ["Backend", "DeliveryHooks", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,19 @@ class Sent:
     attempts: int
     server: ServerInfo
     request_id: str
+
+
+class DeliveryHooks(TypedDict, total=False):
+    """Who hears of a request's progress; each may be called once per attempt.
+
+    ``on_retry``: an attempt failed and will be retried. ``on_admitted``: the
+    server accepted the request (its response headers arrived).
+    ``on_first_token``: the first token arrived (the prompt is prefilled).
+    """
+
+    on_retry: OnRetry
+    on_first_token: Callable[[], None]
+    on_admitted: Callable[[], None]
 
 
 @dataclass(frozen=True)
@@ -293,99 +306,51 @@ class Backend:
         if len(self._replicas) > 1:
             replica.mark_down(error, self.retry_seconds)
 
-    def complete(
-        self,
-        request: ChatRequest,
-        *,
-        on_retry: OnRetry | None = None,
-        on_first_token: Callable[[], None] | None = None,
-        on_admitted: Callable[[], None] | None = None,
-    ) -> Sent:
-        """Send ``request`` with the retry policy, failing over between replicas; raises the last error.
+    def delivery(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Plan[Sent]:
+        """The plan that sends ``request`` with the retry policy, failing over between replicas.
 
-        ``on_admitted`` hears when the server accepted the request (its
-        response headers arrived), ``on_first_token`` when the first token
-        did (the prompt is prefilled); each may be called once per attempt.
+        Carried out by :func:`~longctx.drivers.run` or :func:`~longctx.drivers.arun`
+        (:meth:`complete` and :meth:`acomplete` do that); raises the last error.
+        See :class:`DeliveryHooks` for what hears of its progress.
         """
-        stamped = self._stamped(request)
-        served: list[_Replica] = []
+        on_first_token, on_admitted = hooks.get("on_first_token"), hooks.get("on_admitted")
+        stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
         failovers = [0]
 
-        def attempt() -> Completion:
+        def attempt() -> Plan[tuple[Completion, _Replica]]:
             tried: set[str] = set()
             while True:
-                replica = self._pick(stamped.affinity_key, tried)
-                if replica is None:
-                    raise ServerUnreachable("no replica answered", url=", ".join(tried))
-                tried.add(replica.api_url)
-                try:
-                    completion = self._ready(replica).complete(stamped, on_first_token, on_admitted)
-                except ServerUnreachable as error:
-                    self._failed(replica, error)
-                    if len(tried) == len(self._replicas):
-                        raise
-                    failovers[0] += 1
-                    continue
-                served.append(replica)
-                return completion
-
-        outcome: RetryOutcome[Completion] = call_with_retry(attempt, self.retry, on_retry=on_retry)
-        return self._sent(outcome, served[-1], stamped, failovers[0])
-
-    async def acomplete(
-        self,
-        request: ChatRequest,
-        *,
-        on_retry: OnRetry | None = None,
-        on_first_token: Callable[[], None] | None = None,
-        on_admitted: Callable[[], None] | None = None,
-    ) -> Sent:
-        """The async twin of :meth:`complete`."""
-        stamped = self._stamped(request)
-        served: list[_Replica] = []
-        failovers = [0]
-
-        async def attempt() -> Completion:
-            tried: set[str] = set()
-            while True:
-                # Picking may probe a replica that was down: off the event loop then.
+                # Picking may probe a replica that was down: a blocking step then.
                 if all(replica.up for replica in self._replicas.values()):
                     replica = self._pick(stamped.affinity_key, tried)
                 else:
-                    replica = await asyncio.to_thread(self._pick, stamped.affinity_key, tried)
+                    replica = yield Io(partial(self._pick, stamped.affinity_key, tried))
                 if replica is None:
                     raise ServerUnreachable("no replica answered", url=", ".join(tried))
                 tried.add(replica.api_url)
                 try:
-                    chat = (
-                        self._ready(replica)
-                        if replica.chat
-                        else await asyncio.to_thread(self._ready, replica)
-                    )
-                    completion = await chat.acomplete(stamped, on_first_token, on_admitted)
+                    chat = replica.chat or (yield Io(partial(self._ready, replica)))
+                    completion = yield chat.sending(stamped, on_first_token, on_admitted)
                 except ServerUnreachable as error:
                     self._failed(replica, error)
                     if len(tried) == len(self._replicas):
                         raise
                     failovers[0] += 1
                     continue
-                served.append(replica)
-                return completion
+                return completion, replica
 
-        outcome = await acall_with_retry(attempt, self.retry, on_retry=on_retry)
-        return self._sent(outcome, served[-1], stamped, failovers[0])
-
-    @staticmethod
-    def _stamped(request: ChatRequest) -> ChatRequest:
-        """The request with its id: one id for all its attempts, on every replica."""
-        return replace(request, request_id=request.request_id or uuid.uuid4().hex)
-
-    @staticmethod
-    def _sent(
-        outcome: RetryOutcome[Completion], replica: _Replica, request: ChatRequest, failovers: int
-    ) -> Sent:
+        outcome = yield from retried(attempt, self.retry, on_retry=hooks.get("on_retry"))
+        completion, replica = outcome.value
         assert replica.info is not None
-        return Sent(outcome.value, outcome.attempts + failovers, replica.info, request.request_id or "")
+        return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
+
+    def complete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
+        """:meth:`delivery` carried out in this thread (the same keywords)."""
+        return run(self.delivery(request, **hooks))
+
+    async def acomplete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
+        """:meth:`delivery` carried out on the running event loop (the same keywords)."""
+        return await arun(self.delivery(request, **hooks))
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model), on the key's replica."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from longctx.backends.http import (
     AsyncTransport,
+    EventPost,
     Transport,
     apost_events,
     make_async_client,
@@ -41,6 +42,7 @@ from longctx.backends.http import (
     post_events,
 )
 from longctx.config import DEFAULT_AFFINITY_HEADERS
+from longctx.drivers import Io
 from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion"]
@@ -252,13 +254,13 @@ class ChatClient:
     def _url(self, request: ChatRequest) -> str:
         return self.completions_url if request.prompt_ids is not None else self.url
 
-    def complete(
+    def sending(
         self,
         request: ChatRequest,
         on_first_token: Callable[[], None] | None = None,
         on_admitted: Callable[[], None] | None = None,
-    ) -> Completion:
-        """Send ``request`` once and read the whole stream.
+    ) -> Io[Completion]:
+        """The step that sends ``request`` once and reads the whole stream (one attempt).
 
         ``on_admitted`` is called when the response's headers arrive: the
         server has accepted the request (vLLM sends them once it rendered and
@@ -266,24 +268,31 @@ class ChatClient:
         ``on_first_token`` is called when the first token arrives: the
         server has then prefilled (and cached) the whole prompt.
         """
-        accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
         body, headers = self._arguments(request)
-        for chunk in post_events(self._sync, self._url(request), body, headers, on_admitted):
-            accumulator.add(chunk)
-        return accumulator.finish()
+        post = EventPost(self._url(request), body, headers, on_admitted)
 
-    async def acomplete(
+        def call() -> Completion:
+            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            for chunk in post_events(self._sync, post):
+                accumulator.add(chunk)
+            return accumulator.finish()
+
+        async def acall() -> Completion:
+            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            async for chunk in apost_events(self._async, post):
+                accumulator.add(chunk)
+            return accumulator.finish()
+
+        return Io(call, acall)
+
+    def complete(
         self,
         request: ChatRequest,
         on_first_token: Callable[[], None] | None = None,
         on_admitted: Callable[[], None] | None = None,
     ) -> Completion:
-        """The async twin of :meth:`complete`."""
-        accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
-        body, headers = self._arguments(request)
-        async for chunk in apost_events(self._async, self._url(request), body, headers, on_admitted):
-            accumulator.add(chunk)
-        return accumulator.finish()
+        """Send ``request`` once, blocking (:meth:`sending` carried out here)."""
+        return self.sending(request, on_first_token, on_admitted).call()
 
     def close(self) -> None:
         self._sync.close()

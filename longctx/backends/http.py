@@ -1,9 +1,10 @@
 """Plain HTTP to an inference server: the one module that imports httpx2.
 
-The OpenAI-compatible chat route goes through the ``openai`` client (which
-itself runs on httpx2, and gets its ``httpx2.Client`` from here); everything
-else a server offers (tokenize, metrics, server info, version) is plain JSON
-or text over HTTP and goes through :class:`HttpEndpoint`.
+Everything a server offers is plain JSON, text or a server-sent event stream
+over HTTP: :class:`HttpEndpoint` for JSON and text (tokenize, metrics, server
+info, version), :func:`post_events` / :func:`apost_events` for the streamed
+answers (sync and async clients are the one place the two modes differ; see
+:mod:`longctx.drivers`).
 
 Failures become longctx errors: no connection is :class:`ServerUnreachable`,
 an error status is :class:`ServerError`, and a prompt that does not fit is
@@ -12,11 +13,13 @@ an error status is :class:`ServerError`, and a prompt that does not fit is
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -26,6 +29,7 @@ from longctx.retry import parse_retry_after
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "EventPost",
     "HttpEndpoint",
     "Transport",
     "apost_events",
@@ -233,55 +237,61 @@ def _status_error(response: httpx2.Response, body: str, url: str) -> BackendErro
     return error
 
 
-def post_events(
-    client: httpx2.Client,
-    url: str,
-    body: Any,
-    headers: dict[str, str],
-    on_open: Callable[[], None] | None = None,
-) -> Iterator[dict[str, Any]]:
-    """POST ``body`` and yield each JSON event of the server-sent stream that answers it.
+@contextlib.contextmanager
+def _stream_errors(url: str) -> Iterator[None]:
+    """A connection that fails, drops or stalls while streaming becomes :class:`ServerUnreachable`."""
+    try:
+        yield
+    except TRANSPORT_ERRORS as error:
+        raise unreachable(url, error) from error
 
-    ``on_open`` is called once the response's headers arrived. An HTTP
+
+def _opened(response: httpx2.Response, url: str, on_open: Callable[[], None] | None) -> None:
+    """Say the server accepted the stream; its error answer (body already read) raises instead."""
+    if response.status_code >= 400:
+        raise _status_error(response, response.content.decode("utf-8", "replace"), url)
+    if on_open is not None:
+        on_open()
+
+
+@dataclass(frozen=True)
+class EventPost:
+    """A POST answered by a server-sent event stream: where, what, and who hears it was accepted."""
+
+    url: str
+    body: Any
+    headers: dict[str, str]
+    on_open: Callable[[], None] | None = None
+
+
+def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, Any]]:
+    """Send ``post`` and yield each JSON event of the server-sent stream that answers it.
+
+    ``post.on_open`` is called once the response's headers arrived. An HTTP
     error answer raises its longctx error (with ``retry_after``); a
     connection that fails, drops or stalls midway raises
     :class:`ServerUnreachable`; an error event inside the stream raises
-    :class:`ServerError`.
+    :class:`ServerError`. :func:`apost_events` is the same over an async client.
     """
-    try:
-        with client.stream("POST", url, json=body, headers=headers) as response:
-            if response.status_code >= 400:
-                raise _status_error(response, response.read().decode("utf-8", "replace"), url)
-            if on_open is not None:
-                on_open()
-            for line in response.iter_lines():
-                event = _event(line, url)
-                if event is not None:
-                    yield event
-    except TRANSPORT_ERRORS as error:
-        raise unreachable(url, error) from error
+    url = post.url
+    with _stream_errors(url), client.stream("POST", url, json=post.body, headers=post.headers) as response:
+        if response.status_code >= 400:
+            response.read()
+        _opened(response, url, post.on_open)
+        yield from filter(None, (_event(line, url) for line in response.iter_lines()))
 
 
-async def apost_events(
-    client: httpx2.AsyncClient,
-    url: str,
-    body: Any,
-    headers: dict[str, str],
-    on_open: Callable[[], None] | None = None,
-) -> AsyncIterator[dict[str, Any]]:
-    """The async twin of :func:`post_events`."""
-    try:
-        async with client.stream("POST", url, json=body, headers=headers) as response:
+async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
+    """:func:`post_events` over an async client (the transport is all that differs)."""
+    url = post.url
+    with _stream_errors(url):
+        async with client.stream("POST", url, json=post.body, headers=post.headers) as response:
             if response.status_code >= 400:
-                raise _status_error(response, (await response.aread()).decode("utf-8", "replace"), url)
-            if on_open is not None:
-                on_open()
+                await response.aread()
+            _opened(response, url, post.on_open)
             async for line in response.aiter_lines():
-                event = _event(line, url)
-                if event is not None:
+                if (event := _event(line, url)) is not None:
                     yield event
-    except TRANSPORT_ERRORS as error:
-        raise unreachable(url, error) from error
 
 
 def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> httpx2.Client:

@@ -6,16 +6,16 @@ reasoning model's chat template renders it there.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, TurnRecord
 from longctx.usage import Usage
 
-__all__ = ["THINK_END", "Answer", "Batch", "Committed", "history_form"]
+__all__ = ["THINK_END", "Answer", "AskManyOptions", "Batch", "Committed", "history_form", "refuse_unknown"]
 
 THINK_END = "</think>"
 
@@ -100,3 +100,31 @@ class Committed:
     turn: TurnRecord
     request: RequestRecord
     answer: Answer
+
+
+class AskManyOptions(TypedDict, total=False):
+    """The keywords of ``ask_many`` on every session kind.
+
+    ``max_tokens``: the answer's bound (default: the request options').
+    ``concurrency``: how many in flight (default: the request options', else
+    what was measured fastest for the engine). ``on_answer``: hears of each
+    answer as it is stored. ``keys``: the caller's name for each question,
+    stored with its answer; a key that already has an answer is refused
+    before anything is sent.
+    """
+
+    max_tokens: int | None
+    concurrency: int | None
+    on_answer: Callable[[Answer], None] | None
+    keys: Sequence[str] | None
+
+
+def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -> None:
+    """Raise :class:`TypeError` naming each keyword of ``keywords`` that the TypedDict ``accepted`` lacks.
+
+    ``**options: Unpack[...]`` is checked only by a type checker; this is the check at run time.
+    """
+    known = set(getattr(accepted, "__required_keys__", ())) | set(getattr(accepted, "__optional_keys__", ()))
+    unknown = sorted(set(keywords) - known)
+    if unknown:
+        raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")

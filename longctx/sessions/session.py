@@ -35,23 +35,23 @@ routers keep the pack on one replica.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Self
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Self, Unpack
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
+from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import counters, siblings
-from longctx.sessions.answers import Answer, Batch, Committed, history_form
+from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, history_form, refuse_unknown
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, PendingCheck
 from longctx.sessions.recording import Recording
@@ -116,29 +116,43 @@ class Conversation(ABC):
         self._resources.close()
 
     @abstractmethod
+    def plan_ask(
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+    ) -> Plan[Answer]:
+        """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
+
+        :meth:`ask` and :meth:`aask` carry it out; so can a caller that
+        composes turns (a sharded session's map step runs its shards' plans
+        side by side). See :mod:`longctx.drivers`.
+        """
+
+    @abstractmethod
+    def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
+        """The plan of a batch of sibling ``questions`` from the current point (see :meth:`ask_many`)."""
+
     def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
         """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
+        return run(self.plan_ask(question, max_tokens=max_tokens))
 
-    @abstractmethod
     async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """The async twin of :meth:`ask`."""
+        """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
+        return await arun(self.plan_ask(question, max_tokens=max_tokens))
 
-    @abstractmethod
-    def ask_many(
-        self,
-        questions: Sequence[str],
-        *,
-        max_tokens: int | None = None,
-        concurrency: int | None = None,
-        on_answer: Callable[[Answer], None] | None = None,
-    ) -> Batch:
-        """Ask sibling ``questions`` from the current point; each becomes a branch."""
+    def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
+        """Ask sibling ``questions`` from the current point; each becomes a branch.
 
-    @abstractmethod
-    async def aask_many(
-        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
-    ) -> Batch:
-        """The async twin of :meth:`ask_many`."""
+        They go out as the request options' ``dispatch`` says (``auto``: what
+        was measured fastest for the server's engine; see
+        :mod:`longctx.sessions.siblings`); the batch report's ``dispatch``
+        says which was used. Answers come back in question order. A question
+        that fails after its retries raises once the others are done; the
+        answered ones are stored. ``options``: :class:`AskManyOptions`.
+        """
+        return run(self.plan_ask_many(questions, **options))
+
+    async def aask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
+        """:meth:`ask_many` on the running event loop."""
+        return await arun(self.plan_ask_many(questions, **options))
 
     @abstractmethod
     def fork(self, at: int | None = None, *, title: str | None = None) -> Conversation:
@@ -217,14 +231,19 @@ class Session(Conversation):
         """
         resources = Resources.for_resume(backend, store)
         try:
-            return cls._restore(resources.store.session(session_id), resources)
+            return cls.restore(resources.store.session(session_id), resources)
         except BaseException:
             resources.close()
             raise
 
     @classmethod
-    def _restore(cls, record: SessionRecord, resources: Resources) -> Session:
-        """A session object for a stored record (resume, fork, branch): nothing new is written."""
+    def restore(cls, record: SessionRecord, resources: Resources) -> Session:
+        """A session object for a stored ``record`` over ``resources`` (resume, fork, branch); writes nothing.
+
+        Without a backend in ``resources``, it connects where the session
+        was served. Raises :class:`~longctx.errors.StoreError` when its pack
+        is missing from the store.
+        """
         store = resources.store
         pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
@@ -282,14 +301,14 @@ class Session(Conversation):
                 self._record = record
             return self._record
 
-    def _recorded(self) -> SessionRecord:
-        """The session's record, stored now if it is not yet (a fork's parent, a sharded session's part)."""
+    def persist(self) -> SessionRecord:
+        """The session's record, stored now if it is not yet, turns or not (a fork's parent, a shard)."""
         record = self._opened()
         self._recording.store_now(self.store, self.pack, record)
         return record
 
-    def _attach(self, parent_id: str, kind: str) -> None:
-        """Record this session, when it is first used, as a branch of kind ``kind`` of ``parent_id``."""
+    def attach(self, parent_id: str, kind: str) -> None:
+        """Record this session, when it is stored, as a branch of kind ``kind`` of ``parent_id``."""
         self._parent = (parent_id, kind)
 
     # -- identity and history -----------------------------------------------
@@ -485,47 +504,34 @@ class Session(Conversation):
         record = self._opened()
         return len(self._turns) - (record.parent_turns or 0)
 
-    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
-        return self._ask(question, max_tokens=max_tokens, purpose="turn")
+    def plan_ask(
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+    ) -> Plan[Answer]:
+        """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
-    def _ask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
-        with self._turn_lock:
-            if not question.strip():
-                raise ConfigError("the question is empty")
-            changes = self._pending_changes(self._turns, max_tokens)
-            request = self._in_token_history(self._chat_request(question, self._turns, max_tokens, changes))
-            record = self._opened()
-            # No wait for the last turn's check: a turn sent while it settles shares its window.
-            with CounterSnapshot.around(
-                self.backend, request.affinity_key, self.request.counter_check
-            ) as snapshot:
-                sent = self.backend.complete(request)
-                committed = self._commit_turn(sent, question, purpose, changes)
-                self._token_history.answered(request, sent.completion, len(self._turns))
-                self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
-            return committed.answer
-
-    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """The async twin of :meth:`ask`, as safe: one turn at a time, also against :meth:`ask`."""
-        return await self._aask(question, max_tokens=max_tokens, purpose="turn")
-
-    async def _aask(self, question: str, *, max_tokens: int | None, purpose: str) -> Answer:
-        async with self._async_turn():
-            if not question.strip():
-                raise ConfigError("the question is empty")
-            changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
+        One turn at a time (a turn's request is built from the history the
+        previous turn left), whichever driver carries it out.
+        """
+        if not question.strip():
+            raise ConfigError("the question is empty")
+        yield Io(self._turn_lock.acquire)
+        try:
+            record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
+            changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
             request = self._chat_request(question, self._turns, max_tokens, changes)
-            request = await asyncio.to_thread(self._in_token_history, request)
-            record = await asyncio.to_thread(self._opened)
-            with await asyncio.to_thread(
+            request = yield Io(partial(self._in_token_history, request))
+            # No wait for the last turn's check: a turn sent while it settles shares its window.
+            opened = partial(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
-            ) as snapshot:
-                sent = await self.backend.acomplete(request)
-                committed = self._commit_turn(sent, question, purpose, changes)
+            )
+            with (yield Io(opened)) as snapshot:
+                sent = yield from self.backend.delivery(request)
+                committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
                 self._token_history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             return committed.answer
+        finally:
+            self._turn_lock.release()
 
     def _in_token_history(self, request: ChatRequest) -> ChatRequest:
         """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
@@ -542,16 +548,6 @@ class Session(Conversation):
         server = self.backend.server_for(self.affinity_key)
         return None if server.engine == "generic" else self.backend.tokenizer(self.affinity_key)
 
-    @asynccontextmanager
-    async def _async_turn(self) -> AsyncIterator[None]:
-        # The threading lock is taken off the event loop, so a turn running in
-        # another thread (ask) blocks this coroutine, not the loop.
-        await asyncio.to_thread(self._turn_lock.acquire)
-        try:
-            yield
-        finally:
-            self._turn_lock.release()
-
     def _commit_turn(
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
     ) -> Committed:
@@ -567,13 +563,13 @@ class Session(Conversation):
 
     # -- siblings -----------------------------------------------------------
 
-    def _sibling_plan(
+    def _sibling_batch(
         self,
         questions: Sequence[str],
         max_tokens: int | None,
         changes: Changes | None,
         keys: Sequence[str] | None,
-    ) -> siblings.Plan:
+    ) -> siblings.SiblingBatch:
         if not questions:
             raise ConfigError("ask_many needs at least one question")
         if keys is not None:
@@ -583,7 +579,7 @@ class Session(Conversation):
         history = list(self._turns)
         requests = [self._chat_request(question, history, max_tokens, changes) for question in questions]
         record = self._opened()
-        return siblings.Plan(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
+        return siblings.SiblingBatch(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
 
     def _commit_sibling(
         self, sent: Sent, question: str, batch_id: str, changes: Changes | None, key: str | None = None
@@ -611,95 +607,57 @@ class Session(Conversation):
             )
         return committed
 
-    def ask_many(
-        self,
-        questions: Sequence[str],
-        *,
-        max_tokens: int | None = None,
-        concurrency: int | None = None,
-        on_answer: Callable[[Answer], None] | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> Batch:
-        """Ask sibling ``questions`` from the current point; each becomes a branch.
+    def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
+        """The plan of a batch of siblings: each question a branch sharing the whole prefix.
 
-        They go out as the request options' ``dispatch`` says (``auto``: what
-        was measured fastest for the server's engine; see
-        :mod:`longctx.sessions.siblings`), at most ``concurrency`` (default:
-        the request options', else the engine's measured one) in flight; the
-        batch report's ``dispatch`` says which was used.
-        Answers come back in question order; ``on_answer`` hears of each as
-        it is stored (for progress). A question that fails after its retries
-        raises once the others are done; the answered ones are stored.
-        ``keys``, one per question, are the caller's names for them, stored
-        with each answer in its transaction (:meth:`Store.answered
-        <longctx.store.Store.answered>` finds them): a key that already has an
-        answer is refused before anything is sent, so a job run again asks
+        See :meth:`Conversation.ask_many`. ``keys`` are stored with each
+        answer in its transaction (:meth:`Store.answered
+        <longctx.store.Store.answered>` finds them), so a job run again asks
         only what is unanswered.
         """
-        changes = self._pending_changes(self._turns, max_tokens)
-        plan = self._sibling_plan(questions, max_tokens, changes, keys)
-        dispatch = self._dispatch(plan, concurrency)
-        with CounterSnapshot.around(self.backend, self.affinity_key, self.request.counter_check) as snapshot:
-            outcome = siblings.run(
+        refuse_unknown(options, AskManyOptions, "ask_many")
+        max_tokens, keys = options.get("max_tokens"), options.get("keys")
+        changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
+        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys))
+        dispatch = yield Io(partial(self._dispatch, batch, options.get("concurrency")))
+        opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
+        with (yield Io(opened)) as snapshot:
+            outcome = yield from siblings.dispatched(
                 self.backend,
-                plan,
+                batch,
                 dispatch=dispatch,
                 commit=lambda sent, index: self._commit_sibling(
-                    sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
+                    sent, batch.questions[index], batch.batch_id, changes, keys[index] if keys else None
                 ),
-                on_answer=on_answer,
+                on_answer=options.get("on_answer"),
             )
-            return self._finish_batch(plan, outcome, snapshot, dispatch)
+            finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
+            return finished
 
-    async def aask_many(
-        self,
-        questions: Sequence[str],
-        *,
-        max_tokens: int | None = None,
-        concurrency: int | None = None,
-        keys: Sequence[str] | None = None,
-    ) -> Batch:
-        """The async twin of :meth:`ask_many`."""
-        changes = await asyncio.to_thread(self._pending_changes, self._turns, max_tokens)
-        plan = await asyncio.to_thread(self._sibling_plan, questions, max_tokens, changes, keys)
-        dispatch = self._dispatch(plan, concurrency)
-        with await asyncio.to_thread(
-            CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check
-        ) as snapshot:
-            outcome = await siblings.arun(
-                self.backend,
-                plan,
-                dispatch=dispatch,
-                commit=lambda sent, index: self._commit_sibling(
-                    sent, plan.questions[index], plan.batch_id, changes, keys[index] if keys else None
-                ),
-            )
-            return await asyncio.to_thread(self._finish_batch, plan, outcome, snapshot, dispatch)
-
-    def _dispatch(self, plan: siblings.Plan, concurrency: int | None) -> siblings.Dispatch:
+    def _dispatch(self, batch: siblings.SiblingBatch, concurrency: int | None) -> siblings.Dispatch:
         """How this batch goes out: to the server its requests are routed to, as measured fastest there."""
-        server = self.backend.server_for(plan.requests[0].affinity_key)
+        server = self.backend.server_for(batch.requests[0].affinity_key)
         return siblings.choose_dispatch(server, self.request, concurrency)
 
     def _finish_batch(
         self,
-        plan: siblings.Plan,
+        batch: siblings.SiblingBatch,
         outcome: siblings.Outcome[Committed],
         snapshot: CounterSnapshot,
         dispatch: siblings.Dispatch,
     ) -> Batch:
         records = [outcome.results[i].request for i in sorted(outcome.results)]
-        settling = snapshot.close(plan.session_id, plan.batch_id, records)
+        settling = snapshot.close(batch.session_id, batch.batch_id, records)
         keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
         check = counters.batch_check(
             settling, lambda checks: keep(self.store, checks=checks), self._pending_checks
         )
         if outcome.failures:
             raise outcome.failures[0]
-        answers = tuple(outcome.results[i].answer for i in range(len(plan.questions)))
+        answers = tuple(outcome.results[i].answer for i in range(len(batch.questions)))
         report = build_report(
             records,
-            title=f"batch of {len(plan.questions)} sibling questions",
+            title=f"batch of {len(batch.questions)} sibling questions",
             counter_check=check,
             dispatch=dispatch.describe(),
         )
@@ -713,7 +671,7 @@ class Session(Conversation):
         The fork shares this session's backend and store and closes neither.
         Both are stored at once, turns or not: the fork is resumed by id.
         """
-        record = self._recorded()
+        record = self.persist()
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
@@ -735,7 +693,7 @@ class Session(Conversation):
         return self._shared(self.store.session(answer.session_id))
 
     def _shared(self, record: SessionRecord) -> Session:
-        return Session._restore(record, self._resources.borrowed())
+        return Session.restore(record, self._resources.borrowed())
 
     # -- reports ------------------------------------------------------------
 

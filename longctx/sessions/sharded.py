@@ -18,21 +18,21 @@ branches, and each reduce request is a fork of the reducer with no history.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Unpack
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, TypeVar, Unpack
 
 from longctx.backends.base import Backend
 from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
+from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.answers import Answer, AskManyOptions, Batch, refuse_unknown
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
@@ -53,6 +53,15 @@ REDUCE_SYSTEM = (
 )
 
 KIND = "sharded"
+T = TypeVar("T")
+
+
+def _values(results: Sequence[Result[T]]) -> tuple[T, ...]:
+    """Every plan's value, in order; else the first error, once all have ended (the rest are stored)."""
+    for result in results:
+        if result.error is not None:
+            raise result.error
+    return tuple(result.value for result in results)  # type: ignore[misc]
 
 
 def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
@@ -120,10 +129,10 @@ class ShardedSession(Conversation):
             session._resources = resources
             session._record = record
             session._shards = tuple(
-                Session._restore(resources.store.session(part), resources.borrowed())
+                Session.restore(resources.store.session(part), resources.borrowed())
                 for part in record.settings["shards"]
             )
-            session._reducer = Session._restore(
+            session._reducer = Session.restore(
                 resources.store.session(record.settings["reducer"]), resources.borrowed()
             )
             return session
@@ -184,103 +193,89 @@ class ShardedSession(Conversation):
             )
             store.create_session(record)
             for shard in shards:
-                shard._attach(record.id, "shard")
-            reducer._attach(record.id, "reduce")
+                shard.attach(record.id, "shard")
+            reducer.attach(record.id, "reduce")
             # Recorded now, with the sharded session: resume finds every part even if one never asked.
             for part in (*shards, reducer):
-                part._recorded()
+                part.persist()
             self._record, self._shards, self._reducer = record, tuple(shards), reducer
 
     # -- questions ----------------------------------------------------------
 
-    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """Ask every shard at once (map), then combine their answers (reduce)."""
-        shards = self.shards
+    def plan_ask(
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+    ) -> Plan[Answer]:
+        """Every shard at once as its own turn (map), then one request that combines their answers (reduce).
+
+        ``purpose`` is recorded only by the session kinds that send one request;
+        here each map request is ``map I/N`` and the combining one ``reduce``.
+        """
+        shards = yield Io(lambda: self.shards)
         count = len(shards)
-
-        def map_one(index: int) -> Answer:
-            return shards[index]._ask(question, max_tokens=max_tokens, purpose=f"map {index + 1}/{count}")
-
-        with ThreadPoolExecutor(
-            max_workers=min(count, self.request.concurrency or DEFAULT_CONCURRENCY)
-        ) as pool:
-            partial = tuple(pool.map(map_one, range(count)))
-        return self._reduce(question, partial, max_tokens)
-
-    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """The async twin of :meth:`ask`."""
-        shards = await asyncio.to_thread(lambda: self.shards)
-        count = len(shards)
-        partial = await asyncio.gather(
-            *(
-                shard._aask(question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
-                for index, shard in enumerate(shards, start=1)
-            )
+        plans = [
+            partial(shard.plan_ask, question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
+            for index, shard in enumerate(shards, start=1)
+        ]
+        partial_answers = _values(
+            (yield Fanout(plans, min(count, self.request.concurrency or DEFAULT_CONCURRENCY)))
         )
-        return await asyncio.to_thread(self._reduce, question, tuple(partial), max_tokens)
+        return (yield from self._reduced(question, partial_answers, max_tokens))
 
-    def _reduce(self, question: str, partial: tuple[Answer, ...], max_tokens: int | None) -> Answer:
-        if len(partial) == 1:
-            return dataclasses.replace(partial[0], shard_answers=partial)
-        combined = self.reducer.fork(at=0)._ask(
-            _reduce_prompt(question, partial), max_tokens=max_tokens, purpose="reduce"
+    def _reduced(
+        self, question: str, partial_answers: tuple[Answer, ...], max_tokens: int | None
+    ) -> Plan[Answer]:
+        if len(partial_answers) == 1:
+            return dataclasses.replace(partial_answers[0], shard_answers=partial_answers)
+        reducer: Session = yield Io(partial(self.reducer.fork, at=0))
+        combined = yield from reducer.plan_ask(
+            _reduce_prompt(question, partial_answers), max_tokens=max_tokens, purpose="reduce"
         )
-        return dataclasses.replace(combined, question=question, shard_answers=partial)
+        return dataclasses.replace(combined, question=question, shard_answers=partial_answers)
 
-    def ask_many(
-        self,
-        questions: Sequence[str],
-        *,
-        max_tokens: int | None = None,
-        concurrency: int | None = None,
-        on_answer: Callable[[Answer], None] | None = None,
-    ) -> Batch:
+    def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """Sibling ``questions``: each shard answers them all as one batch, then each is reduced.
 
         The shards' batches run at once, each sharing its shard's prefix;
-        ``on_answer`` hears of each combined answer.
+        ``on_answer`` hears of each combined answer. ``keys`` are not taken here.
         """
+        refuse_unknown(options, AskManyOptions, "ask_many")
         if not questions:
             raise ConfigError("ask_many needs at least one question")
-        shards = self.shards
-        limit = concurrency or self.request.concurrency
-        with ThreadPoolExecutor(max_workers=len(shards)) as pool:
-            batches = list(
-                pool.map(
-                    lambda shard: shard.ask_many(questions, max_tokens=max_tokens, concurrency=limit), shards
+        if options.get("keys"):
+            raise ConfigError("a sharded session's ask_many takes no answer keys")
+        max_tokens, on_answer = options.get("max_tokens"), options.get("on_answer")
+        limit = options.get("concurrency") or self.request.concurrency
+        shards = yield Io(lambda: self.shards)
+        batches = _values(
+            (
+                yield Fanout(
+                    [
+                        partial(shard.plan_ask_many, questions, max_tokens=max_tokens, concurrency=limit)
+                        for shard in shards
+                    ],
+                    len(shards),
                 )
             )
+        )
 
-        def reduce_one(index: int) -> Answer:
-            answer = self._reduce(questions[index], tuple(batch[index] for batch in batches), max_tokens)
+        def reduce_one(index: int) -> Plan[Answer]:
+            answer = yield from self._reduced(
+                questions[index], tuple(batch[index] for batch in batches), max_tokens
+            )
             if on_answer is not None:
                 on_answer(answer)
             return answer
 
-        with ThreadPoolExecutor(max_workers=limit) as pool:
-            answers = tuple(pool.map(reduce_one, range(len(questions))))
-        return self._batch(answers)
-
-    async def aask_many(
-        self, questions: Sequence[str], *, max_tokens: int | None = None, concurrency: int | None = None
-    ) -> Batch:
-        """The async twin of :meth:`ask_many`."""
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
-        shards = await asyncio.to_thread(lambda: self.shards)
-        limit = concurrency or self.request.concurrency
-        batches = await asyncio.gather(
-            *(shard.aask_many(questions, max_tokens=max_tokens, concurrency=limit) for shard in shards)
-        )
-        answers = await asyncio.gather(
-            *(
-                asyncio.to_thread(
-                    self._reduce, question, tuple(batch[index] for batch in batches), max_tokens
+        answers = _values(
+            (
+                yield Fanout(
+                    [partial(reduce_one, index) for index in range(len(questions))],
+                    limit or DEFAULT_CONCURRENCY,
                 )
-                for index, question in enumerate(questions)
             )
         )
-        return await asyncio.to_thread(self._batch, tuple(answers))
+        batch: Batch = yield Io(partial(self._batch, answers))
+        return batch
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
         ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})

@@ -28,24 +28,23 @@ branch session, its records) is the caller's ``commit``.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from longctx.backends.base import Backend, Sent, ServerInfo
+from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.config import DEFAULT_CONCURRENCY, RequestOptions
+from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 
 if TYPE_CHECKING:
     from longctx.sessions.answers import Answer
     from longctx.store import Store
 
-__all__ = ["MEASURED", "Dispatch", "Outcome", "Plan", "arun", "check_keys", "choose_dispatch", "run"]
+__all__ = ["MEASURED", "Dispatch", "Outcome", "SiblingBatch", "check_keys", "choose_dispatch", "dispatched"]
 
 
 @dataclass(frozen=True)
@@ -138,7 +137,7 @@ C = TypeVar("C", bound=_Committed)
 
 
 @dataclass(frozen=True)
-class Plan:
+class SiblingBatch:
     """The requests of one batch of siblings, their questions, and where they are recorded."""
 
     requests: tuple[ChatRequest, ...]
@@ -155,84 +154,40 @@ class Outcome(Generic[C]):
     failures: Sequence[BaseException]
 
 
-def run(
+def dispatched(
     backend: Backend,
-    plan: Plan,
+    batch: SiblingBatch,
     *,
     dispatch: Dispatch,
     commit: Callable[[Sent, int], C],
     on_answer: Callable[[Answer], None] | None = None,
-) -> Outcome[C]:
-    """Send ``plan``'s requests as ``dispatch`` says and commit each answer.
+) -> Plan[Outcome[C]]:
+    """The plan that sends ``batch``'s requests as ``dispatch`` says and commits each answer.
 
     Every request is sent even when one fails; the failures are returned,
-    not raised, so the caller can store what was answered first.
+    not raised, so the caller can store what was answered first. ``commit``
+    (blocking: it writes the store) runs as each answer arrives, then
+    ``on_answer`` hears of it.
     """
-    lead_ready = threading.Event()
-    if dispatch.strategy == "together":
-        lead_ready.set()
-    results: dict[int, C] = {}
-    failures: list[BaseException] = []
+    gate = None if dispatch.strategy == "together" else Gate()
 
-    def send(index: int) -> None:
-        first_token = lead_ready.set if index == 0 and dispatch.strategy == "lead" else None
-        admitted = lead_ready.set if index == 0 and dispatch.strategy == "admitted" else None
-        try:
-            sent = backend.complete(plan.requests[index], on_first_token=first_token, on_admitted=admitted)
-            results[index] = commit(sent, index)
+    def sibling(index: int) -> Callable[[], Plan[C]]:
+        def plan() -> Plan[C]:
+            hooks: DeliveryHooks = {}
+            if index == 0 and gate is not None:
+                hooks["on_first_token" if dispatch.strategy == "lead" else "on_admitted"] = gate.open
+            sent = yield from backend.delivery(batch.requests[index], **hooks)
+            committed: C = yield Io(partial(commit, sent, index))
             if on_answer is not None:
-                on_answer(results[index].answer)
-        finally:
-            if index == 0:
-                # Also on failure, so the others are not held forever.
-                lead_ready.set()
+                on_answer(committed.answer)
+            return committed
 
-    pool = ThreadPoolExecutor(max_workers=dispatch.concurrency, thread_name_prefix="longctx-sibling")
-    try:
-        lead: Future[None] = pool.submit(send, 0)
-        lead_ready.wait()
-        # The pool is the refill: a slot freed by an answer takes the next question.
-        rest = [pool.submit(send, index) for index in range(1, len(plan.requests))]
-        pending = {lead, *rest}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            failures.extend(error for future in done if (error := future.exception()) is not None)
-    except BaseException:
-        # Ctrl-C (or any error here): the questions not yet sent are dropped at
-        # once rather than waited for; those in flight end when the caller
-        # closes the backend. What was answered is already stored.
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
-    return Outcome(results, failures)
+        return plan
 
-
-async def arun(
-    backend: Backend, plan: Plan, *, dispatch: Dispatch, commit: Callable[[Sent, int], C]
-) -> Outcome[C]:
-    """The async twin of :func:`run`."""
-    gate = asyncio.Semaphore(dispatch.concurrency)
-    lead_ready = asyncio.Event()
-    if dispatch.strategy == "together":
-        lead_ready.set()
-    results: dict[int, C] = {}
-
-    async def send(index: int) -> None:
-        first_token = lead_ready.set if index == 0 and dispatch.strategy == "lead" else None
-        admitted = lead_ready.set if index == 0 and dispatch.strategy == "admitted" else None
-        async with gate:
-            try:
-                sent = await backend.acomplete(
-                    plan.requests[index], on_first_token=first_token, on_admitted=admitted
-                )
-                results[index] = await asyncio.to_thread(commit, sent, index)
-            finally:
-                if index == 0:
-                    lead_ready.set()
-
-    lead = asyncio.ensure_future(send(0))
-    await lead_ready.wait()
-    outcomes = await asyncio.gather(
-        lead, *(send(i) for i in range(1, len(plan.requests))), return_exceptions=True
+    results = yield Fanout(
+        [sibling(index) for index in range(len(batch.requests))], dispatch.concurrency, gate
     )
-    return Outcome(results, [outcome for outcome in outcomes if isinstance(outcome, BaseException)])
+    return Outcome(
+        {index: result.value for index, result in enumerate(results) if result.error is None},
+        [result.error for result in results if result.error is not None],
+    )

@@ -291,3 +291,25 @@ def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_emp
     assert len(home.sessions()) == 2
     old = invoke(backend, "sessions", "prune", "--older-than", "0")
     assert len(old.stdout.split()) == 2 + 2 and home.sessions() == []
+
+
+def test_a_resumed_repo_session_is_a_repo_session_over_its_paths_and_stored_pack(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    from longctx import resume
+
+    session = RepoSession(repository, backend=backend, store=store)
+    session.ask("first?")
+    first_prompt = fake.chat_bodies[-1]["messages"]
+    (repository / "a.py").write_text("def a():\n    return 'edited after the turn'\n")
+    for resumed in (
+        RepoSession.resume(session.id, backend, store=store),
+        resume(session.id, backend, store=store),
+    ):
+        assert type(resumed) is RepoSession
+        assert [str(path) for path in resumed.paths] == [str(repository.resolve())]
+        assert resumed.pack == session.pack  # the pack its history was built on, not a re-pack
+    answer = resumed.ask("second?")
+    sent = fake.chat_bodies[-1]["messages"]
+    assert sent[: len(first_prompt) - 1] == first_prompt[:-1]  # the cached prefix is kept
+    assert answer.appended is not None and [c.describe() for c in answer.appended.changes] == ["a.py changed"]

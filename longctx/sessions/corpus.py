@@ -10,9 +10,9 @@ through ``on_progress``.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
@@ -167,9 +167,36 @@ class CorpusSession(Session):
         assert self._full_pack is not None
         return self._full_pack
 
+    @classmethod
+    def _blank(
+        cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
+    ) -> Session:
+        """The session a stored record describes: its stored pack, its paths and corpus options.
+
+        The pack is the one its history was built on; the files are read
+        again only if :attr:`corpus` or :attr:`full_pack` is asked for.
+        """
+        stored = settings.get("corpus_session") or {}
+        session = cls(
+            tuple(stored.get("paths") or ()),
+            request=request,
+            title=title,
+            corpus=CorpusOptions.from_dict(stored.get("corpus") or {}),
+        )
+        if pack is not None:
+            session._set_pack(pack)
+        return session
+
+    def _kind_settings(self) -> dict[str, Any]:
+        return {
+            "session_kind": self.session_kind,
+            "corpus_session": {"paths": self._path_strings(), "corpus": self.corpus_options.to_dict()},
+        }
+
     @property
     def pack(self) -> StoredPack | None:
-        self._prepare()
+        if self._pack is None:
+            self._prepare()
         return self._pack
 
     def _prepare(self) -> None:
@@ -188,6 +215,8 @@ class CorpusSession(Session):
             self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
             packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
+            if self._pack is not None:
+                return  # a restored session keeps the pack (and tracker) its history was built on
             if follows:
                 self._tracker = ChangeTracker(self._path_strings(), options, corpus_hashes(corpus), state)
             self._title = self._title or corpus.root or "documents"
@@ -197,6 +226,10 @@ class CorpusSession(Session):
 
 class RepoSession(CorpusSession):
     """A session over a repository (or folder): ``RepoSession("repo/").ask("...")``.
+
+    Resuming one (``RepoSession.resume(id)``, :func:`longctx.resume`) gives back a RepoSession over
+    the same paths and its stored pack; sessions stored before longctx recorded their kind resume as
+    a plain :class:`~longctx.sessions.session.Session`.
 
     The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
     order in git repositories: files that change least come first, layered
@@ -209,6 +242,8 @@ class RepoSession(CorpusSession):
     and :class:`~longctx.errors.ServerUnreachable` when no server answers.
     """
 
+    session_kind = "repo"
+
 
 class DocSession(CorpusSession):
     """A session over documents (PDFs, notebooks, text files, folders of them).
@@ -216,3 +251,5 @@ class DocSession(CorpusSession):
     ``DocSession(["report.pdf", "notes/"]).ask("...")``; otherwise as
     :class:`RepoSession`.
     """
+
+    session_kind = "doc"

@@ -39,9 +39,9 @@ import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Self, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     from longctx.packing import Pack
 
 __all__ = ["Conversation", "Session", "affinity_key"]
+
+_RESTORED_AS: dict[str, type[Session]] = {}
 
 
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
@@ -255,7 +257,8 @@ class Session(Conversation):
             # Where the session was served, unless the caller connects it elsewhere.
             urls = tuple(settings.get("base_urls") or ())
             resources.server = ServerOptions(base_url=urls or None, model=settings.get("model"))
-        session = Session(pack=pack, request=RequestOptions.from_dict(settings), title=record.title)
+        kind = _RESTORED_AS.get(str(settings.get("session_kind", "")), Session) if cls is Session else cls
+        session = kind._blank(pack, RequestOptions.from_dict(settings), record.title, settings)
         session._resources = resources
         session._record = record
         session._recording = Recording(stored=True)
@@ -263,6 +266,26 @@ class Session(Conversation):
         if session.request.follow_changes:
             session._tracker = ChangeTracker.from_settings(settings)
         return session
+
+    # The name a kind of session is stored under, so that resuming one gives back
+    # that kind (a RepoSession resumes as a RepoSession); "" for a plain Session.
+    session_kind = ""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.session_kind:
+            _RESTORED_AS[cls.session_kind] = cls
+
+    @classmethod
+    def _blank(
+        cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
+    ) -> Session:
+        """A session of this kind for a stored record's pack and ``settings`` (restore fills in the rest)."""
+        return cls(pack=pack, request=request, title=title)
+
+    def _kind_settings(self) -> dict[str, Any]:
+        """What this kind of session stores in its settings to be restored as itself."""
+        return {}
 
     @property
     def pack(self) -> StoredPack | None:
@@ -286,6 +309,7 @@ class Session(Conversation):
                     "base_urls": [replica.api_url for replica in backend.replicas],
                     "model": backend.info.model,
                     **(self._tracker.to_settings() if self._tracker is not None else {}),
+                    **self._kind_settings(),
                 }
                 parent_id, kind = self._parent or (None, "session")
                 record = SessionRecord(

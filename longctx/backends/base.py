@@ -524,16 +524,9 @@ def _discover(
         api_url=endpoint.api_url,
         root_url=endpoint.root_url,
         profile=profile,
-        version=facts.version,
         model=name,
         context_length=int(context) if isinstance(context, int) else None,
-        prefix_caching=facts.prefix_caching,
-        cache_reporting=facts.cache_reporting,
-        metrics=facts.metrics,
-        cache_block_tokens=facts.cache_block_tokens,
-        schedule_policy=facts.schedule_policy,
-        kv_cache_tokens=facts.kv_cache_tokens,
-        settings=facts.settings,
+        **vars(facts),  # EngineFacts' fields are ServerInfo's, by name
     )
     return info, endpoint
 

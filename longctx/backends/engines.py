@@ -59,8 +59,21 @@ __all__ = [
 
 CHUNK_TOKENS = 8192
 _SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
+# What doctor's flags buy (Finding.reason), and the flags that name the chunk budget.
+_AGAIN = "without it every request prefills the whole document again"
+_RADIX_OFF = "without the radix cache every request prefills the whole document again"
 _REPORTS = "responses then report cached tokens, so longctx can show what the cache saved"
+_STALLS = "a long prompt otherwise takes whole steps and stalls every running decode"
+_SMALL_CHUNKS = (
+    f"prefill of long prompts runs in chunks of {{value}} tokens; "
+    f"{CHUNK_TOKENS} prefills faster at a small cost in decode latency"
+)
+_NOT_CHUNKED = "chunked prefill is off: a long prompt stalls every running decode"
+_COUNTERS = "exposes server-wide cached-token counters to cross-check longctx's figures"
 _HALVES = "halves KV memory: twice the context x concurrency (check answer quality)"
+_CHUNKED = f"--enable-chunked-prefill --max-num-batched-tokens {CHUNK_TOKENS}"
+_BUDGET = f"--max-num-batched-tokens {CHUNK_TOKENS}"
+_CHUNK_SIZE = f"--chunked-prefill-size {CHUNK_TOKENS}"
 
 
 def _integer(value: Any) -> int | None:
@@ -84,13 +97,18 @@ def _sixteen_bit(value: Any) -> bool:
     return isinstance(value, str) and value.lower() in _SIXTEEN_BIT
 
 
+def _whole(value: Any) -> int | None:
+    """An int, or a string of one (as labels are); a float or a bool is no token count."""
+    return _integer(value) if isinstance(value, (int, str)) else None
+
+
 def _below_chunk(value: Any) -> bool:
-    return (size := _integer(value)) is not None and size < CHUNK_TOKENS
+    return (size := _whole(value)) is not None and size < CHUNK_TOKENS
 
 
 def _chunking_off(value: Any) -> bool:
     # -1 (or 0) turns chunking off; None means SGLang has not resolved its default, so say nothing.
-    return (size := _integer(value)) is not None and size <= 0
+    return (size := _whole(value)) is not None and size <= 0
 
 
 def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
@@ -213,29 +231,10 @@ VLLM = EngineProfile(
     # sending together costs no prefill.
     dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),),
     checks=(
-        Check(
-            "warning",
-            "enable_prefix_caching",
-            _false,
-            "--enable-prefix-caching",
-            "without it every request prefills the whole document again",
-        ),
+        Check("warning", "enable_prefix_caching", _false, "--enable-prefix-caching", _AGAIN),
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
-        Check(
-            "warning",
-            "enable_chunked_prefill",
-            _false,
-            f"--enable-chunked-prefill --max-num-batched-tokens {CHUNK_TOKENS}",
-            "a long prompt otherwise takes whole steps and stalls every running decode",
-        ),
-        Check(
-            "suggestion",
-            "max_num_batched_tokens",
-            _below_chunk,
-            f"--max-num-batched-tokens {CHUNK_TOKENS}",
-            f"prefill of long prompts runs in chunks of {{value}} tokens; "
-            f"{CHUNK_TOKENS} prefills faster at a small cost in decode latency",
-        ),
+        Check("warning", "enable_chunked_prefill", _false, _CHUNKED, _STALLS),
+        Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
         Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES),
     ),
     # The flag has no trace in vLLM's settings: a probe's answer stands for it.
@@ -285,28 +284,10 @@ SGLANG = EngineProfile(
     # long as lead.
     dispatch=(Measured("", "admitted", 8, "benchmarks/siblings.py (CPU)"),),
     checks=(
-        Check(
-            "warning",
-            "disable_radix_cache",
-            _true,
-            "remove --disable-radix-cache",
-            "without the radix cache every request prefills the whole document again",
-        ),
+        Check("warning", "disable_radix_cache", _true, "remove --disable-radix-cache", _RADIX_OFF),
         Check("warning", "enable_cache_report", _false, "--enable-cache-report", _REPORTS),
-        Check(
-            "warning",
-            "chunked_prefill_size",
-            _chunking_off,
-            f"--chunked-prefill-size {CHUNK_TOKENS}",
-            "chunked prefill is off: a long prompt stalls every running decode",
-        ),
-        Check(
-            "suggestion",
-            "enable_metrics",
-            _false,
-            "--enable-metrics",
-            "exposes server-wide cached-token counters to cross-check longctx's figures",
-        ),
+        Check("warning", "chunked_prefill_size", _chunking_off, _CHUNK_SIZE, _NOT_CHUNKED),
+        Check("suggestion", "enable_metrics", _false, "--enable-metrics", _COUNTERS),
         Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES),
     ),
     recipe=RecipeSwitches(

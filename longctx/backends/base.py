@@ -62,11 +62,8 @@ class ServerInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as JSON values (the engine by name; the raw settings left out)."""
-        return {
-            ("engine" if key == "profile" else key): (self.engine if key == "profile" else value)
-            for key, value in self.__dict__.items()
-            if key != "settings"
-        }
+        facts = {key: value for key, value in self.__dict__.items() if key not in ("profile", "settings")}
+        return {"engine": self.engine, **facts}
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,8 @@ class ServerTokenizer:
     def __init__(self, endpoint: HttpEndpoint, profile: EngineProfile | str, model: str) -> None:
         found = find_profile(profile) if isinstance(profile, str) else profile
         if found is None or found.tokenize_path is None:
-            raise TokenizerError(f"the engine {profile!r} has no tokenize route known to longctx")
+            name = profile if isinstance(profile, str) else profile.name
+            raise TokenizerError(f"the engine {name!r} has no tokenize route known to longctx")
         self.endpoint = endpoint
         self.profile = found
         self.engine = found.name

@@ -32,7 +32,7 @@ _EXPORTS: dict[str, str] = {
     "Batch": "longctx.sessions",
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
-    "CacheCounters": "longctx.backends.engines",
+    "CacheCounters": "longctx.backends.profiles",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -122,7 +122,7 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from longctx.backends.base import Backend, Diagnosis, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
-    from longctx.backends.engines import CacheCounters
+    from longctx.backends.profiles import CacheCounters
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus

@@ -104,6 +104,10 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
     assert cached >= 0.99 * theoretical, f"{cached} cached of {theoretical} possible (block {block})"
     assert batch.report.counter_check is not None
     assert batch.report.counter_check.matches, batch.report.counter_check
+    # The profile's tier metric (vLLM 0.32's hits by source, SGLang's cache_source label) is there.
+    reading = backend.counters()[backend.info.api_url]
+    assert reading is not None and reading.by_source is not None, reading
+    assert reading.by_source.get("device", 0) > 0, reading
 
 
 @pytest.mark.parametrize("dispatch", ["together", "lead", "admitted"])

@@ -87,7 +87,7 @@ def test_count_many_matches_count(engine: str) -> None:
 
 
 def test_sglang_batches_stay_below_a_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("longctx.backends.tokenizer._SGLANG_BATCH_CHARS", 100)
+    monkeypatch.setattr("longctx.backends.tokenizer._BATCH_CHARS", 100)
     server = FakeServer("sglang")
     texts = ["x " * 30] * 7
     assert server.tokenizer().count_many(texts) == [30] * 7

@@ -22,32 +22,29 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
-from longctx.backends.engines import (
-    MISSING_REPORT_FLAG,
-    CacheCounters,
-    Engine,
-    EngineFacts,
-    discover_engine,
-    read_counters,
-)
+from longctx.backends.engines import identify, profiles
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
+from longctx.backends.profiles import CacheCounters, EngineProfile, Finding
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
-from longctx.serving.advice import Finding, suggest_router_policy, suggest_server_flags
+from longctx.serving.advice import suggest_router_policy
 
 __all__ = ["Backend", "DeliveryHooks", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """What one server said about itself. ``None`` means unknown, not false."""
+    """What one server said about itself. ``None`` means unknown, not false.
+
+    ``profile`` is what longctx knows of its engine; ``engine`` its name.
+    """
 
     api_url: str
     root_url: str
-    engine: Engine
+    profile: EngineProfile = field(repr=False)
     version: str | None
     model: str
     context_length: int | None
@@ -58,6 +55,15 @@ class ServerInfo:
     schedule_policy: str | None = None
     kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def engine(self) -> str:
+        return self.profile.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as JSON values (the engine by name; the raw settings left out)."""
+        facts = {key: value for key, value in self.__dict__.items() if key not in ("profile", "settings")}
+        return {"engine": self.engine, **facts}
 
 
 @dataclass(frozen=True)
@@ -102,10 +108,7 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "servers": [
-                {key: value for key, value in info.__dict__.items() if key != "settings"}
-                for info in self.servers
-            ],
+            "servers": [info.to_dict() for info in self.servers],
             "findings": [finding.__dict__ for finding in self.findings],
             "replicas": [replica.to_dict() for replica in self.replicas],
         }
@@ -358,9 +361,10 @@ class Backend:
         assert replica is not None
         self._ready(replica)
         assert replica.info is not None and replica.endpoint is not None
-        if replica.info.engine == "generic":
-            raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")
-        return ServerTokenizer(replica.endpoint, replica.info.engine, replica.info.model)
+        if not replica.info.profile.tokenizes:
+            labels = " and ".join(profile.label for profile in profiles() if profile.tokenizes)
+            raise ConfigError(f"only {labels} servers offer a tokenize endpoint")
+        return ServerTokenizer(replica.endpoint, replica.info.profile, replica.info.model)
 
     def counters(self, urls: Iterable[str] | None = None) -> dict[str, CacheCounters | None]:
         """The prefix-cache hit counter of each replica up now (None where it has none).
@@ -372,7 +376,8 @@ class Backend:
         readings: dict[str, CacheCounters | None] = {}
         for url, replica in self._replicas.items():
             if url in wanted and replica.up and replica.info is not None and replica.endpoint is not None:
-                readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
+                info = replica.info
+                readings[url] = info.profile.read_counters(replica.endpoint, info.model, info.version)
         return readings
 
     def probe_cache_reporting(self) -> dict[str, bool]:
@@ -420,21 +425,13 @@ class Backend:
                 info = replace(info, cache_reporting=reporting[url])
                 replica.info = info
             servers.append(info)
-            if info.engine == "generic":
-                findings.append(
-                    Finding(
-                        "warning",
-                        "engine",
-                        "unknown",
-                        "(serve the model with vLLM or SGLang)",
-                        "longctx cannot check prefix caching or read cache counters on this server",
-                    )
-                )
-                continue
+            profile = info.profile
+            if profile.doctor_note is not None:
+                findings.append(profile.doctor_note)
             observed: dict[str, Any] = dict(info.settings)
-            if info.engine == "vllm" and info.cache_reporting is not None:
-                observed["enable_prompt_tokens_details"] = info.cache_reporting
-            for finding in suggest_server_flags(info.engine, observed):
+            if profile.reporting_setting and info.cache_reporting is not None:
+                observed[profile.reporting_setting] = info.cache_reporting
+            for finding in profile.advise(observed):
                 if finding not in findings:
                     findings.append(finding)
             # Nothing is suggested for what the server does not report (vLLM
@@ -480,24 +477,18 @@ def _discover(
             )
         chosen = matching[0]
     name = str(chosen["id"])
-    facts: EngineFacts = discover_engine(endpoint, chosen.get("owned_by"), name)
+    profile = identify(endpoint, chosen.get("owned_by"))
+    facts = profile.facts(endpoint, name)
     context = chosen.get("max_model_len")
-    if facts.engine == "sglang" and isinstance(facts.settings.get("context_length"), int):
-        context = context or facts.settings["context_length"]
+    if not context and profile.context_setting:
+        context = facts.settings.get(profile.context_setting)
     info = ServerInfo(
         api_url=endpoint.api_url,
         root_url=endpoint.root_url,
-        engine=facts.engine,
-        version=facts.version,
+        profile=profile,
         model=name,
         context_length=int(context) if isinstance(context, int) else None,
-        prefix_caching=facts.prefix_caching,
-        cache_reporting=facts.cache_reporting,
-        metrics=facts.metrics,
-        cache_block_tokens=facts.cache_block_tokens,
-        schedule_policy=facts.schedule_policy,
-        kv_cache_tokens=facts.kv_cache_tokens,
-        settings=facts.settings,
+        **vars(facts),  # EngineFacts' fields are ServerInfo's, by name
     )
     return info, endpoint
 
@@ -539,8 +530,7 @@ def connect(
                 api_key=key,
                 timeout=options.timeout,
                 stall_timeout=options.stall_timeout,
-                missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
-                engine=info.engine,
+                profile=info.profile,
                 affinity_headers=headers,
                 transport=transport,
                 async_transport=async_transport,

@@ -41,6 +41,7 @@ from longctx.backends.http import (
     make_client,
     post_events,
 )
+from longctx.backends.profiles import EngineProfile
 from longctx.config import DEFAULT_AFFINITY_HEADERS
 from longctx.drivers import Io
 from longctx.usage import Usage
@@ -192,18 +193,17 @@ class ChatClient:
         api_key: str | None = None,
         timeout: float = 3600.0,
         stall_timeout: float = 600.0,
-        missing_cache_reason: str,
-        engine: str = "generic",
+        profile: EngineProfile,
         affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,
         async_transport: AsyncTransport | None = None,
     ) -> None:
         self.api_url = api_url
         self.model = model
-        self.engine = engine
+        self.profile = profile
         self.url = f"{api_url}/chat/completions"
         self.completions_url = f"{api_url}/completions"
-        self._missing = missing_cache_reason
+        self._missing = profile.missing_report
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
@@ -245,11 +245,7 @@ class ChatClient:
 
     def _id_switches(self, *, completions: bool) -> dict[str, bool]:
         """The body fields that make this engine send the prompt's and the answer's token ids."""
-        if self.engine == "vllm" or (self.engine == "sglang" and completions):
-            return {"return_token_ids": True}
-        if self.engine == "sglang":
-            return {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}
-        return {}
+        return self.profile.id_switches(completions=completions)
 
     def _url(self, request: ChatRequest) -> str:
         return self.completions_url if request.prompt_ids is not None else self.url

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from longctx.backends.engines import recipe_engines
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
 from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError, LongctxError, ServingConfigError
@@ -87,7 +88,7 @@ def _one_line(error: LongctxError) -> str:
 
 @main.command()
 @click.argument("model")
-@click.option("--engine", type=click.Choice(["vllm", "sglang"]), required=True)
+@click.option("--engine", type=click.Choice(recipe_engines()), required=True)
 @click.option("--gpus", type=int, help="GPUs for tensor parallelism.")
 @click.option("--max-model-len", type=int, help="Context length to serve.")
 @click.option(

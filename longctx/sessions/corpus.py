@@ -43,7 +43,7 @@ def as_paths(paths: Paths) -> tuple[str | os.PathLike[str], ...]:
 
 
 def _server_tokenizer(backend: Backend) -> Tokenizer:
-    return backend.tokenizer() if backend.info.engine in ("vllm", "sglang") else EstimateTokenizer()
+    return backend.tokenizer() if backend.info.profile.tokenizes else EstimateTokenizer()
 
 
 def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store) -> CorpusOptions:
@@ -54,7 +54,7 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     once per tokenizer identity, and kept in ``store``. A server without a
     tokenize route adds nothing (the default spellings are broken anyway).
     """
-    if backend.info.engine not in ("vllm", "sglang"):
+    if not backend.info.profile.tokenizes:
         return options
     # Imported here: the candidate list is only needed when a server is asked.
     from longctx.sources.special_tokens import CANDIDATE_SPELLINGS

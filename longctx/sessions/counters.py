@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Self
 
 from longctx.backends.base import Backend
-from longctx.backends.engines import CacheCounters
+from longctx.backends.profiles import CacheCounters
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, RequestRecord, Store
 

@@ -570,7 +570,7 @@ class Session(Conversation):
 
     def _history_tokenizer(self) -> ServerTokenizer | None:
         server = self.backend.server_for(self.affinity_key)
-        return None if server.engine == "generic" else self.backend.tokenizer(self.affinity_key)
+        return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
 
     def _commit_turn(
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None

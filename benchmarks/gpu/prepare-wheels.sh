@@ -27,8 +27,10 @@ pip download -q $PLAT -d "$DEST"/deps cachetools blake3 "fastapi[standard]<0.137
   "model-hosting-container-standards>=0.1.14,<1" mcp opentelemetry-sdk opentelemetry-api \
   opentelemetry-exporter-otlp opentelemetry-semantic-conventions-ai gguf
 pip download -q --no-deps $PLAT -d "$DEST"/deps "xgrammar>=0.2.1,<1" "compressed-tensors==0.17.0" "apache-tvm-ffi==0.1.11"
+# longctx from this checkout with its whole requirement tree, resolved by pip rather than listed by
+# hand (a hand list missed httpx2's httpcore2 and truststore, and the GPU run failed to import longctx).
 pip wheel -q --no-deps -w "$DEST"/lx .
-pip download -q --no-deps $PLAT -d "$DEST"/lx gitpython gitdb smmap pypdf tenacity platformdirs
+pip download -q $PLAT -d "$DEST"/lx "$DEST"/lx/longctx*.whl
 pip download -q --no-deps $PLAT -d "$DEST"/rt vllm-router orjson
 # Leave out what the GPU image already has.
 python3 - "$HERE/image-packages.txt" "$DEST"/deps "$DEST"/lx "$DEST"/rt <<'PY'

@@ -48,12 +48,15 @@ if [ "$PHASE" = bench ]; then
 elif [ "$PHASE" = jobs ]; then
     PACKS=${JOB_PACKS:-8}; TOKENS=${JOB_TOKENS:-30000}; BLOCKS=${JOB_BLOCKS:-6144}
     KV=$((BLOCKS * 16)); COMMON="--max-total-tokens $KV --sleep-on-idle"
+    STARTERS=""
     for p in 8771 8772 8773 8774; do
         EXTRA=$COMMON; [ $p -ge 8773 ] && EXTRA="$COMMON --enable-hierarchical-cache --hicache-ratio 2"
         (SGLANG_EXTRA_ARGS="$EXTRA" "$HERE"/serve-sglang.sh "$PARTS" $p 0.8 65536 > /tmp/sglang-pid-$p 2>/tmp/sglang-serve-$p.err) &
-        sleep 3
+        STARTERS="$STARTERS $!"; sleep 3
     done
-    wait
+    # By PID: a bare `wait` also waits for the log's process substitution (tee), which never ends
+    # (the first H200 run hung here with all four replicas up).
+    wait $STARTERS
     for p in 8771 8772 8773 8774; do
         pid=$(tail -1 /tmp/sglang-pid-$p 2>/dev/null); [ -n "$pid" ] && PIDS="$PIDS $pid"
         cat /tmp/sglang-serve-$p.err

@@ -485,6 +485,7 @@ def main() -> None:
             "kv_cache_tokens": info.kv_cache_tokens,
             "server_settings": {k: info.settings[k] for k in SETTINGS_SHOWN if k in info.settings},
             "flags": args.flags,
+            "dispatches": ["lead", *(d for d in args.dispatches.split(",") if d and d != "lead")],
             "answer_tokens": args.answer_tokens,
             "python": platform.python_version(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),

@@ -352,6 +352,7 @@ def run_context(
     ]
     with connect(base_url) as backend:
         client = PlainClient(backend.info.api_url, backend.info.model)
+
     def record(name: str, run: Callable[[], dict[str, Any]]) -> None:
         if deadline is not None and time.monotonic() > deadline:
             raise Deadline(name)

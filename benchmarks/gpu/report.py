@@ -111,9 +111,13 @@ def context_section(context: dict[str, Any], block: int, dispatches: list[str]) 
             verdicts.append(
                 f"question-first / ask_many default: {qf / ours:.1f}x ({'at least' if qf / ours >= 4.5 else 'BELOW'} 4.5x)"
             )
-    strategies = [(median_wall(scenarios[n]), n) for n in ORDER if n.startswith("ask_many c8") and n in scenarios]
+    strategies = [
+        (median_wall(scenarios[n]), n) for n in ORDER if n.startswith("ask_many c8") and n in scenarios
+    ]
     if len(strategies) > 1:
-        ranked = ", ".join(f"{n.removeprefix('ask_many c8').strip() or 'auto'} {w:.2f}" for w, n in sorted(strategies))
+        ranked = ", ".join(
+            f"{n.removeprefix('ask_many c8').strip() or 'auto'} {w:.2f}" for w, n in sorted(strategies)
+        )
         verdicts.append(f"dispatch at concurrency 8, fastest first (s): {ranked}")
     if "cli batch" in scenarios and "api batch" in scenarios:
         cli, api = median_wall(scenarios["cli batch"]), median_wall(scenarios["api batch"])

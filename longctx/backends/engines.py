@@ -277,12 +277,17 @@ SGLANG = EngineProfile(
     # ids come in the last chunk's sglext.
     chat_id_switches=("return_input_ids_in_sglext", "return_output_ids_in_sglext"),
     completions_id_switches=("return_token_ids",),
-    # docs/benchmarks.md "siblings-dispatch" (the CPU build, 0.5.23): admitted (30.3 s) ahead of
-    # lead (45.8-49.4 s) and together (36-58 s, noisy); together cached only 98.4% of the prefix
-    # there (followers admitted before the lead's prefix was whole in the radix tree), lead and
-    # admitted 100%. SGLang sends its headers with the first token, so admitted waits about as
-    # long as lead.
-    dispatch=(Measured("", "admitted", 8, "benchmarks/siblings.py (CPU)"),),
+    # docs/benchmarks.md "gpu-siblings-sglang" (H200, SGLang 0.5.17: fcfs, page 1, triton
+    # attention, 99.7k-token pack): admitted 24.6 s, lead 25.4 s, together 26.2 s; the fastest
+    # plain client (lead then 7) 24.8 s. SGLang does not share a prefix still being prefilled:
+    # followers sent together waited for their own. The CPU build (0.5.23) agrees: admitted
+    # (30.3 s) ahead of lead (45.8-49.4 s) and together (36-58 s, 98.4% cached). SGLang sends its
+    # headers with the first token, so admitted waits about as long as lead. Only fcfs measured.
+    dispatch=(
+        Measured(
+            "", "admitted", 8, "gpu-siblings-sglang (H200, 0.5.17, fcfs) and benchmarks/siblings.py (CPU)"
+        ),
+    ),
     checks=(
         Check("warning", "disable_radix_cache", _true, "remove --disable-radix-cache", _RADIX_OFF),
         Check("warning", "enable_cache_report", _false, "--enable-cache-report", _REPORTS),

@@ -44,7 +44,8 @@ _EXPORTS: dict[str, str] = {
     "Corpus": "longctx.corpus",
     "CorpusOptions": "longctx.config",
     "CounterCheck": "longctx.report",
-    "Diagnosis": "longctx.backends.base",
+    "Diagnosis": "longctx.serving.doctor",
+    "diagnose": "longctx.serving.doctor",
     "DocSession": "longctx.sessions",
     "Document": "longctx.documents",
     "EmptyCorpus": "longctx.errors",
@@ -120,7 +121,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, Diagnosis, ReplicaStatus, Sent, ServerInfo, connect
+    from longctx.backends.base import Backend, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
     from longctx.backends.profiles import CacheCounters
     from longctx.backends.tokenizer import ServerTokenizer
@@ -171,6 +172,7 @@ if TYPE_CHECKING:
     from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
     from longctx.retry import RetryPolicy
     from longctx.serving.advice import Finding
+    from longctx.serving.doctor import Diagnosis, diagnose
     from longctx.sessions import (
         Answer,
         Batch,
@@ -285,6 +287,7 @@ __all__ = [
     "check_cache_boundary",
     "compare_packs",
     "connect",
+    "diagnose",
     "load_corpus",
     "pack",
     "read_job",

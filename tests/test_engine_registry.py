@@ -34,6 +34,7 @@ from longctx.backends.profiles import CacheTiers, Check, EngineFacts, EngineProf
 from longctx.config import RequestOptions
 from longctx.errors import ServingConfigError
 from longctx.serving import recipe_for, suggest_server_flags
+from longctx.serving.doctor import diagnose
 from longctx.sessions import Session, counters
 from longctx.sessions.corpus import pack_for_server
 from longctx.store import Store
@@ -265,7 +266,7 @@ def test_a_new_engine_is_one_profile(tmp_path: Path) -> None:
 
         # Doctor runs the toy's checks; the advice and the registry list it.
         assert suggest_server_flags("toyengine", {"fp8_cache": "false"})[0].flag == "--fp8-cache"
-        assert [finding.flag for finding in backend.doctor(probe=False).findings] == ["--fp8-cache"]
+        assert [finding.flag for finding in diagnose(backend, probe=False).findings] == ["--fp8-cache"]
         assert find_profile("toyengine") is TOY and TOY in profiles()
         backend.close()
     # Nothing asked another engine's routes of it.

@@ -26,6 +26,7 @@ import pytest
 from longctx import Job, JobItem
 from longctx.backends.base import Backend, connect, rendezvous_order
 from longctx.config import RequestOptions, ServerOptions
+from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.sessions.session import affinity_key
 from longctx.store import RequestRecord, Store, StoredPack
@@ -100,7 +101,7 @@ def test_a_router_policy_keeps_each_pack_on_one_replica(
         options = ServerOptions(base_url=server.api_base, router_policy=f"{router}:{policy}")
         with connect(options) as backend, Store.open(tmp_path / "home") as store:
             share = cached_share(backend, store, make_packs(f"{router}-{policy}"))
-            findings = [f for f in backend.doctor(probe=False).findings if f.setting == "router policy"]
+            findings = [f for f in diagnose(backend, probe=False).findings if f.setting == "router policy"]
     finally:
         vllm_fleet.stop_routers()
     print(f"{router} {policy}: cached share {share:.1%}, single-replica ceiling {ceiling:.1%}")

@@ -99,6 +99,7 @@ PUBLIC = {
     "check_cache_boundary",
     "compare_packs",
     "connect",
+    "diagnose",
     "load_corpus",
     "pack",
     "read_job",

@@ -25,6 +25,7 @@ from longctx.corpus import load_corpus
 from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
+from longctx.serving.doctor import diagnose
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.answers import history_form
 from longctx.sessions.reuse import answer_reuse
@@ -358,7 +359,7 @@ def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     sglang_without_cache_report: LocalServer, store: Store
 ) -> None:
     backend = connect(sglang_without_cache_report.api_base)
-    diagnosis = backend.doctor()
+    diagnosis = diagnose(backend)
     assert "--enable-cache-report" in {finding.flag for finding in diagnosis.findings}
     session = Session(backend, text_pack(20_000), store=store, request=RequestOptions(max_tokens=4))
     session.ask("one")

@@ -2,8 +2,9 @@
 
 ``connect`` asks the server what it is (vLLM, SGLang or another
 OpenAI-compatible server), which model it serves, its context length, and
-whether prefix caching and cached-token reporting are on. ``Backend.doctor``
-turns that into findings with the exact launch flag to add.
+whether prefix caching and cached-token reporting are on;
+:func:`longctx.serving.doctor.diagnose` turns that into findings with the
+exact launch flag to add.
 
 With several base URLs (replicas of one model), each request goes to the
 replica chosen by rendezvous hashing of its affinity key, so every request
@@ -24,15 +25,14 @@ from typing import Any, TypedDict, Unpack
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import identify, profiles
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
-from longctx.backends.profiles import CacheCounters, EngineProfile, Finding
+from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import RequestOptions, ServerOptions
+from longctx.config import ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
-from longctx.serving.advice import suggest_router_policy
 
-__all__ = ["Backend", "DeliveryHooks", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
+__all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)
@@ -64,58 +64,6 @@ class ServerInfo:
         """The facts as JSON values (the engine by name; the raw settings left out)."""
         facts = {key: value for key, value in self.__dict__.items() if key not in ("profile", "settings")}
         return {"engine": self.engine, **facts}
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The outcome of :meth:`Backend.doctor`."""
-
-    servers: tuple[ServerInfo, ...]
-    findings: tuple[Finding, ...]
-    replicas: tuple[ReplicaStatus, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        return not any(finding.severity == "warning" for finding in self.findings)
-
-    def to_text(self) -> str:
-        lines = []
-        if len(self.replicas) > 1:
-            for replica in self.replicas:
-                state = "up" if replica.up else f"DOWN ({replica.last_error or 'never answered'})"
-                lines.append(f"replica {replica.api_url}: {state}")
-        for info in self.servers:
-            lines.append(
-                f"{info.api_url}: {info.engine} {info.version or '(version unknown)'}, model {info.model}, "
-                f"context {info.context_length or 'unknown'}"
-            )
-            lines.append(f"  prefix caching: {_state(info.prefix_caching)}")
-            lines.append(f"  cached-token reporting: {_state(info.cache_reporting)}")
-            lines.append(f"  metrics: {_state(info.metrics)}")
-            if info.cache_block_tokens:
-                lines.append(f"  cache block: {info.cache_block_tokens} tokens")
-            if info.kv_cache_tokens:
-                lines.append(f"  KV cache: {info.kv_cache_tokens:,} tokens")
-        if not self.findings:
-            lines.append("no changes needed")
-        for finding in self.findings:
-            lines.append(
-                f"{finding.severity}: add {finding.flag} "
-                f"({finding.reason}; {finding.setting}={finding.observed})"
-            )
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "servers": [info.to_dict() for info in self.servers],
-            "findings": [finding.__dict__ for finding in self.findings],
-            "replicas": [replica.to_dict() for replica in self.replicas],
-        }
-
-
-def _state(value: bool | None) -> str:
-    return "unknown" if value is None else ("on" if value else "OFF")
 
 
 @dataclass(frozen=True)
@@ -381,64 +329,20 @@ class Backend:
         return readings
 
     def probe_cache_reporting(self) -> dict[str, bool]:
-        """Send a one-token request to each replica up and see whether it reports cached tokens."""
+        """Send a one-token request to each replica up and see whether it reports cached tokens.
+
+        What is learnt becomes each replica's ``ServerInfo.cache_reporting``
+        (vLLM does not say it otherwise).
+        """
         seen: dict[str, bool] = {}
         request = ChatRequest(messages=({"role": "user", "content": "longctx doctor probe"},), max_tokens=1)
         for url, replica in self._replicas.items():
-            if not self._usable(replica) or replica.chat is None:
+            if not self._usable(replica) or replica.chat is None or replica.info is None:
                 continue
             completion = call_with_retry(partial(replica.chat.complete, request), self.retry).value
             seen[url] = completion.usage.cached_tokens is not None
+            replica.info = replace(replica.info, cache_reporting=seen[url])
         return seen
-
-    def doctor(self, *, probe: bool = True, request: RequestOptions | None = None) -> Diagnosis:
-        """Findings about every replica and the router in front, each with the flag that fixes it.
-
-        With ``probe``, one one-token request per server settles whether it
-        reports cached tokens (vLLM does not say otherwise). A replica that
-        cannot be reached is a warning; the router policy
-        (:attr:`ServerOptions.router_policy`) is checked against
-        ``request``'s ``cache_salt``.
-        """
-        reporting = self.probe_cache_reporting() if probe else {}
-        servers: list[ServerInfo] = []
-        findings: list[Finding] = []
-        if self.router_policy:
-            salted = bool(request is not None and request.cache_salt)
-            findings.extend(suggest_router_policy(self.router_policy, cache_salt=salted))
-        for url, replica in self._replicas.items():
-            info = replica.info
-            if not replica.up or info is None:
-                findings.append(
-                    Finding(
-                        "warning",
-                        "replica",
-                        f"{url} down",
-                        "(start the replica, or drop its URL)",
-                        "its packs go to the next replica meanwhile: "
-                        f"{replica.last_error or 'never answered'}",
-                    )
-                )
-                if info is None:
-                    continue
-            if url in reporting:
-                info = replace(info, cache_reporting=reporting[url])
-                replica.info = info
-            servers.append(info)
-            profile = info.profile
-            if profile.doctor_note is not None:
-                findings.append(profile.doctor_note)
-            observed: dict[str, Any] = dict(info.settings)
-            if profile.reporting_setting and info.cache_reporting is not None:
-                observed[profile.reporting_setting] = info.cache_reporting
-            for finding in profile.advise(observed):
-                if finding not in findings:
-                    findings.append(finding)
-            # Nothing is suggested for what the server does not report (vLLM
-            # publishes its scheduler settings only in dev mode): a deployment
-            # that already sets them would be told to set them again.
-        ordered = sorted(findings, key=lambda f: f.severity != "warning")
-        return Diagnosis(tuple(servers), tuple(ordered), self.replicas)
 
     def close(self) -> None:
         for replica in self._replicas.values():

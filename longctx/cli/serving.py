@@ -15,6 +15,7 @@ from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_op
 from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
+from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
 from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -54,7 +55,7 @@ def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
         try:
             backend = runtime().connect(target)
             try:
-                diagnosis = backend.doctor(probe=not no_probe)
+                diagnosis = diagnose(backend, probe=not no_probe)
             finally:
                 runtime().release(backend)
         except LongctxError as error:

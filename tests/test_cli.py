@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from corpus_fixtures import committed_repo
 from fault_proxy import FaultProxy
 
 from longctx import cli
@@ -55,16 +56,8 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("textwrap.py", "heapq.py"):
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "init"], check=True)
-    return root
+    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "heapq.py")}
+    return committed_repo(tmp_path / "project", {**files, "NOTES.md": f"# notes {uuid.uuid4()}\n"})
 
 
 def test_the_entry_point_is_installed() -> None:

@@ -8,6 +8,7 @@ backend, and the one error boundary, with every exit code from one place.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -177,3 +178,19 @@ def test_help_lists_every_command_without_importing_command_modules() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_every_exit_code_is_distinct_and_documented() -> None:
+    from longctx.cli import app
+
+    constants = {
+        name: value
+        for name, value in vars(app).items()
+        if name.startswith("EXIT_") and isinstance(value, int)
+    }
+    assert len(set(constants.values())) == len(constants), f"two outcomes share an exit code: {constants}"
+    assert set(app.EXIT_CODES) == set(constants.values()), "every exit code has its meaning in EXIT_CODES"
+    documented = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    table = dict(re.findall(r"^\| (\d+) \| (.+) \|$", documented, flags=re.MULTILINE))
+    assert {int(code) for code in table} == set(app.EXIT_CODES)
+    assert all(table[str(code)] == meaning for code, meaning in app.EXIT_CODES.items())

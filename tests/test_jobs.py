@@ -19,7 +19,7 @@ from fake_engine import FakeEngine, Fault
 from longctx import Job, JobItem, JobOptions, JobProgress, read_job
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_OK, Runtime, main
-from longctx.cli.jobs import EXIT_ITEMS_FAILED
+from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession
@@ -247,11 +247,11 @@ def test_job_command_writes_results_in_item_order_and_resumes(
     assert [json.loads(line)["resumed"] for line in again.stdout.splitlines()] == [True] * 4
 
 
-def test_job_command_exits_2_when_an_item_failed_and_names_it(backend: Backend, tmp_path: Path) -> None:
+def test_job_command_exits_9_when_an_item_failed_and_names_it(backend: Backend, tmp_path: Path) -> None:
     job_file = tmp_path / "job.jsonl"
     job_file.write_text(json.dumps({"paths": str(tmp_path / "gone"), "question": "q?"}) + "\n")
     result = CliRunner().invoke(main, ["job", str(job_file)], obj=Runtime(backend=backend))
-    assert result.exit_code == EXIT_ITEMS_FAILED
+    assert result.exit_code == EXIT_ITEMS_FAILED == 9
     assert json.loads(result.stdout)["error"] and "item 0:" in result.stderr
 
 

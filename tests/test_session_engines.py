@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from corpus_fixtures import make_pdf
+from corpus_fixtures import committed_repo, make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
@@ -70,15 +70,8 @@ def make_repository(
     root: Path, names: Sequence[str] = ("argparse.py", "dataclasses.py", "typing.py")
 ) -> Path:
     """A git repository of standard-library files, with a nonce so its pack is new to the server."""
-    root.mkdir(parents=True)
-    for name in names:
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "README.md").write_text(f"# fixture {uuid.uuid4()}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "fixture"], check=True)
-    return root
+    files = {name: (STDLIB / name).read_text() for name in names}
+    return committed_repo(root, {**files, "README.md": f"# fixture {uuid.uuid4()}\n"}, message="fixture")
 
 
 def test_ask_many_reads_the_shared_prefix_from_the_cache(

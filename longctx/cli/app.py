@@ -5,17 +5,8 @@ savings summary and errors go to stderr. Only :class:`LongctxError` is
 caught, once, here (:class:`App`); anything else is a bug and shows its
 traceback.
 
-Exit codes:
-
-    0  success
-    1  another longctx error (the store, a tokenizer...)
-    2  usage: bad arguments or LONGCTX_* settings
-    3  the server cannot be reached
-    4  the prompt does not fit: context overflow or over budget
-    5  bad input: a path or document that cannot be used
-    6  the server answered with an error
-    7  no such session
-    8  nothing to pack: the paths hold no document (the message says what was skipped and why)
+Exit codes: :data:`EXIT_CODES`, one distinct code per outcome, each with the
+meaning ``docs/cli.md`` lists (written from this table).
 
 Commands reach servers and the store through :class:`Runtime`, the object
 click passes down (``obj``): tests give it a connection of their own to
@@ -64,9 +55,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_ITEMS_FAILED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -87,7 +80,6 @@ __all__ = [
 
 EXIT_OK = 0
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_TOO_LONG = 4
@@ -95,6 +87,25 @@ EXIT_BAD_INPUT = 5
 EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
+EXIT_ITEMS_FAILED = 9
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "another longctx error (the store, a tokenizer...)",
+    EXIT_USAGE: "usage: bad arguments or `LONGCTX_*` settings",
+    EXIT_UNREACHABLE: "the server cannot be reached",
+    EXIT_TOO_LONG: "the prompt does not fit: context overflow, or the pack is over budget",
+    EXIT_BAD_INPUT: "bad input: a path or document that cannot be used",
+    EXIT_SERVER: "the server answered with an error",
+    EXIT_NO_SESSION: "no such session",
+    EXIT_EMPTY_CORPUS: "nothing to pack: the paths hold no document"
+    " (the message names what was skipped and why)",
+    EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
+    " and the session id",
+}
+"""Every exit code of the CLI and what it means: ``docs/cli.md``'s table is written from it."""
 
 
 def exit_code(error: LongctxError) -> int:
@@ -123,7 +134,7 @@ def _fail(error: LongctxError) -> NoReturn:
 
 
 # Each command's module, imported when the command is looked up: `longctx pack`
-# then never imports the sessions and the openai client it does not use.
+# then never imports the sessions and the HTTP client it does not use.
 COMMAND_MODULES: dict[str, str] = {
     "pack": "longctx.cli.packing",
     "ask": "longctx.cli.questions",
@@ -177,7 +188,7 @@ class App(click.Group):
         """The command list of ``longctx --help``, from :data:`COMMAND_SUMMARIES`.
 
         Click would import every command module to read its help: about half a
-        second (the sessions and the openai client) before the list shows.
+        second (the sessions and the HTTP client) before the list shows.
         A test holds each summary equal to its command's own short help.
         """
         names = self.list_commands(ctx)
@@ -220,8 +231,8 @@ class Runtime:
         """The given backend, else a new connection (the caller closes it)."""
         if self.backend is not None:
             return self.backend
-        # Imported here, not above: the openai client it loads costs a quarter
-        # of a second, which `longctx pack` with an offline tokenizer never needs.
+        # Imported here, not above: the backends and the HTTP client they load are
+        # import time that `longctx pack` with an offline tokenizer never needs.
         from longctx.backends.base import connect
 
         return connect(server)

@@ -146,3 +146,44 @@ def test_each_library_is_imported_in_its_one_home() -> None:
                 if not relative.startswith(LIBRARY_HOMES[library]) and not name.startswith("longctx.testing"):
                     strays.append(f"{relative} imports {library}")
     assert not strays, strays
+
+
+def _imported_names(name: str) -> Iterator[tuple[str, str, int]]:
+    """(module, name, line) of each name that module ``name`` imports from another longctx module."""
+    path = MODULES[name]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module not in MODULES:
+            continue
+        for alias in node.names:
+            if f"{node.module}.{alias.name}" not in MODULES:  # a name, not a submodule
+                yield node.module, alias.name, node.lineno
+
+
+def _exported(module: str) -> set[str] | None:
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    strays = [
+        f"{name}:{line} imports {module}.{imported}"
+        for name in MODULES
+        for module, imported, line in _imported_names(name)
+        if imported.startswith("_")
+    ]
+    assert not strays, strays
+
+
+def test_the_packing_modules_talk_through_what_each_exports() -> None:
+    strays = [
+        f"{name}:{line} imports {imported}, which {module}.__all__ does not list"
+        for name in MODULES
+        if name.startswith("longctx.packing.")
+        for module, imported, line in _imported_names(name)
+        if module.startswith("longctx.packing") and imported not in (_exported(module) or set())
+    ]
+    assert not strays, strays

@@ -56,7 +56,7 @@ from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer
 if TYPE_CHECKING:
     from longctx.store import Store
 
-__all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "serve"]
+__all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "count_texts", "serve"]
 
 logger = logging.getLogger("longctx.counting")
 

@@ -21,7 +21,7 @@ from longctx.backends.base import Backend
 from longctx.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Runtime, main
 from longctx.cli.app import COMMAND_MODULES, COMMAND_SUMMARIES
 from longctx.retry import instant_retries
-from longctx.store import Store
+from longctx.store import SessionLog, Store
 
 URL = "http://fake-engine:8000/v1"
 
@@ -143,10 +143,10 @@ def test_every_error_leaves_through_one_boundary(repository: Path, tmp_path: Pat
 def test_a_bug_is_not_swallowed_by_the_boundary(
     backend: Backend, repository: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: Store) -> None:
+    def broken(self: SessionLog, *, include_branches: bool = False) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Store, "sessions", broken)
+    monkeypatch.setattr(SessionLog, "sessions", broken)
     result = invoke(backend, "report")
     assert isinstance(result.exception, RuntimeError)
 

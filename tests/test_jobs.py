@@ -141,7 +141,7 @@ def test_a_job_run_again_asks_only_what_has_no_answer(
     assert [r.answer for r in second.results] == [fake.answer] * 6
     # Every item answered once in the store: one key per item, one turn per key.
     keys = [Job(items).key(index) for index in range(len(items))]
-    stored = store.answered(keys)
+    stored = store.sessions.answered(keys)
     assert len(stored) == 6 and len({(t.session_id, t.position) for t in stored.values()}) == 6
 
     third = Job(items, backend=backend, store=store).run()
@@ -170,7 +170,7 @@ def test_answer_keys_are_refused_when_already_answered_or_given_twice(
             session.ask_many(["a?", "b?"], keys=["k3", "k3"])
         with pytest.raises(ConfigError, match="2 keys for 1 questions"):
             session.ask_many(["a?"], keys=["k4", "k5"])
-    assert set(store.answered(["k1", "k2", "k3"])) == {"k1", "k2"}
+    assert set(store.sessions.answered(["k1", "k2", "k3"])) == {"k1", "k2"}
 
 
 def test_room_admits_by_kv_tokens_per_replica() -> None:

@@ -135,7 +135,7 @@ def test_aask_waits_for_a_turn_in_flight(backend: Backend, tmp_path: Path) -> No
         )
 
     asyncio.run(both())
-    stored = store.turns(session.id)
+    stored = store.sessions.turns(session.id)
     assert sorted(turn.position for turn in stored) == [0, 1, 2]
     assert len(session.turns) == 3
 

@@ -52,7 +52,7 @@ def test_document_special_tokens_do_not_reach_the_model(
         )
         answer = session.ask("What does NOTES.md say?")
         assert answer.text.strip()  # the answer comes back
-        assert store.special_tokens(tokenizer.identity) == learned  # kept per server identity
+        assert store.caches.special_tokens(tokenizer.identity) == learned  # kept per server identity
 
         notes = {entry.path: entry.notes for entry in session.corpus.manifest.included}
         assert notes["NOTES.md"] == ("7 special-token spellings broken (U+200B after their first character)",)

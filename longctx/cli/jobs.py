@@ -86,7 +86,7 @@ def job(
         try:
             report = work.run()
         except KeyboardInterrupt:
-            answered = len(store.answered([work.key(index) for index in range(len(items))]))
+            answered = len(store.sessions.answered([work.key(index) for index in range(len(items))]))
             click.echo(
                 f"longctx: job {work.id}: {answered} of {len(items)} items answered and stored;"
                 " run the same command again to ask the rest",

@@ -351,8 +351,8 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
     if not session.turns and not session.branch_ids():
         # Nothing was asked: a new session was never stored (sessions/recording.py);
         # a resumed one that is empty (stored by an older longctx) goes too.
-        if session.id in {record.id for record in session.store.sessions()}:
-            session.store.delete_session(session.id)
+        if session.id in {record.id for record in session.store.sessions.sessions()}:
+            session.store.sessions.delete_session(session.id)
         note("no question asked: the session is not kept", quiet=quiet)
         return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)

@@ -101,7 +101,7 @@ class PackCounter:
         key = section_fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
         identity = tokenizer.identity
         if self.store is not None:
-            known = self.store.token_counts(identity, [key])
+            known = self.store.caches.token_counts(identity, [key])
             if key in known:
                 return known[key]
         messages = [{"role": "system", "content": system}, {"role": "user", "content": _TEMPLATE_PROBE_USER}]
@@ -109,7 +109,7 @@ class PackCounter:
         parts = tokenizer.count_many([system, _TEMPLATE_PROBE_USER])
         overhead = whole - sum(parts)
         if self.store is not None:
-            self.store.save_token_counts(identity, {key: overhead})
+            self.store.caches.save_token_counts(identity, {key: overhead})
         return overhead
 
 

@@ -243,7 +243,7 @@ def pack(
         and store is not None
         and builder.section_counter is not None
         and key.tracked_files >= _EARLY_WORKER_FILES
-        and not store.has_pack_snapshot(key.slot)
+        and not store.caches.has_pack_snapshot(key.slot)
     ):
         # The first pack of a large repository with these options: its
         # texts are most likely not counted yet, so the counting worker

@@ -131,7 +131,9 @@ class SectionCounter:
             return
         known: dict[str, int] = {}
         if self.store is not None:
-            known = self.store.token_counts(self.tokenizer.identity, [self._digests[i] for i in indexes])
+            known = self.store.caches.token_counts(
+                self.tokenizer.identity, [self._digests[i] for i in indexes]
+            )
         queued: list[int] = []
         for index in indexes:
             digest = self._digests[index]
@@ -220,7 +222,7 @@ class SectionCounter:
             assert value is not None
             self._fresh[digest] = value
         if self.store is not None and self._fresh:
-            self.store.save_token_counts(self.tokenizer.identity, self._fresh)
+            self.store.caches.save_token_counts(self.tokenizer.identity, self._fresh)
         self._fresh = {}
         self._first_index = {}
         return counts

@@ -41,12 +41,12 @@ def resume(session_id: str, backend: Backend | None = None, *, store: Store | No
     Raises :class:`~longctx.errors.SessionNotFound` for an unknown id.
     """
     if store is not None:
-        kind = store.session(session_id).kind
+        kind = store.sessions.session(session_id).kind
         resumed = ShardedSession if kind == SHARDED_KIND else Session
         return resumed.resume(session_id, backend, store=store)
     opened = Store.open()
     # Opened once: the session resumed takes this store and owns it (closed here if it fails first).
     with handing_over(opened):
-        kind = opened.session(session_id).kind
+        kind = opened.sessions.session(session_id).kind
         resumed = ShardedSession if kind == SHARDED_KIND else Session
         return resumed.resume(session_id, backend)

@@ -60,10 +60,10 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     from longctx.sources.special_tokens import CANDIDATE_SPELLINGS
 
     tokenizer = backend.tokenizer()
-    learned = store.special_tokens(tokenizer.identity)
+    learned = store.caches.special_tokens(tokenizer.identity)
     if learned is None:
         learned = tokenizer.special_spellings(CANDIDATE_SPELLINGS)
-        store.save_special_tokens(tokenizer.identity, learned)
+        store.caches.save_special_tokens(tokenizer.identity, learned)
     if set(learned) <= set(options.special_tokens):
         return options
     return replace(options, special_tokens=(*options.special_tokens, *learned))

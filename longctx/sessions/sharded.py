@@ -113,18 +113,18 @@ class ShardedSession(Conversation):
         """
         resources = Resources.for_resume(backend, store)
         try:
-            record = resources.store.session(session_id)
+            record = resources.store.sessions.session(session_id)
             if record.kind != KIND:
                 raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
             session = cls((), request=RequestOptions.from_dict(record.settings))
             session._resources = resources
             session._record = record
             session._shards = tuple(
-                Session._restore(resources.store.session(part), resources.borrowed())
+                Session._restore(resources.store.sessions.session(part), resources.borrowed())
                 for part in record.settings["shards"]
             )
             session._reducer = Session._restore(
-                resources.store.session(record.settings["reducer"]), resources.borrowed()
+                resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
             )
             return session
         except BaseException:
@@ -182,7 +182,7 @@ class ShardedSession(Conversation):
                     "reducer": reducer.id,
                 },
             )
-            store.create_session(record)
+            store.sessions.create_session(record)
             for shard in shards:
                 shard._attach(record.id, "shard")
             reducer._attach(record.id, "reduce")
@@ -284,7 +284,7 @@ class ShardedSession(Conversation):
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
         ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
-        records = self.store.requests(session_ids=ids)
+        records = self.store.sessions.requests(session_ids=ids)
         return Batch(
             answers,
             build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"),
@@ -310,7 +310,7 @@ class ShardedSession(Conversation):
             title=title or f"fork of {self.title}",
             settings={**self._record.settings, "shards": [shard.id for shard in forked._shards]},
         )
-        self.store.create_session(record)
+        self.store.sessions.create_session(record)
         forked._record = record
         return forked
 
@@ -321,7 +321,7 @@ class ShardedSession(Conversation):
             ids.append(session.id)
             if include_branches:
                 ids.extend(session.branch_ids())
-        records = self.store.requests(session_ids=ids)
+        records = self.store.sessions.requests(session_ids=ids)
         return build_report(records, title=f"map-reduce over {len(self.shards)} shards", prices=prices)
 
     def __repr__(self) -> str:

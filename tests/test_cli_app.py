@@ -21,7 +21,7 @@ from longctx.backends.base import Backend
 from longctx.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Runtime, main
 from longctx.cli.app import COMMAND_MODULES, COMMAND_SUMMARIES
 from longctx.retry import instant_retries
-from longctx.store import SessionLog, Store
+from longctx.store import SessionLog
 
 URL = "http://fake-engine:8000/v1"
 

@@ -41,12 +41,15 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_REPLICA_RETRY_SECONDS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
+    "DEFAULT_STALL_TIMEOUT_SECONDS",
+    "DEFAULT_TIMEOUT_SECONDS",
     "DISPATCHES",
     "ORDERINGS",
     "CorpusOptions",
     "Limits",
     "RequestOptions",
     "ServerOptions",
+    "configured_base_url",
     "default_home",
     "resolve_affinity_headers",
     "resolve_api_key",
@@ -71,6 +74,12 @@ llm-d's session affinity; ``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
 ``user`` field. A router reading another name: set
 :attr:`ServerOptions.affinity_headers` or ``LONGCTX_AFFINITY_HEADERS``.
 """
+
+DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
+"""Longest a whole request may take (:attr:`ServerOptions.timeout`)."""
+
+DEFAULT_STALL_TIMEOUT_SECONDS: Final = 600.0
+"""Longest wait for any byte of a response (:attr:`ServerOptions.stall_timeout`); above any prefill."""
 
 DEFAULT_REPLICA_RETRY_SECONDS: Final = 5.0
 """How long a replica that could not be reached is left out before it is tried again."""
@@ -208,7 +217,7 @@ class CorpusOptions:
             include=tuple(data.get("include") or ()),
             exclude=tuple(data.get("exclude") or ()),
             limits=Limits(**(data.get("limits") or {})),
-            allow_secrets=bool(data.get("allow_secrets", False)),
+            allow_secrets=bool(data.get("allow_secrets", defaults.allow_secrets)),
             max_stale_share=float(data.get("max_stale_share", defaults.max_stale_share)),
         )
 
@@ -309,10 +318,10 @@ class RequestOptions:
                 data.get("reserved_question_tokens", defaults.reserved_question_tokens)
             ),
             extra_body=dict(data.get("extra_body") or {}),
-            follow_changes=bool(data.get("follow_changes", True)),
-            warm_start=bool(data.get("warm_start", False)),
-            counter_check=bool(data.get("counter_check", True)),
-            token_history=bool(data.get("token_history", False)),
+            follow_changes=bool(data.get("follow_changes", defaults.follow_changes)),
+            warm_start=bool(data.get("warm_start", defaults.warm_start)),
+            counter_check=bool(data.get("counter_check", defaults.counter_check)),
+            token_history=bool(data.get("token_history", defaults.token_history)),
         )
 
 
@@ -344,8 +353,8 @@ class ServerOptions:
     base_url: str | Sequence[str] | None = None
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    timeout: float = 3600.0
-    stall_timeout: float = 600.0
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+    stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS
     affinity_headers: Sequence[str] | None = None
     replica_retry_seconds: float = DEFAULT_REPLICA_RETRY_SECONDS
     router_policy: str | None = None
@@ -357,6 +366,10 @@ class ServerOptions:
             object.__setattr__(self, "affinity_headers", tuple(self.affinity_headers))
         if self.replica_retry_seconds < 0:
             raise ConfigError("replica_retry_seconds cannot be negative")
+
+    def names_a_server(self) -> bool:
+        """Whether a server was chosen: ``base_url`` given or ``LONGCTX_BASE_URL`` set (not the default)."""
+        return self.base_url is not None or configured_base_url() is not None
 
     def base_urls(self) -> tuple[str, ...]:
         """The replicas' URLs: the option, else ``LONGCTX_BASE_URL``, else the default."""
@@ -372,10 +385,15 @@ class ServerOptions:
         return resolve_affinity_headers(self.affinity_headers)
 
 
+def configured_base_url() -> str | None:
+    """``LONGCTX_BASE_URL`` when set and not empty, else None."""
+    return os.environ.get("LONGCTX_BASE_URL") or None
+
+
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
     """The server URL(s) to use: the argument, else ``LONGCTX_BASE_URL``, else the default."""
     if base_url is None:
-        base_url = os.environ.get("LONGCTX_BASE_URL") or DEFAULT_BASE_URL
+        base_url = configured_base_url() or DEFAULT_BASE_URL
     urls = [part.strip() for part in base_url.split(",")] if isinstance(base_url, str) else list(base_url)
     urls = [url for url in urls if url]
     if not urls:

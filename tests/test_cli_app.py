@@ -194,3 +194,18 @@ def test_every_exit_code_is_distinct_and_documented() -> None:
     table = dict(re.findall(r"^\| (\d+) \| (.+) \|$", documented, flags=re.MULTILINE))
     assert {int(code) for code in table} == set(app.EXIT_CODES)
     assert all(table[str(code)] == meaning for code, meaning in app.EXIT_CODES.items())
+
+
+def test_the_server_settings_come_from_the_environment_through_config(
+    repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longctx.config import ServerOptions
+
+    assert not ServerOptions().names_a_server()
+    monkeypatch.setenv("LONGCTX_BASE_URL", "http://127.0.0.1:9/v1")
+    assert ServerOptions().names_a_server() and ServerOptions().base_urls() == ("http://127.0.0.1:9/v1",)
+    # `pack` counts with the server LONGCTX_BASE_URL names (none answers there: exit 3).
+    with instant_retries():
+        result = invoke(None, "pack", str(repository), "--json")
+    assert result.exit_code == EXIT_UNREACHABLE, result.output
+    assert "127.0.0.1:9" in result.stderr

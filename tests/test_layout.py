@@ -187,3 +187,25 @@ def test_the_packing_modules_talk_through_what_each_exports() -> None:
         if module.startswith("longctx.packing") and imported not in (_exported(module) or set())
     ]
     assert not strays, strays
+
+
+# Reads of the environment outside config.py, each with why it is not a setting there.
+ENVIRONMENT_READERS = {
+    "longctx.sources.git": "git's own environment (locale, its executable), not a longctx setting",
+    # A test switch, not a setting; retry.py is being rewritten (issue 21): it moves to config.py then.
+    "longctx.retry": "LONGCTX_INSTANT_RETRIES",
+}
+
+
+def test_config_is_the_only_reader_of_longctx_settings() -> None:
+    strays: list[str] = []
+    for name, path in MODULES.items():
+        if name in ("longctx.config", *ENVIRONMENT_READERS) or name.startswith("longctx.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            text = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.keyword)) else ""
+            if isinstance(node, ast.Attribute) and text in ("os.environ", "os.getenv"):
+                strays.append(f"{name}:{node.lineno} reads {text}")
+            elif isinstance(node, ast.keyword) and node.arg in ("envvar", "auto_envvar_prefix"):
+                strays.append(f"{name}:{node.lineno} gives click {node.arg}")
+    assert not strays, strays

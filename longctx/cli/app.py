@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from longctx.config import (
+    DEFAULT_BASE_URL,
     DEFAULT_CONCURRENCY,
     DEFAULT_MAX_STALE_SHARE,
-    DEFAULT_MAX_TOKENS,
     DISPATCHES,
     ORDERINGS,
     CorpusOptions,
@@ -322,20 +322,18 @@ def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return _apply(
         wrapper,
         [
+            # No click envvar: LONGCTX_* are read by longctx.config alone, when a connection is made.
             click.option(
                 "--base-url",
-                envvar="LONGCTX_BASE_URL",
-                help="Server URL (default http://127.0.0.1:8000/v1; env LONGCTX_BASE_URL; "
+                help=f"Server URL (default {DEFAULT_BASE_URL}; env LONGCTX_BASE_URL; "
                 "comma-separated replicas).",
             ),
             click.option(
                 "--model",
-                envvar="LONGCTX_MODEL",
                 help="Served model name (env LONGCTX_MODEL; default: the server's model).",
             ),
             click.option(
                 "--api-key",
-                envvar="LONGCTX_API_KEY",
                 help="Bearer token (env LONGCTX_API_KEY); never printed.",
             ),
         ],
@@ -418,6 +416,9 @@ def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     )
 
 
+_REQUEST_DEFAULTS = RequestOptions()
+
+
 def request_options(
     *,
     concurrency: bool = False,
@@ -448,7 +449,7 @@ def request_options(
             click.option(
                 "--max-tokens",
                 type=int,
-                default=DEFAULT_MAX_TOKENS,
+                default=_REQUEST_DEFAULTS.max_tokens,
                 show_default=True,
                 help="Longest answer, in tokens.",
             ),
@@ -470,7 +471,7 @@ def request_options(
                 click.option(
                     "--dispatch",
                     type=click.Choice(DISPATCHES),
-                    default="auto",
+                    default=_REQUEST_DEFAULTS.dispatch,
                     show_default=True,
                     help="How sibling questions go out: all together, the lead's first token first,"
                     " the lead's admission first, or what was measured fastest for the engine.",
@@ -480,7 +481,7 @@ def request_options(
             options.append(
                 click.option(
                     "--follow-changes/--no-follow-changes",
-                    default=True,
+                    default=_REQUEST_DEFAULTS.follow_changes,
                     show_default=True,
                     help="Append files changed since the pack to the next question.",
                 )
@@ -489,6 +490,7 @@ def request_options(
             options.append(
                 click.option(
                     "--warm-start/--no-warm-start",
+                    # On, unlike RequestOptions: a chat's first question is typed while the pack warms.
                     default=True,
                     show_default=True,
                     help="Prefill the pack in the background while the first question is typed.",
@@ -498,7 +500,7 @@ def request_options(
             options.append(
                 click.option(
                     "--token-history/--no-token-history",
-                    default=False,
+                    default=_REQUEST_DEFAULTS.token_history,
                     show_default=True,
                     help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
                     " so the next turn reads them from the cache.",

@@ -308,7 +308,7 @@ def chat(
     with runtime().open_store() as store:
         if session_id:
             backend = runtime().backend
-            if backend is None and server.base_url:
+            if backend is None and server.names_a_server():
                 backend = runtime().connect(server)
             session: Session = Session.resume(session_id, backend, store=store)
             _resumed(session, request, quiet)

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
+from longctx.config import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.corpus import Manifest
 from longctx.errors import ConfigError
 from longctx.outputs import Saved
@@ -302,7 +303,7 @@ class Budget:
 
     context_length: int
     reserved_output_tokens: int = 4096
-    reserved_question_tokens: int = 1024
+    reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("context_length", "reserved_output_tokens", "reserved_question_tokens"):

@@ -15,7 +15,6 @@ run the commands in process against a fake server.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import sys
@@ -26,14 +25,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from longctx.cli.flags import options_from_flags
 from longctx.config import (
-    DEFAULT_BASE_URL,
-    DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_STALE_SHARE,
-    DISPATCHES,
-    ORDERINGS,
     CorpusOptions,
-    Limits,
     RequestOptions,
     ServerOptions,
 )
@@ -309,206 +303,24 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--base-url``, ``--model``, ``--api-key``, passed on as ``server: ServerOptions``."""
-
-    @functools.wraps(function)
-    def wrapper(
-        *args: Any, base_url: str | None, model: str | None, api_key: str | None, **kwargs: Any
-    ) -> Any:
-        return function(
-            *args, server=ServerOptions(base_url=base_url, model=model, api_key=api_key), **kwargs
-        )
-
-    return _apply(
-        wrapper,
-        [
-            # No click envvar: LONGCTX_* are read by longctx.config alone, when a connection is made.
-            click.option(
-                "--base-url",
-                help=f"Server URL (default {DEFAULT_BASE_URL}; env LONGCTX_BASE_URL; "
-                "comma-separated replicas).",
-            ),
-            click.option(
-                "--model",
-                help="Served model name (env LONGCTX_MODEL; default: the server's model).",
-            ),
-            click.option(
-                "--api-key",
-                help="Bearer token (env LONGCTX_API_KEY); never printed.",
-            ),
-        ],
-    )
+    """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    return options_from_flags(ServerOptions, "server")(function)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.CorpusOptions`, passed on as ``corpus``."""
-
-    @functools.wraps(function)
-    def wrapper(
-        *args: Any,
-        ordering: str | None,
-        include: tuple[str, ...],
-        exclude: tuple[str, ...],
-        max_file_bytes: int | None,
-        max_total_bytes: int | None,
-        max_files: int | None,
-        allow_secrets: bool,
-        max_stale_share: float,
-        **kwargs: Any,
-    ) -> Any:
-        given = {"max_file_bytes": max_file_bytes, "max_total_bytes": max_total_bytes, "max_files": max_files}
-        corpus = CorpusOptions(
-            ordering=ordering,
-            include=include,
-            exclude=exclude,
-            limits=Limits(**{name: value for name, value in given.items() if value is not None}),
-            allow_secrets=allow_secrets,
-            max_stale_share=max_stale_share,
-        )
-        return function(*args, corpus=corpus, **kwargs)
-
-    defaults = Limits()
-    return _apply(
-        wrapper,
-        [
-            click.option(
-                "--ordering",
-                type=click.Choice(ORDERINGS),
-                help="Document order (default: stability in git repositories, else path).",
-            ),
-            click.option(
-                "--include",
-                multiple=True,
-                metavar="GLOB",
-                help="Only paths matching this gitignore-style pattern (repeatable).",
-            ),
-            click.option(
-                "--exclude",
-                multiple=True,
-                metavar="GLOB",
-                help="Leave out paths matching this pattern (repeatable).",
-            ),
-            click.option(
-                "--max-file-bytes",
-                type=int,
-                help=f"Skip files larger than this (default {defaults.max_file_bytes}).",
-            ),
-            click.option(
-                "--max-total-bytes",
-                type=int,
-                help=f"Stop adding files past this total (default {defaults.max_total_bytes}).",
-            ),
-            click.option(
-                "--max-files",
-                type=int,
-                help=f"Stop adding files past this count (default {defaults.max_files}).",
-            ),
-            click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
-            click.option(
-                "--max-stale-share",
-                type=click.FloatRange(0, 1, max_open=True),
-                default=DEFAULT_MAX_STALE_SHARE,
-                show_default=True,
-                help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
-                " so that commits change only the pack's tail (0: no layering).",
-            ),
-        ],
-    )
+    """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    return options_from_flags(CorpusOptions, "corpus")(function)
 
 
-_REQUEST_DEFAULTS = RequestOptions()
+def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The flags of :class:`~longctx.config.RequestOptions`, passed on as ``request``.
 
-
-def request_options(
-    *,
-    concurrency: bool = False,
-    follow_changes: bool = False,
-    warm_start: bool = False,
-    token_history: bool = False,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` and the flags asked for, passed on as ``request``."""
-
-    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
-            extra = (
-                {"concurrency": kwargs.pop("concurrency"), "dispatch": kwargs.pop("dispatch")}
-                if concurrency
-                else {}
-            )
-            if follow_changes:
-                extra["follow_changes"] = kwargs.pop("follow_changes")
-            if warm_start:
-                extra["warm_start"] = kwargs.pop("warm_start")
-            if token_history:
-                extra["token_history"] = kwargs.pop("token_history")
-            request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
-            return function(*args, request=request, **kwargs)
-
-        options = [
-            click.option(
-                "--max-tokens",
-                type=int,
-                default=_REQUEST_DEFAULTS.max_tokens,
-                show_default=True,
-                help="Longest answer, in tokens.",
-            ),
-            click.option(
-                "--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."
-            ),
-        ]
-        if concurrency:
-            options.append(
-                click.option(
-                    "--concurrency",
-                    type=click.IntRange(min=1),
-                    default=None,
-                    help="Questions in flight at once (default: the engine's measured one, else"
-                    f" {DEFAULT_CONCURRENCY}).",
-                )
-            )
-            options.append(
-                click.option(
-                    "--dispatch",
-                    type=click.Choice(DISPATCHES),
-                    default=_REQUEST_DEFAULTS.dispatch,
-                    show_default=True,
-                    help="How sibling questions go out: all together, the lead's first token first,"
-                    " the lead's admission first, or what was measured fastest for the engine.",
-                )
-            )
-        if follow_changes:
-            options.append(
-                click.option(
-                    "--follow-changes/--no-follow-changes",
-                    default=_REQUEST_DEFAULTS.follow_changes,
-                    show_default=True,
-                    help="Append files changed since the pack to the next question.",
-                )
-            )
-        if warm_start:
-            options.append(
-                click.option(
-                    "--warm-start/--no-warm-start",
-                    # On, unlike RequestOptions: a chat's first question is typed while the pack warms.
-                    default=True,
-                    show_default=True,
-                    help="Prefill the pack in the background while the first question is typed.",
-                )
-            )
-        if token_history:
-            options.append(
-                click.option(
-                    "--token-history/--no-token-history",
-                    default=_REQUEST_DEFAULTS.token_history,
-                    show_default=True,
-                    help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
-                    " so the next turn reads them from the cache.",
-                )
-            )
-        return _apply(wrapper, options)
-
-    return decorate
+    Every command gets those of no group (``--max-tokens``, ``--cache-salt``);
+    ``concurrency=True`` adds ``--concurrency`` and ``--dispatch``, and
+    ``follow_changes``, ``warm_start``, ``token_history`` their own switches
+    (each flag's ``group`` in :mod:`longctx.config`).
+    """
+    return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,10 +7,11 @@ import os
 import sys
 from pathlib import Path
 
+import httpx2
 import pytest
 from fake_engine import FakeEngine
 
-from longctx import Conversation, RepoSession, ServerOptions, Session, ShardedSession
+from longctx import Conversation, DocSession, RepoSession, ServerOptions, Session, ShardedSession
 from longctx.backends.base import Backend, connect
 from longctx.errors import ServerUnreachable, SessionNotFound
 from longctx.retry import instant_retries
@@ -191,9 +192,56 @@ def test_resume_opens_the_default_store_once_and_the_session_owns_it(
     monkeypatch.setattr(Store, "close", counting_close)
     resumed = resume(first.id, backend)
     assert len(opened) == 1 and not closed
-    assert [turn.question for turn in resumed.turns] == ["one?"]
+    assert isinstance(resumed, Session) and [turn.question for turn in resumed.turns] == ["one?"]
     resumed.close()
     assert closed == opened  # the resumed session owned the one store and closed it
     with pytest.raises(SessionNotFound):
         resume("no-such-session", backend)
     assert len(opened) == 2 and closed == opened  # a failed lookup closes what it opened
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it(repository: Path) -> None:
+    for kind in (RepoSession, DocSession, ShardedSession):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            kind(repository, base_url="http://host:9/v1", model="m", bogus=3)  # type: ignore[call-arg]
+
+
+def test_base_url_model_and_api_key_are_taken_where_a_user_reaches_for_them(
+    repository: Path, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "http://other-host:7/v1"
+    reached: list[ServerOptions] = []
+    seen_hosts: list[str] = []
+
+    def connecting(server: ServerOptions) -> Backend:
+        reached.append(server)
+
+        def handler(request: httpx2.Request) -> httpx2.Response:
+            seen_hosts.append(f"{request.url.host}:{request.url.port}")
+            return fake.handle(request)
+
+        return connect(server, transport=httpx2.MockTransport(handler))
+
+    monkeypatch.setattr("longctx.sessions.resources.connect", connecting)
+    with RepoSession(repository, base_url=other, model="fake-model", api_key="secret") as session:
+        assert session.ask("what is x?").text == fake.answer
+    assert reached[0].base_urls() == (other,) and reached[0].model == "fake-model"
+    assert reached[0].resolved_api_key() == "secret"
+    assert seen_hosts and set(seen_hosts) == {"other-host:7"}  # never the default 127.0.0.1:8000
+    # A URL given as server= is that server, as connect() takes it.
+    with RepoSession(repository, server=other) as session:
+        session.ask("and again?")
+    assert reached[-1].base_urls() == (other,)
+
+
+def test_server_and_base_url_together_or_an_option_of_the_wrong_type_are_refused_at_once(
+    repository: Path,
+) -> None:
+    with pytest.raises(TypeError, match="not both"):
+        RepoSession(repository, server=ServerOptions("http://a:1/v1"), base_url="http://b:2/v1")
+    with pytest.raises(TypeError, match=r"request=\.\.\.\) takes a RequestOptions, not dict"):
+        RepoSession(repository, request={"max_tokens": 8})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a CorpusOptions"):
+        DocSession(repository, corpus={"include": ["*.py"]})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a ServerOptions or a URL, not int"):
+        ShardedSession(repository, server=8000)  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
     as_paths,
+    checked_session_options,
     server_corpus_options,
     shards_for_server,
 )
@@ -82,8 +83,9 @@ class ShardedSession(Conversation):
         paths: Paths,
         *,
         sharded: ShardedPack | Pack | None = None,
-        **options: Unpack[CorpusSessionOptions],
+        **given: Unpack[CorpusSessionOptions],
     ) -> None:
+        options = checked_session_options(type(self).__name__, given)
         self.paths = as_paths(paths)
         self.corpus_options = options.get("corpus") or CorpusOptions()
         self.request = options.get("request") or RequestOptions()

@@ -266,7 +266,8 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         note(f"applying {flag} {context.params[name]} to the resumed session", quiet=quiet)
     applied = {name: getattr(request, name) for name in _APPLIED_ON_RESUME if name in given}
     # A chat warms its prefix unless told not to, whatever the stored session did.
-    session.request = dataclasses.replace(stored, **applied, warm_start=request.warm_start)
+    applied["warm_start"] = request.warm_start
+    session.request = dataclasses.replace(stored, **applied)
     if not session.request.follow_changes:
         session.stop_following()
 

@@ -69,6 +69,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerJsonTokenizer",
     "cached_counts",
+    "offline_tokenizer",
     "special_token_spellings",
     "text_sha256",
     "tokenizer_from_model_dir",

@@ -178,13 +178,28 @@ def test_no_module_imports_a_private_name_of_another() -> None:
     assert not strays, strays
 
 
-def test_the_packing_modules_talk_through_what_each_exports() -> None:
+# Names imported from a module whose __all__ does not list them, in modules being
+# rewritten for issue 21 (backends/, sessions/sharded.py): listed when they land.
+NOT_YET_EXPORTED = {
+    ("longctx.backends.base", "longctx.backends.engines", "MISSING_REPORT_FLAG"),
+    ("longctx.backends.base", "longctx.backends.http", "AsyncTransport"),
+    ("longctx.backends.chat", "longctx.backends.http", "AsyncTransport"),
+    ("longctx.backends.chat", "longctx.backends.http", "make_async_client"),
+    ("longctx.backends.chat", "longctx.backends.http", "make_client"),
+    ("longctx.sessions", "longctx.sessions.sharded", "KIND"),
+}
+
+
+def test_modules_talk_through_what_each_exports() -> None:
+    """A name imported from another longctx module is in that module's ``__all__`` (packing/ first of all)."""
     strays = [
         f"{name}:{line} imports {imported}, which {module}.__all__ does not list"
         for name in MODULES
-        if name.startswith("longctx.packing.")
+        if not name.startswith("longctx.testing")
         for module, imported, line in _imported_names(name)
-        if module.startswith("longctx.packing") and imported not in (_exported(module) or set())
+        if (exported := _exported(module)) is not None
+        and imported not in exported
+        and (name, module, imported) not in NOT_YET_EXPORTED
     ]
     assert not strays, strays
 

@@ -67,8 +67,11 @@ __all__ = [
     "exit_code",
     "main",
     "note",
+    "output_options",
     "progress",
+    "progress_bar",
     "request_options",
+    "runtime",
     "server_options",
 ]
 

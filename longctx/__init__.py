@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from longctx.exports import lazy_exports
 
 # Imported on first use (PEP 562): `import longctx` stays cheap for the CLI,
-# and the openai client is loaded only by code that talks to a server.
+# and the HTTP client (httpx2, in longctx.backends.http) is loaded only by code
+# that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",
     "Backend": "longctx.backends.base",

@@ -169,7 +169,7 @@ def test_cached_counts_asks_only_for_unseen_texts() -> None:
         assert tokenizer.asked == ["aaaa", "bbbbbbbb"]
         assert cached_counts(tokenizer, ["bbbbbbbb", "cccc"], store) == [2, 1]
         assert tokenizer.asked == ["aaaa", "bbbbbbbb", "cccc"]
-        assert store.token_counts("counting", [text_sha256("cccc")]) == {text_sha256("cccc"): 1}
+        assert store.caches.token_counts("counting", [text_sha256("cccc")]) == {text_sha256("cccc"): 1}
     assert cached_counts(tokenizer, ["dd"]) == [1]
 
 

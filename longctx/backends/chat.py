@@ -42,7 +42,7 @@ from longctx.backends.http import (
     post_events,
 )
 from longctx.backends.profiles import EngineProfile
-from longctx.config import DEFAULT_AFFINITY_HEADERS
+from longctx.config import DEFAULT_AFFINITY_HEADERS, DEFAULT_STALL_TIMEOUT_SECONDS, DEFAULT_TIMEOUT_SECONDS
 from longctx.drivers import Io
 from longctx.usage import Usage
 
@@ -191,8 +191,8 @@ class ChatClient:
         model: str,
         *,
         api_key: str | None = None,
-        timeout: float = 3600.0,
-        stall_timeout: float = 600.0,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
         profile: EngineProfile,
         affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,

@@ -136,7 +136,7 @@ class CounterSnapshot:
 
         def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
             for check in checks:
-                store.record_counter_check(check)
+                store.sessions.record_counter_check(check)
             return combine_checks(checks)
 
         return self.close(session_id, None, records).then(keep)

@@ -416,7 +416,7 @@ class Job:
     def _run(self) -> JobReport:
         store, backend = self._resources.store, self._resources.backend
         packs = self._packs()
-        stored = store.answered([self.key(index) for index in range(len(self.items))])
+        stored = store.sessions.answered([self.key(index) for index in range(len(self.items))])
         results: dict[int, JobResult] = {}
         for index, item in enumerate(self.items):
             turn = stored.get(self.key(index))
@@ -437,7 +437,9 @@ class Job:
                 for pack in pending:
                     results.update(pack.results)
                 served = [result.session_id for result in results.values() if result.usage is not None]
-                records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
+                records = (
+                    store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
+                )
                 checks = snapshot.close("", None, records).wait()
             check = combine_checks(checks or []) if checking else None
         ordered = tuple(results[index] for index in range(len(self.items)))
@@ -549,7 +551,7 @@ class Job:
                 batch = session.ask_many(questions, keys=keys, on_answer=answered)
         except LongctxError as error:
             # The answered ones are stored under their keys; the rest carry the error.
-            stored = self._resources.store.answered(keys)
+            stored = self._resources.store.sessions.answered(keys)
             for index, key in zip(pack.indices, keys, strict=True):
                 turn = stored.get(key)
                 item = self.items[index]

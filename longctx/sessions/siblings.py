@@ -75,7 +75,7 @@ def check_keys(store: Store, questions: Sequence[str], keys: Sequence[str]) -> N
     repeated = sorted(key for key, count in Counter(keys).items() if count > 1)
     if repeated:
         raise ConfigError(f"answer keys given twice: {', '.join(repeated[:5])}")
-    stored = store.answered(keys)
+    stored = store.sessions.answered(keys)
     if stored:
         raise ConfigError(
             f"{len(stored)} answer keys already have a stored answer: {', '.join(sorted(stored)[:5])}"

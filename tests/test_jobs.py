@@ -6,27 +6,36 @@ caches, a crash and a resume; SGLang): tests/test_jobs_engines.py.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
+import os
+import signal
 from collections import Counter
 from pathlib import Path
 
 import httpx2
 import pytest
 from click.testing import CliRunner
+from corpus_fixtures import commit, git, init_repo, isolated_git
 from fake_engine import FakeEngine, Fault
 
-from longctx import Job, JobItem, JobOptions, JobProgress, read_job
+from longctx import Job, JobItem, JobOptions, JobProgress, JobReport, read_job
 from longctx.backends.base import Backend, connect
+from longctx.backends.engines import VLLM
 from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession
+from longctx.sessions.job_keys import AnswerFacts
 from longctx.sessions.jobs import _Room
 from longctx.store import Store
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(2)]
+FAKE = "http://fake-engine:8000/v1"
+
+__all__ = ["isolated_git"]  # a fixture: autouse in this module (git sees no user configuration)
 
 
 @pytest.fixture
@@ -140,9 +149,9 @@ def test_a_job_run_again_asks_only_what_has_no_answer(
     assert not second.failed and second.resumed == 5 and second.asked == 1
     assert [r.answer for r in second.results] == [fake.answer] * 6
     # Every item answered once in the store: one key per item, one turn per key.
-    keys = [Job(items).key(index) for index in range(len(items))]
-    stored = store.sessions.answered(keys)
+    stored = store.sessions.answered_under(f"job:{Job(items).id}:")
     assert len(stored) == 6 and len({(t.session_id, t.position) for t in stored.values()}) == 6
+    assert sorted(Job(items).stored_answers(store)) == list(range(6))
 
     third = Job(items, backend=backend, store=store).run()
     assert len(fake.chat_bodies) == sent + 1 and third.resumed == 6
@@ -287,3 +296,154 @@ def test_a_job_reads_no_counters_behind_a_declared_router_or_when_checks_are_off
     unchecked = RequestOptions(counter_check=False)
     report = Job(items, backend=plain, store=store, request=unchecked, options=JobOptions(job_id="c")).run()
     assert not report.failed and report.counter_check is None and reads == []
+
+
+# -- what an answer is keyed by ------------------------------------------------------
+
+
+def make_git_repos(root: Path, count: int) -> list[Path]:
+    repos = []
+    for number in range(count):
+        repo = init_repo(root / f"repo{number}")
+        (repo / "main.py").write_text(f"def answer():\n    return {number}\n" + "# filler line\n" * 40)
+        git(repo, "add", "main.py")
+        commit(repo, "first", when=1_700_000_000)
+        repos.append(repo)
+    return repos
+
+
+def test_a_job_asks_again_what_a_commit_or_an_option_changed_and_reuses_the_rest(
+    backend: Backend, fake: FakeEngine, store: Store, tmp_path: Path
+) -> None:
+    repos = make_git_repos(tmp_path, 2)
+    items = interleaved(repos, 2)
+
+    def run(request: RequestOptions | None = None, *, fresh: bool = False) -> tuple[int, JobReport]:
+        sent = len(fake.chat_bodies)
+        options = JobOptions(fresh=fresh)
+        report = Job(items, backend=backend, store=store, request=request, options=options).run()
+        assert not report.failed
+        return len(fake.chat_bodies) - sent, report
+
+    asked, first = run()
+    assert asked == 4 and [r.asked_because for r in first.results] == ["new"] * 4
+    asked, same = run()
+    assert asked == 0 and same.resumed == 4 and "asked again" not in same.summary_line()
+
+    # A commit in repo0: its two items are asked again, repo1's are reused.
+    (repos[0] / "main.py").write_text("def answer():\n    return 42\n" + "# filler line\n" * 40)
+    git(repos[0], "add", "main.py")
+    commit(repos[0], "second", when=1_700_000_100)
+    asked, changed = run()
+    assert asked == 2 and changed.resumed == 2
+    again = {r.item.paths[0]: r.asked_because for r in changed.results if not r.resumed}
+    assert again == {str(repos[0]): "the pack's content changed"}
+    assert "2 asked again (2 because the pack's content changed)" in changed.summary_line()
+    assert all("return 42" in body["messages"][1]["content"] for body in fake.chat_bodies[-2:])
+
+    # Another --max-tokens: every answer may differ, every item is asked again.
+    asked, longer = run(RequestOptions(max_tokens=99))
+    assert asked == 4 and longer.asked_again == {"max_tokens changed (512 -> 99)": 4}
+    asked, reused = run(RequestOptions(max_tokens=99))
+    assert asked == 0 and reused.resumed == 4
+    # Back to the earlier option: the answers stored under it are still valid.
+    asked, back = run()
+    assert asked == 0 and back.resumed == 4
+
+    # fresh: everything again, and those answers are the ones reused from then on.
+    asked, fresh = run(fresh=True)
+    assert asked == 4 and fresh.asked_again == {"asked fresh (--fresh)": 4}
+    asked, after = run()
+    assert asked == 0 and [r.session_id for r in after.results] == [r.session_id for r in fresh.results]
+
+
+def test_another_model_or_server_asks_again(fake: FakeEngine, store: Store, tmp_path: Path) -> None:
+    items = interleaved(make_repos(tmp_path, 1), 2)
+    Job(items, backend=connect(FAKE, transport=fake.transport()), store=store).run()
+    other = FakeEngine(engine="generic", block=1, model="other-model")
+    report = Job(items, backend=connect(FAKE, transport=other.transport()), store=store).run()
+    assert report.asked_again == {"the model changed (fake-model -> other-model)": 2}
+    moved = Job(items, backend=connect(URLS[0], transport=other.transport()), store=store).run()
+    assert moved.asked_again == {"the server URLs changed": 2}
+    assert Job(items, backend=connect(URLS[0], transport=other.transport()), store=store).run().resumed == 2
+
+
+def test_the_servers_engine_and_version_are_in_the_key() -> None:
+    info = connect(FAKE, transport=FakeEngine(engine="generic").transport()).info
+    request = RequestOptions()
+    facts = AnswerFacts.of("f" * 64, info, [FAKE], request)
+    upgraded = AnswerFacts.of(
+        "f" * 64, dataclasses.replace(info, profile=VLLM, version="0.33.0"), [FAKE], request
+    )
+    assert facts.digest != upgraded.digest
+    # What a session's record keeps cannot tell the two apart: decide() names the server then.
+    kept = {"content": "f" * 64, "model": info.model, "urls": [FAKE], "options": dict(facts.options)}
+    assert facts.changes_from(kept) == upgraded.changes_from(kept) == []
+    salted = AnswerFacts.of("f" * 64, info, [FAKE], RequestOptions(cache_salt="other", dispatch="lead"))
+    assert salted.digest == facts.digest  # the salt and the dispatch do not change an answer
+
+
+def test_an_answer_stored_under_an_older_key_is_asked_again(
+    backend: Backend, store: Store, tmp_path: Path
+) -> None:
+    items = interleaved(make_repos(tmp_path, 1), 1)
+    job = Job(items, backend=backend, store=store)
+    with RepoSession(items[0].paths[0], backend=backend, store=store) as session:
+        session.ask_many([items[0].question], keys=[f"job:{job.id}:0"])  # the key of longctx before facts
+    report = Job(items, backend=backend, store=store).run()
+    assert report.resumed == 0
+    assert report.asked_again == {"stored by an earlier longctx without the answer's facts": 1}
+
+
+def test_job_command_fresh_asks_everything_again(backend: Backend, fake: FakeEngine, tmp_path: Path) -> None:
+    job_file = tmp_path / "job.jsonl"
+    job_file.write_text(
+        "".join(json.dumps(i.to_dict()) + "\n" for i in interleaved(make_repos(tmp_path, 1), 2))
+    )
+    runner = CliRunner()
+    assert (
+        runner.invoke(main, ["job", str(job_file), "-q"], obj=Runtime(backend=backend)).exit_code == EXIT_OK
+    )
+    sent = len(fake.chat_bodies)
+    fresh = runner.invoke(main, ["job", str(job_file), "--fresh"], obj=Runtime(backend=backend))
+    assert fresh.exit_code == EXIT_OK and len(fake.chat_bodies) == sent + 2
+    assert "2 asked again (2 because asked fresh (--fresh))" in fresh.stderr
+    lines = [json.loads(line) for line in fresh.stdout.splitlines()]
+    assert [line["asked_because"] for line in lines] == ["asked fresh (--fresh)"] * 2
+
+
+class _Interrupting(FakeEngine):
+    """A fake whose ``after``-th chat request sends this process SIGINT (a Ctrl-C) before answering."""
+
+    after: int = 3
+
+    def chat(self, request: httpx2.Request) -> httpx2.Response:
+        if len(self.chat_bodies) + 1 == self.after:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().chat(request)
+
+
+def test_job_command_interrupted_leaves_a_valid_partial_results_file(tmp_path: Path) -> None:
+    fake = _Interrupting(engine="generic", block=1)
+    backend = connect(FAKE, transport=fake.transport())
+    repos = make_repos(tmp_path, 3)
+    job_file = tmp_path / "job.jsonl"
+    job_file.write_text("".join(json.dumps(item.to_dict()) + "\n" for item in interleaved(repos, 2)))
+    out = tmp_path / "out.jsonl"
+    command = ["job", str(job_file), "-o", str(out), "--packs-in-flight", "1", "--concurrency", "1"]
+    runner = CliRunner()
+    stopped = runner.invoke(main, command, obj=Runtime(backend=backend))
+    assert stopped.exit_code != EXIT_OK and "items answered and stored" in stopped.stderr
+    text = out.read_text()
+    assert text.endswith("\n")
+    lines = [json.loads(line) for line in text.splitlines()]  # every line whole
+    assert 2 <= len(lines) < 6, lines
+    assert all(line["answer"] == fake.answer and "error" not in line for line in lines)
+    assert f"the {len(lines)} done so far are in {out}" in stopped.stderr
+
+    fake.after = 0
+    finished = runner.invoke(main, command, obj=Runtime(backend=backend))
+    assert finished.exit_code == EXIT_OK, finished.output
+    done = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["index"] for line in done] == list(range(6))  # rewritten in item order at the end
+    assert sum(line["resumed"] for line in done) >= len(lines)

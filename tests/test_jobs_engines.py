@@ -109,7 +109,6 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     # Long answers and one pack at a time, so the kill lands mid-job.
     command = [str(ENTRY_POINT), "job", str(job_file), "--max-tokens", "64", "--packs-in-flight", "1", "-q"]
     job = Job(items)
-    keys = [job.key(index) for index in range(len(items))]
 
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
@@ -118,7 +117,7 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
         time.sleep(0.2)
         if (home / "longctx.db").exists():
             with Store.open(home) as store:
-                stored_before = len(store.sessions.answered(keys))
+                stored_before = len(job.stored_answers(store))
         if stored_before >= 2 or process.poll() is not None:
             break
     process.send_signal(signal.SIGKILL)
@@ -134,7 +133,7 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     assert resumed >= stored_before
     assert "from an earlier run" in again.stderr
     with Store.open(home) as store:
-        stored = store.sessions.answered(keys)
+        stored = store.sessions.answered_under(f"job:{job.id}:")
         assert len(stored) == len(items)
         # One turn per key: no question was answered twice.
         assert len({(turn.session_id, turn.position) for turn in stored.values()}) == len(items)

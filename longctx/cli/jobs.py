@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
+from typing import IO
 
 import click
 
@@ -19,7 +22,7 @@ from longctx.cli.app import (
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
 from longctx.outputs import save_text
-from longctx.sessions.jobs import Job, JobOptions, JobProgress, read_job
+from longctx.sessions.jobs import Job, JobOptions, JobProgress, JobResult, read_job
 
 
 @main.command()
@@ -28,7 +31,8 @@ from longctx.sessions.jobs import Job, JobOptions, JobProgress, read_job
     "-o",
     "--output",
     type=click.Path(dir_okay=False, writable=True),
-    help="Write the results JSONL here (whole, once the job ends) instead of stdout.",
+    help="Write the results JSONL here instead of stdout: each line as its item is done (an interrupted "
+    "job leaves the lines done so far), rewritten in item order once the job ends.",
 )
 @click.option(
     "--kv-tokens",
@@ -41,6 +45,7 @@ from longctx.sessions.jobs import Job, JobOptions, JobProgress, read_job
     help="Most packs asked at once in all (default: two per server URL).",
 )
 @click.option("--job-id", help="Name of the job in the store (default: a hash of its items).")
+@click.option("--fresh", is_flag=True, help="Ask every item again, whatever answers are stored.")
 @corpus_options
 @server_options
 @request_options(concurrency=True)
@@ -51,6 +56,7 @@ def job(
     kv_tokens: int | None,
     packs_in_flight: int | None,
     job_id: str | None,
+    fresh: bool,
     quiet: bool,
     server: ServerOptions,
     corpus: CorpusOptions,
@@ -63,15 +69,19 @@ def job(
     Every pack's questions go out together (one prefill per pack), packs are
     spread over the replicas, and no replica gets more packs at once than its
     KV cache holds. Run the same file again after a crash or Ctrl-C: answers
-    already stored are not asked again. Results are JSONL in item order, one
-    line per item with its answer or its error; exit 9 when some item failed.
+    already stored are not asked again, unless what shapes them changed (the
+    pack's files, the model, the server, --max-tokens, --temperature,
+    --seed): those items are asked again and the summary says why; --fresh
+    asks everything again. Results are JSONL in item order, one line per item
+    with its answer or its error; exit 9 when some item failed.
     """
     if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         # Refused before the job runs, not after an hour of answers.
         raise OutputError("its folder does not exist", path=output)
     items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
-    options = JobOptions(kv_tokens=kv_tokens, packs_in_flight=packs_in_flight, job_id=job_id)
+    options = JobOptions(kv_tokens=kv_tokens, packs_in_flight=packs_in_flight, job_id=job_id, fresh=fresh)
     app = runtime()
+    partial = _PartialResults(output) if output else None
     with app.open_store() as store, progress_bar(not quiet, len(items)) as update:
 
         def progressed(state: JobProgress) -> None:
@@ -81,18 +91,21 @@ def job(
         # The given backend (a test's), else the job connects and closes its own.
         work = Job(
             items, backend=app.backend, server=server, store=store, corpus=corpus, request=request,
-            options=options, on_progress=progressed,
+            options=options, on_progress=progressed, on_result=partial.write if partial else None,
         )  # fmt: skip
         try:
             report = work.run()
         except KeyboardInterrupt:
-            answered = len(store.sessions.answered([work.key(index) for index in range(len(items))]))
+            written = f"; the {partial.lines} done so far are in {output}" if partial else ""
             click.echo(
-                f"longctx: job {work.id}: {answered} of {len(items)} items answered and stored;"
-                " run the same command again to ask the rest",
+                f"longctx: job {work.id}: {work.answered} of {len(items)} items answered and stored"
+                f"{written}; run the same command again to ask the rest",
                 err=True,
             )
             raise
+        finally:
+            if partial is not None:
+                partial.close()
     results = report.to_jsonl()
     if output:
         save_text(output, results)
@@ -104,3 +117,38 @@ def job(
         note(f"item {failed.index}: {failed.error}", quiet=quiet)
     if report.failed:
         raise SystemExit(EXIT_ITEMS_FAILED)
+
+
+class _PartialResults:
+    """The ``-o`` file while the job runs: one whole JSON line per item as it is done, flushed at once."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.lines = 0
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+        self._closed = False
+
+    def write(self, result: JobResult) -> None:
+        line = json.dumps(result.to_dict(), sort_keys=True) + "\n"
+        with self._lock:
+            if self._closed:
+                return  # an answer that arrived after Ctrl-C: stored, and written by the next run
+            try:
+                if self._file is None:
+                    self._file = open(self.path, "w", encoding="utf-8")  # noqa: SIM115 - closed in close()
+                # One write per line, flushed: a job stopped at any point leaves whole lines only.
+                self._file.write(line)
+                self._file.flush()
+            except OSError as error:
+                raise OutputError(
+                    f"cannot write the results: {error.strerror or error}", path=self.path
+                ) from error
+            self.lines += 1
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._file is not None:
+                self._file.close()
+                self._file = None

@@ -17,10 +17,14 @@ It is scheduled for the cache, not in the order given:
   whose size is unknown runs one pack at a time.
 
 Packs are read and counted ahead of the sending (on worker threads) while
-the servers prefill others. Every answer is stored under its item's key in
-the transaction of its turn, so a job run again after a crash or Ctrl-C
-asks only what has no answer yet (:attr:`JobResult.resumed` marks the rest),
-and no question is ever answered twice. The job checks the servers' own
+the servers prefill others. Every answer is stored in the transaction of
+its turn under a key made of everything that shapes it: the pack's content,
+the model, the server and the request options that change an answer
+(:mod:`longctx.sessions.job_keys`). A job run again after a crash or Ctrl-C
+asks only what has no answer yet (:attr:`JobResult.resumed` marks the rest)
+and no question is answered twice; an item whose pack changed (a commit in
+the repository), or that is asked with other options or of another model,
+is asked again, and :attr:`JobResult.asked_because` says why. The job checks the servers' own
 cache counters once over the whole run (per-call checks would be blurred by
 the packs running beside each call).
 """
@@ -31,6 +35,7 @@ import hashlib
 import json
 import os
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -44,6 +49,7 @@ from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession
 from longctx.sessions.counters import CounterSnapshot, combine_checks
+from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -173,13 +179,15 @@ class JobOptions:
     ``packs_in_flight`` bounds the packs in flight in all (default: two per
     server URL, so one pack's reading overlaps another's prefill).
     ``job_id`` names the job in the store; by default it is derived from the
-    items, so running the same file again resumes it.
+    items, so running the same file again resumes it. ``fresh`` asks every
+    item again, whatever is stored (the new answers are reused from then on).
     """
 
     kv_tokens: int | None = None
     kv_share: float = 0.9
     packs_in_flight: int | None = None
     job_id: str | None = None
+    fresh: bool = False
 
     def __post_init__(self) -> None:
         if self.kv_tokens is not None and self.kv_tokens < 1:
@@ -197,8 +205,11 @@ class JobResult:
     """What became of one item: its answer (or the error that stopped it) and where it is stored.
 
     ``resumed`` marks an answer stored by an earlier run of the same job
-    (not asked again); ``usage`` and ``replica`` are set for answers asked in
-    this run.
+    under the same facts (not asked again: see
+    :mod:`longctx.sessions.job_keys`); ``asked_because`` says why an item
+    was asked in this run (``"new"``: nothing was stored for it; else what
+    changed since its stored answer, or that the run was fresh); ``usage``
+    and ``replica`` are set for answers asked in this run.
     """
 
     index: int
@@ -209,6 +220,7 @@ class JobResult:
     resumed: bool = False
     usage: Usage | None = None
     replica: str | None = None
+    asked_because: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -229,6 +241,8 @@ class JobResult:
             data["usage"] = self.usage.to_dict()
         if self.replica is not None:
             data["replica"] = self.replica
+        if self.asked_because is not None:
+            data["asked_because"] = self.asked_because
         return data
 
 
@@ -267,6 +281,12 @@ class JobReport:
         return len(self.results) - self.resumed
 
     @property
+    def asked_again(self) -> dict[str, int]:
+        """Items that had a stored answer but were asked again, counted by why."""
+        reasons = [r.asked_because for r in self.results if r.asked_because not in (None, NEW)]
+        return {reason: reasons.count(reason) for reason in dict.fromkeys(reasons) if reason}
+
+    @property
     def prompt_tokens(self) -> int:
         return sum((result.usage.prompt_tokens or 0) for result in self.results if result.usage is not None)
 
@@ -289,6 +309,10 @@ class JobReport:
             f"job {self.job_id}: {answered} of {len(self.results)} answered over {self.packs} packs",
             f"{self.resumed} from an earlier run",
         ]
+        again = self.asked_again
+        if again:
+            why = ", ".join(f"{count} because {reason}" for reason, count in again.items())
+            parts.append(f"{sum(again.values())} asked again ({why})")
         if self.prompt_tokens:
             share = self.cached_tokens / self.prompt_tokens
             parts.append(
@@ -309,6 +333,8 @@ class _Pack:
     replica: str = ""
     claim: int = 0
     error: str | None = None
+    # The items to ask (those without an answer stored under their facts): their new key and why.
+    asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     results: dict[int, JobResult] = field(default_factory=dict)
 
 
@@ -352,8 +378,11 @@ class Job:
     Takes the keywords of a corpus session (``backend`` or ``server``,
     ``store``, ``corpus``, ``request``) and ``options``
     (:class:`JobOptions`); ``on_progress`` hears a :class:`JobProgress` as
-    packs start and answers arrive. Constructing a job reads nothing and
-    contacts no server; :meth:`run` does the work.
+    packs start and answers arrive, ``on_result`` each item's final
+    :class:`JobResult` as soon as it is known (an answer reused, stored or
+    failed; from worker threads, one call at a time), so a caller can write
+    results as they come. Constructing a job reads nothing and contacts no
+    server; :meth:`run` does the work.
     """
 
     def __init__(
@@ -367,6 +396,7 @@ class Job:
         request: RequestOptions | None = None,
         options: JobOptions | None = None,
         on_progress: Callable[[JobProgress], None] | None = None,
+        on_result: Callable[[JobResult], None] | None = None,
     ) -> None:
         self.items = tuple(items)
         if not self.items:
@@ -380,7 +410,11 @@ class Job:
         self.request = replace(given, counter_check=False, warm_start=False)
         self._resources = Resources(server=server, backend=backend, store=store)
         self._on_progress = on_progress
+        self._on_result = on_result
         self._lock = threading.Lock()
+        self._result_lock = threading.Lock()
+        # The answers earlier runs stored, by item (read once when the run starts).
+        self._stored: dict[int, list[StoredAnswer]] = {}
         # What the progress reports: answers stored, packs finished, of how many, and in flight now.
         self._answered = 0
         self._packs_done = 0
@@ -395,18 +429,31 @@ class Job:
         canonical = json.dumps([[list(item.pack_key), item.question] for item in self.items])
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
-    def key(self, index: int) -> str:
-        """The answer key item ``index`` is stored under."""
-        return f"job:{self.id}:{index}"
+    @property
+    def answered(self) -> int:
+        """Items with an answer so far in the current (or last) run: reused or asked and stored."""
+        return self._answered
+
+    def stored_answers(self, store: Store) -> dict[int, TurnRecord]:
+        """The latest answer ``store`` holds for each item of this job, under whatever facts it was asked."""
+        return {
+            index: answers[-1].turn
+            for index, answers in stored_for_job(store, self.id).items()
+            if index < len(self.items)
+        }
 
     def run(self) -> JobReport:
-        """Answer every item not answered by an earlier run; results in item order.
+        """Answer every item not answered by an earlier run under the same facts; results in item order.
 
-        An item whose pack cannot be made (a missing path, a pack over the
-        window) or whose request fails after its retries gets a result with
-        ``error``; the others go on. KeyboardInterrupt stops sending new
-        packs and is raised again once the packs in flight have stopped;
-        everything answered by then is stored.
+        Every pack is read (to know its content's fingerprint: token counts
+        are cached, so an unchanged pack costs little); an item whose
+        answer was stored under the same facts is reused, the others are
+        asked (see :mod:`longctx.sessions.job_keys`). An item whose pack
+        cannot be made (a missing path, a pack over the window) or whose
+        request fails after its retries gets a result with ``error``; the
+        others go on. KeyboardInterrupt stops sending new packs and is
+        raised again once the packs in flight have stopped; everything
+        answered by then is stored.
         """
         try:
             return self._run()
@@ -416,32 +463,19 @@ class Job:
     def _run(self) -> JobReport:
         store, backend = self._resources.store, self._resources.backend
         packs = self._packs()
-        stored = store.sessions.answered([self.key(index) for index in range(len(self.items))])
-        results: dict[int, JobResult] = {}
-        for index, item in enumerate(self.items):
-            turn = stored.get(self.key(index))
-            if turn is not None:
-                results[index] = _resumed(index, item, turn)
-        self._answered = len(results)
-        pending = [pack for pack in packs if any(index not in results for index in pack.indices)]
-        for pack in pending:
-            pack.indices = [index for index in pack.indices if index not in results]
-        self._packs_done, self._packs_total = len(packs) - len(pending), len(packs)
-        self._tell(f"{len(pending)} packs to ask, {len(results)} answers already stored")
-        check = None
-        if pending:
-            # As for one call: nothing to check behind a router (its /metrics is some replica's).
-            checking = self._check_counters and not backend.router_policy
-            with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
-                self._schedule(pending, backend)
-                for pack in pending:
-                    results.update(pack.results)
-                served = [result.session_id for result in results.values() if result.usage is not None]
-                records = (
-                    store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
-                )
-                checks = snapshot.close("", None, records).wait()
-            check = combine_checks(checks or []) if checking else None
+        self._stored = stored_for_job(store, self.id)
+        self._answered, self._packs_done, self._packs_total = 0, 0, len(packs)
+        earlier = sum(len(answers) for answers in self._stored.values())
+        self._tell(f"reading {len(packs)} packs ({earlier} answers stored by earlier runs)")
+        # As for one call: nothing to check behind a router (its /metrics is some replica's).
+        checking = self._check_counters and not backend.router_policy
+        with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
+            self._schedule(packs, backend)
+            results = {index: result for pack in packs for index, result in pack.results.items()}
+            served = [result.session_id for result in results.values() if result.usage is not None]
+            records = store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
+            checks = snapshot.close("", None, records).wait()
+        check = combine_checks(checks or []) if checking and served else None
         ordered = tuple(results[index] for index in range(len(self.items)))
         return JobReport(self.id, ordered, len(packs), check)
 
@@ -478,15 +512,17 @@ class Job:
                         self._in_flight = room.in_flight
                         self._tell(f"asking {_name(pack)} on {pack.replica}")
                 running: list[Future[Any]] = [*reading, *asking]
+                if not running:
+                    continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     if future in reading:
                         reading.discard(future)
                         pack = future.result()
-                        if pack.error is None:
+                        if pack.session is not None:
                             ready.append(pack)
                         else:
-                            self._finished(pack)
+                            self._finished(pack)  # failed, or every answer reused
                     else:
                         pack = asking.pop(future)
                         room.give_back(pack.replica, pack.claim)
@@ -509,60 +545,88 @@ class Job:
         return sizes
 
     def _read(self, pack: _Pack) -> _Pack:
-        """Make the pack's session and read and count its pack (on a worker thread)."""
+        """Read and count the pack, reuse what is stored under its facts, and plan the rest (on a worker)."""
+        backend, store = self._resources.backend, self._resources.store
         session = RepoSession(
             list(self.items[pack.indices[0]].paths),
-            backend=self._resources.backend,
-            store=self._resources.store,
+            backend=backend,
+            store=store,
             corpus=self.corpus_options,
             request=self.request,
             title=f"job {self.id}: {_name(pack)}",
         )
         try:
-            prefix = session.full_pack.total_tokens or 0
-            server = self._resources.backend.server_for(session.affinity_key)
+            full = session.full_pack
+            server = backend.server_for(session.affinity_key)
+            facts = AnswerFacts.of(
+                full.fingerprint, server, [r.api_url for r in backend.replicas], self.request
+            )
+            for index in pack.indices:
+                decision = decide(store, facts, self._stored.get(index, []), fresh=self.options.fresh)
+                if decision.reuse is not None:
+                    self._settle(pack, JobResult(index, self.items[index], decision.reuse.turn.answer,
+                                                 decision.reuse.turn.session_id, resumed=True))  # fmt: skip
+                else:
+                    pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
         except LongctxError as error:
             session.close()
             pack.error = error.describe()
             for index in pack.indices:
-                pack.results[index] = JobResult(index, self.items[index], None, None, error=error.describe())
+                if index not in pack.results:
+                    self._settle(
+                        pack, JobResult(index, self.items[index], None, None, error=error.describe())
+                    )
+            return pack
+        if not pack.asking:
+            session.close()
             return pack
         pack.replica = server.api_url
         # As many siblings in flight as ask_many will send to this server.
-        siblings = min(len(pack.indices), choose_dispatch(server, self.request).concurrency)
-        pack.claim = prefix + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
+        siblings = min(len(pack.asking), choose_dispatch(server, self.request).concurrency)
+        pack.claim = (full.total_tokens or 0) + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.session = session
         return pack
 
     def _ask(self, pack: _Pack) -> None:
-        """Ask the pack's questions as siblings; each answer is stored under its item's key."""
+        """Ask the pack's unanswered questions as siblings; each answer is stored under its item's key."""
         session = pack.session
         assert session is not None
-        questions = [self.items[index].question for index in pack.indices]
-        keys = [self.key(index) for index in pack.indices]
+        indices = list(pack.asking)
+        # Answers come back as they finish: the first item still waiting with that question is its.
+        waiting: dict[str, deque[int]] = {}
+        for index in indices:
+            waiting.setdefault(self.items[index].question, deque()).append(index)
 
         def answered(answer: Answer) -> None:
             with self._lock:
-                self._answered += 1
+                index = waiting[answer.question].popleft()
+            self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
+                                         usage=answer.usage, replica=pack.replica,
+                                         asked_because=pack.asking[index][1]))  # fmt: skip
             self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
 
+        questions = [self.items[index].question for index in indices]
+        keys = [pack.asking[index][0] for index in indices]
         try:
             with session:
-                batch = session.ask_many(questions, keys=keys, on_answer=answered)
+                session.ask_many(questions, keys=keys, on_answer=answered)
         except LongctxError as error:
             # The answered ones are stored under their keys; the rest carry the error.
-            stored = self._resources.store.sessions.answered(keys)
-            for index, key in zip(pack.indices, keys, strict=True):
-                turn = stored.get(key)
-                item = self.items[index]
-                pack.results[index] = (
-                    JobResult(index, item, turn.answer, turn.session_id, replica=pack.replica)
-                    if turn is not None
-                    else JobResult(index, item, None, None, error=error.describe(), replica=pack.replica)
-                )
-            return
-        for index, answer in zip(pack.indices, batch, strict=True):
-            pack.results[index] = _asked(index, self.items[index], answer, pack.replica)
+            for index in indices:
+                if index not in pack.results:
+                    because = pack.asking[index][1]
+                    self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
+                                                 replica=pack.replica, asked_because=because))  # fmt: skip
+
+    def _settle(self, pack: _Pack, result: JobResult) -> None:
+        """Item ``result.index`` is done: keep its result and tell ``on_result``."""
+        pack.results[result.index] = result
+        if result.ok:
+            with self._lock:
+                self._answered += 1
+        if self._on_result is not None:
+            with self._result_lock:
+                self._on_result(result)
 
     def _finished(self, pack: _Pack) -> None:
         self._packs_done += 1
@@ -582,11 +646,3 @@ class Job:
 def _name(pack: _Pack) -> str:
     names = [os.path.basename(path.rstrip(os.sep)) or path for path in pack.key]
     return "+".join(names)
-
-
-def _resumed(index: int, item: JobItem, turn: TurnRecord) -> JobResult:
-    return JobResult(index, item, turn.answer, turn.session_id, resumed=True)
-
-
-def _asked(index: int, item: JobItem, answer: Answer, replica: str) -> JobResult:
-    return JobResult(index, item, answer.text, answer.session_id, usage=answer.usage, replica=replica)

@@ -175,6 +175,16 @@ class SessionLog:
                 found[row["answer_key"]] = _turn_record(row)
         return found
 
+    def answered_under(self, prefix: str) -> dict[str, TurnRecord]:
+        """The stored turn of every key that starts with ``prefix`` (a job's keys: ``job:ID:``)."""
+        rows = self._database.query(
+            "SELECT answer_keys.key AS answer_key, turns.* FROM answer_keys JOIN turns"
+            " ON turns.session_id = answer_keys.session_id AND turns.position = answer_keys.position"
+            " WHERE substr(answer_keys.key, 1, ?) = ?",
+            [len(prefix), prefix],
+        )
+        return {row["answer_key"]: _turn_record(row) for row in rows}
+
     # -- requests -----------------------------------------------------------
 
     def record_request(self, request: RequestRecord) -> None:

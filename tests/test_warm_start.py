@@ -6,6 +6,7 @@ first question typed 10 s later is served from the cache).
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import time
@@ -18,7 +19,7 @@ from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
 from longctx.cli import Runtime, main
-from longctx.config import RequestOptions
+from longctx.config import RequestOptions, ServerOptions
 from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.warm import RECENT_SECONDS, WARM_QUESTION
@@ -26,6 +27,21 @@ from longctx.store import Store, StoredPack
 from longctx.usage import Usage
 
 URL = "http://fake-engine:8000/v1"
+PACK = StoredPack("f" * 64, "test", "the system header", "<documents>...</documents>\n\n", {})
+
+
+@dataclasses.dataclass
+class _Started(FakeEngine):
+    """A fake vLLM whose ``/metrics`` says when it started, as the Prometheus process collector does."""
+
+    started: float = dataclasses.field(default_factory=lambda: time.time() - 3600)
+
+    def metrics(self) -> str:
+        return super().metrics() + f"process_start_time_seconds {self.started}\n"
+
+
+def started_backend(fake: _Started) -> Backend:
+    return connect(URL, transport=fake.transport(), async_transport=fake.transport())
 
 
 @pytest.fixture
@@ -76,21 +92,62 @@ def test_no_warm_start_unless_asked(
     assert [body["max_tokens"] for body in fake.chat_bodies] == [RequestOptions().max_tokens]
 
 
-def test_warm_start_is_skipped_when_the_server_computed_the_pack_moments_ago(
-    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+def test_warm_start_is_skipped_when_the_server_computed_the_pack_moments_ago_and_ran_since(
+    store: Store,
 ) -> None:
-    with RepoSession(repository, backend=backend, store=store) as first:
+    fake = _Started(engine="vllm", block=1)
+    backend = started_backend(fake)
+    with Session(backend, PACK, store=store) as first:
         first.ask("q?")
-    second = RepoSession(repository, backend=backend, store=store, request=RequestOptions(warm_start=True))
+    second = Session(backend, PACK, store=store, request=RequestOptions(warm_start=True))
     with second:
         assert second.warming is not None
         result = second.warming.wait(10)
         second.ask("another?")
         purposes = [line.purpose for line in second.report().requests]
     assert result is not None and result.skipped is not None
-    assert "computed this prefix" in result.summary_line()
+    assert "computed this prefix" in result.summary_line() and "has run since" in result.summary_line()
     assert len(fake.chat_bodies) == 2  # the first session's question and the second's: no warm request
     assert purposes == ["turn"]
+
+
+def test_a_server_restarted_since_the_pack_was_computed_is_warmed(store: Store) -> None:
+    fake = _Started(engine="vllm", block=1)
+    backend = started_backend(fake)
+    with Session(backend, PACK, store=store) as first:
+        first.ask("q?")
+    fake.started = time.time()  # restarted after that request: its cache is empty
+    with Session(backend, PACK, store=store, request=RequestOptions(warm_start=True)) as second:
+        assert second.warming is not None
+        result = second.warming.wait(10)
+    assert result is not None and result.skipped is None and result.usage is not None
+    assert "the server restarted" in result.summary_line() and "after it computed this prefix" in (
+        result.why or ""
+    )
+    assert [body["max_tokens"] for body in fake.chat_bodies][-1] == 1
+
+
+def test_a_server_that_cannot_say_when_it_started_is_warmed(
+    backend: Backend, fake: FakeEngine, store: Store, repository: Path
+) -> None:
+    with RepoSession(repository, backend=backend, store=store) as first:
+        first.ask("q?")
+    assert backend.started_at() is None  # a generic server: no /metrics
+    second = RepoSession(repository, backend=backend, store=store, request=RequestOptions(warm_start=True))
+    with second:
+        assert second.warming is not None
+        result = second.warming.wait(10)
+    assert result is not None and result.usage is not None
+    assert "cannot say whether it still holds the prefix" in result.summary_line()
+
+
+def test_no_start_time_is_read_behind_a_declared_router() -> None:
+    fake = _Started(engine="vllm", block=1)
+    routed = connect(
+        ServerOptions(base_url=URL, router_policy="vllm-router:consistent_hash"), transport=fake.transport()
+    )
+    assert started_backend(fake).started_at() == pytest.approx(fake.started)
+    assert routed.started_at() is None  # the router's /metrics are not the worker's
 
 
 def test_a_pack_used_long_ago_is_warmed_again(
@@ -220,10 +277,9 @@ def test_a_warmed_session_closed_before_a_question_leaves_nothing_in_the_store(
 def test_the_first_answer_stores_the_session_with_its_warm_start_and_counter_check(
     store: Store, repository: Path
 ) -> None:
-    fake = FakeEngine(engine="vllm", block=1)  # one with prefix-cache counters (and no tokenize route)
-    backend = connect(URL, transport=fake.transport(), async_transport=fake.transport())
-    pack = StoredPack("f" * 64, "test", "the system header", "<documents>...</documents>\n\n", {})
-    with Session(backend, pack, store=store, request=RequestOptions(warm_start=True)) as session:
+    fake = _Started(engine="vllm", block=1)  # one with prefix-cache counters (and no tokenize route)
+    backend = started_backend(fake)
+    with Session(backend, PACK, store=store, request=RequestOptions(warm_start=True)) as session:
         assert session.warming is not None
         session.warming.wait(10)
         assert _nothing_stored(store)

@@ -25,6 +25,7 @@ from typing import Any, TypedDict, Unpack
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import identify, profiles
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
+from longctx.backends.metrics import parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import ServerOptions
@@ -327,6 +328,27 @@ class Backend:
                 info = replica.info
                 readings[url] = info.profile.read_counters(replica.endpoint, info.model, info.version)
         return readings
+
+    def started_at(self, affinity_key: str | None = None) -> float | None:
+        """When the server that serves ``affinity_key`` started (unix seconds, its own clock), or None.
+
+        Read from its ``/metrics``: ``process_start_time_seconds``, the
+        standard Prometheus process collector that vLLM exports (SGLang with
+        ``--enable-metrics``). None where the server does not say, cannot be
+        reached, or sits behind a declared router (whose ``/metrics`` is not
+        the worker's). Nothing is computed: one small GET.
+        """
+        if self.router_policy:
+            return None
+        replica = self._pick(affinity_key, set())
+        if replica is None or not replica.up or replica.endpoint is None:
+            return None
+        try:
+            samples = parse_metrics(replica.endpoint.get_text("/metrics", timeout=_PROBE_TIMEOUT))
+        except BackendError:
+            return None
+        starts = [sample.value for sample in samples if sample.name == "process_start_time_seconds"]
+        return max(starts) if starts else None
 
     def probe_cache_reporting(self) -> dict[str, bool]:
         """Send a one-token request to each replica up and see whether it reports cached tokens.

@@ -14,15 +14,24 @@ stored yet keeps that request in memory and stores it with its first turn
 (:mod:`longctx.sessions.recording`), so a chat closed or killed before
 asking leaves nothing behind.
 
-Skipped when the server already holds the prefix. Neither engine can say
+Skipped when the server still holds the prefix. Neither engine can say
 whether a prefix is cached without computing a request over it (vLLM's
 counters are server-wide, SGLang's per batch; a probe costs the same
-template and tokenisation as the warm request itself), so the check is the
-store's: a request over the same prefix (the same pack, cache salt, model
-and server, and for a session with turns, this session) that ended less
-than :data:`RECENT_SECONDS` ago means the server computed it moments ago
-and still holds it (eviction is LRU and only under memory pressure). A
-wrong guess costs what no warm start costs: the first question prefills.
+template and tokenisation as the warm request itself), so two facts decide,
+and the server has the last word:
+
+- the store's: a request over the same prefix (the same pack, cache salt,
+  model and server, and for a session with turns, this session) that ended
+  less than :data:`RECENT_SECONDS` ago (eviction is LRU and only under
+  memory pressure);
+- the server's: it has run since before that request
+  (:meth:`Backend.started_at <longctx.backends.base.Backend.started_at>`,
+  its ``process_start_time_seconds``: one small GET, no prefill). A server
+  started after the request (a restart) lost the prefix; a server that
+  does not say (no metrics, a router in front) is a doubt.
+
+Only both skip the warm request: when in doubt it is sent, since a needless
+one costs one prefill in the background, a wrong skip the first question's.
 """
 
 from __future__ import annotations
@@ -40,13 +49,24 @@ from longctx.sessions.counters import CounterSnapshot
 from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 
-__all__ = ["RECENT_SECONDS", "WARM_QUESTION", "WarmPlan", "WarmResult", "WarmStart", "recent_request"]
+__all__ = [
+    "CLOCK_SLACK_SECONDS",
+    "RECENT_SECONDS",
+    "WARM_QUESTION",
+    "WarmPlan",
+    "WarmResult",
+    "WarmStart",
+    "recent_request",
+]
 
 WARM_QUESTION: Final = "Reply with one word."
 """The stand-in question of a warm request: it follows the prefix, so it is never cached."""
 
 RECENT_SECONDS: Final = 300.0
-"""A prefix used on the server less than this long ago is taken as still held."""
+"""A prefix used on the server less than this long ago is taken as still held (if it has not restarted)."""
+
+CLOCK_SLACK_SECONDS: Final = 5.0
+"""The start time is the server's clock, the store's times are ours: a start this close counts as after."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,8 @@ class WarmResult:
     usage: Usage | None
     skipped: str | None = None
     failed: str | None = None
+    why: str | None = None
+    """Why a warm request was sent although the store knew a recent request over the prefix."""
 
     def summary_line(self) -> str:
         """One line for the terminal."""
@@ -78,7 +100,8 @@ class WarmResult:
         if self.failed is not None:
             return f"warm start failed ({self.failed}); the first question prefills the pack"
         assert self.usage is not None
-        return f"warm start: pack prefilled ({self.usage.summary_line()})"
+        why = f"; {self.why}" if self.why else ""
+        return f"warm start: pack prefilled ({self.usage.summary_line()}){why}"
 
 
 class WarmStart:
@@ -138,17 +161,27 @@ class WarmStart:
     def _warm(self) -> WarmResult:
         plan = self._prepare()
         held = recent_request(plan)
+        why = None
         if held is not None:
             ago = time.time() - _ended(held)
-            return WarmResult(
-                None, None, skipped=f"the server computed this prefix {ago:.0f} s ago (request {held.id})"
-            )
+            started = plan.backend.started_at(plan.request.affinity_key)
+            if started is None:
+                why = f"the server cannot say whether it still holds the prefix computed {ago:.0f} s ago"
+            elif started > held.started_at - CLOCK_SLACK_SECONDS:
+                why = f"the server restarted {time.time() - started:.0f} s ago, after it computed this prefix"
+            else:
+                return WarmResult(
+                    None,
+                    None,
+                    skipped=f"the server computed this prefix {ago:.0f} s ago (request {held.id}) "
+                    "and has run since",
+                )
         with CounterSnapshot.take(plan.backend) as snapshot:
             sent = plan.backend.complete(plan.request)
-            return self._kept(plan, snapshot, sent)
+            return self._kept(plan, snapshot, sent, why)
 
     @staticmethod
-    def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent) -> WarmResult:
+    def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent, why: str | None = None) -> WarmResult:
         """The warm request recorded, with its counter check once that settled."""
         usage = sent.completion.usage
         record = RequestRecord(
@@ -165,7 +198,7 @@ class WarmStart:
         )
         checks = snapshot.close(plan.record.id, None, [record]).wait()
         plan.keep(record, checks or [])
-        return WarmResult(sent.request_id, usage)
+        return WarmResult(sent.request_id, usage, why=why)
 
 
 def recent_request(plan: WarmPlan, *, now: float | None = None) -> RequestRecord | None:

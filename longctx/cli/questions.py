@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
@@ -24,12 +25,13 @@ from longctx.cli.app import (
 )
 from longctx.cli.flags import flags_of
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.errors import ConfigError
+from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.sessions import RepoSession, Session, ShardedSession
-from longctx.sessions.answers import Answer
+from longctx.sessions.answers import Answer, stored_answers
 from longctx.sessions.corpus import CorpusSessionOptions
 from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import Conversation
+from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 
 
@@ -146,13 +148,18 @@ def ask(
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path())
 @click.option(
     "--questions",
     "questions_file",
     required=True,
     type=click.File("r"),
     help="A file with one question per line ('-' for stdin).",
+)
+@click.option(
+    "--session",
+    "session_id",
+    help="Finish this stored batch: ask only its questions that have no stored answer (instead of PATHS).",
 )
 @corpus_options
 @server_options
@@ -162,6 +169,7 @@ def ask(
 def batch(
     paths: tuple[str, ...],
     questions_file: IO[str],
+    session_id: str | None,
     shard: bool,
     as_json: bool,
     quiet: bool,
@@ -171,13 +179,26 @@ def batch(
 ) -> None:
     """Ask every question of a file about PATHS, as siblings sharing one cached prefix.
 
-    Answers go to stdout in question order, each under its question.
+    Answers go to stdout in question order, each under its question. Each
+    answer is stored as it arrives: a batch stopped by Ctrl-C or by a server
+    that went away prints the answers stored and its session id; finish it
+    with --session ID and the same questions (only those without an answer
+    are asked; --max-tokens and --concurrency apply, the pack is kept).
     """
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
     with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open(shard, paths, _options(store, server, corpus, request, say))
+        session: Conversation
+        if session_id:
+            if shard:
+                raise ConfigError("--shard cannot be given with --session: a map-reduce batch is not resumed")
+            session = _resume(session_id, server, store)
+            _resumed(session, request, quiet, batch=True)
+        elif paths:
+            session = _open(shard, paths, _options(store, server, corpus, request, say))
+        else:
+            raise ConfigError("give PATHS to pack, or --session ID to finish a stored batch")
         done: list[Answer] = []
 
         def answered(answer: Answer) -> None:
@@ -185,14 +206,18 @@ def batch(
             say(f"answered {len(done)} of {len(questions)} questions")
 
         say(f"asking {len(questions)} questions")
+        # Stored under keys of their text, so that --session finds them (a map-reduce batch has none).
+        reuse = not isinstance(session, ShardedSession)
         with session:
             try:
-                result = session.ask_many(questions, on_answer=answered)
-            except KeyboardInterrupt:
+                result = session.ask_many(questions, on_answer=answered, reuse_answered=reuse)
+            except (KeyboardInterrupt, BackendError) as error:
                 # Closing the connection ends the requests in flight; the
                 # answers printed are those already stored.
                 session.close()
-                _print_interrupted(session.id, questions, list(done), as_json=as_json)
+                _print_stopped(
+                    session, store, questions, done, questions_file.name, as_json=as_json, error=error
+                )
                 raise
     if as_json:
         emit_json(
@@ -205,23 +230,53 @@ def batch(
     else:
         for answer in result:
             click.echo(f"## {answer.question}\n\n{answer.text}\n")
+    if result.reused:
+        note(f"{result.reused} of {len(questions)} answers from an earlier run, not asked again", quiet=quiet)
     note(f"{_label(session)}: {result.report.summary_line()}", quiet=quiet)
 
 
-def _print_interrupted(
-    session_id: str, questions: Sequence[str], done: list[Answer], *, as_json: bool
+def _print_stopped(
+    session: Conversation,
+    store: Store,
+    questions: Sequence[str],
+    done: list[Answer],
+    questions_name: str,
+    *,
+    as_json: bool,
+    error: BaseException,
 ) -> None:
-    done.sort(key=lambda answer: questions.index(answer.question))
+    """The answers a stopped batch stored (earlier runs' too), and how to ask the rest."""
+    # Those heard of in this run (every one stored), and those stored under the batch's keys by earlier runs.
+    stored = {questions.index(answer.question): answer for answer in done}
+    if not isinstance(session, ShardedSession):
+        stored.update(stored_answers(store, questions, batch_keys(session.id, questions)))
+    answers = [stored[index] for index in sorted(stored)]
     if as_json:
-        answers = [answer.to_dict() for answer in done]
-        emit_json({"session_id": session_id, "answers": answers, "interrupted": True})
+        reason = {"interrupted": True} if isinstance(error, KeyboardInterrupt) else {"error": str(error)}
+        emit_json({"session_id": session.id, "answers": [a.to_dict() for a in answers], **reason})
     else:
-        for answer in done:
+        for answer in answers:
             click.echo(f"## {answer.question}\n\n{answer.text}\n")
+    if not answers:
+        click.echo("longctx: no answer was stored, so there is nothing to resume: run it again", err=True)
+        return
+    where = f"{len(answers)} of {len(questions)} questions answered and stored in session {session.id}"
+    if isinstance(session, ShardedSession) or len(answers) == len(questions):
+        click.echo(f"longctx: {where}", err=True)
+        return
+    name = questions_name if questions_name not in ("-", "<stdin>") else "FILE"
     click.echo(
-        f"longctx: {len(done)} of {len(questions)} questions answered and stored in session {session_id}",
+        f"longctx: {where}; ask the rest with: longctx batch --session {session.id} --questions {name}",
         err=True,
     )
+
+
+def _resume(session_id: str, server: ServerOptions, store: Store) -> Session:
+    """The stored session ``session_id``, served where it was unless server options say elsewhere."""
+    backend = runtime().backend
+    if backend is None and server.names_a_server():
+        backend = runtime().connect(server)
+    return Session.resume(session_id, backend, store=store)
 
 
 # The request flags `chat` takes beyond those every command has.
@@ -229,13 +284,17 @@ GROUPS = ("follow_changes", "warm_start", "token_history")
 
 # Options of `chat` that a resumed session applies (their fields say on_resume): the
 # rest describe a pack, which a stored session keeps (its changed files are appended
-# instead). The server options say where it is served.
+# instead). The server options say where it is served. A batch finished with
+# --session also takes its own flags: how many questions go out at once, and how.
 _APPLIED_ON_RESUME = {flag.parameter for flag in flags_of(RequestOptions, GROUPS) if flag.spec.on_resume}
+_BATCH_ON_RESUME = {flag.parameter for flag in flags_of(RequestOptions, ("concurrency",))} - {
+    flag.parameter for flag in flags_of(RequestOptions)
+}
 _SERVER_ON_RESUME = {field.name for field in dataclasses.fields(ServerOptions)}
 
 
-def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
-    """Apply or refuse, one by one, the options given with ``--session``."""
+def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: bool = False) -> None:
+    """Apply or refuse, one by one, the options given with ``--session`` (of ``chat``, or ``batch``)."""
     context = click.get_current_context()
     given = {
         parameter.name: parameter
@@ -250,9 +309,10 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
             "(files changed since are appended to the next question)"
         )
     stored = session.request
+    accepted = _APPLIED_ON_RESUME | (_BATCH_ON_RESUME if batch else set())
     for name, parameter in given.items():
         flag = "/".join(getattr(parameter, "opts", []) or [name])
-        if name in ("paths", "session_id", "as_json", "quiet") or name in _SERVER_ON_RESUME:
+        if name in ("paths", "session_id", "as_json", "quiet", "questions_file") or name in _SERVER_ON_RESUME:
             continue
         if name == "cache_salt":
             if request.cache_salt != stored.cache_salt:
@@ -261,12 +321,12 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
                     "its own salt; start a new session for another one"
                 )
             continue
-        if name not in _APPLIED_ON_RESUME:
+        if name not in accepted:
             raise ConfigError(f"{flag} cannot be given with --session: it describes the pack, which is kept")
         note(f"applying {flag} {context.params[name]} to the resumed session", quiet=quiet)
-    applied = {name: getattr(request, name) for name in _APPLIED_ON_RESUME if name in given}
-    # A chat warms its prefix unless told not to, whatever the stored session did.
-    applied["warm_start"] = request.warm_start
+    applied = {name: getattr(request, name) for name in accepted if name in given}
+    # A chat warms its prefix unless told not to, whatever the stored session did; a batch never.
+    applied["warm_start"] = request.warm_start and not batch
     session.request = dataclasses.replace(stored, **applied)
     if not session.request.follow_changes:
         session.stop_following()
@@ -291,7 +351,10 @@ def chat(
     """Chat about PATHS: one question per line on stdin, answers on stdout.
 
     Every completed turn is stored at once; resume with --session ID after
-    an interruption. End with an empty line or end of input. Files changed
+    an interruption. A server that goes away is said so and tried again,
+    waiting longer each time, until it is back (the session goes on) or
+    Ctrl-C (which prints the id to resume). End with an empty line or end
+    of input. Files changed
     between turns are appended to the next question (--no-follow-changes
     turns that off). The pack (and history) is prefilled in the background
     while the first question is typed (--no-warm-start turns that off).
@@ -303,10 +366,7 @@ def chat(
     """
     with runtime().open_store() as store:
         if session_id:
-            backend = runtime().backend
-            if backend is None and server.names_a_server():
-                backend = runtime().connect(server)
-            session: Session = Session.resume(session_id, backend, store=store)
+            session: Session = _resume(session_id, server, store)
             _resumed(session, request, quiet)
         elif paths:
             with progress(not (quiet or as_json)) as say:
@@ -318,6 +378,53 @@ def chat(
 
 
 def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
+    try:
+        _turns(session, as_json=as_json, quiet=quiet)
+    except KeyboardInterrupt:
+        if session.turns:
+            resume = f"resume with: longctx chat --session {session.id}"
+            click.echo(
+                f"longctx: session {session.id} has {len(session.turns)} turns stored; {resume}", err=True
+            )
+        else:
+            click.echo("longctx: no turn was answered, so no session was stored", err=True)
+        raise
+
+
+# The waits between tries of a question whose server went away: doubling from the first, capped.
+_OUTAGE_FIRST_WAIT = 2.0
+_OUTAGE_MAX_WAIT = 30.0
+
+
+def _wait(seconds: float) -> None:
+    """The pause between tries of a chat turn whose server went away (a test replaces it)."""
+    time.sleep(seconds)
+
+
+def _ask_through_outages(session: Session, question: str) -> Answer:
+    """Ask ``question``; while the server cannot be reached, say so and try again, waiting longer each time.
+
+    Each try is a whole turn with its own retries; a failed one stores
+    nothing, so the turn that succeeds is the only one. Ctrl-C stops the
+    waiting (see :func:`_converse`); the session keeps its stored turns.
+    """
+    wait = _OUTAGE_FIRST_WAIT
+    while True:
+        try:
+            return session.ask(question)
+        except ServerUnreachable as error:
+            kept = f"session {session.id} is kept" if session.turns else "nothing is lost"
+            click.echo(
+                f"longctx: the server went away ({str(error).splitlines()[0]}); {kept}. Trying again in "
+                f"{wait:.0f} s until it is back; Ctrl-C to quit"
+                + (f" (resume with: longctx chat --session {session.id})" if session.turns else ""),
+                err=True,
+            )
+            _wait(wait)
+            wait = min(wait * 2, _OUTAGE_MAX_WAIT)
+
+
+def _turns(session: Session, *, as_json: bool, quiet: bool) -> None:
     note(f"session {session.id} ({len(session.turns)} earlier turns); empty line to end", quiet=quiet)
     interactive = sys.stdin.isatty()
     warm_noted = False
@@ -328,7 +435,7 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
         question = sys.stdin.readline().strip()
         if not question:
             break
-        answer = session.ask(question)
+        answer = _ask_through_outages(session, question)
         warm_noted = warm_noted or _note_warm_start(session, quiet=quiet)
         if as_json:
             click.echo(json.dumps(answer.to_dict(), sort_keys=True))

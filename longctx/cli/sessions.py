@@ -126,21 +126,37 @@ def sessions_prune(days: float | None, dry_run: bool) -> None:
 @click.argument("session_id")
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def sessions_show(session_id: str, as_json: bool) -> None:
-    """A session's turns."""
+    """A session's turns, then the answers of its batches (sibling questions), by the turn they follow."""
     with runtime().open_store() as store:
         session = Session.resume(session_id, store=store)
+        siblings = [
+            (child, turns[0])
+            for child in store.sessions.children(session.id)
+            if child.kind == "sibling" and (turns := store.sessions.turns(child.id))
+        ]
     if as_json:
         emit_json(
             {
                 "id": session.id,
                 "title": session.title,
                 "turns": [{"question": t.question, "answer": t.answer} for t in session.turns],
+                "siblings": [
+                    {"session_id": child.id, "after_turns": child.parent_turns, "question": turn.question,
+                     "answer": turn.answer}
+                    for child, turn in siblings
+                ],
             }
-        )
+        )  # fmt: skip
         return
     click.echo(f"session {session.id}: {session.title}")
     for index, turn in enumerate(session.turns):
         click.echo(f"\n[{index}] > {turn.question}\n{turn.answer}")
+    points = sorted({child.parent_turns or 0 for child, _ in siblings})
+    for point in points:
+        batch = [(child, turn) for child, turn in siblings if (child.parent_turns or 0) == point]
+        click.echo(f"\n-- batch of {len(batch)} sibling answers after {point} turns --")
+        for child, turn in batch:
+            click.echo(f"\n[{child.id}] > {turn.question}\n{turn.answer}")
 
 
 @sessions.command("delete")

@@ -12,10 +12,19 @@ from typing import Any, TypedDict
 
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
-from longctx.store import RequestRecord, TurnRecord
+from longctx.store import RequestRecord, Store, TurnRecord
 from longctx.usage import Usage
 
-__all__ = ["THINK_END", "Answer", "AskManyOptions", "Batch", "Committed", "history_form", "refuse_unknown"]
+__all__ = [
+    "THINK_END",
+    "Answer",
+    "AskManyOptions",
+    "Batch",
+    "Committed",
+    "history_form",
+    "refuse_unknown",
+    "stored_answers",
+]
 
 THINK_END = "</think>"
 
@@ -78,10 +87,16 @@ class Answer:
 
 @dataclass(frozen=True)
 class Batch:
-    """The answers of :meth:`Conversation.ask_many`, in question order, and their report."""
+    """The answers of :meth:`Conversation.ask_many`, in question order, and their report.
+
+    ``reused`` counts the answers an earlier call stored under their keys
+    and this one did not ask again (``reuse_answered``); the report covers
+    the requests of this call.
+    """
 
     answers: tuple[Answer, ...]
     report: SavingsReport
+    reused: int = 0
 
     def __iter__(self) -> Iterator[Answer]:
         return iter(self.answers)
@@ -110,13 +125,45 @@ class AskManyOptions(TypedDict, total=False):
     what was measured fastest for the engine). ``on_answer``: hears of each
     answer as it is stored. ``keys``: the caller's name for each question,
     stored with its answer; a key that already has an answer is refused
-    before anything is sent.
+    before anything is sent, unless ``reuse_answered``: then its question
+    is not asked and its stored answer comes back in the batch (without
+    ``keys``, each question's key is :func:`~longctx.sessions.siblings.batch_keys`'
+    for this session, so a batch stopped by Ctrl-C or a dead server is
+    finished by asking the same questions again with ``reuse_answered``).
     """
 
     max_tokens: int | None
     concurrency: int | None
     on_answer: Callable[[Answer], None] | None
     keys: Sequence[str] | None
+    reuse_answered: bool
+
+
+def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) -> dict[int, Answer]:
+    """The answers ``store`` holds under ``keys`` (one per question), by question index, with their usage."""
+    found = store.sessions.answered(keys)
+    if not found:
+        return {}
+    owners = sorted({turn.session_id for turn in found.values()})
+    records = {record.id: record for record in store.sessions.requests(session_ids=owners)}
+    answers: dict[int, Answer] = {}
+    for index, key in enumerate(keys):
+        turn = found.get(key)
+        if turn is None:
+            continue
+        record = records.get(turn.request_id or "")
+        answers[index] = Answer(
+            question=questions[index],
+            text=turn.answer,
+            reasoning=turn.reasoning,
+            finish_reason=None,
+            usage=record.usage if record is not None else Usage(None, None, None, None, None, None),
+            session_id=turn.session_id,
+            turn=turn.position,
+            request_id=turn.request_id or "",
+            attempts=record.attempts if record is not None else 1,
+        )
+    return answers
 
 
 def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -> None:

@@ -637,9 +637,20 @@ class Session(Conversation):
         See :meth:`Conversation.ask_many`. ``keys`` are stored with each
         answer in its transaction (:meth:`store.sessions.answered
         <longctx.store.SessionLog.answered>` finds them), so a job run again asks
-        only what is unanswered.
+        only what is unanswered; with ``reuse_answered`` this batch does so
+        itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
         refuse_unknown(options, AskManyOptions, "ask_many")
+        if options.get("reuse_answered"):
+            reusing: Batch = yield from siblings.reusing_answers(
+                self.store, self.id, questions, options, self._plan_siblings
+            )
+            return reusing
+        plain: Batch = yield from self._plan_siblings(questions, options)
+        return plain
+
+    def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
+        """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
         max_tokens, keys = options.get("max_tokens"), options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
         batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys))

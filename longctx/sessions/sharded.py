@@ -243,8 +243,8 @@ class ShardedSession(Conversation):
         refuse_unknown(options, AskManyOptions, "ask_many")
         if not questions:
             raise ConfigError("ask_many needs at least one question")
-        if options.get("keys"):
-            raise ConfigError("a sharded session's ask_many takes no answer keys")
+        if options.get("keys") or options.get("reuse_answered"):
+            raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
         max_tokens, on_answer = options.get("max_tokens"), options.get("on_answer")
         limit = options.get("concurrency") or self.request.concurrency
         shards = yield Io(lambda: self.shards)

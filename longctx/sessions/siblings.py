@@ -30,9 +30,10 @@ branch session, its records) is the caller's ``commit``.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
@@ -42,12 +43,22 @@ from longctx.backends.engines import measured_dispatch
 from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
+from longctx.report import build_report
+from longctx.sessions.answers import Answer, AskManyOptions, Batch, stored_answers
 
 if TYPE_CHECKING:
-    from longctx.sessions.answers import Answer
     from longctx.store import Store
 
-__all__ = ["Dispatch", "Outcome", "SiblingBatch", "check_keys", "choose_dispatch", "dispatched"]
+__all__ = [
+    "Dispatch",
+    "Outcome",
+    "SiblingBatch",
+    "batch_keys",
+    "check_keys",
+    "choose_dispatch",
+    "dispatched",
+    "reusing_answers",
+]
 
 
 @dataclass(frozen=True)
@@ -63,8 +74,56 @@ class Dispatch:
         return f"{self.strategy}, up to {self.concurrency} in flight ({self.reason})"
 
 
-def check_keys(store: Store, questions: Sequence[str], keys: Sequence[str]) -> None:
-    """Refuse answer keys that do not name each question once, or that already have an answer.
+def batch_keys(session_id: str, questions: Sequence[str]) -> list[str]:
+    """The answer key of each of ``questions`` in a batch of session ``session_id``.
+
+    Made of the question's text (and its occurrence, for a question given
+    twice), not its place: the same questions in another order, or with
+    some added, find the answers stored before.
+    """
+    seen: Counter[str] = Counter()
+    keys = []
+    for question in questions:
+        seen[question] += 1
+        digest = hashlib.sha256(question.encode()).hexdigest()[:16]
+        keys.append(f"batch:{session_id}:{digest}:{seen[question]}")
+    return keys
+
+
+def reusing_answers(
+    store: Store,
+    session_id: str,
+    questions: Sequence[str],
+    options: AskManyOptions,
+    ask: Callable[[Sequence[str], AskManyOptions], Plan[Batch]],
+) -> Plan[Batch]:
+    """The plan of a batch that asks only the questions without an answer stored under their keys.
+
+    The keys are ``options``' or :func:`batch_keys` for ``session_id``;
+    ``ask`` is the plan of a batch that asks all it is given. The stored
+    answers come back in their places, counted in :attr:`Batch.reused`.
+    """
+    if not questions:
+        raise ConfigError("ask_many needs at least one question")
+    keys = list(options.get("keys") or batch_keys(session_id, questions))
+    yield Io(partial(check_keys, store, questions, keys, answered_ok=True))
+    stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys))
+    todo = [index for index in range(len(questions)) if index not in stored]
+    note = f"{len(stored)} of {len(questions)} answers stored by an earlier call, not asked again"
+    if not todo:
+        report = build_report([], title=f"batch of {len(questions)} sibling questions", notes=[note])
+        return Batch(tuple(stored[index] for index in range(len(questions))), report, reused=len(stored))
+    rest: AskManyOptions = {**options, "keys": [keys[index] for index in todo]}
+    asked = yield from ask([questions[index] for index in todo], rest)
+    answers = {**stored, **dict(zip(todo, asked.answers, strict=True))}
+    report = replace(asked.report, notes=(*asked.report.notes, note)) if stored else asked.report
+    return Batch(tuple(answers[index] for index in range(len(questions))), report, reused=len(stored))
+
+
+def check_keys(
+    store: Store, questions: Sequence[str], keys: Sequence[str], *, answered_ok: bool = False
+) -> None:
+    """Refuse answer keys that do not name each question once, or (unless ``answered_ok``) have an answer.
 
     Raises :class:`~longctx.errors.ConfigError` before anything is sent.
     """
@@ -75,6 +134,8 @@ def check_keys(store: Store, questions: Sequence[str], keys: Sequence[str]) -> N
     repeated = sorted(key for key, count in Counter(keys).items() if count > 1)
     if repeated:
         raise ConfigError(f"answer keys given twice: {', '.join(repeated[:5])}")
+    if answered_ok:
+        return
     stored = store.sessions.answered(keys)
     if stored:
         raise ConfigError(

@@ -110,7 +110,10 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     command = [str(ENTRY_POINT), "job", str(job_file), "--max-tokens", "64", "--packs-in-flight", "1", "-q"]
     job = Job(items)
 
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = tmp_path / "partial.jsonl"
+    process = subprocess.Popen(
+        [*command, "-o", str(partial)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 240
     stored_before = 0
     while time.monotonic() < deadline:
@@ -123,6 +126,11 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     assert 2 <= stored_before < len(items), "the kill should land mid-job"
+    # The results file holds the items done before the kill, each line whole (written as they came).
+    text = partial.read_text()
+    done = [json.loads(line) for line in text.splitlines()]
+    assert text.endswith("\n") and len(done) >= stored_before - 1 and len(done) < len(items)
+    assert all(line["answer"] is not None for line in done)
 
     again = subprocess.run(command[:-1], env=env, capture_output=True, text=True, timeout=600, check=False)
     assert again.returncode == 0, again.stderr

@@ -105,7 +105,9 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     own_vllm.kill(0)
     killed_at = time.monotonic()
     stdout, stderr = process.communicate(timeout=300)
-    print(f"\nbatch exited {time.monotonic() - killed_at:.1f} s after the kill")
+    print(
+        f"\nbatch exited {time.monotonic() - killed_at:.1f} s after the kill ({before} answers stored then)"
+    )
     assert 3 <= before < len(QUESTIONS), "the kill should land mid-batch"
     assert process.returncode == 3, stderr  # EXIT_UNREACHABLE
     line = next(line for line in stderr.splitlines() if "answered and stored in session" in line)
@@ -125,6 +127,7 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     )  # fmt: skip
     assert warm.returncode == 0, warm.stderr
     assert "warm start: pack prefilled" in warm.stderr and "the server restarted" in warm.stderr, warm.stderr
+    print(next(line for line in warm.stderr.splitlines() if "warm start" in line))
 
     resumed = subprocess.run(
         [str(ENTRY_POINT), "batch", "--session", session_id, "--questions", str(questions), "--json"],
@@ -151,6 +154,8 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     )  # fmt: skip
     assert skipped.returncode == 0, skipped.stderr
     assert "warm start skipped" in skipped.stderr and "has run since" in skipped.stderr, skipped.stderr
+    print(next(line for line in skipped.stderr.splitlines() if "warm start" in line))
+    print(f"{stored} of {len(QUESTIONS)} printed after the kill, the rest asked by batch --session")
     print(f"restart took {restart_seconds:.1f} s")
 
 
@@ -201,6 +206,7 @@ def test_a_chat_survives_a_server_restart_and_continues_in_the_same_session(
         process.stdin.write("And f4?\n")
         process.stdin.flush()
         away = _wait_for(err, seen_err, "the server went away", 120)
+        print(f"\n{away.strip()}")
         assert f"session {first['session_id']} is kept" in away
         assert f"longctx chat --session {first['session_id']}" in away
         _restart(own_vllm)

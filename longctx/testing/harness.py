@@ -119,6 +119,13 @@ class EngineHarness:
         self.prepare_extra(name, start)
         return self._extras[name].result()
 
+    def stop_extra(self, name: str) -> None:
+        """Stop the extra server ``name`` now, if it was started (it holds a core and memory)."""
+        with self._lock:
+            future = self._extras.get(name)
+        if future is not None and future.done() and future.exception() is None:
+            future.result().stop()
+
     def close(self) -> None:
         """Stop every server this harness started."""
         with self._lock:

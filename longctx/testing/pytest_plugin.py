@@ -99,6 +99,7 @@ class _EngineGuard:
         # and a test parametrised with the string "vllm" is no engine test.
         self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
+        self.last_no_report_test: str | None = None
 
     # Before pytest's own "-m" selection, which must see the engine markers.
     @pytest.hookimpl(tryfirst=True)
@@ -117,11 +118,17 @@ class _EngineGuard:
         def extras(item: pytest.Item) -> set[str]:
             return set(_EXTRA_FIXTURES) & set(getattr(item, "fixturenames", ()))
 
+        engine_items = [item for item in session.items if item.nodeid in self.engines_by_test]
+        no_report = [item for item in engine_items if "sglang_without_cache_report" in extras(item)]
         session.items[:] = [
             *(item for item in session.items if item.nodeid not in self.engines_by_test),
-            *(item for item in session.items if item.nodeid in self.engines_by_test and not extras(item)),
-            *(item for item in session.items if item.nodeid in self.engines_by_test and extras(item)),
+            *(item for item in engine_items if not extras(item)),
+            # Each extra's tests together, SGLang's first: it is stopped after
+            # its last test, before the fleet's tests need the cores.
+            *no_report,
+            *(item for item in engine_items if extras(item) and item not in no_report),
         ]
+        self.last_no_report_test = no_report[-1].nodeid if no_report else None
         if session.config.option.collectonly:
             return
         needed: set[str] = set()
@@ -163,6 +170,8 @@ class _EngineGuard:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and report.nodeid == self.last_no_report_test:
+            self.harness.stop_extra(_NO_CACHE_REPORT)  # no later test needs it
         engines = sorted(self.engines_by_test.get(report.nodeid, ()))
         if not engines or (report.when != "call" and report.passed):
             return

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -131,9 +131,18 @@ def _homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPack], 
     return mine, others
 
 
+@pytest.fixture
+def restored_fleet(vllm_fleet: Fleet) -> Iterator[Fleet]:
+    """The session's fleet, its second replica running again after the test whatever happened."""
+    yield vllm_fleet
+    if not vllm_fleet.replicas[1].alive():
+        vllm_fleet.restart(1)
+
+
 def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
-    vllm_fleet: Fleet, tmp_path: Path
+    restored_fleet: Fleet, tmp_path: Path
 ) -> None:
+    vllm_fleet = restored_fleet
     urls = vllm_fleet.urls
     victim = urls[1]
     mine, others = _homed_on(victim, urls, 2)

@@ -30,9 +30,7 @@ from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.answers import history_form
 from longctx.sessions.reuse import answer_reuse
 from longctx.store import Store, StoredPack
-from longctx.testing import EngineHarness, LocalServer, TinyModel
-from longctx.testing.model import build_tiny_model
-from longctx.testing.servers import start_sglang
+from longctx.testing import LocalServer, TinyModel
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -150,7 +148,8 @@ def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Sto
 def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cache(
     backend: Backend, store: Store, tmp_path: Path
 ) -> None:
-    repository = make_repository(tmp_path / "repo", ("dataclasses.py", "textwrap.py"))
+    # Two small files (about 11k tokens): the layering needs a file before the tail, not size.
+    repository = make_repository(tmp_path / "repo", ("heapq.py", "textwrap.py"))
     before = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=4))
     before.ask("What does the text wrapper do?")
     old = before.full_pack
@@ -165,7 +164,7 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
     subprocess.run([*git, "commit", "-qam", "edit the oldest file"], check=True)
 
     layered = RepoSession(repository, backend=backend, store=store, request=RequestOptions(max_tokens=4))
-    answer = layered.ask("And the data classes?")
+    answer = layered.ask("And the heap queue?")
     plain = RepoSession(
         repository,
         backend=backend,
@@ -173,7 +172,7 @@ def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cac
         corpus=CorpusOptions(max_stale_share=0),
         request=RequestOptions(max_tokens=4),
     )
-    plain_answer = plain.ask("And the data classes, without layers?")
+    plain_answer = plain.ask("And the heap queue, without layers?")
 
     assert any(section.name == "earlier:README.md" for section in layered.full_pack.sections)
     block = backend.info.cache_block_tokens
@@ -338,15 +337,7 @@ def test_a_killed_session_resumes_with_every_completed_turn(
     assert after.usage.cached_tokens and after.usage.cached_tokens > 4000
 
 
-@pytest.fixture(scope="module")
-def sglang_without_cache_report(longctx_harness: EngineHarness) -> Iterator[LocalServer]:
-    env = longctx_harness.environment("sglang")
-    model = build_tiny_model(env.python, longctx_harness.base_dir)
-    server = start_sglang(env, model, longctx_harness.base_dir, cache_report=False)
-    yield server
-    server.stop()
-
-
+# sglang_without_cache_report: the plugin's session fixture (SGLang has no per-request switch).
 @pytest.mark.sglang
 def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     sglang_without_cache_report: LocalServer, store: Store

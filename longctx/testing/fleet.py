@@ -28,13 +28,28 @@ from longctx.testing.servers import (
     start_vllm,
 )
 
-__all__ = ["ROUTER_POLICIES", "Fleet"]
+__all__ = ["ROUTER_POLICIES", "Fleet", "prepare_replicas", "replica_name"]
 
 ROUTER_POLICIES: dict[str, tuple[str, ...]] = {
     "vllm-router": ("round_robin", "consistent_hash", "cache_aware", "kv_aware", "random", "power_of_two"),
     "smg": ("round_robin", "consistent_hashing", "cache_aware", "prefix_hash", "random", "power_of_two"),
 }
 """The policies each router offers that a test may start it with."""
+
+
+def replica_name(index: int) -> str:
+    """The harness's name for the fleet's replica ``index`` (1, 2, ...; 0 is the shared vLLM server)."""
+    return f"vllm-replica-{index}"
+
+
+def _start_plain_replica(harness: EngineHarness) -> LocalServer:
+    return start_vllm(harness.environment("vllm"), harness.model(), harness.base_dir)
+
+
+def prepare_replicas(harness: EngineHarness, replicas: int = 2) -> None:
+    """Boot the replicas a plain :class:`Fleet` of ``replicas`` will use, in the background."""
+    for index in range(1, replicas):
+        harness.prepare_extra(replica_name(index), _start_plain_replica)
 
 
 class Fleet:
@@ -62,11 +77,21 @@ class Fleet:
         return not self.replica_args
 
     def start(self) -> Fleet:
-        """Start the replicas that are missing (the first is the harness's vLLM server, unless own)."""
+        """Start the replicas that are missing (the first is the harness's vLLM server, unless own).
+
+        A plain fleet's other replicas are the harness's extra servers (see
+        :func:`prepare_replicas`): booted in the background when prepared,
+        and one boot serves every fleet of the session.
+        """
         if not self.replicas and self._shares_harness_server:
             self.replicas.append(self.harness.server("vllm"))
         while len(self.replicas) < self.size:
-            self.replicas.append(self._start_replica())
+            if self._shares_harness_server:
+                index = len(self.replicas)
+                replica = self.harness.extra_server(replica_name(index), _start_plain_replica)
+                self.replicas.append(replica if replica.alive() else self._start_replica())
+            else:
+                self.replicas.append(self._start_replica())
         return self
 
     @property

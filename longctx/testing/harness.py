@@ -40,6 +40,10 @@ class EngineHarness:
         self._environments: dict[str, EngineEnvironment] = {}
         self._environment_locks = {engine: threading.Lock() for engine in ENGINES}
         self._servers: dict[str, Future[LocalServer]] = {}
+        # Servers other than the two shared ones (a fleet's second replica, a
+        # server started with other flags), by name: booted in the background
+        # like them, once per harness, so every module that needs one shares it.
+        self._extras: dict[str, Future[LocalServer]] = {}
         self.timings: dict[str, str] = {}
 
     def prepare(self, engine: str) -> None:
@@ -90,16 +94,57 @@ class EngineHarness:
         return self._servers[engine].result()
 
     def started_servers(self) -> list[LocalServer]:
-        """Servers that finished starting, alive or not."""
+        """The shared servers that finished starting, alive or not."""
         with self._lock:
             futures = list(self._servers.values())
         return [f.result() for f in futures if f.done() and f.exception() is None]
 
+    def prepare_extra(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> None:
+        """Start booting the extra server ``name`` with ``start(self)`` in the background (idempotent).
+
+        The boot waits its turn behind the shared servers' (one worker per
+        engine): on a small machine they come first, extras are booted while
+        the tests run.
+        """
+        with self._lock:
+            if name not in self._extras:
+                self._extras[name] = self._executor.submit(self._boot_extra, name, start)
+
+    def extra_server(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
+        """The extra server ``name``, started by ``start`` if not prepared yet; waits until it is ready.
+
+        The harness stops it on :meth:`close`; a caller that stops it itself
+        (a test killing a replica) owns what it starts instead.
+        """
+        self.prepare_extra(name, start)
+        return self._extras[name].result()
+
+    def stop_extra(self, name: str) -> None:
+        """Stop the extra server ``name`` now, if it was started (it holds a core and memory)."""
+        with self._lock:
+            future = self._extras.get(name)
+        if future is not None and future.done() and future.exception() is None:
+            future.result().stop()
+
     def close(self) -> None:
         """Stop every server this harness started."""
+        with self._lock:
+            extras = list(self._extras.values())
+        for future in extras:
+            if future.done() and future.exception() is None:
+                future.result().stop()
         for server in self.started_servers():
             server.stop()
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def _boot_extra(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
+        if self._on_progress:
+            self._on_progress(f"starting the extra server {name}")
+        server = start(self)
+        self.timings[f"{name} start"] = f"{server.startup_seconds:.0f} s"
+        if self._on_progress:
+            self._on_progress(f"{name} ready at {server.api_base} after {server.startup_seconds:.0f} s")
+        return server
 
     def _boot(self, engine: str) -> LocalServer:
         env = self.environment(engine)

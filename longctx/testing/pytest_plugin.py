@@ -5,13 +5,17 @@ Enable it in a ``conftest.py``::
     pytest_plugins = ["longctx.testing.pytest_plugin"]
 
 Fixtures (session scope): ``vllm_server``, ``sglang_server``, ``engine_server``
-(parametrised over both engines), ``tiny_model``, ``vllm_python`` and
+(parametrised over both engines), ``vllm_fleet`` (two vLLM replicas),
+``sglang_without_cache_report``, ``tiny_model``, ``vllm_python`` and
 ``sglang_python`` (the engines' interpreters), ``longctx_harness``.
 
 Markers: ``vllm`` and ``sglang``. A test that uses a server fixture gets the
 engine's marker automatically, so ``-m vllm`` selects it. As soon as
 collection ends, the servers the selected tests need start booting in the
-background, and the tests that need no server run first, meanwhile.
+background, and the tests that need no server run first, meanwhile. Every
+server starts once per session, whichever modules use it: the extra ones (a
+fleet's second replica, SGLang without cache reporting) boot after the
+shared two, while the tests run, and the tests that need them run last.
 
 Rules that keep the real-engine tests honest:
 
@@ -34,10 +38,10 @@ from pathlib import Path
 import pytest
 
 from longctx.errors import ServerDiedError
-from longctx.testing.fleet import Fleet
+from longctx.testing.fleet import Fleet, prepare_replicas
 from longctx.testing.harness import ENGINES, EngineHarness
 from longctx.testing.model import TinyModel
-from longctx.testing.servers import LocalServer
+from longctx.testing.servers import LocalServer, start_sglang
 
 _HARNESS_KEY = pytest.StashKey[EngineHarness]()
 _SERVER_FIXTURES = {
@@ -45,7 +49,16 @@ _SERVER_FIXTURES = {
     "sglang_server": ("sglang",),
     "engine_server": (),
     "vllm_fleet": ("vllm",),
+    "sglang_without_cache_report": ("sglang",),
 }
+# Fixtures whose servers are the harness's extras: booted after the shared ones.
+_EXTRA_FIXTURES = ("vllm_fleet", "sglang_without_cache_report")
+_NO_CACHE_REPORT = "sglang-without-cache-report"
+
+
+def _start_sglang_without_cache_report(harness: EngineHarness) -> LocalServer:
+    env = harness.environment("sglang")
+    return start_sglang(env, harness.model(), harness.base_dir, cache_report=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -86,6 +99,7 @@ class _EngineGuard:
         # and a test parametrised with the string "vllm" is no engine test.
         self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
+        self.last_no_report_test: str | None = None
 
     # Before pytest's own "-m" selection, which must see the engine markers.
     @pytest.hookimpl(tryfirst=True)
@@ -99,20 +113,38 @@ class _EngineGuard:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After every selection and reordering: tests that need no server run
-        # first, while the servers boot.
+        # first, while the servers boot; those that need an extra server
+        # last, while it boots.
+        def extras(item: pytest.Item) -> set[str]:
+            return set(_EXTRA_FIXTURES) & set(getattr(item, "fixturenames", ()))
+
+        engine_items = [item for item in session.items if item.nodeid in self.engines_by_test]
+        no_report = [item for item in engine_items if "sglang_without_cache_report" in extras(item)]
         session.items[:] = [
             *(item for item in session.items if item.nodeid not in self.engines_by_test),
-            *(item for item in session.items if item.nodeid in self.engines_by_test),
+            *(item for item in engine_items if not extras(item)),
+            # Each extra's tests together, SGLang's first: it is stopped after
+            # its last test, before the fleet's tests need the cores.
+            *no_report,
+            *(item for item in engine_items if extras(item) and item not in no_report),
         ]
+        self.last_no_report_test = no_report[-1].nodeid if no_report else None
         if session.config.option.collectonly:
             return
         needed: set[str] = set()
+        wanted: set[str] = set()
         for item in session.items:
             if _SERVER_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
                 needed |= _engines_of(item)
+            wanted |= extras(item)
         for engine in ENGINES:
             if engine in needed:
                 self.harness.prepare(engine)
+        # Queued behind the shared servers' boots (submitted after them).
+        if "sglang_without_cache_report" in wanted:
+            self.harness.prepare_extra(_NO_CACHE_REPORT, _start_sglang_without_cache_report)
+        if "vllm_fleet" in wanted:
+            prepare_replicas(self.harness)
 
     def _servers_used(self, item: pytest.Item) -> list[LocalServer]:
         engines = _engines_of(item)
@@ -138,6 +170,8 @@ class _EngineGuard:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "teardown" and report.nodeid == self.last_no_report_test:
+            self.harness.stop_extra(_NO_CACHE_REPORT)  # no later test needs it
         engines = sorted(self.engines_by_test.get(report.nodeid, ()))
         if not engines or (report.when != "call" and report.passed):
             return
@@ -220,12 +254,24 @@ def engine_server(request: pytest.FixtureRequest, longctx_harness: EngineHarness
     return longctx_harness.server(engine)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def vllm_fleet(longctx_harness: EngineHarness) -> Iterator[Fleet]:
     """Two vLLM (CPU) replicas on the tiny model, and routers on demand (:class:`Fleet`).
 
-    Module-scoped: the second replica, and every router started, stop when
-    the module's tests are done.
+    Session-scoped, shared by every module: the second replica boots in the
+    background once the session knows it is needed. A test that kills a
+    replica restarts it before it ends (or the next test fails on a dead
+    replica); a test stops the routers it started.
     """
     with Fleet(longctx_harness, replicas=2) as fleet:
         yield fleet
+
+
+@pytest.fixture(scope="session")
+def sglang_without_cache_report(longctx_harness: EngineHarness) -> LocalServer:
+    """An SGLang (CPU) server without ``--enable-cache-report``, shared by every module that needs one.
+
+    SGLang has no per-request switch for cached-token reporting: it is a
+    server flag, so this is a server of its own, booted in the background.
+    """
+    return longctx_harness.extra_server(_NO_CACHE_REPORT, _start_sglang_without_cache_report)

@@ -45,7 +45,7 @@ from longctx.config import DEFAULT_AFFINITY_HEADERS
 from longctx.drivers import Io
 from longctx.usage import Usage
 
-__all__ = ["ChatClient", "ChatRequest", "Completion"]
+__all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class ChatRequest:
     and as the ``user`` field, which routers (vllm-router, SGLang's gateway,
     llm-d, Dynamo) use to keep a prefix on one replica.
     ``cache_salt`` namespaces the server's prefix cache (tenants never share).
+    ``logprobs`` asks for each generated token's log probability and that
+    many alternatives (``top_logprobs``; 0 for the chosen token's only).
+    ``body_affinity`` names body fields that carry ``affinity_key`` too
+    (OpenAI's ``prompt_cache_key``, for a gateway that routes on it).
     """
 
     messages: tuple[Mapping[str, str], ...]
@@ -69,6 +73,22 @@ class ChatRequest:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     prompt_ids: tuple[int, ...] | None = None
     token_ids: bool = False
+    logprobs: int | None = None
+    body_affinity: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token as the server scored it: its text, log probability, and the alternatives.
+
+    ``top`` holds ``(token, logprob)`` of the most likely tokens at that
+    position, most likely first (the chosen one among them under greedy
+    decoding), as many as the request's ``logprobs`` asked for.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -76,7 +96,8 @@ class Completion:
     """A finished answer: its text, separate reasoning if the server split it, and usage.
 
     ``token_ids`` (the answer as generated) and ``prompt_token_ids`` are
-    set when the request asked for them and the server sent them.
+    set when the request asked for them and the server sent them, as are
+    ``logprobs`` (one :class:`TokenLogprob` per generated token).
     """
 
     text: str
@@ -85,6 +106,7 @@ class Completion:
     usage: Usage
     token_ids: tuple[int, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 def _first(mapping: Any, *names: str) -> Any:
@@ -110,11 +132,13 @@ class _Accumulator:
         self.missing_reason = missing_reason
         self.token_ids: list[int] | None = None
         self.prompt_token_ids: list[int] | None = None
+        self.logprobs: list[TokenLogprob] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         if chunk.get("usage") is not None:
             self.usage = chunk["usage"]
         self._add_ids(chunk)
+        self._add_logprobs(chunk)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             # A chat chunk carries a delta; a completions chunk its text.
@@ -148,6 +172,29 @@ class _Accumulator:
         if prompt:
             self.prompt_token_ids = [int(token) for token in prompt]
 
+    def _add_logprobs(self, chunk: dict[str, Any]) -> None:
+        """The chunk's token log probabilities: chat's ``logprobs.content[]``, or completions' lists."""
+        for choice in chunk.get("choices") or ():
+            scored = choice.get("logprobs")
+            if not isinstance(scored, dict):
+                continue
+            found = self.logprobs if self.logprobs is not None else []
+            if isinstance(scored.get("content"), list):
+                for entry in scored["content"]:
+                    top = tuple(
+                        (str(alt.get("token")), float(alt["logprob"]))
+                        for alt in entry.get("top_logprobs") or ()
+                        if alt.get("logprob") is not None
+                    )
+                    found.append(TokenLogprob(str(entry.get("token")), float(entry["logprob"]), top))
+            elif isinstance(scored.get("token_logprobs"), list):
+                tops = scored.get("top_logprobs") or [None] * len(scored["token_logprobs"])
+                tokens = scored.get("tokens") or ()
+                for token, logprob, top in zip(tokens, scored["token_logprobs"], tops, strict=False):
+                    alternatives = sorted((top or {}).items(), key=lambda item: -item[1])
+                    found.append(TokenLogprob(str(token), float(logprob), tuple(alternatives)))
+            self.logprobs = found
+
     def finish(self) -> Completion:
         ended = time.perf_counter()
         usage = self.usage
@@ -178,6 +225,7 @@ class _Accumulator:
             ),
             token_ids=None if self.token_ids is None else tuple(int(t) for t in self.token_ids),
             prompt_token_ids=None if self.prompt_token_ids is None else tuple(self.prompt_token_ids),
+            logprobs=None if self.logprobs is None else tuple(self.logprobs),
         )
 
 
@@ -226,6 +274,12 @@ class ChatClient:
             arguments["messages"] = [dict(message) for message in request.messages]
         if request.token_ids:
             arguments.update(self._id_switches(completions=request.prompt_ids is not None))
+        if request.logprobs is not None:
+            if request.prompt_ids is not None:
+                arguments["logprobs"] = request.logprobs  # completions: the number of alternatives
+            else:
+                arguments["logprobs"] = True
+                arguments["top_logprobs"] = request.logprobs
         if request.max_tokens is not None:
             arguments["max_tokens"] = request.max_tokens
         if request.temperature is not None:
@@ -236,6 +290,8 @@ class ChatClient:
             arguments["user"] = request.affinity_key
             for name in self._affinity_headers:
                 headers[name] = request.affinity_key
+            for name in request.body_affinity:
+                arguments[name] = request.affinity_key
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
         if request.cache_salt:

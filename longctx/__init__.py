@@ -33,6 +33,14 @@ _EXPORTS: dict[str, str] = {
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.engines",
+    "CanaryComparison": "longctx.canary",
+    "CanaryDiverged": "longctx.errors",
+    "CanaryOptions": "longctx.canary",
+    "CanaryResult": "longctx.canary",
+    "CanaryRun": "longctx.canary",
+    "CanarySampler": "longctx.sessions.canaries",
+    "acanary": "longctx.canary",
+    "canary": "longctx.canary",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -78,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "RequestOptions": "longctx.config",
     "RequestRecord": "longctx.store",
     "RetryPolicy": "longctx.retry",
+    "Sample": "longctx.backends.metrics",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
     "ReplicaStatus": "longctx.backends.base",
@@ -123,13 +132,16 @@ if TYPE_CHECKING:
     from longctx.backends.base import Backend, Diagnosis, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
     from longctx.backends.engines import CacheCounters
+    from longctx.backends.metrics import Sample
     from longctx.backends.tokenizer import ServerTokenizer
+    from longctx.canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
     from longctx.errors import (
         BackendError,
         BudgetError,
+        CanaryDiverged,
         ConfigError,
         ContextOverflow,
         EmptyCorpus,
@@ -181,6 +193,7 @@ if TYPE_CHECKING:
         ShardedSession,
         resume,
     )
+    from longctx.sessions.canaries import CanarySampler
     from longctx.sessions.changes import Changes, FileChange
     from longctx.sessions.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
     from longctx.sessions.warm import WarmResult, WarmStart
@@ -206,6 +219,12 @@ __all__ = [
     "Budget",
     "BudgetError",
     "CacheCounters",
+    "CanaryComparison",
+    "CanaryDiverged",
+    "CanaryOptions",
+    "CanaryResult",
+    "CanaryRun",
+    "CanarySampler",
     "Changes",
     "ChatRequest",
     "ConfigError",
@@ -249,6 +268,7 @@ __all__ = [
     "RequestOptions",
     "RequestRecord",
     "RetryPolicy",
+    "Sample",
     "Saved",
     "SavingsReport",
     "Section",
@@ -280,8 +300,10 @@ __all__ = [
     "WarmResult",
     "WarmStart",
     "__version__",
+    "acanary",
     "build_pack",
     "build_shards",
+    "canary",
     "check_cache_boundary",
     "compare_packs",
     "connect",

@@ -244,8 +244,11 @@ class RequestOptions:
     cached tokens the responses reported; a job over many packs
     (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
-    reading. Raises :class:`~longctx.errors.ConfigError` for a value the
-    servers would refuse.
+    reading. ``canary_every`` (off by default) runs the cache canary
+    (:mod:`longctx.canary`) on the session's own prefix after one request
+    in that many (turns and siblings count, per session: in a job, per
+    pack); each run costs two cold prefills of the prefix. Raises
+    :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -260,11 +263,12 @@ class RequestOptions:
     warm_start: bool = False
     counter_check: bool = True
     token_history: bool = False
+    canary_every: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "concurrency"):
+        for name in ("max_tokens", "concurrency", "canary_every"):
             value = getattr(self, name)
-            if value is None and name == "concurrency":
+            if value is None and name in ("concurrency", "canary_every"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be at least 1, not {value!r}")
@@ -292,6 +296,7 @@ class RequestOptions:
             "warm_start": self.warm_start,
             "counter_check": self.counter_check,
             "token_history": self.token_history,
+            "canary_every": self.canary_every,
         }
 
     @classmethod
@@ -313,6 +318,7 @@ class RequestOptions:
             warm_start=bool(data.get("warm_start", False)),
             counter_check=bool(data.get("counter_check", True)),
             token_history=bool(data.get("token_history", False)),
+            canary_every=None if data.get("canary_every") is None else int(data["canary_every"]),
         )
 
 

@@ -31,6 +31,7 @@ from longctx.backends.engines import (
     read_counters,
 )
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
+from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
@@ -374,6 +375,17 @@ class Backend:
             if url in wanted and replica.up and replica.info is not None and replica.endpoint is not None:
                 readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
         return readings
+
+    def metric_samples(self, affinity_key: str | None = None) -> list[Sample]:
+        """Every ``/metrics`` sample of the replica that serves ``affinity_key`` (none where it has none)."""
+        replica = self._pick(affinity_key, set())
+        assert replica is not None
+        self._ready(replica)
+        assert replica.endpoint is not None
+        try:
+            return parse_metrics(replica.endpoint.get_text("/metrics"))
+        except BackendError:
+            return []
 
     def probe_cache_reporting(self) -> dict[str, bool]:
         """Send a one-token request to each replica up and see whether it reports cached tokens."""

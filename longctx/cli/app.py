@@ -16,6 +16,7 @@ Exit codes:
     6  the server answered with an error
     7  no such session
     8  nothing to pack: the paths hold no document (the message says what was skipped and why)
+    9  the cache canary found a cached answer that differs from a cold one (doctor --canary)
 
 Commands reach servers and the store through :class:`Runtime`, the object
 click passes down (``obj``): tests give it a connection of their own to
@@ -49,6 +50,7 @@ from longctx.config import (
 from longctx.errors import (
     BackendError,
     BudgetError,
+    CanaryDiverged,
     ConfigError,
     ContextOverflow,
     EmptyCorpus,
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CANARY",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
@@ -95,12 +98,15 @@ EXIT_BAD_INPUT = 5
 EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
+EXIT_CANARY = 9
 
 
 def exit_code(error: LongctxError) -> int:
     """The documented exit code for ``error``."""
     if isinstance(error, SessionNotFound):
         return EXIT_NO_SESSION
+    if isinstance(error, CanaryDiverged):
+        return EXIT_CANARY
     if isinstance(error, ConfigError):
         return EXIT_USAGE
     if isinstance(error, ServerUnreachable):

@@ -448,7 +448,8 @@ def _near_tie(cold: CanaryRun, run: CanaryRun, position: int, tolerance: float) 
         return None
     chosen, other = cold.logprobs[position], run.logprobs[position]
     alternatives = dict(chosen.top)
-    if other.token not in alternatives:
+    # The same text under another id is no tie: the ids say a different token came out.
+    if other.token == chosen.token or other.token not in alternatives:
         return None
     gap = chosen.logprob - alternatives[other.token]
     if gap > tolerance:

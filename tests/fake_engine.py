@@ -51,6 +51,7 @@ class FakeEngine:
     perturb_cached_logprob: float = 0.0
     flip_cached_token: bool = False
     response_headers: dict[str, str] = field(default_factory=dict)
+    started: float = 1_700_000_000.0  # process_start_time_seconds: tells two servers' /metrics apart
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def transport(self) -> httpx2.MockTransport:
@@ -89,6 +90,9 @@ class FakeEngine:
         return httpx2.Response(404, json={"detail": "Not Found"})
 
     def metrics(self) -> str:
+        return f"process_start_time_seconds {self.started}\n" + self._counters()
+
+    def _counters(self) -> str:
         if self.engine == "vllm":
             enabled = "True" if self.prefix_caching else "False"
             return (

@@ -32,12 +32,18 @@ from longctx.backends.engines import (
 )
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
 from longctx.backends.metrics import Sample, parse_metrics
+from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
-from longctx.serving.advice import Finding, suggest_router_policy, suggest_server_flags
+from longctx.serving.advice import (
+    Finding,
+    detected_router_finding,
+    suggest_router_policy,
+    suggest_server_flags,
+)
 
 __all__ = ["Backend", "DeliveryHooks", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
@@ -170,8 +176,14 @@ _PROBE_TIMEOUT = 5.0
 class _Replica:
     """One URL: its facts and clients once discovered, and whether it answers."""
 
-    def __init__(self, api_url: str, opener: Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]]):
+    def __init__(
+        self,
+        api_url: str,
+        opener: Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]],
+        transport: Transport | None = None,
+    ):
         self.api_url = api_url
+        self.transport = transport  # for the endpoints of a router's workers
         self._opener = opener
         self.info: ServerInfo | None = None
         self.endpoint: HttpEndpoint | None = None
@@ -180,6 +192,11 @@ class _Replica:
         self.retry_at = 0.0
         self.last_error: str | None = None
         self.lock = threading.Lock()
+        # The router this URL is, once asked (see longctx.backends.routers).
+        self.router: RouterInfo | None = None
+        self.router_asked = False
+        self.workers: dict[str, HttpEndpoint] = {}
+        self.counter_note: str | None = None  # why its workers' counters could not be read
 
     @property
     def up(self) -> bool:
@@ -367,14 +384,59 @@ class Backend:
         """The prefix-cache hit counter of each replica up now (None where it has none).
 
         ``urls`` limits the reading to those replicas (the one that serves a
-        call): a reading is one ``/metrics`` request per replica.
+        call): a reading is one ``/metrics`` request per replica. A URL that
+        is a router (:meth:`router`) is read through the workers it lists,
+        each directly, their counters summed (its own ``/metrics`` would be
+        one worker's, not always the same one); None when they cannot all be
+        read, and :meth:`counter_note` says why.
         """
         wanted = set(self._replicas) if urls is None else set(urls)
         readings: dict[str, CacheCounters | None] = {}
         for url, replica in self._replicas.items():
             if url in wanted and replica.up and replica.info is not None and replica.endpoint is not None:
-                readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
+                router = self.router(url)
+                if router is not None:
+                    readings[url] = self._worker_counters(replica, router)
+                else:
+                    readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
         return readings
+
+    def router(self, url: str) -> RouterInfo | None:
+        """The router at replica ``url`` (vllm-router, smg), or None for an engine; asked once."""
+        replica = self._replicas[url]
+        if not replica.router_asked and replica.endpoint is not None:
+            replica.router = detect_router(replica.endpoint)
+            replica.router_asked = True
+        return replica.router
+
+    def counter_note(self, url: str) -> str | None:
+        """Why no counter check can be made on replica ``url`` (None when it can, or is no router)."""
+        router = self.router(url) if url in self._replicas else None
+        if router is None:
+            return None
+        if not router.workers:
+            return f"{url} is {router.name}, which lists no healthy worker: its counters cannot be read"
+        return self._replicas[url].counter_note
+
+    def _worker_counters(self, replica: _Replica, router: RouterInfo) -> CacheCounters | None:
+        """The sum of every listed worker's counter, read directly; None if one cannot be read."""
+        assert replica.info is not None
+        total: CacheCounters | None = None
+        for worker in router.workers:
+            endpoint = replica.workers.get(worker)
+            if endpoint is None:
+                endpoint = HttpEndpoint(worker, timeout=10.0, transport=replica.transport)
+                replica.workers[worker] = endpoint
+            reading = _any_engine_counters(endpoint, replica.info.model)
+            if reading is None:
+                replica.counter_note = (
+                    f"{replica.api_url} is {router.name}; the counters of its worker {worker} cannot be read"
+                    " from here (its /metrics does not answer, or has no prefix-cache counter)"
+                )
+                return None
+            total = reading if total is None else total.plus(reading)
+        replica.counter_note = None
+        return total
 
     def metric_samples(self, affinity_key: str | None = None) -> list[Sample]:
         """Every ``/metrics`` sample of the replica that serves ``affinity_key`` (none where it has none)."""
@@ -410,10 +472,13 @@ class Backend:
         reporting = self.probe_cache_reporting() if probe else {}
         servers: list[ServerInfo] = []
         findings: list[Finding] = []
+        salted = bool(request is not None and request.cache_salt)
         if self.router_policy:
-            salted = bool(request is not None and request.cache_salt)
             findings.extend(suggest_router_policy(self.router_policy, cache_salt=salted))
         for url, replica in self._replicas.items():
+            router = self.router(url) if replica.up else None
+            if router is not None:
+                findings.append(detected_router_finding(router, declared=self.router_policy, salted=salted))
             info = replica.info
             if not replica.up or info is None:
                 findings.append(
@@ -457,6 +522,8 @@ class Backend:
 
     def close(self) -> None:
         for replica in self._replicas.values():
+            for worker in replica.workers.values():
+                worker.close()
             if replica.chat is not None:
                 replica.chat.close()
             if replica.endpoint is not None:
@@ -467,6 +534,14 @@ class Backend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _any_engine_counters(endpoint: HttpEndpoint, model: str) -> CacheCounters | None:
+    """A router's worker's counter, whichever engine it is (the router's own listing may not say)."""
+    try:
+        return read_counters(endpoint, "vllm", model) or read_counters(endpoint, "sglang", model)
+    except BackendError:
+        return None
 
 
 def _discover(
@@ -561,7 +636,7 @@ def connect(
 
         return open_replica
 
-    replicas = [_Replica(split_base_url(url)[1], opener(url)) for url in urls]
+    replicas = [_Replica(split_base_url(url)[1], opener(url), transport) for url in urls]
     failures: list[ServerUnreachable] = []
     for replica in replicas:
         try:

@@ -63,11 +63,24 @@ class EngineFacts:
 
 @dataclass(frozen=True)
 class CacheCounters:
-    """A reading of the server's own prefix-cache counters (tokens, since start)."""
+    """A reading of the server's own prefix-cache counters (tokens, since start).
+
+    ``started`` tells the server processes read apart: their
+    ``process_start_time_seconds`` (one per worker, for a router's sum),
+    when ``/metrics`` has it. Two readings with different ``started`` are
+    two processes' counters (a load balancer in front of ``/metrics``, or a
+    restart), and their difference means nothing.
+    """
 
     counter: str
     hits: int
     queries: int | None
+    started: tuple[float, ...] = ()
+
+    def plus(self, other: CacheCounters) -> CacheCounters:
+        """The sum of two servers' readings (a router's workers)."""
+        queries = None if self.queries is None or other.queries is None else self.queries + other.queries
+        return CacheCounters(self.counter, self.hits + other.hits, queries, self.started + other.started)
 
 
 def _truth(value: Any) -> bool | None:
@@ -177,4 +190,7 @@ def read_counters(endpoint: HttpEndpoint, engine: Engine, model: str) -> CacheCo
         hits = 0.0
     queries_name = "vllm:prefix_cache_queries_total" if engine == "vllm" else "sglang:prompt_tokens_total"
     queries = total(samples, queries_name, model=model)
-    return CacheCounters(counter=counter, hits=int(hits), queries=None if queries is None else int(queries))
+    started = tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1]
+    return CacheCounters(
+        counter=counter, hits=int(hits), queries=None if queries is None else int(queries), started=started
+    )

@@ -438,8 +438,9 @@ class Job:
                     results.update(pack.results)
                 served = [result.session_id for result in results.values() if result.usage is not None]
                 records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
-                checks = snapshot.close("", None, records).wait()
-            check = combine_checks(checks or []) if checking else None
+                settling = snapshot.close("", None, records)
+                checks = settling.wait()
+            check = combine_checks(checks or [], notes=settling.notes) if checking else None
         ordered = tuple(results[index] for index in range(len(self.items)))
         return JobReport(self.id, ordered, len(packs), check)
 

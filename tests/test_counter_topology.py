@@ -40,8 +40,8 @@ VLLM_ROUTER_WORKERS = {
 }
 SMG_WORKERS = {
     "workers": [
-        {"id": "01a2", "url": WORKERS[1], "runtime_type": "vllm", "worker_type": "regular", "is_healthy": True},
-        {"id": "01a3", "url": WORKERS[0], "runtime_type": "vllm", "worker_type": "regular", "is_healthy": False},
+        {"id": "01a2", "url": WORKERS[1], "runtime_type": "vllm", "is_healthy": True},
+        {"id": "01a3", "url": WORKERS[0], "runtime_type": "vllm", "is_healthy": False},
     ],
     "total": 2,
     "stats": {"prefill_count": 0, "decode_count": 0, "regular_count": 2},

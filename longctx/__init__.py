@@ -86,6 +86,7 @@ _EXPORTS: dict[str, str] = {
     "RequestOptions": "longctx.config",
     "RequestRecord": "longctx.store",
     "RetryPolicy": "longctx.retry",
+    "RouterInfo": "longctx.backends.routers",
     "Sample": "longctx.backends.metrics",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
@@ -133,6 +134,7 @@ if TYPE_CHECKING:
     from longctx.backends.chat import ChatRequest
     from longctx.backends.engines import CacheCounters
     from longctx.backends.metrics import Sample
+    from longctx.backends.routers import RouterInfo
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
@@ -268,6 +270,7 @@ __all__ = [
     "RequestOptions",
     "RequestRecord",
     "RetryPolicy",
+    "RouterInfo",
     "Sample",
     "Saved",
     "SavingsReport",

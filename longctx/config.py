@@ -34,6 +34,7 @@ from typing import Any, Final
 from longctx.errors import ConfigError
 
 __all__ = [
+    "AFFINITY_BODY_FIELD",
     "DEFAULT_AFFINITY_HEADERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
@@ -42,6 +43,7 @@ __all__ = [
     "DEFAULT_REPLICA_RETRY_SECONDS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
     "DISPATCHES",
+    "ECHOED_HEADERS",
     "ORDERINGS",
     "CorpusOptions",
     "Limits",
@@ -59,18 +61,30 @@ DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
 DEFAULT_AFFINITY_HEADERS: Final[tuple[str, ...]] = (
     "x-session-id",
     "X-SMG-Routing-Key",
-    "x-session-token",
     "X-Dynamo-Session-ID",
 )
 """The headers a request's affinity key goes out in, one per router that reads one.
 
 ``x-session-id``: vllm-router (``consistent_hash``, ``cache_aware``'s session
-key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``); ``x-session-token``:
-llm-d's session affinity; ``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
+key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``);
+``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
 ``--router-session-affinity-ttl-secs``). The key also goes out as the body's
 ``user`` field. A router reading another name: set
 :attr:`ServerOptions.affinity_headers` or ``LONGCTX_AFFINITY_HEADERS``.
+llm-d's ``x-session-token`` is not a key the client picks: its gateway
+sets it on a response (the serving pod, encoded) and the client echoes it
+(:data:`ECHOED_HEADERS`).
 """
+
+ECHOED_HEADERS: Final[tuple[str, ...]] = ("x-session-token",)
+"""Headers a gateway sets on a response that the client sends back with the next request of the same key.
+
+``x-session-token``: llm-d's session affinity (the inference scheduler
+routes a request carrying it to the pod it names).
+"""
+
+AFFINITY_BODY_FIELD: Final = "prompt_cache_key"
+"""OpenAI's name for a request's routing key, read by hosted APIs and gateways in the body."""
 
 DEFAULT_REPLICA_RETRY_SECONDS: Final = 5.0
 """How long a replica that could not be reached is left out before it is tried again."""
@@ -247,7 +261,11 @@ class RequestOptions:
     reading. ``canary_every`` (off by default) runs the cache canary
     (:mod:`longctx.canary`) on the session's own prefix after one request
     in that many (turns and siblings count, per session: in a job, per
-    pack); each run costs two cold prefills of the prefix. Raises
+    pack); each run costs two cold prefills of the prefix.
+    ``prompt_cache_key`` (OpenAI's name) is the affinity key to route by
+    instead of the one longctx derives from the pack: every request of the
+    session carries it in the affinity headers, ``user``, and the body
+    fields of :attr:`ServerOptions.affinity_body_fields`. Raises
     :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
@@ -264,6 +282,7 @@ class RequestOptions:
     counter_check: bool = True
     token_history: bool = False
     canary_every: int | None = None
+    prompt_cache_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_tokens", "concurrency", "canary_every"):
@@ -297,6 +316,7 @@ class RequestOptions:
             "counter_check": self.counter_check,
             "token_history": self.token_history,
             "canary_every": self.canary_every,
+            "prompt_cache_key": self.prompt_cache_key,
         }
 
     @classmethod
@@ -319,6 +339,7 @@ class RequestOptions:
             counter_check=bool(data.get("counter_check", True)),
             token_history=bool(data.get("token_history", False)),
             canary_every=None if data.get("canary_every") is None else int(data["canary_every"]),
+            prompt_cache_key=data.get("prompt_cache_key"),
         )
 
 
@@ -345,6 +366,10 @@ class ServerOptions:
     ``router_policy`` names the router in front and its policy
     (``"vllm-router:consistent_hash"``, ``"smg:cache_aware"``), for doctor to
     flag one that loses the cache; longctx cannot ask a router for it.
+    ``affinity_body_fields`` names body fields that carry the affinity key
+    too (default: ``prompt_cache_key`` on a server that is not vLLM or
+    SGLang, a hosted API or gateway that routes on it; none on the engines,
+    which do not route); ``()`` sends none.
     """
 
     base_url: str | Sequence[str] | None = None
@@ -355,12 +380,15 @@ class ServerOptions:
     affinity_headers: Sequence[str] | None = None
     replica_retry_seconds: float = DEFAULT_REPLICA_RETRY_SECONDS
     router_policy: str | None = None
+    affinity_body_fields: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_url, (str, type(None))):
             object.__setattr__(self, "base_url", tuple(self.base_url))
         if self.affinity_headers is not None:
             object.__setattr__(self, "affinity_headers", tuple(self.affinity_headers))
+        if self.affinity_body_fields is not None:
+            object.__setattr__(self, "affinity_body_fields", tuple(self.affinity_body_fields))
         if self.replica_retry_seconds < 0:
             raise ConfigError("replica_retry_seconds cannot be negative")
 

@@ -20,6 +20,7 @@ PUBLIC = {
     "Budget",
     "CacheCounters",
     "Sample",
+    "RouterInfo",
     "CanaryComparison",
     "CanaryDiverged",
     "CanaryOptions",

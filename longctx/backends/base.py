@@ -34,7 +34,7 @@ from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import RequestOptions, ServerOptions
+from longctx.config import AFFINITY_BODY_FIELD, RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
@@ -244,8 +244,10 @@ class Backend:
         retry_seconds: float = 5.0,
         *,
         router_policy: str | None = None,
+        affinity_body_fields: Sequence[str] | None = None,
     ) -> None:
         self._replicas = {replica.api_url: replica for replica in replicas}
+        self._body_fields = None if affinity_body_fields is None else tuple(affinity_body_fields)
         self.retry = retry
         self.retry_seconds = retry_seconds
         self.router_policy = router_policy
@@ -348,7 +350,8 @@ class Backend:
                 tried.add(replica.api_url)
                 try:
                     chat = replica.chat or (yield Io(partial(self._ready, replica)))
-                    completion = yield chat.sending(stamped, on_first_token, on_admitted)
+                    outgoing = self._with_body_affinity(stamped, replica)
+                    completion = yield chat.sending(outgoing, on_first_token, on_admitted)
                 except ServerUnreachable as error:
                     self._failed(replica, error)
                     if len(tried) == len(self._replicas):
@@ -361,6 +364,20 @@ class Backend:
         completion, replica = outcome.value
         assert replica.info is not None
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
+
+    def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:
+        """``request`` with the body fields that carry its affinity key on ``replica`` (prompt_cache_key).
+
+        By default only a server that is not an engine gets one (a hosted
+        API or a gateway that routes on it): the engines do not route.
+        """
+        if request.body_affinity or not request.affinity_key:
+            return request
+        fields = self._body_fields
+        if fields is None:
+            generic = replica.info is not None and replica.info.engine == "generic"
+            fields = (AFFINITY_BODY_FIELD,) if generic else ()
+        return replace(request, body_affinity=fields) if fields else request
 
     def complete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
         """:meth:`delivery` carried out in this thread (the same keywords)."""
@@ -650,4 +667,10 @@ def connect(
         raise ServerUnreachable(
             "no replica answers: " + "; ".join(str(error) for error in failures), url=", ".join(urls)
         )
-    return Backend(replicas, policy, options.replica_retry_seconds, router_policy=options.router_policy)
+    return Backend(
+        replicas,
+        policy,
+        options.replica_retry_seconds,
+        router_policy=options.router_policy,
+        affinity_body_fields=options.affinity_body_fields,
+    )

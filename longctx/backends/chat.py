@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from longctx.backends.http import (
@@ -41,7 +42,7 @@ from longctx.backends.http import (
     make_client,
     post_events,
 )
-from longctx.config import DEFAULT_AFFINITY_HEADERS
+from longctx.config import DEFAULT_AFFINITY_HEADERS, ECHOED_HEADERS
 from longctx.drivers import Io
 from longctx.usage import Usage
 
@@ -254,6 +255,8 @@ class ChatClient:
         self._missing = missing_cache_reason
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
+        self._echoes: dict[str, dict[str, str]] = {}
         self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
         self._async = make_async_client(
             timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
@@ -292,6 +295,7 @@ class ChatClient:
                 headers[name] = request.affinity_key
             for name in request.body_affinity:
                 arguments[name] = request.affinity_key
+            headers.update(self._echoes.get(request.affinity_key, {}))
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
         if request.cache_salt:
@@ -306,6 +310,14 @@ class ChatClient:
         if self.engine == "sglang":
             return {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}
         return {}
+
+    def _heard(self, affinity_key: str | None, headers: Mapping[str, str]) -> None:
+        """Keep what the gateway set for ``affinity_key`` to send it back next time (see ECHOED_HEADERS)."""
+        if not affinity_key:
+            return
+        echoed = {name: value for name in ECHOED_HEADERS if (value := headers.get(name))}
+        if echoed:
+            self._echoes[affinity_key] = echoed
 
     def _url(self, request: ChatRequest) -> str:
         return self.completions_url if request.prompt_ids is not None else self.url
@@ -325,7 +337,9 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         body, headers = self._arguments(request)
-        post = EventPost(self._url(request), body, headers, on_admitted)
+        post = EventPost(
+            self._url(request), body, headers, on_admitted, partial(self._heard, request.affinity_key)
+        )
 
         def call() -> Completion:
             accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)

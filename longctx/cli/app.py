@@ -424,7 +424,9 @@ def request_options(
 
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
-        def wrapper(*args: Any, max_tokens: int, cache_salt: str | None, **kwargs: Any) -> Any:
+        def wrapper(
+            *args: Any, max_tokens: int, cache_salt: str | None, prompt_cache_key: str | None, **kwargs: Any
+        ) -> Any:
             extra = (
                 {"concurrency": kwargs.pop("concurrency"), "dispatch": kwargs.pop("dispatch")}
                 if concurrency
@@ -436,7 +438,9 @@ def request_options(
                 extra["warm_start"] = kwargs.pop("warm_start")
             if token_history:
                 extra["token_history"] = kwargs.pop("token_history")
-            request = RequestOptions(max_tokens=max_tokens, cache_salt=cache_salt, **extra)
+            request = RequestOptions(
+                max_tokens=max_tokens, cache_salt=cache_salt, prompt_cache_key=prompt_cache_key, **extra
+            )
             return function(*args, request=request, **kwargs)
 
         options = [
@@ -449,6 +453,11 @@ def request_options(
             ),
             click.option(
                 "--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."
+            ),
+            click.option(
+                "--prompt-cache-key",
+                help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
+                " on one replica).",
             ),
         ]
         if concurrency:

@@ -348,6 +348,8 @@ class Session(Conversation):
 
     @property
     def affinity_key(self) -> str:
+        if self.request.prompt_cache_key:  # the caller's own key, by OpenAI's name
+            return self.request.prompt_cache_key
         pack = self.pack
         if pack is not None:
             return affinity_key(pack.fingerprint, self.id)

@@ -33,14 +33,14 @@ _EXPORTS: dict[str, str] = {
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.engines",
-    "CanaryComparison": "longctx.canary",
+    "CanaryComparison": "longctx.cache_canary",
     "CanaryDiverged": "longctx.errors",
-    "CanaryOptions": "longctx.canary",
-    "CanaryResult": "longctx.canary",
-    "CanaryRun": "longctx.canary",
+    "CanaryOptions": "longctx.cache_canary",
+    "CanaryResult": "longctx.cache_canary",
+    "CanaryRun": "longctx.cache_canary",
     "CanarySampler": "longctx.sessions.canaries",
-    "acanary": "longctx.canary",
-    "canary": "longctx.canary",
+    "acanary": "longctx.cache_canary",
+    "canary": "longctx.cache_canary",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -136,7 +136,7 @@ if TYPE_CHECKING:
     from longctx.backends.metrics import Sample
     from longctx.backends.routers import RouterInfo
     from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
+    from longctx.cache_canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document

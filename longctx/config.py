@@ -259,7 +259,7 @@ class RequestOptions:
     (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
     reading. ``canary_every`` (off by default) runs the cache canary
-    (:mod:`longctx.canary`) on the session's own prefix after one request
+    (:mod:`longctx.cache_canary`) on the session's own prefix after one request
     in that many (turns and siblings count, per session: in a job, per
     pack); each run costs two cold prefills of the prefix.
     ``prompt_cache_key`` (OpenAI's name) is the affinity key to route by

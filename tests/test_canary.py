@@ -12,7 +12,7 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import TokenLogprob
-from longctx.canary import (
+from longctx.cache_canary import (
     CANARY_QUESTION,
     CanaryOptions,
     CanaryRun,
@@ -228,3 +228,15 @@ def test_options_refuse_what_cannot_work() -> None:
     with pytest.raises(ConfigError):
         RequestOptions(canary_every=0)
     assert probe_messages(3)[1]["content"].count("record ") == 3
+
+
+def test_a_host_tier_run_that_was_recomputed_is_judged_as_a_cold_run(
+    backend: Backend, fake: FakeEngine
+) -> None:
+    original = fake.cached_for
+    fake.cached_for = lambda prompt, salt=None: 0 if len(fake.prompts) > 4 else original(prompt, salt)  # type: ignore[method-assign]
+    result = canary(backend, options=CanaryOptions(host_tier=True, fill_tokens=500))
+    host = result.run("host tier")
+    assert host.cached_tokens == 0 and host.tier == "evicted and recomputed (no host tier held it)"
+    assert result.comparisons[-1].verdict == "same"
+    assert result.verdict == "same"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from fault_proxy import FaultProxy
 
 from longctx.backends.base import connect
-from longctx.canary import CANARY_QUESTION, canary
+from longctx.cache_canary import CANARY_QUESTION, canary
 from longctx.cli.app import EXIT_CANARY, Runtime, main
 from longctx.config import RequestOptions
 from longctx.sessions import Session

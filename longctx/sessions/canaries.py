@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from longctx.canary import CANARY_QUESTION, CanaryOptions, CanaryResult, canary_plan
+from longctx.cache_canary import CANARY_QUESTION, CanaryOptions, CanaryResult, canary_plan
 from longctx.drivers import Plan
 
 if TYPE_CHECKING:

@@ -64,7 +64,7 @@ from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnR
 from longctx.tokens import EstimateTokenizer
 
 if TYPE_CHECKING:
-    from longctx.canary import CanaryOptions, CanaryResult
+    from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
 __all__ = ["Conversation", "Session", "affinity_key"]

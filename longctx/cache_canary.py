@@ -420,11 +420,13 @@ def _judge(
     over_reason = (
         f"the logprob of token {at} differs by {largest or 0:.3g}, over the tolerance {tolerance:.3g}"
     )
-    if not spread_check and run.cached_tokens == 0:
+    if not spread_check and run.cached_tokens == 0 and run.label != "host tier":
         return (
             "inconclusive",
             "the server reported no cached token: the answer was computed cold, nothing checked",
         )
+    # A host-tier run that read nothing was evicted and recomputed (no host tier held the
+    # blocks): a cold run, judged as one.
     if first is not None:
         tie = _near_tie(cold, run, first, tolerance)
         if tie is None and spread_check:

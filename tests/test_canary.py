@@ -240,3 +240,31 @@ def test_a_host_tier_run_that_was_recomputed_is_judged_as_a_cold_run(
     assert host.cached_tokens == 0 and host.tier == "evicted and recomputed (no host tier held it)"
     assert result.comparisons[-1].verdict == "same"
     assert result.verdict == "same"
+
+
+def test_a_job_samples_canaries_on_its_packs_and_reports_a_divergence(tmp_path: Path) -> None:
+    from longctx import Job, JobItem, JobOptions
+
+    fake = FakeEngine(engine="generic", block=1, answer="w x y z")
+    backend = connect(URL, transport=fake.transport())
+    folders = []
+    for number in range(2):
+        folder = tmp_path / f"pack{number}"
+        folder.mkdir()
+        (folder / "a.py").write_text(f"def f():\n    return {number}\n" + "# line\n" * 40)
+        folders.append(folder)
+    items = [JobItem((str(f),), f"q{q}?") for q in range(2) for f in folders]
+    fake.perturb_cached_logprob = -2.0
+    with Store.open(tmp_path / "home") as store:
+        report = Job(
+            items,
+            backend=backend,
+            store=store,
+            request=RequestOptions(canary_every=2, max_tokens=4),
+            options=JobOptions(job_id="canary"),
+        ).run()
+    assert not report.failed
+    assert len(report.canaries) == 2  # each pack asked 2 questions: one canary each
+    assert len(report.diverged) == 2
+    assert "cache canary DIVERGED on 2 of 2 runs" in report.summary_line()
+    assert report.counter_check is None  # the canaries' requests would blur the job's one window

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from longctx.backends.base import Backend
+from longctx.cache_canary import CanaryResult
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.report import CounterCheck
@@ -252,6 +253,13 @@ class JobReport:
     results: tuple[JobResult, ...]
     packs: int
     counter_check: CounterCheck | None = None
+    #: The cache canaries run on the packs (RequestOptions.canary_every), in the order they ended.
+    canaries: tuple[CanaryResult, ...] = ()
+
+    @property
+    def diverged(self) -> tuple[CanaryResult, ...]:
+        """The canaries whose cached answer diverged from the cold one (the findings)."""
+        return tuple(result for result in self.canaries if result.diverged)
 
     @property
     def failed(self) -> tuple[JobResult, ...]:
@@ -296,6 +304,13 @@ class JobReport:
             )
         if self.counter_check is not None and self.counter_check.matches is not None:
             parts.append("server counters agree" if self.counter_check.matches else self.counter_check.note)
+        if self.canaries:
+            bad = len(self.diverged)
+            parts.append(
+                f"cache canary DIVERGED on {bad} of {len(self.canaries)} runs"
+                if bad
+                else f"cache canary agreed on {len(self.canaries)} runs"
+            )
         return "; ".join(parts)
 
 
@@ -386,6 +401,7 @@ class Job:
         self._packs_done = 0
         self._packs_total = 0
         self._in_flight = 0
+        self._canaries: list[CanaryResult] = []
 
     @property
     def id(self) -> str:
@@ -430,8 +446,9 @@ class Job:
         self._tell(f"{len(pending)} packs to ask, {len(results)} answers already stored")
         check = None
         if pending:
-            # As for one call: nothing to check behind a router (its /metrics is some replica's).
-            checking = self._check_counters and not backend.router_policy
+            # As for one call: nothing to check behind a router (its /metrics is some replica's),
+            # nor with canaries sampled: their requests would count in the job's one window.
+            checking = self._check_counters and not backend.router_policy and not self.request.canary_every
             with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
                 self._schedule(pending, backend)
                 for pack in pending:
@@ -442,7 +459,7 @@ class Job:
                 checks = settling.wait()
             check = combine_checks(checks or [], notes=settling.notes) if checking else None
         ordered = tuple(results[index] for index in range(len(self.items)))
-        return JobReport(self.id, ordered, len(packs), check)
+        return JobReport(self.id, ordered, len(packs), check, tuple(self._canaries))
 
     def _packs(self) -> list[_Pack]:
         by_key: dict[tuple[str, ...], _Pack] = {}
@@ -548,6 +565,8 @@ class Job:
         try:
             with session:
                 batch = session.ask_many(questions, keys=keys, on_answer=answered)
+                with self._lock:
+                    self._canaries.extend(session.canaries.results)
         except LongctxError as error:
             # The answered ones are stored under their keys; the rest carry the error.
             stored = self._resources.store.answered(keys)

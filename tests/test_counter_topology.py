@@ -208,3 +208,18 @@ def test_doctor_names_a_detected_router(listing: dict[str, object]) -> None:
     assert routers and routers[0].severity == "suggestion"
     assert parse_workers(listing, "")
     assert "reads each worker's counters" in routers[0].reason
+
+
+def test_doctor_with_a_salt_reminds_of_kv_aware_behind_an_undeclared_vllm_router() -> None:
+    from click.testing import CliRunner
+
+    from longctx.cli.app import Runtime, main
+
+    fleet = FakeFleet()
+    backend = connect(ROUTER, transport=httpx2.MockTransport(fleet.route))
+    salted = CliRunner().invoke(
+        main, ["doctor", "--no-probe", "--cache-salt", "t1"], obj=Runtime(backend=backend)
+    )
+    plain = CliRunner().invoke(main, ["doctor", "--no-probe"], obj=Runtime(backend=backend))
+    assert salted.exit_code == plain.exit_code == 0, salted.output
+    assert "kv_aware" in salted.output and "kv_aware" not in plain.output

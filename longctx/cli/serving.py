@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
-from longctx.config import ServerOptions
+from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
 from longctx.serving.families import known_model, known_models
@@ -49,6 +49,10 @@ _PLAN_FLAGS = {
     help="With --canary: fill the device cache first, so the probe is read back from the host tier.",
 )
 @click.option(
+    "--cache-salt",
+    help="The cache_salt your sessions use: a router policy that ignores salted requests is flagged.",
+)
+@click.option(
     "--canary-fill-tokens",
     type=click.IntRange(min=1),
     help="Tokens to fill the device cache with (default: 1.25 x the KV cache the server reports).",
@@ -59,6 +63,7 @@ def doctor(
     with_canary: bool,
     canary_host_tier: bool,
     canary_fill_tokens: int | None,
+    cache_salt: str | None,
     server: ServerOptions,
 ) -> None:
     """Check each server: engine, window, prefix caching, cached-token reporting; name the flags to add.
@@ -84,7 +89,7 @@ def doctor(
         try:
             backend = runtime().connect(target)
             try:
-                diagnosis = backend.doctor(probe=not no_probe)
+                diagnosis = backend.doctor(probe=not no_probe, request=RequestOptions(cache_salt=cache_salt))
                 result = canary(backend, options=canary_options) if canary_options else None
             finally:
                 runtime().release(backend)

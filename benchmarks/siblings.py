@@ -13,7 +13,8 @@ the seven followers each reading the whole shared token prefix (two
 siblings' prompts tokenized by the server, compared) from the cache,
 rounded down to the server's cache block.
 
-The ``auto`` row is what users get by default (``longctx.sessions.siblings.MEASURED``);
+The ``auto`` row is what users get by default (the engine profile's ``dispatch`` rows, in
+``longctx.backends.engines``);
 the section says whether it is the fastest strategy measured.
 """
 
@@ -92,8 +93,8 @@ def make_repository(root: Path, target_chars: int) -> Path:
 def shared_prompt_tokens(backend: Backend, two: list[list[dict[str, str]]]) -> int:
     """How many leading tokens two siblings' prompts share, as the server's template and tokenizer make them."""
     info = backend.info
-    # vLLM serves /tokenize at the root; SGLang 0.5 only under /v1.
-    url = f"{info.root_url}/tokenize" if info.engine == "vllm" else f"{info.api_url}/tokenize"
+    # The profile's route: vLLM serves /tokenize at the root; SGLang 0.5 only /v1/tokenize.
+    url = f"{info.root_url}{info.profile.tokenize_path}"
     ids = []
     for messages in two:
         body = {"model": info.model, "messages": messages, "add_generation_prompt": True}

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from longctx.exports import lazy_exports
 
 # Imported on first use (PEP 562): `import longctx` stays cheap for the CLI,
-# and the openai client is loaded only by code that talks to a server.
+# and the HTTP client (httpx2, in longctx.backends.http) is loaded only by code
+# that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",
     "Backend": "longctx.backends.base",
@@ -32,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Batch": "longctx.sessions",
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
-    "CacheCounters": "longctx.backends.engines",
+    "CacheCounters": "longctx.backends.profiles",
     "CanaryComparison": "longctx.cache_canary",
     "CanaryDiverged": "longctx.errors",
     "CanaryOptions": "longctx.cache_canary",
@@ -52,7 +53,8 @@ _EXPORTS: dict[str, str] = {
     "Corpus": "longctx.corpus",
     "CorpusOptions": "longctx.config",
     "CounterCheck": "longctx.report",
-    "Diagnosis": "longctx.backends.base",
+    "Diagnosis": "longctx.serving.doctor",
+    "diagnose": "longctx.serving.doctor",
     "DocSession": "longctx.sessions",
     "Document": "longctx.documents",
     "EmptyCorpus": "longctx.errors",
@@ -130,10 +132,10 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, Diagnosis, ReplicaStatus, Sent, ServerInfo, connect
+    from longctx.backends.base import Backend, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
-    from longctx.backends.engines import CacheCounters
     from longctx.backends.metrics import Sample
+    from longctx.backends.profiles import CacheCounters
     from longctx.backends.routers import RouterInfo
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.cache_canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
@@ -185,6 +187,7 @@ if TYPE_CHECKING:
     from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
     from longctx.retry import RetryPolicy
     from longctx.serving.advice import Finding
+    from longctx.serving.doctor import Diagnosis, diagnose
     from longctx.sessions import (
         Answer,
         Batch,
@@ -310,6 +313,7 @@ __all__ = [
     "check_cache_boundary",
     "compare_packs",
     "connect",
+    "diagnose",
     "load_corpus",
     "pack",
     "read_job",

@@ -29,7 +29,7 @@ the first :attr:`CanaryOptions.compare_tokens` tokens. The verdict:
   (its two best tokens within the tolerance of each other);
 - ``diverged``: anything else. It is a finding with the two outputs as
   evidence (:class:`~longctx.errors.CanaryDiverged` from :meth:`CanaryResult.raise_for_divergence`;
-  ``longctx doctor --canary`` exits with code 9);
+  ``longctx doctor --canary`` exits with code 10);
 - ``inconclusive``: the check could not be made (the two cold answers
   already differ, or the server reported no cached token for the cached
   run).

@@ -11,6 +11,11 @@ here and taken as they are by every call that needs them:
 - :class:`ServerOptions`: where the server is and how long to wait for it
   (:func:`~longctx.backends.connect`, every session, the CLI).
 
+Each option is one field (:func:`longctx.options.option`): its default, its
+check, whether it is stored with a session and applied on resume, and its
+command-line flag with the flag's help text; ``to_dict``, ``from_dict``, the
+validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
+
 An explicit value wins over the environment, which wins over the default:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
@@ -26,12 +31,13 @@ An explicit value wins over the environment, which wins over the default:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import ConfigError
+from longctx.options import OptionFields, option
 
 __all__ = [
     "AFFINITY_BODY_FIELD",
@@ -42,6 +48,8 @@ __all__ = [
     "DEFAULT_MAX_TOKENS",
     "DEFAULT_REPLICA_RETRY_SECONDS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
+    "DEFAULT_STALL_TIMEOUT_SECONDS",
+    "DEFAULT_TIMEOUT_SECONDS",
     "DISPATCHES",
     "ECHOED_HEADERS",
     "ORDERINGS",
@@ -49,7 +57,9 @@ __all__ = [
     "Limits",
     "RequestOptions",
     "ServerOptions",
+    "configured_base_url",
     "default_home",
+    "instant_retries_requested",
     "resolve_affinity_headers",
     "resolve_api_key",
     "resolve_base_urls",
@@ -75,6 +85,12 @@ llm-d's ``x-session-token`` is not a key the client picks: its gateway
 sets it on a response (the serving pod, encoded) and the client echoes it
 (:data:`ECHOED_HEADERS`).
 """
+
+DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
+"""Longest a whole request may take (:attr:`ServerOptions.timeout`)."""
+
+DEFAULT_STALL_TIMEOUT_SECONDS: Final = 600.0
+"""Longest wait for any byte of a response (:attr:`ServerOptions.stall_timeout`); above any prefill."""
 
 ECHOED_HEADERS: Final[tuple[str, ...]] = ("x-session-token",)
 """Headers a gateway sets on a response that the client sends back with the next request of the same key.
@@ -114,8 +130,109 @@ ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 _MIB: Final = 1024 * 1024
 
 
+# -- the checks option fields name (see longctx.options) --------------------------
+
+
+def _positive_limit(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
+    return value
+
+
+def _at_least_one(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{name} must be at least 1, not {value!r}")
+    return value
+
+
+def _none_or_at_least_one(name: str, value: Any) -> Any:
+    return None if value is None else _at_least_one(name, value)
+
+
+def _not_negative(name: str, value: Any) -> Any:
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative")
+    return value
+
+
+def _one_of(choices: tuple[str, ...], what: str) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if value is not None and value not in choices:
+            raise ConfigError(f"unknown {what} {value!r}; use one of {', '.join(choices)}")
+        return value
+
+    return check
+
+
+def _share(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1):
+        raise ConfigError(f"{name} must be a number from 0 up to (not including) 1, not {value!r}")
+    return value
+
+
+def _patterns(name: str, value: Any) -> tuple[str, ...]:
+    # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
+    if isinstance(value, str):
+        raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
+    return tuple(value)
+
+
+def _spellings(name: str, value: Any) -> tuple[str, ...]:
+    spellings = _patterns(name, value)
+    if not all(isinstance(spelling, str) and spelling for spelling in spellings):
+        raise ConfigError(f"CorpusOptions.{name} takes non-empty strings")
+    # Sorted and unique: the same spellings given in another order are the same options.
+    return tuple(sorted(set(spellings)))
+
+
+def _limits(name: str, value: Any) -> Any:
+    if not isinstance(value, Limits):
+        raise ConfigError(f"CorpusOptions.{name} must be a Limits, not {value!r}")
+    return value
+
+
+def _cache_salt(name: str, value: Any) -> Any:
+    if value is not None and (not 1 <= len(value) <= 128 or any(c in value for c in "@/\\\0")):
+        raise ConfigError("cache_salt must be 1 to 128 characters without @, /, \\ or NUL")
+    return value
+
+
+def _as_dict(name: str, value: Any) -> dict[str, Any]:
+    return dict(value)
+
+
+def _urls(name: str, value: Any) -> Any:
+    return value if isinstance(value, (str, type(None))) else tuple(value)
+
+
+def _optional_tuple(name: str, value: Any) -> Any:
+    return None if value is None else tuple(value)
+
+
+def _retry_seconds(name: str, value: Any) -> Any:
+    if value < 0:
+        raise ConfigError(f"{name} cannot be negative")
+    return value
+
+
+def _stored_tuple(value: Any) -> tuple[Any, ...]:
+    return tuple(value or ())
+
+
+def _stored_optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _stored_optional_tuple(value: Any) -> tuple[Any, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _stored_dict(value: Any) -> dict[str, Any]:
+    return dict(value or {})
+
+
 @dataclass(frozen=True, slots=True)
-class Limits:
+class Limits(OptionFields):
     """How much :func:`~longctx.corpus.load_corpus` reads.
 
     - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
@@ -139,19 +256,36 @@ class Limits:
     one and keeps its cache-friendly order.
     """
 
-    max_file_bytes: int = 4 * _MIB
-    max_total_bytes: int = 128 * _MIB
-    max_files: int = 50_000
+    # The command line leaves these out unless given (cli_default None), so Limits' defaults hold.
+    max_file_bytes: int = option(
+        4 * _MIB,
+        check=_positive_limit,
+        load=int,
+        flag="--max-file-bytes",
+        value_type="int",
+        cli_default=None,
+        help="Skip files larger than this (default {default}).",
+    )
+    max_total_bytes: int = option(
+        128 * _MIB,
+        check=_positive_limit,
+        load=int,
+        flag="--max-total-bytes",
+        value_type="int",
+        cli_default=None,
+        help="Stop adding files past this total (default {default}).",
+    )
+    max_files: int = option(
+        50_000, check=_positive_limit, load=int, flag="--max-files", value_type="int",
+        cli_default=None, help="Stop adding files past this count (default {default}).",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_total_bytes", "max_files"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
+        self._check_fields()
 
 
 @dataclass(frozen=True, slots=True)
-class CorpusOptions:
+class CorpusOptions(OptionFields):
     """What a corpus is made of: the same options give the same documents in the same order.
 
     ``ordering`` is ``"stability"`` (files that change least first; layered
@@ -169,66 +303,57 @@ class CorpusOptions:
     server.
     """
 
-    ordering: str | None = None
-    include: tuple[str, ...] = ()
-    exclude: tuple[str, ...] = ()
-    limits: Limits = field(default_factory=Limits)
-    allow_secrets: bool = False
-    max_stale_share: float = DEFAULT_MAX_STALE_SHARE
-    special_tokens: tuple[str, ...] = ()
+    ordering: str | None = option(
+        None,
+        check=_one_of(ORDERINGS, "ordering"),
+        flag="--ordering",
+        choices=ORDERINGS,
+        help="Document order (default: stability in git repositories, else path).",
+    )
+    include: tuple[str, ...] = option(
+        (),
+        check=_patterns,
+        load=_stored_tuple,
+        flag="--include",
+        multiple=True,
+        metavar="GLOB",
+        help="Only paths matching this gitignore-style pattern (repeatable).",
+    )
+    exclude: tuple[str, ...] = option(
+        (),
+        check=_patterns,
+        load=_stored_tuple,
+        flag="--exclude",
+        multiple=True,
+        metavar="GLOB",
+        help="Leave out paths matching this pattern (repeatable).",
+    )
+    limits: Limits = option(default_factory=Limits, check=_limits, nested=Limits)  # noqa: RUF009 - a field()
+    allow_secrets: bool = option(
+        False, load=bool, flag="--allow-secrets", help="Include files that look like credentials."
+    )
+    max_stale_share: float = option(
+        DEFAULT_MAX_STALE_SHARE,
+        check=_share,
+        load=float,
+        flag="--max-stale-share",
+        value_type="float",
+        minimum=0,
+        maximum=1,
+        maximum_open=True,
+        show_default=True,
+        help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
+        " so that commits change only the pack's tail (0: no layering).",
+    )
+    # Not stored: sessions learn them from the server each time.
+    special_tokens: tuple[str, ...] = option((), check=_spellings, stored=False)  # fmt: skip
 
     def __post_init__(self) -> None:
-        if self.ordering is not None and self.ordering not in ORDERINGS:
-            raise ConfigError(f"unknown ordering {self.ordering!r}; use one of {', '.join(ORDERINGS)}")
-        share = self.max_stale_share
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not (0 <= share < 1):
-            raise ConfigError(
-                f"max_stale_share must be a number from 0 up to (not including) 1, not {share!r}"
-            )
-        for name in ("include", "exclude", "special_tokens"):
-            patterns = getattr(self, name)
-            if isinstance(patterns, str):
-                raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
-            # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
-            object.__setattr__(self, name, tuple(patterns))
-        if not all(isinstance(spelling, str) and spelling for spelling in self.special_tokens):
-            raise ConfigError("CorpusOptions.special_tokens takes non-empty strings")
-        # Sorted and unique: the same spellings given in another order are the same options.
-        object.__setattr__(self, "special_tokens", tuple(sorted(set(self.special_tokens))))
-        if not isinstance(self.limits, Limits):
-            raise ConfigError(f"CorpusOptions.limits must be a Limits, not {self.limits!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The form kept with a living session, so a resumed one reads its paths the same way."""
-        return {
-            "ordering": self.ordering,
-            "include": list(self.include),
-            "exclude": list(self.exclude),
-            "limits": {
-                "max_file_bytes": self.limits.max_file_bytes,
-                "max_total_bytes": self.limits.max_total_bytes,
-                "max_files": self.limits.max_files,
-            },
-            "allow_secrets": self.allow_secrets,
-            "max_stale_share": self.max_stale_share,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> CorpusOptions:
-        """The options :meth:`to_dict` wrote; missing keys take their defaults."""
-        defaults = cls()
-        return cls(
-            ordering=data.get("ordering"),
-            include=tuple(data.get("include") or ()),
-            exclude=tuple(data.get("exclude") or ()),
-            limits=Limits(**(data.get("limits") or {})),
-            allow_secrets=bool(data.get("allow_secrets", False)),
-            max_stale_share=float(data.get("max_stale_share", defaults.max_stale_share)),
-        )
+        self._check_fields()
 
 
 @dataclass(frozen=True)
-class RequestOptions:
+class RequestOptions(OptionFields):
     """How a session makes each request.
 
     ``max_tokens`` bounds each answer; ``temperature`` and ``seed`` are
@@ -269,82 +394,99 @@ class RequestOptions:
     :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
-    max_tokens: int = DEFAULT_MAX_TOKENS
-    temperature: float | None = None
-    seed: int | None = None
-    cache_salt: str | None = None
-    concurrency: int | None = None
-    dispatch: str = "auto"
-    reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
-    extra_body: Mapping[str, Any] = field(default_factory=dict)
-    follow_changes: bool = True
-    warm_start: bool = False
-    counter_check: bool = True
-    token_history: bool = False
-    canary_every: int | None = None
-    prompt_cache_key: str | None = None
+    max_tokens: int = option(
+        DEFAULT_MAX_TOKENS,
+        check=_at_least_one,
+        load=int,
+        on_resume=True,
+        flag="--max-tokens",
+        value_type="int",
+        show_default=True,
+        help="Longest answer, in tokens.",
+    )
+    temperature: float | None = option(None)
+    seed: int | None = option(None)
+    # Stored: a resumed session keeps its namespace (the CLI refuses another on resume).
+    cache_salt: str | None = option(
+        None,
+        check=_cache_salt,
+        flag="--cache-salt",
+        help="Namespace for the server's prefix cache (keeps tenants apart).",
+    )
+    concurrency: int | None = option(
+        None,
+        check=_none_or_at_least_one,
+        load=_stored_optional_int,
+        flag="--concurrency",
+        value_type="int",
+        minimum=1,
+        group="concurrency",
+        help=f"Questions in flight at once (default: the engine's measured one, else {DEFAULT_CONCURRENCY}).",
+    )
+    dispatch: str = option(
+        "auto",
+        check=_one_of(DISPATCHES, "dispatch"),
+        load=str,
+        flag="--dispatch",
+        choices=DISPATCHES,
+        show_default=True,
+        group="concurrency",
+        help="How sibling questions go out: all together, the lead's first token first,"
+        " the lead's admission first, or what was measured fastest for the engine.",
+    )
+    reserved_question_tokens: int = option(DEFAULT_RESERVED_QUESTION_TOKENS, check=_not_negative, load=int)
+    extra_body: Mapping[str, Any] = option(default_factory=dict, check=_as_dict, load=_stored_dict)
+    follow_changes: bool = option(
+        True,
+        load=bool,
+        on_resume=True,
+        flag="--follow-changes/--no-follow-changes",
+        show_default=True,
+        group="follow_changes",
+        help="Append files changed since the pack to the next question.",
+    )
+    warm_start: bool = option(
+        False,
+        load=bool,
+        on_resume=True,
+        flag="--warm-start/--no-warm-start",
+        show_default=True,
+        # On at the command line: a chat's first question is typed while the pack warms.
+        cli_default=True,
+        group="warm_start",
+        help="Prefill the pack in the background while the first question is typed.",
+    )
+    counter_check: bool = option(True, load=bool)
+    token_history: bool = option(
+        False, load=bool, on_resume=True, flag="--token-history/--no-token-history", show_default=True,
+        group="token_history",
+        help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
+        " so the next turn reads them from the cache.",
+    )  # fmt: skip
+
+    canary_every: int | None = option(
+        None,
+        check=_none_or_at_least_one,
+        load=_stored_optional_int,
+        flag="--canary-every",
+        value_type="int",
+        minimum=1,
+        help="Run the cache canary on the session's own prefix after one request in this many.",
+    )
+    prompt_cache_key: str | None = option(
+        None,
+        on_resume=True,
+        flag="--prompt-cache-key",
+        help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
+        " on one replica).",
+    )
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "concurrency", "canary_every"):
-            value = getattr(self, name)
-            if value is None and name in ("concurrency", "canary_every"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be at least 1, not {value!r}")
-        if self.dispatch not in DISPATCHES:
-            raise ConfigError(f"unknown dispatch {self.dispatch!r}; use one of {', '.join(DISPATCHES)}")
-        if self.reserved_question_tokens < 0:
-            raise ConfigError("reserved_question_tokens must not be negative")
-        salt = self.cache_salt
-        if salt is not None and (not 1 <= len(salt) <= 128 or any(c in salt for c in "@/\\\0")):
-            raise ConfigError("cache_salt must be 1 to 128 characters without @, /, \\ or NUL")
-        object.__setattr__(self, "extra_body", dict(self.extra_body))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The form kept with a stored session (the salt too: a resumed session keeps its namespace)."""
-        return {
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "cache_salt": self.cache_salt,
-            "concurrency": self.concurrency,
-            "dispatch": self.dispatch,
-            "reserved_question_tokens": self.reserved_question_tokens,
-            "extra_body": dict(self.extra_body),
-            "follow_changes": self.follow_changes,
-            "warm_start": self.warm_start,
-            "counter_check": self.counter_check,
-            "token_history": self.token_history,
-            "canary_every": self.canary_every,
-            "prompt_cache_key": self.prompt_cache_key,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RequestOptions:
-        """The options :meth:`to_dict` wrote; keys an older release did not write take their defaults."""
-        defaults = cls()
-        return cls(
-            max_tokens=int(data.get("max_tokens", defaults.max_tokens)),
-            temperature=data.get("temperature"),
-            seed=data.get("seed"),
-            cache_salt=data.get("cache_salt"),
-            concurrency=None if data.get("concurrency") is None else int(data["concurrency"]),
-            dispatch=str(data.get("dispatch", defaults.dispatch)),
-            reserved_question_tokens=int(
-                data.get("reserved_question_tokens", defaults.reserved_question_tokens)
-            ),
-            extra_body=dict(data.get("extra_body") or {}),
-            follow_changes=bool(data.get("follow_changes", True)),
-            warm_start=bool(data.get("warm_start", False)),
-            counter_check=bool(data.get("counter_check", True)),
-            token_history=bool(data.get("token_history", False)),
-            canary_every=None if data.get("canary_every") is None else int(data["canary_every"]),
-            prompt_cache_key=data.get("prompt_cache_key"),
-        )
+        self._check_fields()
 
 
 @dataclass(frozen=True)
-class ServerOptions:
+class ServerOptions(OptionFields):
     """Where the server is and how long to wait for it.
 
     ``base_url`` is one URL, a comma-separated string or a sequence of
@@ -372,25 +514,39 @@ class ServerOptions:
     which do not route); ``()`` sends none.
     """
 
-    base_url: str | Sequence[str] | None = None
-    model: str | None = None
-    api_key: str | None = field(default=None, repr=False)
-    timeout: float = 3600.0
-    stall_timeout: float = 600.0
-    affinity_headers: Sequence[str] | None = None
-    replica_retry_seconds: float = DEFAULT_REPLICA_RETRY_SECONDS
-    router_policy: str | None = None
-    affinity_body_fields: Sequence[str] | None = None
+    # The flags' values, like the fields, are None unless given: the environment is
+    # read by the resolve_* functions below, when a connection is made.
+    base_url: str | Sequence[str] | None = option(
+        None,
+        check=_urls,
+        flag="--base-url",
+        help=f"Server URL (default {DEFAULT_BASE_URL}; env LONGCTX_BASE_URL; comma-separated replicas).",
+    )
+    model: str | None = option(
+        None, flag="--model", help="Served model name (env LONGCTX_MODEL; default: the server's model)."
+    )
+    api_key: str | None = option(
+        None,
+        repr=False,
+        stored=False,
+        flag="--api-key",
+        help="Bearer token (env LONGCTX_API_KEY); never printed.",
+    )
+    timeout: float = option(DEFAULT_TIMEOUT_SECONDS, load=float)
+    stall_timeout: float = option(DEFAULT_STALL_TIMEOUT_SECONDS, load=float)
+    affinity_headers: Sequence[str] | None = option(None, check=_optional_tuple, load=_stored_optional_tuple)
+    replica_retry_seconds: float = option(DEFAULT_REPLICA_RETRY_SECONDS, check=_retry_seconds, load=float)
+    router_policy: str | None = option(None)  # fmt: skip
+    affinity_body_fields: Sequence[str] | None = option(
+        None, check=_optional_tuple, load=_stored_optional_tuple
+    )
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_url, (str, type(None))):
-            object.__setattr__(self, "base_url", tuple(self.base_url))
-        if self.affinity_headers is not None:
-            object.__setattr__(self, "affinity_headers", tuple(self.affinity_headers))
-        if self.affinity_body_fields is not None:
-            object.__setattr__(self, "affinity_body_fields", tuple(self.affinity_body_fields))
-        if self.replica_retry_seconds < 0:
-            raise ConfigError("replica_retry_seconds cannot be negative")
+        self._check_fields()
+
+    def names_a_server(self) -> bool:
+        """Whether a server was chosen: ``base_url`` given or ``LONGCTX_BASE_URL`` set (not the default)."""
+        return self.base_url is not None or configured_base_url() is not None
 
     def base_urls(self) -> tuple[str, ...]:
         """The replicas' URLs: the option, else ``LONGCTX_BASE_URL``, else the default."""
@@ -406,10 +562,20 @@ class ServerOptions:
         return resolve_affinity_headers(self.affinity_headers)
 
 
+def instant_retries_requested() -> bool:
+    """Whether ``LONGCTX_INSTANT_RETRIES=1`` asks retries not to wait (a switch for tests)."""
+    return os.environ.get("LONGCTX_INSTANT_RETRIES") == "1"
+
+
+def configured_base_url() -> str | None:
+    """``LONGCTX_BASE_URL`` when set and not empty, else None."""
+    return os.environ.get("LONGCTX_BASE_URL") or None
+
+
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
     """The server URL(s) to use: the argument, else ``LONGCTX_BASE_URL``, else the default."""
     if base_url is None:
-        base_url = os.environ.get("LONGCTX_BASE_URL") or DEFAULT_BASE_URL
+        base_url = configured_base_url() or DEFAULT_BASE_URL
     urls = [part.strip() for part in base_url.split(",")] if isinstance(base_url, str) else list(base_url)
     urls = [url for url in urls if url]
     if not urls:

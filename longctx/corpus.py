@@ -34,6 +34,7 @@ from longctx.errors import ConfigError, EmptyCorpus, InputError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
+from longctx.sources.pdf import PdfTextCache
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
 if TYPE_CHECKING:
@@ -258,7 +259,12 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
     if os.path.isdir(path):
         repository = find_repository(path)
         if repository is not None and not is_ignored_by_git(repository):
-            return list_repository(repository, path, max_stale_share=max_stale_share, times_cache=store)
+            return list_repository(
+                repository,
+                path,
+                max_stale_share=max_stale_share,
+                times_cache=None if store is None else store.caches,
+            )
         if repository is not None:
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
         return list_folder(path)
@@ -384,7 +390,7 @@ def _load(
         entries,
         on_document,
         keep=keep,
-        pdf_cache=store,
+        pdf_cache=None if store is None else store.caches,
         special_tokens=options.special_tokens,
     )
 
@@ -505,7 +511,7 @@ def _read_in_order(
     on_document: Callable[[Document], None] | None,
     *,
     keep: bool,
-    pdf_cache: Store | None,
+    pdf_cache: PdfTextCache | None,
     special_tokens: tuple[str, ...] = (),
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.

@@ -11,7 +11,8 @@ without repeating secrets.
     │       ├── UnsupportedArchitecture  a config whose attention layout longctx does not know
     │       └── InsufficientMemory       the KV cache does not fit (.shortfall_bytes)
     ├── InputError             a path or document longctx cannot use
-    │   └── SourceError        a source (repo, folder, PDF) failed as a whole
+    │   ├── SourceError        a source (repo, folder, PDF) failed as a whole
+    │   └── EmptyCorpus        the paths hold no document to pack (.skipped)
     ├── PackError              the pack cannot be built as asked
     │   └── BudgetError        the pack does not fit the token budget
     ├── OutputError            a result could not be saved to the user's file (.path); the file is as it was
@@ -40,6 +41,7 @@ __all__ = [
     "CanaryDiverged",
     "ConfigError",
     "ContextOverflow",
+    "EmptyCorpus",
     "EnvironmentBuildError",
     "HarnessError",
     "InputError",

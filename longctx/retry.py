@@ -12,7 +12,6 @@ Tests never sleep in retries: :func:`instant_retries` (or
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 from collections.abc import Callable, Iterator
@@ -24,6 +23,7 @@ from typing import Generic, TypeVar
 
 import tenacity
 
+from longctx.config import instant_retries_requested
 from longctx.drivers import Io, Plan, run, sleep
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
 
@@ -127,7 +127,7 @@ def instant_retries() -> Iterator[None]:
 
 
 def _waiting_disabled() -> bool:
-    return _instant_depth > 0 or os.environ.get("LONGCTX_INSTANT_RETRIES") == "1"
+    return _instant_depth > 0 or instant_retries_requested()
 
 
 def _wait_strategy(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], float]:

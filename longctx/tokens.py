@@ -69,6 +69,7 @@ __all__ = [
     "Tokenizer",
     "TokenizerJsonTokenizer",
     "cached_counts",
+    "offline_tokenizer",
     "special_token_spellings",
     "text_sha256",
     "tokenizer_from_model_dir",
@@ -580,14 +581,14 @@ def cached_counts(
     if digests is None:
         digests = [text_sha256(text) for text in texts]
     identity = tokenizer.identity
-    known = store.token_counts(identity, digests)
+    known = store.caches.token_counts(identity, digests)
     missing: dict[str, str] = {}
     for digest, text in zip(digests, texts, strict=True):
         if digest not in known and digest not in missing:
             missing[digest] = text
     if missing:
         fresh = dict(zip(missing, tokenizer.count_many(list(missing.values())), strict=True))
-        store.save_token_counts(identity, fresh)
+        store.caches.save_token_counts(identity, fresh)
         known.update(fresh)
     return [known[digest] for digest in digests]
 

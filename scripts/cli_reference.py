@@ -11,34 +11,30 @@ from pathlib import Path
 
 import click
 
-from longctx.cli import main
+from longctx.cli import EXIT_CODES, main
+from longctx.config import DEFAULT_BASE_URL
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
-INTRO = """# Command-line reference
+INTRO = f"""# Command-line reference
 
 Generated from `longctx --help` by `scripts/cli_reference.py --write`; a
 test fails when it is out of date. Answers go to stdout, progress and the
 savings summary to stderr; `--json` prints JSON on stdout.
 
 Settings also come from the environment: `LONGCTX_BASE_URL` (default
-`http://127.0.0.1:8000/v1`), `LONGCTX_MODEL`, `LONGCTX_API_KEY` (never
+`{DEFAULT_BASE_URL}`), `LONGCTX_MODEL`, `LONGCTX_API_KEY` (never
 printed), `LONGCTX_HOME` (where the session store lives).
 
 ## Exit codes
 
 | code | meaning |
 |---:|---|
-| 0 | success |
-| 1 | another longctx error (the store, a tokenizer...) |
-| 2 | usage: bad arguments or `LONGCTX_*` settings |
-| 3 | the server cannot be reached |
-| 4 | the prompt does not fit: context overflow, or the pack is over budget |
-| 5 | bad input: a path or document that cannot be used |
-| 6 | the server answered with an error |
-| 7 | no such session |
-| 8 | nothing to pack: the paths hold no document (the message names what was skipped and why) |
-| 130 | interrupted (Ctrl-C); a batch first prints the answers already stored and the session id |
 """
+
+
+def exit_code_table() -> str:
+    """The exit codes' rows, from the CLI's own table (:data:`longctx.cli.app.EXIT_CODES`)."""
+    return "".join(f"| {code} | {meaning} |\n" for code, meaning in sorted(EXIT_CODES.items()))
 
 
 def _context(command: click.Command, name: str, parent: click.Context | None) -> click.Context:
@@ -52,7 +48,7 @@ def _help(command: click.Command, name: str, parent: click.Context | None) -> st
 
 
 def reference() -> str:
-    sections = [INTRO]
+    sections = [INTRO + exit_code_table()]
     root = _context(main, "longctx", None)
     sections.append(f"## longctx\n\n```text\n{main.get_help(root)}\n```\n")
 

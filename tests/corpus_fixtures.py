@@ -13,7 +13,7 @@ import errno
 import hashlib
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,6 +124,26 @@ def init_repo(path: Path) -> Path:
     """Create an empty repository at ``path``."""
     path.mkdir(parents=True, exist_ok=True)
     git(path, "init", "-q")
+    return path
+
+
+def committed_repo(path: Path, files: Mapping[str, str | bytes], *, message: str = "init") -> Path:
+    """A repository at ``path`` holding ``files`` (relative path -> text or bytes), all in one commit.
+
+    The committer is named on git's command line, so this works in modules
+    without :func:`isolated_git` too.
+    """
+    init_repo(path)
+    for name, content in files.items():
+        target = path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    identity = ("-c", "user.name=t", "-c", "user.email=t@example.com")
+    git(path, *identity, "add", "-A")
+    git(path, *identity, "commit", "-qm", message)
     return path
 
 

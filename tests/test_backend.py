@@ -13,6 +13,7 @@ from longctx.backends.http import parse_context_overflow, split_base_url
 from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
 from longctx.retry import RetryPolicy, instant_retries
+from longctx.serving.doctor import diagnose
 
 URL = "http://fake-engine:8000/v1"
 
@@ -159,7 +160,7 @@ def test_retries_are_bounded() -> None:
 def test_doctor_names_the_flags_to_add() -> None:
     fake = FakeEngine(engine="vllm", report_cached=False, prefix_caching=False)
     backend = connect(URL, transport=fake.transport())
-    diagnosis = backend.doctor()
+    diagnosis = diagnose(backend)
     flags = {finding.flag for finding in diagnosis.findings}
     assert "--enable-prefix-caching" in flags
     assert "--enable-prompt-tokens-details" in flags
@@ -169,12 +170,12 @@ def test_doctor_names_the_flags_to_add() -> None:
 
 def test_doctor_on_sglang_without_reporting() -> None:
     fake = FakeEngine(engine="sglang", report_cached=False)
-    diagnosis = connect(URL, transport=fake.transport()).doctor(probe=False)
+    diagnosis = diagnose(connect(URL, transport=fake.transport()), probe=False)
     assert "--enable-cache-report" in {finding.flag for finding in diagnosis.findings}
 
 
 def test_doctor_on_a_generic_server_says_what_it_cannot_check() -> None:
-    diagnosis = connect(URL, transport=FakeEngine(engine="generic").transport()).doctor()
+    diagnosis = diagnose(connect(URL, transport=FakeEngine(engine="generic").transport()))
     assert any("cannot check prefix caching" in finding.reason for finding in diagnosis.findings)
 
 

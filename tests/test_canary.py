@@ -179,7 +179,7 @@ def test_the_host_tier_needs_a_size_when_the_server_reports_none(backend: Backen
         canary(backend, options=CanaryOptions(host_tier=True))
 
 
-def test_doctor_canary_exits_9_on_a_divergence_and_prints_the_evidence(fake: FakeEngine) -> None:
+def test_doctor_canary_exits_10_on_a_divergence_and_prints_the_evidence(fake: FakeEngine) -> None:
     backend = connect(URL, transport=fake.transport())
     runner = CliRunner()
     clean = runner.invoke(main, ["doctor", "--canary", "--json"], obj=Runtime(backend=backend))
@@ -187,7 +187,7 @@ def test_doctor_canary_exits_9_on_a_divergence_and_prints_the_evidence(fake: Fak
     assert json.loads(clean.output)["replicas"][0]["canary"]["verdict"] == "same"
     fake.flip_cached_token = True
     bad = runner.invoke(main, ["doctor", "--canary"], obj=Runtime(backend=backend))
-    assert bad.exit_code == EXIT_CANARY == 9
+    assert bad.exit_code == EXIT_CANARY == 10
     assert "diverged" in bad.output and "cached ids:" in bad.output
 
 

@@ -5,7 +5,7 @@
   printed (``-s``) for docs/canary.md.
 - A proxy in front of the real server that changes the answers it serves
   from the cache (a logprob, or a token id) is caught: ``diverged``, with
-  both outputs as evidence, and ``longctx doctor --canary`` exits 9.
+  both outputs as evidence, and ``longctx doctor --canary`` exits 10.
 - A session runs the canary on its own pack under its own salt.
 """
 

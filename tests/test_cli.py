@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from corpus_fixtures import committed_repo
 from fault_proxy import FaultProxy
 
 from longctx import cli
@@ -55,16 +56,8 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("textwrap.py", "heapq.py"):
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "init"], check=True)
-    return root
+    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "heapq.py")}
+    return committed_repo(tmp_path / "project", {**files, "NOTES.md": f"# notes {uuid.uuid4()}\n"})
 
 
 def test_the_entry_point_is_installed() -> None:
@@ -225,8 +218,8 @@ def test_ask_prints_only_the_answer(repository: Path, home: Path, server_env: di
     )
     assert result.returncode == 0, result.stderr
     store = Store.open(home)
-    session = store.sessions()[0]
-    stored = store.turns(session.id)[0]
+    session = store.sessions.sessions()[0]
+    stored = store.sessions.turns(session.id)[0]
     assert result.stdout == stored.answer + "\n"
     assert f"session {session.id}" in result.stderr and "prompt tokens" in result.stderr
 
@@ -297,15 +290,15 @@ def test_chat_from_a_script_and_resume(repository: Path, home: Path, server_env:
     )
     assert result.returncode == 0, result.stderr
     store = Store.open(home)
-    session = store.sessions()[0]
-    turns = store.turns(session.id)
+    session = store.sessions.sessions()[0]
+    turns = store.sessions.turns(session.id)
     assert [t.question for t in turns] == ["First question?", "Second question?", "Third question?"]
     assert result.stdout == "".join(t.answer + "\n" for t in turns)
     assert "turn 2:" in result.stderr and "cached" in result.stderr
     resumed = run("chat", "--session", session.id, home=home, env=server_env, stdin="Fourth?\n")
     assert resumed.returncode == 0, resumed.stderr
-    assert len(store.turns(session.id)) == 4
-    requests = store.requests(session_ids=[session.id])
+    assert len(store.sessions.turns(session.id)) == 4
+    requests = store.sessions.requests(session_ids=[session.id])
     assert all((r.usage.cached_tokens or 0) > 0 for r in requests[1:])
 
 
@@ -365,8 +358,8 @@ def test_html_report_renders_in_headless_chromium(
     )
     assert rendered.returncode == 0, rendered.stderr[-2000:]
     store = Store.open(home)
-    session = store.sessions()[0]
-    cached = sum(r.usage.cached_tokens or 0 for r in store.requests(session_ids=[session.id]))
+    session = store.sessions.sessions()[0]
+    cached = sum(r.usage.cached_tokens or 0 for r in store.sessions.requests(session_ids=[session.id]))
     assert cached > 0
     assert f"{cached:,}" in rendered.stdout
     assert "longctx-chart" in rendered.stdout and "<rect" in rendered.stdout
@@ -412,8 +405,8 @@ def test_ctrl_c_stops_a_batch_prints_what_is_done_and_exits_130(
     assert process.returncode == cli.EXIT_INTERRUPTED, stderr
     assert elapsed < 2.0, f"{elapsed:.1f} s to stop"
     store = Store.open(home)
-    parent = next(s for s in store.sessions() if s.parent_id is None)
-    stored = store.children(parent.id)
+    parent = next(s for s in store.sessions.sessions() if s.parent_id is None)
+    stored = store.sessions.children(parent.id)
     assert 2 <= len(stored) < 24
     assert stdout.count("## Question ") == len(stored)
     assert f"answered and stored in session {parent.id}" in stderr
@@ -423,7 +416,7 @@ def _stored_siblings(home: Path) -> int:
     if not (home / "longctx.db").exists():
         return 0
     with Store.open(home) as store:
-        return sum(1 for record in store.sessions(include_branches=True) if record.kind == "sibling")
+        return sum(1 for record in store.sessions.sessions(include_branches=True) if record.kind == "sibling")
 
 
 def test_chat_appends_a_file_edited_between_turns(
@@ -440,10 +433,10 @@ def test_chat_appends_a_file_edited_between_turns(
     assert process.returncode == 0, stderr
     assert "turn 1:" in stderr and "appended 1 changed file (heapq.py changed)" in stderr
     store = Store.open(home)
-    session = store.sessions()[0]
-    turns = store.turns(session.id)
+    session = store.sessions.sessions()[0]
+    turns = store.sessions.turns(session.id)
     assert marker in turns[1].preamble and turns[1].file_changes
-    first, second = [r for r in store.requests(session_ids=[session.id]) if r.purpose == "turn"]
+    first, second = [r for r in store.sessions.requests(session_ids=[session.id]) if r.purpose == "turn"]
     assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
     block = 128 if "vllm" in first.engine else 1
     # At least the previous prompt, rounded down to the cache block (vLLM's CPU build: 128).
@@ -457,7 +450,7 @@ def test_resume_applies_or_refuses_each_option(
 ) -> None:
     first = run("ask", str(repository), "Hi?", "--max-tokens", "4", home=home, env=server_env)
     assert first.returncode == 0, first.stderr
-    session = Store.open(home).sessions()[0]
+    session = Store.open(home).sessions.sessions()[0]
     with_paths = run("chat", str(repository), "--session", session.id, home=home, env=server_env, stdin="")
     assert (
         with_paths.returncode == cli.EXIT_USAGE
@@ -474,7 +467,7 @@ def test_resume_applies_or_refuses_each_option(
     )
     assert applied.returncode == 0, applied.stderr
     assert "applying --max-tokens 3 to the resumed session" in applied.stderr
-    request = Store.open(home).requests(session_ids=[session.id])[-1]
+    request = Store.open(home).sessions.requests(session_ids=[session.id])[-1]
     assert request.usage.completion_tokens is not None and request.usage.completion_tokens <= 3
 
 
@@ -511,10 +504,10 @@ def test_chat_warms_its_pack_while_the_first_question_is_typed(
     assert process.returncode == 0, stderr
     assert "[warm start: pack prefilled" in stderr
     store = Store.open(home)
-    warm, turn = store.requests(session_ids=[first["session_id"]])
+    warm, turn = store.sessions.requests(session_ids=[first["session_id"]])
     assert (warm.purpose, turn.purpose) == ("warm", "turn")
     assert warm.usage.completion_tokens == 1 and warm.usage.prompt_tokens is not None
-    pack = store.pack(store.session(first["session_id"]).pack_fingerprint or "")
+    pack = store.sessions.pack(store.sessions.session(first["session_id"]).pack_fingerprint or "")
     assert pack is not None
     # The pack is everything of the warm prompt but its stand-in question and
     # the template's tail (under 32 tokens); the question's cached tokens
@@ -565,7 +558,7 @@ def test_a_chat_killed_after_its_warm_start_and_before_a_question_leaves_no_sess
     assert listing.returncode == 0, listing.stderr
     assert json.loads(listing.stdout) == []
     with Store.open(home) as store:
-        assert store.sessions(include_branches=True) == [] and store.requests() == []
+        assert store.sessions.sessions(include_branches=True) == [] and store.sessions.requests() == []
     missing = run("report", session_id, home=home)
     assert missing.returncode != 0 and session_id in missing.stderr
 

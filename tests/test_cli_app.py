@@ -8,6 +8,7 @@ backend, and the one error boundary, with every exit code from one place.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from longctx.backends.base import Backend
 from longctx.cli import EXIT_BAD_INPUT, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, Runtime, main
 from longctx.cli.app import COMMAND_MODULES, COMMAND_SUMMARIES
 from longctx.retry import instant_retries
-from longctx.store import Store
+from longctx.store import SessionLog
 
 URL = "http://fake-engine:8000/v1"
 
@@ -142,10 +143,10 @@ def test_every_error_leaves_through_one_boundary(repository: Path, tmp_path: Pat
 def test_a_bug_is_not_swallowed_by_the_boundary(
     backend: Backend, repository: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(self: Store) -> None:
+    def broken(self: SessionLog, *, include_branches: bool = False) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Store, "sessions", broken)
+    monkeypatch.setattr(SessionLog, "sessions", broken)
     result = invoke(backend, "report")
     assert isinstance(result.exception, RuntimeError)
 
@@ -177,3 +178,34 @@ def test_help_lists_every_command_without_importing_command_modules() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == ""
+
+
+def test_every_exit_code_is_distinct_and_documented() -> None:
+    from longctx.cli import app
+
+    constants = {
+        name: value
+        for name, value in vars(app).items()
+        if name.startswith("EXIT_") and isinstance(value, int)
+    }
+    assert len(set(constants.values())) == len(constants), f"two outcomes share an exit code: {constants}"
+    assert set(app.EXIT_CODES) == set(constants.values()), "every exit code has its meaning in EXIT_CODES"
+    documented = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    table = dict(re.findall(r"^\| (\d+) \| (.+) \|$", documented, flags=re.MULTILINE))
+    assert {int(code) for code in table} == set(app.EXIT_CODES)
+    assert all(table[str(code)] == meaning for code, meaning in app.EXIT_CODES.items())
+
+
+def test_the_server_settings_come_from_the_environment_through_config(
+    repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from longctx.config import ServerOptions
+
+    assert not ServerOptions().names_a_server()
+    monkeypatch.setenv("LONGCTX_BASE_URL", "http://127.0.0.1:9/v1")
+    assert ServerOptions().names_a_server() and ServerOptions().base_urls() == ("http://127.0.0.1:9/v1",)
+    # `pack` counts with the server LONGCTX_BASE_URL names (none answers there: exit 3).
+    with instant_retries():
+        result = invoke(None, "pack", str(repository), "--json")
+    assert result.exit_code == EXIT_UNREACHABLE, result.output
+    assert "127.0.0.1:9" in result.stderr

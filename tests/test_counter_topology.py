@@ -24,6 +24,7 @@ from longctx.backends.base import connect
 from longctx.backends.routers import parse_workers
 from longctx.config import RequestOptions
 from longctx.report import CounterCheck
+from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.sessions.counters import combine_checks
 from longctx.store import CounterCheckRecord, Store, StoredPack
@@ -49,14 +50,12 @@ SMG_WORKERS = {
 
 
 def test_both_routers_worker_lists_are_read() -> None:
-    vllm_router = parse_workers(VLLM_ROUTER_WORKERS, "http://router:8000")
-    assert vllm_router is not None and vllm_router.name == "vllm-router"
-    assert vllm_router.workers == tuple(WORKERS)
-    smg = parse_workers(SMG_WORKERS, "http://gateway:8000")
-    assert smg is not None and smg.name == "smg"
-    assert smg.workers == (WORKERS[1],)  # the unhealthy one is left out
-    assert parse_workers({"detail": "Not Found"}, "http://engine:8000") is None
-    assert parse_workers([1, 2], "http://engine:8000") is None
+    vllm_router = parse_workers(VLLM_ROUTER_WORKERS, "http://router:8000", "vllm-router")
+    assert vllm_router is not None and vllm_router.workers == tuple(WORKERS)
+    smg = parse_workers(SMG_WORKERS, "http://gateway:8000", "smg")
+    assert smg is not None and smg.workers == (WORKERS[1],)  # the unhealthy one is left out
+    assert parse_workers({"detail": "Not Found"}, "http://engine:8000", "") is None
+    assert parse_workers([1, 2], "http://engine:8000", "") is None
 
 
 class FakeFleet:
@@ -81,6 +80,8 @@ class FakeFleet:
             if self.lists_workers:
                 return httpx2.Response(200, json=VLLM_ROUTER_WORKERS)
             return httpx2.Response(404, json={"detail": "Not Found"})
+        if path == "/list_workers" and self.lists_workers:  # vllm-router's own route, not smg's
+            return httpx2.Response(200, json={"urls": WORKERS})
         if path == "/metrics":
             # Whichever worker the balancer picks: here each in turn.
             return self.engines[WORKERS[next(self._metrics_turn) % 2]].handle(request)
@@ -193,20 +194,21 @@ def test_a_growth_below_what_was_reported_is_never_a_negative_more() -> None:
     assert over is not None and "50 tokens more" in over.note
 
 
-@pytest.mark.parametrize("listing", [VLLM_ROUTER_WORKERS, SMG_WORKERS])
-def test_doctor_names_a_detected_router(listing: dict[str, object]) -> None:
+@pytest.mark.parametrize(("name", "listing"), [("vllm-router", VLLM_ROUTER_WORKERS), ("smg", SMG_WORKERS)])
+def test_doctor_names_a_detected_router(name: str, listing: dict[str, object]) -> None:
     fleet = FakeFleet()
 
     def route(request: httpx2.Request) -> httpx2.Response:
         if request.url.path == "/workers":
             return httpx2.Response(200, json=listing)
+        if request.url.path == "/list_workers" and name == "smg":
+            return httpx2.Response(404, json={"error": {"code": "unknown_url"}})
         return fleet.route(request)
 
     with connect(ROUTER, transport=httpx2.MockTransport(route)) as backend:
-        diagnosis = backend.doctor(probe=False)
+        diagnosis = diagnose(backend, probe=False)
     routers = [f for f in diagnosis.findings if f.setting == "router"]
-    assert routers and routers[0].severity == "suggestion"
-    assert parse_workers(listing, "")
+    assert routers and routers[0].severity == "suggestion" and routers[0].observed == name
     assert "reads each worker's counters" in routers[0].reason
 
 

@@ -92,11 +92,15 @@ def test_sessions_asking_one_server_at_once_each_match_its_counter(
     assert "other calls of this process" in mine.note
     assert f"grew by {mine.server_delta:,}: matches (" in " ".join(first.report().to_text().split())
     # Stored as one window: A's and B's rows of it share its id and its readings.
-    (stored,) = store.counter_checks([first.id])
-    shared = [check for check in store.counter_checks([second.id]) if check.window_id == stored.window_id]
+    (stored,) = store.sessions.counter_checks([first.id])
+    shared = [
+        check for check in store.sessions.counter_checks([second.id]) if check.window_id == stored.window_id
+    ]
     assert len(shared) == 2 and {(c.before, c.after) for c in shared} == {(stored.before, stored.after)}
     # Across both sessions the window's growth counts once and matches all that was reported.
-    both = counters.combine_checks([*store.counter_checks([first.id]), *store.counter_checks([second.id])])
+    both = counters.combine_checks(
+        [*store.sessions.counter_checks([first.id]), *store.sessions.counter_checks([second.id])]
+    )
     assert both is not None and both.matches and both.others_reported == 0
     assert both.server_delta == both.reported == server.fake.hits_total > 0
 
@@ -133,7 +137,7 @@ def test_a_batch_returns_without_its_check_while_another_call_holds_the_window(
     thread.join(10)
     settled = batcher.report().counter_check
     assert settled is not None and settled.matches is True, settled
-    assert len(store.counter_checks([batcher.id, *batcher.branch_ids()])) == 1
+    assert len(store.sessions.counter_checks([batcher.id, *batcher.branch_ids()])) == 1
 
 
 def test_traffic_outside_the_ledger_is_still_a_mismatch(store: Store) -> None:

@@ -42,7 +42,7 @@ def test_a_worker_gives_the_same_counts(monkeypatch: pytest.MonkeyPatch, tmp_pat
         counts = _count(counter, TEXTS)
         assert counter._worker is not None  # it did start
         assert counts == [tokenizer.count(text) for text in TEXTS]
-        saved = store.token_counts(tokenizer.identity, [text_sha256(text) for text in TEXTS])
+        saved = store.caches.token_counts(tokenizer.identity, [text_sha256(text) for text in TEXTS])
         assert saved == {text_sha256(text): tokenizer.count(text) for text in TEXTS}
 
 
@@ -61,7 +61,7 @@ def test_a_worker_started_early_gives_the_same_counts_from_utf8() -> None:
 def test_a_worker_started_early_and_never_used_is_stopped_without_waiting(tmp_path: Path) -> None:
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     with Store.open(tmp_path) as store:
-        store.save_token_counts(tokenizer.identity, {text_sha256(text): 7 for text in TEXTS})
+        store.caches.save_token_counts(tokenizer.identity, {text_sha256(text): 7 for text in TEXTS})
         with SectionCounter(tokenizer, store) as counter:
             counter.start_worker()
             worker = counter._worker
@@ -75,7 +75,7 @@ def test_a_worker_started_early_and_never_used_is_stopped_without_waiting(tmp_pa
 def test_counts_already_stored_are_not_counted_again(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
     with Store.open(tmp_path) as store:
-        store.save_token_counts(tokenizer.identity, {text_sha256(text): 7 for text in TEXTS})
+        store.caches.save_token_counts(tokenizer.identity, {text_sha256(text): 7 for text in TEXTS})
         with SectionCounter(tokenizer, store) as counter:
             assert _count(counter, TEXTS) == [7] * len(TEXTS)
 

@@ -27,6 +27,7 @@ import pytest
 from longctx import Job, JobItem
 from longctx.backends.base import Backend, connect, rendezvous_order
 from longctx.config import RequestOptions, ServerOptions
+from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.sessions.session import affinity_key
 from longctx.store import RequestRecord, Store, StoredPack
@@ -101,7 +102,7 @@ def test_a_router_policy_keeps_each_pack_on_one_replica(
         options = ServerOptions(base_url=server.api_base, router_policy=f"{router}:{policy}")
         with connect(options) as backend, Store.open(tmp_path / "home") as store:
             share = cached_share(backend, store, make_packs(f"{router}-{policy}"))
-            findings = [f for f in backend.doctor(probe=False).findings if f.setting == "router policy"]
+            findings = [f for f in diagnose(backend, probe=False).findings if f.setting == "router policy"]
     finally:
         vllm_fleet.stop_routers()
     print(f"{router} {policy}: cached share {share:.1%}, single-replica ceiling {ceiling:.1%}")
@@ -173,7 +174,7 @@ def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
 
         # The store is the judge: each batch has every question answered once.
         for session in sessions:
-            rows = store._query(
+            rows = store.database.query(
                 "SELECT t.question, t.request_id FROM turns t JOIN sessions s ON s.id = t.session_id "
                 "WHERE s.parent_id = ?",
                 (session.id,),
@@ -181,7 +182,7 @@ def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
             assert sorted(row["question"] for row in rows) == sorted(questions)
             ids = [row["request_id"] for row in rows]
             assert len(set(ids)) == len(ids) == len(questions)
-        served = store._query("SELECT base_url, COUNT(*) AS n FROM requests GROUP BY base_url")
+        served = store.database.query("SELECT base_url, COUNT(*) AS n FROM requests GROUP BY base_url")
         assert {row["base_url"] for row in served} <= set(urls)
 
         vllm_fleet.restart(1)
@@ -189,7 +190,7 @@ def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
         for session in sessions[:2]:
             session.ask("Back home: what does f1 return?")
         assert all(r.up for r in backend.replicas)
-        homes = store._query(
+        homes = store.database.query(
             "SELECT r.base_url FROM requests r JOIN turns t ON t.request_id = r.id "
             "WHERE t.question = 'Back home: what does f1 return?'"
         )
@@ -219,7 +220,7 @@ def _job_share(urls: list[str], items: list[JobItem], home: Path) -> tuple[float
         used: dict[str, set[str]] = {}
         by_pack: dict[str, list[RequestRecord]] = {}
         for result in report.results:
-            records = store.requests(session_ids=[result.session_id or ""])
+            records = store.sessions.requests(session_ids=[result.session_id or ""])
             used.setdefault(result.item.paths[0], set()).update(r.base_url for r in records)
             by_pack.setdefault(result.item.paths[0], []).extend(records)
     # The cold one is the least cached (siblings go out together: not always the first sent).
@@ -272,7 +273,7 @@ def test_a_job_and_a_batch_through_an_undeclared_router_check_each_worker_or_say
                 backend=backend, pack=make_packs(f"batch-{router}", 1)[0], store=store, request=request
             )
             batch = session.ask_many([f"Batch question {n}?" for n in range(3)])
-            doctor = [f for f in backend.doctor(probe=False).findings if f.setting == "router"]
+            doctor = [f for f in diagnose(backend, probe=False).findings if f.setting == "router"]
     finally:
         vllm_fleet.stop_routers()
     print(f"{router}: job check {job.counter_check}; batch check {batch.report.counter_check}")

@@ -19,7 +19,7 @@ from fake_engine import FakeEngine, Fault
 from longctx import Job, JobItem, JobOptions, JobProgress, read_job
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_OK, Runtime, main
-from longctx.cli.jobs import EXIT_ITEMS_FAILED
+from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession
@@ -141,7 +141,7 @@ def test_a_job_run_again_asks_only_what_has_no_answer(
     assert [r.answer for r in second.results] == [fake.answer] * 6
     # Every item answered once in the store: one key per item, one turn per key.
     keys = [Job(items).key(index) for index in range(len(items))]
-    stored = store.answered(keys)
+    stored = store.sessions.answered(keys)
     assert len(stored) == 6 and len({(t.session_id, t.position) for t in stored.values()}) == 6
 
     third = Job(items, backend=backend, store=store).run()
@@ -170,7 +170,7 @@ def test_answer_keys_are_refused_when_already_answered_or_given_twice(
             session.ask_many(["a?", "b?"], keys=["k3", "k3"])
         with pytest.raises(ConfigError, match="2 keys for 1 questions"):
             session.ask_many(["a?"], keys=["k4", "k5"])
-    assert set(store.answered(["k1", "k2", "k3"])) == {"k1", "k2"}
+    assert set(store.sessions.answered(["k1", "k2", "k3"])) == {"k1", "k2"}
 
 
 def test_room_admits_by_kv_tokens_per_replica() -> None:
@@ -247,11 +247,11 @@ def test_job_command_writes_results_in_item_order_and_resumes(
     assert [json.loads(line)["resumed"] for line in again.stdout.splitlines()] == [True] * 4
 
 
-def test_job_command_exits_2_when_an_item_failed_and_names_it(backend: Backend, tmp_path: Path) -> None:
+def test_job_command_exits_9_when_an_item_failed_and_names_it(backend: Backend, tmp_path: Path) -> None:
     job_file = tmp_path / "job.jsonl"
     job_file.write_text(json.dumps({"paths": str(tmp_path / "gone"), "question": "q?"}) + "\n")
     result = CliRunner().invoke(main, ["job", str(job_file)], obj=Runtime(backend=backend))
-    assert result.exit_code == EXIT_ITEMS_FAILED
+    assert result.exit_code == EXIT_ITEMS_FAILED == 9
     assert json.loads(result.stdout)["error"] and "item 0:" in result.stderr
 
 

@@ -87,7 +87,7 @@ def test_no_more_packs_in_flight_on_a_replica_than_its_kv_cache_holds(
         spans = []
         for folder in folders:
             ids = [r.session_id for r in report.results if r.item.paths == (str(folder),)]
-            records = store.requests(session_ids=[sid for sid in ids if sid])
+            records = store.sessions.requests(session_ids=[sid for sid in ids if sid])
             ends = [r.started_at + (r.usage.total_seconds or 0.0) for r in records]
             spans.append((min(r.started_at for r in records), max(ends)))
     assert not report.failed
@@ -118,7 +118,7 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
         time.sleep(0.2)
         if (home / "longctx.db").exists():
             with Store.open(home) as store:
-                stored_before = len(store.answered(keys))
+                stored_before = len(store.sessions.answered(keys))
         if stored_before >= 2 or process.poll() is not None:
             break
     process.send_signal(signal.SIGKILL)
@@ -134,12 +134,14 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     assert resumed >= stored_before
     assert "from an earlier run" in again.stderr
     with Store.open(home) as store:
-        stored = store.answered(keys)
+        stored = store.sessions.answered(keys)
         assert len(stored) == len(items)
         # One turn per key: no question was answered twice.
         assert len({(turn.session_id, turn.position) for turn in stored.values()}) == len(items)
         sibling_turns = sum(
-            len(store.turns(child.id)) for record in store.sessions() for child in store.children(record.id)
+            len(store.sessions.turns(child.id))
+            for record in store.sessions.sessions()
+            for child in store.sessions.children(record.id)
         )
     # Every turn stored belongs to one item: a request the kill cut off left nothing.
     assert sibling_turns == len(items)

@@ -146,3 +146,72 @@ def test_each_library_is_imported_in_its_one_home() -> None:
                 if not relative.startswith(LIBRARY_HOMES[library]) and not name.startswith("longctx.testing"):
                     strays.append(f"{relative} imports {library}")
     assert not strays, strays
+
+
+def _imported_names(name: str) -> Iterator[tuple[str, str, int]]:
+    """(module, name, line) of each name that module ``name`` imports from another longctx module."""
+    path = MODULES[name]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom) or node.level or node.module not in MODULES:
+            continue
+        for alias in node.names:
+            if f"{node.module}.{alias.name}" not in MODULES:  # a name, not a submodule
+                yield node.module, alias.name, node.lineno
+
+
+def _exported(module: str) -> set[str] | None:
+    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    strays = [
+        f"{name}:{line} imports {module}.{imported}"
+        for name in MODULES
+        for module, imported, line in _imported_names(name)
+        if imported.startswith("_")
+    ]
+    assert not strays, strays
+
+
+# Names imported from a module whose __all__ does not list them, in modules being
+# rewritten for issue 21 (backends/, sessions/sharded.py): listed when they land.
+NOT_YET_EXPORTED: set[tuple[str, str, str]] = set()
+
+
+def test_modules_talk_through_what_each_exports() -> None:
+    """A name imported from another longctx module is in that module's ``__all__`` (packing/ first of all)."""
+    strays = [
+        f"{name}:{line} imports {imported}, which {module}.__all__ does not list"
+        for name in MODULES
+        if not name.startswith("longctx.testing")
+        for module, imported, line in _imported_names(name)
+        if (exported := _exported(module)) is not None
+        and imported not in exported
+        and (name, module, imported) not in NOT_YET_EXPORTED
+    ]
+    assert not strays, strays
+
+
+# Reads of the environment outside config.py, each with why it is not a setting there.
+ENVIRONMENT_READERS = {
+    "longctx.sources.git": "git's own environment (locale, its executable), not a longctx setting",
+}
+
+
+def test_config_is_the_only_reader_of_longctx_settings() -> None:
+    strays: list[str] = []
+    for name, path in MODULES.items():
+        if name in ("longctx.config", *ENVIRONMENT_READERS) or name.startswith("longctx.testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            text = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.keyword)) else ""
+            if isinstance(node, ast.Attribute) and text in ("os.environ", "os.getenv"):
+                strays.append(f"{name}:{node.lineno} reads {text}")
+            elif isinstance(node, ast.keyword) and node.arg in ("envvar", "auto_envvar_prefix"):
+                strays.append(f"{name}:{node.lineno} gives click {node.arg}")
+    assert not strays, strays

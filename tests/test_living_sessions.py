@@ -200,7 +200,7 @@ def test_resume_refuses_paths_and_pack_options_and_applies_max_tokens(
 ) -> None:
     monkeypatch.setenv("LONGCTX_HOME", str(tmp_path / "home"))
     assert invoke(backend, "ask", str(repository), "q?", "--cache-salt", "s1").exit_code == EXIT_OK
-    session_id = Store.open(tmp_path / "home").sessions()[0].id
+    session_id = Store.open(tmp_path / "home").sessions.sessions()[0].id
     refused = {
         "PATHS cannot be given with --session": [str(repository)],
         "--cache-salt cannot change on resume": ["--cache-salt", "s2"],
@@ -286,11 +286,11 @@ def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_emp
     assert {row["source"] for row in data if row["pack_tokens"]} == {str(repository)}
 
     dry = invoke(backend, "sessions", "prune", "--dry-run")
-    assert dry.stdout.split() == [empty.id] and len(home.sessions()) == 3
+    assert dry.stdout.split() == [empty.id] and len(home.sessions.sessions()) == 3
     assert invoke(backend, "sessions", "prune").stdout.split() == [empty.id]
-    assert len(home.sessions()) == 2
+    assert len(home.sessions.sessions()) == 2
     old = invoke(backend, "sessions", "prune", "--older-than", "0")
-    assert len(old.stdout.split()) == 2 + 2 and home.sessions() == []
+    assert len(old.stdout.split()) == 2 + 2 and home.sessions.sessions() == []
 
 
 def test_a_resumed_repo_session_is_a_repo_session_over_its_paths_and_stored_pack(

@@ -22,6 +22,7 @@ from typing import Any
 
 import llm
 import pytest
+from corpus_fixtures import committed_repo
 from engine_helpers import common_prefix_length, tokenize_messages
 
 from longctx.backends.base import connect
@@ -37,16 +38,8 @@ MODEL_ID = "longctx-test"
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
-    root.mkdir()
-    for name in ("textwrap.py", "heapq.py"):
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "init"], check=True)
-    return root
+    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "heapq.py")}
+    return committed_repo(tmp_path / "project", {**files, "NOTES.md": f"# notes {uuid.uuid4()}\n"})
 
 
 @pytest.fixture

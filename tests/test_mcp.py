@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from corpus_fixtures import committed_repo
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.types import CallToolResult, TextContent
 
@@ -34,16 +35,9 @@ TOOLS = {"ask", "ask_many", "show_pack", "savings"}
 
 def make_repository(root: Path, names: tuple[str, ...] = ("textwrap.py", "heapq.py")) -> Path:
     """A git repository of standard-library files, with a nonce so its pack is new to the server."""
-    root.mkdir(parents=True)
-    for name in names:
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
-    (root / "logo.bin").write_bytes(bytes(range(256)) * 4)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "init"], check=True)
-    return root
+    files: dict[str, str | bytes] = {name: (STDLIB / name).read_text() for name in names}
+    files |= {"NOTES.md": f"# notes {uuid.uuid4()}\n", "logo.bin": bytes(range(256)) * 4}
+    return committed_repo(root, files)
 
 
 def free_port() -> int:

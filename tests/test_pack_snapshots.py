@@ -425,7 +425,7 @@ def _read_all(descriptor: int) -> bytes:
 
 def test_a_damaged_stored_manifest_is_a_clear_error_when_read(repo: Path, store: Store) -> None:
     packed(repo, store)
-    with store.transaction() as connection:
+    with store.database.transaction() as connection:
         connection.execute("UPDATE pack_snapshots SET manifest_json = '{\"entries\": 3}'")
     again = packed(repo, store)
     assert again.reused

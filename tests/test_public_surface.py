@@ -109,6 +109,7 @@ PUBLIC = {
     "check_cache_boundary",
     "compare_packs",
     "connect",
+    "diagnose",
     "load_corpus",
     "pack",
     "read_job",
@@ -187,3 +188,16 @@ def test_everything_a_public_call_returns_is_exported() -> None:
                 if callable(function):
                     check(getattr(function, "__annotations__", {}).get("return"), f"{public}.{attribute}")
     assert not missing, sorted(missing)
+
+
+def test_every_error_is_exported_and_drawn_in_the_tree() -> None:
+    from longctx import errors
+
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.LongctxError)
+    }
+    assert set(errors.__all__) == defined
+    tree = errors.__doc__ or ""
+    assert all(re.search(rf"[─ ]{name}\b", tree) for name in defined), defined - set(re.findall(r"\w+", tree))

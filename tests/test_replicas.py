@@ -19,6 +19,7 @@ from longctx.backends.base import Backend, connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
 from longctx.config import DEFAULT_AFFINITY_HEADERS, RequestOptions, ServerOptions
 from longctx.errors import ServerUnreachable
+from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.store import Store
 
@@ -94,7 +95,9 @@ def test_a_replica_that_dies_hands_over_only_its_packs_and_gets_them_back() -> N
         else:
             assert during[key] == home[key]
     assert not dict((r.api_url, r.up) for r in backend.replicas)[victim]
-    assert any(f.setting == "replica" and victim in f.observed for f in backend.doctor(probe=False).findings)
+    assert any(
+        f.setting == "replica" and victim in f.observed for f in diagnose(backend, probe=False).findings
+    )
 
     fleet.down.discard(victim)
     time.sleep(0.3)  # past replica_retry_seconds: the next request for it tries it again
@@ -177,7 +180,7 @@ def test_doctor_flags_a_router_policy_that_loses_the_cache(policy: str, salt: bo
     backend = fleet.connect(router_policy=policy)
     request = RequestOptions(cache_salt="tenant-a" if salt else None)
     findings = [
-        f for f in backend.doctor(probe=False, request=request).findings if f.setting == "router policy"
+        f for f in diagnose(backend, probe=False, request=request).findings if f.setting == "router policy"
     ]
     assert bool(findings) == warned
     if warned:

@@ -121,19 +121,19 @@ def test_retried_turns_are_stored_once(fake: FakeEngine, backend: Backend, store
     with instant_retries():
         answer = session.ask("retried?")
     assert answer.attempts == 4
-    stored = store.turns(session.id)
+    stored = store.sessions.turns(session.id)
     assert [turn.question for turn in stored] == ["retried?"]
-    assert store.requests(session_ids=[session.id])[0].attempts == 4
+    assert store.sessions.requests(session_ids=[session.id])[0].attempts == 4
 
 
 def test_a_turn_position_cannot_be_stored_twice(backend: Backend, store: Store) -> None:
     session = Session(backend, PACK, store=store)
     session.ask("once")
-    turn = store.turns(session.id)[0]
-    request = store.requests(session_ids=[session.id])[0]
+    turn = store.sessions.turns(session.id)[0]
+    request = store.sessions.requests(session_ids=[session.id])[0]
     with pytest.raises(StoreError, match="already stored"):
-        store.commit_turn(turn, dataclasses.replace(request, id="another"))
-    assert len(store.turns(session.id)) == 1
+        store.sessions.commit_turn(turn, dataclasses.replace(request, id="another"))
+    assert len(store.sessions.turns(session.id)) == 1
 
 
 def test_ask_many_sends_the_lead_first_and_branches_each_sibling(
@@ -174,7 +174,7 @@ def test_async_twins(backend: Backend, store: Store) -> None:
 
     text, count = asyncio.run(run())
     assert text == "a fake answer" and count == 3
-    assert len(store.requests(session_ids=[session.id])) == 1
+    assert len(store.sessions.requests(session_ids=[session.id])) == 1
 
 
 def test_fork_branches_at_a_turn(fake: FakeEngine, backend: Backend, store: Store) -> None:
@@ -253,10 +253,19 @@ def test_store_filters_requests_and_lists_branches(backend: Backend, store: Stor
     session.ask("main line")
     batch = session.ask_many(["a?", "b?"])
     fork = session.fork(at=0)
-    assert {child.id for child in store.children(session.id)} == {a.session_id for a in batch} | {fork.id}
-    assert len(store.requests(base_url=URL, model="fake-model")) == 3
-    assert store.requests(base_url="http://elsewhere:1/v1") == []
-    assert len(store.requests(batch_id=store.requests(session_ids=[batch[0].session_id])[0].batch_id)) == 2
+    assert {child.id for child in store.sessions.children(session.id)} == {a.session_id for a in batch} | {
+        fork.id
+    }
+    assert len(store.sessions.requests(base_url=URL, model="fake-model")) == 3
+    assert store.sessions.requests(base_url="http://elsewhere:1/v1") == []
+    assert (
+        len(
+            store.sessions.requests(
+                batch_id=store.sessions.requests(session_ids=[batch[0].session_id])[0].batch_id
+            )
+        )
+        == 2
+    )
 
 
 def test_a_sharded_session_connects_with_its_api_key(
@@ -336,8 +345,8 @@ def test_a_turns_counter_check_settles_off_the_answers_path(store: Store) -> Non
 
     session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
     session.ask("one")  # returns although the counter after it cannot be read yet
-    assert not gate.is_set() and store.counter_checks([session.id]) == []
+    assert not gate.is_set() and store.sessions.counter_checks([session.id]) == []
     gate.set()
     report = session.report()
     assert report.counter_check is not None and report.counter_check.matches
-    assert len(store.counter_checks([session.id])) == 1
+    assert len(store.sessions.counter_checks([session.id])) == 1

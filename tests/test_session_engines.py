@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from corpus_fixtures import make_pdf
+from corpus_fixtures import committed_repo, make_pdf
 from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
@@ -25,6 +25,7 @@ from longctx.corpus import load_corpus
 from longctx.errors import ContextOverflow
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
+from longctx.serving.doctor import diagnose
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.answers import history_form
 from longctx.sessions.reuse import answer_reuse
@@ -70,15 +71,8 @@ def make_repository(
     root: Path, names: Sequence[str] = ("argparse.py", "dataclasses.py", "typing.py")
 ) -> Path:
     """A git repository of standard-library files, with a nonce so its pack is new to the server."""
-    root.mkdir(parents=True)
-    for name in names:
-        (root / name).write_text((STDLIB / name).read_text())
-    (root / "README.md").write_text(f"# fixture {uuid.uuid4()}\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
-    subprocess.run([*git, "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "-C", str(root), "add", "-A"], check=True)
-    subprocess.run([*git, "-C", str(root), "commit", "-qm", "fixture"], check=True)
-    return root
+    files = {name: (STDLIB / name).read_text() for name in names}
+    return committed_repo(root, {**files, "README.md": f"# fixture {uuid.uuid4()}\n"}, message="fixture")
 
 
 def test_ask_many_reads_the_shared_prefix_from_the_cache(
@@ -104,6 +98,10 @@ def test_ask_many_reads_the_shared_prefix_from_the_cache(
     assert cached >= 0.99 * theoretical, f"{cached} cached of {theoretical} possible (block {block})"
     assert batch.report.counter_check is not None
     assert batch.report.counter_check.matches, batch.report.counter_check
+    # The profile's tier metric (vLLM 0.32's hits by source, SGLang's cache_source label) is there.
+    reading = backend.counters()[backend.info.api_url]
+    assert reading is not None and reading.by_source is not None, reading
+    assert reading.by_source.get("device", 0) > 0, reading
 
 
 @pytest.mark.parametrize("dispatch", ["together", "lead", "admitted"])
@@ -263,14 +261,14 @@ def test_faults_are_retried_without_losing_or_duplicating_turns(
     assert first.attempts == 6
     assert elapsed >= 1.0 + 3.0  # the Retry-After second and the stall timeout were waited
     assert second.attempts == 1 and third.attempts == 3
-    stored = store.turns(session.id)
+    stored = store.sessions.turns(session.id)
     assert [turn.question for turn in stored] == [
         "first, through every fault",
         "second, clean",
         "third, two faults",
     ]
     assert [turn.position for turn in stored] == [0, 1, 2]
-    requests = store.requests(session_ids=[session.id])
+    requests = store.sessions.requests(session_ids=[session.id])
     assert [r.attempts for r in requests] == [6, 1, 3]
     assert third.usage.cached_tokens and third.usage.cached_tokens > 0
 
@@ -334,7 +332,7 @@ def test_a_killed_session_resumes_with_every_completed_turn(
     # Every completed turn, and not the one killed mid-answer.
     assert [turn.question for turn in resumed.turns] == [f"question {n}" for n in committed]
     assert all(turn.answer for turn in resumed.turns)
-    assert len(store.requests(session_ids=[session_id])) == len(committed)
+    assert len(store.sessions.requests(session_ids=[session_id])) == len(committed)
     after = resumed.ask("question after the crash", max_tokens=4)
     assert after.turn == len(committed)
     assert after.usage.cached_tokens and after.usage.cached_tokens > 4000
@@ -354,7 +352,7 @@ def test_a_server_without_reporting_gets_the_flag_not_a_zero(
     sglang_without_cache_report: LocalServer, store: Store
 ) -> None:
     backend = connect(sglang_without_cache_report.api_base)
-    diagnosis = backend.doctor()
+    diagnosis = diagnose(backend)
     assert "--enable-cache-report" in {finding.flag for finding in diagnosis.findings}
     session = Session(backend, text_pack(20_000), store=store, request=RequestOptions(max_tokens=4))
     session.ask("one")
@@ -469,7 +467,7 @@ def test_a_file_edited_between_turns_is_appended_and_the_previous_prompt_stays_c
     (repository / "big.py").write_text((STDLIB / "typing.py").read_text() * 2)
     with pytest.raises(ContextOverflow, match="start a fresh pack with `longctx chat"):
         resumed.ask("And the big file?")
-    assert len(store.turns(session.id)) == 4
+    assert len(store.sessions.turns(session.id)) == 4
 
 
 def test_the_generation_prompt_renders_as_the_history_does(
@@ -533,7 +531,7 @@ def test_a_token_id_history_reads_the_whole_previous_answer_from_the_cache(
     assert (
         reuse is not None and reuse.reused_tokens >= block_round(computed, block) - first.usage.prompt_tokens
     )
-    stored = store.turns(session.id)
+    stored = store.sessions.turns(session.id)
     assert stored[0].answer_ids is not None and len(stored[0].answer_ids) == 1_000
     # Why: the answer's text re-tokenises into other ids (the text history caches none of it).
     assert backend.tokenizer().encode(first.text) != list(stored[0].answer_ids)

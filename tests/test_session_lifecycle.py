@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
+import httpx2
 import pytest
 from fake_engine import FakeEngine
 
-from longctx import Conversation, RepoSession, ServerOptions, Session, ShardedSession
+from longctx import Conversation, DocSession, RepoSession, ServerOptions, Session, ShardedSession
 from longctx.backends.base import Backend, connect
-from longctx.errors import ServerUnreachable
+from longctx.errors import ServerUnreachable, SessionNotFound
 from longctx.retry import instant_retries
 from longctx.sessions import resume
 from longctx.store import Store, StoredPack
@@ -48,10 +50,41 @@ def test_a_session_against_an_unreachable_server_is_built_and_fails_on_first_ask
     session.close()
 
 
-def test_constructing_reads_no_file(tmp_path: Path) -> None:
-    # A path that does not exist is found out by the first call, not the constructor.
-    RepoSession(tmp_path / "not-yet-there")
-    Session(pack=PACK)
+_WATCHING: list[list[tuple[str, str]]] = []
+
+
+def _audit(event: str, arguments: tuple[object, ...]) -> None:
+    # Audit hooks cannot be removed: this one records only while a test watches.
+    if _WATCHING and event in {"open", "os.listdir", "os.scandir", "os.mkdir", "socket.connect"}:
+        _WATCHING[-1].append((event, str(arguments[0] if event != "socket.connect" else arguments[1])))
+
+
+sys.addaudithook(_audit)
+
+
+def test_constructing_reads_no_file(tmp_path: Path, repository: Path) -> None:
+    home = Path(os.environ["LONGCTX_HOME"])
+    seen: list[tuple[str, str]] = []
+    _WATCHING.append(seen)
+    try:
+        # A path that does not exist is found out by the first call, not the constructor.
+        missing = RepoSession(tmp_path / "not-yet-there")
+        present = RepoSession(repository, server=ServerOptions("http://127.0.0.1:9/v1"))
+        bare = Session(pack=PACK)
+    finally:
+        _WATCHING.remove(seen)
+    touched = [(event, path) for event, path in seen if str(tmp_path) in path or event == "socket.connect"]
+    assert touched == [], touched
+    assert not home.exists()  # the store is opened on first use
+    assert missing.paths and present.paths and bare.pack == PACK
+    # The watch sees a read when there is one.
+    control: list[tuple[str, str]] = []
+    _WATCHING.append(control)
+    try:
+        (repository / "a.py").read_text()
+    finally:
+        _WATCHING.remove(control)
+    assert ("open", str(repository / "a.py")) in control
 
 
 def test_a_session_closes_the_backend_and_store_it_opened_and_only_those(
@@ -103,7 +136,7 @@ def test_aask_waits_for_a_turn_in_flight(backend: Backend, tmp_path: Path) -> No
         )
 
     asyncio.run(both())
-    stored = store.turns(session.id)
+    stored = store.sessions.turns(session.id)
     assert sorted(turn.position for turn in stored) == [0, 1, 2]
     assert len(session.turns) == 3
 
@@ -136,3 +169,79 @@ def test_a_sharded_answer_is_an_answer_with_its_shards(
     answer = session.ask("What is x?")
     assert answer.shard_answers and answer.question == "What is x?"
     assert answer.to_dict()["shard_answers"][0]["question"] == "What is x?"
+
+
+def test_resume_opens_the_default_store_once_and_the_session_owns_it(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Session(backend, PACK) as first:
+        first.ask("one?")
+    opened: list[Store] = []
+    closed: list[Store] = []
+    real_open, real_close = Store.open.__func__, Store.close  # type: ignore[attr-defined]
+
+    def counting_open(cls: type[Store], home: Path | None = None) -> Store:
+        opened.append(real_open(cls, home))
+        return opened[-1]
+
+    def counting_close(self: Store) -> None:
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(Store, "open", classmethod(counting_open))
+    monkeypatch.setattr(Store, "close", counting_close)
+    resumed = resume(first.id, backend)
+    assert len(opened) == 1 and not closed
+    assert isinstance(resumed, Session) and [turn.question for turn in resumed.turns] == ["one?"]
+    resumed.close()
+    assert closed == opened  # the resumed session owned the one store and closed it
+    with pytest.raises(SessionNotFound):
+        resume("no-such-session", backend)
+    assert len(opened) == 2 and closed == opened  # a failed lookup closes what it opened
+
+
+def test_an_unknown_keyword_is_a_type_error_naming_it(repository: Path) -> None:
+    for kind in (RepoSession, DocSession, ShardedSession):
+        with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):
+            kind(repository, base_url="http://host:9/v1", model="m", bogus=3)  # type: ignore[call-arg]
+
+
+def test_base_url_model_and_api_key_are_taken_where_a_user_reaches_for_them(
+    repository: Path, fake: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other = "http://other-host:7/v1"
+    reached: list[ServerOptions] = []
+    seen_hosts: list[str] = []
+
+    def connecting(server: ServerOptions) -> Backend:
+        reached.append(server)
+
+        def handler(request: httpx2.Request) -> httpx2.Response:
+            seen_hosts.append(f"{request.url.host}:{request.url.port}")
+            return fake.handle(request)
+
+        return connect(server, transport=httpx2.MockTransport(handler))
+
+    monkeypatch.setattr("longctx.sessions.resources.connect", connecting)
+    with RepoSession(repository, base_url=other, model="fake-model", api_key="secret") as session:
+        assert session.ask("what is x?").text == fake.answer
+    assert reached[0].base_urls() == (other,) and reached[0].model == "fake-model"
+    assert reached[0].resolved_api_key() == "secret"
+    assert seen_hosts and set(seen_hosts) == {"other-host:7"}  # never the default 127.0.0.1:8000
+    # A URL given as server= is that server, as connect() takes it.
+    with RepoSession(repository, server=other) as session:
+        session.ask("and again?")
+    assert reached[-1].base_urls() == (other,)
+
+
+def test_server_and_base_url_together_or_an_option_of_the_wrong_type_are_refused_at_once(
+    repository: Path,
+) -> None:
+    with pytest.raises(TypeError, match="not both"):
+        RepoSession(repository, server=ServerOptions("http://a:1/v1"), base_url="http://b:2/v1")
+    with pytest.raises(TypeError, match=r"request=\.\.\.\) takes a RequestOptions, not dict"):
+        RepoSession(repository, request={"max_tokens": 8})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a CorpusOptions"):
+        DocSession(repository, corpus={"include": ["*.py"]})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a ServerOptions or a URL, not int"):
+        ShardedSession(repository, server=8000)  # type: ignore[arg-type]

@@ -117,7 +117,7 @@ def test_a_shallow_clone_keeps_no_times(tmp_path: Path) -> None:
     subprocess.run(command, check=True, capture_output=True)
     with Store.open(tmp_path / "home") as store:
         corpus = load_corpus(clone, store=store)
-        kept = store._query("SELECT COUNT(*) AS kept FROM commit_times")[0]["kept"]
+        kept = store.database.query("SELECT COUNT(*) AS kept FROM commit_times")[0]["kept"]
 
     assert kept == 0
     assert _order(corpus) == _order(load_corpus(clone))
@@ -126,9 +126,9 @@ def test_a_shallow_clone_keeps_no_times(tmp_path: Path) -> None:
 def test_the_store_keeps_the_newest_sets_only(tmp_path: Path) -> None:
     with Store.open(tmp_path / "home") as store:
         for number in range(5):
-            store.save_commit_times(f"key-{number}", {"a.py": number}, keep=3)
-        assert store.commit_times("key-0") is None
-        assert store.commit_times("key-4") == {"a.py": 4}
+            store.caches.save_commit_times(f"key-{number}", {"a.py": number}, keep=3)
+        assert store.caches.commit_times("key-0") is None
+        assert store.caches.commit_times("key-4") == {"a.py": 4}
         names = {"caf\udce9.py": 7}  # a name that is not UTF-8 on disk
-        store.save_commit_times("odd", names)
-        assert store.commit_times("odd") == names
+        store.caches.save_commit_times("odd", names)
+        assert store.caches.commit_times("odd") == names

@@ -155,9 +155,9 @@ def test_a_kept_text_comes_back_from_the_store_as_it_was_extracted(
     extracted = PdfText("--- page 1 of 1 ---\nodd \udcff byte\n", 1, ("pypdf: a note", "page 1: x"))
     monkeypatch.setattr(pdf_module, "extract_pdf", lambda data: extracted)
     with Store.open(tmp_path / "home") as store:
-        assert pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store) == extracted
+        assert pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store.caches) == extracted
         monkeypatch.setattr(pdf_module, "extract_pdf", lambda data: pytest.fail("parsed again"))
-        kept = pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store)
+        kept = pdf_module.extract_pdf_cached(b"%PDF", "b" * 64, store.caches)
     assert kept == extracted and isinstance(kept, PdfText)
 
 
@@ -170,7 +170,7 @@ def test_a_pdf_that_fails_is_not_kept(tmp_path: Path) -> None:
         for _ in range(2):
             entry = load_corpus(folder, store=store).manifest.get("locked.pdf")
             assert entry is not None and entry.status == "skipped" and entry.reason == "encrypted"
-        rows = store._query("SELECT COUNT(*) AS kept FROM pdf_texts")
+        rows = store.database.query("SELECT COUNT(*) AS kept FROM pdf_texts")
     assert rows[0]["kept"] == 0
 
 

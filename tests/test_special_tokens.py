@@ -112,11 +112,11 @@ def test_a_document_with_special_spellings_is_packed_broken_and_noted(tmp_path: 
 
 def test_the_store_keeps_special_tokens_per_tokenizer(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "home")
-    assert store.special_tokens("server:vllm:m:abc") is None
-    store.save_special_tokens("server:vllm:m:abc", ["<|im_end|>", "<think>"])
-    store.save_special_tokens("server:sglang:m:def", [])
-    assert store.special_tokens("server:vllm:m:abc") == ("<|im_end|>", "<think>")
-    assert store.special_tokens("server:sglang:m:def") == ()
+    assert store.caches.special_tokens("server:vllm:m:abc") is None
+    store.caches.save_special_tokens("server:vllm:m:abc", ["<|im_end|>", "<think>"])
+    store.caches.save_special_tokens("server:sglang:m:def", [])
+    assert store.caches.special_tokens("server:vllm:m:abc") == ("<|im_end|>", "<think>")
+    assert store.caches.special_tokens("server:sglang:m:def") == ()
     store.close()
 
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections import Counter
 from pathlib import Path
 
+from corpus_fixtures import committed_repo
 from engine_helpers import tokenize_messages
 
 from longctx.backends.base import connect
@@ -26,14 +26,8 @@ HOSTILE = (
 
 
 def _repository(root: Path) -> Path:
-    root.mkdir()
-    (root / "NOTES.md").write_text(HOSTILE)
-    (root / "main.py").write_text(f"print('fixture {uuid.uuid4()}')\n")
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-C", str(root)]
-    subprocess.run(["git", "init", "-q", str(root)], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "fixture"], check=True)
-    return root
+    files = {"NOTES.md": HOSTILE, "main.py": f"print('fixture {uuid.uuid4()}')\n"}
+    return committed_repo(root, files, message="fixture")
 
 
 def test_document_special_tokens_do_not_reach_the_model(
@@ -58,7 +52,7 @@ def test_document_special_tokens_do_not_reach_the_model(
         )
         answer = session.ask("What does NOTES.md say?")
         assert answer.text.strip()  # the answer comes back
-        assert store.special_tokens(tokenizer.identity) == learned  # kept per server identity
+        assert store.caches.special_tokens(tokenizer.identity) == learned  # kept per server identity
 
         notes = {entry.path: entry.notes for entry in session.corpus.manifest.included}
         assert notes["NOTES.md"] == ("7 special-token spellings broken (U+200B after their first character)",)

@@ -17,7 +17,11 @@ STORE_PACKAGE = Path(longctx.store.__file__).parent
 
 EXPORTED = {
     "DATABASE_NAME",
+    "ContentCaches",  # the parts of a Store: store.caches, store.sessions, store.blobs, store.database
     "CounterCheckRecord",
+    "Database",
+    "SessionLog",
+    "SnapshotTexts",
     "Opening",  # a new session with what it did before its first turn (sessions/recording.py)
     "RequestRecord",
     "SessionRecord",
@@ -38,13 +42,13 @@ def test_the_package_exports_what_store_py_exported() -> None:
 
 def test_closing_twice_does_nothing_and_a_closed_store_refuses_reads(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "home")
-    store.save_token_counts("t", {"a" * 64: 3})
+    store.caches.save_token_counts("t", {"a" * 64: 3})
     store.close()
     store.close()
     with pytest.raises(StoreError):
-        store.token_counts("t", ["a" * 64])
+        store.caches.token_counts("t", ["a" * 64])
     with Store.open(tmp_path / "home") as again:
-        assert again.token_counts("t", ["a" * 64]) == {"a" * 64: 3}
+        assert again.caches.token_counts("t", ["a" * 64]) == {"a" * 64: 3}
     again.close()
 
 
@@ -94,9 +98,27 @@ def test_constructing_a_store_does_no_io_and_open_opens(tmp_path: Path) -> None:
     path = tmp_path / "home" / "longctx.db"
     store = Store(path)
     assert not path.parent.exists()  # nothing made until the store is used
-    assert store.sessions() == []
+    assert store.sessions.sessions() == []
     assert path.exists()
     store.close()
     opened = Store.open(tmp_path / "other")
     assert (tmp_path / "other" / "longctx.db").exists()  # open() opens at once
     opened.close()
+
+
+def test_the_store_is_lifecycle_and_parts_over_one_connection(tmp_path: Path) -> None:
+    from longctx.store import ContentCaches, Database, SessionLog, SnapshotTexts
+
+    public = {name for name in dir(Store) if not name.startswith("_")}
+    assert public == {"open", "connect", "close", "path"}
+    store = Store(tmp_path / "home" / "longctx.db")
+    assert not (tmp_path / "home").exists()  # constructing does no I/O
+    assert isinstance(store.sessions, SessionLog) and isinstance(store.caches, ContentCaches)
+    assert isinstance(store.blobs, SnapshotTexts) and isinstance(store.database, Database)
+    for part in (SessionLog, ContentCaches, SnapshotTexts, Database):
+        assert part.__doc__ and len([n for n in dir(part) if not n.startswith("_")]) <= 16, part
+    with store:
+        store.caches.save_token_counts("tok", {"a" * 64: 3})
+        store.sessions.sessions()
+        # One connection: what one part writes, the database shows the others.
+        assert store.database.query("SELECT tokens FROM token_counts")[0]["tokens"] == 3

@@ -57,12 +57,12 @@ def test_an_earlier_database_is_upgraded_and_keeps_its_counts(tmp_path: Path) ->
     path = _earlier_database(tmp_path / "home")
 
     with Store.open(tmp_path / "home") as store:
-        assert store.token_counts("t", ["a" * 64]) == {"a" * 64: 7}
+        assert store.caches.token_counts("t", ["a" * 64]) == {"a" * 64: 7}
         # The old snapshot has no manifest of its own: it is not read back (the pack is rebuilt).
-        assert store.pack_snapshot("slot", "state") is None
-        store.save_commit_times("key", {"a.py": 1})
-        assert store.commit_times("key") == {"a.py": 1}
-        assert store._query("SELECT COUNT(*) AS n FROM pdf_texts")[0]["n"] == 0
+        assert store.caches.pack_snapshot("slot", "state") is None
+        store.caches.save_commit_times("key", {"a.py": 1})
+        assert store.caches.commit_times("key") == {"a.py": 1}
+        assert store.database.query("SELECT COUNT(*) AS n FROM pdf_texts")[0]["n"] == 0
 
     version = sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0]
     assert version == len(MIGRATIONS)
@@ -75,10 +75,10 @@ def test_a_database_of_version_5_gains_the_special_tokens_table_and_keeps_its_da
     )
 
     with Store.open(home) as store:
-        assert store.commit_times("k") == {"a": 1}
-        assert store.special_tokens("server:vllm:tiny:0") is None
-        store.save_special_tokens("server:vllm:tiny:0", ["<|im_end|>"])
-        assert store.special_tokens("server:vllm:tiny:0") == ("<|im_end|>",)
+        assert store.caches.commit_times("k") == {"a": 1}
+        assert store.caches.special_tokens("server:vllm:tiny:0") is None
+        store.caches.save_special_tokens("server:vllm:tiny:0", ["<|im_end|>"])
+        assert store.caches.special_tokens("server:vllm:tiny:0") == ("<|im_end|>",)
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
@@ -96,15 +96,15 @@ def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(t
     )
 
     with Store.open(home) as store:
-        (old,) = store.turns("s")
+        (old,) = store.sessions.turns("s")
         assert old.answer == "a." and old.answer_ids is None
         usage = Usage(10, 0, None, 3, None, None)
         request = RequestRecord("r", "s", None, "turn", 0.0, "http://x/v1", "vllm", "m", usage, 1)
         turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, answer_ids=(5, 6, 7))
-        store.commit_turn(turn, request)
-        assert [t.answer_ids for t in store.turns("s")] == [None, (5, 6, 7)]
-        assert store.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
-        assert store.answered(["job:x:0"]) == {}
+        store.sessions.commit_turn(turn, request)
+        assert [t.answer_ids for t in store.sessions.turns("s")] == [None, (5, 6, 7)]
+        assert store.sessions.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
+        assert store.sessions.answered(["job:x:0"]) == {}
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 10 == len(MIGRATIONS)
 
 
@@ -123,14 +123,14 @@ def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp
     )
 
     with Store.open(home) as store:
-        (old,) = store.counter_checks(["s"])
+        (old,) = store.sessions.counter_checks(["s"])
         assert old.others_reported == 0 and old.window_id is None
         shared = CounterCheckRecord(
             "s", None, "http://x/v1", "c", 150, 190, 10, 1, others_reported=30, window_id="w"
         )
-        store.record_counter_check(shared)
-        assert store.counter_checks(["s"]) == [old, shared]
-        check = combine_checks(store.counter_checks(["s"]))
+        store.sessions.record_counter_check(shared)
+        assert store.sessions.counter_checks(["s"]) == [old, shared]
+        check = combine_checks(store.sessions.counter_checks(["s"]))
     assert check is not None and check.matches and (check.server_delta, check.reported) == (90, 60)
     assert check.others_reported == 30 and "other calls of this process" in check.note
 
@@ -157,7 +157,7 @@ def _open_fresh(home: str, start: Any, threads: int) -> list[str]:
         start.wait()
         try:
             with Store.open(Path(home)) as store:
-                store.save_commit_times(f"key-{os.getpid()}-{threading.get_ident()}", {"a.py": 1})
+                store.caches.save_commit_times(f"key-{os.getpid()}-{threading.get_ident()}", {"a.py": 1})
         except Exception as error:  # noqa: BLE001 - every failure is the finding, whatever its type
             errors.append(f"{type(error).__name__}: {error}")
 

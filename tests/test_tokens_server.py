@@ -87,7 +87,7 @@ def test_count_many_matches_count(engine: str) -> None:
 
 
 def test_sglang_batches_stay_below_a_size_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("longctx.backends.tokenizer._SGLANG_BATCH_CHARS", 100)
+    monkeypatch.setattr("longctx.backends.tokenizer._BATCH_CHARS", 100)
     server = FakeServer("sglang")
     texts = ["x " * 30] * 7
     assert server.tokenizer().count_many(texts) == [30] * 7
@@ -169,7 +169,7 @@ def test_cached_counts_asks_only_for_unseen_texts() -> None:
         assert tokenizer.asked == ["aaaa", "bbbbbbbb"]
         assert cached_counts(tokenizer, ["bbbbbbbb", "cccc"], store) == [2, 1]
         assert tokenizer.asked == ["aaaa", "bbbbbbbb", "cccc"]
-        assert store.token_counts("counting", [text_sha256("cccc")]) == {text_sha256("cccc"): 1}
+        assert store.caches.token_counts("counting", [text_sha256("cccc")]) == {text_sha256("cccc"): 1}
     assert cached_counts(tokenizer, ["dd"]) == [1]
 
 

@@ -154,7 +154,7 @@ def test_an_empty_chat_waits_for_its_warm_start_and_leaves_no_session(
     result = CliRunner().invoke(main, ["chat", str(repository)], obj=Runtime(backend=backend), input="\n")
     assert result.exit_code == 0, result.output
     assert "no question asked" in result.stderr
-    assert Store.open().sessions() == []
+    assert Store.open().sessions.sessions() == []
 
 
 def test_answer_reuse_is_what_the_next_turn_cached_past_the_previous_prompt() -> None:
@@ -198,7 +198,7 @@ def test_chat_turn_lines_and_the_report_say_how_much_of_the_previous_answer_was_
 
 
 def _nothing_stored(store: Store) -> bool:
-    return store.sessions(include_branches=True) == [] and store.requests() == []
+    return store.sessions.sessions(include_branches=True) == [] and store.sessions.requests() == []
 
 
 def test_a_warmed_session_closed_before_a_question_leaves_nothing_in_the_store(
@@ -214,7 +214,7 @@ def test_a_warmed_session_closed_before_a_question_leaves_nothing_in_the_store(
     assert result is not None and result.usage is not None
     assert len(fake.chat_bodies) == 1
     assert _nothing_stored(store)
-    assert store.counter_checks([session.id]) == []
+    assert store.sessions.counter_checks([session.id]) == []
 
 
 def test_the_first_answer_stores_the_session_with_its_warm_start_and_counter_check(
@@ -228,12 +228,12 @@ def test_the_first_answer_stores_the_session_with_its_warm_start_and_counter_che
         session.warming.wait(10)
         assert _nothing_stored(store)
         session.ask("what does a return?")
-        assert [record.id for record in store.sessions()] == [session.id]
-        assert [r.purpose for r in store.requests(session_ids=[session.id])] == ["warm", "turn"]
+        assert [record.id for record in store.sessions.sessions()] == [session.id]
+        assert [r.purpose for r in store.sessions.requests(session_ids=[session.id])] == ["warm", "turn"]
         # The warm start's check and the turn's (settled off the answer's path: the report
         # waits for it): both refer to the session, stored with it.
         session.report()
-        assert len(store.counter_checks([session.id])) == 2
+        assert len(store.sessions.counter_checks([session.id])) == 2
         # Stored, the requests tell a later warm start that the server holds the prefix.
         again = session.warm_start().wait(10)
         assert again is not None and again.skipped is not None
@@ -304,7 +304,7 @@ def test_chat_token_history_is_kept_with_the_session_and_applied_on_resume(
     )
     assert first.exit_code == 0, first.output
     session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
-    assert Store.open().session(session_id).settings["token_history"] is True
+    assert Store.open().sessions.session(session_id).settings["token_history"] is True
     # A server without a tokenize route (this one) gets plain chat requests.
     assert all("messages" in body and "return_token_ids" not in body for body in fake.chat_bodies)
     resumed = runner.invoke(

@@ -8,6 +8,8 @@ standard-library files of about that many tokens is packed, then:
 - ``ask_many default``: ``RepoSession.ask_many`` of 8 with default options;
 - ``ask_many c8 lead``: the same with ``dispatch="lead"``, concurrency 8;
 - ``ask_many c8``: concurrency 8, dispatch ``auto``;
+- ``ask_many c8 together`` / ``ask_many c8 admitted``: the other strategies, when
+  ``--dispatches`` names them (``lead`` is always run; the SGLang run names all three);
 - ``plain lead then 7``: a plain HTTP client, one request, then 7 at once after its first token;
 - ``plain all 8 doc-first``: the plain client sending all 8 at once, documents first;
 - ``plain all 8 question-first``: all 8 at once, the question before the documents;
@@ -18,6 +20,11 @@ standard-library files of about that many tokens is packed, then:
   question, its TTFT, without and with a warm start (``RequestOptions(warm_start=True)``,
   as ``longctx chat`` opens; the question asked ``--warm-wait`` seconds after
   opening, as a person types).
+
+The engine is whatever answers at ``--base-url`` (vLLM or SGLang, read from the
+server); the scenarios are the same for both. ``--deadline`` stops starting new
+scenarios after that many seconds, so a run under a time limit keeps what it
+measured (results are written after every scenario).
 
 Every scenario runs under its own ``cache_salt``, so each starts cold. The
 plain client uses only the standard library (``http.client``), so it pays
@@ -56,6 +63,12 @@ TURNS = (
     "What would you refactor first?",
     "Write the first test you would add.",
 )
+# What the report shows of a server's own settings (SGLang's /get_server_info; vLLM's cache_config_info).
+SETTINGS_SHOWN = (
+    "schedule_policy", "page_size", "chunked_prefill_size", "attention_backend", "kv_cache_dtype",
+    "max_total_num_tokens", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
+    "disable_radix_cache", "sampling_backend", "block_size", "cache_dtype", "enable_prefix_caching",
+)  # fmt: skip
 # Room left in the window for the chat template, the question and the answer.
 WINDOW_ROOM = 4096
 
@@ -285,9 +298,24 @@ def first_question(
     }
 
 
+class Deadline(Exception):
+    """No time left to start another scenario."""
+
+
 def run_context(
-    target: int, base_url: str, work: Path, *, max_tokens: int, repeats: int, warm_wait: float
+    target: int,
+    base_url: str,
+    work: Path,
+    *,
+    max_tokens: int,
+    repeats: int,
+    warm_wait: float,
+    dispatches: Sequence[str] = ("lead",),
+    deadline: float | None = None,
+    into: dict[str, Any] | None = None,
+    on_record: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
+    """Every scenario at one context size, into ``into`` (the caller's dict, filled as they finish)."""
     from longctx.backends.base import connect
     from longctx.config import RequestOptions, ServerOptions
     from longctx.errors import BudgetError
@@ -313,6 +341,9 @@ def run_context(
             break
         ratio *= target / prefix_tokens
     log(f"context {target}: pack of {prefix_tokens:,} tokens")
+    context = {} if into is None else into
+    context.update({"target_tokens": target, "prefix_tokens": prefix_tokens})
+    scenarios: dict[str, list[dict[str, Any]]] = context.setdefault("scenarios", {})
     pack_text = messages_doc_first[0][1]["content"].removesuffix(QUESTIONS[0])
     system = messages_doc_first[0][0]["content"]
     question_first = [
@@ -321,12 +352,15 @@ def run_context(
     ]
     with connect(base_url) as backend:
         client = PlainClient(backend.info.api_url, backend.info.model)
-    scenarios: dict[str, list[dict[str, Any]]] = {}
 
     def record(name: str, run: Callable[[], dict[str, Any]]) -> None:
+        if deadline is not None and time.monotonic() > deadline:
+            raise Deadline(name)
         result = run()
         scenarios.setdefault(name, []).append(result)
         log(f"context {target}: {name}: {result['wall_s']:.2f} s")
+        if on_record is not None:
+            on_record()
 
     # One untimed batch first: the first batch after packing paid extra on the CPU smoke run
     # (the server's first requests of this length), which no scenario should carry.
@@ -339,10 +373,13 @@ def run_context(
             lambda: plain_batch(client, messages_doc_first, max_tokens, lead_first=False),
         )
     record("ask_many c8", lambda: api_batch_scenario(repo, base_url, home, max_tokens, concurrency=8))
-    record(
-        "ask_many c8 lead",
-        lambda: api_batch_scenario(repo, base_url, home, max_tokens, concurrency=8, dispatch="lead"),
-    )
+    for strategy in ("lead", *(d for d in dispatches if d != "lead")):
+        record(
+            f"ask_many c8 {strategy}",
+            lambda strategy=strategy: api_batch_scenario(
+                repo, base_url, home, max_tokens, concurrency=8, dispatch=strategy
+            ),
+        )
     record("plain lead then 7", lambda: plain_batch(client, messages_doc_first, max_tokens, lead_first=True))
     record(
         "plain all 8 question-first",
@@ -358,7 +395,7 @@ def run_context(
     for _ in range(repeats):
         record("api batch", lambda: api_batch(repo, base_url, home, max_tokens))
         record("cli batch", lambda: cli_batch(repo, base_url, home, max_tokens, work))
-    return {"target_tokens": target, "prefix_tokens": prefix_tokens, "scenarios": scenarios}
+    return context
 
 
 def api_batch_scenario(
@@ -411,12 +448,21 @@ def main() -> None:
     parser.add_argument("--flags", default="", help="the server's launch flags, for the report")
     parser.add_argument("--label", default="gpu", help="a name for this run (results-LABEL.json)")
     parser.add_argument(
+        "--dispatches",
+        default="lead",
+        help="comma-separated dispatch strategies run at concurrency 8 beside auto (lead always)",
+    )
+    parser.add_argument(
+        "--deadline", type=float, default=None, help="seconds after which no new scenario starts"
+    )
+    parser.add_argument(
         "--warm-wait",
         type=float,
         default=10.0,
         help="seconds between opening a session and its first question",
     )
     args = parser.parse_args()
+    deadline = None if args.deadline is None else time.monotonic() + args.deadline
 
     from longctx.backends.base import connect
 
@@ -436,7 +482,11 @@ def main() -> None:
             "model": info.model,
             "context_length": info.context_length,
             "cache_block_tokens": info.cache_block_tokens,
+            "schedule_policy": info.schedule_policy,
+            "kv_cache_tokens": info.kv_cache_tokens,
+            "server_settings": {k: info.settings[k] for k in SETTINGS_SHOWN if k in info.settings},
             "flags": args.flags,
+            "dispatches": ["lead", *(d for d in args.dispatches.split(",") if d and d != "lead")],
             "answer_tokens": args.answer_tokens,
             "python": platform.python_version(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -444,9 +494,16 @@ def main() -> None:
         "contexts": [],
     }
     path = args.out / f"results-{args.label}.json"
+
+    def save() -> None:
+        # Written after every scenario, so a run cut short keeps what it measured.
+        path.write_text(json.dumps(results, indent=2))
+
     with tempfile.TemporaryDirectory(prefix="longctx-gpu-") as scratch:
         for target in targets:
-            results["contexts"].append(
+            context: dict[str, Any] = {"target_tokens": target, "scenarios": {}}
+            results["contexts"].append(context)
+            try:
                 run_context(
                     target,
                     args.base_url,
@@ -454,10 +511,17 @@ def main() -> None:
                     max_tokens=args.answer_tokens,
                     repeats=args.repeats,
                     warm_wait=args.warm_wait,
+                    dispatches=[d for d in args.dispatches.split(",") if d],
+                    deadline=deadline,
+                    into=context,
+                    on_record=save,
                 )
-            )
-            # Written after every context, so a run cut short keeps what it measured.
-            path.write_text(json.dumps(results, indent=2))
+            except Deadline as stop:
+                context["stopped_before"] = str(stop)
+                log(f"context {target}: deadline reached before {stop}")
+                save()
+                break
+            save()
     log(f"results in {path}")
 
 

@@ -27,17 +27,26 @@ pip download -q $PLAT -d "$DEST"/deps cachetools blake3 "fastapi[standard]<0.137
   "model-hosting-container-standards>=0.1.14,<1" mcp opentelemetry-sdk opentelemetry-api \
   opentelemetry-exporter-otlp opentelemetry-semantic-conventions-ai gguf
 pip download -q --no-deps $PLAT -d "$DEST"/deps "xgrammar>=0.2.1,<1" "compressed-tensors==0.17.0" "apache-tvm-ffi==0.1.11"
+# longctx from this checkout with its whole requirement tree, resolved by pip rather than listed by
+# hand (a hand list missed httpx2's httpcore2 and truststore, and the GPU run failed to import longctx).
 pip wheel -q --no-deps -w "$DEST"/lx .
-pip download -q --no-deps $PLAT -d "$DEST"/lx gitpython gitdb smmap pypdf tenacity platformdirs
+pip download -q $PLAT -d "$DEST"/lx "$DEST"/lx/longctx*.whl
 pip download -q --no-deps $PLAT -d "$DEST"/rt vllm-router orjson
-# Leave out what the GPU image already has.
+# Leave out what the GPU image already has, and a wheel an earlier folder already holds (install.sh
+# installs the three folders in one pip call, which refuses two of one name; two versions stop here).
 python3 - "$HERE/image-packages.txt" "$DEST"/deps "$DEST"/lx "$DEST"/rt <<'PY'
 import os, re, sys
 have = {l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")}
+seen = {}
 for d in sys.argv[2:]:
-    for f in os.listdir(d):
-        if re.split(r"-\d", f)[0].lower().replace("_", "-") in have and not f.startswith("longctx"):
+    for f in sorted(os.listdir(d)):
+        name = re.split(r"-\d", f)[0].lower().replace("_", "-")
+        if (name in have and not f.startswith("longctx")) or seen.get(name) == f:
             os.remove(os.path.join(d, f))
+        elif name in seen:
+            sys.exit(f"two versions of {name}: {seen[name]} and {d}/{f}")
+        else:
+            seen[name] = f
 PY
 cp "$MODEL"/tokenizer.json "$MODEL"/tokenizer_config.json "$MODEL"/chat_template.jinja "$DEST"/tok/ 2>/dev/null || cp "$MODEL"/tokenizer* "$DEST"/tok/
 rm -rf "$W"; du -sh "$DEST"/*

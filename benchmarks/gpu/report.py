@@ -1,7 +1,9 @@
-"""Turn the GPU benchmark's results-*.json into docs/benchmarks.md's "gpu-siblings" section.
+"""Turn the GPU benchmark's results-*.json into docs/benchmarks.md's GPU siblings section.
 
 Usage: python benchmarks/gpu/report.py OUT/results-h200*.json [--write]
-Without --write the section is printed; with it, it replaces the section between its markers.
+Without --write the section is printed; with it, it replaces the section between its markers:
+"gpu-siblings" for a vLLM run, "gpu-siblings-sglang" for an SGLang run (the engine is read from
+the results). Rows a run did not reach (``bench_gpu.py --deadline``) are named, not left out silently.
 """
 
 from __future__ import annotations
@@ -15,38 +17,69 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-SECTION = "gpu-siblings"
+SECTIONS = {"vllm": "gpu-siblings", "sglang": "gpu-siblings-sglang"}
+TITLES = {
+    "vllm": "## Siblings, sessions and the CLI on a GPU",
+    "sglang": "## SGLang on a GPU: siblings, sessions and the CLI",
+}
 ORDER = (
     "ask_many default",
     "ask_many c8",
     "ask_many c8 lead",
+    "ask_many c8 together",
+    "ask_many c8 admitted",
     "plain lead then 7",
     "plain all 8 doc-first",
     "plain all 8 question-first",
 )
+# Every row bench_gpu.py can write, in its order, to name those a run did not reach.
+ALL_ROWS = (*ORDER, "session 5 turns", "first question cold", "first question warm", "api batch", "cli batch")
 
 
 def cached_text(requests: list[dict[str, Any]]) -> str:
     values = [r.get("cached") for r in requests]
-    if any(v is None for v in values):
+    if all(v is None for v in values):
         return "not reported"
+    # SGLang leaves prompt_tokens_details out when nothing was cached: "n/r" (not reported).
     counts: dict[int, int] = {}
     for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return " + ".join(f"{n} x {v:,}" if n > 1 else f"{v:,}" for v, n in sorted(counts.items()))
+        counts[-1 if value is None else value] = counts.get(-1 if value is None else value, 0) + 1
+    return " + ".join(
+        (f"{n} x " if n > 1 else "") + ("n/r" if v < 0 else f"{v:,}") for v, n in sorted(counts.items())
+    )
+
+
+def cached_ttfts(scenarios: dict[str, list[dict[str, Any]]]) -> list[float]:
+    """TTFTs of a session's follow-up turns (prompt cached, sent alone): a warm start's yardstick.
+
+    Not the siblings' cached requests: sent together, they wait for the shared prefill."""
+    return [turn["ttft"] for run in scenarios.get("session 5 turns", ()) for turn in run["turns"][1:]]
 
 
 def median_wall(runs: list[dict[str, Any]]) -> float:
     return statistics.median(run["wall_s"] for run in runs)
 
 
-def context_section(context: dict[str, Any], block: int) -> list[str]:
+def context_section(context: dict[str, Any], block: int, dispatches: list[str]) -> list[str]:
     scenarios = context["scenarios"]
     lines = [
         f"### {context['prefix_tokens']:,}-token pack (target {context['target_tokens']:,})",
         "",
         f"Run {context['started']}.",
         "",
+    ]
+    asked = {f"ask_many c8 {d}" for d in dispatches}
+    missing = [
+        name for name in ALL_ROWS
+        if name not in scenarios and not (name.startswith("ask_many c8 ") and name not in asked)
+    ]  # fmt: skip
+    if missing:
+        stop = context.get("stopped_before")
+        lines += [
+            f"Not run{f' (the time limit came before {stop!r})' if stop else ''}: {', '.join(missing)}.",
+            "",
+        ]
+    lines += [
         "| client | wall s (each run) | median | cached per request | dispatch |",
         "|---|---:|---:|---|---|",
     ]
@@ -78,6 +111,14 @@ def context_section(context: dict[str, Any], block: int) -> list[str]:
             verdicts.append(
                 f"question-first / ask_many default: {qf / ours:.1f}x ({'at least' if qf / ours >= 4.5 else 'BELOW'} 4.5x)"
             )
+    strategies = [
+        (median_wall(scenarios[n]), n) for n in ORDER if n.startswith("ask_many c8") and n in scenarios
+    ]
+    if len(strategies) > 1:
+        ranked = ", ".join(
+            f"{n.removeprefix('ask_many c8').strip() or 'auto'} {w:.2f}" for w, n in sorted(strategies)
+        )
+        verdicts.append(f"dispatch at concurrency 8, fastest first (s): {ranked}")
     if "cli batch" in scenarios and "api batch" in scenarios:
         cli, api = median_wall(scenarios["cli batch"]), median_wall(scenarios["api batch"])
         verdicts.append(
@@ -123,14 +164,26 @@ def context_section(context: dict[str, Any], block: int) -> list[str]:
             r["requests"][0]["ttft"] for r in warm
         )
         lines += ["", f"- the warm start cut the first question's TTFT {ratio:.1f}x"]
+        cached = cached_ttfts(scenarios)
+        if cached:
+            warm_ttft = statistics.median(r["requests"][0]["ttft"] for r in warm)
+            yardstick = statistics.median(cached)
+            verdict = "within" if warm_ttft <= 2 * yardstick else "NOT within"
+            lines.append(
+                f"- warm start's first-question TTFT {warm_ttft:.3f} s against a cached request's"
+                f" {yardstick:.3f} s (median of the session's turns 2-5):"
+                f" {warm_ttft / yardstick:.1f}x ({verdict} 2x)"
+            )
     return lines
 
 
 def section(results: dict[str, Any]) -> str:
     meta = results["meta"]
     block = meta.get("cache_block_tokens") or 16
+    settings = meta.get("server_settings") or {}
+    reported = ", ".join(f"{k} {v}" for k, v in settings.items())
     lines = [
-        "## Siblings, sessions and the CLI on a GPU",
+        TITLES.get(meta["engine"], TITLES["vllm"]),
         "",
         f"{meta['gpu']}; {meta['engine']} {meta['version']}, model `{meta['model']}` (8B-shaped Llama, random"
         f" weights, the test suite's tiny tokenizer), window {meta['context_length']:,}, cache block {block};"
@@ -140,8 +193,11 @@ def section(results: dict[str, Any]) -> str:
         " the api/cli batch rows time everything from start (the CLI as a new process).",
         "",
     ]
+    if reported:
+        lines[2] += f" The server reported: {reported}."
+    dispatches = meta.get("dispatches") or ["lead"]  # runs before --dispatches ran lead only
     for context in results["contexts"]:
-        lines += [*context_section(context, block), ""]
+        lines += [*context_section(context, block, dispatches), ""]
     return "\n".join(lines)
 
 
@@ -162,7 +218,7 @@ def main() -> None:
     if args.write:
         from bench import write_section
 
-        write_section(SECTION, body)
+        write_section(SECTIONS.get(merged["meta"]["engine"], SECTIONS["vllm"]), body)
     else:
         print(body)
 

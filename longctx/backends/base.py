@@ -2,8 +2,9 @@
 
 ``connect`` asks the server what it is (vLLM, SGLang or another
 OpenAI-compatible server), which model it serves, its context length, and
-whether prefix caching and cached-token reporting are on. ``Backend.doctor``
-turns that into findings with the exact launch flag to add.
+whether prefix caching and cached-token reporting are on;
+:func:`longctx.serving.doctor.diagnose` turns that into findings with the
+exact launch flag to add.
 
 With several base URLs (replicas of one model), each request goes to the
 replica chosen by rendezvous hashing of its affinity key, so every request
@@ -22,39 +23,30 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
-from longctx.backends.engines import (
-    MISSING_REPORT_FLAG,
-    CacheCounters,
-    Engine,
-    EngineFacts,
-    discover_engine,
-    read_counters,
-)
+from longctx.backends.engines import GENERIC, identify, profiles
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
 from longctx.backends.metrics import Sample, parse_metrics
+from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import AFFINITY_BODY_FIELD, RequestOptions, ServerOptions
+from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
-from longctx.serving.advice import (
-    Finding,
-    detected_router_finding,
-    suggest_router_policy,
-    suggest_server_flags,
-)
 
-__all__ = ["Backend", "DeliveryHooks", "Diagnosis", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
+__all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
 @dataclass(frozen=True)
 class ServerInfo:
-    """What one server said about itself. ``None`` means unknown, not false."""
+    """What one server said about itself. ``None`` means unknown, not false.
+
+    ``profile`` is what longctx knows of its engine; ``engine`` its name.
+    """
 
     api_url: str
     root_url: str
-    engine: Engine
+    profile: EngineProfile = field(repr=False)
     version: str | None
     model: str
     context_length: int | None
@@ -66,60 +58,14 @@ class ServerInfo:
     kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """The outcome of :meth:`Backend.doctor`."""
-
-    servers: tuple[ServerInfo, ...]
-    findings: tuple[Finding, ...]
-    replicas: tuple[ReplicaStatus, ...] = ()
-
     @property
-    def ok(self) -> bool:
-        return not any(finding.severity == "warning" for finding in self.findings)
-
-    def to_text(self) -> str:
-        lines = []
-        if len(self.replicas) > 1:
-            for replica in self.replicas:
-                state = "up" if replica.up else f"DOWN ({replica.last_error or 'never answered'})"
-                lines.append(f"replica {replica.api_url}: {state}")
-        for info in self.servers:
-            lines.append(
-                f"{info.api_url}: {info.engine} {info.version or '(version unknown)'}, model {info.model}, "
-                f"context {info.context_length or 'unknown'}"
-            )
-            lines.append(f"  prefix caching: {_state(info.prefix_caching)}")
-            lines.append(f"  cached-token reporting: {_state(info.cache_reporting)}")
-            lines.append(f"  metrics: {_state(info.metrics)}")
-            if info.cache_block_tokens:
-                lines.append(f"  cache block: {info.cache_block_tokens} tokens")
-            if info.kv_cache_tokens:
-                lines.append(f"  KV cache: {info.kv_cache_tokens:,} tokens")
-        if not self.findings:
-            lines.append("no changes needed")
-        for finding in self.findings:
-            lines.append(
-                f"{finding.severity}: add {finding.flag} "
-                f"({finding.reason}; {finding.setting}={finding.observed})"
-            )
-        return "\n".join(lines)
+    def engine(self) -> str:
+        return self.profile.name
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "servers": [
-                {key: value for key, value in info.__dict__.items() if key != "settings"}
-                for info in self.servers
-            ],
-            "findings": [finding.__dict__ for finding in self.findings],
-            "replicas": [replica.to_dict() for replica in self.replicas],
-        }
-
-
-def _state(value: bool | None) -> str:
-    return "unknown" if value is None else ("on" if value else "OFF")
+        """The facts as JSON values (the engine by name; the raw settings left out)."""
+        facts = {key: value for key, value in self.__dict__.items() if key not in ("profile", "settings")}
+        return {"engine": self.engine, **facts}
 
 
 @dataclass(frozen=True)
@@ -375,7 +321,7 @@ class Backend:
             return request
         fields = self._body_fields
         if fields is None:
-            generic = replica.info is not None and replica.info.engine == "generic"
+            generic = replica.info is not None and replica.info.profile is GENERIC
             fields = (AFFINITY_BODY_FIELD,) if generic else ()
         return replace(request, body_affinity=fields) if fields else request
 
@@ -393,9 +339,10 @@ class Backend:
         assert replica is not None
         self._ready(replica)
         assert replica.info is not None and replica.endpoint is not None
-        if replica.info.engine == "generic":
-            raise ConfigError("only vLLM and SGLang servers offer a tokenize endpoint")
-        return ServerTokenizer(replica.endpoint, replica.info.engine, replica.info.model)
+        if not replica.info.profile.tokenizes:
+            labels = " and ".join(profile.label for profile in profiles() if profile.tokenizes)
+            raise ConfigError(f"only {labels} servers offer a tokenize endpoint")
+        return ServerTokenizer(replica.endpoint, replica.info.profile, replica.info.model)
 
     def counters(self, urls: Iterable[str] | None = None) -> dict[str, CacheCounters | None]:
         """The prefix-cache hit counter of each replica up now (None where it has none).
@@ -415,7 +362,8 @@ class Backend:
                 if router is not None:
                     readings[url] = self._worker_counters(replica, router)
                 else:
-                    readings[url] = read_counters(replica.endpoint, replica.info.engine, replica.info.model)
+                    info = replica.info
+                    readings[url] = info.profile.read_counters(replica.endpoint, info.model, info.version)
         return readings
 
     def router(self, url: str) -> RouterInfo | None:
@@ -467,75 +415,20 @@ class Backend:
             return []
 
     def probe_cache_reporting(self) -> dict[str, bool]:
-        """Send a one-token request to each replica up and see whether it reports cached tokens."""
+        """Send a one-token request to each replica up and see whether it reports cached tokens.
+
+        What is learnt becomes each replica's ``ServerInfo.cache_reporting``
+        (vLLM does not say it otherwise).
+        """
         seen: dict[str, bool] = {}
         request = ChatRequest(messages=({"role": "user", "content": "longctx doctor probe"},), max_tokens=1)
         for url, replica in self._replicas.items():
-            if not self._usable(replica) or replica.chat is None:
+            if not self._usable(replica) or replica.chat is None or replica.info is None:
                 continue
             completion = call_with_retry(partial(replica.chat.complete, request), self.retry).value
             seen[url] = completion.usage.cached_tokens is not None
+            replica.info = replace(replica.info, cache_reporting=seen[url])
         return seen
-
-    def doctor(self, *, probe: bool = True, request: RequestOptions | None = None) -> Diagnosis:
-        """Findings about every replica and the router in front, each with the flag that fixes it.
-
-        With ``probe``, one one-token request per server settles whether it
-        reports cached tokens (vLLM does not say otherwise). A replica that
-        cannot be reached is a warning; the router policy
-        (:attr:`ServerOptions.router_policy`) is checked against
-        ``request``'s ``cache_salt``.
-        """
-        reporting = self.probe_cache_reporting() if probe else {}
-        servers: list[ServerInfo] = []
-        findings: list[Finding] = []
-        salted = bool(request is not None and request.cache_salt)
-        if self.router_policy:
-            findings.extend(suggest_router_policy(self.router_policy, cache_salt=salted))
-        for url, replica in self._replicas.items():
-            router = self.router(url) if replica.up else None
-            if router is not None:
-                findings.append(detected_router_finding(router, declared=self.router_policy, salted=salted))
-            info = replica.info
-            if not replica.up or info is None:
-                findings.append(
-                    Finding(
-                        "warning",
-                        "replica",
-                        f"{url} down",
-                        "(start the replica, or drop its URL)",
-                        "its packs go to the next replica meanwhile: "
-                        f"{replica.last_error or 'never answered'}",
-                    )
-                )
-                if info is None:
-                    continue
-            if url in reporting:
-                info = replace(info, cache_reporting=reporting[url])
-                replica.info = info
-            servers.append(info)
-            if info.engine == "generic":
-                findings.append(
-                    Finding(
-                        "warning",
-                        "engine",
-                        "unknown",
-                        "(serve the model with vLLM or SGLang)",
-                        "longctx cannot check prefix caching or read cache counters on this server",
-                    )
-                )
-                continue
-            observed: dict[str, Any] = dict(info.settings)
-            if info.engine == "vllm" and info.cache_reporting is not None:
-                observed["enable_prompt_tokens_details"] = info.cache_reporting
-            for finding in suggest_server_flags(info.engine, observed):
-                if finding not in findings:
-                    findings.append(finding)
-            # Nothing is suggested for what the server does not report (vLLM
-            # publishes its scheduler settings only in dev mode): a deployment
-            # that already sets them would be told to set them again.
-        ordered = sorted(findings, key=lambda f: f.severity != "warning")
-        return Diagnosis(tuple(servers), tuple(ordered), self.replicas)
 
     def close(self) -> None:
         for replica in self._replicas.values():
@@ -555,10 +448,14 @@ class Backend:
 
 def _any_engine_counters(endpoint: HttpEndpoint, model: str) -> CacheCounters | None:
     """A router's worker's counter, whichever engine it is (the router's own listing may not say)."""
-    try:
-        return read_counters(endpoint, "vllm", model) or read_counters(endpoint, "sglang", model)
-    except BackendError:
-        return None
+    for profile in profiles():
+        try:
+            reading = profile.read_counters(endpoint, model, None)
+        except BackendError:
+            return None
+        if reading is not None:
+            return reading
+    return None
 
 
 def _discover(
@@ -584,24 +481,18 @@ def _discover(
             )
         chosen = matching[0]
     name = str(chosen["id"])
-    facts: EngineFacts = discover_engine(endpoint, chosen.get("owned_by"), name)
+    profile = identify(endpoint, chosen.get("owned_by"))
+    facts = profile.facts(endpoint, name)
     context = chosen.get("max_model_len")
-    if facts.engine == "sglang" and isinstance(facts.settings.get("context_length"), int):
-        context = context or facts.settings["context_length"]
+    if not context and profile.context_setting:
+        context = facts.settings.get(profile.context_setting)
     info = ServerInfo(
         api_url=endpoint.api_url,
         root_url=endpoint.root_url,
-        engine=facts.engine,
-        version=facts.version,
+        profile=profile,
         model=name,
         context_length=int(context) if isinstance(context, int) else None,
-        prefix_caching=facts.prefix_caching,
-        cache_reporting=facts.cache_reporting,
-        metrics=facts.metrics,
-        cache_block_tokens=facts.cache_block_tokens,
-        schedule_policy=facts.schedule_policy,
-        kv_cache_tokens=facts.kv_cache_tokens,
-        settings=facts.settings,
+        **vars(facts),  # EngineFacts' fields are ServerInfo's, by name
     )
     return info, endpoint
 
@@ -643,8 +534,7 @@ def connect(
                 api_key=key,
                 timeout=options.timeout,
                 stall_timeout=options.stall_timeout,
-                missing_cache_reason=MISSING_REPORT_FLAG[info.engine],
-                engine=info.engine,
+                profile=info.profile,
                 affinity_headers=headers,
                 transport=transport,
                 async_transport=async_transport,

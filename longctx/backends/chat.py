@@ -42,7 +42,13 @@ from longctx.backends.http import (
     make_client,
     post_events,
 )
-from longctx.config import DEFAULT_AFFINITY_HEADERS, ECHOED_HEADERS
+from longctx.backends.profiles import EngineProfile
+from longctx.config import (
+    DEFAULT_AFFINITY_HEADERS,
+    DEFAULT_STALL_TIMEOUT_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    ECHOED_HEADERS,
+)
 from longctx.drivers import Io
 from longctx.usage import Usage
 
@@ -239,20 +245,19 @@ class ChatClient:
         model: str,
         *,
         api_key: str | None = None,
-        timeout: float = 3600.0,
-        stall_timeout: float = 600.0,
-        missing_cache_reason: str,
-        engine: str = "generic",
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        stall_timeout: float = DEFAULT_STALL_TIMEOUT_SECONDS,
+        profile: EngineProfile,
         affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,
         async_transport: AsyncTransport | None = None,
     ) -> None:
         self.api_url = api_url
         self.model = model
-        self.engine = engine
+        self.profile = profile
         self.url = f"{api_url}/chat/completions"
         self.completions_url = f"{api_url}/completions"
-        self._missing = missing_cache_reason
+        self._missing = profile.missing_report
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
@@ -305,11 +310,7 @@ class ChatClient:
 
     def _id_switches(self, *, completions: bool) -> dict[str, bool]:
         """The body fields that make this engine send the prompt's and the answer's token ids."""
-        if self.engine == "vllm" or (self.engine == "sglang" and completions):
-            return {"return_token_ids": True}
-        if self.engine == "sglang":
-            return {"return_input_ids_in_sglext": True, "return_output_ids_in_sglext": True}
-        return {}
+        return self.profile.id_switches(completions=completions)
 
     def _heard(self, affinity_key: str | None, headers: Mapping[str, str]) -> None:
         """Keep what the gateway set for ``affinity_key`` to send it back next time (see ECHOED_HEADERS)."""

@@ -1,7 +1,7 @@
-"""What longctx knows of each engine: discovery, cache counters, missing flags.
+"""The engine registry: one :class:`~longctx.backends.profiles.EngineProfile` per engine, and discovery.
 
-Facts from ../shared/design/engines.md, checked against vLLM 0.32 (CPU) and
-SGLang 0.5.23 in the test suite:
+The one module that names engines. Facts from ../shared/design/engines.md,
+checked against vLLM 0.32 (CPU) and SGLang 0.5.23 in the test suite:
 
 - both serve ``GET /v1/models`` with ``owned_by`` naming the engine and
   ``max_model_len`` the effective context length;
@@ -14,97 +14,101 @@ SGLang 0.5.23 in the test suite:
 - SGLang: ``GET /server_info`` (older name ``/get_server_info``) has the flat
   server arguments and ``max_total_num_tokens`` (the KV pool); counters need ``--enable-metrics``
   (``sglang:cached_tokens_total``); cached tokens in OpenAI responses need
-  ``--enable-cache-report``.
+  ``--enable-cache-report``; its tokenize answer's ``max_model_len`` is the
+  tokenizer's, so the context length comes from ``/v1/models``, else its
+  ``context_length`` setting.
+
+Any other OpenAI-compatible server is ``generic``. A new engine is one
+:func:`register` call (:func:`registered` for a test).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from typing import Any
 
 from longctx.backends.http import HttpEndpoint
-from longctx.backends.metrics import parse_metrics, total
+from longctx.backends.metrics import parse_metrics
+from longctx.backends.profiles import (
+    CacheTiers,
+    Check,
+    EngineFacts,
+    EngineProfile,
+    Finding,
+    Measured,
+    RecipeSwitches,
+    truth,
+)
+from longctx.config import DEFAULT_CONCURRENCY
 from longctx.errors import BackendError
 
-__all__ = ["CacheCounters", "Engine", "EngineFacts", "discover_engine", "read_counters"]
+__all__ = [
+    "GENERIC",
+    "SGLANG",
+    "VLLM",
+    "find_profile",
+    "identify",
+    "measured_dispatch",
+    "profiles",
+    "recipe_engines",
+    "register",
+    "registered",
+    "unregister",
+]
 
-Engine = Literal["vllm", "sglang", "generic"]
-
-# The counter whose growth equals the cached tokens the responses report.
-HIT_COUNTER: dict[str, str] = {"vllm": "vllm:prefix_cache_hits_total", "sglang": "sglang:cached_tokens_total"}
-
-MISSING_REPORT_FLAG: dict[str, str] = {
-    "vllm": "vLLM does not report cached tokens: start it with --enable-prompt-tokens-details",
-    "sglang": "SGLang does not report cached tokens: start it with --enable-cache-report",
-    "generic": "the server does not report cached tokens (usage.prompt_tokens_details.cached_tokens)",
-}
-
-
-@dataclass(frozen=True)
-class EngineFacts:
-    """What discovery learnt beyond ``/v1/models``.
-
-    ``None`` means unknown, not false. ``settings`` holds what was observed,
-    in the engine's own names (for :func:`longctx.serving.suggest_server_flags`).
-    """
-
-    engine: Engine
-    version: str | None = None
-    prefix_caching: bool | None = None
-    cache_reporting: bool | None = None
-    metrics: bool | None = None
-    cache_block_tokens: int | None = None
-    schedule_policy: str | None = None
-    kv_cache_tokens: int | None = None
-    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
-
-
-@dataclass(frozen=True)
-class CacheCounters:
-    """A reading of the server's own prefix-cache counters (tokens, since start).
-
-    ``started`` tells the server processes read apart: their
-    ``process_start_time_seconds`` (one per worker, for a router's sum),
-    when ``/metrics`` has it. Two readings with different ``started`` are
-    two processes' counters (a load balancer in front of ``/metrics``, or a
-    restart), and their difference means nothing.
-    """
-
-    counter: str
-    hits: int
-    queries: int | None
-    started: tuple[float, ...] = ()
-
-    def plus(self, other: CacheCounters) -> CacheCounters:
-        """The sum of two servers' readings (a router's workers)."""
-        queries = None if self.queries is None or other.queries is None else self.queries + other.queries
-        return CacheCounters(self.counter, self.hits + other.hits, queries, self.started + other.started)
-
-
-def _truth(value: Any) -> bool | None:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    return None
+CHUNK_TOKENS = 8192
+_SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
+# What doctor's flags buy (Finding.reason), and the flags that name the chunk budget.
+_AGAIN = "without it every request prefills the whole document again"
+_RADIX_OFF = "without the radix cache every request prefills the whole document again"
+_REPORTS = "responses then report cached tokens, so longctx can show what the cache saved"
+_STALLS = "a long prompt otherwise takes whole steps and stalls every running decode"
+_SMALL_CHUNKS = (
+    f"prefill of long prompts runs in chunks of {{value}} tokens; "
+    f"{CHUNK_TOKENS} prefills faster at a small cost in decode latency"
+)
+_NOT_CHUNKED = "chunked prefill is off: a long prompt stalls every running decode"
+_COUNTERS = "exposes server-wide cached-token counters to cross-check longctx's figures"
+_HALVES = "halves KV memory: twice the context x concurrency (check answer quality)"
+_CHUNKED = f"--enable-chunked-prefill --max-num-batched-tokens {CHUNK_TOKENS}"
+_BUDGET = f"--max-num-batched-tokens {CHUNK_TOKENS}"
+_CHUNK_SIZE = f"--chunked-prefill-size {CHUNK_TOKENS}"
 
 
 def _integer(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
 
 
-def discover_engine(endpoint: HttpEndpoint, owned_by: str | None, model: str) -> EngineFacts:
-    """Identify the engine behind ``endpoint`` and read its cache settings."""
-    if owned_by == "vllm":
-        return _discover_vllm(endpoint, model)
-    if owned_by == "sglang" or endpoint.status("/server_info") == 200:
-        return _discover_sglang(endpoint)
-    return EngineFacts(engine="generic")
+def _false(value: Any) -> bool:
+    return truth(value) is False
+
+
+def _true(value: Any) -> bool:
+    return truth(value) is True
+
+
+def _sixteen_bit(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in _SIXTEEN_BIT
+
+
+def _whole(value: Any) -> int | None:
+    """An int, or a string of one (as labels are); a float or a bool is no token count."""
+    return _integer(value) if isinstance(value, (int, str)) else None
+
+
+def _below_chunk(value: Any) -> bool:
+    return (size := _whole(value)) is not None and size < CHUNK_TOKENS
+
+
+def _chunking_off(value: Any) -> bool:
+    # -1 (or 0) turns chunking off; None means SGLang has not resolved its default, so say nothing.
+    return (size := _whole(value)) is not None and size <= 0
 
 
 def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
@@ -126,9 +130,8 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     except BackendError:
         pass
     return EngineFacts(
-        engine="vllm",
         version=version,
-        prefix_caching=_truth(settings.get("enable_prefix_caching")),
+        prefix_caching=truth(settings.get("enable_prefix_caching")),
         # vLLM says nothing of --enable-prompt-tokens-details until a response shows it.
         cache_reporting=None,
         metrics=metrics_ok,
@@ -147,7 +150,7 @@ def _vllm_kv_tokens(labels: Mapping[str, Any]) -> int | None:
     return blocks * block if blocks and block else None
 
 
-def _discover_sglang(endpoint: HttpEndpoint) -> EngineFacts:
+def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     info: dict[str, Any] = {}
     for path in ("/server_info", "/get_server_info"):
         try:
@@ -157,13 +160,12 @@ def _discover_sglang(endpoint: HttpEndpoint) -> EngineFacts:
         if isinstance(loaded, dict):
             info = loaded
             break
-    radix_off = _truth(info.get("disable_radix_cache"))
+    radix_off = truth(info.get("disable_radix_cache"))
     return EngineFacts(
-        engine="sglang",
         version=str(info["version"]) if "version" in info else None,
         prefix_caching=None if radix_off is None else not radix_off,
-        cache_reporting=_truth(info.get("enable_cache_report")),
-        metrics=_truth(info.get("enable_metrics")),
+        cache_reporting=truth(info.get("enable_cache_report")),
+        metrics=truth(info.get("enable_metrics")),
         cache_block_tokens=_integer(info.get("page_size")),
         schedule_policy=info.get("schedule_policy"),
         kv_cache_tokens=_integer(info.get("max_total_num_tokens")),
@@ -171,26 +173,211 @@ def _discover_sglang(endpoint: HttpEndpoint) -> EngineFacts:
     )
 
 
-def read_counters(endpoint: HttpEndpoint, engine: Engine, model: str) -> CacheCounters | None:
-    """The server's prefix-cache hit counter now, or None where it has none."""
-    counter = HIT_COUNTER.get(engine)
-    if counter is None:
-        return None
+# The generic recipes' long-context switches: fp8 KV, prefix caching, chunked prefill, cache reports.
+_VLLM_SWITCHES = (
+    "--kv-cache-dtype", "fp8",
+    "--enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--max-num-batched-tokens", str(CHUNK_TOKENS),
+    "--enable-prompt-tokens-details",
+)  # fmt: skip
+_SGLANG_SWITCHES = (
+    "--kv-cache-dtype", "fp8_e4m3",
+    "--chunked-prefill-size", str(CHUNK_TOKENS),
+    "--enable-cache-report",
+    "--enable-metrics",
+)  # fmt: skip
+
+VLLM = EngineProfile(
+    name="vllm",
+    label="vLLM",
+    missing_report="vLLM does not report cached tokens: start it with --enable-prompt-tokens-details",
+    owned_by=("vllm",),
+    discover=_discover_vllm,
+    tokenize_path="/tokenize",
+    hit_counter="vllm:prefix_cache_hits_total",
+    query_counter="vllm:prefix_cache_queries_total",
+    tiers=(
+        # 0.24.0 (the H200 runs): KV offload transfers only, by transfer_type CPU_to_GPU / GPU_to_CPU.
+        CacheTiers(
+            "0.24",
+            metrics=(
+                "vllm:kv_offload_total_bytes_total",
+                "vllm:kv_offload_total_time_total",
+                "vllm:kv_offload_size",
+            ),
+        ),
+        # 0.32.0 (the CPU build of the test suite, read from its sources): hits by tier
+        # (device, host, p2p, disk, external_unspecified), summing to the local and external hits.
+        CacheTiers(
+            "0.32",
+            hits_by_source="vllm:prompt_tokens_cached_by_source_total",
+            metrics=(
+                "vllm:external_prefix_cache_queries_total",
+                "vllm:external_prefix_cache_hits_total",
+                "vllm:prompt_tokens_by_source_total",
+                "vllm:kv_offload_load_bytes_total",
+                "vllm:kv_offload_store_bytes_total",
+                "vllm:kv_offload_total_bytes_total",
+            ),
+        ),
+    ),
+    # return_token_ids on both routes: prompt_token_ids in the first chunk, token_ids per choice.
+    chat_id_switches=("return_token_ids",),
+    completions_id_switches=("return_token_ids",),
+    # docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the CPU build of the test
+    # suite) and issue 13's H200 run of vLLM 0.24.0 (8 at once 8.15 s against 9.7-11.2 s
+    # lead-first; benchmarks/gpu/ re-measures it). vLLM v1 shares an in-flight prefix, so
+    # sending together costs no prefill.
+    dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),),
+    checks=(
+        Check("warning", "enable_prefix_caching", _false, "--enable-prefix-caching", _AGAIN),
+        Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
+        Check("warning", "enable_chunked_prefill", _false, _CHUNKED, _STALLS),
+        Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
+        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES),
+    ),
+    # The flag has no trace in vLLM's settings: a probe's answer stands for it.
+    reporting_setting="enable_prompt_tokens_details",
+    recipe=RecipeSwitches(
+        launch=("vllm", "serve", "{model}"),
+        tensor_parallel="--tensor-parallel-size",
+        context="--max-model-len",
+        switches=_VLLM_SWITCHES,
+        mla_note="MLA model: every GPU holds the whole latent cache; --decode-context-parallel-size "
+        "(up to {gpus}) splits it, where the attention backend supports it",
+    ),
+)
+
+SGLANG = EngineProfile(
+    name="sglang",
+    label="SGLang",
+    missing_report="SGLang does not report cached tokens: start it with --enable-cache-report",
+    owned_by=("sglang",),
+    probe_path="/server_info",
+    discover=_discover_sglang,
+    context_setting="context_length",
+    # The bare /tokenize 404s on 0.5.23; this route takes a list of texts.
+    tokenize_path="/v1/tokenize",
+    tokenize_batches=True,
+    # Without the flag SGLang renders exactly as for a chat completion (which opens the assistant turn).
+    tokenize_generation_flag=False,
+    hit_counter="sglang:cached_tokens_total",
+    query_counter="sglang:prompt_tokens_total",
+    # HiCache: the hit counter itself is labelled by tier; host capacity in two gauges.
+    tiers=(
+        CacheTiers(
+            "0",
+            hits_by_source="sglang:cached_tokens_total",
+            source_label="cache_source",
+            metrics=("sglang:hicache_host_used_tokens", "sglang:hicache_host_total_tokens"),
+        ),
+    ),
+    # return_token_ids on completions; its chat route refuses it when streaming, so there the
+    # ids come in the last chunk's sglext.
+    chat_id_switches=("return_input_ids_in_sglext", "return_output_ids_in_sglext"),
+    completions_id_switches=("return_token_ids",),
+    # docs/benchmarks.md "gpu-siblings-sglang" (H200, SGLang 0.5.17: fcfs, page 1, triton
+    # attention, 99.7k-token pack): admitted 24.6 s, lead 25.4 s, together 26.2 s; the fastest
+    # plain client (lead then 7) 24.8 s. SGLang does not share a prefix still being prefilled:
+    # followers sent together waited for their own. The CPU build (0.5.23) agrees: admitted
+    # (30.3 s) ahead of lead (45.8-49.4 s) and together (36-58 s, 98.4% cached). SGLang sends its
+    # headers with the first token, so admitted waits about as long as lead. Only fcfs measured.
+    dispatch=(
+        Measured(
+            "", "admitted", 8, "gpu-siblings-sglang (H200, 0.5.17, fcfs) and benchmarks/siblings.py (CPU)"
+        ),
+    ),
+    checks=(
+        Check("warning", "disable_radix_cache", _true, "remove --disable-radix-cache", _RADIX_OFF),
+        Check("warning", "enable_cache_report", _false, "--enable-cache-report", _REPORTS),
+        Check("warning", "chunked_prefill_size", _chunking_off, _CHUNK_SIZE, _NOT_CHUNKED),
+        Check("suggestion", "enable_metrics", _false, "--enable-metrics", _COUNTERS),
+        Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES),
+    ),
+    recipe=RecipeSwitches(
+        launch=("python", "-m", "sglang.launch_server", "--model-path", "{model}"),
+        tensor_parallel="--tp-size",
+        context="--context-length",
+        switches=_SGLANG_SWITCHES,
+        notes=("SGLang's radix (prefix) cache is on by default: never pass --disable-radix-cache",),
+        mla_note="MLA model: every GPU holds the whole latent cache; --dcp-size (up to {gpus}) splits it",
+    ),
+)
+
+GENERIC = EngineProfile(
+    name="generic",
+    label="OpenAI-compatible",
+    missing_report="the server does not report cached tokens (usage.prompt_tokens_details.cached_tokens)",
+    # Lead-first: the one strategy that caches whatever the scheduler does with simultaneous arrivals.
+    dispatch=(
+        Measured("", "lead", DEFAULT_CONCURRENCY, "no measurement: lead-first caches on any scheduler"),
+    ),
+    doctor_note=Finding(
+        "warning",
+        "engine",
+        "unknown",
+        "(serve the model with vLLM or SGLang)",
+        "longctx cannot check prefix caching or read cache counters on this server",
+    ),
+)
+
+_PROFILES: dict[str, EngineProfile] = {profile.name: profile for profile in (VLLM, SGLANG, GENERIC)}
+
+
+def register(profile: EngineProfile) -> None:
+    """Make ``profile`` known (replacing the one of its name): discovery, doctor and recipes see it."""
+    _PROFILES[profile.name] = profile
+
+
+def unregister(name: str) -> None:
+    """Forget the engine ``name`` (the fallback, ``generic``, stays)."""
+    if name != GENERIC.name:
+        _PROFILES.pop(name, None)
+
+
+@contextmanager
+def registered(profile: EngineProfile) -> Iterator[EngineProfile]:
+    """``profile`` registered for the block; the one it replaced (if any) comes back after."""
+    previous = _PROFILES.get(profile.name)
+    register(profile)
     try:
-        samples = parse_metrics(endpoint.get_text("/metrics"))
-    except BackendError:
-        return None
-    hits = total(samples, counter, model=model)
-    if hits is None:
-        # SGLang creates its labelled counter at the first hit; a server that
-        # exports its other metrics has simply had none yet.
-        exporting = any(sample.name.startswith(f"{engine}:") for sample in samples)
-        if not exporting:
-            return None
-        hits = 0.0
-    queries_name = "vllm:prefix_cache_queries_total" if engine == "vllm" else "sglang:prompt_tokens_total"
-    queries = total(samples, queries_name, model=model)
-    started = tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1]
-    return CacheCounters(
-        counter=counter, hits=int(hits), queries=None if queries is None else int(queries), started=started
-    )
+        yield profile
+    finally:
+        if previous is None:
+            unregister(profile.name)
+        else:
+            register(previous)
+
+
+def profiles() -> tuple[EngineProfile, ...]:
+    """Every registered profile, in registration order (the built-in ones first)."""
+    return tuple(_PROFILES.values())
+
+
+def recipe_engines() -> tuple[str, ...]:
+    """The names of the registered engines that have a launch recipe."""
+    return tuple(profile.name for profile in _PROFILES.values() if profile.recipe is not None)
+
+
+def find_profile(name: str) -> EngineProfile | None:
+    """The profile registered as ``name``, or None."""
+    return _PROFILES.get(name)
+
+
+def identify(endpoint: HttpEndpoint, owned_by: str | None) -> EngineProfile:
+    """The engine behind ``endpoint``: by ``owned_by``, else by a probe route that answers, else generic."""
+    known = profiles()
+    for profile in known:
+        if owned_by is not None and owned_by in profile.owned_by:
+            return profile
+    for profile in known:
+        if profile.probe_path is not None and endpoint.status(profile.probe_path) == 200:
+            return profile
+    return GENERIC
+
+
+def measured_dispatch(profile: EngineProfile, version: str | None) -> Measured:
+    """The first of ``profile``'s measured dispatch rows for ``version``, else the generic one."""
+    rows = (*profile.dispatch, *GENERIC.dispatch)
+    return next(row for row in rows if (version or "").startswith(row.version_prefix))

@@ -29,11 +29,14 @@ from longctx.retry import parse_retry_after
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "AsyncTransport",
     "EventPost",
     "HttpEndpoint",
     "Transport",
     "apost_events",
     "error_from_response",
+    "make_async_client",
+    "make_client",
     "parse_context_overflow",
     "post_events",
     "split_base_url",

@@ -17,6 +17,10 @@ replicas served: a nonsense figure. Both routers announce themselves on
   ``x-smg-routed-worker-id`` (the worker's URL) and its errors
   ``x-smg-error-code``.
 
+Which of the two it is: vllm-router also answers ``GET /list_workers``
+(``{"urls": [...]}``), which smg does not have (its ``/workers`` entries
+over real vLLM workers and vllm-router's look alike).
+
 :func:`detect_router` reads that list, so a counter check can read each
 worker's counter directly (:meth:`Backend.counters
 <longctx.backends.base.Backend.counters>`) or, when the workers cannot be
@@ -55,18 +59,24 @@ def detect_router(endpoint: HttpEndpoint) -> RouterInfo | None:
         listing = endpoint.get_json("/workers", timeout=DETECT_TIMEOUT)
     except BackendError:
         return None
-    return parse_workers(listing, endpoint.root_url)
+    if parse_workers(listing, endpoint.root_url, "") is None:
+        return None
+    try:
+        urls = endpoint.get_json("/list_workers", timeout=DETECT_TIMEOUT)
+        name = "vllm-router" if isinstance(urls, dict) and "urls" in urls else "smg"
+    except BackendError:
+        name = "smg"
+    return parse_workers(listing, endpoint.root_url, name)
 
 
-def parse_workers(listing: Any, url: str) -> RouterInfo | None:
-    """A router's ``/workers`` answer as a :class:`RouterInfo`; None when it is not one."""
+def parse_workers(listing: Any, url: str, name: str) -> RouterInfo | None:
+    """A router's ``/workers`` answer as the :class:`RouterInfo` of ``name``; None when it is not one."""
     if not isinstance(listing, dict) or not isinstance(listing.get("workers"), list):
         return None
     entries = [entry for entry in listing["workers"] if isinstance(entry, dict) and entry.get("url")]
-    smg = "stats" in listing or "total" in listing or any("runtime_type" in entry for entry in entries)
     healthy = tuple(
         str(entry["url"]).rstrip("/")
         for entry in entries
         if entry.get("is_healthy", True) is not False and entry.get("worker_type", "regular") == "regular"
     )
-    return RouterInfo("smg" if smg else "vllm-router", url, healthy)
+    return RouterInfo(name, url, healthy)

@@ -11,9 +11,11 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, Literal
+from typing import Any, Final
 
+from longctx.backends.engines import find_profile
 from longctx.backends.http import HttpEndpoint
+from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, TokenizerError
 
 __all__ = ["ServerTokenizer"]
@@ -26,30 +28,34 @@ _IDENTITY_PROBE: Final = (
     "\u0440\u0443\u0441\u0441\u043a\u0438\u0439 "
     "\u0627\u0644\u0639\u0631\u0628\u064a\u0629 \U0001f600\n<|im_end|> </s> [INST] ```python\n'll 're"
 )
-_SGLANG_BATCH_CHARS: Final = 1_000_000
-_VLLM_PARALLEL_REQUESTS: Final = 8
+_BATCH_CHARS: Final = 1_000_000
+_PARALLEL_REQUESTS: Final = 8
 
 
 class ServerTokenizer:
-    """The served model's own tokenizer, through the server's tokenize route.
+    """The served model's own tokenizer, through the tokenize route of the engine's profile.
 
     vLLM: ``POST {root}/tokenize``; SGLang: ``POST {root}/v1/tokenize``. Text
     is encoded without the special tokens a tokenizer adds by itself.
-    ``count_many`` sends several texts per request to SGLang (its route
-    takes a list) and parallel requests to vLLM (its route takes one text).
+    ``count_many`` sends several texts per request where the route takes a
+    list (SGLang) and parallel requests where it takes one text (vLLM).
+    ``profile`` may be given by its registered name.
 
     ``identity`` (asked once, lazily) is engine, model name and a digest of
     the tokens of a fixed probe text, so two servers that serve different
     tokenizers under one name never share cached counts.
     """
 
-    def __init__(self, endpoint: HttpEndpoint, engine: Literal["vllm", "sglang"], model: str) -> None:
-        if engine not in ("vllm", "sglang"):
-            raise TokenizerError(f"unknown engine {engine!r}; use 'vllm' or 'sglang'")
+    def __init__(self, endpoint: HttpEndpoint, profile: EngineProfile | str, model: str) -> None:
+        found = find_profile(profile) if isinstance(profile, str) else profile
+        if found is None or found.tokenize_path is None:
+            name = profile if isinstance(profile, str) else profile.name
+            raise TokenizerError(f"the engine {name!r} has no tokenize route known to longctx")
         self.endpoint = endpoint
-        self.engine = engine
+        self.profile = found
+        self.engine = found.name
         self.model = model
-        self._path = "/tokenize" if engine == "vllm" else "/v1/tokenize"
+        self._path = found.tokenize_path
         self._identity: str | None = None
 
     @property
@@ -85,11 +91,11 @@ class ServerTokenizer:
     def count_many(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        if self.engine == "sglang":
+        if self.profile.tokenize_batches:
             return self._count_batched(texts)
         if len(texts) == 1:
             return [self.count(texts[0])]
-        with ThreadPoolExecutor(max_workers=_VLLM_PARALLEL_REQUESTS) as pool:
+        with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
             return list(pool.map(self.count, texts))
 
     def _count_batched(self, texts: Sequence[str]) -> list[int]:
@@ -97,7 +103,7 @@ class ServerTokenizer:
         batch: list[str] = []
         size = 0
         for text in texts:
-            if batch and size + len(text) > _SGLANG_BATCH_CHARS:
+            if batch and size + len(text) > _BATCH_CHARS:
                 counts.extend(self._count_list(batch))
                 batch, size = [], 0
             batch.append(text)
@@ -110,7 +116,7 @@ class ServerTokenizer:
         tokens = answer["tokens"]
         if not isinstance(tokens, list) or len(tokens) != len(texts):
             raise TokenizerError(
-                f"the sglang tokenize route answered {len(tokens)} results for {len(texts)} texts"
+                f"the {self.engine} tokenize route answered {len(tokens)} results for {len(texts)} texts"
             )
         return [len(ids) for ids in tokens]
 
@@ -143,8 +149,6 @@ class ServerTokenizer:
     ) -> list[int]:
         """The token ids of ``messages`` through the server's chat template, as a chat request sends them."""
         body: dict[str, Any] = {"messages": [dict(message) for message in messages]}
-        if self.engine == "vllm" or not add_generation_prompt:
+        if self.profile.tokenize_generation_flag or not add_generation_prompt:
             body["add_generation_prompt"] = add_generation_prompt
-        # SGLang without the flag renders exactly as for a chat completion
-        # (which always opens the assistant turn).
         return [int(token) for token in self._post(body)["tokens"]]

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from longctx.cli.app import (
     EXIT_BAD_INPUT,
+    EXIT_CODES,
+    EXIT_EMPTY_CORPUS,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
+    EXIT_ITEMS_FAILED,
     EXIT_NO_SESSION,
     EXIT_OK,
     EXIT_SERVER,
@@ -22,8 +25,11 @@ from longctx.cli.app import (
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CODES",
+    "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_ITEMS_FAILED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",

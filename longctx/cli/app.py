@@ -5,18 +5,8 @@ savings summary and errors go to stderr. Only :class:`LongctxError` is
 caught, once, here (:class:`App`); anything else is a bug and shows its
 traceback.
 
-Exit codes:
-
-    0  success
-    1  another longctx error (the store, a tokenizer...)
-    2  usage: bad arguments or LONGCTX_* settings
-    3  the server cannot be reached
-    4  the prompt does not fit: context overflow or over budget
-    5  bad input: a path or document that cannot be used
-    6  the server answered with an error
-    7  no such session
-    8  nothing to pack: the paths hold no document (the message says what was skipped and why)
-    9  the cache canary found a cached answer that differs from a cold one (doctor --canary)
+Exit codes: :data:`EXIT_CODES`, one distinct code per outcome, each with the
+meaning ``docs/cli.md`` lists (written from this table).
 
 Commands reach servers and the store through :class:`Runtime`, the object
 click passes down (``obj``): tests give it a connection of their own to
@@ -25,7 +15,6 @@ run the commands in process against a fake server.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import json
 import sys
@@ -36,14 +25,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from longctx.cli.flags import options_from_flags
 from longctx.config import (
-    DEFAULT_CONCURRENCY,
-    DEFAULT_MAX_STALE_SHARE,
-    DEFAULT_MAX_TOKENS,
-    DISPATCHES,
-    ORDERINGS,
     CorpusOptions,
-    Limits,
     RequestOptions,
     ServerOptions,
 )
@@ -67,9 +51,11 @@ if TYPE_CHECKING:
 __all__ = [
     "EXIT_BAD_INPUT",
     "EXIT_CANARY",
+    "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_ITEMS_FAILED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -83,14 +69,16 @@ __all__ = [
     "exit_code",
     "main",
     "note",
+    "output_options",
     "progress",
+    "progress_bar",
     "request_options",
+    "runtime",
     "server_options",
 ]
 
 EXIT_OK = 0
 EXIT_ERROR = 1
-EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_TOO_LONG = 4
@@ -98,7 +86,28 @@ EXIT_BAD_INPUT = 5
 EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
-EXIT_CANARY = 9
+EXIT_ITEMS_FAILED = 9
+EXIT_CANARY = 10
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "another longctx error (the store, a tokenizer...)",
+    EXIT_USAGE: "usage: bad arguments or `LONGCTX_*` settings",
+    EXIT_UNREACHABLE: "the server cannot be reached",
+    EXIT_TOO_LONG: "the prompt does not fit: context overflow, or the pack is over budget",
+    EXIT_BAD_INPUT: "bad input: a path or document that cannot be used",
+    EXIT_SERVER: "the server answered with an error",
+    EXIT_NO_SESSION: "no such session",
+    EXIT_EMPTY_CORPUS: "nothing to pack: the paths hold no document"
+    " (the message names what was skipped and why)",
+    EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
+    EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
+    " (`doctor --canary`; the evidence is printed)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
+    " and the session id",
+}
+"""Every exit code of the CLI and what it means: ``docs/cli.md``'s table is written from it."""
 
 
 def exit_code(error: LongctxError) -> int:
@@ -129,7 +138,7 @@ def _fail(error: LongctxError) -> NoReturn:
 
 
 # Each command's module, imported when the command is looked up: `longctx pack`
-# then never imports the sessions and the openai client it does not use.
+# then never imports the sessions and the HTTP client it does not use.
 COMMAND_MODULES: dict[str, str] = {
     "pack": "longctx.cli.packing",
     "ask": "longctx.cli.questions",
@@ -183,7 +192,7 @@ class App(click.Group):
         """The command list of ``longctx --help``, from :data:`COMMAND_SUMMARIES`.
 
         Click would import every command module to read its help: about half a
-        second (the sessions and the openai client) before the list shows.
+        second (the sessions and the HTTP client) before the list shows.
         A test holds each summary equal to its command's own short help.
         """
         names = self.list_commands(ctx)
@@ -226,8 +235,8 @@ class Runtime:
         """The given backend, else a new connection (the caller closes it)."""
         if self.backend is not None:
             return self.backend
-        # Imported here, not above: the openai client it loads costs a quarter
-        # of a second, which `longctx pack` with an offline tokenizer never needs.
+        # Imported here, not above: the backends and the HTTP client they load are
+        # import time that `longctx pack` with an offline tokenizer never needs.
         from longctx.backends.base import connect
 
         return connect(server)
@@ -304,213 +313,24 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--base-url``, ``--model``, ``--api-key``, passed on as ``server: ServerOptions``."""
-
-    @functools.wraps(function)
-    def wrapper(
-        *args: Any, base_url: str | None, model: str | None, api_key: str | None, **kwargs: Any
-    ) -> Any:
-        return function(
-            *args, server=ServerOptions(base_url=base_url, model=model, api_key=api_key), **kwargs
-        )
-
-    return _apply(
-        wrapper,
-        [
-            click.option(
-                "--base-url",
-                envvar="LONGCTX_BASE_URL",
-                help="Server URL (default http://127.0.0.1:8000/v1; env LONGCTX_BASE_URL; "
-                "comma-separated replicas).",
-            ),
-            click.option(
-                "--model",
-                envvar="LONGCTX_MODEL",
-                help="Served model name (env LONGCTX_MODEL; default: the server's model).",
-            ),
-            click.option(
-                "--api-key",
-                envvar="LONGCTX_API_KEY",
-                help="Bearer token (env LONGCTX_API_KEY); never printed.",
-            ),
-        ],
-    )
+    """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    return options_from_flags(ServerOptions, "server")(function)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.CorpusOptions`, passed on as ``corpus``."""
-
-    @functools.wraps(function)
-    def wrapper(
-        *args: Any,
-        ordering: str | None,
-        include: tuple[str, ...],
-        exclude: tuple[str, ...],
-        max_file_bytes: int | None,
-        max_total_bytes: int | None,
-        max_files: int | None,
-        allow_secrets: bool,
-        max_stale_share: float,
-        **kwargs: Any,
-    ) -> Any:
-        given = {"max_file_bytes": max_file_bytes, "max_total_bytes": max_total_bytes, "max_files": max_files}
-        corpus = CorpusOptions(
-            ordering=ordering,
-            include=include,
-            exclude=exclude,
-            limits=Limits(**{name: value for name, value in given.items() if value is not None}),
-            allow_secrets=allow_secrets,
-            max_stale_share=max_stale_share,
-        )
-        return function(*args, corpus=corpus, **kwargs)
-
-    defaults = Limits()
-    return _apply(
-        wrapper,
-        [
-            click.option(
-                "--ordering",
-                type=click.Choice(ORDERINGS),
-                help="Document order (default: stability in git repositories, else path).",
-            ),
-            click.option(
-                "--include",
-                multiple=True,
-                metavar="GLOB",
-                help="Only paths matching this gitignore-style pattern (repeatable).",
-            ),
-            click.option(
-                "--exclude",
-                multiple=True,
-                metavar="GLOB",
-                help="Leave out paths matching this pattern (repeatable).",
-            ),
-            click.option(
-                "--max-file-bytes",
-                type=int,
-                help=f"Skip files larger than this (default {defaults.max_file_bytes}).",
-            ),
-            click.option(
-                "--max-total-bytes",
-                type=int,
-                help=f"Stop adding files past this total (default {defaults.max_total_bytes}).",
-            ),
-            click.option(
-                "--max-files",
-                type=int,
-                help=f"Stop adding files past this count (default {defaults.max_files}).",
-            ),
-            click.option("--allow-secrets", is_flag=True, help="Include files that look like credentials."),
-            click.option(
-                "--max-stale-share",
-                type=click.FloatRange(0, 1, max_open=True),
-                default=DEFAULT_MAX_STALE_SHARE,
-                show_default=True,
-                help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
-                " so that commits change only the pack's tail (0: no layering).",
-            ),
-        ],
-    )
+    """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    return options_from_flags(CorpusOptions, "corpus")(function)
 
 
-def request_options(
-    *,
-    concurrency: bool = False,
-    follow_changes: bool = False,
-    warm_start: bool = False,
-    token_history: bool = False,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--max-tokens``, ``--cache-salt`` and the flags asked for, passed on as ``request``."""
+def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The flags of :class:`~longctx.config.RequestOptions`, passed on as ``request``.
 
-    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(function)
-        def wrapper(
-            *args: Any, max_tokens: int, cache_salt: str | None, prompt_cache_key: str | None, **kwargs: Any
-        ) -> Any:
-            extra = (
-                {"concurrency": kwargs.pop("concurrency"), "dispatch": kwargs.pop("dispatch")}
-                if concurrency
-                else {}
-            )
-            if follow_changes:
-                extra["follow_changes"] = kwargs.pop("follow_changes")
-            if warm_start:
-                extra["warm_start"] = kwargs.pop("warm_start")
-            if token_history:
-                extra["token_history"] = kwargs.pop("token_history")
-            request = RequestOptions(
-                max_tokens=max_tokens, cache_salt=cache_salt, prompt_cache_key=prompt_cache_key, **extra
-            )
-            return function(*args, request=request, **kwargs)
-
-        options = [
-            click.option(
-                "--max-tokens",
-                type=int,
-                default=DEFAULT_MAX_TOKENS,
-                show_default=True,
-                help="Longest answer, in tokens.",
-            ),
-            click.option(
-                "--cache-salt", help="Namespace for the server's prefix cache (keeps tenants apart)."
-            ),
-            click.option(
-                "--prompt-cache-key",
-                help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
-                " on one replica).",
-            ),
-        ]
-        if concurrency:
-            options.append(
-                click.option(
-                    "--concurrency",
-                    type=click.IntRange(min=1),
-                    default=None,
-                    help="Questions in flight at once (default: the engine's measured one, else"
-                    f" {DEFAULT_CONCURRENCY}).",
-                )
-            )
-            options.append(
-                click.option(
-                    "--dispatch",
-                    type=click.Choice(DISPATCHES),
-                    default="auto",
-                    show_default=True,
-                    help="How sibling questions go out: all together, the lead's first token first,"
-                    " the lead's admission first, or what was measured fastest for the engine.",
-                )
-            )
-        if follow_changes:
-            options.append(
-                click.option(
-                    "--follow-changes/--no-follow-changes",
-                    default=True,
-                    show_default=True,
-                    help="Append files changed since the pack to the next question.",
-                )
-            )
-        if warm_start:
-            options.append(
-                click.option(
-                    "--warm-start/--no-warm-start",
-                    default=True,
-                    show_default=True,
-                    help="Prefill the pack in the background while the first question is typed.",
-                )
-            )
-        if token_history:
-            options.append(
-                click.option(
-                    "--token-history/--no-token-history",
-                    default=False,
-                    show_default=True,
-                    help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
-                    " so the next turn reads them from the cache.",
-                )
-            )
-        return _apply(wrapper, options)
-
-    return decorate
+    Every command gets those of no group (``--max-tokens``, ``--cache-salt``);
+    ``concurrency=True`` adds ``--concurrency`` and ``--dispatch``, and
+    ``follow_changes``, ``warm_start``, ``token_history`` their own switches
+    (each flag's ``group`` in :mod:`longctx.config`).
+    """
+    return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ import os
 import click
 
 from longctx.cli.app import (
+    EXIT_ITEMS_FAILED,
     corpus_options,
     main,
     note,
@@ -19,9 +20,6 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
 from longctx.outputs import save_text
 from longctx.sessions.jobs import Job, JobOptions, JobProgress, read_job
-
-# Exit code when the job ran but some items have no answer (their lines carry "error").
-EXIT_ITEMS_FAILED = 2
 
 
 @main.command()
@@ -66,7 +64,7 @@ def job(
     spread over the replicas, and no replica gets more packs at once than its
     KV cache holds. Run the same file again after a crash or Ctrl-C: answers
     already stored are not asked again. Results are JSONL in item order, one
-    line per item with its answer or its error; exit 2 when some item failed.
+    line per item with its answer or its error; exit 9 when some item failed.
     """
     if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         # Refused before the job runs, not after an hour of answers.
@@ -88,7 +86,7 @@ def job(
         try:
             report = work.run()
         except KeyboardInterrupt:
-            answered = len(store.answered([work.key(index) for index in range(len(items))]))
+            answered = len(store.sessions.answered([work.key(index) for index in range(len(items))]))
             click.echo(
                 f"longctx: job {work.id}: {answered} of {len(items)} items answered and stored;"
                 " run the same command again to ask the rest",

@@ -78,7 +78,7 @@ def pack(
 
 def _tokenizer(choice: str, server: ServerOptions) -> Tokenizer:
     if choice == "auto":
-        choice = "server" if server.base_url or runtime().backend is not None else "estimate"
+        choice = "server" if server.names_a_server() or runtime().backend is not None else "estimate"
     if choice != "server":
         return offline_tokenizer(choice)
     # The tokenizer counts through the connection's endpoint: it stays open until the command ends.

@@ -22,6 +22,7 @@ from longctx.cli.app import (
     runtime,
     server_options,
 )
+from longctx.cli.flags import flags_of
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
 from longctx.sessions import RepoSession, Session, ShardedSession
@@ -223,15 +224,14 @@ def _print_interrupted(
     )
 
 
-# Options of `chat` that a resumed session applies: the rest describe a pack,
-# which a stored session keeps (its changed files are appended instead).
-_APPLIED_ON_RESUME = {
-    "max_tokens": "--max-tokens",
-    "follow_changes": "--follow-changes/--no-follow-changes",
-    "warm_start": "--warm-start/--no-warm-start",
-    "token_history": "--token-history/--no-token-history",
-}
-_SERVER_ON_RESUME = {"base_url", "model", "api_key", "timeout", "stall_timeout"}
+# The request flags `chat` takes beyond those every command has.
+GROUPS = ("follow_changes", "warm_start", "token_history")
+
+# Options of `chat` that a resumed session applies (their fields say on_resume): the
+# rest describe a pack, which a stored session keeps (its changed files are appended
+# instead). The server options say where it is served.
+_APPLIED_ON_RESUME = {flag.parameter for flag in flags_of(RequestOptions, GROUPS) if flag.spec.on_resume}
+_SERVER_ON_RESUME = {field.name for field in dataclasses.fields(ServerOptions)}
 
 
 def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
@@ -264,14 +264,10 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
         if name not in _APPLIED_ON_RESUME:
             raise ConfigError(f"{flag} cannot be given with --session: it describes the pack, which is kept")
         note(f"applying {flag} {context.params[name]} to the resumed session", quiet=quiet)
-    session.request = dataclasses.replace(
-        stored,
-        max_tokens=request.max_tokens if "max_tokens" in given else stored.max_tokens,
-        follow_changes=request.follow_changes if "follow_changes" in given else stored.follow_changes,
-        token_history=request.token_history if "token_history" in given else stored.token_history,
-        # A chat warms its prefix unless told not to, whatever the stored session did.
-        warm_start=request.warm_start,
-    )
+    applied = {name: getattr(request, name) for name in _APPLIED_ON_RESUME if name in given}
+    # A chat warms its prefix unless told not to, whatever the stored session did.
+    applied["warm_start"] = request.warm_start
+    session.request = dataclasses.replace(stored, **applied)
     if not session.request.follow_changes:
         session.stop_following()
 
@@ -281,7 +277,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool) -> None:
 @click.option("--session", "session_id", help="Resume this stored session instead of packing PATHS.")
 @corpus_options
 @server_options
-@request_options(follow_changes=True, warm_start=True, token_history=True)
+@request_options(**dict.fromkeys(GROUPS, True))
 @output_options
 def chat(
     paths: tuple[str, ...],
@@ -308,7 +304,7 @@ def chat(
     with runtime().open_store() as store:
         if session_id:
             backend = runtime().backend
-            if backend is None and server.base_url:
+            if backend is None and server.names_a_server():
                 backend = runtime().connect(server)
             session: Session = Session.resume(session_id, backend, store=store)
             _resumed(session, request, quiet)
@@ -351,8 +347,8 @@ def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
     if not session.turns and not session.branch_ids():
         # Nothing was asked: a new session was never stored (sessions/recording.py);
         # a resumed one that is empty (stored by an older longctx) goes too.
-        if session.id in {record.id for record in session.store.sessions()}:
-            session.store.delete_session(session.id)
+        if session.id in {record.id for record in session.store.sessions.sessions()}:
+            session.store.sessions.delete_session(session.id)
         note("no question asked: the session is not kept", quiet=quiet)
         return
     note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)

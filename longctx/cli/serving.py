@@ -10,10 +10,12 @@ from typing import Any
 
 import click
 
+from longctx.backends.engines import recipe_engines
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
+from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
 from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
 
@@ -41,7 +43,7 @@ _PLAN_FLAGS = {
     "--canary",
     "with_canary",
     is_flag=True,
-    help="Also check that a cached answer equals a cold one (greedy, with logprobs); exit 9 if not.",
+    help="Also check that a cached answer equals a cold one (greedy, with logprobs); exit 10 if not.",
 )
 @click.option(
     "--canary-host-tier",
@@ -71,7 +73,7 @@ def doctor(
     Several replica URLs are checked one by one; a replica that fails is
     reported in one line and the others are still checked. With
     ``--canary`` each is also asked a probe cold and from its cache; a
-    cached answer that diverges prints both outputs and exits with 9.
+    cached answer that diverges prints both outputs and exits with 10.
     """
     # Imported here: recipe and plan never connect to a server.
     from longctx.cache_canary import CanaryOptions, canary
@@ -89,7 +91,9 @@ def doctor(
         try:
             backend = runtime().connect(target)
             try:
-                diagnosis = backend.doctor(probe=not no_probe, request=RequestOptions(cache_salt=cache_salt))
+                diagnosis = diagnose(
+                    backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
+                )
                 result = canary(backend, options=canary_options) if canary_options else None
             finally:
                 runtime().release(backend)
@@ -130,7 +134,7 @@ def _one_line(error: LongctxError) -> str:
 
 @main.command()
 @click.argument("model")
-@click.option("--engine", type=click.Choice(["vllm", "sglang"]), required=True)
+@click.option("--engine", type=click.Choice(recipe_engines()), required=True)
 @click.option("--gpus", type=int, help="GPUs for tensor parallelism.")
 @click.option("--max-model-len", type=int, help="Context length to serve.")
 @click.option(

@@ -28,7 +28,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
     """The savings report of a session (default: the latest), its siblings included."""
     with runtime().open_store() as store:
         if session_id is None:
-            sessions = store.sessions()
+            sessions = store.sessions.sessions()
             if not sessions:
                 raise SessionNotFound("(latest)")
             session_id = sessions[0].id
@@ -55,8 +55,10 @@ def sessions() -> None:
 def sessions_list(show_all: bool, as_json: bool) -> None:
     """Stored sessions, newest first: when, over what, how large, and their siblings."""
     with runtime().open_store() as store:
-        rows = [_listed(store, record) for record in store.sessions()]
-        children = {row["id"]: [_listed(store, c) for c in store.children(row["id"])] for row in rows}
+        rows = [_listed(store, record) for record in store.sessions.sessions()]
+        children = {
+            row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
+        }
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
@@ -69,8 +71,8 @@ def sessions_list(show_all: bool, as_json: bool) -> None:
 
 def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
     """A session's facts for the listing: its time, source, pack size, turns and first question."""
-    turns = store.turns(record.id)
-    pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
+    turns = store.sessions.turns(record.id)
+    pack = store.sessions.pack(record.pack_fingerprint) if record.pack_fingerprint else None
     living = record.settings.get("living") or {}
     return {
         "id": record.id,
@@ -108,13 +110,13 @@ def sessions_prune(days: float | None, dry_run: bool) -> None:
     with runtime().open_store() as store:
         doomed = [
             record
-            for record in store.sessions(include_branches=True)
+            for record in store.sessions.sessions(include_branches=True)
             if (cutoff is not None and record.created_at < cutoff)
-            or (not store.turns(record.id) and not store.children(record.id))
+            or (not store.sessions.turns(record.id) and not store.sessions.children(record.id))
         ]
         if not dry_run:
             for record in doomed:
-                store.delete_session(record.id)
+                store.sessions.delete_session(record.id)
     for record in doomed:
         click.echo(record.id)
     note(f"{'would delete' if dry_run else 'deleted'} {len(doomed)} session(s)")
@@ -146,5 +148,5 @@ def sessions_show(session_id: str, as_json: bool) -> None:
 def sessions_delete(session_id: str) -> None:
     """Delete a session, its turns and its requests."""
     with runtime().open_store() as store:
-        store.delete_session(session_id)
+        store.sessions.delete_session(session_id)
     note(f"deleted session {session_id}")

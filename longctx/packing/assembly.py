@@ -3,7 +3,7 @@
 Shared by the builder (:mod:`longctx.packing.build`, which renders and counts
 documents as they are read) and the shards (:mod:`longctx.packing.budget`,
 which assemble packs from slices of a corpus): both give their sections to
-:func:`_assemble`, so a corpus that fits is the same pack either way. It
+:func:`assemble`, so a corpus that fits is the same pack either way. It
 lives apart from both because the builder checks the budget and the
 budget's shards assemble packs: in either module it would close a circle.
 
@@ -25,7 +25,7 @@ from typing import Final
 
 from longctx.corpus import CorpusOutline
 from longctx.documents import Document
-from longctx.packing.model import Pack, Section, _fingerprint, _pack_fingerprint
+from longctx.packing.model import Pack, Section, pack_fingerprint, section_fingerprint
 from longctx.packing.rendering import (
     BOUNDARY,
     DOCUMENTS_OPENING,
@@ -37,12 +37,22 @@ from longctx.packing.rendering import (
 from longctx.store import Store, StoredText
 from longctx.tokens import TemplateTokenizer, Tokenizer, cached_counts
 
+__all__ = [
+    "PackCounter",
+    "Sections",
+    "assemble",
+    "clean_text",
+    "document_section_texts",
+    "included_notes",
+    "skipped_entries",
+]
+
 # A miniature first user message, to measure what the chat template adds
 # around the system message and the user message.
 _TEMPLATE_PROBE_USER: Final = DOCUMENTS_OPENING + BOUNDARY + "Why?"
 
 
-def _clean_text(text: str) -> str:
+def clean_text(text: str) -> str:
     """``text`` with lone surrogates (never valid in UTF-8) replaced by U+FFFD."""
     if text.isascii():  # known without reading the text
         return text
@@ -53,24 +63,32 @@ def _clean_text(text: str) -> str:
     return text
 
 
-def _document_section_texts(documents: Sequence[Document]) -> list[str]:
-    return [render_document(document.path, _clean_text(document.text)) for document in documents]
+def document_section_texts(documents: Sequence[Document]) -> list[str]:
+    """Each document rendered as its pack section, in the order given."""
+    return [render_document(document.path, clean_text(document.text)) for document in documents]
 
 
 @dataclass
-class _Counter:
-    """Counts through the store for one build, and the server-only extras."""
+class PackCounter:
+    """Counts a build's sections through the store's count cache, and measures the chat template's overhead.
+
+    Without a tokenizer nothing is counted (:meth:`counts` is None); the
+    template overhead is measured only with the server's own tokenizer
+    (a :class:`~longctx.tokens.TemplateTokenizer`), once per system message.
+    """
 
     tokenizer: Tokenizer | None
     store: Store | None
     _overheads: dict[str, int] = field(default_factory=dict)
 
     def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
+        """The token count of each text (``digests``: their fingerprints); None without a tokenizer."""
         if self.tokenizer is None:
             return None
         return cached_counts(self.tokenizer, texts, self.store, digests=digests)
 
     def template_overhead(self, system: str) -> int | None:
+        """Tokens the chat template adds around ``system`` and a question; None without the server's."""
         if not isinstance(self.tokenizer, TemplateTokenizer):
             return None
         if system not in self._overheads:
@@ -80,10 +98,10 @@ class _Counter:
     def _measure_overhead(self, tokenizer: TemplateTokenizer, system: str) -> int:
         # Cached under a key no real text can have: the counts table maps a
         # text digest to tokens, so this is the digest of a tagged string.
-        key = _fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
+        key = section_fingerprint(f"\0template-overhead\0{system}\0{_TEMPLATE_PROBE_USER}")
         identity = tokenizer.identity
         if self.store is not None:
-            known = self.store.token_counts(identity, [key])
+            known = self.store.caches.token_counts(identity, [key])
             if key in known:
                 return known[key]
         messages = [{"role": "system", "content": system}, {"role": "user", "content": _TEMPLATE_PROBE_USER}]
@@ -91,20 +109,20 @@ class _Counter:
         parts = tokenizer.count_many([system, _TEMPLATE_PROBE_USER])
         overhead = whole - sum(parts)
         if self.store is not None:
-            self.store.save_token_counts(identity, {key: overhead})
+            self.store.caches.save_token_counts(identity, {key: overhead})
         return overhead
 
 
 @dataclass(frozen=True)
-class _Sections:
-    """What :func:`_assemble` makes a pack of: document sections, their listing, and what is known of them.
+class Sections:
+    """What :func:`assemble` makes a pack of: document sections, their listing, and what is known of them.
 
     ``document_texts`` are the sections between the opening and the listing
     (documents, earlier copies, the changes marker), called ``names``.
     ``document_counts`` and ``document_fingerprints``, when given, are
     theirs already (a builder counted and hashed them as they came).
-    ``documents_digest``, when given, is :func:`~longctx.packing.model._pack_digest_start` already
-    fed with the opening and the documents' UTF-8 bytes; :func:`_assemble`
+    ``documents_digest``, when given, is :func:`~longctx.packing.model.pack_digest_start` already
+    fed with the opening and the documents' UTF-8 bytes; :func:`assemble`
     finishes it, so it serves one pack. ``stored_text`` is the store's copy
     of every section's UTF-8, for a pack written as it was built.
     """
@@ -119,7 +137,7 @@ class _Sections:
     stored_text: StoredText | None = None
 
 
-def _assemble(given: _Sections, counter: _Counter) -> Pack:
+def assemble(given: Sections, counter: PackCounter) -> Pack:
     """The pack of ``given``'s document sections and listing, counted through ``counter``."""
     listing = given.listing
     names = ["header", "opening", *given.names, "listing", "boundary"]
@@ -132,13 +150,13 @@ def _assemble(given: _Sections, counter: _Counter) -> Pack:
     ]
     document_fingerprints = given.document_fingerprints
     if document_fingerprints is None:
-        document_fingerprints = [_fingerprint(_as_str(text)) for text in given.document_texts]
+        document_fingerprints = [section_fingerprint(_as_str(text)) for text in given.document_texts]
     fingerprints = [
-        _fingerprint(SYSTEM_HEADER),
-        _fingerprint(DOCUMENTS_OPENING),
+        section_fingerprint(SYSTEM_HEADER),
+        section_fingerprint(DOCUMENTS_OPENING),
         *document_fingerprints,
-        _fingerprint(listing),
-        _fingerprint(BOUNDARY),
+        section_fingerprint(listing),
+        section_fingerprint(BOUNDARY),
     ]
     counts: list[int] | None
     if counter.tokenizer is None:
@@ -170,7 +188,7 @@ def _assemble(given: _Sections, counter: _Counter) -> Pack:
     tokenizer = counter.tokenizer
     documents_digest = given.documents_digest
     if documents_digest is None:
-        fingerprint = _pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
+        fingerprint = pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
     else:
         for text in (listing, BOUNDARY):
             documents_digest.update(text.encode("utf-8"))
@@ -195,14 +213,15 @@ def _as_str(text: str | memoryview) -> str:
     return text if isinstance(text, str) else str(text, "utf-8", "surrogatepass")
 
 
-def _skipped_entries(corpus: CorpusOutline) -> list[ListingEntry]:
+def skipped_entries(corpus: CorpusOutline) -> list[ListingEntry]:
+    """The listing's entries for the paths the corpus skipped, each with its reason."""
     return [ListingEntry(entry.path, str(entry.reason)) for entry in corpus.manifest.skipped]
 
 
 _NO_TEXT_NOTE = re.compile(r"page (\d+): (?:no extractable text|text extraction failed)")
 
 
-def _included_notes(corpus: CorpusOutline) -> dict[str, str]:
+def included_notes(corpus: CorpusOutline) -> dict[str, str]:
     """The listing note of each packed path whose text lacks pages: ``no text on pages 2, 5``."""
     notes: dict[str, str] = {}
     for entry in corpus.manifest.included:

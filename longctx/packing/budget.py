@@ -2,7 +2,7 @@
 
 :func:`~longctx.packing.build.build_pack` and :func:`~longctx.packing.build.pack`
 raise :class:`~longctx.errors.BudgetError` (total, budget, largest files and
-folders) through :func:`_check_budget` when a pack does not fit its
+folders) through :func:`check_budget` when a pack does not fit its
 :class:`~longctx.packing.model.Budget`; :func:`build_shards` splits the
 documents, in corpus order, into packs that each fit.
 """
@@ -17,25 +17,25 @@ from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
 from longctx.packing.assembly import (
-    _assemble,
-    _Counter,
-    _document_section_texts,
-    _included_notes,
-    _Sections,
-    _skipped_entries,
+    PackCounter,
+    Sections,
+    assemble,
+    document_section_texts,
+    included_notes,
+    skipped_entries,
 )
 from longctx.packing.counting import count_texts
-from longctx.packing.model import _DOCUMENT_PREFIX, Budget, Pack, ShardedPack, _fingerprint
+from longctx.packing.model import DOCUMENT_PREFIX, Budget, Pack, ShardedPack, section_fingerprint
 from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
 
-__all__ = ["build_shards"]
+__all__ = ["build_shards", "check_budget"]
 
 _LARGEST_SHOWN: Final = 10
 
 
-def _check_budget(pack: Pack, budget: Budget) -> None:
+def check_budget(pack: Pack, budget: Budget) -> None:
     """Raise :class:`~longctx.errors.BudgetError` (largest folders and files named) unless ``pack`` fits."""
     total = pack.total_tokens
     assert total is not None
@@ -103,18 +103,18 @@ def build_shards(
     does not fit (longctx does not cut documents).
     """
     tokenizer = tokenizer or EstimateTokenizer()
-    counter = _Counter(tokenizer, store)
+    counter = PackCounter(tokenizer, store)
     # Shards hold the current files once each: the earlier copies of a
     # layered corpus serve one pack's prefix, not a split.
     documents = tuple(document for document in corpus.documents if not document.earlier)
-    texts = _document_section_texts(documents)
-    counts = count_texts(tokenizer, texts, [_fingerprint(text) for text in texts], store)
-    skipped = _skipped_entries(corpus)
-    notes = _included_notes(corpus)
+    texts = document_section_texts(documents)
+    counts = count_texts(tokenizer, texts, [section_fingerprint(text) for text in texts], store)
+    skipped = skipped_entries(corpus)
+    notes = included_notes(corpus)
     chains = cached_counts(
         tokenizer, [folder_lines(document.path, notes.get(document.path)) for document in documents], store
     )
-    empty = _assemble(_Sections([], [], render_listing(skipped, part=1), part=1), counter)
+    empty = assemble(Sections([], [], render_listing(skipped, part=1), part=1), counter)
     fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
     limit = budget.prompt_budget
     if fixed > limit:
@@ -153,7 +153,7 @@ def build_shards(
                 groups[index + 1] = (stop - 1, groups[index + 1][1])
             continue
         if (shard.total_tokens or 0) > limit:
-            _check_budget(shard, budget)
+            check_budget(shard, budget)
         shards.append(shard)
         index += 1
     if not shards:
@@ -188,14 +188,14 @@ def _shard(  # noqa: PLR0917 - one private call site, positional by design
     stop: int,
     skipped: list[ListingEntry],
     part: int | None,
-    counter: _Counter,
+    counter: PackCounter,
     notes: dict[str, str],
 ) -> Pack:
     paths = [document.path for document in documents[start:stop]]
     listing = render_listing(
         [*(ListingEntry(path, note=notes.get(path)) for path in paths), *skipped], part=part
     )
-    names = [_DOCUMENT_PREFIX + path for path in paths]
-    return _assemble(
-        _Sections(texts[start:stop], names, listing, part=part, document_counts=counts[start:stop]), counter
+    names = [DOCUMENT_PREFIX + path for path in paths]
+    return assemble(
+        Sections(texts[start:stop], names, listing, part=part, document_counts=counts[start:stop]), counter
     )

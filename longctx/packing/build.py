@@ -26,22 +26,22 @@ from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document
 from longctx.packing import snapshots
 from longctx.packing.assembly import (
-    _assemble,
-    _clean_text,
-    _Counter,
-    _included_notes,
-    _Sections,
-    _skipped_entries,
+    PackCounter,
+    Sections,
+    assemble,
+    clean_text,
+    included_notes,
+    skipped_entries,
 )
-from longctx.packing.budget import _check_budget
+from longctx.packing.budget import check_budget
 from longctx.packing.counting import SectionCounter
 from longctx.packing.model import (
-    _DOCUMENT_PREFIX,
-    _EARLIER_PREFIX,
+    DOCUMENT_PREFIX,
+    EARLIER_PREFIX,
     Budget,
     Pack,
     PackResult,
-    _pack_digest_start,
+    pack_digest_start,
 )
 from longctx.packing.rendering import (
     BOUNDARY,
@@ -76,7 +76,7 @@ class _PackBuilder:
         store: Store | None,
         snapshot: snapshots.SnapshotWriter | None = None,
     ) -> None:
-        self.counter = _Counter(tokenizer, store)
+        self.counter = PackCounter(tokenizer, store)
         self.snapshot = snapshot
         self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
         self.names: list[str] = []
@@ -86,7 +86,7 @@ class _PackBuilder:
         # file holds them and the pack's sections are views of it.
         self.texts: list[str] = []
         self.fingerprints: list[str] = []
-        self.digest = _pack_digest_start(SYSTEM_HEADER)
+        self.digest = pack_digest_start(SYSTEM_HEADER)
         self.digest.update(DOCUMENTS_OPENING.encode("utf-8"))
         if snapshot is not None:
             snapshot.write(SYSTEM_HEADER.encode("utf-8"))
@@ -100,17 +100,17 @@ class _PackBuilder:
         # One encoding for both hashes (the section's and the pack's) and
         # the snapshot's copy. It fails only on lone surrogates in the
         # text (a rendered path never has them): then the text is cleaned
-        # and rendered again, which _clean_text would otherwise have
+        # and rendered again, which clean_text would otherwise have
         # checked with an encoding of its own.
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError:
-            text = render_document(document.path, _clean_text(document.text))
+            text = render_document(document.path, clean_text(document.text))
             data = text.encode("utf-8")
         if document.earlier:
-            self._add_section(_EARLIER_PREFIX + document.path, text, data)
+            self._add_section(EARLIER_PREFIX + document.path, text, data)
         else:
-            self._add_section(_DOCUMENT_PREFIX + document.path, text, data)
+            self._add_section(DOCUMENT_PREFIX + document.path, text, data)
             self.paths.append(document.path)
 
     def _add_section(self, name: str, text: str, data: bytes) -> None:
@@ -126,9 +126,9 @@ class _PackBuilder:
             self.section_counter.add(text, fingerprint, data)
 
     def finish(self, corpus: CorpusOutline) -> Pack:
-        notes = _included_notes(corpus)
+        notes = included_notes(corpus)
         listing = render_listing(
-            [*(ListingEntry(path, note=notes.get(path)) for path in self.paths), *_skipped_entries(corpus)]
+            [*(ListingEntry(path, note=notes.get(path)) for path in self.paths), *skipped_entries(corpus)]
         )
         texts: Sequence[str | memoryview] = self.texts
         stored: StoredText | None = None
@@ -143,7 +143,7 @@ class _PackBuilder:
                 start += size
             texts = views[2:-2]  # the documents, between the header and opening and the listing and boundary
         counts = None if self.section_counter is None else self.section_counter.counts()
-        sections = _Sections(
+        sections = Sections(
             texts,
             self.names,
             listing,
@@ -152,7 +152,7 @@ class _PackBuilder:
             documents_digest=self.digest,
             stored_text=stored,
         )
-        return _assemble(sections, self.counter)
+        return assemble(sections, self.counter)
 
     def close(self) -> None:
         if self.section_counter is not None:
@@ -187,7 +187,7 @@ def build_pack(
     finally:
         builder.close()
     if budget is not None:
-        _check_budget(built, budget)
+        check_budget(built, budget)
     return built
 
 
@@ -233,7 +233,7 @@ def pack(
         stored = snapshots.load_snapshot(store, key)
         if stored is not None:
             if budget is not None:
-                _check_budget(stored.pack, budget)
+                check_budget(stored.pack, budget)
             return PackResult(stored.pack, stored.manifest, stored.ordering, reused=True)
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
@@ -243,7 +243,7 @@ def pack(
         and store is not None
         and builder.section_counter is not None
         and key.tracked_files >= _EARLY_WORKER_FILES
-        and not store.has_pack_snapshot(key.slot)
+        and not store.caches.has_pack_snapshot(key.slot)
     ):
         # The first pack of a large repository with these options: its
         # texts are most likely not counted yet, so the counting worker
@@ -265,5 +265,5 @@ def pack(
     if writer is not None:
         writer.keep(built, corpus)
     if budget is not None:
-        _check_budget(built, budget)
+        check_budget(built, budget)
     return PackResult(built, corpus.manifest, corpus.ordering, reused=False, layer_note=corpus.layer_note)

@@ -56,7 +56,7 @@ from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer
 if TYPE_CHECKING:
     from longctx.store import Store
 
-__all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "serve"]
+__all__ = ["WORKER_THRESHOLD_BYTES", "SectionCounter", "count_texts", "serve"]
 
 logger = logging.getLogger("longctx.counting")
 
@@ -131,7 +131,9 @@ class SectionCounter:
             return
         known: dict[str, int] = {}
         if self.store is not None:
-            known = self.store.token_counts(self.tokenizer.identity, [self._digests[i] for i in indexes])
+            known = self.store.caches.token_counts(
+                self.tokenizer.identity, [self._digests[i] for i in indexes]
+            )
         queued: list[int] = []
         for index in indexes:
             digest = self._digests[index]
@@ -220,7 +222,7 @@ class SectionCounter:
             assert value is not None
             self._fresh[digest] = value
         if self.store is not None and self._fresh:
-            self.store.save_token_counts(self.tokenizer.identity, self._fresh)
+            self.store.caches.save_token_counts(self.tokenizer.identity, self._fresh)
         self._fresh = {}
         self._first_index = {}
         return counts

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
+from longctx.config import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.corpus import Manifest
 from longctx.errors import ConfigError
 from longctx.outputs import Saved
@@ -32,6 +33,8 @@ from longctx.store import StoredText
 from longctx.tokens import Tokenizer, text_sha256
 
 __all__ = [
+    "DOCUMENT_PREFIX",
+    "EARLIER_PREFIX",
     "BoundaryCheck",
     "Budget",
     "Pack",
@@ -40,10 +43,15 @@ __all__ = [
     "PromptCount",
     "Section",
     "ShardedPack",
+    "pack_digest_start",
+    "pack_fingerprint",
+    "section_fingerprint",
 ]
 
-_DOCUMENT_PREFIX: Final = "document:"
-_EARLIER_PREFIX: Final = "earlier:"
+DOCUMENT_PREFIX: Final = "document:"
+"""How a document section's name starts: ``document:`` then the document's path."""
+EARLIER_PREFIX: Final = "earlier:"
+"""How the name of an earlier copy of a changed file starts (a layered pack): ``earlier:`` then its path."""
 
 
 class _Text:
@@ -97,7 +105,7 @@ class Section:
     @property
     def path(self) -> str | None:
         """The document path of a ``document:`` section, else None."""
-        return self.name[len(_DOCUMENT_PREFIX) :] if self.name.startswith(_DOCUMENT_PREFIX) else None
+        return self.name[len(DOCUMENT_PREFIX) :] if self.name.startswith(DOCUMENT_PREFIX) else None
 
     @property
     def size_bytes(self) -> int:
@@ -231,7 +239,7 @@ class Pack:
     @property
     def earlier_copies(self) -> tuple[Section, ...]:
         """The ``earlier:`` sections of a layered pack: the base's copies of files changed since."""
-        return tuple(section for section in self.sections if section.name.startswith(_EARLIER_PREFIX))
+        return tuple(section for section in self.sections if section.name.startswith(EARLIER_PREFIX))
 
     def section(self, name: str) -> Section:
         """The section called ``name``; raises KeyError when there is none."""
@@ -295,7 +303,7 @@ class Budget:
 
     context_length: int
     reserved_output_tokens: int = 4096
-    reserved_question_tokens: int = 1024
+    reserved_question_tokens: int = DEFAULT_RESERVED_QUESTION_TOKENS
 
     def __post_init__(self) -> None:
         for name in ("context_length", "reserved_output_tokens", "reserved_question_tokens"):
@@ -456,11 +464,12 @@ class BoundaryCheck:
 # -- fingerprints -------------------------------------------------------------
 
 
-def _fingerprint(text: str) -> str:
+def section_fingerprint(text: str) -> str:
+    """A section's fingerprint: the sha256 of its text (the key its token count is cached under)."""
     return text_sha256(text)
 
 
-def _pack_digest_start(system: str) -> hashlib._Hash:
+def pack_digest_start(system: str) -> hashlib._Hash:
     """A sha256 fed with the format version and the system message, each followed by a NUL byte."""
     digest = hashlib.sha256()
     for part in (FORMAT_VERSION, system):
@@ -469,9 +478,9 @@ def _pack_digest_start(system: str) -> hashlib._Hash:
     return digest
 
 
-def _pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
+def pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
     """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
-    digest = _pack_digest_start(system)
+    digest = pack_digest_start(system)
     for part in prefix_parts:
         digest.update(part.encode("utf-8"))
     digest.update(b"\0")

@@ -34,6 +34,7 @@ __all__ = [
     "SYSTEM_HEADER",
     "ListingEntry",
     "fence_for",
+    "folder_lines",
     "render_document",
     "render_listing",
     "render_path",

@@ -260,7 +260,7 @@ def load_snapshot(store: Store, key: SnapshotKey) -> Snapshot | None:
     A snapshot of a corpus that followed symbolic links is used only when
     each still points to the same file with the same content.
     """
-    stored = store.pack_snapshot(key.slot, key.state)
+    stored = store.caches.pack_snapshot(key.slot, key.state)
     if stored is None:
         return None
     links = stored.summary.get("links")
@@ -336,7 +336,7 @@ class SnapshotWriter:
         self.store = store
         self.key = key
         self.sizes: list[int] = []
-        self._path = store.new_pack_snapshot_file(key.slot, key.state)
+        self._path = store.blobs.new_file(key.slot, key.state)
         self._file: BinaryIO | None = open(self._path, "wb")  # noqa: SIM115 - closed by keep or discard
         self._state_taker: threading.Thread | None = None
         self._state_after: RepositoryState | None = None
@@ -393,7 +393,7 @@ class SnapshotWriter:
             if not self._trustworthy(pack, corpus, self._state_after_load()):
                 self._path.unlink(missing_ok=True)
                 return False
-            self.store.save_pack_snapshot(
+            self.store.caches.save_pack_snapshot(
                 self.key.slot,
                 self.key.state,
                 fingerprint=pack.fingerprint,

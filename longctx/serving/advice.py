@@ -1,6 +1,7 @@
-"""Flag advice for a running server, from the settings it reports.
+"""Flag advice for a running server, from the settings it reports, and for the router in front.
 
-``longctx doctor`` reads a server's settings and passes them here as a flat
+``longctx doctor`` reads a server's settings and checks them against its
+engine profile's checks (:mod:`longctx.backends.engines`) as a flat
 mapping, using the engine's own names (values may be strings, as Prometheus
 labels are):
 
@@ -19,9 +20,10 @@ A key that is absent yields no finding: advice is only given on what was seen.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+from longctx.backends.engines import find_profile, profiles
+from longctx.backends.profiles import Finding
 from longctx.errors import ServingConfigError
 
 __all__ = [
@@ -31,27 +33,6 @@ __all__ = [
     "suggest_router_policy",
     "suggest_server_flags",
 ]
-
-_CHUNK_TOKENS = 8192
-_SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One piece of advice.
-
-    ``severity`` is ``"warning"`` when longctx's savings are lost or cannot be
-    measured, ``"suggestion"`` for capacity gains; ``setting`` is the observed
-    key, ``observed`` its value as text, ``flag`` what to add to the launch
-    command, ``reason`` what it buys.
-    """
-
-    severity: Literal["warning", "suggestion"]
-    setting: str
-    observed: str
-    flag: str
-    reason: str
-
 
 CACHE_KEEPING_POLICIES: dict[str, str] = {
     "vllm-router": "--policy consistent_hash",
@@ -125,169 +106,14 @@ def detected_router_finding(router: Any, *, declared: str | None, salted: bool) 
 
 
 def suggest_server_flags(engine: str, observed: Mapping[str, Any]) -> tuple[Finding, ...]:
-    """Flags to add to a ``"vllm"`` or ``"sglang"`` server, given its ``observed`` settings.
+    """Flags to add to a server of the registered ``engine``, given its ``observed`` settings.
 
-    Warnings come first. Raises :class:`ServingConfigError` for another engine.
+    The checks are the engine profile's
+    (:attr:`longctx.backends.profiles.EngineProfile.checks`). Warnings come
+    first. Raises :class:`ServingConfigError` for an engine not registered.
     """
-    if engine == "vllm":
-        findings = _vllm(observed)
-    elif engine == "sglang":
-        findings = _sglang(observed)
-    else:
-        raise ServingConfigError(f"unknown engine {engine!r}; use vllm or sglang", field="engine")
-    return tuple(sorted(findings, key=lambda f: f.severity != "warning"))
-
-
-def _vllm(seen: Mapping[str, Any]) -> list[Finding]:
-    findings = []
-    if _is_false(seen, "enable_prefix_caching"):
-        findings.append(
-            Finding(
-                "warning",
-                "enable_prefix_caching",
-                _text(seen["enable_prefix_caching"]),
-                "--enable-prefix-caching",
-                "without it every request prefills the whole document again",
-            )
-        )
-    if _is_false(seen, "enable_prompt_tokens_details"):
-        findings.append(
-            Finding(
-                "warning",
-                "enable_prompt_tokens_details",
-                _text(seen["enable_prompt_tokens_details"]),
-                "--enable-prompt-tokens-details",
-                "responses then report cached tokens, so longctx can show what the cache saved",
-            )
-        )
-    if _is_false(seen, "enable_chunked_prefill"):
-        findings.append(
-            Finding(
-                "warning",
-                "enable_chunked_prefill",
-                _text(seen["enable_chunked_prefill"]),
-                f"--enable-chunked-prefill --max-num-batched-tokens {_CHUNK_TOKENS}",
-                "a long prompt otherwise takes whole steps and stalls every running decode",
-            )
-        )
-    batched = _as_int(seen.get("max_num_batched_tokens"))
-    if batched is not None and batched < _CHUNK_TOKENS:
-        findings.append(
-            Finding(
-                "suggestion",
-                "max_num_batched_tokens",
-                str(batched),
-                f"--max-num-batched-tokens {_CHUNK_TOKENS}",
-                f"prefill of long prompts runs in chunks of {batched} tokens; "
-                f"{_CHUNK_TOKENS} prefills faster at a small cost in decode latency",
-            )
-        )
-    dtype = seen.get("cache_dtype")
-    if isinstance(dtype, str) and dtype.lower() in _SIXTEEN_BIT:
-        findings.append(
-            Finding(
-                "suggestion",
-                "cache_dtype",
-                dtype,
-                "--kv-cache-dtype fp8",
-                "halves KV memory: twice the context x concurrency (check answer quality)",
-            )
-        )
-    return findings
-
-
-def _sglang(seen: Mapping[str, Any]) -> list[Finding]:
-    findings = []
-    if _is_true(seen, "disable_radix_cache"):
-        findings.append(
-            Finding(
-                "warning",
-                "disable_radix_cache",
-                _text(seen["disable_radix_cache"]),
-                "remove --disable-radix-cache",
-                "without the radix cache every request prefills the whole document again",
-            )
-        )
-    if _is_false(seen, "enable_cache_report"):
-        findings.append(
-            Finding(
-                "warning",
-                "enable_cache_report",
-                _text(seen["enable_cache_report"]),
-                "--enable-cache-report",
-                "responses then report cached tokens, so longctx can show what the cache saved",
-            )
-        )
-    if "chunked_prefill_size" in seen:
-        # -1 (or 0) turns chunking off; None means SGLang has not resolved its default, so say nothing.
-        size = _as_int(seen["chunked_prefill_size"])
-        if size is not None and size <= 0:
-            findings.append(
-                Finding(
-                    "warning",
-                    "chunked_prefill_size",
-                    _text(seen["chunked_prefill_size"]),
-                    f"--chunked-prefill-size {_CHUNK_TOKENS}",
-                    "chunked prefill is off: a long prompt stalls every running decode",
-                )
-            )
-    if _is_false(seen, "enable_metrics"):
-        findings.append(
-            Finding(
-                "suggestion",
-                "enable_metrics",
-                _text(seen["enable_metrics"]),
-                "--enable-metrics",
-                "exposes server-wide cached-token counters to cross-check longctx's figures",
-            )
-        )
-    dtype = seen.get("kv_cache_dtype")
-    if isinstance(dtype, str) and dtype.lower() in _SIXTEEN_BIT:
-        findings.append(
-            Finding(
-                "suggestion",
-                "kv_cache_dtype",
-                dtype,
-                "--kv-cache-dtype fp8_e4m3",
-                "halves KV memory: twice the context x concurrency (check answer quality)",
-            )
-        )
-    return findings
-
-
-def _truth(value: Any) -> bool | None:
-    """A boolean from a JSON bool or a Prometheus label ("True", "false", "1")."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        lowered = value.strip().lower()
-        if lowered in ("true", "1", "yes"):
-            return True
-        if lowered in ("false", "0", "no"):
-            return False
-    return None
-
-
-def _is_false(seen: Mapping[str, Any], key: str) -> bool:
-    return key in seen and _truth(seen[key]) is False
-
-
-def _is_true(seen: Mapping[str, Any], key: str) -> bool:
-    return key in seen and _truth(seen[key]) is True
-
-
-def _as_int(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            return None
-    return None
-
-
-def _text(value: Any) -> str:
-    return "null" if value is None else str(value)
+    profile = find_profile(engine)
+    if profile is None:
+        known = ", ".join(known.name for known in profiles() if known.checks)
+        raise ServingConfigError(f"unknown engine {engine!r}; use {known}", field="engine")
+    return profile.advise(observed)

@@ -18,10 +18,12 @@ from __future__ import annotations
 import dataclasses
 import shlex
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from longctx.backends.engines import find_profile, recipe_engines
+from longctx.backends.profiles import RecipeSwitches
 from longctx.errors import ServingConfigError
 from longctx.serving.families import known_model, known_models
 from longctx.serving.kv import LayerKind, kv_layout_from_config
@@ -35,7 +37,8 @@ __all__ = [
     "recipe_for",
 ]
 
-ENGINES = ("vllm", "sglang")
+ENGINES = recipe_engines()
+"""The engines with a recipe at import (the CLI's choices); :func:`recipe_for` asks the registry."""
 
 KIMI_K3_NVFP4 = "nvidia/Kimi-K3-NVFP4"
 # From the nvidia/Kimi-K3-NVFP4 model card: validated on 8 x B300 at TP 8.
@@ -135,7 +138,7 @@ def recipe_for(
     config: Mapping[str, Any] | None = None,
     speculative: bool = True,
 ) -> Recipe:
-    """The launch recipe for ``model`` on ``engine`` (``"vllm"`` or ``"sglang"``).
+    """The launch recipe for ``model`` on ``engine`` (a registered engine with a recipe: ``"vllm"``...).
 
     Catalogue models (:func:`catalogue_models`, matched case-insensitively)
     get their validated recipe; ``gpus`` and ``max_model_len`` override the
@@ -150,8 +153,10 @@ def recipe_for(
     Raises :class:`ServingConfigError` naming ``engine``, ``gpus``,
     ``max_model_len`` or ``config`` when one is unusable.
     """
-    if engine not in ENGINES:
-        raise ServingConfigError(f"unknown engine {engine!r}; use vllm or sglang", field="engine")
+    profile = find_profile(engine)
+    if profile is None or profile.recipe is None:
+        choices = " or ".join(recipe_engines())
+        raise ServingConfigError(f"unknown engine {engine!r}; use {choices}", field="engine")
     if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
         raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
     if max_model_len is not None and (
@@ -160,8 +165,9 @@ def recipe_for(
         raise ServingConfigError(
             f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
         )
-    if model.lower() == KIMI_K3_NVFP4.lower():
-        return _kimi_k3(engine, gpus, max_model_len, speculative)
+    validated = _CATALOGUE.get((model.lower(), engine))
+    if validated is not None:
+        return validated(gpus, max_model_len, speculative)
     shape_note = None
     known = known_model(model) if config is None else None
     if known is not None:
@@ -175,13 +181,16 @@ def recipe_for(
             f"shape: {', '.join(known_models())}); pass its config.json for a generic recipe",
             field="config",
         )
-    recipe = _generic(model, engine, gpus or 1, max_model_len, config)
+    recipe = _generic(
+        model, engine, profile.recipe, gpus=gpus or 1, max_model_len=max_model_len, config=config
+    )
     if shape_note is not None:
         return dataclasses.replace(recipe, notes=(*recipe.notes, shape_note))
     return recipe
 
 
-def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculative: bool) -> Recipe:
+def _kimi_k3_common(gpus: int | None, max_model_len: int | None) -> tuple[int, list[str]]:
+    """Kimi K3 on any engine: the tensor parallel size and the notes on the hardware."""
     if max_model_len is not None and max_model_len > _K3_ARCHITECTURE_CONTEXT:
         raise ServingConfigError(
             f"max_model_len {max_model_len:,} exceeds Kimi K3's architectural limit of "
@@ -200,80 +209,85 @@ def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculati
             f"1.6 TB of weights over {tp} GPUs is {_K3_WEIGHT_BYTES / tp / 1e9:,.0f} GB each, "
             "more than a B300's 288 GB: this will not load"
         )
-    if engine == "vllm":
-        context = max_model_len or _K3_VALIDATED_CONTEXT
-        notes += [
-            "about 18 minutes to start on 8 GPUs with --load-format fastsafetensors; "
-            "the default loader is substantially slower",
-            f"--max-model-len {_K3_VALIDATED_CONTEXT:,} is the validated value on 8 GPUs, not the "
-            f"architecture's limit ({_K3_ARCHITECTURE_CONTEXT:,}); KV memory grows with context x "
-            "concurrency, so check a larger value with `longctx plan` before raising it",
-            "the runtime patch (runtime_patches/sitecustomize.py, loaded through PYTHONPATH) is "
-            "required until vLLM PRs #50617, #52406 and #52405 are in a release",
-            "--enable-prompt-tokens-details is added by longctx (not in the model card) so "
-            "responses report cached tokens",
-        ]
-        if context > _K3_VALIDATED_CONTEXT:
-            notes.append(
-                f"--max-model-len {context:,} is above the validated {_K3_VALIDATED_CONTEXT:,}: "
-                "lower --max-num-seqs or confirm the KV cache fits with `longctx plan`"
-            )
-        argv = (
-            "vllm", "serve", KIMI_K3_NVFP4,
-            "--served-model-name", "kimi-k3-nvfp4",
-            "--host", "0.0.0.0",
-            "--port", "8000",
-            "--trust-remote-code",
-            "--quantization", "modelopt_mixed",
-            "--load-format", "fastsafetensors",
-            "--tensor-parallel-size", str(tp),
-            "--moe-backend", "flashinfer_trtllm",
-            "--gpu-memory-utilization", "0.90",
-            "--max-model-len", str(context),
-            "--max-num-batched-tokens", _CHUNK_TOKENS,
-            "--max-num-seqs", "32",
-            "--kv-cache-dtype", "fp8",
-            "--attention-config",
-            '{"mla_prefill_backend":"TRTLLM_RAGGED","use_prefill_query_quantization":true}',
-            "--attention-backend", "FLASHINFER_MLA",
-            "--enable-prefix-caching",
-            "--enable-chunked-prefill",
-            "--max-cudagraph-capture-size", "32",
-            "--enable-auto-tool-choice",
-            "--tool-call-parser", "kimi_k3",
-            "--reasoning-parser", "kimi_k3",
-            "--enable-prompt-tokens-details",
-        )  # fmt: skip
-        return Recipe(
-            model=KIMI_K3_NVFP4,
-            engine="vllm",
-            argv=argv,
-            env=types.MappingProxyType(
-                {
-                    "PYTHONPATH": "/k3-runtime-patches",
-                    "KIMI_K3_FIX_MM_PROMPT_UPDATES": "1",
-                    "KIMI_K3_NVFP4_SITU_G1_SCALE": "1",
-                    "KIMI_K3_FP8_PB": "1",
-                    "VLLM_USE_DEEP_GEMM": "0",
-                    "VLLM_USE_V2_MODEL_RUNNER": "1",
-                    "VLLM_USE_RUST_FRONTEND": "0",
-                }
-            ),
-            required_env=("HF_TOKEN",),
-            image="vllm/vllm-openai:kimi-k3",
-            image_entrypoint=("vllm", "serve"),
-            docker_options=_DOCKER_OPTIONS,
-            mounts=(
-                Mount(_HF_CACHE, "/root/.cache/huggingface"),
-                Mount("$PWD/kimi-k3-runtime/runtime_patches", "/k3-runtime-patches", read_only=True),
-            ),
-            setup=(
-                f"hf download {KIMI_K3_NVFP4} runtime_patches/sitecustomize.py --local-dir kimi-k3-runtime",
-            ),
-            notes=tuple(notes),
-            from_catalogue=True,
-        )
+    return tp, notes
 
+
+def _kimi_k3_vllm(gpus: int | None, max_model_len: int | None, speculative: bool) -> Recipe:
+    tp, notes = _kimi_k3_common(gpus, max_model_len)
+    context = max_model_len or _K3_VALIDATED_CONTEXT
+    notes += [
+        "about 18 minutes to start on 8 GPUs with --load-format fastsafetensors; "
+        "the default loader is substantially slower",
+        f"--max-model-len {_K3_VALIDATED_CONTEXT:,} is the validated value on 8 GPUs, not the "
+        f"architecture's limit ({_K3_ARCHITECTURE_CONTEXT:,}); KV memory grows with context x "
+        "concurrency, so check a larger value with `longctx plan` before raising it",
+        "the runtime patch (runtime_patches/sitecustomize.py, loaded through PYTHONPATH) is "
+        "required until vLLM PRs #50617, #52406 and #52405 are in a release",
+        "--enable-prompt-tokens-details is added by longctx (not in the model card) so "
+        "responses report cached tokens",
+    ]
+    if context > _K3_VALIDATED_CONTEXT:
+        notes.append(
+            f"--max-model-len {context:,} is above the validated {_K3_VALIDATED_CONTEXT:,}: "
+            "lower --max-num-seqs or confirm the KV cache fits with `longctx plan`"
+        )
+    argv = (
+        "vllm", "serve", KIMI_K3_NVFP4,
+        "--served-model-name", "kimi-k3-nvfp4",
+        "--host", "0.0.0.0",
+        "--port", "8000",
+        "--trust-remote-code",
+        "--quantization", "modelopt_mixed",
+        "--load-format", "fastsafetensors",
+        "--tensor-parallel-size", str(tp),
+        "--moe-backend", "flashinfer_trtllm",
+        "--gpu-memory-utilization", "0.90",
+        "--max-model-len", str(context),
+        "--max-num-batched-tokens", _CHUNK_TOKENS,
+        "--max-num-seqs", "32",
+        "--kv-cache-dtype", "fp8",
+        "--attention-config",
+        '{"mla_prefill_backend":"TRTLLM_RAGGED","use_prefill_query_quantization":true}',
+        "--attention-backend", "FLASHINFER_MLA",
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+        "--max-cudagraph-capture-size", "32",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser", "kimi_k3",
+        "--reasoning-parser", "kimi_k3",
+        "--enable-prompt-tokens-details",
+    )  # fmt: skip
+    return Recipe(
+        model=KIMI_K3_NVFP4,
+        engine="vllm",
+        argv=argv,
+        env=types.MappingProxyType(
+            {
+                "PYTHONPATH": "/k3-runtime-patches",
+                "KIMI_K3_FIX_MM_PROMPT_UPDATES": "1",
+                "KIMI_K3_NVFP4_SITU_G1_SCALE": "1",
+                "KIMI_K3_FP8_PB": "1",
+                "VLLM_USE_DEEP_GEMM": "0",
+                "VLLM_USE_V2_MODEL_RUNNER": "1",
+                "VLLM_USE_RUST_FRONTEND": "0",
+            }
+        ),
+        required_env=("HF_TOKEN",),
+        image="vllm/vllm-openai:kimi-k3",
+        image_entrypoint=("vllm", "serve"),
+        docker_options=_DOCKER_OPTIONS,
+        mounts=(
+            Mount(_HF_CACHE, "/root/.cache/huggingface"),
+            Mount("$PWD/kimi-k3-runtime/runtime_patches", "/k3-runtime-patches", read_only=True),
+        ),
+        setup=(f"hf download {KIMI_K3_NVFP4} runtime_patches/sitecustomize.py --local-dir kimi-k3-runtime",),
+        notes=tuple(notes),
+        from_catalogue=True,
+    )
+
+
+def _kimi_k3_sglang(gpus: int | None, max_model_len: int | None, speculative: bool) -> Recipe:
+    tp, notes = _kimi_k3_common(gpus, max_model_len)
     notes += [
         "no runtime patch; a pip-installed SGLang cannot load this checkpoint until SGLang PR "
         "#35077 is released: use the image",
@@ -322,11 +336,24 @@ def _kimi_k3(engine: str, gpus: int | None, max_model_len: int | None, speculati
     )
 
 
+# The validated deployments, by model (lower case) and engine.
+_CATALOGUE: dict[tuple[str, str], Callable[[int | None, int | None, bool], Recipe]] = {
+    (KIMI_K3_NVFP4.lower(), "vllm"): _kimi_k3_vllm,
+    (KIMI_K3_NVFP4.lower(), "sglang"): _kimi_k3_sglang,
+}
+
+
 _DOCKER_OPTIONS = ("--rm", "--gpus all", "--ipc=host", "--network=host", "--shm-size=64g")
 
 
 def _generic(
-    model: str, engine: str, gpus: int, max_model_len: int | None, config: Mapping[str, Any]
+    model: str,
+    engine: str,
+    switches: RecipeSwitches,
+    *,
+    gpus: int,
+    max_model_len: int | None,
+    config: Mapping[str, Any],
 ) -> Recipe:
     # Reading the layout validates the config (and that gpus can split its heads).
     layout = kv_layout_from_config(config, kv_cache_dtype="fp8")
@@ -352,41 +379,16 @@ def _generic(
         notes.append("the config has auto_map: --trust-remote-code runs the model repository's code")
     is_mla = any(g.kind is LayerKind.MLA for g in layout.groups)
 
-    if engine == "vllm":
-        argv = ["vllm", "serve", model, "--tensor-parallel-size", str(gpus)]
-        if context is not None:
-            argv += ["--max-model-len", str(context)]
-        argv += [
-            "--kv-cache-dtype", "fp8",
-            "--enable-prefix-caching",
-            "--enable-chunked-prefill",
-            "--max-num-batched-tokens", _CHUNK_TOKENS,
-            "--enable-prompt-tokens-details",
-        ]  # fmt: skip
-        if trust_remote_code:
-            argv.append("--trust-remote-code")
-        if is_mla and gpus > 1:
-            notes.append(
-                "MLA model: every GPU holds the whole latent cache; --decode-context-parallel-size "
-                f"(up to {gpus}) splits it, where the attention backend supports it"
-            )
-    else:
-        argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(gpus)]
-        if context is not None:
-            argv += ["--context-length", str(context)]
-        argv += [
-            "--kv-cache-dtype", "fp8_e4m3",
-            "--chunked-prefill-size", _CHUNK_TOKENS,
-            "--enable-cache-report",
-            "--enable-metrics",
-        ]  # fmt: skip
-        if trust_remote_code:
-            argv.append("--trust-remote-code")
-        notes.append("SGLang's radix (prefix) cache is on by default: never pass --disable-radix-cache")
-        if is_mla and gpus > 1:
-            notes.append(
-                f"MLA model: every GPU holds the whole latent cache; --dcp-size (up to {gpus}) splits it"
-            )
+    argv = [model if part == "{model}" else part for part in switches.launch]
+    argv += [switches.tensor_parallel, str(gpus)]
+    if context is not None:
+        argv += [switches.context, str(context)]
+    argv += switches.switches
+    if trust_remote_code:
+        argv.append("--trust-remote-code")
+    notes += switches.notes
+    if is_mla and gpus > 1 and switches.mla_note:
+        notes.append(switches.mla_note.format(gpus=gpus))
     return Recipe(
         model=model,
         engine=engine,

@@ -16,6 +16,7 @@ from __future__ import annotations
 from longctx.backends.base import Backend
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
+from longctx.sessions.resources import handing_over
 from longctx.sessions.session import Conversation, Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
@@ -39,16 +40,13 @@ def resume(session_id: str, backend: Backend | None = None, *, store: Store | No
 
     Raises :class:`~longctx.errors.SessionNotFound` for an unknown id.
     """
-    owned = store is None
-    opened = store or Store.open()
-    try:
-        kind = opened.session(session_id).kind
-    except BaseException:
-        if owned:
-            opened.close()
-        raise
-    if owned:
-        opened.close()
-    if kind == SHARDED_KIND:
-        return ShardedSession.resume(session_id, backend, store=store)
-    return Session.resume(session_id, backend, store=store)
+    if store is not None:
+        kind = store.sessions.session(session_id).kind
+        resumed = ShardedSession if kind == SHARDED_KIND else Session
+        return resumed.resume(session_id, backend, store=store)
+    opened = Store.open()
+    # Opened once: the session resumed takes this store and owns it (closed here if it fails first).
+    with handing_over(opened):
+        kind = opened.sessions.session(session_id).kind
+        resumed = ShardedSession if kind == SHARDED_KIND else Session
+        return resumed.resume(session_id, backend)

@@ -34,7 +34,15 @@ from longctx.packing.rendering import render_document, render_path
 from longctx.packing.snapshots import snapshot_key
 from longctx.store import Store, TurnRecord
 
-__all__ = ["CHANGES_CLOSING", "CHANGES_OPENING", "ChangeTracker", "Changes", "FileChange"]
+__all__ = [
+    "CHANGES_CLOSING",
+    "CHANGES_OPENING",
+    "ChangeTracker",
+    "Changes",
+    "FileChange",
+    "check_room",
+    "corpus_hashes",
+]
 
 CHANGES_OPENING = (
     "<files-changed>\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypedDict, Unpack
+from typing import Any, Final, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
@@ -25,9 +25,14 @@ from longctx.store import Store, StoredPack
 from longctx.tokens import EstimateTokenizer, Tokenizer
 
 __all__ = [
+    "CheckedSessionOptions",
     "CorpusSession",
+    "CorpusSessionOptions",
     "DocSession",
+    "Paths",
     "RepoSession",
+    "as_paths",
+    "checked_session_options",
     "pack_for_server",
     "server_budget",
     "server_corpus_options",
@@ -43,7 +48,7 @@ def as_paths(paths: Paths) -> tuple[str | os.PathLike[str], ...]:
 
 
 def _server_tokenizer(backend: Backend) -> Tokenizer:
-    return backend.tokenizer() if backend.info.engine in ("vllm", "sglang") else EstimateTokenizer()
+    return backend.tokenizer() if backend.info.profile.tokenizes else EstimateTokenizer()
 
 
 def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store) -> CorpusOptions:
@@ -54,16 +59,16 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     once per tokenizer identity, and kept in ``store``. A server without a
     tokenize route adds nothing (the default spellings are broken anyway).
     """
-    if backend.info.engine not in ("vllm", "sglang"):
+    if not backend.info.profile.tokenizes:
         return options
     # Imported here: the candidate list is only needed when a server is asked.
     from longctx.sources.special_tokens import CANDIDATE_SPELLINGS
 
     tokenizer = backend.tokenizer()
-    learned = store.special_tokens(tokenizer.identity)
+    learned = store.caches.special_tokens(tokenizer.identity)
     if learned is None:
         learned = tokenizer.special_spellings(CANDIDATE_SPELLINGS)
-        store.save_special_tokens(tokenizer.identity, learned)
+        store.caches.save_special_tokens(tokenizer.identity, learned)
     if set(learned) <= set(options.special_tokens):
         return options
     return replace(options, special_tokens=(*options.special_tokens, *learned))
@@ -110,11 +115,30 @@ class CorpusSessionOptions(TypedDict, total=False):
     :class:`~longctx.sessions.sharded.ShardedSession`), written once.
 
     ``backend`` a connection the caller owns (else one is made to ``server``
-    on first use and owned by the session); ``store`` likewise; ``corpus``
-    chooses the documents; ``request`` how each request is made; ``title``
-    names the session (default: the corpus's root folder); ``on_progress``
-    hears what is happening (reading, connecting, counting).
+    on first use and owned by the session); ``server`` a
+    :class:`~longctx.config.ServerOptions` or just the URL(s), or instead
+    the names every OpenAI-compatible client uses, ``base_url``, ``model``,
+    ``api_key`` (one way or the other, not both); ``store`` likewise;
+    ``corpus`` chooses the documents; ``request`` how each request is made;
+    ``title`` names the session (default: the corpus's root folder);
+    ``on_progress`` hears what is happening (reading, connecting, counting).
+    See :func:`checked_session_options`.
     """
+
+    backend: Backend | None
+    server: ServerOptions | str | Sequence[str] | None
+    base_url: str | Sequence[str] | None
+    model: str | None
+    api_key: str | None
+    store: Store | None
+    corpus: CorpusOptions | None
+    request: RequestOptions | None
+    title: str | None
+    on_progress: Progress | None
+
+
+class CheckedSessionOptions(TypedDict, total=False):
+    """:class:`CorpusSessionOptions` after :func:`checked_session_options`: the server as one object."""
 
     backend: Backend | None
     server: ServerOptions | None
@@ -123,6 +147,51 @@ class CorpusSessionOptions(TypedDict, total=False):
     request: RequestOptions | None
     title: str | None
     on_progress: Progress | None
+
+
+_SERVER_NAMES: Final = ("base_url", "model", "api_key")
+_OPTION_TYPES: Final[dict[str, type]] = {
+    "corpus": CorpusOptions,
+    "request": RequestOptions,
+    "store": Store,
+    "backend": Backend,
+}
+
+
+def checked_session_options(kind: str, options: Mapping[str, Any]) -> CheckedSessionOptions:
+    """A session's keywords checked at once, with ``base_url``, ``model``, ``api_key`` made ``server``.
+
+    ``kind`` names the session class in the messages. A keyword the
+    sessions do not take, both ``server`` and one of ``base_url``,
+    ``model``, ``api_key``, or an option of the wrong type (``request={...}``
+    rather than :class:`~longctx.config.RequestOptions`) raises
+    :class:`TypeError` naming it, rather than being ignored or failing at
+    the first question. A URL (or URLs) given as ``server`` is
+    ``ServerOptions(base_url=...)``, as :func:`~longctx.backends.connect` takes it.
+    """
+    unknown = [name for name in options if name not in CorpusSessionOptions.__annotations__]
+    if unknown:
+        raise TypeError(f"{kind}() got an unexpected keyword argument {unknown[0]!r}")
+    checked: dict[str, Any] = {name: value for name, value in options.items() if name not in _SERVER_NAMES}
+    named = {name: options[name] for name in _SERVER_NAMES if options.get(name) is not None}
+    server = options.get("server")
+    if server is not None and named:
+        raise TypeError(
+            f"{kind}() takes server=ServerOptions(...) or {', '.join(f'{n}=' for n in named)}, not both"
+        )
+    if named:
+        server = ServerOptions(**named)
+    elif isinstance(server, (str, list, tuple)):
+        server = ServerOptions(base_url=server)
+    if server is not None and not isinstance(server, ServerOptions):
+        raise TypeError(f"{kind}(server=...) takes a ServerOptions or a URL, not {type(server).__name__}")
+    checked["server"] = server
+    for name, wanted in _OPTION_TYPES.items():
+        value = checked.get(name)
+        if value is not None and not isinstance(value, wanted):
+            hint = f" (write {wanted.__name__}(**...))" if isinstance(value, Mapping) else ""
+            raise TypeError(f"{kind}({name}=...) takes a {wanted.__name__}, not {type(value).__name__}{hint}")
+    return cast(CheckedSessionOptions, checked)
 
 
 class CorpusSession(Session):
@@ -134,7 +203,8 @@ class CorpusSession(Session):
     corpus's root folder name.
     """
 
-    def __init__(self, paths: Paths, **options: Unpack[CorpusSessionOptions]) -> None:
+    def __init__(self, paths: Paths, **given: Unpack[CorpusSessionOptions]) -> None:
+        options = checked_session_options(type(self).__name__, given)
         super().__init__(
             options.get("backend"),
             None,

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import Self
 
 from longctx.backends.base import Backend
-from longctx.backends.engines import CacheCounters
+from longctx.backends.profiles import CacheCounters
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, RequestRecord, Store
 
@@ -144,7 +144,7 @@ class CounterSnapshot:
 
         def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
             for check in checks:
-                store.record_counter_check(check)
+                store.sessions.record_counter_check(check)
             return combine_checks(checks)
 
         return self.close(session_id, None, records).then(keep)

@@ -432,7 +432,7 @@ class Job:
     def _run(self) -> JobReport:
         store, backend = self._resources.store, self._resources.backend
         packs = self._packs()
-        stored = store.answered([self.key(index) for index in range(len(self.items))])
+        stored = store.sessions.answered([self.key(index) for index in range(len(self.items))])
         results: dict[int, JobResult] = {}
         for index, item in enumerate(self.items):
             turn = stored.get(self.key(index))
@@ -454,7 +454,9 @@ class Job:
                 for pack in pending:
                     results.update(pack.results)
                 served = [result.session_id for result in results.values() if result.usage is not None]
-                records = store.requests(session_ids=[sid for sid in served if sid]) if served else []
+                records = (
+                    store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
+                )
                 settling = snapshot.close("", None, records)
                 checks = settling.wait()
             check = combine_checks(checks or [], notes=settling.notes) if checking else None
@@ -569,7 +571,7 @@ class Job:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
             # The answered ones are stored under their keys; the rest carry the error.
-            stored = self._resources.store.answered(keys)
+            stored = self._resources.store.sessions.answered(keys)
             for index, key in zip(pack.indices, keys, strict=True):
                 turn = stored.get(key)
                 item = self.items[index]

@@ -69,9 +69,9 @@ class Recording:
                 self._checks.extend(checks)
                 return
             for request in requests:
-                store.record_request(request)
+                store.sessions.record_request(request)
             for check in checks:
-                store.record_counter_check(check)
+                store.sessions.record_counter_check(check)
 
     @contextmanager
     def first_write(self, pack: StoredPack | None, record: SessionRecord) -> Iterator[Opening | None]:
@@ -93,4 +93,4 @@ class Recording:
         """Write the session before any turn (a fork's parent, a sharded session's parts); idempotent."""
         with self.first_write(pack, record) as opening:
             if opening is not None:
-                store.record_opening(opening)
+                store.sessions.record_opening(opening)

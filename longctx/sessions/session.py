@@ -217,8 +217,7 @@ class Session(Conversation):
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
         self._pending_checks: list[PendingCheck] = []
-        # The cache canaries run on this session's prefix (RequestOptions.canary_every, canary()).
-        self.canaries = CanarySampler(self.request.canary_every)
+        self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -237,7 +236,7 @@ class Session(Conversation):
         """
         resources = Resources.for_resume(backend, store)
         try:
-            return cls.restore(resources.store.session(session_id), resources)
+            return cls.restore(resources.store.sessions.session(session_id), resources)
         except BaseException:
             resources.close()
             raise
@@ -251,7 +250,7 @@ class Session(Conversation):
         is missing from the store.
         """
         store = resources.store
-        pack = store.pack(record.pack_fingerprint) if record.pack_fingerprint else None
+        pack = store.sessions.pack(record.pack_fingerprint) if record.pack_fingerprint else None
         if record.pack_fingerprint and pack is None:
             raise StoreError(
                 f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store"
@@ -361,17 +360,17 @@ class Session(Conversation):
             return self.id
         while record.parent_id is not None:
             try:
-                record = self.store.session(record.parent_id)
+                record = self.store.sessions.session(record.parent_id)
             except LongctxError:
                 break
         return record.id
 
     def _load_history(self, record: SessionRecord) -> list[TurnRecord]:
         """The turns a session sees: its ancestors' up to each branch point, then its own."""
-        own = self.store.turns(record.id)
+        own = self.store.sessions.turns(record.id)
         if record.parent_id is None:
             return own
-        parent = self.store.session(record.parent_id)
+        parent = self.store.sessions.session(record.parent_id)
         inherited = self._load_history(parent)[: record.parent_turns]
         return inherited + own
 
@@ -568,8 +567,7 @@ class Session(Conversation):
     def plan_canary(self, options: CanaryOptions | None = None) -> Plan[CanaryResult]:
         """The cache canary on this session's own prefix (:mod:`longctx.sessions.canaries`)."""
         yield Io(self._opened)  # connects, and prepares a corpus session's pack
-        # Its requests would count in the windows of counter checks still settling.
-        yield Io(self._settle_checks)
+        yield Io(self._settle_checks)  # its requests would count in the counter windows still open
         return (yield from session_canary(self, options))
 
     def canary(self, options: CanaryOptions | None = None) -> CanaryResult:
@@ -593,7 +591,7 @@ class Session(Conversation):
 
     def _history_tokenizer(self) -> ServerTokenizer | None:
         server = self.backend.server_for(self.affinity_key)
-        return None if server.engine == "generic" else self.backend.tokenizer(self.affinity_key)
+        return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
 
     def _commit_turn(
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
@@ -604,7 +602,7 @@ class Session(Conversation):
             batch_id=None, changes=changes,
         )  # fmt: skip
         with self._recording.first_write(self.pack, self._opened()) as opening:
-            self.store.commit_turn(committed.turn, committed.request, opening=opening)
+            self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
 
@@ -649,7 +647,7 @@ class Session(Conversation):
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.
         with self._recording.first_write(self.pack, record) as opening:
-            self.store.commit_turn(
+            self.store.sessions.commit_turn(
                 committed.turn, committed.request, opening=opening, new_session=branch, key=key
             )
         return committed
@@ -658,8 +656,8 @@ class Session(Conversation):
         """The plan of a batch of siblings: each question a branch sharing the whole prefix.
 
         See :meth:`Conversation.ask_many`. ``keys`` are stored with each
-        answer in its transaction (:meth:`Store.answered
-        <longctx.store.Store.answered>` finds them), so a job run again asks
+        answer in its transaction (:meth:`store.sessions.answered
+        <longctx.store.SessionLog.answered>` finds them), so a job run again asks
         only what is unanswered.
         """
         refuse_unknown(options, AskManyOptions, "ask_many")
@@ -734,12 +732,12 @@ class Session(Conversation):
             parent_turns=keep,
             settings=record.settings,
         )
-        self.store.create_session(child)
+        self.store.sessions.create_session(child)
         return self._shared(child)
 
     def branch(self, answer: Answer) -> Session:
         """The branch session an ``ask_many`` answer lives in, to continue it (shares backend and store)."""
-        return self._shared(self.store.session(answer.session_id))
+        return self._shared(self.store.sessions.session(answer.session_id))
 
     def _shared(self, record: SessionRecord) -> Session:
         return Session.restore(record, self._resources.borrowed())
@@ -751,8 +749,8 @@ class Session(Conversation):
         self._settle_checks()
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         # A session not stored yet still reports what it did (its warm start).
-        records = [*self.store.requests(session_ids=ids), *self._recording.pending_requests]
-        checks = [*self.store.counter_checks(ids), *self._recording.pending_checks]
+        records = [*self.store.sessions.requests(session_ids=ids), *self._recording.pending_requests]
+        checks = [*self.store.sessions.counter_checks(ids), *self._recording.pending_checks]
         notes = [
             f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
             + ", ".join(sorted(turn.file_changes)[:5])
@@ -765,7 +763,9 @@ class Session(Conversation):
             # Every request of this session hit the cache; the rate a hit
             # saves is measured on earlier cold requests to the same model.
             servers = sorted({(r.base_url, r.model) for r in records})
-            earlier = [r for url, model in servers for r in self.store.requests(base_url=url, model=model)]
+            earlier = [
+                r for url, model in servers for r in self.store.sessions.requests(base_url=url, model=model)
+            ]
             fallback_rate = cold_prefill_rate(earlier)
             if fallback_rate is not None:
                 notes.append("cold prefill rate measured on earlier requests to the same server and model")
@@ -782,7 +782,7 @@ class Session(Conversation):
         """Ids of the sessions branched from this one (siblings and forks)."""
         if not self._recording.stored:
             return []
-        return [child.id for child in self.store.children(self.id)]
+        return [child.id for child in self.store.sessions.children(self.id)]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.title!r}: {len(self._turns)} turns>"

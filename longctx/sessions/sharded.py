@@ -37,6 +37,7 @@ from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
     as_paths,
+    checked_session_options,
     server_corpus_options,
     shards_for_server,
 )
@@ -44,7 +45,7 @@ from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session
 from longctx.store import SessionRecord, Store
 
-__all__ = ["REDUCE_SYSTEM", "ShardedSession"]
+__all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 
 REDUCE_SYSTEM = (
     "You combine partial answers. Each partial answer below was written from one part of a "
@@ -91,8 +92,9 @@ class ShardedSession(Conversation):
         paths: Paths,
         *,
         sharded: ShardedPack | Pack | None = None,
-        **options: Unpack[CorpusSessionOptions],
+        **given: Unpack[CorpusSessionOptions],
     ) -> None:
+        options = checked_session_options(type(self).__name__, given)
         self.paths = as_paths(paths)
         self.corpus_options = options.get("corpus") or CorpusOptions()
         self.request = options.get("request") or RequestOptions()
@@ -122,18 +124,18 @@ class ShardedSession(Conversation):
         """
         resources = Resources.for_resume(backend, store)
         try:
-            record = resources.store.session(session_id)
+            record = resources.store.sessions.session(session_id)
             if record.kind != KIND:
                 raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
             session = cls((), request=RequestOptions.from_dict(record.settings))
             session._resources = resources
             session._record = record
             session._shards = tuple(
-                Session.restore(resources.store.session(part), resources.borrowed())
+                Session.restore(resources.store.sessions.session(part), resources.borrowed())
                 for part in record.settings["shards"]
             )
             session._reducer = Session.restore(
-                resources.store.session(record.settings["reducer"]), resources.borrowed()
+                resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
             )
             return session
         except BaseException:
@@ -191,7 +193,7 @@ class ShardedSession(Conversation):
                     "reducer": reducer.id,
                 },
             )
-            store.create_session(record)
+            store.sessions.create_session(record)
             for shard in shards:
                 shard.attach(record.id, "shard")
             reducer.attach(record.id, "reduce")
@@ -279,7 +281,7 @@ class ShardedSession(Conversation):
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
         ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
-        records = self.store.requests(session_ids=ids)
+        records = self.store.sessions.requests(session_ids=ids)
         return Batch(
             answers,
             build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"),
@@ -305,7 +307,7 @@ class ShardedSession(Conversation):
             title=title or f"fork of {self.title}",
             settings={**self._record.settings, "shards": [shard.id for shard in forked._shards]},
         )
-        self.store.create_session(record)
+        self.store.sessions.create_session(record)
         forked._record = record
         return forked
 
@@ -316,7 +318,7 @@ class ShardedSession(Conversation):
             ids.append(session.id)
             if include_branches:
                 ids.extend(session.branch_ids())
-        records = self.store.requests(session_ids=ids)
+        records = self.store.sessions.requests(session_ids=ids)
         return build_report(records, title=f"map-reduce over {len(self.shards)} shards", prices=prices)
 
     def __repr__(self) -> str:

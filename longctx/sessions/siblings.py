@@ -16,11 +16,13 @@ dispatch strategies send them:
   prompt, just before scheduling), then the rest, so the lead is first in
   the queue while the others' preparation still overlaps its prefill.
 
-``auto`` picks per engine and version from :data:`MEASURED`, the table
-the sibling benchmark filled in. A batch larger than the concurrency is
-sent as a continuous refill, never in waves: some sibling is always in
-flight, so the engine keeps the prefix's blocks referenced (not evictable)
-until the last question has read them.
+``auto`` picks per engine and version from the measured rows of the
+server's engine profile (``EngineProfile.dispatch``, in
+:mod:`longctx.backends.engines`), which the sibling benchmark filled in.
+A batch larger than the concurrency is sent as a continuous refill, never
+in waves: some sibling is always in flight, so the engine keeps the
+prefix's blocks referenced (not evictable) until the last question has
+read them.
 
 This module only sends and collects: what an answered request becomes (a
 branch session, its records) is the caller's ``commit``.
@@ -36,7 +38,8 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
-from longctx.config import DEFAULT_CONCURRENCY, RequestOptions
+from longctx.backends.engines import measured_dispatch
+from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 
@@ -44,38 +47,7 @@ if TYPE_CHECKING:
     from longctx.sessions.answers import Answer
     from longctx.store import Store
 
-__all__ = ["MEASURED", "Dispatch", "Outcome", "SiblingBatch", "check_keys", "choose_dispatch", "dispatched"]
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One row of :data:`MEASURED`: the fastest strategy for an engine (and version prefix)."""
-
-    engine: str
-    version_prefix: str
-    strategy: str
-    concurrency: int
-    source: str
-
-
-# What the sibling benchmarks measured fastest, first match wins (engine, then
-# the version's prefix; "" matches any version). Each row names its source:
-# - vLLM: docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the
-#   CPU build of the test suite) and issue 13's H200 run of vLLM 0.24.0 (8 at
-#   once 8.15 s against 9.7-11.2 s lead-first; benchmarks/gpu/ re-measures it).
-#   vLLM v1 shares an in-flight prefix, so sending together costs no prefill.
-# - SGLang: docs/benchmarks.md "siblings-dispatch" (the CPU build, 0.5.23): admitted
-#   (30.3 s) ahead of lead (45.8-49.4 s) and together (36-58 s, noisy); together cached
-#   only 98.4% of the prefix there (followers admitted before the lead's prefix was
-#   whole in the radix tree), lead and admitted 100%. SGLang sends its headers with
-#   the first token, so admitted waits about as long as lead.
-# - any other server: lead-first, the one strategy that caches whatever the
-#   scheduler does with simultaneous arrivals.
-MEASURED: tuple[Measured, ...] = (
-    Measured("vllm", "", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),
-    Measured("sglang", "", "admitted", 8, "benchmarks/siblings.py (CPU)"),
-    Measured("", "", "lead", DEFAULT_CONCURRENCY, "no measurement: lead-first caches on any scheduler"),
-)
+__all__ = ["Dispatch", "Outcome", "SiblingBatch", "check_keys", "choose_dispatch", "dispatched"]
 
 
 @dataclass(frozen=True)
@@ -103,7 +75,7 @@ def check_keys(store: Store, questions: Sequence[str], keys: Sequence[str]) -> N
     repeated = sorted(key for key, count in Counter(keys).items() if count > 1)
     if repeated:
         raise ConfigError(f"answer keys given twice: {', '.join(repeated[:5])}")
-    stored = store.answered(keys)
+    stored = store.sessions.answered(keys)
     if stored:
         raise ConfigError(
             f"{len(stored)} answer keys already have a stored answer: {', '.join(sorted(stored)[:5])}"
@@ -115,12 +87,10 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
 
     An explicit strategy or concurrency (``concurrency``, else the
     options') wins; what is left to ``auto`` / None comes from the first
-    :data:`MEASURED` row matching the engine and version.
+    measured row of the server's engine profile for its version
+    (:func:`longctx.backends.engines.measured_dispatch`).
     """
-    version = info.version or ""
-    row = next(
-        row for row in MEASURED if row.engine in ("", info.engine) and version.startswith(row.version_prefix)
-    )
+    row = measured_dispatch(info.profile, info.version)
     limit = concurrency or options.concurrency or row.concurrency
     if options.dispatch != "auto":
         return Dispatch(options.dispatch, limit, "asked for")

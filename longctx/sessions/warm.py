@@ -179,8 +179,8 @@ def recent_request(plan: WarmPlan, *, now: float | None = None) -> RequestRecord
     record = plan.record
     urls = {info.api_url for info in plan.backend.servers}
     salt = record.settings.get("cache_salt")
-    sessions = {s.id: s for s in plan.store.sessions(include_branches=True)}
-    for request in reversed(plan.store.requests(model=plan.backend.info.model)):
+    sessions = {s.id: s for s in plan.store.sessions.sessions(include_branches=True)}
+    for request in reversed(plan.store.sessions.requests(model=plan.backend.info.model)):
         if request.base_url not in urls or now - _ended(request) > RECENT_SECONDS:
             continue
         owner = sessions.get(request.session_id or "")

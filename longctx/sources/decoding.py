@@ -19,7 +19,7 @@ import codecs
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DecodedText", "decode_text", "looks_binary", "normalise_newlines"]
+__all__ = ["SNIFF_BYTES", "DecodedText", "decode_text", "looks_binary", "normalise_newlines"]
 
 SNIFF_BYTES: Final = 8192
 """How much of the start of a file binary detection looks at (git uses 8000)."""

@@ -10,12 +10,20 @@ Schema changes are migrations, applied in order and recorded in
 ``PRAGMA user_version``; a database written by a newer longctx is refused
 rather than misread.
 
-:class:`Store` is one connection (:mod:`longctx.store.db`) with the reads
-and writes of each concern over it: the content caches
-(:mod:`longctx.store.caches`) and sessions (:mod:`longctx.store.sessions`).
-The values it returns are in :mod:`longctx.store.records`; the files beside
-the database in :mod:`longctx.store.blobs`. The store knows no source type:
-what it keeps for the sources is plain data.
+:class:`Store` is composed of parts, each with its own small interface,
+sharing one connection (:mod:`longctx.store.db`):
+
+- ``store.sessions`` (:class:`~longctx.store.sessions.SessionLog`): sessions,
+  turns, requests, counter checks, answer keys, and the packs they were asked over;
+- ``store.caches`` (:class:`~longctx.store.caches.ContentCaches`): token counts,
+  PDF texts, last-commit times, special tokens, pack snapshot rows;
+- ``store.blobs`` (:class:`~longctx.store.blobs.SnapshotTexts`): the pack
+  snapshot texts, files beside the database, mapped when read;
+- ``store.database`` (:class:`~longctx.store.db.Database`): the connection
+  the parts share (transactions, migrations).
+
+The values the parts return are in :mod:`longctx.store.records`. The store
+knows no source type: what it keeps for the sources is plain data.
 """
 
 from __future__ import annotations
@@ -23,9 +31,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from longctx.config import default_home
-from longctx.store.blobs import StoredText
+from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
-from longctx.store.db import DATABASE_NAME
+from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.records import (
     CounterCheckRecord,
     Opening,
@@ -39,10 +47,14 @@ from longctx.store.sessions import SessionLog
 
 __all__ = [
     "DATABASE_NAME",
+    "ContentCaches",
     "CounterCheckRecord",
+    "Database",
     "Opening",
     "RequestRecord",
+    "SessionLog",
     "SessionRecord",
+    "SnapshotTexts",
     "Store",
     "StoredPack",
     "StoredPackSnapshot",
@@ -52,12 +64,30 @@ __all__ = [
 ]
 
 
-class Store(ContentCaches, SessionLog):
-    """A connection to the longctx database; safe to share between threads.
+class Store:
+    """The longctx database and the files beside it, as parts sharing one connection; thread-safe.
 
-    ``Store(path)`` opens (creating if needed) the database file ``path``;
-    whoever opens a store closes it, or uses it as a context manager.
+    ``Store(path)`` names the database file ``path`` and does no I/O: the
+    database is opened (created if needed) on first use. Whoever opens a
+    store closes it, or uses it as a context manager. What it keeps is in
+    its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs` (see the
+    module's docstring), all over :attr:`database`.
     """
+
+    def __init__(self, path: Path) -> None:
+        self.database = Database(path)
+        """The one connection the parts share (transactions, schema versions)."""
+        self.blobs = SnapshotTexts(path.parent / "pack-snapshots")
+        """The pack snapshot texts: files beside the database, mapped when read."""
+        self.caches = ContentCaches(self.database, self.blobs)
+        """Token counts, PDF texts, last-commit times, special tokens, pack snapshot rows."""
+        self.sessions = SessionLog(self.database)
+        """Sessions, turns, requests, counter checks, answer keys, and the packs they were asked over."""
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self.database.path
 
     @classmethod
     def open(cls, home: Path | None = None) -> Store:
@@ -70,6 +100,14 @@ class Store(ContentCaches, SessionLog):
         store = cls((home or default_home()) / DATABASE_NAME)
         store.connect()
         return store
+
+    def connect(self) -> None:
+        """Open the database now (creating it and updating its schema) rather than on first use."""
+        self.database.connect()
+
+    def close(self) -> None:
+        """Close the connection; closing it again does nothing."""
+        self.database.close()
 
     def __enter__(self) -> Store:
         return self

@@ -97,7 +97,12 @@ class StoredText:
 
 
 class SnapshotTexts:
-    """The folder of pack snapshot texts, one file per kept snapshot, named for its slot and state.
+    """``store.blobs``: the pack snapshot texts, one file per kept snapshot, named for its slot and state.
+
+    A snapshot's text is written to :meth:`new_file`, then handed to
+    ``store.caches.save_pack_snapshot``, which moves it into place
+    (:meth:`keep`) before committing the row that points to it; it is read
+    back mapped (:meth:`open`).
 
     Constructing one touches no file; the folder is created by
     :meth:`new_file`, the first step of every save.

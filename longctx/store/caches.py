@@ -24,8 +24,20 @@ from longctx.store.records import StoredPackSnapshot
 __all__ = ["ContentCaches"]
 
 
-class ContentCaches(Database):
-    """Reads and writes of the content caches, over the store's one connection."""
+class ContentCaches:
+    """``store.caches``: what is slow to compute and fixed by its input, kept by that input.
+
+    Token counts (by tokenizer and content sha256), PDF texts (by extractor
+    and content sha256), last-commit times (by key), special-token
+    spellings (by tokenizer identity) and the rows of pack snapshots (by
+    slot and repository state; their texts are files in ``store.blobs``).
+    Reads and writes go over the store's one connection.
+    """
+
+    def __init__(self, database: Database, blobs: SnapshotTexts) -> None:
+        # No I/O: the database opens on first use.
+        self._database = database
+        self._blobs = blobs
 
     # -- token counts -------------------------------------------------------
 
@@ -37,7 +49,7 @@ class ContentCaches(Database):
         for start in range(0, len(unique), 500):
             chunk = unique[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for row in self._query(
+            for row in self._database.query(
                 "SELECT content_sha256, tokens FROM token_counts"
                 f" WHERE tokenizer = ? AND content_sha256 IN ({marks})",
                 [tokenizer, *chunk],
@@ -49,7 +61,7 @@ class ContentCaches(Database):
         """Remember ``counts`` (content sha256 -> tokens) for ``tokenizer``."""
         if not counts:
             return
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.executemany(
                 "INSERT OR REPLACE INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)",
                 [(tokenizer, digest, tokens) for digest, tokens in counts.items()],
@@ -64,7 +76,7 @@ class ContentCaches(Database):
         as given to :meth:`save_pdf_text`; what it means is the extractor's
         business (:mod:`longctx.sources.pdf`), not the store's.
         """
-        rows = self._query(
+        rows = self._database.query(
             "SELECT text, page_count, notes_json FROM pdf_texts WHERE extractor = ? AND content_sha256 = ?",
             [extractor, content_sha256],
         )
@@ -83,7 +95,7 @@ class ContentCaches(Database):
         The text may hold lone surrogates (a PDF's text need not be valid
         Unicode); they are kept, hence the blob.
         """
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.execute(
                 "INSERT OR REPLACE INTO pdf_texts (extractor, content_sha256, text, page_count,"
                 " notes_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
@@ -95,7 +107,7 @@ class ContentCaches(Database):
 
     def commit_times(self, key: str) -> dict[str, int] | None:
         """The times kept under ``key`` (see :mod:`longctx.sources.repo`), or None."""
-        rows = self._query("SELECT times_json FROM commit_times WHERE key = ?", [key])
+        rows = self._database.query("SELECT times_json FROM commit_times WHERE key = ?", [key])
         if not rows:
             return None
         times: dict[str, int] = json.loads(rows[0]["times_json"])
@@ -103,7 +115,7 @@ class ContentCaches(Database):
 
     def save_commit_times(self, key: str, times: dict[str, int], *, keep: int = 64) -> None:
         """Keep ``times`` under ``key``; only the ``keep`` newest sets are kept."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.execute(
                 "INSERT OR REPLACE INTO commit_times (key, times_json, created_at) VALUES (?, ?, ?)",
                 (key, json.dumps(times), time.time()),
@@ -118,14 +130,16 @@ class ContentCaches(Database):
 
     def special_tokens(self, tokenizer: str) -> tuple[str, ...] | None:
         """The special-token spellings kept for the tokenizer ``tokenizer`` (its identity), or None."""
-        rows = self._query("SELECT spellings_json FROM special_tokens WHERE tokenizer = ?", [tokenizer])
+        rows = self._database.query(
+            "SELECT spellings_json FROM special_tokens WHERE tokenizer = ?", [tokenizer]
+        )
         if not rows:
             return None
         return tuple(json.loads(rows[0]["spellings_json"]))
 
     def save_special_tokens(self, tokenizer: str, spellings: Sequence[str]) -> None:
         """Keep ``spellings`` as the special tokens of ``tokenizer`` (its identity)."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.execute(
                 "INSERT OR REPLACE INTO special_tokens (tokenizer, spellings_json, created_at)"
                 " VALUES (?, ?, ?)",
@@ -133,19 +147,6 @@ class ContentCaches(Database):
             )
 
     # -- pack snapshots -----------------------------------------------------
-
-    @property
-    def _snapshot_texts(self) -> SnapshotTexts:
-        return SnapshotTexts(self.path.parent / "pack-snapshots")
-
-    def new_pack_snapshot_file(self, slot: str, state: str) -> Path:
-        """A fresh path to write a snapshot's text to, then hand to :meth:`save_pack_snapshot`.
-
-        It lies in the store's folder (so it can be moved into place
-        atomically) and is named for this process, so two processes packing
-        the same repository do not write the same file.
-        """
-        return self._snapshot_texts.new_file(slot, state)
 
     def save_pack_snapshot(
         self,
@@ -163,18 +164,18 @@ class ContentCaches(Database):
 
         ``summary`` and ``manifest`` are JSON-able (kept apart: see
         :class:`~longctx.store.records.StoredPackSnapshot`). ``text_file``
-        (from :meth:`new_pack_snapshot_file`) holds each section's UTF-8 in
-        order, ``section_sizes`` their lengths; it is moved into place
-        before the row that points to it is committed.
-        Only the ``keep`` newest snapshots are kept.
+        (from ``store.blobs.new_file``) holds each section's UTF-8 in order,
+        ``section_sizes`` their lengths; it is moved into place before the
+        row that points to it is committed. Only the ``keep`` newest
+        snapshots are kept.
         """
-        texts = self._snapshot_texts
+        texts = self._blobs
         name = texts.keep(text_file, slot, state, sum(section_sizes))
         # Not sort_keys: the summary is read back, never compared as text,
         # and sorting the keys of its thousands of entries triples the time
         # of the dump (about 20 ms at the end of a large first pack).
         summary_json, manifest_json = json.dumps(summary), json.dumps(manifest)
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.execute("DELETE FROM pack_snapshots WHERE slot = ?", [slot])
             connection.execute(
                 "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, manifest_json,"
@@ -192,11 +193,11 @@ class ContentCaches(Database):
 
     def has_pack_snapshot(self, slot: str) -> bool:
         """Whether ``slot`` holds a snapshot, whatever its state."""
-        return bool(self._query("SELECT 1 FROM pack_snapshots WHERE slot = ? LIMIT 1", [slot]))
+        return bool(self._database.query("SELECT 1 FROM pack_snapshots WHERE slot = ? LIMIT 1", [slot]))
 
     def pack_snapshot(self, slot: str, state: str) -> StoredPackSnapshot | None:
         """The snapshot in ``slot`` if it was saved for ``state`` and its text is intact, else None."""
-        rows = self._query(
+        rows = self._database.query(
             "SELECT fingerprint, summary_json, manifest_json, section_sizes_json, text_file"
             " FROM pack_snapshots WHERE slot = ? AND state = ?",
             [slot, state],
@@ -207,7 +208,7 @@ class ContentCaches(Database):
         sizes = tuple(json.loads(row["section_sizes_json"]))
         if not sizes or not sum(sizes):
             return None
-        text = self._snapshot_texts.open(row["text_file"])
+        text = self._blobs.open(row["text_file"])
         if text is None or text.size != sum(sizes):
             return None
         return StoredPackSnapshot(

@@ -193,8 +193,9 @@ MIGRATIONS: Final[tuple[str, ...]] = (
 class Database:
     """One connection to a longctx database, shared between threads under one lock.
 
-    The concern classes of :class:`longctx.store.Store` build on it: they
-    read through :meth:`_query` and write through :meth:`transaction`.
+    The parts of :class:`longctx.store.Store` (its sessions and caches)
+    share one: they read through :meth:`query` and write through
+    :meth:`transaction`.
     Constructing one does no I/O; opening (:meth:`connect`, or the first read
     or write) creates the file (and its folder) if needed and brings its
     schema up to date, and raises :class:`StoreError` when either fails.
@@ -262,7 +263,7 @@ class Database:
                     self._connection.execute("ROLLBACK")
                 raise
 
-    def _query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
+    def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
         with self._lock:
             try:

@@ -2,7 +2,8 @@
 
 ``RequestRecord``'s fields, with its :class:`~longctx.usage.Usage`'s
 fields in place of ``usage``, are the ``requests`` table's columns, one for
-one (:meth:`longctx.store.Store.requests` builds it from a row by name).
+one (``store.sessions.requests``, :meth:`longctx.store.SessionLog.requests`,
+builds it from a row by name).
 """
 
 from __future__ import annotations

@@ -27,19 +27,31 @@ from longctx.store.records import (
 __all__ = ["SessionLog"]
 
 
-class SessionLog(Database):
-    """Reads and writes of sessions and what belongs to them, over the store's one connection."""
+class SessionLog:
+    """``store.sessions``: sessions and what belongs to them, written one transaction at a time.
+
+    Sessions (created, listed, branched, deleted), their turns, the
+    requests that answered them (and those that answered none, such as a
+    warm start), the server-counter checks around their calls, the answer
+    keys of a job's questions (:meth:`answered`), and the packs whose
+    prefixes they were asked over. Reads and writes go over the store's one
+    connection.
+    """
+
+    def __init__(self, database: Database) -> None:
+        # No I/O: the database opens on first use.
+        self._database = database
 
     # -- packs --------------------------------------------------------------
 
     def save_pack(self, pack: StoredPack) -> None:
         """Keep a pack's prefix so its sessions can resume; idempotent."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             _insert_pack(connection, pack)
 
     def pack(self, fingerprint: str) -> StoredPack | None:
         """The pack kept under ``fingerprint``, or None."""
-        rows = self._query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
+        rows = self._database.query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
         if not rows:
             return None
         row = rows[0]
@@ -55,17 +67,17 @@ class SessionLog(Database):
 
     def create_session(self, record: SessionRecord) -> None:
         """Store a new session; its id must not be taken."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             _insert_session(connection, record)
 
     def record_opening(self, opening: Opening) -> None:
         """Store a new session with its pack and earlier requests, atomically, before any turn."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             _insert_opening(connection, opening)
 
     def session(self, session_id: str) -> SessionRecord:
         """The session with ``session_id``; raises :class:`SessionNotFound`."""
-        rows = self._query("SELECT * FROM sessions WHERE id = ?", [session_id])
+        rows = self._database.query("SELECT * FROM sessions WHERE id = ?", [session_id])
         if not rows:
             raise SessionNotFound(session_id)
         return _session_record(rows[0])
@@ -75,14 +87,14 @@ class SessionLog(Database):
         where = "" if include_branches else "WHERE parent_id IS NULL OR kind != 'sibling'"
         return [
             _session_record(row)
-            for row in self._query(f"SELECT * FROM sessions {where} ORDER BY created_at DESC, id")
+            for row in self._database.query(f"SELECT * FROM sessions {where} ORDER BY created_at DESC, id")
         ]
 
     def children(self, session_id: str) -> list[SessionRecord]:
         """Sessions branched directly from ``session_id`` (siblings and forks), oldest first."""
         return [
             _session_record(row)
-            for row in self._query(
+            for row in self._database.query(
                 "SELECT * FROM sessions WHERE parent_id = ? ORDER BY created_at, id", [session_id]
             )
         ]
@@ -90,14 +102,16 @@ class SessionLog(Database):
     def delete_session(self, session_id: str) -> None:
         """Delete a session, its turns and requests; its branches keep theirs."""
         self.session(session_id)
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             connection.execute("DELETE FROM sessions WHERE id = ?", [session_id])
 
     def turns(self, session_id: str) -> list[TurnRecord]:
         """The session's own turns, in order (not those inherited from a parent)."""
         return [
             _turn_record(row)
-            for row in self._query("SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id])
+            for row in self._database.query(
+                "SELECT * FROM turns WHERE session_id = ? ORDER BY position", [session_id]
+            )
         ]
 
     def commit_turn(
@@ -119,7 +133,7 @@ class SessionLog(Database):
         taken, so a retried or replayed turn can never be stored twice.
         """
         try:
-            with self.transaction() as connection:
+            with self._database.transaction() as connection:
                 if opening is not None:
                     _insert_opening(connection, opening)
                 if new_session is not None:
@@ -151,7 +165,7 @@ class SessionLog(Database):
         # SQLite limits the parameters of one statement; 500 is far below every build's limit.
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
-            rows = self._query(
+            rows = self._database.query(
                 "SELECT answer_keys.key AS answer_key, turns.* FROM answer_keys JOIN turns"
                 " ON turns.session_id = answer_keys.session_id AND turns.position = answer_keys.position"
                 f" WHERE answer_keys.key IN ({','.join('?' * len(chunk))})",
@@ -165,12 +179,12 @@ class SessionLog(Database):
 
     def record_request(self, request: RequestRecord) -> None:
         """Keep a request that answered no turn (a warm start), so the report counts its cost."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             _insert_request(connection, request)
 
     def record_counter_check(self, check: CounterCheckRecord) -> None:
         """Keep the server counter's growth over a call's requests."""
-        with self.transaction() as connection:
+        with self._database.transaction() as connection:
             _insert_counter_check(connection, check)
 
     def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
@@ -182,7 +196,7 @@ class SessionLog(Database):
                 counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
                 requests=row["requests"], others_reported=row["others_reported"], window_id=row["window_id"],
             )
-            for row in self._query(
+            for row in self._database.query(
                 f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
             )
         ]  # fmt: skip
@@ -206,7 +220,7 @@ class SessionLog(Database):
                 clauses.append(f"{column} = ?")
                 parameters.append(value)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
-        rows = self._query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
+        rows = self._database.query(f"SELECT * FROM requests {where} ORDER BY started_at, id", parameters)
         return [RequestRecord.from_row(dict(row)) for row in rows]
 
 

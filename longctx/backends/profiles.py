@@ -1,0 +1,288 @@
+"""An engine's profile: all longctx knows of one engine, as data (the registry is :mod:`.engines`).
+
+A profile says how the engine is recognised in discovery, where its
+tokenize route is and how it takes a batch, which body fields make it send
+token ids, the prefix-cache counters on its ``/metrics`` (and, per version,
+the metrics that split its hits by cache tier), the measured dispatch of
+sibling questions, the settings doctor checks with the flag that fixes
+each, and the switches of its launch recipe. Code outside the registry
+asks the server's profile (``ServerInfo.profile``), never its name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from longctx.backends.http import HttpEndpoint
+from longctx.backends.metrics import Sample, parse_metrics, total
+from longctx.errors import BackendError
+
+__all__ = [
+    "CacheCounters",
+    "CacheTiers",
+    "Check",
+    "EngineFacts",
+    "EngineProfile",
+    "Finding",
+    "Measured",
+    "RecipeSwitches",
+    "truth",
+]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One piece of advice.
+
+    ``severity`` is ``"warning"`` when longctx's savings are lost or cannot be
+    measured, ``"suggestion"`` for capacity gains; ``setting`` is the observed
+    key, ``observed`` its value as text, ``flag`` what to add to the launch
+    command, ``reason`` what it buys.
+    """
+
+    severity: Literal["warning", "suggestion"]
+    setting: str
+    observed: str
+    flag: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Check:
+    """One setting doctor reads (in the engine's own name) and the flag to add when ``off`` holds for it.
+
+    ``flag`` and ``reason`` may name the observed value as ``{value}``. A
+    setting the server did not report yields no finding.
+    """
+
+    severity: Literal["warning", "suggestion"]
+    setting: str
+    off: Callable[[Any], bool]
+    flag: str
+    reason: str
+
+    def finding(self, observed: Mapping[str, Any]) -> Finding | None:
+        if self.setting not in observed or not self.off(observed[self.setting]):
+            return None
+        value = "null" if observed[self.setting] is None else str(observed[self.setting])
+        return Finding(
+            self.severity, self.setting, value, self.flag.format(value=value), self.reason.format(value=value)
+        )
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A measured sibling dispatch: the fastest strategy for versions starting ``version_prefix``."""
+
+    version_prefix: str
+    strategy: str
+    concurrency: int
+    source: str
+
+
+@dataclass(frozen=True)
+class CacheTiers:
+    """The metrics that tell cache tiers apart (device, host, disk...), from version ``since`` on.
+
+    ``hits_by_source`` counts cached tokens with the tier in label
+    ``source_label``; ``metrics`` names the engine's other tier metrics
+    (offload transfers, host capacity), for the tier reporting to come.
+    """
+
+    since: str
+    hits_by_source: str | None = None
+    source_label: str = "source"
+    metrics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecipeSwitches:
+    """A generic launch recipe's parts: ``launch`` (``{model}`` is the model) and the long-context switches.
+
+    ``tensor_parallel`` and ``context`` are the flags that take the GPU
+    count and the context length; ``mla_note`` (with ``{gpus}``) is said of
+    an MLA model on several GPUs.
+    """
+
+    launch: tuple[str, ...]
+    tensor_parallel: str
+    context: str
+    switches: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    mla_note: str = ""
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What discovery learnt beyond ``/v1/models``.
+
+    ``None`` means unknown, not false. ``settings`` holds what was observed,
+    in the engine's own names (what the profile's checks read).
+    """
+
+    version: str | None = None
+    prefix_caching: bool | None = None
+    cache_reporting: bool | None = None
+    metrics: bool | None = None
+    cache_block_tokens: int | None = None
+    schedule_policy: str | None = None
+    kv_cache_tokens: int | None = None
+    settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """A reading of the server's own prefix-cache counters (tokens, since start).
+
+    ``by_source`` splits the hits by cache tier where the engine's version
+    exports it (e.g. ``{"device": 9000, "host": 1200}``), else None.
+    ``started`` tells the server processes read apart: their
+    ``process_start_time_seconds`` (one per worker, for a router's sum),
+    when ``/metrics`` has it. Two readings with different ``started`` are
+    two processes' counters (a load balancer in front of ``/metrics``, or a
+    restart), and their difference means nothing.
+    """
+
+    counter: str
+    hits: int
+    queries: int | None
+    by_source: Mapping[str, int] | None = None
+    started: tuple[float, ...] = ()
+
+    def plus(self, other: CacheCounters) -> CacheCounters:
+        """The sum of two servers' readings (a router's workers)."""
+        queries = None if self.queries is None or other.queries is None else self.queries + other.queries
+        sources = None
+        if self.by_source is not None and other.by_source is not None:
+            sources = {
+                k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
+                for k in {*self.by_source, *other.by_source}
+            }
+        return CacheCounters(
+            self.counter, self.hits + other.hits, queries, sources, self.started + other.started
+        )
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What longctx knows of one engine; see the module docstring. Frozen: register a new one to change it.
+
+    Discovery: ``owned_by`` values of ``/v1/models`` name it; else a 200 on
+    ``probe_path`` does; ``discover`` then reads its facts, and
+    ``context_setting`` names the setting that gives the context length when
+    ``/v1/models`` does not. ``tokenize_path`` (None: no tokenize route) is
+    under the server's root; a route that ``tokenize_batches`` takes a list
+    of texts; ``tokenize_generation_flag`` says whether
+    ``add_generation_prompt=True`` is sent (else only False is, the route's
+    default being a chat completion's rendering). ``hit_counter`` is the
+    ``/metrics`` counter whose growth equals the cached tokens the responses
+    report (None: no counters). ``reporting_setting`` is the setting a
+    probe's answer on cached-token reporting fills in (the server does not
+    say it); ``doctor_note`` is said of every server of the engine.
+    """
+
+    name: str
+    label: str
+    missing_report: str
+    owned_by: tuple[str, ...] = ()
+    probe_path: str | None = None
+    discover: Callable[[HttpEndpoint, str], EngineFacts] | None = None
+    context_setting: str | None = None
+    tokenize_path: str | None = None
+    tokenize_batches: bool = False
+    tokenize_generation_flag: bool = True
+    metrics_path: str = "/metrics"
+    hit_counter: str | None = None
+    query_counter: str | None = None
+    tiers: tuple[CacheTiers, ...] = ()
+    chat_id_switches: tuple[str, ...] = ()
+    completions_id_switches: tuple[str, ...] = ()
+    dispatch: tuple[Measured, ...] = ()
+    checks: tuple[Check, ...] = ()
+    reporting_setting: str | None = None
+    doctor_note: Finding | None = None
+    recipe: RecipeSwitches | None = None
+
+    @property
+    def tokenizes(self) -> bool:
+        """Whether the engine has a tokenize route (exact counts, special tokens, token history)."""
+        return self.tokenize_path is not None
+
+    def facts(self, endpoint: HttpEndpoint, model: str) -> EngineFacts:
+        """What the server says of itself beyond ``/v1/models`` (nothing, for an engine without a reader)."""
+        return self.discover(endpoint, model) if self.discover is not None else EngineFacts()
+
+    def id_switches(self, *, completions: bool) -> dict[str, bool]:
+        """The body fields that make the engine send the prompt's and the answer's token ids."""
+        return dict.fromkeys(self.completions_id_switches if completions else self.chat_id_switches, True)
+
+    def advise(self, observed: Mapping[str, Any]) -> tuple[Finding, ...]:
+        """The findings of the profile's checks on ``observed`` settings, warnings first."""
+        found = [finding for check in self.checks if (finding := check.finding(observed)) is not None]
+        return tuple(sorted(found, key=lambda finding: finding.severity != "warning"))
+
+    def tiers_for(self, version: str | None) -> CacheTiers | None:
+        """The tier metrics of ``version`` (the newest known when it is unknown); None before the first."""
+        if version is None:
+            return self.tiers[-1] if self.tiers else None
+        key = _version_key(version)
+        return next((t for t in reversed(self.tiers) if key >= _version_key(t.since)), None)
+
+    def read_counters(self, endpoint: HttpEndpoint, model: str, version: str | None) -> CacheCounters | None:
+        """The server's prefix-cache hit counter now, or None where it has none."""
+        if self.hit_counter is None:
+            return None
+        try:
+            samples = parse_metrics(endpoint.get_text(self.metrics_path))
+        except BackendError:
+            return None
+        hits = total(samples, self.hit_counter, model=model)
+        if hits is None:
+            # SGLang creates its labelled counter at the first hit; a server that
+            # exports its other metrics (in the counter's namespace) has had none yet.
+            namespace = self.hit_counter.partition(":")[0] + ":"
+            if not any(sample.name.startswith(namespace) for sample in samples):
+                return None
+            hits = 0.0
+        queries = total(samples, self.query_counter, model=model) if self.query_counter else None
+        return CacheCounters(
+            self.hit_counter,
+            int(hits),
+            None if queries is None else int(queries),
+            _by_source(samples, self.tiers_for(version), model),
+            tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
+        )
+
+
+def _by_source(samples: list[Sample], tiers: CacheTiers | None, model: str) -> dict[str, int] | None:
+    if tiers is None or tiers.hits_by_source is None:
+        return None
+    split: dict[str, int] = {}
+    for sample in samples:
+        source = sample.labels.get(tiers.source_label)
+        if sample.name != tiers.hits_by_source or not source:
+            continue
+        if sample.labels.get("model_name") in (None, model):
+            split[source] = split.get(source, 0) + int(sample.value)
+    return split or None
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``"0.32.0rc1"`` -> ``(0, 32, 0)``: the leading numbers, for ordering."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+", maxsplit=1)[0])[:3])
+
+
+def truth(value: Any) -> bool | None:
+    """A boolean from a JSON bool or a Prometheus label ("True", "false", "1"); None for anything else."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1", "yes"):
+            return True
+        if lowered in ("false", "0", "no"):
+            return False
+    return None

@@ -1,0 +1,146 @@
+"""Command-line flags made from an option object's fields: one field, one flag, one place.
+
+Each field of an option object (:mod:`longctx.options`) that names a flag
+becomes a click option here: its name, help text, type, default and
+whether it repeats all come from the field's :class:`~longctx.options.OptionSpec`.
+A command decorated with :func:`options_from_flags` gets the flags and is
+passed one option object built from them, so adding an option to
+:mod:`longctx.config` adds its flag to every command that takes that object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
+
+import click
+
+from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
+
+__all__ = ["Flag", "flags_of", "options_from_flags"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """One flag of an option class: the field it sets (``path``: through nested options) and its spec."""
+
+    path: tuple[str, ...]
+    field: dataclasses.Field[Any]
+    spec: OptionSpec
+
+    @property
+    def parameter(self) -> str:
+        """The name click passes the value under: the field's name (a nested field's own name)."""
+        return self.path[-1]
+
+    @property
+    def field_default(self) -> Any:
+        """The field's own default (what ``{default}`` in the help text names)."""
+        if self.field.default is not dataclasses.MISSING:
+            return self.field.default
+        return self.field.default_factory()  # type: ignore[operator]
+
+    @property
+    def default(self) -> Any:
+        """The command line's default: the spec's ``cli_default``, else the field's default."""
+        return self.field_default if self.spec.cli_default is DEFAULT else self.spec.cli_default
+
+    def click_option(self) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """The click option this flag is."""
+        spec = self.spec
+        assert spec.flag is not None
+        keywords: dict[str, Any] = {"help": spec.help.format(default=self.field_default)}
+        if spec.multiple:
+            keywords["multiple"] = True
+        elif self.field.type in ("bool", bool) and "/" not in spec.flag:
+            keywords["is_flag"] = True
+        else:
+            keywords["default"] = self.default
+        if spec.metavar:
+            keywords["metavar"] = spec.metavar
+        if spec.show_default:
+            keywords["show_default"] = True
+        value_type = _click_type(spec)
+        if value_type is not None:
+            keywords["type"] = value_type
+        return click.option(spec.flag, self.parameter, **keywords)
+
+
+def _click_type(spec: OptionSpec) -> Any:
+    if spec.choices is not None:
+        return click.Choice(spec.choices)
+    if spec.value_type == "int":
+        if spec.minimum is None and spec.maximum is None:
+            return int
+        minimum, maximum = _as_int(spec.minimum), _as_int(spec.maximum)
+        return click.IntRange(min=minimum, max=maximum, max_open=spec.maximum_open)
+    if spec.value_type == "float":
+        if spec.minimum is None and spec.maximum is None:
+            return float
+        return click.FloatRange(min=spec.minimum, max=spec.maximum, max_open=spec.maximum_open)
+    return None
+
+
+def _as_int(bound: float | None) -> int | None:
+    return None if bound is None else int(bound)
+
+
+def flags_of(options: type[OptionFields], groups: Collection[str] = ()) -> list[Flag]:
+    """The flags of ``options`` (those of :data:`~longctx.options.ALWAYS` and of ``groups``), in field order.
+
+    A nested option object's flags stand in its field's place. Raises
+    TypeError for a group no flag of ``options`` has.
+    """
+    every = list(_walk(options, ()))
+    unknown = set(groups) - {flag.spec.group for flag in every}
+    if unknown:
+        raise TypeError(f"{options.__name__} has no flags of group {', '.join(sorted(unknown))}")
+    return [flag for flag in every if flag.spec.group in (ALWAYS, *groups)]
+
+
+def _walk(options: type[OptionFields], path: tuple[str, ...]) -> Iterator[Flag]:
+    for field in dataclasses.fields(options):  # type: ignore[arg-type]
+        spec = option_spec(field)
+        if spec.nested is not None:
+            yield from _walk(spec.nested, (*path, field.name))
+        elif spec.flag is not None:
+            yield Flag((*path, field.name), field, spec)
+
+
+def options_from_flags(
+    options: type[OptionFields], keyword: str, groups: Collection[str] = ()
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator giving a command the flags of ``options`` and passing them on as one object, ``keyword=``.
+
+    A flag left at a ``cli_default`` of None is not passed, so the field's
+    own default holds (the limits' flags). Fields without a flag (or of
+    another group) keep their defaults.
+    """
+    flags = flags_of(options, groups)
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            given = {flag.path: kwargs.pop(flag.parameter) for flag in flags}
+            return function(*args, **{keyword: _build(options, (), given)}, **kwargs)
+
+        command: Callable[..., Any] = wrapper
+        for flag in reversed(flags):  # click lists the last applied first
+            command = flag.click_option()(command)
+        return command
+
+    return decorate
+
+
+def _build(options: type[OptionFields], path: tuple[str, ...], given: dict[tuple[str, ...], Any]) -> Any:
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(options):  # type: ignore[arg-type]
+        spec = option_spec(field)
+        here = (*path, field.name)
+        if spec.nested is not None:
+            values[field.name] = _build(spec.nested, here, given)
+        elif here in given and not (given[here] is None and spec.cli_default is None):
+            values[field.name] = given[here]
+    return options(**values)

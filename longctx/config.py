@@ -40,6 +40,7 @@ from longctx.errors import ConfigError
 from longctx.options import OptionFields, option
 
 __all__ = [
+    "AFFINITY_BODY_FIELD",
     "DEFAULT_AFFINITY_HEADERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
@@ -50,6 +51,7 @@ __all__ = [
     "DEFAULT_STALL_TIMEOUT_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
     "DISPATCHES",
+    "ECHOED_HEADERS",
     "ORDERINGS",
     "CorpusOptions",
     "Limits",
@@ -69,17 +71,19 @@ DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
 DEFAULT_AFFINITY_HEADERS: Final[tuple[str, ...]] = (
     "x-session-id",
     "X-SMG-Routing-Key",
-    "x-session-token",
     "X-Dynamo-Session-ID",
 )
 """The headers a request's affinity key goes out in, one per router that reads one.
 
 ``x-session-id``: vllm-router (``consistent_hash``, ``cache_aware``'s session
-key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``); ``x-session-token``:
-llm-d's session affinity; ``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
+key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``);
+``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
 ``--router-session-affinity-ttl-secs``). The key also goes out as the body's
 ``user`` field. A router reading another name: set
 :attr:`ServerOptions.affinity_headers` or ``LONGCTX_AFFINITY_HEADERS``.
+llm-d's ``x-session-token`` is not a key the client picks: its gateway
+sets it on a response (the serving pod, encoded) and the client echoes it
+(:data:`ECHOED_HEADERS`).
 """
 
 DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
@@ -87,6 +91,16 @@ DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
 
 DEFAULT_STALL_TIMEOUT_SECONDS: Final = 600.0
 """Longest wait for any byte of a response (:attr:`ServerOptions.stall_timeout`); above any prefill."""
+
+ECHOED_HEADERS: Final[tuple[str, ...]] = ("x-session-token",)
+"""Headers a gateway sets on a response that the client sends back with the next request of the same key.
+
+``x-session-token``: llm-d's session affinity (the inference scheduler
+routes a request carrying it to the pod it names).
+"""
+
+AFFINITY_BODY_FIELD: Final = "prompt_cache_key"
+"""OpenAI's name for a request's routing key, read by hosted APIs and gateways in the body."""
 
 DEFAULT_REPLICA_RETRY_SECONDS: Final = 5.0
 """How long a replica that could not be reached is left out before it is tried again."""
@@ -369,8 +383,15 @@ class RequestOptions(OptionFields):
     cached tokens the responses reported; a job over many packs
     (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
-    reading. Raises :class:`~longctx.errors.ConfigError` for a value the
-    servers would refuse.
+    reading. ``canary_every`` (off by default) runs the cache canary
+    (:mod:`longctx.cache_canary`) on the session's own prefix after one request
+    in that many (turns and siblings count, per session: in a job, per
+    pack); each run costs two cold prefills of the prefix.
+    ``prompt_cache_key`` (OpenAI's name) is the affinity key to route by
+    instead of the one longctx derives from the pack: every request of the
+    session carries it in the affinity headers, ``user``, and the body
+    fields of :attr:`ServerOptions.affinity_body_fields`. Raises
+    :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
     max_tokens: int = option(
@@ -443,6 +464,23 @@ class RequestOptions(OptionFields):
         " so the next turn reads them from the cache.",
     )  # fmt: skip
 
+    canary_every: int | None = option(
+        None,
+        check=_none_or_at_least_one,
+        load=_stored_optional_int,
+        flag="--canary-every",
+        value_type="int",
+        minimum=1,
+        help="Run the cache canary on the session's own prefix after one request in this many.",
+    )
+    prompt_cache_key: str | None = option(
+        None,
+        on_resume=True,
+        flag="--prompt-cache-key",
+        help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
+        " on one replica).",
+    )
+
     def __post_init__(self) -> None:
         self._check_fields()
 
@@ -470,6 +508,10 @@ class ServerOptions(OptionFields):
     ``router_policy`` names the router in front and its policy
     (``"vllm-router:consistent_hash"``, ``"smg:cache_aware"``), for doctor to
     flag one that loses the cache; longctx cannot ask a router for it.
+    ``affinity_body_fields`` names body fields that carry the affinity key
+    too (default: ``prompt_cache_key`` on a server that is not vLLM or
+    SGLang, a hosted API or gateway that routes on it; none on the engines,
+    which do not route); ``()`` sends none.
     """
 
     # The flags' values, like the fields, are None unless given: the environment is
@@ -495,6 +537,9 @@ class ServerOptions(OptionFields):
     affinity_headers: Sequence[str] | None = option(None, check=_optional_tuple, load=_stored_optional_tuple)
     replica_retry_seconds: float = option(DEFAULT_REPLICA_RETRY_SECONDS, check=_retry_seconds, load=float)
     router_policy: str | None = option(None)  # fmt: skip
+    affinity_body_fields: Sequence[str] | None = option(
+        None, check=_optional_tuple, load=_stored_optional_tuple
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()

@@ -139,12 +139,31 @@ class CacheCounters:
 
     ``by_source`` splits the hits by cache tier where the engine's version
     exports it (e.g. ``{"device": 9000, "host": 1200}``), else None.
+    ``started`` tells the server processes read apart: their
+    ``process_start_time_seconds`` (one per worker, for a router's sum),
+    when ``/metrics`` has it. Two readings with different ``started`` are
+    two processes' counters (a load balancer in front of ``/metrics``, or a
+    restart), and their difference means nothing.
     """
 
     counter: str
     hits: int
     queries: int | None
     by_source: Mapping[str, int] | None = None
+    started: tuple[float, ...] = ()
+
+    def plus(self, other: CacheCounters) -> CacheCounters:
+        """The sum of two servers' readings (a router's workers)."""
+        queries = None if self.queries is None or other.queries is None else self.queries + other.queries
+        sources = None
+        if self.by_source is not None and other.by_source is not None:
+            sources = {
+                k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
+                for k in {*self.by_source, *other.by_source}
+            }
+        return CacheCounters(
+            self.counter, self.hits + other.hits, queries, sources, self.started + other.started
+        )
 
 
 @dataclass(frozen=True)
@@ -234,6 +253,7 @@ class EngineProfile:
             int(hits),
             None if queries is None else int(queries),
             _by_source(samples, self.tiers_for(version), model),
+            tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )
 
 

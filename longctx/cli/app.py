@@ -34,6 +34,7 @@ from longctx.config import (
 from longctx.errors import (
     BackendError,
     BudgetError,
+    CanaryDiverged,
     ConfigError,
     ContextOverflow,
     EmptyCorpus,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CANARY",
     "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
@@ -85,6 +87,7 @@ EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
+EXIT_CANARY = 10
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -99,6 +102,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_EMPTY_CORPUS: "nothing to pack: the paths hold no document"
     " (the message names what was skipped and why)",
     EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
+    EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
+    " (`doctor --canary`; the evidence is printed)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -109,6 +114,8 @@ def exit_code(error: LongctxError) -> int:
     """The documented exit code for ``error``."""
     if isinstance(error, SessionNotFound):
         return EXIT_NO_SESSION
+    if isinstance(error, CanaryDiverged):
+        return EXIT_CANARY
     if isinstance(error, ConfigError):
         return EXIT_USAGE
     if isinstance(error, ServerUnreachable):

@@ -52,6 +52,7 @@ from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import counters, siblings
 from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, history_form, refuse_unknown
+from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, PendingCheck
 from longctx.sessions.recording import Recording
@@ -63,6 +64,7 @@ from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnR
 from longctx.tokens import EstimateTokenizer
 
 if TYPE_CHECKING:
+    from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
 __all__ = ["Conversation", "Session", "affinity_key"]
@@ -215,6 +217,7 @@ class Session(Conversation):
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
         self._pending_checks: list[PendingCheck] = []
+        self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -344,6 +347,8 @@ class Session(Conversation):
 
     @property
     def affinity_key(self) -> str:
+        if self.request.prompt_cache_key:  # the caller's own key, by OpenAI's name
+            return self.request.prompt_cache_key
         pack = self.pack
         if pack is not None:
             return affinity_key(pack.fingerprint, self.id)
@@ -553,9 +558,25 @@ class Session(Conversation):
                 committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
                 self._token_history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
+            if self.canaries.due():
+                yield from self.plan_canary()
             return committed.answer
         finally:
             self._turn_lock.release()
+
+    def plan_canary(self, options: CanaryOptions | None = None) -> Plan[CanaryResult]:
+        """The cache canary on this session's own prefix (:mod:`longctx.sessions.canaries`)."""
+        yield Io(self._opened)  # connects, and prepares a corpus session's pack
+        yield Io(self._settle_checks)  # its requests would count in the counter windows still open
+        return (yield from session_canary(self, options))
+
+    def canary(self, options: CanaryOptions | None = None) -> CanaryResult:
+        """:meth:`plan_canary` carried out here (``raise_for_divergence()`` fails on a finding)."""
+        return run(self.plan_canary(options))
+
+    async def acanary(self, options: CanaryOptions | None = None) -> CanaryResult:
+        """:meth:`plan_canary` on the running event loop."""
+        return await arun(self.plan_canary(options))
 
     def _in_token_history(self, request: ChatRequest) -> ChatRequest:
         """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
@@ -667,7 +688,9 @@ class Session(Conversation):
                 on_answer=options.get("on_answer"),
             )
             finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
-            return finished
+        if self.canaries.due(len(questions)):
+            yield from self.plan_canary()
+        return finished
 
     def _dispatch(self, batch: siblings.SiblingBatch, concurrency: int | None) -> siblings.Dispatch:
         """How this batch goes out: to the server its requests are routed to, as measured fastest there."""

@@ -30,6 +30,7 @@ An explicit value wins over the environment, which wins over the default:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import ConfigError
-from longctx.options import OptionFields, option
+from longctx.options import OptionFields, option, option_spec
 
 __all__ = [
     "DEFAULT_AFFINITY_HEADERS",
@@ -55,6 +56,7 @@ __all__ = [
     "Limits",
     "RequestOptions",
     "ServerOptions",
+    "Setting",
     "configured_base_url",
     "default_home",
     "instant_retries_requested",
@@ -62,6 +64,7 @@ __all__ = [
     "resolve_api_key",
     "resolve_base_urls",
     "resolve_model",
+    "setting",
 ]
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
@@ -580,3 +583,84 @@ def default_home() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("longctx", appauthor=False))
+
+
+# -- settings: an option's value from the environment (and the config files) ----------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value configured for an option outside the call, and where it was found.
+
+    ``source`` names it as a user would look for it: ``LONGCTX_MAX_TOKENS``.
+    """
+
+    value: Any
+    source: str
+
+
+def environment_variable(name: str) -> str:
+    """The variable that sets the option ``name``: ``LONGCTX_`` and its name in capitals."""
+    return f"LONGCTX_{name.upper()}"
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+def setting(options: type[OptionFields], name: str) -> Setting | None:
+    """The value configured for the field ``name`` of ``options``: ``LONGCTX_<NAME>``; None when unset.
+
+    The value is converted from text by the field's type (a number, a switch
+    as ``1/0``, ``true/false``, ``yes/no``, ``on/off``, a repeatable flag as a
+    comma-separated list) and checked by the field's own rule
+    (:meth:`~longctx.options.OptionFields.checked`), so a bad value raises the
+    :class:`~longctx.errors.ConfigError` the API and the flag raise, prefixed
+    with where it was found.
+    """
+    field = _field(options, name)
+    variable = environment_variable(name)
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return None
+    return Setting(_checked(options, field, _from_text(field, text, variable), variable), variable)
+
+
+def _field(options: type[OptionFields], name: str) -> dataclasses.Field[Any]:
+    for field in dataclasses.fields(options):  # type: ignore[arg-type]
+        if field.name == name:
+            return field
+    raise TypeError(f"{options.__name__} has no option {name!r}")
+
+
+def _is_switch(field: dataclasses.Field[Any]) -> bool:
+    return field.type in ("bool", bool)
+
+
+def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
+    spec = option_spec(field)
+    if spec.multiple:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if _is_switch(field):
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ConfigError(
+            f"{source}: {field.name} is a switch: 1 or 0 (true/false, yes/no, on/off), not {text!r}"
+        )
+    convert = {"int": int, "float": float}.get(spec.value_type or "")
+    if convert is None:
+        return text
+    try:
+        return convert(text)
+    except ValueError:
+        kind = "an integer" if convert is int else "a number"
+        raise ConfigError(f"{source}: {field.name} must be {kind}, not {text!r}") from None
+
+
+def _checked(options: type[OptionFields], field: dataclasses.Field[Any], value: Any, source: str) -> Any:
+    try:
+        return options.checked(field.name, value)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None

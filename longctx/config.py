@@ -16,7 +16,11 @@ check, whether it is stored with a session and applied on resume, and its
 command-line flag with the flag's help text; ``to_dict``, ``from_dict``, the
 validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
 
-An explicit value wins over the environment, which wins over the default:
+An explicit value (an argument, a flag) wins over the environment, which
+wins over the project file (``.longctx.toml``, :func:`project_config_file`),
+which wins over the user file (:func:`user_config_file`), which wins over
+the default (:func:`setting`; every option with a flag can be set so, as
+``LONGCTX_<NAME>`` or a key of that name). Among them:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
   comma-separated list names several replicas of one model;

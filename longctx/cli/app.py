@@ -16,21 +16,13 @@ run the commands in process against a fake server.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from longctx.cli.flags import options_from_flags
-from longctx.config import (
-    CorpusOptions,
-    RequestOptions,
-    ServerOptions,
-)
 from longctx.errors import (
     BackendError,
     BudgetError,
@@ -42,10 +34,15 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
-from longctx.store import Store
 
 if TYPE_CHECKING:
     from longctx.backends.base import Backend
+    from longctx.config import ServerOptions
+    from longctx.store import Store
+
+# Only what `longctx --help` needs is imported at the top: the option objects,
+# their flags and the store are imported by the commands' modules, when one of
+# them is looked up (see docs/benchmarks.md, "CLI start-up").
 
 __all__ = [
     "EXIT_BAD_INPUT",
@@ -211,7 +208,6 @@ class App(click.Group):
             sys.exit(EXIT_INTERRUPTED)
 
 
-@dataclass
 class Runtime:
     """How commands reach the world: the server connection and the store.
 
@@ -219,10 +215,20 @@ class Runtime:
     the default store, and closes both. A caller that passes a ``backend``
     (a test, through ``CliRunner().invoke(main, args,
     obj=Runtime(backend=...))``) keeps it: commands use it and leave it open.
+    ``open_store`` opens the store (default :meth:`Store.open <longctx.store.Store.open>`).
     """
 
-    backend: Backend | None = None
-    open_store: Callable[[], Store] = Store.open
+    def __init__(self, backend: Backend | None = None, open_store: Callable[[], Store] | None = None) -> None:
+        self.backend = backend
+        self._open_store = open_store
+
+    def open_store(self) -> Store:
+        """The store commands use (the caller closes it)."""
+        if self._open_store is not None:
+            return self._open_store()
+        from longctx.store import Store  # imported here: `longctx --help` opens no store
+
+        return Store.open()
 
     def connect(self, server: ServerOptions) -> Backend:
         """The given backend, else a new connection (the caller closes it)."""
@@ -293,6 +299,8 @@ def note(message: str, *, quiet: bool = False) -> None:
 
 def emit_json(data: Any) -> None:
     """``data`` as indented JSON on stdout, keys sorted."""
+    import json  # imported here: `longctx --help` prints no JSON
+
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
@@ -307,11 +315,17 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import ServerOptions
+
     return options_from_flags(ServerOptions, "server")(function)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import CorpusOptions
+
     return options_from_flags(CorpusOptions, "corpus")(function)
 
 
@@ -323,6 +337,9 @@ def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[.
     ``follow_changes``, ``warm_start``, ``token_history`` their own switches
     (each flag's ``group`` in :mod:`longctx.config`).
     """
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import RequestOptions
+
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 
 

@@ -19,7 +19,7 @@ import importlib
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import click
 
@@ -121,10 +121,20 @@ def exit_code(error: LongctxError) -> int:
     return EXIT_ERROR
 
 
-def _fail(error: LongctxError) -> NoReturn:
-    """Print one line naming the problem (and its path, when it has one) and exit with its code."""
+_JSON_ASKED: Final = "longctx.json"  # the context's meta key: the command was given --json
+
+
+def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
+    """Print one line naming the problem (and its path, when it has one) and exit with its code.
+
+    With ``--json`` the error is also JSON on stdout (``{"error": {"type",
+    "message", "exit_code"}}``), so a script reading stdout always gets JSON.
+    """
+    code = exit_code(error)
+    if as_json:
+        emit_json({"error": {"type": type(error).__name__, "message": error.describe(), "exit_code": code}})
     click.echo(f"longctx: error: {error.describe()}", err=True)
-    sys.exit(exit_code(error))
+    sys.exit(code)
 
 
 # Each command's module, imported when the command is looked up: `longctx pack`
@@ -201,7 +211,7 @@ class App(click.Group):
         try:
             return super().invoke(ctx)
         except LongctxError as error:
-            _fail(error)
+            _fail(error, as_json=bool(ctx.meta.get(_JSON_ASKED)))
         except KeyboardInterrupt:
             # 130, the shell's code for SIGINT; 1 is reserved for other errors.
             click.echo("longctx: interrupted", err=True)
@@ -343,12 +353,24 @@ def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[.
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 
 
+def _remember_json(context: click.Context, parameter: click.Parameter, value: bool) -> bool:
+    # The meta is shared by every context of the run: the group's error boundary reads it.
+    context.meta[_JSON_ASKED] = value
+    return value
+
+
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--json`` and ``--quiet``."""
     return _apply(
         function,
         [
-            click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
+            click.option(
+                "--json",
+                "as_json",
+                is_flag=True,
+                help="Print JSON on stdout (an error too).",
+                callback=_remember_json,
+            ),
             click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr."),
         ],
     )

@@ -184,8 +184,8 @@ class StoreError(LongctxError):
 class SessionNotFound(StoreError):
     """No session with this id in the store."""
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"no session with id {session_id!r}")
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no session with id {session_id!r}")
         self.session_id = session_id
 
 

@@ -143,12 +143,25 @@ def _one_line(error: LongctxError) -> str:
     type=click.Path(exists=True),
     help="The model's config.json (or folder), for a model outside the catalogue.",
 )
+@click.option(
+    "--speculative/--no-speculative",
+    default=True,
+    show_default=True,
+    help="Keep the catalogue's speculative decoding where it has one (SGLang DSPARK for Kimi K3).",
+)
 def recipe(
-    model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None
+    model: str,
+    engine: str,
+    gpus: int | None,
+    max_model_len: int | None,
+    config_path: str | None,
+    speculative: bool,
 ) -> None:
     """The launch command and environment for MODEL on ENGINE."""
     config = load_model_config(config_path) if config_path else None
-    result = recipe_for(model, engine, gpus=gpus, max_model_len=max_model_len, config=config)
+    result = recipe_for(
+        model, engine, gpus=gpus, max_model_len=max_model_len, config=config, speculative=speculative
+    )
     click.echo(result.to_text())
     for line in result.notes:
         note(f"note: {line}")

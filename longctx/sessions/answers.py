@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from longctx.config import RequestOptions
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, Store, TurnRecord
@@ -21,6 +22,8 @@ __all__ = [
     "AskManyOptions",
     "Batch",
     "Committed",
+    "answer_bound",
+    "checked_concurrency",
     "history_form",
     "refuse_unknown",
     "stored_answers",
@@ -175,3 +178,21 @@ def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -
     unknown = sorted(set(keywords) - known)
     if unknown:
         raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
+
+
+def answer_bound(request: RequestOptions, max_tokens: int | None) -> int:
+    """A per-call ``max_tokens``, checked by the option field's own rule; None: ``request``'s.
+
+    0 is refused as the option object refuses it (it is not "not given"), and
+    a negative bound never reaches the server.
+    """
+    if max_tokens is None:
+        return request.max_tokens
+    checked: int = RequestOptions.checked("max_tokens", max_tokens)
+    return checked
+
+
+def checked_concurrency(concurrency: int | None) -> int | None:
+    """A per-call ``concurrency``, checked by :attr:`RequestOptions.concurrency`'s rule (None: not given)."""
+    checked: int | None = RequestOptions.checked("concurrency", concurrency)
+    return checked

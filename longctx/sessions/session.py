@@ -50,7 +50,7 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import counters, siblings
+from longctx.sessions import answers, counters, siblings
 from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, history_form, refuse_unknown
 from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
@@ -445,7 +445,7 @@ class Session(Conversation):
         check_room(
             changes,
             prompt_tokens=pack_tokens + estimate.count(history_text),
-            max_tokens=max_tokens or self.request.max_tokens,
+            max_tokens=answers.answer_bound(self.request, max_tokens),
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
@@ -467,7 +467,7 @@ class Session(Conversation):
         preamble = changes.text if changes is not None else ""
         return ChatRequest(
             messages=tuple(self.messages(question, history=history, preamble=preamble)),
-            max_tokens=max_tokens or options.max_tokens,
+            max_tokens=answers.answer_bound(self.request, max_tokens),
             temperature=options.temperature,
             seed=options.seed,
             cache_salt=options.cache_salt,
@@ -543,6 +543,7 @@ class Session(Conversation):
         """
         if not question.strip():
             raise ConfigError("the question is empty")
+        max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
@@ -662,6 +663,9 @@ class Session(Conversation):
         itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
         refuse_unknown(options, AskManyOptions, "ask_many")
+        # Checked by the fields' own rules before anything is sent (RequestOptions.checked).
+        answers.answer_bound(self.request, options.get("max_tokens"))
+        answers.checked_concurrency(options.get("concurrency"))
         if options.get("reuse_answered"):
             reusing: Batch = yield from siblings.reusing_answers(
                 self.store, self.id, questions, options, self._plan_siblings
@@ -672,10 +676,12 @@ class Session(Conversation):
 
     def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
         """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
-        max_tokens, keys = options.get("max_tokens"), options.get("keys")
+        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
+        concurrency = answers.checked_concurrency(options.get("concurrency"))
+        keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
         batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys))
-        dispatch = yield Io(partial(self._dispatch, batch, options.get("concurrency")))
+        dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
         with (yield Io(opened)) as snapshot:
             outcome = yield from siblings.dispatched(

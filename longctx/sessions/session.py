@@ -51,7 +51,14 @@ from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
 from longctx.sessions import answers, counters, siblings
-from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, history_form, refuse_unknown
+from longctx.sessions.answers import (
+    Answer,
+    AskManyOptions,
+    Batch,
+    Committed,
+    committed_records,
+    refuse_unknown,
+)
 from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, PendingCheck
@@ -60,7 +67,7 @@ from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
 
 if TYPE_CHECKING:
@@ -475,59 +482,6 @@ class Session(Conversation):
             extra_body=options.extra_body,
         )
 
-    def _committed(
-        self,
-        sent: Sent,
-        *,
-        session_id: str,
-        position: int,
-        question: str,
-        purpose: str,
-        batch_id: str | None,
-        changes: Changes | None = None,
-    ) -> Committed:
-        """The records of one answered request, and the answer they make."""
-        completion = sent.completion
-        now = time.time()
-        request = RequestRecord(
-            id=sent.request_id,
-            session_id=session_id,
-            batch_id=batch_id,
-            purpose=purpose,
-            started_at=now - (completion.usage.total_seconds or 0.0),
-            base_url=sent.server.api_url,
-            engine=sent.server.engine,
-            model=sent.server.model,
-            usage=completion.usage,
-            attempts=sent.attempts,
-        )
-        turn = TurnRecord(
-            session_id=session_id,
-            position=position,
-            question=question,
-            answer=completion.text,
-            history_answer=history_form(completion.text),
-            reasoning=completion.reasoning,
-            request_id=sent.request_id,
-            created_at=now,
-            preamble=changes.text if changes is not None else "",
-            file_changes=dict(changes.files) if changes is not None else {},
-            answer_ids=completion.token_ids,
-        )
-        answer = Answer(
-            question=question,
-            text=completion.text,
-            reasoning=completion.reasoning,
-            finish_reason=completion.finish_reason,
-            usage=completion.usage,
-            session_id=session_id,
-            turn=position,
-            request_id=sent.request_id,
-            attempts=sent.attempts,
-            appended=changes,
-        )
-        return Committed(turn, request, answer)
-
     def _own_position(self) -> int:
         """The position of the next turn among this session's own turns."""
         record = self._opened()
@@ -598,7 +552,7 @@ class Session(Conversation):
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
-        committed = self._committed(
+        committed = committed_records(
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
             batch_id=None, changes=changes,
         )  # fmt: skip
@@ -641,7 +595,7 @@ class Session(Conversation):
             parent_turns=len(self._turns),
             settings=record.settings,
         )
-        committed = self._committed(
+        committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes,
         )  # fmt: skip

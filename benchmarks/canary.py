@@ -84,6 +84,15 @@ def _figure(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3g}"
 
 
+def _counted(counters: dict[str, float]) -> dict[str, float]:
+    """The counters a reader compares: running totals, without histogram buckets and creation stamps."""
+    return {
+        name: value
+        for name, value in counters.items()
+        if name.split("{")[0].endswith(("_total", "_sum")) and "_size_" not in name
+    }
+
+
 def section(results: list[dict[str, Any]]) -> str:
     """The docs/benchmarks.md section for one or more result files (one per server setting)."""
     first = results[0]
@@ -113,10 +122,9 @@ def section(results: list[dict[str, Any]]) -> str:
                 f" ({cached['cached_tokens']:,} of {cached['prompt_tokens']:,} cached) |"
                 f" {_figure(host['largest_difference']) if host else 'n/a'} | {tier or 'n/a'} |"
             )
-        if result["offload_counters"]:
-            counters = ", ".join(
-                f"`{name}` {value:,.0f}" for name, value in result["offload_counters"].items()
-            )
+        counted = _counted(result["offload_counters"])
+        if counted:
+            counters = ", ".join(f"`{name}` {value:,.0f}" for name, value in counted.items())
             lines += ["", f"{result['label']}: offload counters at the end: {counters}."]
     return "\n".join(lines) + "\n"
 

@@ -4,6 +4,7 @@
 # of it: to the CPU tier when offloading is on (the host-tier path forced), gone when it is off.
 # Run after install.sh (run.sh does it); stops each server it started (by its PID), one at a time.
 # Usage: benchmarks/gpu/canary.sh PARTS OUT [KV_BLOCKS=4096] [OFFLOAD_GIB=16] [REPEATS=3] [LABEL=h200]
+#   SETTINGS="gpu-only native-offload" (the default) picks which of the two servers run, in that order.
 # Then: python3 benchmarks/canary.py --section OUT/canary-*-LABEL.json --write
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
@@ -18,7 +19,7 @@ GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 VERSION=$(python3 -c 'import vllm; print(vllm.__version__)')
 # 1.5x the GPU cache: every probe block is pushed out, whatever the eviction order.
 FILL=$((BLOCKS * 16 * 3 / 2))
-for setting in gpu-only native-offload; do
+for setting in ${SETTINGS:-gpu-only native-offload}; do
     EXTRA="--num-gpu-blocks-override $BLOCKS"
     [ "$setting" = native-offload ] && EXTRA="$EXTRA --kv-offloading-backend native --kv-offloading-size $GIB"
     PID=$(VLLM_EXTRA_ARGS="$EXTRA" "$HERE"/serve.sh "$PARTS" "$PORT" 0.85 65536 | tail -1)

@@ -34,6 +34,9 @@ _EXPORTS: dict[str, str] = {
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.profiles",
+    "CachedByTier": "longctx.report",
+    "HostTier": "longctx.backends.tiers",
+    "TierReading": "longctx.backends.tiers",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -125,6 +128,7 @@ if TYPE_CHECKING:
     from longctx.backends.base import Backend, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
     from longctx.backends.profiles import CacheCounters
+    from longctx.backends.tiers import HostTier, TierReading
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
@@ -170,7 +174,7 @@ if TYPE_CHECKING:
         compare_packs,
         pack,
     )
-    from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
+    from longctx.report import CachedByTier, CounterCheck, Prices, RequestLine, SavingsReport
     from longctx.retry import RetryPolicy
     from longctx.serving.advice import Finding
     from longctx.serving.doctor import Diagnosis, diagnose
@@ -209,6 +213,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "CacheCounters",
+    "CachedByTier",
     "Changes",
     "ChatRequest",
     "ConfigError",
@@ -226,6 +231,7 @@ __all__ = [
     "FileChange",
     "Finding",
     "HarnessError",
+    "HostTier",
     "InputError",
     "InsufficientMemory",
     "Job",
@@ -273,6 +279,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredPack",
+    "TierReading",
     "TiktokenFileTokenizer",
     "Tokenizer",
     "TokenizerError",

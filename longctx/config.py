@@ -369,8 +369,12 @@ class RequestOptions(OptionFields):
     cached tokens the responses reported; a job over many packs
     (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
-    reading. Raises :class:`~longctx.errors.ConfigError` for a value the
-    servers would refuse.
+    reading. ``offload_prefix_only`` (off by default) caps, on a server with
+    a host tier whose engine takes a per-request cap (vLLM's
+    ``kv_transfer_params.max_offload_tokens``, experimental), what each
+    request offloads to the pack's tokens: the shared prefix goes to host
+    memory, each question and answer does not. Raises
+    :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
     max_tokens: int = option(
@@ -442,6 +446,7 @@ class RequestOptions(OptionFields):
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
     )  # fmt: skip
+    offload_prefix_only: bool = option(False, load=bool)
 
     def __post_init__(self) -> None:
         self._check_fields()

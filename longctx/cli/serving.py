@@ -26,6 +26,7 @@ _PLAN_FLAGS = {
     "kv_memory_gib": "--kv-memory",
     "gpu_memory": "--gpu-memory",
     "kv_memory": "--kv-memory",
+    "host_memory": "--host-memory",
     "weights": "--weights",
     "utilization": "--gpu-memory-utilization",
     "gpus": "--gpus",
@@ -98,12 +99,32 @@ def _one_line(error: LongctxError) -> str:
     type=click.Path(exists=True),
     help="The model's config.json (or folder), for a model outside the catalogue.",
 )
+@click.option(
+    "--host-tier",
+    type=click.Choice(["native", "lmcache", "hicache"]),
+    help="A KV tier in host memory: vLLM native or lmcache, SGLang hicache.",
+)
+@click.option("--host-memory", type=float, help="GiB of host memory for --host-tier (the whole server's).")
 def recipe(
-    model: str, engine: str, gpus: int | None, max_model_len: int | None, config_path: str | None
+    model: str,
+    engine: str,
+    gpus: int | None,
+    max_model_len: int | None,
+    config_path: str | None,
+    host_tier: str | None,
+    host_memory: float | None,
 ) -> None:
     """The launch command and environment for MODEL on ENGINE."""
     config = load_model_config(config_path) if config_path else None
-    result = recipe_for(model, engine, gpus=gpus, max_model_len=max_model_len, config=config)
+    result = recipe_for(
+        model,
+        engine,
+        gpus=gpus,
+        max_model_len=max_model_len,
+        config=config,
+        host_tier=host_tier,
+        host_memory_gib=host_memory,
+    )
     click.echo(result.to_text())
     for line in result.notes:
         note(f"note: {line}")
@@ -146,6 +167,11 @@ def recipe(
     multiple=True,
     help="Concurrencies to answer for (repeatable).",
 )
+@click.option(
+    "--host-memory",
+    type=float,
+    help="GiB of host memory for KV offloading, the whole replica's (vLLM --kv-offloading-size).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def plan(
     config_path: str | None,
@@ -159,6 +185,7 @@ def plan(
     dcp: int,
     contexts: tuple[int, ...],
     concurrencies: tuple[int, ...],
+    host_memory: float | None,
     as_json: bool,
 ) -> None:
     """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.
@@ -178,6 +205,7 @@ def plan(
             dcp=dcp,
             contexts=list(contexts) or None,
             concurrencies=list(concurrencies) or None,
+            host_memory_gib=host_memory,
         )
     except ServingConfigError as error:
         raise _naming_flags(error) from None

@@ -12,7 +12,10 @@ running server):
 4. ``longctx report``: the savings, checked against vLLM's own counters.
 
 Run it with ``scripts/demo`` from a fresh clone. It exits non-zero if the
-batch or the follow-up turns were not served from the cache.
+batch or the follow-up turns were not served from the cache. The server is
+built under ``LONGCTX_HARNESS_DIR`` when set (as the test suite's is), else
+``.cache/harness``: the first build is about 3.5 GB. Ctrl-C stops it with one
+line and exit code 130.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from longctx.testing import EngineHarness
+from longctx.testing import EngineHarness, harness_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".cache" / "demo"
@@ -89,8 +92,12 @@ def main() -> int:
     harness = None
     base_url = os.environ.get("LONGCTX_BASE_URL")
     if not base_url:
-        say("Starting vLLM (CPU build) with the tiny model; the first run builds both (a few minutes)...")
-        harness = EngineHarness(ROOT / ".cache" / "harness", on_progress=lambda m: say(f"  {m}"))
+        where = harness_dir(ROOT)
+        say(
+            f"Starting vLLM (CPU build) with the tiny model from {where}; a first run builds both there"
+            " (about 3.5 GB, a few minutes; set LONGCTX_HARNESS_DIR to share a build)..."
+        )
+        harness = EngineHarness(where, on_progress=lambda m: say(f"  {m}"))
         base_url = harness.server("vllm").api_base
     home = WORK / "home"
     shutil.rmtree(home, ignore_errors=True)
@@ -133,5 +140,17 @@ def main() -> int:
     return 0
 
 
+EXIT_INTERRUPTED = 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        code = main()
+    except KeyboardInterrupt:
+        # One line, no traceback. The servers started are stopped by main's
+        # finally; os._exit, not sys.exit: a build still running on the
+        # harness's worker thread would otherwise hold the exit until it ends.
+        print("demo: interrupted", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(EXIT_INTERRUPTED)
+    sys.exit(code)

@@ -37,6 +37,14 @@ _EXPORTS: dict[str, str] = {
     "CachedByTier": "longctx.report",
     "HostTier": "longctx.backends.tiers",
     "TierReading": "longctx.backends.tiers",
+    "CanaryComparison": "longctx.cache_canary",
+    "CanaryDiverged": "longctx.errors",
+    "CanaryOptions": "longctx.cache_canary",
+    "CanaryResult": "longctx.cache_canary",
+    "CanaryRun": "longctx.cache_canary",
+    "CanarySampler": "longctx.sessions.canaries",
+    "acanary": "longctx.cache_canary",
+    "canary": "longctx.cache_canary",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -83,6 +91,8 @@ _EXPORTS: dict[str, str] = {
     "RequestOptions": "longctx.config",
     "RequestRecord": "longctx.store",
     "RetryPolicy": "longctx.retry",
+    "RouterInfo": "longctx.backends.routers",
+    "Sample": "longctx.backends.metrics",
     "Saved": "longctx.outputs",
     "SavingsReport": "longctx.report",
     "ReplicaStatus": "longctx.backends.base",
@@ -127,15 +137,19 @@ _EXPORTS: dict[str, str] = {
 if TYPE_CHECKING:
     from longctx.backends.base import Backend, ReplicaStatus, Sent, ServerInfo, connect
     from longctx.backends.chat import ChatRequest
+    from longctx.backends.metrics import Sample
     from longctx.backends.profiles import CacheCounters
+    from longctx.backends.routers import RouterInfo
     from longctx.backends.tiers import HostTier, TierReading
     from longctx.backends.tokenizer import ServerTokenizer
+    from longctx.cache_canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
     from longctx.errors import (
         BackendError,
         BudgetError,
+        CanaryDiverged,
         ConfigError,
         ContextOverflow,
         EmptyCorpus,
@@ -188,6 +202,7 @@ if TYPE_CHECKING:
         ShardedSession,
         resume,
     )
+    from longctx.sessions.canaries import CanarySampler
     from longctx.sessions.changes import Changes, FileChange
     from longctx.sessions.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
     from longctx.sessions.warm import WarmResult, WarmStart
@@ -214,6 +229,12 @@ __all__ = [
     "BudgetError",
     "CacheCounters",
     "CachedByTier",
+    "CanaryComparison",
+    "CanaryDiverged",
+    "CanaryOptions",
+    "CanaryResult",
+    "CanaryRun",
+    "CanarySampler",
     "Changes",
     "ChatRequest",
     "ConfigError",
@@ -258,6 +279,8 @@ __all__ = [
     "RequestOptions",
     "RequestRecord",
     "RetryPolicy",
+    "RouterInfo",
+    "Sample",
     "Saved",
     "SavingsReport",
     "Section",
@@ -290,8 +313,10 @@ __all__ = [
     "WarmResult",
     "WarmStart",
     "__version__",
+    "acanary",
     "build_pack",
     "build_shards",
+    "canary",
     "check_cache_boundary",
     "compare_packs",
     "connect",

@@ -16,7 +16,11 @@ check, whether it is stored with a session and applied on resume, and its
 command-line flag with the flag's help text; ``to_dict``, ``from_dict``, the
 validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
 
-An explicit value wins over the environment, which wins over the default:
+An explicit value (an argument, a flag) wins over the environment, which
+wins over the project file (``.longctx.toml``, :func:`project_config_file`),
+which wins over the user file (:func:`user_config_file`), which wins over
+the default (:func:`setting`; every option with a flag can be set so, as
+``LONGCTX_<NAME>`` or a key of that name). Among them:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
   comma-separated list names several replicas of one model;
@@ -30,16 +34,37 @@ An explicit value wins over the environment, which wins over the default:
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import ConfigError
-from longctx.options import OptionFields, option
+from longctx.option_checks import (
+    as_dict,
+    at_least_one,
+    cache_salt,
+    none_or_at_least_one,
+    not_negative,
+    one_of,
+    optional_tuple,
+    patterns,
+    positive_limit,
+    retry_seconds,
+    share,
+    spellings,
+    stored_dict,
+    stored_optional_int,
+    stored_optional_tuple,
+    stored_tuple,
+    urls,
+)
+from longctx.options import OptionFields, option, option_spec
 
 __all__ = [
+    "AFFINITY_BODY_FIELD",
     "DEFAULT_AFFINITY_HEADERS",
     "DEFAULT_BASE_URL",
     "DEFAULT_CONCURRENCY",
@@ -50,18 +75,25 @@ __all__ = [
     "DEFAULT_STALL_TIMEOUT_SECONDS",
     "DEFAULT_TIMEOUT_SECONDS",
     "DISPATCHES",
+    "ECHOED_HEADERS",
     "ORDERINGS",
+    "PROJECT_CONFIG_NAME",
     "CorpusOptions",
     "Limits",
     "RequestOptions",
     "ServerOptions",
+    "Setting",
     "configured_base_url",
     "default_home",
     "instant_retries_requested",
+    "project_config_file",
     "resolve_affinity_headers",
     "resolve_api_key",
     "resolve_base_urls",
     "resolve_model",
+    "settable_keys",
+    "setting",
+    "user_config_file",
 ]
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
@@ -69,17 +101,19 @@ DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
 DEFAULT_AFFINITY_HEADERS: Final[tuple[str, ...]] = (
     "x-session-id",
     "X-SMG-Routing-Key",
-    "x-session-token",
     "X-Dynamo-Session-ID",
 )
 """The headers a request's affinity key goes out in, one per router that reads one.
 
 ``x-session-id``: vllm-router (``consistent_hash``, ``cache_aware``'s session
-key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``); ``x-session-token``:
-llm-d's session affinity; ``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
+key); ``X-SMG-Routing-Key``: SGLang's model gateway (``smg``);
+``X-Dynamo-Session-ID``: NVIDIA Dynamo (with
 ``--router-session-affinity-ttl-secs``). The key also goes out as the body's
 ``user`` field. A router reading another name: set
 :attr:`ServerOptions.affinity_headers` or ``LONGCTX_AFFINITY_HEADERS``.
+llm-d's ``x-session-token`` is not a key the client picks: its gateway
+sets it on a response (the serving pod, encoded) and the client echoes it
+(:data:`ECHOED_HEADERS`).
 """
 
 DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
@@ -87,6 +121,16 @@ DEFAULT_TIMEOUT_SECONDS: Final = 3600.0
 
 DEFAULT_STALL_TIMEOUT_SECONDS: Final = 600.0
 """Longest wait for any byte of a response (:attr:`ServerOptions.stall_timeout`); above any prefill."""
+
+ECHOED_HEADERS: Final[tuple[str, ...]] = ("x-session-token",)
+"""Headers a gateway sets on a response that the client sends back with the next request of the same key.
+
+``x-session-token``: llm-d's session affinity (the inference scheduler
+routes a request carrying it to the pod it names).
+"""
+
+AFFINITY_BODY_FIELD: Final = "prompt_cache_key"
+"""OpenAI's name for a request's routing key, read by hosted APIs and gateways in the body."""
 
 DEFAULT_REPLICA_RETRY_SECONDS: Final = 5.0
 """How long a replica that could not be reached is left out before it is tried again."""
@@ -116,105 +160,13 @@ ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 _MIB: Final = 1024 * 1024
 
 
-# -- the checks option fields name (see longctx.options) --------------------------
-
-
-def _positive_limit(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
-    return value
-
-
-def _at_least_one(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be at least 1, not {value!r}")
-    return value
-
-
-def _none_or_at_least_one(name: str, value: Any) -> Any:
-    return None if value is None else _at_least_one(name, value)
-
-
-def _not_negative(name: str, value: Any) -> Any:
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative")
-    return value
-
-
-def _one_of(choices: tuple[str, ...], what: str) -> Callable[[str, Any], Any]:
-    def check(name: str, value: Any) -> Any:
-        if value is not None and value not in choices:
-            raise ConfigError(f"unknown {what} {value!r}; use one of {', '.join(choices)}")
-        return value
-
-    return check
-
-
-def _share(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1):
-        raise ConfigError(f"{name} must be a number from 0 up to (not including) 1, not {value!r}")
-    return value
-
-
-def _patterns(name: str, value: Any) -> tuple[str, ...]:
-    # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
-    if isinstance(value, str):
-        raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
-    return tuple(value)
-
-
-def _spellings(name: str, value: Any) -> tuple[str, ...]:
-    spellings = _patterns(name, value)
-    if not all(isinstance(spelling, str) and spelling for spelling in spellings):
-        raise ConfigError(f"CorpusOptions.{name} takes non-empty strings")
-    # Sorted and unique: the same spellings given in another order are the same options.
-    return tuple(sorted(set(spellings)))
+# -- the check that needs the classes below (the others: longctx.option_checks) ------
 
 
 def _limits(name: str, value: Any) -> Any:
     if not isinstance(value, Limits):
         raise ConfigError(f"CorpusOptions.{name} must be a Limits, not {value!r}")
     return value
-
-
-def _cache_salt(name: str, value: Any) -> Any:
-    if value is not None and (not 1 <= len(value) <= 128 or any(c in value for c in "@/\\\0")):
-        raise ConfigError("cache_salt must be 1 to 128 characters without @, /, \\ or NUL")
-    return value
-
-
-def _as_dict(name: str, value: Any) -> dict[str, Any]:
-    return dict(value)
-
-
-def _urls(name: str, value: Any) -> Any:
-    return value if isinstance(value, (str, type(None))) else tuple(value)
-
-
-def _optional_tuple(name: str, value: Any) -> Any:
-    return None if value is None else tuple(value)
-
-
-def _retry_seconds(name: str, value: Any) -> Any:
-    if value < 0:
-        raise ConfigError(f"{name} cannot be negative")
-    return value
-
-
-def _stored_tuple(value: Any) -> tuple[Any, ...]:
-    return tuple(value or ())
-
-
-def _stored_optional_int(value: Any) -> int | None:
-    return None if value is None else int(value)
-
-
-def _stored_optional_tuple(value: Any) -> tuple[Any, ...] | None:
-    return None if value is None else tuple(value)
-
-
-def _stored_dict(value: Any) -> dict[str, Any]:
-    return dict(value or {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,7 +197,7 @@ class Limits(OptionFields):
     # The command line leaves these out unless given (cli_default None), so Limits' defaults hold.
     max_file_bytes: int = option(
         4 * _MIB,
-        check=_positive_limit,
+        check=positive_limit,
         load=int,
         flag="--max-file-bytes",
         value_type="int",
@@ -254,7 +206,7 @@ class Limits(OptionFields):
     )
     max_total_bytes: int = option(
         128 * _MIB,
-        check=_positive_limit,
+        check=positive_limit,
         load=int,
         flag="--max-total-bytes",
         value_type="int",
@@ -262,7 +214,7 @@ class Limits(OptionFields):
         help="Stop adding files past this total (default {default}).",
     )
     max_files: int = option(
-        50_000, check=_positive_limit, load=int, flag="--max-files", value_type="int",
+        50_000, check=positive_limit, load=int, flag="--max-files", value_type="int",
         cli_default=None, help="Stop adding files past this count (default {default}).",
     )  # fmt: skip
 
@@ -291,15 +243,15 @@ class CorpusOptions(OptionFields):
 
     ordering: str | None = option(
         None,
-        check=_one_of(ORDERINGS, "ordering"),
+        check=one_of(ORDERINGS, "ordering"),
         flag="--ordering",
         choices=ORDERINGS,
         help="Document order (default: stability in git repositories, else path).",
     )
     include: tuple[str, ...] = option(
         (),
-        check=_patterns,
-        load=_stored_tuple,
+        check=patterns,
+        load=stored_tuple,
         flag="--include",
         multiple=True,
         metavar="GLOB",
@@ -307,8 +259,8 @@ class CorpusOptions(OptionFields):
     )
     exclude: tuple[str, ...] = option(
         (),
-        check=_patterns,
-        load=_stored_tuple,
+        check=patterns,
+        load=stored_tuple,
         flag="--exclude",
         multiple=True,
         metavar="GLOB",
@@ -320,7 +272,7 @@ class CorpusOptions(OptionFields):
     )
     max_stale_share: float = option(
         DEFAULT_MAX_STALE_SHARE,
-        check=_share,
+        check=share,
         load=float,
         flag="--max-stale-share",
         value_type="float",
@@ -332,7 +284,7 @@ class CorpusOptions(OptionFields):
         " so that commits change only the pack's tail (0: no layering).",
     )
     # Not stored: sessions learn them from the server each time.
-    special_tokens: tuple[str, ...] = option((), check=_spellings, stored=False)  # fmt: skip
+    special_tokens: tuple[str, ...] = option((), check=spellings, stored=False)  # fmt: skip
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -373,13 +325,21 @@ class RequestOptions(OptionFields):
     a host tier whose engine takes a per-request cap (vLLM's
     ``kv_transfer_params.max_offload_tokens``, experimental), what each
     request offloads to the pack's tokens: the shared prefix goes to host
-    memory, each question and answer does not. Raises
+    memory, each question and answer does not. ``canary_every`` (off by
+    default) runs the cache canary (:mod:`longctx.cache_canary`) on the
+    session's own prefix after one request in that many (turns and siblings
+    count, per session: in a job, per pack); each run costs two cold
+    prefills of the prefix.
+    ``prompt_cache_key`` (OpenAI's name) is the affinity key to route by
+    instead of the one longctx derives from the pack: every request of the
+    session carries it in the affinity headers, ``user``, and the body
+    fields of :attr:`ServerOptions.affinity_body_fields`. Raises
     :class:`~longctx.errors.ConfigError` for a value the servers would refuse.
     """
 
     max_tokens: int = option(
         DEFAULT_MAX_TOKENS,
-        check=_at_least_one,
+        check=at_least_one,
         load=int,
         on_resume=True,
         flag="--max-tokens",
@@ -392,14 +352,14 @@ class RequestOptions(OptionFields):
     # Stored: a resumed session keeps its namespace (the CLI refuses another on resume).
     cache_salt: str | None = option(
         None,
-        check=_cache_salt,
+        check=cache_salt,
         flag="--cache-salt",
         help="Namespace for the server's prefix cache (keeps tenants apart).",
     )
     concurrency: int | None = option(
         None,
-        check=_none_or_at_least_one,
-        load=_stored_optional_int,
+        check=none_or_at_least_one,
+        load=stored_optional_int,
         flag="--concurrency",
         value_type="int",
         minimum=1,
@@ -408,7 +368,7 @@ class RequestOptions(OptionFields):
     )
     dispatch: str = option(
         "auto",
-        check=_one_of(DISPATCHES, "dispatch"),
+        check=one_of(DISPATCHES, "dispatch"),
         load=str,
         flag="--dispatch",
         choices=DISPATCHES,
@@ -417,8 +377,8 @@ class RequestOptions(OptionFields):
         help="How sibling questions go out: all together, the lead's first token first,"
         " the lead's admission first, or what was measured fastest for the engine.",
     )
-    reserved_question_tokens: int = option(DEFAULT_RESERVED_QUESTION_TOKENS, check=_not_negative, load=int)
-    extra_body: Mapping[str, Any] = option(default_factory=dict, check=_as_dict, load=_stored_dict)
+    reserved_question_tokens: int = option(DEFAULT_RESERVED_QUESTION_TOKENS, check=not_negative, load=int)
+    extra_body: Mapping[str, Any] = option(default_factory=dict, check=as_dict, load=stored_dict)
     follow_changes: bool = option(
         True,
         load=bool,
@@ -448,6 +408,23 @@ class RequestOptions(OptionFields):
     )  # fmt: skip
     offload_prefix_only: bool = option(False, load=bool)
 
+    canary_every: int | None = option(
+        None,
+        check=none_or_at_least_one,
+        load=stored_optional_int,
+        flag="--canary-every",
+        value_type="int",
+        minimum=1,
+        help="Run the cache canary on the session's own prefix after one request in this many.",
+    )
+    prompt_cache_key: str | None = option(
+        None,
+        on_resume=True,
+        flag="--prompt-cache-key",
+        help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
+        " on one replica).",
+    )
+
     def __post_init__(self) -> None:
         self._check_fields()
 
@@ -475,13 +452,17 @@ class ServerOptions(OptionFields):
     ``router_policy`` names the router in front and its policy
     (``"vllm-router:consistent_hash"``, ``"smg:cache_aware"``), for doctor to
     flag one that loses the cache; longctx cannot ask a router for it.
+    ``affinity_body_fields`` names body fields that carry the affinity key
+    too (default: ``prompt_cache_key`` on a server that is not vLLM or
+    SGLang, a hosted API or gateway that routes on it; none on the engines,
+    which do not route); ``()`` sends none.
     """
 
     # The flags' values, like the fields, are None unless given: the environment is
     # read by the resolve_* functions below, when a connection is made.
     base_url: str | Sequence[str] | None = option(
         None,
-        check=_urls,
+        check=urls,
         flag="--base-url",
         help=f"Server URL (default {DEFAULT_BASE_URL}; env LONGCTX_BASE_URL; comma-separated replicas).",
     )
@@ -497,9 +478,12 @@ class ServerOptions(OptionFields):
     )
     timeout: float = option(DEFAULT_TIMEOUT_SECONDS, load=float)
     stall_timeout: float = option(DEFAULT_STALL_TIMEOUT_SECONDS, load=float)
-    affinity_headers: Sequence[str] | None = option(None, check=_optional_tuple, load=_stored_optional_tuple)
-    replica_retry_seconds: float = option(DEFAULT_REPLICA_RETRY_SECONDS, check=_retry_seconds, load=float)
+    affinity_headers: Sequence[str] | None = option(None, check=optional_tuple, load=stored_optional_tuple)
+    replica_retry_seconds: float = option(DEFAULT_REPLICA_RETRY_SECONDS, check=retry_seconds, load=float)
     router_policy: str | None = option(None)  # fmt: skip
+    affinity_body_fields: Sequence[str] | None = option(
+        None, check=optional_tuple, load=stored_optional_tuple
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -528,12 +512,15 @@ def instant_retries_requested() -> bool:
 
 
 def configured_base_url() -> str | None:
-    """``LONGCTX_BASE_URL`` when set and not empty, else None."""
-    return os.environ.get("LONGCTX_BASE_URL") or None
+    """The server URL(s) configured (``LONGCTX_BASE_URL``, else a config file), comma-separated; else None."""
+    found = setting(ServerOptions, "base_url")
+    if found is None:
+        return None
+    return found.value if isinstance(found.value, str) else ",".join(found.value)
 
 
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The server URL(s) to use: the argument, else ``LONGCTX_BASE_URL``, else the default."""
+    """The server URL(s) to use: the argument, else the configured ones, else the default."""
     if base_url is None:
         base_url = configured_base_url() or DEFAULT_BASE_URL
     urls = [part.strip() for part in base_url.split(",")] if isinstance(base_url, str) else list(base_url)
@@ -547,8 +534,8 @@ def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def resolve_model(model: str | None) -> str | None:
-    """The served model name: the argument, else ``LONGCTX_MODEL``, else None (ask the server)."""
-    return model or os.environ.get("LONGCTX_MODEL") or None
+    """The served model name: the argument, else the configured one (``LONGCTX_MODEL``, a file), else None."""
+    return model or _configured_text(ServerOptions, "model")
 
 
 def resolve_affinity_headers(headers: Sequence[str] | None) -> tuple[str, ...]:
@@ -570,8 +557,13 @@ def resolve_affinity_headers(headers: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def resolve_api_key(api_key: str | None) -> str | None:
-    """The API key: the argument, else ``LONGCTX_API_KEY``, else None."""
-    return api_key or os.environ.get("LONGCTX_API_KEY") or None
+    """The API key: the argument, else the configured one (``LONGCTX_API_KEY``, a file), else None."""
+    return api_key or _configured_text(ServerOptions, "api_key")
+
+
+def _configured_text(options: type[OptionFields], name: str) -> str | None:
+    found = setting(options, name)
+    return None if found is None else str(found.value) or None
 
 
 def default_home() -> Path:
@@ -585,3 +577,201 @@ def default_home() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("longctx", appauthor=False))
+
+
+# -- settings: an option's value from the environment (and the config files) ----------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A value configured for an option outside the call, and where it was found.
+
+    ``source`` names it as a user would look for it: ``LONGCTX_MAX_TOKENS``.
+    """
+
+    value: Any
+    source: str
+
+
+def environment_variable(name: str) -> str:
+    """The variable that sets the option ``name``: ``LONGCTX_`` and its name in capitals."""
+    return f"LONGCTX_{name.upper()}"
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+def setting(options: type[OptionFields], name: str) -> Setting | None:
+    """The value configured for the field ``name`` of ``options``; None when nothing sets it.
+
+    In this order, the first that sets it wins: ``LONGCTX_<NAME>``, the
+    project file (:func:`project_config_file`), the user file
+    (:func:`user_config_file`); a flag or an argument, where there is one,
+    wins over all three. A variable's text is converted by the field's type
+    (a number, a switch as ``1/0``, ``true/false``, ``yes/no``, ``on/off``,
+    a repeatable flag as a comma-separated list); a file's value must
+    already have the type (a TOML integer, string, boolean, list of strings).
+    Either is checked by the field's own rule
+    (:meth:`~longctx.options.OptionFields.checked`), so a bad value raises the
+    :class:`~longctx.errors.ConfigError` the API and the flag raise, prefixed
+    with where it was found (``LONGCTX_MAX_TOKENS: ...``, ``/path/.longctx.toml:
+    max_tokens: ...``).
+    """
+    field = _field(options, name)
+    variable = environment_variable(name)
+    text = os.environ.get(variable, "").strip()
+    if text:
+        return Setting(_checked(options, field, _from_text(field, text, variable), variable), variable)
+    for path in (project_config_file(), user_config_file()):
+        if path is None:
+            continue
+        values = _file_values(path)
+        if name in values:
+            source = f"{path}: {name}"
+            value = _checked(options, field, _from_toml(field, values[name], source), source)
+            return Setting(value, source)
+    return None
+
+
+PROJECT_CONFIG_NAME: Final = ".longctx.toml"
+"""The project file's name, looked for from the current folder up (:func:`project_config_file`)."""
+
+
+def user_config_file() -> Path | None:
+    """The user's config file: ``$LONGCTX_CONFIG`` if set, else ``config.toml`` in the user config folder.
+
+    The folder is the platform's (``platformdirs.user_config_dir("longctx")``:
+    ``~/.config/longctx`` on Linux, ``~/Library/Application Support/longctx``
+    on macOS, ``%LOCALAPPDATA%\\longctx`` on Windows). None when the file does
+    not exist.
+    """
+    configured = os.environ.get("LONGCTX_CONFIG")
+    if configured is not None:
+        path = Path(configured).expanduser() if configured.strip() else None
+    else:
+        import platformdirs  # imported here: only a command that reads settings needs it
+
+        path = Path(platformdirs.user_config_dir("longctx", appauthor=False)) / "config.toml"
+    return path if path is not None and path.is_file() else None
+
+
+def project_config_file(start: Path | None = None) -> Path | None:
+    """The nearest ``.longctx.toml`` from ``start`` (the current folder) up; None if there is none.
+
+    The search stops after the first folder that holds ``.git`` (the
+    repository's root) or is the home folder, so a file above the project
+    or outside the user's home is never read.
+    """
+    folder = (start or Path.cwd()).resolve()
+    home = Path.home().resolve()
+    while True:
+        candidate = folder / PROJECT_CONFIG_NAME
+        if candidate.is_file():
+            return candidate
+        if folder == home or (folder / ".git").exists() or folder.parent == folder:
+            return None
+        folder = folder.parent
+
+
+_FILE_CACHE: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+
+
+def _file_values(path: Path) -> dict[str, Any]:
+    """The keys of the config file ``path`` (parsed once per version of the file); unknown keys refused."""
+    stat = path.stat()
+    version = (stat.st_mtime_ns, stat.st_size)
+    cached = _FILE_CACHE.get(path)
+    if cached is not None and cached[0] == version:
+        return cached[1]
+    import tomllib  # imported here: most runs have no config file
+
+    try:
+        values = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not a valid TOML file: {error}") from None
+    known = settable_keys()
+    for key in values:
+        if key not in known:
+            raise ConfigError(f"{path}: unknown key {key!r}; the keys are {', '.join(sorted(known))}")
+    _FILE_CACHE[path] = (version, values)
+    return values
+
+
+def settable_keys() -> dict[str, type[OptionFields]]:
+    """Every option a config file or ``LONGCTX_<NAME>`` may set (those with a flag), and its class."""
+    keys: dict[str, type[OptionFields]] = {}
+
+    def walk(options: type[OptionFields]) -> None:
+        for field in dataclasses.fields(options):  # type: ignore[arg-type]
+            spec = option_spec(field)
+            if spec.nested is not None:
+                walk(spec.nested)
+            elif spec.flag is not None:
+                keys[field.name] = options
+
+    for options in (ServerOptions, RequestOptions, CorpusOptions):
+        walk(options)
+    return keys
+
+
+def _from_toml(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
+    spec = option_spec(field)
+    if spec.multiple:
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ConfigError(f"{source}: must be a list of strings, not {value!r}")
+        return tuple(value)
+    if field.name == "base_url" and isinstance(value, list):
+        return tuple(value)  # several replicas
+    expected: tuple[type, ...]
+    if _is_switch(field):
+        expected, kind = (bool,), "true or false"
+    elif spec.value_type == "int":
+        expected, kind = (int,), "an integer"
+    elif spec.value_type == "float":
+        expected, kind = (int, float), "a number"
+    else:
+        expected, kind = (str,), "a string"
+    if not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
+        raise ConfigError(f"{source}: must be {kind}, not {value!r}")
+    return value
+
+
+def _field(options: type[OptionFields], name: str) -> dataclasses.Field[Any]:
+    for field in dataclasses.fields(options):  # type: ignore[arg-type]
+        if field.name == name:
+            return field
+    raise TypeError(f"{options.__name__} has no option {name!r}")
+
+
+def _is_switch(field: dataclasses.Field[Any]) -> bool:
+    return field.type in ("bool", bool)
+
+
+def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
+    spec = option_spec(field)
+    if spec.multiple:
+        return tuple(part.strip() for part in text.split(",") if part.strip())
+    if _is_switch(field):
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() in _FALSE:
+            return False
+        raise ConfigError(
+            f"{source}: {field.name} is a switch: 1 or 0 (true/false, yes/no, on/off), not {text!r}"
+        )
+    convert = {"int": int, "float": float}.get(spec.value_type or "")
+    if convert is None:
+        return text
+    try:
+        return convert(text)
+    except ValueError:
+        kind = "an integer" if convert is int else "a number"
+        raise ConfigError(f"{source}: {field.name} must be {kind}, not {text!r}") from None
+
+
+def _checked(options: type[OptionFields], field: dataclasses.Field[Any], value: Any, source: str) -> Any:
+    try:
+        return options.checked(field.name, value)
+    except ConfigError as error:
+        raise ConfigError(f"{source}: {error}") from None

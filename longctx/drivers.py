@@ -83,10 +83,6 @@ class Gate:
         for wake in wakers:
             wake()
 
-    @property
-    def is_open(self) -> bool:
-        return self._event.is_set()
-
     def wait(self) -> None:
         self._event.wait()
 

@@ -19,6 +19,7 @@ without repeating secrets.
     ├── TokenizerError         no tokenizer, or it failed
     ├── StoreError             the SQLite store failed
     │   └── SessionNotFound    no session with that id
+    ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
     ├── BackendError           talking to a server failed
     │   ├── ServerUnreachable  no connection, or it dropped
     │   ├── ServerError        the server answered with an error status
@@ -37,6 +38,7 @@ from pathlib import Path
 __all__ = [
     "BackendError",
     "BudgetError",
+    "CanaryDiverged",
     "ConfigError",
     "ContextOverflow",
     "EmptyCorpus",
@@ -182,9 +184,21 @@ class StoreError(LongctxError):
 class SessionNotFound(StoreError):
     """No session with this id in the store."""
 
-    def __init__(self, session_id: str) -> None:
-        super().__init__(f"no session with id {session_id!r}")
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        super().__init__(message or f"no session with id {session_id!r}")
         self.session_id = session_id
+
+
+class CanaryDiverged(LongctxError):
+    """The cache canary found a cached answer that differs from a cold one.
+
+    ``result`` is the :class:`~longctx.cache_canary.CanaryResult`: every run's
+    output and the comparison that diverged (the evidence).
+    """
+
+    def __init__(self, message: str, *, result: object) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 class BackendError(LongctxError):

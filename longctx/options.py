@@ -113,6 +113,22 @@ class OptionFields:
             if spec.check is not None:
                 object.__setattr__(self, field.name, spec.check(field.name, getattr(self, field.name)))
 
+    @classmethod
+    def checked(cls, name: str, value: Any) -> Any:
+        """``value`` for the field ``name`` as that field's own check keeps it (what construction does).
+
+        The one rule for a value however it arrives: a per-call keyword
+        (``ask(max_tokens=)``), a flag, the environment or a config file all
+        pass through the check the field names, so each raises the same
+        :class:`~longctx.errors.ConfigError`. A field without a check keeps
+        ``value``; a name that is no field is a TypeError (a bug).
+        """
+        for field in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if field.name == name:
+                check = option_spec(field).check
+                return value if check is None else check(name, value)
+        raise TypeError(f"{cls.__name__} has no option {name!r}")
+
     def to_dict(self) -> dict[str, Any]:
         """The stored form: every stored field, as plain JSON data (a nested option as its own dict)."""
         return {

@@ -21,9 +21,42 @@ Generated from `longctx --help` by `scripts/cli_reference.py --write`; a
 test fails when it is out of date. Answers go to stdout, progress and the
 savings summary to stderr; `--json` prints JSON on stdout.
 
-Settings also come from the environment: `LONGCTX_BASE_URL` (default
-`{DEFAULT_BASE_URL}`), `LONGCTX_MODEL`, `LONGCTX_API_KEY` (never
-printed), `LONGCTX_HOME` (where the session store lives).
+## Settings: flags, the environment, config files
+
+A flag left out takes its value from, in this order (the first that sets
+it wins): the environment, `LONGCTX_<NAME>` (`LONGCTX_MAX_TOKENS=256`,
+`LONGCTX_BASE_URL`, `LONGCTX_MODEL`, `LONGCTX_API_KEY`: the flag's name
+in capitals, dashes as underscores); the project file, `.longctx.toml` in
+the current folder or the nearest parent (the search stops at the
+repository's root, the folder holding `.git`, or at the home folder); the
+user file, `config.toml` in the platform's user config folder
+(`~/.config/longctx/config.toml` on Linux; `LONGCTX_CONFIG` names another
+file). The default comes last. So: flag > environment > project file >
+user file > default. A file's keys are the flags' names with underscores,
+in TOML:
+
+```toml
+base_url = "http://gpu-box:8000/v1"   # or a list of replicas
+model = "Qwen/Qwen3-8B"
+api_key = "..."                       # never printed
+max_tokens = 1024
+exclude = ["tests/", "*.lock"]
+```
+
+Every value goes through its option's own check, the one the Python API
+applies: a bad one is an error naming where it was found
+(`LONGCTX_MAX_TOKENS: max_tokens must be at least 1, not 0`,
+`/repo/.longctx.toml: max_tokenz: unknown key`, exit code 2). In Python,
+the server settings (`base_url`, `model`, `api_key`) are read the same
+way when a connection is made; the other options are the objects you pass.
+`LONGCTX_HOME` is where the session store lives. With nothing set, the
+server is `{DEFAULT_BASE_URL}`.
+
+Shell completion is click's: add
+`eval "$(_LONGCTX_COMPLETE=bash_source longctx)"` to `~/.bashrc`
+(`zsh_source` in `~/.zshrc`; for fish,
+`_LONGCTX_COMPLETE=fish_source longctx | source` in
+`~/.config/fish/completions/longctx.fish`).
 
 ## Exit codes
 

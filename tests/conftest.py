@@ -22,6 +22,8 @@ def _clean_longctx_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         if name.startswith("LONGCTX_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("LONGCTX_HOME", str(tmp_path / "longctx-home"))
+    # Nor their config file: a user file of their own would set options in every test.
+    monkeypatch.setenv("LONGCTX_CONFIG", str(tmp_path / "no-user-config.toml"))
     yield
     # Counter windows are kept per server URL for the process; fake servers
     # reuse URLs from test to test, so one test's must settle before the next.

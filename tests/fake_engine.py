@@ -56,6 +56,13 @@ class FakeEngine:
     bytes_per_token: int = 64
     host_hits_total: int = 0
     stored_tokens_total: int = 0
+    salts: list[str | None] = field(default_factory=list)
+    # The cache canary's faults: added to the first token's logprob, or a
+    # first token changed, in an answer that read cached tokens.
+    perturb_cached_logprob: float = 0.0
+    flip_cached_token: bool = False
+    response_headers: dict[str, str] = field(default_factory=dict)
+    started: float = 1_700_000_000.0  # process_start_time_seconds: tells two servers' /metrics apart
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def transport(self) -> httpx2.MockTransport:
@@ -105,6 +112,9 @@ class FakeEngine:
         return httpx2.Response(404, json={"detail": "Not Found"})
 
     def metrics(self) -> str:
+        return f"process_start_time_seconds {self.started}\n" + self._counters()
+
+    def _counters(self) -> str:
         model = f'model_name="{self.model}"'
         device = self.hits_total - self.host_hits_total
         if self.engine == "vllm":
@@ -168,11 +178,16 @@ class FakeEngine:
         tokens = len(prompt) // CHARS_PER_TOKEN
         if tokens > self.context_length:
             return self.overflow(tokens)
-        cached = self.cached_for(prompt) if self.prefix_caching else 0
-        on_gpu = self.cached_for(prompt, last=self.gpu_prompts) if self.prefix_caching else 0
-        host = cached - on_gpu if self.tiers else 0
+        # The salt namespaces the cache, as on the real engines.
+        salt = body.get("cache_salt")
+        cached = self.cached_for(prompt, salt) if self.prefix_caching else 0
+        # Without a host tier every cached token is on the GPU (and no second lookup is made).
+        host = 0
+        if self.tiers and self.prefix_caching:
+            host = cached - self.cached_for(prompt, salt, last=self.gpu_prompts)
         with self.lock:
             self.prompts.append(prompt)
+            self.salts.append(salt)
             self.hits_total += cached
             self.host_hits_total += host
             self.stored_tokens_total += tokens - cached
@@ -183,6 +198,7 @@ class FakeEngine:
             "total_tokens": tokens + 3,
             "prompt_tokens_details": details,
         }
+        scored = self.scored(body, cached)
         chunks = [
             {
                 "id": "c1",
@@ -198,7 +214,7 @@ class FakeEngine:
                 "object": "chat.completion.chunk",
                 "created": 0,
                 "model": self.model,
-                "choices": [{"index": 0, "delta": {"content": self.answer}, "finish_reason": None}],
+                "choices": [{"index": 0, "delta": {"content": self.answer}, "finish_reason": None, **scored}],
             },
             {
                 "id": "c1",
@@ -219,7 +235,37 @@ class FakeEngine:
         if self.tiers == "sglang-hicache" and body.get("return_cached_tokens_details"):
             chunks[-1]["sglext"] = {"cached_tokens_details": {"device": cached - host, "host": host}}
         text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
-        return httpx2.Response(200, text=text, headers={"content-type": "text/event-stream"})
+        headers = {"content-type": "text/event-stream", **self.response_headers}
+        return httpx2.Response(200, text=text, headers=headers)
+
+    def scored(self, body: dict[str, Any], cached: int) -> dict[str, Any]:
+        """The answer's token ids and logprobs, when asked for (one token a word of the answer)."""
+        words = self.answer.split(" ")
+        ids = [sum(map(ord, word)) for word in words]
+        logprobs = [-0.1 * (index + 1) for index in range(len(words))]
+        if cached:
+            logprobs[0] += self.perturb_cached_logprob
+            if self.flip_cached_token:
+                ids[0] += 1
+                words[0] = words[0] + "!"
+        extra: dict[str, Any] = {}
+        if body.get("return_token_ids"):
+            extra["token_ids"] = ids
+        if body.get("logprobs"):
+            extra["logprobs"] = {
+                "content": [
+                    {
+                        "token": word,
+                        "logprob": logprob,
+                        "top_logprobs": [
+                            {"token": word, "logprob": logprob},
+                            {"token": "~", "logprob": -9.0},
+                        ],
+                    }
+                    for word, logprob in zip(words, logprobs, strict=True)
+                ]
+            }
+        return extra
 
     def overflow(self, tokens: int) -> httpx2.Response:
         if self.engine == "sglang":
@@ -238,11 +284,14 @@ class FakeEngine:
             400, json={"error": {"message": message, "type": "BadRequestError", "code": 400}}
         )
 
-    def cached_for(self, prompt: str, last: int | None = None) -> int:
-        """Tokens of ``prompt`` cached: shared with an earlier prompt (one of the ``last`` ones, if given)."""
+    def cached_for(self, prompt: str, salt: str | None = None, last: int | None = None) -> int:
+        """Tokens of ``prompt`` cached under ``salt``: shared with an earlier one (of the ``last`` ones)."""
         best = 0
         with self.lock:
-            earlier = list(self.prompts) if last is None else list(self.prompts)[-last:]
+            seen_salted = list(zip(self.prompts, self.salts, strict=True))
+            if last is not None:
+                seen_salted = seen_salted[-last:]
+            earlier = [seen for seen, its in seen_salted if its == salt]
         for seen in earlier:
             shared = 0
             for a, b in zip(seen, prompt, strict=False):

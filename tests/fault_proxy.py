@@ -6,15 +6,24 @@ Retry-After, stall without a byte, or cut the streamed answer midway. Every
 other request (and every chat request once the queue is empty) is passed
 through byte for byte. One request per connection, which keeps the relay
 simple and makes every fault hit exactly the request it was meant for.
+
+With ``perturb`` set (``"logprob"`` or ``"token"``), every streamed chat
+answer whose usage reports cached tokens is changed on its way back, as a
+cache that serves wrong KV would change it: the first token's logprob drops
+by ``perturb_by`` nats, or the first generated token id (and the first
+character of the text) changes. Cold answers pass unchanged; ``perturbed``
+counts the answers changed.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 CHAT_PATH = b"/v1/chat/completions"
 
@@ -26,6 +35,9 @@ class FaultProxy:
     faults: deque[str] = field(default_factory=deque)
     seen: list[str] = field(default_factory=list)
     stall_seconds: float = 30.0
+    perturb: str | None = None
+    perturb_by: float = 1.0
+    perturbed: int = 0
 
     def __post_init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -83,6 +95,9 @@ class FaultProxy:
         forwarded = b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + body
         with socket.create_connection((self.upstream_host, self.upstream_port)) as upstream:
             upstream.sendall(forwarded)
+            if self.perturb and request.startswith(b"POST " + CHAT_PATH):
+                client.sendall(self._perturbed(_read_all(upstream)))
+                return
             relayed = b""
             while True:
                 chunk = upstream.recv(65536)
@@ -98,6 +113,70 @@ class FaultProxy:
                         return
                     continue
                 client.sendall(chunk)
+
+    def _perturbed(self, response: bytes) -> bytes:
+        """``response`` (a whole HTTP answer) with its stream changed if it reports cached tokens."""
+        head, _, body = response.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        if any(line.lower().startswith(b"transfer-encoding: chunked") for line in lines):
+            body = _unchunked(body)
+        events = [line[6:] for line in body.split(b"\n") if line.startswith(b"data: ")]
+        chunks = [json.loads(e) for e in events if e.strip() != b"[DONE]"]
+        cached = max(
+            ((c.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            for c in chunks
+        )
+        if cached and chunks:
+            _change(chunks, self.perturb or "", self.perturb_by)
+            self.perturbed += 1
+        text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+        encoded = text.encode()
+        kept = [
+            line
+            for line in lines
+            if not line.lower().startswith((b"transfer-encoding:", b"content-length:", b"connection:"))
+        ]
+        kept += [f"Content-Length: {len(encoded)}".encode(), b"Connection: close"]
+        return b"\r\n".join(kept) + b"\r\n\r\n" + encoded
+
+
+def _change(chunks: list[dict[str, Any]], how: str, by: float) -> None:
+    """Change the first generated token's logprob, or its id and text, in a stream's chunks."""
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            content = ((choice.get("logprobs") or {}).get("content")) or []
+            if how == "logprob" and content:
+                content[0]["logprob"] -= by
+                return
+            if how == "token" and choice.get("token_ids"):  # vLLM
+                choice["token_ids"][0] += 1
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    delta["content"] = "#" + delta["content"][1:]
+                return
+        outputs = (chunk.get("sglext") or {}).get("output_ids")
+        if how == "token" and outputs:  # SGLang: every id in the last chunk
+            outputs[0][0] += 1
+            return
+
+
+def _read_all(upstream: socket.socket) -> bytes:
+    data = b""
+    while chunk := upstream.recv(65536):
+        data += chunk
+    return data
+
+
+def _unchunked(body: bytes) -> bytes:
+    """The payload of an HTTP/1.1 chunked body."""
+    out, rest = b"", body
+    while rest:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            break
+        out, rest = out + rest[:size], rest[size + 2 :]
+    return out
 
 
 def _read_request(client: socket.socket) -> bytes | None:

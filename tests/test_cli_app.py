@@ -209,3 +209,18 @@ def test_the_server_settings_come_from_the_environment_through_config(
         result = invoke(None, "pack", str(repository), "--json")
     assert result.exit_code == EXIT_UNREACHABLE, result.output
     assert "127.0.0.1:9" in result.stderr
+
+
+def test_help_imports_neither_the_options_nor_the_store() -> None:
+    """`longctx --help` starts at once: the option objects, the store and JSON load with a command."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\nfrom longctx.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('longctx.config', 'longctx.store', 'longctx.cli.flags', 'json', 'sqlite3')"
+        " if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout

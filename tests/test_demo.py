@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,3 +34,28 @@ def test_demo_shows_cached_tokens_for_the_batch_and_follow_ups(vllm_server: Loca
     ).groups()  # type: ignore[union-attr]
     assert int(batch.replace(",", "")) > 0 and int(follow_ups.replace(",", "")) > 0
     assert "hit rate" in output
+
+
+def test_the_demo_builds_under_the_harness_dir_and_stops_on_ctrl_c_with_one_line(tmp_path: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
+    environment["LONGCTX_HARNESS_DIR"] = str(tmp_path / "harness")
+    demo = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "demo.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+        start_new_session=True,  # its own process group: Ctrl-C reaches the group, as in a terminal
+    )
+    try:
+        assert demo.stdout is not None
+        first = demo.stdout.readline()
+        assert f"from {tmp_path / 'harness'}" in first, first
+        os.killpg(demo.pid, signal.SIGINT)
+        stdout, stderr = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+    assert demo.returncode == 130, (stdout, stderr)
+    assert stderr == "demo: interrupted\n"
+    assert "Traceback" not in stdout

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import uuid
@@ -252,3 +253,45 @@ def test_a_job_over_two_replicas_keeps_each_pack_on_one_and_caches_as_one_replic
     assert ceiling > 0.9  # each pack's later requests read the pack from the cache
     assert all(len(replicas) == 1 for replicas in used.values()), used
     assert share >= 0.99 * ceiling
+
+
+def _figures(check: object) -> list[str]:
+    """Every number and note of a counter check, as text (to look for a negative)."""
+    values = vars(check) if check is not None else {}
+    return [str(value) for value in values.values()]
+
+
+@pytest.mark.parametrize(
+    ("router", "policy"), [("vllm-router", "consistent_hash"), ("smg", "consistent_hashing")]
+)
+def test_a_job_and_a_batch_through_an_undeclared_router_check_each_worker_or_say_why(
+    vllm_fleet: Fleet, tmp_path: Path, router: str, policy: str
+) -> None:
+    server = vllm_fleet.start_router(router, policy)
+    try:
+        request = RequestOptions(max_tokens=4, temperature=0.0, cache_salt=uuid.uuid4().hex)
+        # No router_policy: longctx finds the router on its own.
+        with connect(server.api_base) as backend, Store.open(tmp_path / "home") as store:
+            found = backend.router(backend.replicas[0].api_url)
+            folders = _job_folders(tmp_path / "packs", 3)
+            items = [
+                JobItem((str(f),), f"Question {q}: what does g{q} return?") for q in range(2) for f in folders
+            ]
+            job = Job(items, backend=backend, store=store, request=request).run()
+            session = Session(
+                backend=backend, pack=make_packs(f"batch-{router}", 1)[0], store=store, request=request
+            )
+            batch = session.ask_many([f"Batch question {n}?" for n in range(3)])
+            doctor = [f for f in diagnose(backend, probe=False).findings if f.setting == "router"]
+    finally:
+        vllm_fleet.stop_routers()
+    print(f"{router}: job check {job.counter_check}; batch check {batch.report.counter_check}")
+    assert found is not None and found.name == router
+    assert set(found.workers) == {replica.base_url for replica in vllm_fleet.replicas}
+    assert doctor and router in doctor[0].reason
+    assert not job.failed
+    for check in (job.counter_check, batch.report.counter_check):
+        assert check is not None
+        # Per worker, read directly: it matches; or it is skipped, and the note says why.
+        assert check.matches is True or (check.matches is None and check.note), check
+        assert not any(re.search(r"(?<![\w.])-\d", figure) for figure in _figures(check)), check

@@ -51,6 +51,7 @@ def test_a_second_job_visits_the_gpu_then_the_host_then_the_cold_packs(tmp_path:
     host = sizes["repo3"] + sizes["repo2"] + sizes["repo1"]
 
     fake.prompts.clear()
+    fake.salts.clear()
     in_flight: list[int] = []
     second = [JobItem((str(repo),), f"second question about {repo.name}?") for repo in repos]
     report = Job(

@@ -498,7 +498,7 @@ def test_after_a_thousand_token_answer_the_next_turn_reports_the_answer_reuse(
     assert reuse.reused_tokens == min(second.usage.cached_tokens - first.usage.prompt_tokens, 1_000) or (
         reuse.reused_tokens == 0 and second.usage.cached_tokens < first.usage.prompt_tokens
     )
-    assert f"turn 1: {reuse.summary_line()}" in session.report().notes
+    assert f"turn 2: {reuse.summary_line()}" in session.report().notes
 
 
 def test_a_token_id_history_reads_the_whole_previous_answer_from_the_cache(

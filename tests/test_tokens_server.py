@@ -12,7 +12,7 @@ import pytest
 from pack_fixtures import corpus_of, document
 
 from longctx.backends.http import HttpEndpoint
-from longctx.backends.tokenizer import ServerTokenizer
+from longctx.backends.tokenizer import CHUNK_CHARS, ServerTokenizer
 from longctx.errors import TokenizerError
 from longctx.packing import build_pack
 from longctx.store import Store
@@ -210,3 +210,30 @@ def test_server_pack_counts_prefix_whole_and_template_overhead_once() -> None:
     count = pack.prompt_count("why is x one?", tokenizer)
     assert count.total == pack.prefix_tokens + 5 + 4
     assert not count.estimated
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_long_text_is_counted_in_bounded_pieces_that_add_up(engine: str) -> None:
+    server = FakeServer(engine)
+    text = "word another line\n" * (3 * CHUNK_CHARS // 18)
+    assert server.tokenizer().count_many([text, "short"]) == [len(_fake_ids(text)), 1]
+    prompts = [body["prompt"] for _, body in server.requests]
+    sent = [piece for prompt in prompts for piece in (prompt if isinstance(prompt, list) else [prompt])]
+    assert len(sent) >= 4 and max(len(piece) for piece in sent) <= CHUNK_CHARS
+    assert "".join(sent[:-1]) == text and sent[-1] == "short"
+
+
+def test_no_piece_is_sent_once_one_failed() -> None:
+    server = FakeServer("vllm")
+    answer = server.handler
+
+    def failing(request: httpx2.Request) -> httpx2.Response:
+        answer(request)
+        return httpx2.Response(500, json={"error": {"message": "boom"}})
+
+    endpoint = HttpEndpoint("http://server.test:8000/v1", transport=httpx2.MockTransport(failing))
+    tokenizer = ServerTokenizer(endpoint, "vllm", "tiny")
+    pieces = 200
+    with pytest.raises(TokenizerError, match="could not tokenize"):
+        tokenizer.count("x\n" * (pieces * CHUNK_CHARS // 2))
+    assert len(server.requests) < pieces  # the pool's queue was cancelled

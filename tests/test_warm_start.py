@@ -248,7 +248,7 @@ def test_chat_turn_lines_and_the_report_say_how_much_of_the_previous_answer_was_
     )
     session_id = json.loads(CliRunner().invoke(main, ["sessions", "list", "--json"]).stdout)[0]["id"]
     notes = Session.resume(session_id, backend).report().notes
-    assert "turn 1: 0 of 3 tokens of the previous answer from the cache (0%)" in notes
+    assert "turn 2: 0 of 3 tokens of the previous answer from the cache (0%)" in notes
 
 
 # -- no empty sessions: a session reaches the store with its first answer ------------

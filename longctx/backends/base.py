@@ -23,13 +23,14 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
-from longctx.backends.engines import identify, profiles
+from longctx.backends.engines import GENERIC, identify, profiles
 from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
-from longctx.backends.metrics import parse_metrics
+from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
+from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import ServerOptions
+from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
@@ -126,8 +127,14 @@ _PROBE_TIMEOUT = 5.0
 class _Replica:
     """One URL: its facts and clients once discovered, and whether it answers."""
 
-    def __init__(self, api_url: str, opener: Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]]):
+    def __init__(
+        self,
+        api_url: str,
+        opener: Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]],
+        transport: Transport | None = None,
+    ):
         self.api_url = api_url
+        self.transport = transport  # for the endpoints of a router's workers
         self._opener = opener
         self.info: ServerInfo | None = None
         self.endpoint: HttpEndpoint | None = None
@@ -136,6 +143,11 @@ class _Replica:
         self.retry_at = 0.0
         self.last_error: str | None = None
         self.lock = threading.Lock()
+        # The router this URL is, once asked (see longctx.backends.routers).
+        self.router: RouterInfo | None = None
+        self.router_asked = False
+        self.workers: dict[str, HttpEndpoint] = {}
+        self.counter_note: str | None = None  # why its workers' counters could not be read
 
     @property
     def up(self) -> bool:
@@ -183,8 +195,10 @@ class Backend:
         retry_seconds: float = 5.0,
         *,
         router_policy: str | None = None,
+        affinity_body_fields: Sequence[str] | None = None,
     ) -> None:
         self._replicas = {replica.api_url: replica for replica in replicas}
+        self._body_fields = None if affinity_body_fields is None else tuple(affinity_body_fields)
         self.retry = retry
         self.retry_seconds = retry_seconds
         self.router_policy = router_policy
@@ -287,7 +301,8 @@ class Backend:
                 tried.add(replica.api_url)
                 try:
                     chat = replica.chat or (yield Io(partial(self._ready, replica)))
-                    completion = yield chat.sending(stamped, on_first_token, on_admitted)
+                    outgoing = self._with_body_affinity(stamped, replica)
+                    completion = yield chat.sending(outgoing, on_first_token, on_admitted)
                 except ServerUnreachable as error:
                     self._failed(replica, error)
                     if len(tried) == len(self._replicas):
@@ -300,6 +315,20 @@ class Backend:
         completion, replica = outcome.value
         assert replica.info is not None
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
+
+    def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:
+        """``request`` with the body fields that carry its affinity key on ``replica`` (prompt_cache_key).
+
+        By default only a server that is not an engine gets one (a hosted
+        API or a gateway that routes on it): the engines do not route.
+        """
+        if request.body_affinity or not request.affinity_key:
+            return request
+        fields = self._body_fields
+        if fields is None:
+            generic = replica.info is not None and replica.info.profile is GENERIC
+            fields = (AFFINITY_BODY_FIELD,) if generic else ()
+        return replace(request, body_affinity=fields) if fields else request
 
     def complete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
         """:meth:`delivery` carried out in this thread (the same keywords)."""
@@ -324,14 +353,22 @@ class Backend:
         """The prefix-cache hit counter of each replica up now (None where it has none).
 
         ``urls`` limits the reading to those replicas (the one that serves a
-        call): a reading is one ``/metrics`` request per replica.
+        call): a reading is one ``/metrics`` request per replica. A URL that
+        is a router (:meth:`router`) is read through the workers it lists,
+        each directly, their counters summed (its own ``/metrics`` would be
+        one worker's, not always the same one); None when they cannot all be
+        read, and :meth:`counter_note` says why.
         """
         wanted = set(self._replicas) if urls is None else set(urls)
         readings: dict[str, CacheCounters | None] = {}
         for url, replica in self._replicas.items():
             if url in wanted and replica.up and replica.info is not None and replica.endpoint is not None:
-                info = replica.info
-                readings[url] = info.profile.read_counters(replica.endpoint, info.model, info.version)
+                router = self.router(url)
+                if router is not None:
+                    readings[url] = self._worker_counters(replica, router)
+                else:
+                    info = replica.info
+                    readings[url] = info.profile.read_counters(replica.endpoint, info.model, info.version)
         return readings
 
     def started_at(self, affinity_key: str | None = None) -> float | None:
@@ -355,6 +392,54 @@ class Backend:
         starts = [sample.value for sample in samples if sample.name == "process_start_time_seconds"]
         return max(starts) if starts else None
 
+    def router(self, url: str) -> RouterInfo | None:
+        """The router at replica ``url`` (vllm-router, smg), or None for an engine; asked once."""
+        replica = self._replicas[url]
+        if not replica.router_asked and replica.endpoint is not None:
+            replica.router = detect_router(replica.endpoint)
+            replica.router_asked = True
+        return replica.router
+
+    def counter_note(self, url: str) -> str | None:
+        """Why no counter check can be made on replica ``url`` (None when it can, or is no router)."""
+        router = self.router(url) if url in self._replicas else None
+        if router is None:
+            return None
+        if not router.workers:
+            return f"{url} is {router.name}, which lists no healthy worker: its counters cannot be read"
+        return self._replicas[url].counter_note
+
+    def _worker_counters(self, replica: _Replica, router: RouterInfo) -> CacheCounters | None:
+        """The sum of every listed worker's counter, read directly; None if one cannot be read."""
+        assert replica.info is not None
+        total: CacheCounters | None = None
+        for worker in router.workers:
+            endpoint = replica.workers.get(worker)
+            if endpoint is None:
+                endpoint = HttpEndpoint(worker, timeout=10.0, transport=replica.transport)
+                replica.workers[worker] = endpoint
+            reading = _any_engine_counters(endpoint, replica.info.model)
+            if reading is None:
+                replica.counter_note = (
+                    f"{replica.api_url} is {router.name}; the counters of its worker {worker} cannot be read"
+                    " from here (its /metrics does not answer, or has no prefix-cache counter)"
+                )
+                return None
+            total = reading if total is None else total.plus(reading)
+        replica.counter_note = None
+        return total
+
+    def metric_samples(self, affinity_key: str | None = None) -> list[Sample]:
+        """Every ``/metrics`` sample of the replica that serves ``affinity_key`` (none where it has none)."""
+        replica = self._pick(affinity_key, set())
+        assert replica is not None
+        self._ready(replica)
+        assert replica.endpoint is not None
+        try:
+            return parse_metrics(replica.endpoint.get_text("/metrics"))
+        except BackendError:
+            return []
+
     def probe_cache_reporting(self) -> dict[str, bool]:
         """Send a one-token request to each replica up and see whether it reports cached tokens.
 
@@ -373,6 +458,8 @@ class Backend:
 
     def close(self) -> None:
         for replica in self._replicas.values():
+            for worker in replica.workers.values():
+                worker.close()
             if replica.chat is not None:
                 replica.chat.close()
             if replica.endpoint is not None:
@@ -383,6 +470,18 @@ class Backend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _any_engine_counters(endpoint: HttpEndpoint, model: str) -> CacheCounters | None:
+    """A router's worker's counter, whichever engine it is (the router's own listing may not say)."""
+    for profile in profiles():
+        try:
+            reading = profile.read_counters(endpoint, model, None)
+        except BackendError:
+            return None
+        if reading is not None:
+            return reading
+    return None
 
 
 def _discover(
@@ -471,7 +570,7 @@ def connect(
 
         return open_replica
 
-    replicas = [_Replica(split_base_url(url)[1], opener(url)) for url in urls]
+    replicas = [_Replica(split_base_url(url)[1], opener(url), transport) for url in urls]
     failures: list[ServerUnreachable] = []
     for replica in replicas:
         try:
@@ -485,4 +584,10 @@ def connect(
         raise ServerUnreachable(
             "no replica answers: " + "; ".join(str(error) for error in failures), url=", ".join(urls)
         )
-    return Backend(replicas, policy, options.replica_retry_seconds, router_policy=options.router_policy)
+    return Backend(
+        replicas,
+        policy,
+        options.replica_retry_seconds,
+        router_policy=options.router_policy,
+        affinity_body_fields=options.affinity_body_fields,
+    )

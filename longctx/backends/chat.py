@@ -30,6 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from longctx.backends.http import (
@@ -42,11 +43,16 @@ from longctx.backends.http import (
     post_events,
 )
 from longctx.backends.profiles import EngineProfile
-from longctx.config import DEFAULT_AFFINITY_HEADERS, DEFAULT_STALL_TIMEOUT_SECONDS, DEFAULT_TIMEOUT_SECONDS
+from longctx.config import (
+    DEFAULT_AFFINITY_HEADERS,
+    DEFAULT_STALL_TIMEOUT_SECONDS,
+    DEFAULT_TIMEOUT_SECONDS,
+    ECHOED_HEADERS,
+)
 from longctx.drivers import Io
 from longctx.usage import Usage
 
-__all__ = ["ChatClient", "ChatRequest", "Completion"]
+__all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,10 @@ class ChatRequest:
     and as the ``user`` field, which routers (vllm-router, SGLang's gateway,
     llm-d, Dynamo) use to keep a prefix on one replica.
     ``cache_salt`` namespaces the server's prefix cache (tenants never share).
+    ``logprobs`` asks for each generated token's log probability and that
+    many alternatives (``top_logprobs``; 0 for the chosen token's only).
+    ``body_affinity`` names body fields that carry ``affinity_key`` too
+    (OpenAI's ``prompt_cache_key``, for a gateway that routes on it).
     """
 
     messages: tuple[Mapping[str, str], ...]
@@ -70,9 +80,25 @@ class ChatRequest:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     prompt_ids: tuple[int, ...] | None = None
     token_ids: bool = False
+    logprobs: int | None = None
+    body_affinity: tuple[str, ...] = ()
     #: Offload at most this many prompt tokens to the server's host tier (the shared pack), where
     #: the engine takes a per-request cap; None: no cap.
     offload_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token as the server scored it: its text, log probability, and the alternatives.
+
+    ``top`` holds ``(token, logprob)`` of the most likely tokens at that
+    position, most likely first (the chosen one among them under greedy
+    decoding), as many as the request's ``logprobs`` asked for.
+    """
+
+    token: str
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -80,7 +106,8 @@ class Completion:
     """A finished answer: its text, separate reasoning if the server split it, and usage.
 
     ``token_ids`` (the answer as generated) and ``prompt_token_ids`` are
-    set when the request asked for them and the server sent them.
+    set when the request asked for them and the server sent them, as are
+    ``logprobs`` (one :class:`TokenLogprob` per generated token).
     """
 
     text: str
@@ -89,6 +116,7 @@ class Completion:
     usage: Usage
     token_ids: tuple[int, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
+    logprobs: tuple[TokenLogprob, ...] | None = None
 
 
 def _first(mapping: Any, *names: str) -> Any:
@@ -116,11 +144,13 @@ class _Accumulator:
         self.prompt_token_ids: list[int] | None = None
         # SGLang's split of the cached tokens by tier (``sglext.cached_tokens_details``).
         self.tier_details: dict[str, Any] | None = None
+        self.logprobs: list[TokenLogprob] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
         if chunk.get("usage") is not None:
             self.usage = chunk["usage"]
         self._add_ids(chunk)
+        self._add_logprobs(chunk)
         for choice in chunk.get("choices") or ():
             delta = choice.get("delta") or {}
             # A chat chunk carries a delta; a completions chunk its text.
@@ -157,6 +187,29 @@ class _Accumulator:
         if prompt:
             self.prompt_token_ids = [int(token) for token in prompt]
 
+    def _add_logprobs(self, chunk: dict[str, Any]) -> None:
+        """The chunk's token log probabilities: chat's ``logprobs.content[]``, or completions' lists."""
+        for choice in chunk.get("choices") or ():
+            scored = choice.get("logprobs")
+            if not isinstance(scored, dict):
+                continue
+            found = self.logprobs if self.logprobs is not None else []
+            if isinstance(scored.get("content"), list):
+                for entry in scored["content"]:
+                    top = tuple(
+                        (str(alt.get("token")), float(alt["logprob"]))
+                        for alt in entry.get("top_logprobs") or ()
+                        if alt.get("logprob") is not None
+                    )
+                    found.append(TokenLogprob(str(entry.get("token")), float(entry["logprob"]), top))
+            elif isinstance(scored.get("token_logprobs"), list):
+                tops = scored.get("top_logprobs") or [None] * len(scored["token_logprobs"])
+                tokens = scored.get("tokens") or ()
+                for token, logprob, top in zip(tokens, scored["token_logprobs"], tops, strict=False):
+                    alternatives = sorted((top or {}).items(), key=lambda item: -item[1])
+                    found.append(TokenLogprob(str(token), float(logprob), tuple(alternatives)))
+            self.logprobs = found
+
     def finish(self) -> Completion:
         ended = time.perf_counter()
         usage = self.usage
@@ -190,6 +243,7 @@ class _Accumulator:
             ),
             token_ids=None if self.token_ids is None else tuple(int(t) for t in self.token_ids),
             prompt_token_ids=None if self.prompt_token_ids is None else tuple(self.prompt_token_ids),
+            logprobs=None if self.logprobs is None else tuple(self.logprobs),
         )
 
 
@@ -232,6 +286,8 @@ class ChatClient:
         self._missing = profile.missing_report
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
+        self._echoes: dict[str, dict[str, str]] = {}
         self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
         self._async = make_async_client(
             timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
@@ -259,6 +315,12 @@ class ChatClient:
                 # The cap sits in a dict the caller's extra body may also fill: merged, not replaced.
                 outer, inner = cap
                 body[outer] = {**dict(body.get(outer) or {}), inner: request.offload_tokens}
+        if request.logprobs is not None:
+            if request.prompt_ids is not None:
+                arguments["logprobs"] = request.logprobs  # completions: the number of alternatives
+            else:
+                arguments["logprobs"] = True
+                arguments["top_logprobs"] = request.logprobs
         if request.max_tokens is not None:
             arguments["max_tokens"] = request.max_tokens
         if request.temperature is not None:
@@ -269,6 +331,9 @@ class ChatClient:
             arguments["user"] = request.affinity_key
             for name in self._affinity_headers:
                 headers[name] = request.affinity_key
+            for name in request.body_affinity:
+                arguments[name] = request.affinity_key
+            headers.update(self._echoes.get(request.affinity_key, {}))
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
         if request.cache_salt:
@@ -279,6 +344,14 @@ class ChatClient:
     def _id_switches(self, *, completions: bool) -> dict[str, bool]:
         """The body fields that make this engine send the prompt's and the answer's token ids."""
         return self.profile.id_switches(completions=completions)
+
+    def _heard(self, affinity_key: str | None, headers: Mapping[str, str]) -> None:
+        """Keep what the gateway set for ``affinity_key`` to send it back next time (see ECHOED_HEADERS)."""
+        if not affinity_key:
+            return
+        echoed = {name: value for name in ECHOED_HEADERS if (value := headers.get(name))}
+        if echoed:
+            self._echoes[affinity_key] = echoed
 
     def _url(self, request: ChatRequest) -> str:
         return self.completions_url if request.prompt_ids is not None else self.url
@@ -298,7 +371,9 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         body, headers = self._arguments(request)
-        post = EventPost(self._url(request), body, headers, on_admitted)
+        post = EventPost(
+            self._url(request), body, headers, on_admitted, partial(self._heard, request.affinity_key)
+        )
 
         def call() -> Completion:
             accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)

@@ -1,7 +1,8 @@
 """The engine registry: one :class:`~longctx.backends.profiles.EngineProfile` per engine, and discovery.
 
-The one module that names engines. Facts from ../shared/design/engines.md,
-checked against vLLM 0.32 (CPU) and SGLang 0.5.23 in the test suite:
+The one module that names engines. What it reads from each engine (also in
+docs/serving.md, with the flags each needs), checked against vLLM 0.32 (CPU)
+and SGLang 0.5.23 in the test suite:
 
 - both serve ``GET /v1/models`` with ``owned_by`` naming the engine and
   ``max_model_len`` the effective context length;

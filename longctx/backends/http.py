@@ -18,7 +18,7 @@ import functools
 import json
 import re
 import ssl
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -249,12 +249,14 @@ def _stream_errors(url: str) -> Iterator[None]:
         raise unreachable(url, error) from error
 
 
-def _opened(response: httpx2.Response, url: str, on_open: Callable[[], None] | None) -> None:
+def _opened(response: httpx2.Response, url: str, post: EventPost) -> None:
     """Say the server accepted the stream; its error answer (body already read) raises instead."""
     if response.status_code >= 400:
         raise _status_error(response, response.content.decode("utf-8", "replace"), url)
-    if on_open is not None:
-        on_open()
+    if post.on_headers is not None:
+        post.on_headers(response.headers)
+    if post.on_open is not None:
+        post.on_open()
 
 
 @dataclass(frozen=True)
@@ -265,6 +267,8 @@ class EventPost:
     body: Any
     headers: dict[str, str]
     on_open: Callable[[], None] | None = None
+    #: Hears the response's headers once they arrived (a gateway's session token).
+    on_headers: Callable[[Mapping[str, str]], None] | None = None
 
 
 def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, Any]]:
@@ -280,7 +284,7 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
     with _stream_errors(url), client.stream("POST", url, json=post.body, headers=post.headers) as response:
         if response.status_code >= 400:
             response.read()
-        _opened(response, url, post.on_open)
+        _opened(response, url, post)
         yield from filter(None, (_event(line, url) for line in response.iter_lines()))
 
 
@@ -291,7 +295,7 @@ async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIter
         async with client.stream("POST", url, json=post.body, headers=post.headers) as response:
             if response.status_code >= 400:
                 await response.aread()
-            _opened(response, url, post.on_open)
+            _opened(response, url, post)
             async for line in response.aiter_lines():
                 if (event := _event(line, url)) is not None:
                     yield event

@@ -143,6 +143,11 @@ class CacheCounters:
     (:mod:`longctx.backends.tiers`). Where the engine's hit counter leaves out
     what a connector supplied (vLLM), ``hits`` includes it and ``counter``
     names both, so the growth equals the cached tokens the responses report.
+    ``started`` tells the server processes read apart: their
+    ``process_start_time_seconds`` (one per worker, for a router's sum),
+    when ``/metrics`` has it. Two readings with different ``started`` are
+    two processes' counters (a load balancer in front of ``/metrics``, or a
+    restart), and their difference means nothing.
     """
 
     counter: str
@@ -150,6 +155,23 @@ class CacheCounters:
     queries: int | None
     by_source: Mapping[str, int] | None = None
     tiers: TierReading | None = None
+    started: tuple[float, ...] = ()
+
+    def plus(self, other: CacheCounters) -> CacheCounters:
+        """The sum of two servers' readings (a router's workers)."""
+        queries = None if self.queries is None or other.queries is None else self.queries + other.queries
+        sources = None
+        if self.by_source is not None and other.by_source is not None:
+            sources = {
+                k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
+                for k in {*self.by_source, *other.by_source}
+            }
+        tiers = None
+        if self.tiers is not None and other.tiers is not None:
+            tiers = self.tiers.plus(other.tiers)
+        return CacheCounters(
+            self.counter, self.hits + other.hits, queries, sources, tiers, self.started + other.started
+        )
 
 
 @dataclass(frozen=True)
@@ -250,6 +272,7 @@ class EngineProfile:
             None if queries is None else int(queries),
             _by_source(samples, tiers, model),
             reading,
+            tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )
 
 

@@ -122,6 +122,28 @@ class TierReading:
     load_bytes: int | None = None
     store_bytes: int | None = None
 
+    def plus(self, other: TierReading) -> TierReading:
+        """The sum of two servers' readings (a router's workers); a count either lacks stays None.
+
+        Two readings counted differently (one by source, one by transfers
+        only) sum as transfers: the split by tier is then known for neither.
+        """
+        source: TierSource = self.source if self.source == other.source else "transfers"
+
+        def added(a: int | None, b: int | None) -> int | None:
+            return None if a is None or b is None else a + b
+
+        by_source = source == "by_source"
+        return TierReading(
+            source=source,
+            device=added(self.device, other.device) if by_source else None,
+            host=added(self.host, other.host) if by_source else None,
+            external=added(self.external, other.external) if by_source else None,
+            connector=added(self.connector, other.connector),
+            load_bytes=added(self.load_bytes, other.load_bytes),
+            store_bytes=added(self.store_bytes, other.store_bytes),
+        )
+
 
 def read_tiers(
     samples: list[Sample], tiers: CacheTiers | None, model: str | None = None

@@ -18,7 +18,7 @@ from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, TokenizerError
 
-__all__ = ["ServerTokenizer"]
+__all__ = ["CHUNK_CHARS", "COUNT_TIMEOUT_SECONDS", "ServerTokenizer"]
 
 # A probe covering scripts, digits, whitespace runs and punctuation: two
 # tokenizers that split it the same way are, for counting, the same.
@@ -30,6 +30,20 @@ _IDENTITY_PROBE: Final = (
 )
 _BATCH_CHARS: Final = 1_000_000
 _PARALLEL_REQUESTS: Final = 8
+
+CHUNK_CHARS: Final = 256 * 1024
+"""Longest text one count request carries; a longer one is counted in pieces cut after a newline.
+
+About 64k tokens: a server tokenizes it in well under a second, so no count
+request runs near :data:`COUNT_TIMEOUT_SECONDS`, and a request the client
+gives up on leaves the server at most one piece of work (a 50 MB text in
+one request kept vLLM busy for minutes after the client's timeout, and the
+next request waited behind it). The pieces' counts are summed: exact but
+for the tokens a cut splits, at most a token or two per piece.
+"""
+
+COUNT_TIMEOUT_SECONDS: Final = 60.0
+"""Longest wait for one count request (a piece of at most :data:`CHUNK_CHARS`)."""
 
 
 class ServerTokenizer:
@@ -69,9 +83,9 @@ class ServerTokenizer:
     def estimated(self) -> bool:
         return False
 
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, body: dict[str, Any], *, timeout: float | None = None) -> dict[str, Any]:
         try:
-            answer = self.endpoint.post_json(self._path, {"model": self.model, **body})
+            answer = self.endpoint.post_json(self._path, {"model": self.model, **body}, timeout=timeout)
         except BackendError as error:
             raise TokenizerError(f"the {self.engine} server could not tokenize: {error}") from error
         if not isinstance(answer, dict) or "tokens" not in answer:
@@ -81,22 +95,49 @@ class ServerTokenizer:
         return answer
 
     def encode(self, text: str) -> list[int]:
-        """The server's token ids for ``text`` alone (no BOS/EOS added)."""
+        """The server's token ids for ``text`` alone (no BOS/EOS added), in one request."""
         tokens = self._post({"prompt": text, "add_special_tokens": False})["tokens"]
         return [int(token) for token in tokens]
 
     def count(self, text: str) -> int:
-        return len(self.encode(text))
+        return self.count_many([text])[0]
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
+        """Each text's count; every request bounded (:data:`CHUNK_CHARS`, :data:`COUNT_TIMEOUT_SECONDS`)."""
         if not texts:
             return []
+        pieces: list[str] = []
+        owners: list[int] = []
+        for index, text in enumerate(texts):
+            for piece in _pieces(text):
+                pieces.append(piece)
+                owners.append(index)
         if self.profile.tokenize_batches:
-            return self._count_batched(texts)
-        if len(texts) == 1:
-            return [self.count(texts[0])]
+            piece_counts = self._count_batched(pieces)
+        elif len(pieces) == 1:
+            piece_counts = [self._count_one(pieces[0])]
+        else:
+            piece_counts = self._count_parallel(pieces)
+        counts = [0] * len(texts)
+        for owner, count in zip(owners, piece_counts, strict=True):
+            counts[owner] += count
+        return counts
+
+    def _count_one(self, text: str) -> int:
+        body = {"prompt": text, "add_special_tokens": False}
+        return len(self._post(body, timeout=COUNT_TIMEOUT_SECONDS)["tokens"])
+
+    def _count_parallel(self, pieces: Sequence[str]) -> list[int]:
         with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
-            return list(pool.map(self.count, texts))
+            futures = [pool.submit(self._count_one, piece) for piece in pieces]
+            try:
+                return [future.result() for future in futures]
+            except BaseException:
+                # Nothing more is sent once one failed: the server is not left
+                # tokenizing pieces whose answers nobody reads.
+                for future in futures:
+                    future.cancel()
+                raise
 
     def _count_batched(self, texts: Sequence[str]) -> list[int]:
         counts: list[int] = []
@@ -112,7 +153,7 @@ class ServerTokenizer:
         return counts
 
     def _count_list(self, texts: list[str]) -> list[int]:
-        answer = self._post({"prompt": texts, "add_special_tokens": False})
+        answer = self._post({"prompt": texts, "add_special_tokens": False}, timeout=COUNT_TIMEOUT_SECONDS)
         tokens = answer["tokens"]
         if not isinstance(tokens, list) or len(tokens) != len(texts):
             raise TokenizerError(
@@ -152,3 +193,19 @@ class ServerTokenizer:
         if self.profile.tokenize_generation_flag or not add_generation_prompt:
             body["add_generation_prompt"] = add_generation_prompt
         return [int(token) for token in self._post(body)["tokens"]]
+
+
+def _pieces(text: str) -> list[str]:
+    """``text`` cut into pieces of at most :data:`CHUNK_CHARS`, after a newline where one is near the end."""
+    if len(text) <= CHUNK_CHARS:
+        return [text]
+    pieces: list[str] = []
+    start = 0
+    while start < len(text):
+        stop = min(start + CHUNK_CHARS, len(text))
+        if stop < len(text):
+            cut = text.rfind("\n", start + CHUNK_CHARS // 2, stop)
+            stop = cut + 1 if cut != -1 else stop
+        pieces.append(text[start:stop])
+        start = stop
+    return pieces

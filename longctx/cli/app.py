@@ -16,24 +16,17 @@ run the commands in process against a fake server.
 from __future__ import annotations
 
 import importlib
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import click
 
-from longctx.cli.flags import options_from_flags
-from longctx.config import (
-    CorpusOptions,
-    RequestOptions,
-    ServerOptions,
-)
 from longctx.errors import (
     BackendError,
     BudgetError,
+    CanaryDiverged,
     ConfigError,
     ContextOverflow,
     EmptyCorpus,
@@ -42,13 +35,19 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
-from longctx.store import Store
 
 if TYPE_CHECKING:
     from longctx.backends.base import Backend
+    from longctx.config import ServerOptions
+    from longctx.store import Store
+
+# Only what `longctx --help` needs is imported at the top: the option objects,
+# their flags and the store are imported by the commands' modules, when one of
+# them is looked up (see docs/benchmarks.md, "CLI start-up").
 
 __all__ = [
     "EXIT_BAD_INPUT",
+    "EXIT_CANARY",
     "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
@@ -85,6 +84,7 @@ EXIT_SERVER = 6
 EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
+EXIT_CANARY = 10
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -99,6 +99,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_EMPTY_CORPUS: "nothing to pack: the paths hold no document"
     " (the message names what was skipped and why)",
     EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
+    EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
+    " (`doctor --canary`; the evidence is printed)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -109,6 +111,8 @@ def exit_code(error: LongctxError) -> int:
     """The documented exit code for ``error``."""
     if isinstance(error, SessionNotFound):
         return EXIT_NO_SESSION
+    if isinstance(error, CanaryDiverged):
+        return EXIT_CANARY
     if isinstance(error, ConfigError):
         return EXIT_USAGE
     if isinstance(error, ServerUnreachable):
@@ -124,10 +128,20 @@ def exit_code(error: LongctxError) -> int:
     return EXIT_ERROR
 
 
-def _fail(error: LongctxError) -> NoReturn:
-    """Print one line naming the problem (and its path, when it has one) and exit with its code."""
+_JSON_ASKED: Final = "longctx.json"  # the context's meta key: the command was given --json
+
+
+def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
+    """Print one line naming the problem (and its path, when it has one) and exit with its code.
+
+    With ``--json`` the error is also JSON on stdout (``{"error": {"type",
+    "message", "exit_code"}}``), so a script reading stdout always gets JSON.
+    """
+    code = exit_code(error)
+    if as_json:
+        emit_json({"error": {"type": type(error).__name__, "message": error.describe(), "exit_code": code}})
     click.echo(f"longctx: error: {error.describe()}", err=True)
-    sys.exit(exit_code(error))
+    sys.exit(code)
 
 
 # Each command's module, imported when the command is looked up: `longctx pack`
@@ -204,14 +218,13 @@ class App(click.Group):
         try:
             return super().invoke(ctx)
         except LongctxError as error:
-            _fail(error)
+            _fail(error, as_json=bool(ctx.meta.get(_JSON_ASKED)))
         except KeyboardInterrupt:
             # 130, the shell's code for SIGINT; 1 is reserved for other errors.
             click.echo("longctx: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
 
 
-@dataclass
 class Runtime:
     """How commands reach the world: the server connection and the store.
 
@@ -219,10 +232,20 @@ class Runtime:
     the default store, and closes both. A caller that passes a ``backend``
     (a test, through ``CliRunner().invoke(main, args,
     obj=Runtime(backend=...))``) keeps it: commands use it and leave it open.
+    ``open_store`` opens the store (default :meth:`Store.open <longctx.store.Store.open>`).
     """
 
-    backend: Backend | None = None
-    open_store: Callable[[], Store] = Store.open
+    def __init__(self, backend: Backend | None = None, open_store: Callable[[], Store] | None = None) -> None:
+        self.backend = backend
+        self._open_store = open_store
+
+    def open_store(self) -> Store:
+        """The store commands use (the caller closes it)."""
+        if self._open_store is not None:
+            return self._open_store()
+        from longctx.store import Store  # imported here: `longctx --help` opens no store
+
+        return Store.open()
 
     def connect(self, server: ServerOptions) -> Backend:
         """The given backend, else a new connection (the caller closes it)."""
@@ -293,6 +316,8 @@ def note(message: str, *, quiet: bool = False) -> None:
 
 def emit_json(data: Any) -> None:
     """``data`` as indented JSON on stdout, keys sorted."""
+    import json  # imported here: `longctx --help` prints no JSON
+
     click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
@@ -307,11 +332,17 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import ServerOptions
+
     return options_from_flags(ServerOptions, "server")(function)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import CorpusOptions
+
     return options_from_flags(CorpusOptions, "corpus")(function)
 
 
@@ -323,7 +354,16 @@ def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[.
     ``follow_changes``, ``warm_start``, ``token_history`` their own switches
     (each flag's ``group`` in :mod:`longctx.config`).
     """
+    from longctx.cli.flags import options_from_flags
+    from longctx.config import RequestOptions
+
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
+
+
+def _remember_json(context: click.Context, parameter: click.Parameter, value: bool) -> bool:
+    # The meta is shared by every context of the run: the group's error boundary reads it.
+    context.meta[_JSON_ASKED] = value
+    return value
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -331,7 +371,13 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
     return _apply(
         function,
         [
-            click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout."),
+            click.option(
+                "--json",
+                "as_json",
+                is_flag=True,
+                help="Print JSON on stdout (an error too).",
+                callback=_remember_json,
+            ),
             click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr."),
         ],
     )

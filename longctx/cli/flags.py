@@ -16,7 +16,10 @@ from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
+from longctx.config import setting
+from longctx.errors import ConfigError
 from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
@@ -29,6 +32,7 @@ class Flag:
     path: tuple[str, ...]
     field: dataclasses.Field[Any]
     spec: OptionSpec
+    owner: type[OptionFields]
 
     @property
     def parameter(self) -> str:
@@ -47,11 +51,20 @@ class Flag:
         """The command line's default: the spec's ``cli_default``, else the field's default."""
         return self.field_default if self.spec.cli_default is DEFAULT else self.spec.cli_default
 
+    def checked(self, value: Any) -> Any:
+        """``value`` as the field's own rule keeps it; its ConfigError names the flag (``--max-tokens:``)."""
+        try:
+            return self.owner.checked(self.parameter, value)
+        except ConfigError as error:
+            raise ConfigError(
+                f"{self.spec.flag.split('/')[0] if self.spec.flag else self.parameter}: {error}"
+            ) from None
+
     def click_option(self) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """The click option this flag is."""
         spec = self.spec
         assert spec.flag is not None
-        keywords: dict[str, Any] = {"help": spec.help.format(default=self.field_default)}
+        keywords: dict[str, Any] = {"help": spec.help.format(default=self.field_default) + _range_text(spec)}
         if spec.multiple:
             keywords["multiple"] = True
         elif self.field.type in ("bool", bool) and "/" not in spec.flag:
@@ -69,18 +82,23 @@ class Flag:
 
 
 def _click_type(spec: OptionSpec) -> Any:
+    # No click range: the field's own check refuses a value out of range, with
+    # the ConfigError the API and the environment give for it (one rule).
     if spec.choices is not None:
         return click.Choice(spec.choices)
-    if spec.value_type == "int":
-        if spec.minimum is None and spec.maximum is None:
-            return int
-        minimum, maximum = _as_int(spec.minimum), _as_int(spec.maximum)
-        return click.IntRange(min=minimum, max=maximum, max_open=spec.maximum_open)
-    if spec.value_type == "float":
-        if spec.minimum is None and spec.maximum is None:
-            return float
-        return click.FloatRange(min=spec.minimum, max=spec.maximum, max_open=spec.maximum_open)
-    return None
+    return {"int": int, "float": float}.get(spec.value_type or "")
+
+
+def _range_text(spec: OptionSpec) -> str:
+    """The range the help shows, as click writes one (``[x>=1]``, ``[0<=x<1]``)."""
+    if spec.minimum is None and spec.maximum is None:
+        return ""
+    number = _as_int if spec.value_type == "int" else (lambda bound: bound)
+    low = f"{number(spec.minimum)}<=" if spec.minimum is not None else ""
+    high = f"{'<' if spec.maximum_open else '<='}{number(spec.maximum)}" if spec.maximum is not None else ""
+    return (
+        f"  [{low}x{high}]" if low and high else f"  [x>={number(spec.minimum)}]" if low else f"  [x{high}]"
+    )
 
 
 def _as_int(bound: float | None) -> int | None:
@@ -106,7 +124,7 @@ def _walk(options: type[OptionFields], path: tuple[str, ...]) -> Iterator[Flag]:
         if spec.nested is not None:
             yield from _walk(spec.nested, (*path, field.name))
         elif spec.flag is not None:
-            yield Flag((*path, field.name), field, spec)
+            yield Flag((*path, field.name), field, spec, options)
 
 
 def options_from_flags(
@@ -114,8 +132,10 @@ def options_from_flags(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator giving a command the flags of ``options`` and passing them on as one object, ``keyword=``.
 
-    A flag left at a ``cli_default`` of None is not passed, so the field's
-    own default holds (the limits' flags). Fields without a flag (or of
+    A flag left out takes the value :func:`longctx.config.setting` finds
+    (``LONGCTX_<NAME>``, then the config files), checked by the field's own
+    rule; a flag left at a ``cli_default`` of None with nothing configured is
+    not passed, so the field's own default holds (the limits' flags). Fields without a flag (or of
     another group) keep their defaults.
     """
     flags = flags_of(options, groups)
@@ -123,7 +143,17 @@ def options_from_flags(
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            given = {flag.path: kwargs.pop(flag.parameter) for flag in flags}
+            context = click.get_current_context()
+            given = {}
+            for flag in flags:
+                value = kwargs.pop(flag.parameter)
+                if context.get_parameter_source(flag.parameter) is ParameterSource.COMMANDLINE:
+                    value = flag.checked(value)
+                else:
+                    # A flag left out: the environment or a config file, else the default.
+                    configured = setting(flag.owner, flag.parameter)
+                    value = value if configured is None else configured.value
+                given[flag.path] = value
             return function(*args, **{keyword: _build(options, (), given)}, **kwargs)
 
         command: Callable[..., Any] = wrapper

@@ -12,8 +12,8 @@ import click
 
 from longctx.backends.engines import recipe_engines
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
-from longctx.config import ServerOptions
-from longctx.errors import BackendError, ConfigError, LongctxError, ServingConfigError
+from longctx.config import RequestOptions, ServerOptions
+from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
 from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
@@ -40,12 +40,48 @@ _PLAN_FLAGS = {
 @server_options
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout (also when a server fails).")
 @click.option("--no-probe", is_flag=True, help="Do not send the one-token probe request.")
-def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
+@click.option(
+    "--canary",
+    "with_canary",
+    is_flag=True,
+    help="Also check that a cached answer equals a cold one (greedy, with logprobs); exit 10 if not.",
+)
+@click.option(
+    "--canary-host-tier",
+    is_flag=True,
+    help="With --canary: fill the device cache first, so the probe is read back from the host tier.",
+)
+@click.option(
+    "--cache-salt",
+    help="The cache_salt your sessions use: a router policy that ignores salted requests is flagged.",
+)
+@click.option(
+    "--canary-fill-tokens",
+    type=click.IntRange(min=1),
+    help="Tokens to fill the device cache with (default: 1.25 x the KV cache the server reports).",
+)
+def doctor(
+    as_json: bool,
+    no_probe: bool,
+    with_canary: bool,
+    canary_host_tier: bool,
+    canary_fill_tokens: int | None,
+    cache_salt: str | None,
+    server: ServerOptions,
+) -> None:
     """Check each server: engine, window, prefix caching, cached-token reporting; name the flags to add.
 
     Several replica URLs are checked one by one; a replica that fails is
-    reported in one line and the others are still checked.
+    reported in one line and the others are still checked. With
+    ``--canary`` each is also asked a probe cold and from its cache; a
+    cached answer that diverges prints both outputs and exits with 10.
     """
+    # Imported here: recipe and plan never connect to a server.
+    from longctx.cache_canary import CanaryOptions, canary
+
+    canary_options = (
+        CanaryOptions(host_tier=canary_host_tier, fill_tokens=canary_fill_tokens) if with_canary else None
+    )
     given = runtime().backend
     targets = [server] if given is not None else [replace(server, base_url=url) for url in server.base_urls()]
     reports: list[dict[str, Any]] = []
@@ -56,7 +92,10 @@ def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
         try:
             backend = runtime().connect(target)
             try:
-                diagnosis = diagnose(backend, probe=not no_probe)
+                diagnosis = diagnose(
+                    backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
+                )
+                result = canary(backend, options=canary_options) if canary_options else None
             finally:
                 runtime().release(backend)
         except LongctxError as error:
@@ -67,6 +106,12 @@ def doctor(as_json: bool, no_probe: bool, server: ServerOptions) -> None:
             continue
         reports.append({"url": url, **diagnosis.to_dict()})
         texts.append(diagnosis.to_text())
+        if result is not None:
+            reports[-1]["canary"] = result.to_dict()
+            reports[-1]["ok"] = reports[-1]["ok"] and not result.diverged
+            texts.append(result.to_text())
+            if result.diverged:
+                failure = failure or CanaryDiverged(f"{url}: the cache canary diverged", result=result)
     if as_json:
         emit_json({"ok": failure is None and all(r["ok"] for r in reports), "replicas": reports})
     else:
@@ -100,6 +145,12 @@ def _one_line(error: LongctxError) -> str:
     help="The model's config.json (or folder), for a model outside the catalogue.",
 )
 @click.option(
+    "--speculative/--no-speculative",
+    default=True,
+    show_default=True,
+    help="Keep the catalogue's speculative decoding where it has one (SGLang DSPARK for Kimi K3).",
+)
+@click.option(
     "--host-tier",
     type=click.Choice(["native", "lmcache", "hicache"]),
     help="A KV tier in host memory: vLLM native or lmcache, SGLang hicache.",
@@ -111,6 +162,7 @@ def recipe(
     gpus: int | None,
     max_model_len: int | None,
     config_path: str | None,
+    speculative: bool,
     host_tier: str | None,
     host_memory: float | None,
 ) -> None:
@@ -122,6 +174,7 @@ def recipe(
         gpus=gpus,
         max_model_len=max_model_len,
         config=config,
+        speculative=speculative,
         host_tier=host_tier,
         host_memory_gib=host_memory,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -30,7 +31,10 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
         if session_id is None:
             sessions = store.sessions.sessions()
             if not sessions:
-                raise SessionNotFound("(latest)")
+                raise SessionNotFound(
+                    "(latest)",
+                    f"no session is stored yet in {store.path}: ask a question first (longctx ask)",
+                )
             session_id = sessions[0].id
         result = resume(session_id, store=store).report()
     if html_file:
@@ -59,9 +63,12 @@ def sessions_list(show_all: bool, as_json: bool) -> None:
         children = {
             row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
         }
+        where = store.path
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
+    if not rows:
+        note(f"no sessions stored in {where}")
     for row in rows:
         click.echo(_list_line(row, len(children[row["id"]])))
         if show_all:
@@ -93,7 +100,27 @@ def _list_line(row: dict[str, Any], branches: int) -> str:
     count = f"{branches} siblings" if branches and not row["turns"] else f"{row['turns']} turns"
     question = (row["first_question"] or "").replace("\n", " ")
     question = question if len(question) <= 60 else question[:57] + "..."
-    return f"{row['id']}  {when}  {row['kind']:<7}  {count:>11}  {size:>14}  {row['source']}  {question}"
+    source = _short_source(row["source"])
+    return f"{row['id']}  {when}  {row['kind']:<7}  {count:>11}  {size:>14}  {source}  {question}"
+
+
+def _short_source(source: str) -> str:
+    """The listing's source: paths under the current folder relative to it, at most two, then a count.
+
+    The JSON listing keeps every path; a document session over forty PDFs
+    would otherwise fill the line with their absolute paths.
+    """
+    paths = [part for part in source.split(", ") if part]
+    if not paths or not all(os.path.isabs(path) for path in paths):
+        return source  # a title, not paths
+    here = os.getcwd()
+    shown = [
+        os.path.relpath(path, here) if os.path.isabs(path) and path.startswith(here + os.sep) else path
+        for path in paths
+    ]
+    if len(shown) > 2:
+        return f"{', '.join(shown[:2])} (+{len(shown) - 2} more)"
+    return ", ".join(shown)
 
 
 @sessions.command("prune")

@@ -10,7 +10,7 @@ documents, in corpus order, into packs that each fit.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final
 
 from longctx.corpus import Corpus
@@ -30,9 +30,24 @@ from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
 
-__all__ = ["build_shards", "check_budget"]
+__all__ = ["MAX_CHARS_PER_TOKEN", "build_shards", "character_sizes", "check_budget", "check_lower_bound"]
 
 _LARGEST_SHOWN: Final = 10
+
+MAX_CHARS_PER_TOKEN: Final = 1024
+"""Most characters one token can hold, for the lower bound :func:`check_lower_bound` proves.
+
+A token of a byte-level BPE vocabulary holds at most the bytes of its
+longest entry, and a character is at least one byte, so a text of ``n``
+characters is at least ``n / longest`` tokens. The longest entries are
+runs of one character (whitespace, ``=``, ``-``): the harness's tiny Llama
+tokenizer, 4,096 entries, already has a newline and 40 spaces (41 bytes);
+large vocabularies have longer runs. 1,024 is far above any entry we know of,
+so the bound is never wrong: it refuses only a pack that cannot fit.
+It is still tight enough to catch the costly case: a 50 MB file against a
+32k window is at least 51,200 tokens, refused before anything is tokenized.
+Packs it cannot prove too large are counted (and refused after counting).
+"""
 
 
 def check_budget(pack: Pack, budget: Budget) -> None:
@@ -80,6 +95,40 @@ def check_budget(pack: Pack, budget: Budget) -> None:
     )
 
 
+def check_lower_bound(sizes: Sequence[tuple[str, int]], budget: Budget) -> None:
+    """Raise :class:`~longctx.errors.BudgetError` when the characters alone prove a pack cannot fit.
+
+    ``sizes``: each document's path and characters (:func:`character_sizes`).
+    No tokenizer is asked: the bound is characters / :data:`MAX_CHARS_PER_TOKEN`,
+    never above the true count, so a pack refused here would be refused after
+    counting too, only later (a server tokenizing 50 MB takes minutes and goes
+    on after the client gave up). The error names the largest files.
+    """
+    total = sum(size for _, size in sizes)
+    least = total // MAX_CHARS_PER_TOKEN
+    if least <= budget.prompt_budget:
+        return
+    by_path: dict[str, int] = {}
+    for path, size in sizes:
+        by_path[path] = by_path.get(path, 0) + size
+    largest = sorted(by_path.items(), key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
+    shown = "; ".join(f"{path} {size:,} characters" for path, size in largest)
+    raise BudgetError(
+        f"the pack cannot fit: its {total:,} characters are at least {least:,} tokens (no token holds"
+        f" more than {MAX_CHARS_PER_TOKEN:,} characters), over the budget of {budget.describe()};"
+        f" nothing was tokenized. Largest files: {shown}. Exclude some of them (--exclude,"
+        " --max-file-bytes), or use a larger context.",
+        total_tokens=least,
+        budget_tokens=budget.prompt_budget,
+        largest=tuple((path, size // MAX_CHARS_PER_TOKEN) for path, size in largest),
+    )
+
+
+def character_sizes(documents: Iterable[Document]) -> list[tuple[str, int]]:
+    """Each document's path and length in characters, for :func:`check_lower_bound`."""
+    return [(document.path, len(document.text)) for document in documents]
+
+
 def build_shards(
     corpus: Corpus,
     *,
@@ -107,6 +156,10 @@ def build_shards(
     # Shards hold the current files once each: the earlier copies of a
     # layered corpus serve one pack's prefix, not a split.
     documents = tuple(document for document in corpus.documents if not document.earlier)
+    for document in documents:
+        check_lower_bound(
+            character_sizes((document,)), budget
+        )  # a document that alone cannot fit, before counting
     texts = document_section_texts(documents)
     counts = count_texts(tokenizer, texts, [section_fingerprint(text) for text in texts], store)
     skipped = skipped_entries(corpus)

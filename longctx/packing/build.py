@@ -33,7 +33,7 @@ from longctx.packing.assembly import (
     included_notes,
     skipped_entries,
 )
-from longctx.packing.budget import check_budget
+from longctx.packing.budget import character_sizes, check_budget, check_lower_bound
 from longctx.packing.counting import SectionCounter
 from longctx.packing.model import (
     DOCUMENT_PREFIX,
@@ -174,11 +174,13 @@ def build_pack(
     so re-packing an unchanged corpus asks the tokenizer nothing.
 
     Raises :class:`~longctx.errors.BudgetError` when the pack plus the chat
-    template's tokens exceed ``budget.prompt_budget``; the error names the
+    template's tokens exceed ``budget.prompt_budget``, before any count when
+    the characters alone prove it (:func:`~longctx.packing.budget.check_lower_bound`); the error names the
     largest files and folders (see :func:`~longctx.packing.budget.build_shards` for the alternative).
     """
-    if budget is not None and tokenizer is None:
-        tokenizer = EstimateTokenizer()
+    if budget is not None:
+        check_lower_bound(character_sizes(corpus.documents), budget)  # before any tokenizer is asked
+        tokenizer = tokenizer or EstimateTokenizer()
     builder = _PackBuilder(tokenizer, store)
     try:
         for document in corpus.documents:
@@ -252,7 +254,15 @@ def pack(
     try:
         # The builder keeps what it needs of each document: the corpus need
         # not hold every text a second time.
-        corpus = stream_corpus(paths, options, builder.add, store=store)
+        sizes: list[tuple[str, int]] = []
+
+        def add(document: Document) -> None:
+            sizes.append((document.path, len(document.text)))
+            builder.add(document)
+
+        corpus = stream_corpus(paths, options, add, store=store)
+        if budget is not None:
+            check_lower_bound(sizes, budget)  # before the counts are asked for
         if writer is not None:
             writer.files_read()
         built = builder.finish(corpus)

@@ -410,7 +410,17 @@ class PackResult:
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
             + (f"; {self.layer_note}" if self.layer_note else "")
+            + self._lossy_text()
         )
+
+    def _lossy_text(self) -> str:
+        # Said on the line, not only in the JSON manifest: invalid UTF-8 became U+FFFD in the pack.
+        lossy = [entry.path for entry in self.manifest.included if entry.lossy]
+        if not lossy:
+            return ""
+        shown = ", ".join(lossy[:3]) + (f" and {len(lossy) - 3} more" if len(lossy) > 3 else "")
+        files = "file was" if len(lossy) == 1 else "files were"
+        return f"; {len(lossy)} {files} not valid UTF-8, decoded with U+FFFD replacements: {shown}"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ and a section's count can be cached on its own.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -111,9 +112,16 @@ _ESCAPE_AFTER_JSON = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff]")
 # format's special token is quoted, with the spelling's first character
 # written as a \uXXXX escape: the JSON string still decodes to the path, and
 # the rendered text no longer holds the spelling.
-_SPECIAL_IN_PATH = re.compile(
-    "|".join(re.escape(spelling) for spelling in sorted(DEFAULT_SPELLINGS, key=lambda s: (-len(s), s)))
-)
+
+
+@functools.cache
+def _special_in_path() -> re.Pattern[str]:
+    # Compiled on first use, not at import: the alternation of every default
+    # spelling takes about 10 ms, which a re-pack of an unchanged tree (the
+    # stored pack read back, no path rendered) and `longctx --help` never need.
+    return re.compile(
+        "|".join(re.escape(spelling) for spelling in sorted(DEFAULT_SPELLINGS, key=lambda s: (-len(s), s)))
+    )
 
 
 def render_path(path: str) -> str:
@@ -130,7 +138,7 @@ def render_path(path: str) -> str:
     such spelling escaped (``\\u003c|im_end|>``), so the rendered path holds
     no special-token spelling. Distinct paths always render distinctly.
     """
-    special = _SPECIAL_IN_PATH.search(path) is not None
+    special = _special_in_path().search(path) is not None
     if (
         path
         and not special
@@ -146,7 +154,7 @@ def render_path(path: str) -> str:
     if special:
         # JSON escapes only change a spelling's characters that need escaping
         # (none of the default spellings' first characters), so they are found again here.
-        quoted = _SPECIAL_IN_PATH.sub(
+        quoted = _special_in_path().sub(
             lambda match: f"\\u{ord(match.group()[0]):04x}" + match.group()[1:], quoted
         )
     return quoted

@@ -26,7 +26,13 @@ from longctx.backends.engines import find_profile, profiles
 from longctx.backends.profiles import Finding
 from longctx.errors import ServingConfigError
 
-__all__ = ["CACHE_KEEPING_POLICIES", "Finding", "suggest_router_policy", "suggest_server_flags"]
+__all__ = [
+    "CACHE_KEEPING_POLICIES",
+    "Finding",
+    "detected_router_finding",
+    "suggest_router_policy",
+    "suggest_server_flags",
+]
 
 CACHE_KEEPING_POLICIES: dict[str, str] = {
     "vllm-router": "--policy consistent_hash",
@@ -76,6 +82,27 @@ def suggest_router_policy(router_policy: str, *, cache_salt: bool) -> tuple[Find
             ),
         )
     return ()
+
+
+def detected_router_finding(router: Any, *, declared: str | None, salted: bool) -> Finding:
+    """What doctor says of a router it found in front (a :class:`~longctx.backends.routers.RouterInfo`).
+
+    Its workers' counters are read directly for the counter checks. Its
+    policy cannot be read from it: undeclared, a vllm-router is reminded
+    that ``kv_aware`` gives requests with ``cache_salt`` no KV score.
+    """
+    workers = ", ".join(router.workers) or "none healthy"
+    reason = (
+        f"{router.name} found in front (workers: {workers}); longctx reads each worker's counters"
+        " directly for its counter checks"
+    )
+    if declared is None and salted and router.name == "vllm-router":
+        reason += (
+            "; if its policy is kv_aware, requests with cache_salt get no KV score and are spread:"
+            " declare the policy to have it checked"
+        )
+    flag = "(nothing to add)" if declared else f"(declare it: router_policy '{router.name}:POLICY')"
+    return Finding("suggestion", "router", router.name, flag, reason)
 
 
 def suggest_server_flags(engine: str, observed: Mapping[str, Any]) -> tuple[Finding, ...]:

@@ -15,7 +15,7 @@ from typing import Any
 from longctx.backends.base import Backend, ReplicaStatus, ServerInfo
 from longctx.backends.profiles import Finding
 from longctx.config import RequestOptions
-from longctx.serving.advice import suggest_router_policy
+from longctx.serving.advice import detected_router_finding, suggest_router_policy
 
 __all__ = ["Diagnosis", "diagnose"]
 
@@ -78,7 +78,8 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
 
     With ``probe``, one one-token request per server settles whether it
     reports cached tokens (vLLM does not say otherwise). A replica that
-    cannot be reached is a warning; the router policy
+    cannot be reached is a warning, a router found in front (vllm-router,
+    smg: :mod:`longctx.backends.routers`) a suggestion; the router policy
     (:attr:`ServerOptions.router_policy <longctx.config.ServerOptions.router_policy>`)
     is checked against ``request``'s ``cache_salt``.
     """
@@ -86,10 +87,14 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
         backend.probe_cache_reporting()
     servers: list[ServerInfo] = []
     findings: list[Finding] = []
+    salted = bool(request is not None and request.cache_salt)
     if backend.router_policy:
-        salted = bool(request is not None and request.cache_salt)
         findings.extend(suggest_router_policy(backend.router_policy, cache_salt=salted))
     for replica in backend.replicas:
+        # A router found in front (its /workers), declared or not: say so, and what it means.
+        router = backend.router(replica.api_url) if replica.up else None
+        if router is not None:
+            findings.append(detected_router_finding(router, declared=backend.router_policy, salted=salted))
         info = replica.info
         if not replica.up or info is None:
             findings.append(

@@ -359,7 +359,10 @@ def _kimi_k3_sglang(gpus: int | None, max_model_len: int | None, speculative: bo
             "--speculative-dspark-block-size", "7",
             "--enable-linear-replayssm-spec",
         ]  # fmt: skip
-        notes.append("DSPARK speculative decoding is on (the cookbook default); speculative=False drops it")
+        notes.append(
+            "DSPARK speculative decoding is on (the cookbook default);"
+            " --no-speculative (speculative=False) drops it"
+        )
     argv_list += ["--enable-cache-report", "--enable-metrics"]
     notes.append("--enable-cache-report and --enable-metrics are added by longctx so it can report savings")
     return Recipe(

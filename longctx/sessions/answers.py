@@ -6,10 +6,13 @@ reasoning model's chat template renders it there.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from longctx.backends.base import Sent
+from longctx.config import RequestOptions
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, Store, TurnRecord
@@ -21,6 +24,9 @@ __all__ = [
     "AskManyOptions",
     "Batch",
     "Committed",
+    "answer_bound",
+    "checked_concurrency",
+    "committed_records",
     "history_form",
     "refuse_unknown",
     "stored_answers",
@@ -175,3 +181,74 @@ def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -
     unknown = sorted(set(keywords) - known)
     if unknown:
         raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
+
+
+def answer_bound(request: RequestOptions, max_tokens: int | None) -> int:
+    """A per-call ``max_tokens``, checked by the option field's own rule; None: ``request``'s.
+
+    0 is refused as the option object refuses it (it is not "not given"), and
+    a negative bound never reaches the server.
+    """
+    if max_tokens is None:
+        return request.max_tokens
+    checked: int = RequestOptions.checked("max_tokens", max_tokens)
+    return checked
+
+
+def checked_concurrency(concurrency: int | None) -> int | None:
+    """A per-call ``concurrency``, checked by :attr:`RequestOptions.concurrency`'s rule (None: not given)."""
+    checked: int | None = RequestOptions.checked("concurrency", concurrency)
+    return checked
+
+
+def committed_records(
+    sent: Sent,
+    *,
+    session_id: str,
+    position: int,
+    question: str,
+    purpose: str,
+    batch_id: str | None,
+    changes: Changes | None = None,
+) -> Committed:
+    """The records of one answered request (its turn and its request row), and the answer they make."""
+    completion = sent.completion
+    now = time.time()
+    request = RequestRecord(
+        id=sent.request_id,
+        session_id=session_id,
+        batch_id=batch_id,
+        purpose=purpose,
+        started_at=now - (completion.usage.total_seconds or 0.0),
+        base_url=sent.server.api_url,
+        engine=sent.server.engine,
+        model=sent.server.model,
+        usage=completion.usage,
+        attempts=sent.attempts,
+    )
+    turn = TurnRecord(
+        session_id=session_id,
+        position=position,
+        question=question,
+        answer=completion.text,
+        history_answer=history_form(completion.text),
+        reasoning=completion.reasoning,
+        request_id=sent.request_id,
+        created_at=now,
+        preamble=changes.text if changes is not None else "",
+        file_changes=dict(changes.files) if changes is not None else {},
+        answer_ids=completion.token_ids,
+    )
+    answer = Answer(
+        question=question,
+        text=completion.text,
+        reasoning=completion.reasoning,
+        finish_reason=completion.finish_reason,
+        usage=completion.usage,
+        session_id=session_id,
+        turn=position,
+        request_id=sent.request_id,
+        attempts=sent.attempts,
+        appended=changes,
+    )
+    return Committed(turn, request, answer)

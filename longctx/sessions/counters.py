@@ -43,7 +43,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Self
 
 from longctx.backends.base import Backend
@@ -79,9 +79,10 @@ class CounterSnapshot:
     period, and every check sharing it, from ever settling.
     """
 
-    def __init__(self, periods: Mapping[str, _Period] | None = None) -> None:
-        # No periods: a snapshot that reads and checks nothing.
+    def __init__(self, periods: Mapping[str, _Period] | None = None, notes: Sequence[str] = ()) -> None:
+        # No periods: a snapshot that reads and checks nothing (``notes`` say why, when it could not).
         self._periods = dict(periods or {})
+        self._notes = tuple(notes)
         self._closed = False
 
     @classmethod
@@ -115,8 +116,15 @@ class CounterSnapshot:
 
     @classmethod
     def _open(cls, backend: Backend, urls: Iterable[str]) -> CounterSnapshot:
-        periods = {url: period for url in urls if (period := _LEDGER.join(backend, url)) is not None}
-        return cls(periods)
+        periods: dict[str, _Period] = {}
+        notes: list[str] = []
+        for url in urls:
+            period = _LEDGER.join(backend, url)
+            if period is not None:
+                periods[url] = period
+            elif (note := backend.counter_note(url)) is not None:
+                notes.append(f"no counter check: {note}")
+        return cls(periods, notes)
 
     def __enter__(self) -> Self:
         return self
@@ -139,7 +147,7 @@ class CounterSnapshot:
             _LEDGER.leave(period, [r for r in records if r.base_url == url])
             for url, period in self._periods.items()
         ]
-        return Settling(session_id, batch_id, shares)
+        return Settling(session_id, batch_id, shares, self._notes)
 
     def close_into(self, store: Store, session_id: str, records: Iterable[RequestRecord]) -> PendingCheck:
         """:meth:`close`, and store the checks once they settle, off the caller's path (a turn's)."""
@@ -169,10 +177,19 @@ class Settling:
     function on a worker thread, off the caller's path.
     """
 
-    def __init__(self, session_id: str, batch_id: str | None, shares: Sequence[_Share]) -> None:
+    def __init__(
+        self, session_id: str, batch_id: str | None, shares: Sequence[_Share], notes: Sequence[str] = ()
+    ) -> None:
         self._session_id = session_id
         self._batch_id = batch_id
         self._shares = list(shares)
+        self._notes = tuple(notes)
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """Why a check was skipped: no counter to read, or readings of two processes (once settled)."""
+        skipped = (share.period.skipped for share in self._shares if share.period.settled.is_set())
+        return self._notes + tuple(dict.fromkeys(note for note in skipped if note))
 
     @property
     def counter(self) -> str:
@@ -224,10 +241,14 @@ class _Period:
     after: int | None = None
     after_tiers: TierReading | None = None
     settled: threading.Event = field(default_factory=threading.Event)
+    #: The server processes the first reading came from (see CacheCounters.started).
+    started: tuple[float, ...] = ()
+    #: Why the period gives no check (its readings came from different processes).
+    skipped: str | None = None
 
     def check_for(self, share: _Share, session_id: str, batch_id: str | None) -> CounterCheckRecord | None:
         """The check of one call of this (settled) period, or None when the counter was not read after."""
-        if self.after is None:
+        if self.after is None or self.skipped is not None:
             return None
         others = None if self.unknown or share.reported is None else self.reported - share.reported
         tiers = _tier_deltas(
@@ -320,7 +341,9 @@ class _Ledger:
             return None
         with self._lock:
             # A call that started meanwhile opened one: its reading is older than this call's requests.
-            period = self._periods.setdefault(url, _Period(url, reading.counter, reading.hits, reading.tiers))
+            period = self._periods.setdefault(
+                url, _Period(url, reading.counter, reading.hits, reading.tiers, started=reading.started)
+            )
             period.open += 1
             period.backends.append(backend)
             return period
@@ -371,7 +394,9 @@ class _Ledger:
                     deadline = last_change + SETTLE_TIMEOUT
             reading = _read(period)
             done = reading is None
-            if reading is not None:
+            if reading is not None and (skipped := _mixed(period, reading)) is not None:
+                period.skipped, done = skipped, True
+            elif reading is not None:
                 if reading.hits != last:
                     last, last_change = reading.hits, time.monotonic()
                 last_tiers = reading.tiers
@@ -395,6 +420,22 @@ class _Ledger:
                 period.settled.set()
                 return
             time.sleep(0.1)
+
+
+def _mixed(period: _Period, reading: CacheCounters) -> str | None:
+    """Why ``reading`` cannot be compared with the period's first one, or None when it can."""
+    if period.started and reading.started and period.started != reading.started:
+        return (
+            f"no counter check: {period.url} answered /metrics from another server process at the end of the"
+            " window than at its start (a load balancer in front of the replicas, or a restart); give the"
+            " replicas' own URLs, or declare the router"
+        )
+    if reading.hits < period.before:
+        return (
+            f"no counter check: {period.url}'s counter went down during the window ({period.before:,} then"
+            f" {reading.hits:,}): it was read from two servers (a load balancer), or the server restarted"
+        )
+    return None
 
 
 def _read(period: _Period) -> CacheCounters | None:
@@ -434,7 +475,7 @@ def batch_check(
 
     def finish(checks: list[CounterCheckRecord]) -> CounterCheck | None:
         keep(checks)
-        return combine_checks(checks)
+        return combine_checks(checks, notes=settling.notes)
 
     checks = settling.wait(timeout=BATCH_CHECK_SECONDS)
     if checks is not None:
@@ -494,14 +535,27 @@ def _waiters() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=8, thread_name_prefix="longctx-counter-check")
 
 
-def combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
-    """One check over several servers or calls; None when there is none.
+def combine_checks(checks: Sequence[CounterCheckRecord], *, notes: Sequence[str] = ()) -> CounterCheck | None:
+    """One check over several servers or calls; None when there is none and nothing was skipped.
 
     Calls that shared a window (the same ``window_id``) count its growth
     once, against what all its calls reported: theirs and the others'.
+    ``notes`` say why a server's check was skipped (a router whose workers
+    cannot be read, readings of two processes); with no check left they are
+    the result's note. A growth below what was reported is never shown as
+    a negative "more".
     """
     if not checks:
-        return None
+        if not notes:
+            return None
+        return CounterCheck(counter="", server_delta=None, reported=None, matches=None, note="; ".join(notes))
+    combined = _combined(checks)
+    if notes:
+        combined = replace(combined, note="; ".join(filter(None, (combined.note, *notes))))
+    return combined
+
+
+def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
     windows: dict[str, list[CounterCheckRecord]] = {}
     for number, check in enumerate(checks):
         windows.setdefault(check.window_id or f"own {number}", []).append(check)
@@ -532,11 +586,17 @@ def combine_checks(checks: Sequence[CounterCheckRecord]) -> CounterCheck | None:
         )
     else:
         inferred = ""
-    if not matches:
+    if not matches and delta > expected:
         note = (
-            f"the server counted {delta - expected:+,} tokens more than the responses reported "
+            f"the server counted {delta - expected:,} tokens more than the responses reported "
             "(other clients' traffic, a request that failed after the server began it,"
             " or requests longctx did not make, in the same window)"
+        )
+    elif not matches:
+        note = (
+            f"the server counted {expected - delta:,} tokens fewer than the responses reported "
+            "(its counter was not the one that served them: a load balancer in front of the replicas"
+            " answered /metrics; give the replicas' URLs or declare the router)"
         )
     elif others:
         note = f"{others:,} of the tokens were cached by other calls of this process in the same window"

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from longctx.backends.base import Backend
+from longctx.cache_canary import CanaryResult
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.report import CounterCheck
@@ -283,6 +284,13 @@ class JobReport:
     #: The packs asked in this run by where they were likely held when the job began
     #: (``device``, ``host``, ``cold``: see :mod:`longctx.sessions.residency`).
     packs_by_tier: dict[str, int] = field(default_factory=dict)
+    #: The cache canaries run on the packs (RequestOptions.canary_every), in the order they ended.
+    canaries: tuple[CanaryResult, ...] = ()
+
+    @property
+    def diverged(self) -> tuple[CanaryResult, ...]:
+        """The canaries whose cached answer diverged from the cold one (the findings)."""
+        return tuple(result for result in self.canaries if result.diverged)
 
     @property
     def failed(self) -> tuple[JobResult, ...]:
@@ -348,6 +356,13 @@ class JobReport:
             parts.append(
                 f"{revisits} packs revisited first ({self.packs_by_tier.get('device', 0)} likely on a GPU, "
                 f"{self.packs_by_tier.get('host', 0)} on a host tier)"
+            )
+        if self.canaries:
+            bad = len(self.diverged)
+            parts.append(
+                f"cache canary DIVERGED on {bad} of {len(self.canaries)} runs"
+                if bad
+                else f"cache canary agreed on {len(self.canaries)} runs"
             )
         return "; ".join(parts)
 
@@ -451,6 +466,7 @@ class Job:
         self._packs_done = 0
         self._packs_total = 0
         self._in_flight = 0
+        self._canaries: list[CanaryResult] = []
 
     @property
     def id(self) -> str:
@@ -498,21 +514,23 @@ class Job:
         self._answered, self._packs_done, self._packs_total = 0, 0, len(packs)
         earlier = sum(len(answers) for answers in self._stored.values())
         self._tell(f"reading {len(packs)} packs ({earlier} answers stored by earlier runs)")
-        # As for one call: nothing to check behind a router (its /metrics is some replica's).
-        checking = self._check_counters and not backend.router_policy
+        # As for one call: nothing to check behind a router (its /metrics is some replica's),
+        # nor with canaries sampled: their requests would count in the job's one window.
+        checking = self._check_counters and not backend.router_policy and not self.request.canary_every
         with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
             self._schedule(packs, backend)
             results = {index: result for pack in packs for index, result in pack.results.items()}
             served = [result.session_id for result in results.values() if result.usage is not None]
             records = store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
-            checks = snapshot.close("", None, records).wait()
-        check = combine_checks(checks or []) if checking and served else None
+            settling = snapshot.close("", None, records)
+            checks = settling.wait()
+        check = combine_checks(checks or [], notes=settling.notes) if checking and served else None
         ordered = tuple(results[index] for index in range(len(self.items)))
         by_tier: dict[str, int] = {}
         for pack in packs:
             if pack.asking:  # asked in this run (not every answer reused)
                 by_tier[pack.tier] = by_tier.get(pack.tier, 0) + 1
-        return JobReport(self.id, ordered, len(packs), check, by_tier)
+        return JobReport(self.id, ordered, len(packs), check, by_tier, tuple(self._canaries))
 
     def _packs(self) -> list[_Pack]:
         by_key: dict[tuple[str, ...], _Pack] = {}
@@ -676,6 +694,8 @@ class Job:
         try:
             with session:
                 session.ask_many(questions, keys=keys, on_answer=answered)
+                with self._lock:
+                    self._canaries.extend(session.canaries.results)
         except LongctxError as error:
             # The server may have read the pack before failing: count it as the most recent either way.
             RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)

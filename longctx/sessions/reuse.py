@@ -61,9 +61,13 @@ def answer_reuse(previous: Usage, current: Usage) -> AnswerReuse | None:
 
 
 def reuse_notes(turn_requests: Sequence[RequestRecord]) -> list[str]:
-    """One report note per turn after the first: the previous answer's reuse (turn requests, in order)."""
+    """One report note per turn after the first: the previous answer's reuse (turn requests, in order).
+
+    Turns count from 1, as the report's ``#`` column does: the note on the
+    second turn's request says ``turn 2``.
+    """
     notes = []
-    for position, (previous, current) in enumerate(itertools.pairwise(turn_requests), 1):
+    for position, (previous, current) in enumerate(itertools.pairwise(turn_requests), 2):
         reuse = answer_reuse(previous.usage, current.usage)
         if reuse is not None and reuse.answer_tokens:
             notes.append(f"turn {position}: {reuse.summary_line()}")

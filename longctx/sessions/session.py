@@ -50,8 +50,16 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import counters, siblings
-from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, history_form, refuse_unknown
+from longctx.sessions import answers, counters, siblings
+from longctx.sessions.answers import (
+    Answer,
+    AskManyOptions,
+    Batch,
+    Committed,
+    committed_records,
+    refuse_unknown,
+)
+from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.counters import CounterSnapshot, PendingCheck
 from longctx.sessions.recording import Recording
@@ -59,10 +67,11 @@ from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
 
 if TYPE_CHECKING:
+    from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
 __all__ = ["Conversation", "Session", "affinity_key"]
@@ -215,6 +224,7 @@ class Session(Conversation):
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
         self._pending_checks: list[PendingCheck] = []
+        self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -344,6 +354,8 @@ class Session(Conversation):
 
     @property
     def affinity_key(self) -> str:
+        if self.request.prompt_cache_key:  # the caller's own key, by OpenAI's name
+            return self.request.prompt_cache_key
         pack = self.pack
         if pack is not None:
             return affinity_key(pack.fingerprint, self.id)
@@ -440,7 +452,7 @@ class Session(Conversation):
         check_room(
             changes,
             prompt_tokens=pack_tokens + estimate.count(history_text),
-            max_tokens=max_tokens or self.request.max_tokens,
+            max_tokens=answers.answer_bound(self.request, max_tokens),
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
@@ -462,7 +474,7 @@ class Session(Conversation):
         preamble = changes.text if changes is not None else ""
         return ChatRequest(
             messages=tuple(self.messages(question, history=history, preamble=preamble)),
-            max_tokens=max_tokens or options.max_tokens,
+            max_tokens=answers.answer_bound(self.request, max_tokens),
             temperature=options.temperature,
             seed=options.seed,
             cache_salt=options.cache_salt,
@@ -476,59 +488,6 @@ class Session(Conversation):
         pack = self.pack
         tokens = int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
         return tokens or None
-
-    def _committed(
-        self,
-        sent: Sent,
-        *,
-        session_id: str,
-        position: int,
-        question: str,
-        purpose: str,
-        batch_id: str | None,
-        changes: Changes | None = None,
-    ) -> Committed:
-        """The records of one answered request, and the answer they make."""
-        completion = sent.completion
-        now = time.time()
-        request = RequestRecord(
-            id=sent.request_id,
-            session_id=session_id,
-            batch_id=batch_id,
-            purpose=purpose,
-            started_at=now - (completion.usage.total_seconds or 0.0),
-            base_url=sent.server.api_url,
-            engine=sent.server.engine,
-            model=sent.server.model,
-            usage=completion.usage,
-            attempts=sent.attempts,
-        )
-        turn = TurnRecord(
-            session_id=session_id,
-            position=position,
-            question=question,
-            answer=completion.text,
-            history_answer=history_form(completion.text),
-            reasoning=completion.reasoning,
-            request_id=sent.request_id,
-            created_at=now,
-            preamble=changes.text if changes is not None else "",
-            file_changes=dict(changes.files) if changes is not None else {},
-            answer_ids=completion.token_ids,
-        )
-        answer = Answer(
-            question=question,
-            text=completion.text,
-            reasoning=completion.reasoning,
-            finish_reason=completion.finish_reason,
-            usage=completion.usage,
-            session_id=session_id,
-            turn=position,
-            request_id=sent.request_id,
-            attempts=sent.attempts,
-            appended=changes,
-        )
-        return Committed(turn, request, answer)
 
     def _own_position(self) -> int:
         """The position of the next turn among this session's own turns."""
@@ -545,6 +504,7 @@ class Session(Conversation):
         """
         if not question.strip():
             raise ConfigError("the question is empty")
+        max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
@@ -560,9 +520,25 @@ class Session(Conversation):
                 committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
                 self._token_history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
+            if self.canaries.due():
+                yield from self.plan_canary()
             return committed.answer
         finally:
             self._turn_lock.release()
+
+    def plan_canary(self, options: CanaryOptions | None = None) -> Plan[CanaryResult]:
+        """The cache canary on this session's own prefix (:mod:`longctx.sessions.canaries`)."""
+        yield Io(self._opened)  # connects, and prepares a corpus session's pack
+        yield Io(self._settle_checks)  # its requests would count in the counter windows still open
+        return (yield from session_canary(self, options))
+
+    def canary(self, options: CanaryOptions | None = None) -> CanaryResult:
+        """:meth:`plan_canary` carried out here (``raise_for_divergence()`` fails on a finding)."""
+        return run(self.plan_canary(options))
+
+    async def acanary(self, options: CanaryOptions | None = None) -> CanaryResult:
+        """:meth:`plan_canary` on the running event loop."""
+        return await arun(self.plan_canary(options))
 
     def _in_token_history(self, request: ChatRequest) -> ChatRequest:
         """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
@@ -583,7 +559,7 @@ class Session(Conversation):
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
-        committed = self._committed(
+        committed = committed_records(
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
             batch_id=None, changes=changes,
         )  # fmt: skip
@@ -626,7 +602,7 @@ class Session(Conversation):
             parent_turns=len(self._turns),
             settings=record.settings,
         )
-        committed = self._committed(
+        committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes,
         )  # fmt: skip
@@ -648,6 +624,9 @@ class Session(Conversation):
         itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
         refuse_unknown(options, AskManyOptions, "ask_many")
+        # Checked by the fields' own rules before anything is sent (RequestOptions.checked).
+        answers.answer_bound(self.request, options.get("max_tokens"))
+        answers.checked_concurrency(options.get("concurrency"))
         if options.get("reuse_answered"):
             reusing: Batch = yield from siblings.reusing_answers(
                 self.store, self.id, questions, options, self._plan_siblings
@@ -658,10 +637,12 @@ class Session(Conversation):
 
     def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
         """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
-        max_tokens, keys = options.get("max_tokens"), options.get("keys")
+        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
+        concurrency = answers.checked_concurrency(options.get("concurrency"))
+        keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
         batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys))
-        dispatch = yield Io(partial(self._dispatch, batch, options.get("concurrency")))
+        dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
         with (yield Io(opened)) as snapshot:
             outcome = yield from siblings.dispatched(
@@ -674,7 +655,9 @@ class Session(Conversation):
                 on_answer=options.get("on_answer"),
             )
             finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
-            return finished
+        if self.canaries.due(len(questions)):
+            yield from self.plan_canary()
+        return finished
 
     def _dispatch(self, batch: siblings.SiblingBatch, concurrency: int | None) -> siblings.Dispatch:
         """How this batch goes out: to the server its requests are routed to, as measured fastest there."""

@@ -32,7 +32,14 @@ from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.answers import Answer, AskManyOptions, Batch, refuse_unknown
+from longctx.sessions.answers import (
+    Answer,
+    AskManyOptions,
+    Batch,
+    answer_bound,
+    checked_concurrency,
+    refuse_unknown,
+)
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
@@ -212,6 +219,7 @@ class ShardedSession(Conversation):
         ``purpose`` is recorded only by the session kinds that send one request;
         here each map request is ``map I/N`` and the combining one ``reduce``.
         """
+        max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
         shards = yield Io(lambda: self.shards)
         count = len(shards)
         plans = [
@@ -245,8 +253,12 @@ class ShardedSession(Conversation):
             raise ConfigError("ask_many needs at least one question")
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
-        max_tokens, on_answer = options.get("max_tokens"), options.get("on_answer")
-        limit = options.get("concurrency") or self.request.concurrency
+        max_tokens, on_answer = (
+            answer_bound(self.request, options.get("max_tokens")),
+            options.get("on_answer"),
+        )
+        concurrency = checked_concurrency(options.get("concurrency"))
+        limit = self.request.concurrency if concurrency is None else concurrency
         shards = yield Io(lambda: self.shards)
         batches = _values(
             (

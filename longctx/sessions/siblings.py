@@ -152,7 +152,7 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
     (:func:`longctx.backends.engines.measured_dispatch`).
     """
     row = measured_dispatch(info.profile, info.version)
-    limit = concurrency or options.concurrency or row.concurrency
+    limit = next(value for value in (concurrency, options.concurrency, row.concurrency) if value is not None)
     if options.dispatch != "auto":
         return Dispatch(options.dispatch, limit, "asked for")
     engine = f"{info.engine} {info.version}" if info.version else info.engine

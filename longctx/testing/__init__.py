@@ -29,7 +29,7 @@ from longctx.testing.environments import (
     ensure_environment,
     environment_is_complete,
 )
-from longctx.testing.harness import ENGINES, EngineHarness
+from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import SERVED_MODEL_NAME, TinyModel, build_tiny_model
 from longctx.testing.servers import (
     LocalServer,
@@ -53,6 +53,7 @@ __all__ = [
     "ensure_environment",
     "environment_is_complete",
     "find_free_port",
+    "harness_dir",
     "port_is_free",
     "start_server",
     "start_sglang",

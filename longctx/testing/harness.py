@@ -8,6 +8,7 @@ that work and re-raises its error, log tail included.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -19,10 +20,21 @@ from longctx.testing.environments import ENGINE_SPECS, MARKER_NAME, EngineEnviro
 from longctx.testing.model import TinyModel, build_tiny_model
 from longctx.testing.servers import LocalServer, start_sglang, start_vllm
 
-__all__ = ["ENGINES", "EngineHarness"]
+__all__ = ["ENGINES", "EngineHarness", "harness_dir"]
 
 ENGINES = ("vllm", "sglang")
 _STARTERS: dict[str, Callable[..., LocalServer]] = {"vllm": start_vllm, "sglang": start_sglang}
+
+
+def harness_dir(project_root: Path) -> Path:
+    """Where the engines' environments, the tiny model and the servers' logs are built.
+
+    ``LONGCTX_HARNESS_DIR`` when set (one build shared by several clones or
+    worktrees), else ``.cache/harness`` under ``project_root``. The test
+    suite's plugin and the demo both ask here.
+    """
+    configured = os.environ.get("LONGCTX_HARNESS_DIR")
+    return Path(configured).expanduser() if configured else project_root / ".cache" / "harness"
 
 
 class EngineHarness:

@@ -39,7 +39,7 @@ import pytest
 
 from longctx.errors import ServerDiedError
 from longctx.testing.fleet import Fleet, prepare_replicas
-from longctx.testing.harness import ENGINES, EngineHarness
+from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import TinyModel
 from longctx.testing.servers import LocalServer, start_sglang
 
@@ -64,8 +64,7 @@ def _start_sglang_without_cache_report(harness: EngineHarness) -> LocalServer:
 def pytest_configure(config: pytest.Config) -> None:
     for engine in ENGINES:
         config.addinivalue_line("markers", f"{engine}: talks to the real {engine} server of the test harness")
-    base = os.environ.get("LONGCTX_HARNESS_DIR")
-    base_dir = Path(base) if base else Path(str(config.rootpath)) / ".cache" / "harness"
+    base_dir = harness_dir(Path(str(config.rootpath)))
 
     def progress(message: str) -> None:
         print(f"[longctx harness] {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,60 @@
+"""How long the CLI takes to start: ``longctx --help`` against ``python -c pass``, as fresh processes.
+
+Usage: cli_startup.py [--runs N] [--python PATH]. Both commands run N times
+in turn (A B A B ...) after one warm-up each, so bytecode is cached and a
+drift of the machine's speed touches both; each run's wall time is read
+around ``subprocess.run``. Prints the medians, their difference and ratio,
+and the same for ``longctx pack --help`` (which imports the pack command's
+module). The goal (issue 22): ``longctx --help`` within 80 ms of
+``python -c pass``. On a machine others load, quote the difference of the
+medians, not single runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _wall(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def compare(a: list[str], b: list[str], runs: int) -> tuple[float, float]:
+    """The median wall seconds of ``a`` and of ``b``, run in turn ``runs`` times after a warm-up."""
+    _wall(a), _wall(b)
+    times_a, times_b = [], []
+    for _ in range(runs):
+        times_a.append(_wall(a))
+        times_b.append(_wall(b))
+    return statistics.median(times_a), statistics.median(times_b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--python", default=sys.executable)
+    arguments = parser.parse_args()
+    python = arguments.python
+    longctx = str(Path(python).parent / "longctx")
+    bare = [python, "-c", "pass"]
+    print("| command | median wall | python -c pass | difference | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for label, command in (
+        ("longctx --help", [longctx, "--help"]),
+        ("longctx pack --help", [longctx, "pack", "--help"]),
+    ):
+        a, b = compare(command, bare, arguments.runs)
+        print(
+            f"| `{label}` | {a * 1000:.0f} ms | {b * 1000:.0f} ms | +{(a - b) * 1000:.0f} ms | {a / b:.2f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

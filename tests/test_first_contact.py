@@ -1,0 +1,69 @@
+"""What a new user hits in the first hour (issue 22): the small ones."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from longctx.backends.base import Backend
+from longctx.cli import main
+from longctx.cli.app import EXIT_NO_SESSION, EXIT_USAGE, Runtime
+from longctx.cli.sessions import _short_source
+from longctx.serving.recipes import KIMI_K3_NVFP4
+
+
+def test_an_empty_store_says_so_in_sessions_list_and_report() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(main, ["sessions", "list"])
+    assert listed.exit_code == 0 and listed.stdout == ""
+    assert listed.stderr.startswith("no sessions stored in ")
+    reported = runner.invoke(main, ["report"])
+    assert reported.exit_code == EXIT_NO_SESSION
+    assert "no session is stored yet in " in reported.stderr and "(latest)" not in reported.stderr
+
+
+def test_a_listing_line_shows_two_paths_and_a_count() -> None:
+    here = os.getcwd()
+    paths = [os.path.join(here, "docs", f"paper{i}.pdf") for i in range(40)]
+    assert _short_source(", ".join(paths)) == "docs/paper0.pdf, docs/paper1.pdf (+38 more)"
+    assert _short_source("batch of 4 questions, over a repo") == "batch of 4 questions, over a repo"
+
+
+def test_ask_json_prints_json_on_failure_too(backend: Backend, tmp_path: Path) -> None:
+    (tmp_path / "doc.md").write_text("a document\n")
+    result = CliRunner().invoke(
+        main,
+        ["ask", str(tmp_path / "doc.md"), "hi", "--json", "--max-tokens", "0"],
+        obj=Runtime(backend=backend),
+    )
+    assert result.exit_code == EXIT_USAGE
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "ConfigError" and error["exit_code"] == EXIT_USAGE
+    assert "max_tokens must be at least 1" in error["message"]
+    assert result.stderr.startswith("longctx: error: --max-tokens:")
+
+
+def test_recipe_has_the_flag_its_note_names() -> None:
+    runner = CliRunner()
+    kept = runner.invoke(main, ["recipe", KIMI_K3_NVFP4, "--engine", "sglang", "--gpus", "8"])
+    dropped = runner.invoke(
+        main, ["recipe", KIMI_K3_NVFP4, "--engine", "sglang", "--gpus", "8", "--no-speculative"]
+    )
+    assert kept.exit_code == dropped.exit_code == 0, kept.output + dropped.output
+    assert "DSPARK" in kept.stdout and "--no-speculative" in kept.stderr
+    assert "DSPARK" not in dropped.stdout
+
+
+def test_a_lossily_decoded_file_is_named_on_the_summary_line(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "good.txt").write_text("fine\n")
+    (source / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    result = CliRunner().invoke(
+        main, ["pack", str(source), "--tokenizer", "estimate", "-o", str(tmp_path / "p.txt")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "1 file was not valid UTF-8, decoded with U+FFFD replacements: latin1.txt" in result.stderr

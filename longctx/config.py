@@ -406,7 +406,12 @@ class RequestOptions(OptionFields):
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
     )  # fmt: skip
-    offload_prefix_only: bool = option(False, load=bool)
+    offload_prefix_only: bool = option(
+        False, load=bool, on_resume=True, flag="--offload-prefix-only/--no-offload-prefix-only",
+        show_default=True,
+        help="On a server with a host tier that takes a per-request cap (vLLM): offload only the pack,"
+        " not each question and answer.",
+    )  # fmt: skip
 
     canary_every: int | None = option(
         None,

@@ -101,6 +101,26 @@ def test_a_server_without_tiers_gives_no_reading() -> None:
     assert idle is not None and (idle.device, idle.host) == (5, 0)
 
 
+def test_two_workers_readings_sum_by_tier_and_a_mixed_pair_sums_as_transfers() -> None:
+    """A router's workers are summed (CacheCounters.plus): their tiers too."""
+    new = read_tiers(parse_metrics(VLLM_032), VLLM.tiers_for("0.32.0"), "m")
+    old = read_tiers(parse_metrics(VLLM_024), VLLM.tiers_for("0.24.0"), "m")
+    assert new is not None and old is not None
+    both = new.plus(new)
+    assert both.source == "by_source" and (both.device, both.host, both.external) == (2000, 1000, 200)
+    assert both.connector == 1200 and both.load_bytes == 64000 and both.store_bytes is None
+    mixed = new.plus(old)
+    assert mixed.source == "transfers" and (mixed.device, mixed.host) == (None, None)
+    assert mixed.load_bytes == 32000 + 65536 and mixed.connector is None
+    endpoint = HttpEndpoint(
+        "http://x.test/v1", transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_032))
+    )
+    one = VLLM.read_counters(endpoint, "m", "0.32.0")
+    assert one is not None
+    summed = one.plus(one)
+    assert summed.hits == 3200 and summed.tiers == new.plus(new)
+
+
 def test_vllm_hit_counter_reads_with_what_the_connector_supplied() -> None:
     """vLLM's prefix_cache_hits leaves out host hits its responses count: the reading adds them."""
     endpoint = HttpEndpoint(

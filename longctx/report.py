@@ -56,8 +56,8 @@ class CounterCheck:
     ``external_tokens`` are the cached tokens of the window it loaded from
     host memory and from storage, ``loaded_bytes`` the bytes that came back
     from the host, and ``tier_source`` how they were counted (``by_source``,
-    ``cache_source``; ``transfers``: vLLM 0.24 counts bytes only, and the host
-    tokens are the reported ones its GPU counter lacks). None: not counted.
+    ``cache_source``; ``transfers``: the server counts bytes only, and the
+    host tokens are the reported ones its GPU counter lacks). None: not counted.
     """
 
     counter: str

@@ -49,8 +49,9 @@ class FakeEngine:
     chat_headers: list[dict[str, str]] = field(default_factory=list)
     hits_total: int = 0
     prompts: list[str] = field(default_factory=list)
-    #: "vllm-by-source" (vLLM 0.32's counters), "vllm-transfers" (vLLM 0.24: bytes only),
-    #: "sglang-hicache"; None: no host tier.
+    #: "vllm-by-source" (vLLM 0.32's counters), "vllm-024" (vLLM 0.24's, as the H200 run's
+    #: /metrics held them: tokens by source and bytes), "vllm-transfers" (a vLLM counting bytes
+    #: only), "sglang-hicache"; None: no host tier.
     tiers: str | None = None
     gpu_prompts: int = 1_000_000
     bytes_per_token: int = 64
@@ -80,7 +81,7 @@ class FakeEngine:
             )
         if path == "/version" and self.engine == "vllm":
             return httpx2.Response(
-                200, json={"version": "0.24.0" if self.tiers == "vllm-transfers" else "0.32.0"}
+                200, json={"version": "0.24.0" if self.tiers in ("vllm-024", "vllm-transfers") else "0.32.0"}
             )
         if path == "/server_info" and self.engine == "sglang":
             return httpx2.Response(
@@ -143,6 +144,22 @@ class FakeEngine:
                     f'vllm:prompt_tokens_cached_by_source_total{{engine="0",{model},source="host"}} '
                     f"{float(self.host_hits_total)}\n"
                     f'vllm:prompt_tokens_cached_by_source_total{{engine="0",{model},source="disk"}} 0.0\n'
+                    f'vllm:kv_offload_load_bytes_total{{engine="0",{model}}} {float(loaded)}\n'
+                    f'vllm:kv_offload_store_bytes_total{{engine="0",{model}}} {float(stored)}\n'
+                )
+            elif self.tiers == "vllm-024":
+                computed = self.stored_tokens_total
+                text += (
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="local_compute"}} '
+                    f"{float(computed)}\n"
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="local_cache_hit"}} '
+                    f"{float(device)}\n"
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="external_kv_transfer"}} '
+                    f"{float(self.host_hits_total)}\n"
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="CPU_to_GPU"}} '
+                    f"{float(loaded)}\n"
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="GPU_to_CPU"}} '
+                    f"{float(stored)}\n"
                     f'vllm:kv_offload_load_bytes_total{{engine="0",{model}}} {float(loaded)}\n'
                     f'vllm:kv_offload_store_bytes_total{{engine="0",{model}}} {float(stored)}\n'
                 )

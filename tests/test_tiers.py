@@ -3,7 +3,8 @@
 The CPU builds of vLLM and SGLang run no host tier (docs/testing.md says
 why), so the accounting is tested against a fake engine that exports each
 generation's metrics: vLLM 0.32 (tokens by source and external hits),
-vLLM 0.24 (transfer bytes only) and SGLang HiCache (tokens by cache source,
+vLLM 0.24 (tokens by source and transfer bytes, as its /metrics held them on
+the H200), a vLLM counting transfer bytes only, and SGLang HiCache (tokens by cache source,
 and per request ``sglext.cached_tokens_details``).
 """
 
@@ -54,7 +55,22 @@ vllm:prompt_tokens_cached_by_source_total{engine="0",model_name="m",source="p2p"
 vllm:kv_offload_load_bytes_total{engine="0",model_name="m"} 32000.0
 """
 
+# vLLM 0.24.0 on the H200 after the canary's runs (docs/benchmarks.md, gpu-canary): 77,040 tokens came
+# back from the CPU tier, 5,048,893,440 bytes at 65,536 bytes per token (fp8 8B Llama).
 VLLM_024 = """
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 17968.0
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 5048893440.0
+vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 13442744320.0
+vllm:kv_offload_load_bytes_total{engine="0",model_name="m"} 5048893440.0
+vllm:kv_offload_store_bytes_total{engine="0",model_name="m"} 13442744320.0
+vllm:kv_offload_load_time_total{engine="0",model_name="m"} 0.18098368072509766
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_compute"} 205172.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="local_cache_hit"} 17968.0
+vllm:prompt_tokens_by_source_total{engine="0",model_name="m",source="external_kv_transfer"} 77040.0
+"""
+
+# A vLLM whose offloading counts bytes only (no tokens by source).
+VLLM_BYTES_ONLY = """
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1000.0
 vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="CPU_to_GPU"} 65536.0
 vllm:kv_offload_total_bytes_total{engine="0",model_name="m",transfer_type="GPU_to_CPU"} 131072.0
@@ -76,8 +92,25 @@ def test_vllm_032_counts_tokens_by_source() -> None:
     assert reading.connector == 600 and reading.load_bytes == 32000
 
 
-def test_vllm_024_counts_bytes_only() -> None:
+def test_vllm_024_counts_host_tokens_by_source_equal_to_its_bytes() -> None:
     reading = read_tiers(parse_metrics(VLLM_024), VLLM.tiers_for("0.24.0"), "m")
+    assert reading is not None and reading.source == "by_source"
+    assert (reading.device, reading.host, reading.external) == (17_968, 77_040, 0)
+    assert reading.connector == 77_040
+    # The host tokens are the bytes loaded back over the bytes per token, exactly.
+    assert reading.load_bytes == 77_040 * 65_536 and reading.store_bytes == 13_442_744_320
+    endpoint = HttpEndpoint(
+        "http://x.test/v1", transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_024))
+    )
+    counters_now = VLLM.read_counters(endpoint, "m", "0.24.0")
+    assert counters_now is not None and counters_now.hits == 17_968 + 77_040
+    assert counters_now.counter == (
+        'vllm:prefix_cache_hits_total + vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}'
+    )
+
+
+def test_a_vllm_counting_bytes_only_gives_transfers() -> None:
+    reading = read_tiers(parse_metrics(VLLM_BYTES_ONLY), VLLM.tiers_for("0.24.0"), "m")
     assert reading is not None and reading.source == "transfers"
     assert (reading.device, reading.host, reading.external) == (None, None, None)
     assert (reading.load_bytes, reading.store_bytes) == (65536, 131072)
@@ -104,7 +137,7 @@ def test_a_server_without_tiers_gives_no_reading() -> None:
 def test_two_workers_readings_sum_by_tier_and_a_mixed_pair_sums_as_transfers() -> None:
     """A router's workers are summed (CacheCounters.plus): their tiers too."""
     new = read_tiers(parse_metrics(VLLM_032), VLLM.tiers_for("0.32.0"), "m")
-    old = read_tiers(parse_metrics(VLLM_024), VLLM.tiers_for("0.24.0"), "m")
+    old = read_tiers(parse_metrics(VLLM_BYTES_ONLY), VLLM.tiers_for("0.24.0"), "m")
     assert new is not None and old is not None
     both = new.plus(new)
     assert both.source == "by_source" and (both.device, both.host, both.external) == (2000, 1000, 200)
@@ -167,7 +200,9 @@ def _revisit(tiers: str, engine: str, tmp_path: Path) -> tuple[FakeEngine, Sessi
     return fake, first, second
 
 
-@pytest.mark.parametrize(("tiers", "engine"), [("vllm-by-source", "vllm"), ("vllm-transfers", "vllm")])
+@pytest.mark.parametrize(
+    ("tiers", "engine"), [("vllm-by-source", "vllm"), ("vllm-024", "vllm"), ("vllm-transfers", "vllm")]
+)
 def test_a_host_hit_on_vllm_matches_its_counters_and_shows_in_the_report(
     tiers: str, engine: str, tmp_path: Path
 ) -> None:
@@ -184,9 +219,11 @@ def test_a_host_hit_on_vllm_matches_its_counters_and_shows_in_the_report(
     assert check is not None and check.matches, check
     assert check.host_tokens == host
     assert check.loaded_bytes == host * fake.bytes_per_token
-    assert check.tier_source == ("by_source" if tiers == "vllm-by-source" else "transfers")
+    assert check.tier_source == ("transfers" if tiers == "vllm-transfers" else "by_source")
     if tiers == "vllm-by-source":
         assert check.counter == "vllm:prefix_cache_hits_total + vllm:external_prefix_cache_hits_total"
+    if tiers == "vllm-024":
+        assert "external_kv_transfer" in check.counter
     # Only the revisit's window had host hits; the report's split sums its windows.
     tiers_split = report.cached_by_tier
     assert tiers_split is not None and tiers_split.host == host

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Add to DEST (a folder prepare-wheels.sh made) DEST/lm: LMCache 0.5.6 (17.7 MB wheel, CUDA 13 build,
-# torch unpinned: tiers.sh checks it imports beside the image's torch 2.11.0), and DEST/lmdeps: its
+# torch unpinned: host-tiers.sh checks it imports beside the image's torch 2.11.0), and DEST/lmdeps: its
 # requirements the GPU image lacks (about 30 MB; torch and what the image has left out).
 # Usage: benchmarks/gpu/prepare-lmcache.sh DEST    (on a machine with the package index)
 set -eu

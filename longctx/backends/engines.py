@@ -247,16 +247,33 @@ VLLM = EngineProfile(
     hit_counter="vllm:prefix_cache_hits_total",
     query_counter="vllm:prefix_cache_queries_total",
     tiers=(
-        # 0.24.0 (the H200 runs): KV offload transfers only, by transfer_type CPU_to_GPU / GPU_to_CPU.
+        # 0.24.0 (the H200 runs; docs/benchmarks.md gpu-canary lists what its /metrics held): the
+        # prompt's tokens by source (local_compute, local_cache_hit, external_kv_transfer: what a
+        # connector, the host tier, supplied; prefix_cache_hits leaves those out) and the bytes moved,
+        # both as vllm:kv_offload_total_bytes_total{transfer_type} and vllm:kv_offload_{load,store}_bytes.
         CacheTiers(
             "0.24",
+            hits_by_source="vllm:prompt_tokens_by_source_total",
             metrics=(
+                "vllm:prompt_tokens_by_source_total",
                 "vllm:kv_offload_total_bytes_total",
                 "vllm:kv_offload_total_time_total",
+                "vllm:kv_offload_load_bytes_total",
+                "vllm:kv_offload_store_bytes_total",
                 "vllm:kv_offload_size",
             ),
-            load_bytes=(("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),),
-            store_bytes=(("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),),
+            device_sources=("local_cache_hit",),
+            host_sources=("external_kv_transfer",),
+            connector_hits="vllm:prompt_tokens_by_source_total",
+            connector_labels=(("source", "external_kv_transfer"),),
+            load_bytes=(
+                ("vllm:kv_offload_load_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
+            ),
+            store_bytes=(
+                ("vllm:kv_offload_store_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
+            ),
         ),
         # 0.32.0 (the CPU build of the test suite, read from its sources): hits by tier
         # (device, host, p2p, disk, external_unspecified), summing to the local and external hits.

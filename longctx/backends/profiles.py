@@ -264,7 +264,8 @@ class EngineProfile:
         counter = self.hit_counter
         reading = read_tiers(samples, tiers, model)
         if reading is not None and reading.connector is not None and tiers is not None:
-            counter = f"{counter} + {tiers.connector_hits}"
+            labels = ",".join(f'{key}="{value}"' for key, value in tiers.connector_labels)
+            counter = f"{counter} + {tiers.connector_hits}" + (f"{{{labels}}}" if labels else "")
             hits += reading.connector
         return CacheCounters(
             counter,

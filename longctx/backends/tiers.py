@@ -9,12 +9,13 @@ into engine-neutral objects:
 - :class:`TierReading`: the cumulative cached tokens by tier and the bytes
   moved between GPU and host, from ``/metrics``. Two kinds of engine
   version are known: those that count tokens by tier (vLLM 0.32's
-  ``vllm:prompt_tokens_cached_by_source_total``, SGLang's
-  ``sglang:cached_tokens_total{cache_source=...}``) and those that count only
-  the bytes their offloading moved (vLLM 0.24:
-  ``vllm:kv_offload_total_bytes_total{transfer_type=CPU_to_GPU|GPU_to_CPU}``);
-  there the responses' cached tokens less the GPU hit counter are what came
-  from the host (:mod:`longctx.sessions.counters`).
+  ``vllm:prompt_tokens_cached_by_source_total``, vLLM 0.24's
+  ``vllm:prompt_tokens_by_source_total{source=local_cache_hit|external_kv_transfer}``,
+  SGLang's ``sglang:cached_tokens_total{cache_source=...}``) and those that
+  count only the bytes their offloading moved
+  (``vllm:kv_offload_total_bytes_total{transfer_type=CPU_to_GPU|GPU_to_CPU}``
+  without the tokens); there the responses' cached tokens less the GPU hit
+  counter are what came from the host (:mod:`longctx.sessions.counters`).
 - :class:`HostTier`: the tier a server runs with (its backend and size), read
   by the engine's discovery from its launch settings.
 """
@@ -25,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from longctx.backends.metrics import Sample, total
+from longctx.backends.metrics import Sample
 
 __all__ = ["CacheTiers", "HostTier", "TierReading", "read_tiers"]
 
@@ -45,7 +46,9 @@ class CacheTiers:
     backends ``storage_...``). ``connector_hits`` counts every token a
     connector (host memory, disk, LMCache) supplied where the engine's hit
     counter leaves them out although its responses count them as cached
-    (vLLM's ``external_prefix_cache_hits``). ``load_bytes`` and
+    (vLLM's ``external_prefix_cache_hits``), read from the samples whose
+    labels include ``connector_labels`` (vLLM 0.24 counts them in
+    ``prompt_tokens_by_source{source="external_kv_transfer"}``). ``load_bytes`` and
     ``store_bytes`` are the host -> GPU and GPU -> host transfer counters,
     each a metric name and the labels its samples must have (the first
     present is read). ``host_capacity_tokens`` is a gauge of the host tier's
@@ -60,6 +63,7 @@ class CacheTiers:
     host_sources: tuple[str, ...] = ("host",)
     external_sources: tuple[str, ...] = ()
     connector_hits: str | None = None
+    connector_labels: tuple[tuple[str, str], ...] = ()
     load_bytes: tuple[tuple[str, Mapping[str, str]], ...] = ()
     store_bytes: tuple[tuple[str, Mapping[str, str]], ...] = ()
     host_capacity_tokens: str | None = None
@@ -159,8 +163,7 @@ def read_tiers(
     stores = _first_total(samples, tiers.store_bytes, model)
     connector = None
     if tiers.connector_hits is not None:
-        found = total(samples, tiers.connector_hits, model=model)
-        connector = None if found is None else int(found)
+        connector = _first_total(samples, ((tiers.connector_hits, dict(tiers.connector_labels)),), model)
     if tiers.hits_by_source is not None:
         by_label: dict[str, float] = {}
         for sample in samples:

@@ -25,10 +25,12 @@ Tiers below the GPU (:mod:`longctx.backends.tiers`): the responses count
 a block loaded back from host memory as cached. Where the server counts
 such hits (vLLM's external-prefix counter, added to its GPU hit counter on
 reading; SGLang's counter, labelled by source) the window records them by
-tier. vLLM 0.24 counts only the bytes its offloading moved: there the
-reported tokens the GPU counter lacks are the host tier's while bytes came
-back from the host in the window (``tier_source`` ``transfers``: inferred),
-and the check counts them as host hits, not as a mismatch.
+tier (vLLM 0.24 counts the connector's tokens in
+``prompt_tokens_by_source{source="external_kv_transfer"}``). A server that
+counts only the bytes its offloading moved: there the reported tokens the
+GPU counter lacks are the host tier's while bytes came back from the host
+in the window (``tier_source`` ``transfers``: inferred), and the check
+counts them as host hits, not as a mismatch.
 
 A turn's check finishes off the answer's path (:meth:`Settling.then`): the
 session waits for its pending checks before a report and when it closes,
@@ -562,7 +564,7 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
     firsts = [group[0] for group in windows.values()]
     counted = sum(first.after - first.before for first in firsts)
     tiers = _combined_tiers(firsts)
-    # Host hits vLLM 0.24 only counts in bytes: the inferred tokens count as the server's.
+    # Host hits a server counts only in bytes: the inferred tokens count as the server's.
     delta = counted + (tiers["host_tokens"] or 0 if tiers["tier_source"] == "transfers" else 0)
     if any(check.reported is None or check.others_reported is None for check in checks):
         return CounterCheck(

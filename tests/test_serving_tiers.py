@@ -39,6 +39,24 @@ def test_the_benchmark_model_host_tier_in_tokens() -> None:
     assert "393,216" in plan.to_text()
 
 
+def test_the_plan_matches_what_vllm_024_moved_per_token_on_the_h200() -> None:
+    """vLLM 0.24.0's own counters on the H200 (docs/benchmarks.md gpu-canary, 16 GiB native tier).
+
+    It loaded 5,048,893,440 bytes CPU -> GPU for 77,040 tokens (prompt_tokens_by_source
+    external_kv_transfer): 65,536 bytes a token; it stored 13,442,744,320 bytes GPU -> CPU, whole
+    blocks of 16 tokens at that cost (12,820 blocks; it computed 205,172 tokens). The plan's bytes
+    per token and the tier's tokens are those the engine's bytes imply (the goal: within 2%).
+    """
+    loaded_bytes, host_tokens, stored_bytes = 5_048_893_440, 77_040, 13_442_744_320
+    engine_bytes_per_token = loaded_bytes / host_tokens
+    plan = plan_capacity(_llama_8b_fp8(), kv_memory_gib=1.0, host_memory_gib=16)
+    tier = plan.host_tier
+    assert tier is not None and tier.token_bytes == engine_bytes_per_token == 65_536
+    assert stored_bytes % (tier.token_bytes * tier.block_size) == 0  # whole blocks, as the plan counts
+    implied = 16 * (1 << 30) / engine_bytes_per_token
+    assert abs(tier.tokens - implied) / implied <= 0.02 and tier.tokens == 262_144
+
+
 def test_tensor_parallel_ranks_each_offload_their_heads_and_mla_once() -> None:
     llama = _llama_8b_fp8()
     # TP 2 splits the heads; the host holds both halves: the same bytes per token in all.

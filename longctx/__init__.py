@@ -34,6 +34,9 @@ _EXPORTS: dict[str, str] = {
     "BoundaryCheck": "longctx.packing",
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.profiles",
+    "CachedByTier": "longctx.report",
+    "HostTier": "longctx.backends.tiers",
+    "TierReading": "longctx.backends.tiers",
     "CanaryComparison": "longctx.cache_canary",
     "CanaryDiverged": "longctx.errors",
     "CanaryOptions": "longctx.cache_canary",
@@ -137,6 +140,7 @@ if TYPE_CHECKING:
     from longctx.backends.metrics import Sample
     from longctx.backends.profiles import CacheCounters
     from longctx.backends.routers import RouterInfo
+    from longctx.backends.tiers import HostTier, TierReading
     from longctx.backends.tokenizer import ServerTokenizer
     from longctx.cache_canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
@@ -184,7 +188,7 @@ if TYPE_CHECKING:
         compare_packs,
         pack,
     )
-    from longctx.report import CounterCheck, Prices, RequestLine, SavingsReport
+    from longctx.report import CachedByTier, CounterCheck, Prices, RequestLine, SavingsReport
     from longctx.retry import RetryPolicy
     from longctx.serving.advice import Finding
     from longctx.serving.doctor import Diagnosis, diagnose
@@ -224,6 +228,7 @@ __all__ = [
     "Budget",
     "BudgetError",
     "CacheCounters",
+    "CachedByTier",
     "CanaryComparison",
     "CanaryDiverged",
     "CanaryOptions",
@@ -247,6 +252,7 @@ __all__ = [
     "FileChange",
     "Finding",
     "HarnessError",
+    "HostTier",
     "InputError",
     "InsufficientMemory",
     "Job",
@@ -296,6 +302,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredPack",
+    "TierReading",
     "TiktokenFileTokenizer",
     "Tokenizer",
     "TokenizerError",

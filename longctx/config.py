@@ -321,10 +321,15 @@ class RequestOptions(OptionFields):
     cached tokens the responses reported; a job over many packs
     (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
-    reading. ``canary_every`` (off by default) runs the cache canary
-    (:mod:`longctx.cache_canary`) on the session's own prefix after one request
-    in that many (turns and siblings count, per session: in a job, per
-    pack); each run costs two cold prefills of the prefix.
+    reading. ``offload_prefix_only`` (off by default) caps, on a server with
+    a host tier whose engine takes a per-request cap (vLLM's
+    ``kv_transfer_params.max_offload_tokens``, experimental), what each
+    request offloads to the pack's tokens: the shared prefix goes to host
+    memory, each question and answer does not. ``canary_every`` (off by
+    default) runs the cache canary (:mod:`longctx.cache_canary`) on the
+    session's own prefix after one request in that many (turns and siblings
+    count, per session: in a job, per pack); each run costs two cold
+    prefills of the prefix.
     ``prompt_cache_key`` (OpenAI's name) is the affinity key to route by
     instead of the one longctx derives from the pack: every request of the
     session carries it in the affinity headers, ``user``, and the body
@@ -400,6 +405,12 @@ class RequestOptions(OptionFields):
         group="token_history",
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
+    )  # fmt: skip
+    offload_prefix_only: bool = option(
+        False, load=bool, on_resume=True, flag="--offload-prefix-only/--no-offload-prefix-only",
+        show_default=True,
+        help="On a server with a host tier that takes a per-request cap (vLLM): offload only the pack,"
+        " not each question and answer.",
     )  # fmt: skip
 
     canary_every: int | None = option(

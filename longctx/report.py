@@ -19,7 +19,15 @@ from longctx.errors import ConfigError
 from longctx.store import RequestRecord
 from longctx.usage import Usage
 
-__all__ = ["CounterCheck", "Prices", "RequestLine", "SavingsReport", "build_report", "cold_prefill_rate"]
+__all__ = [
+    "CachedByTier",
+    "CounterCheck",
+    "Prices",
+    "RequestLine",
+    "SavingsReport",
+    "build_report",
+    "cold_prefill_rate",
+]
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,13 @@ class CounterCheck:
     is what their responses reported. ``matches`` is exact equality of the
     growth with both together; ``note`` explains a mismatch, the others'
     share, or why no check was possible.
+
+    Where the server keeps a tier below the GPU, ``host_tokens`` and
+    ``external_tokens`` are the cached tokens of the window it loaded from
+    host memory and from storage, ``loaded_bytes`` the bytes that came back
+    from the host, and ``tier_source`` how they were counted (``by_source``,
+    ``cache_source``; ``transfers``: the server counts bytes only, and the
+    host tokens are the reported ones its GPU counter lacks). None: not counted.
     """
 
     counter: str
@@ -51,6 +66,32 @@ class CounterCheck:
     matches: bool | None
     note: str = ""
     others_reported: int = 0
+    host_tokens: int | None = None
+    external_tokens: int | None = None
+    loaded_bytes: int | None = None
+    tier_source: str | None = None
+
+
+@dataclass(frozen=True)
+class CachedByTier:
+    """A report's cached tokens split by where the server found them.
+
+    ``device`` is GPU memory, ``host`` host memory, ``external`` storage below
+    it (disk, a cache server, another instance). ``source`` is ``responses``
+    (every response said) or ``counters (...)``, the server's counters over
+    the window, with how they were counted.
+    """
+
+    device: int
+    host: int
+    external: int
+    source: str
+
+    def describe(self) -> str:
+        text = f"device {self.device:,}, host {self.host:,}"
+        if self.external:
+            text += f", storage {self.external:,}"
+        return f"{text} (from the {self.source})"
 
 
 @dataclass(frozen=True)
@@ -110,6 +151,31 @@ class SavingsReport:
         return self.cached_tokens / self.prompt_tokens
 
     @property
+    def cached_by_tier(self) -> CachedByTier | None:
+        """Where the cached tokens came from: per request where every response said, else the counters.
+
+        None when neither the responses nor the server's counters split them
+        (no tier below the GPU seen, or an engine that does not count it).
+        """
+        if self.cached_tokens is None:
+            return None
+        lines = [line for line in self.requests if line.usage.cached_tokens is not None]
+        if lines and all(line.usage.host_cached_tokens is not None for line in lines):
+            host = sum(line.usage.host_cached_tokens or 0 for line in lines)
+            external = sum(line.usage.external_cached_tokens or 0 for line in lines)
+            return CachedByTier(self.cached_tokens - host - external, host, external, "responses")
+        check = self.counter_check
+        if check is None or check.tier_source is None or check.host_tokens is None:
+            return None
+        external = check.external_tokens or 0
+        # The window's split, applied to this report's cached tokens (other calls may share the window).
+        host = min(check.host_tokens, self.cached_tokens)
+        external = min(external, self.cached_tokens - host)
+        return CachedByTier(
+            self.cached_tokens - host - external, host, external, f"counters ({check.tier_source})"
+        )
+
+    @property
     def prefill_tokens(self) -> int | None:
         """Prompt tokens the server actually prefilled."""
         if self.cached_tokens is None:
@@ -164,6 +230,7 @@ class SavingsReport:
             "cost": self.cost,
             "cost_without_cache": self.cost_without_cache,
             "currency": self.prices.currency if self.prices else None,
+            "cached_by_tier": asdict(tiers) if (tiers := self.cached_by_tier) else None,
             "replicas": dict(self._per_replica()),
             "notes": list(self.notes),
             "dispatch": self.dispatch,
@@ -196,6 +263,10 @@ class SavingsReport:
         else:
             facts.append(("cached tokens", f"{self.cached_tokens:,} ({self.hit_rate or 0:.1%} hit rate)"))
             facts.append(("prefilled tokens", f"{self.prefill_tokens:,}"))
+            tiers = self.cached_by_tier
+            # Engines that count by tier also count a server without a host tier (all on the GPU).
+            if tiers is not None and (tiers.host or tiers.external):
+                facts.append(("cached by tier", tiers.describe()))
         facts.append(("completion tokens", f"{self.completion_tokens:,}"))
         facts += [(f"replica {url}", text) for url, text in self._per_replica()]
         if self.cold_prefill_tokens_per_second:

@@ -4,7 +4,11 @@ It imitates what longctx reads from vLLM and SGLang (model listing, version,
 server info, metrics, streamed chat with usage in the last chunk) and keeps a
 crude prefix cache: a prompt's cached tokens are the characters it shares
 with the longest earlier prompt, divided by four and rounded down to a
-block. Faults can be queued per chat request. Real-engine tests cover what
+block. Faults can be queued per chat request. With ``tiers`` set it also
+keeps a host tier: the GPU holds the last ``gpu_prompts`` prompts, the host
+every earlier one (inclusive, as vLLM's native offloading and SGLang's
+write-through HiCache are); a hit on a prompt only the host holds is a host
+hit, exported in the metric generation ``tiers`` names. Real-engine tests cover what
 the real engines do; this covers longctx's own logic, fast.
 """
 
@@ -45,6 +49,14 @@ class FakeEngine:
     chat_headers: list[dict[str, str]] = field(default_factory=list)
     hits_total: int = 0
     prompts: list[str] = field(default_factory=list)
+    #: "vllm-by-source" (vLLM 0.32's counters), "vllm-024" (vLLM 0.24's, as the H200 run's
+    #: /metrics held them: tokens by source and bytes), "vllm-transfers" (a vLLM counting bytes
+    #: only), "sglang-hicache"; None: no host tier.
+    tiers: str | None = None
+    gpu_prompts: int = 1_000_000
+    bytes_per_token: int = 64
+    host_hits_total: int = 0
+    stored_tokens_total: int = 0
     salts: list[str | None] = field(default_factory=list)
     # The cache canary's faults: added to the first token's logprob, or a
     # first token changed, in an answer that read cached tokens.
@@ -68,7 +80,9 @@ class FakeEngine:
                 json={"data": [{"id": self.model, "owned_by": owner, "max_model_len": self.context_length}]},
             )
         if path == "/version" and self.engine == "vllm":
-            return httpx2.Response(200, json={"version": "0.32.0"})
+            return httpx2.Response(
+                200, json={"version": "0.24.0" if self.tiers in ("vllm-024", "vllm-transfers") else "0.32.0"}
+            )
         if path == "/server_info" and self.engine == "sglang":
             return httpx2.Response(
                 200,
@@ -81,6 +95,15 @@ class FakeEngine:
                     "kv_cache_dtype": "auto",
                     "chunked_prefill_size": 8192,
                     "context_length": self.context_length,
+                    **(
+                        {
+                            "enable_hierarchical_cache": True,
+                            "hicache_size": 24,
+                            "hicache_write_policy": "write_through",
+                        }
+                        if self.tiers == "sglang-hicache"
+                        else {}
+                    ),
                 },
             )
         if path == "/metrics" and self.engine in ("vllm", "sglang"):
@@ -93,20 +116,68 @@ class FakeEngine:
         return f"process_start_time_seconds {self.started}\n" + self._counters()
 
     def _counters(self) -> str:
+        model = f'model_name="{self.model}"'
+        device = self.hits_total - self.host_hits_total
         if self.engine == "vllm":
             enabled = "True" if self.prefix_caching else "False"
-            return (
+            offload = ""
+            if self.tiers is not None:
+                offload = 'kv_offloading_backend="native",kv_offloading_size="24.0",'
+            text = (
                 "# HELP vllm:cache_config_info info\n"
                 f'vllm:cache_config_info{{block_size="{self.block}",cache_dtype="auto",'
-                f'enable_prefix_caching="{enabled}",engine="0",model_name="{self.model}"}} 1.0\n'
-                f'vllm:prefix_cache_hits_total{{engine="0",model_name="{self.model}"}} '
-                f"{float(self.hits_total)}\n"
-                f'vllm:prefix_cache_queries_total{{engine="0",model_name="{self.model}"}} 0.0\n'
+                f'enable_prefix_caching="{enabled}",engine="0",{offload}{model}}} 1.0\n'
+                f'vllm:prefix_cache_hits_total{{engine="0",{model}}} '
+                f"{float(device if self.tiers else self.hits_total)}\n"
+                f'vllm:prefix_cache_queries_total{{engine="0",{model}}} 0.0\n'
             )
-        return (
-            f'sglang:cached_tokens_total{{cache_source="device",model_name="{self.model}"}} '
-            f"{float(self.hits_total)}\n"
-        )
+            loaded, stored = (
+                self.host_hits_total * self.bytes_per_token,
+                self.stored_tokens_total * self.bytes_per_token,
+            )
+            if self.tiers == "vllm-by-source":
+                text += (
+                    f'vllm:external_prefix_cache_hits_total{{engine="0",{model}}} '
+                    f"{float(self.host_hits_total)}\n"
+                    f'vllm:prompt_tokens_cached_by_source_total{{engine="0",{model},source="device"}} '
+                    f"{float(device)}\n"
+                    f'vllm:prompt_tokens_cached_by_source_total{{engine="0",{model},source="host"}} '
+                    f"{float(self.host_hits_total)}\n"
+                    f'vllm:prompt_tokens_cached_by_source_total{{engine="0",{model},source="disk"}} 0.0\n'
+                    f'vllm:kv_offload_load_bytes_total{{engine="0",{model}}} {float(loaded)}\n'
+                    f'vllm:kv_offload_store_bytes_total{{engine="0",{model}}} {float(stored)}\n'
+                )
+            elif self.tiers == "vllm-024":
+                computed = self.stored_tokens_total
+                text += (
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="local_compute"}} '
+                    f"{float(computed)}\n"
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="local_cache_hit"}} '
+                    f"{float(device)}\n"
+                    f'vllm:prompt_tokens_by_source_total{{engine="0",{model},source="external_kv_transfer"}} '
+                    f"{float(self.host_hits_total)}\n"
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="CPU_to_GPU"}} '
+                    f"{float(loaded)}\n"
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="GPU_to_CPU"}} '
+                    f"{float(stored)}\n"
+                    f'vllm:kv_offload_load_bytes_total{{engine="0",{model}}} {float(loaded)}\n'
+                    f'vllm:kv_offload_store_bytes_total{{engine="0",{model}}} {float(stored)}\n'
+                )
+            elif self.tiers == "vllm-transfers":
+                text += (
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="CPU_to_GPU"}} '
+                    f"{float(loaded)}\n"
+                    f'vllm:kv_offload_total_bytes_total{{engine="0",{model},transfer_type="GPU_to_CPU"}} '
+                    f"{float(stored)}\n"
+                )
+            return text
+        if self.tiers == "sglang-hicache":
+            return (
+                f'sglang:cached_tokens_total{{cache_source="device",{model}}} {float(device)}\n'
+                f'sglang:cached_tokens_total{{cache_source="host",{model}}} {float(self.host_hits_total)}\n'
+                f"sglang:hicache_host_total_tokens{{{model}}} 393216.0\n"
+            )
+        return f'sglang:cached_tokens_total{{cache_source="device",{model}}} {float(self.hits_total)}\n'
 
     def chat(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
@@ -127,10 +198,16 @@ class FakeEngine:
         # The salt namespaces the cache, as on the real engines.
         salt = body.get("cache_salt")
         cached = self.cached_for(prompt, salt) if self.prefix_caching else 0
+        # Without a host tier every cached token is on the GPU (and no second lookup is made).
+        host = 0
+        if self.tiers and self.prefix_caching:
+            host = cached - self.cached_for(prompt, salt, last=self.gpu_prompts)
         with self.lock:
             self.prompts.append(prompt)
             self.salts.append(salt)
             self.hits_total += cached
+            self.host_hits_total += host
+            self.stored_tokens_total += tokens - cached
         details: dict[str, Any] | None = {"cached_tokens": cached} if self.report_cached else None
         usage = {
             "prompt_tokens": tokens,
@@ -172,6 +249,8 @@ class FakeEngine:
                 "usage": usage,
             },
         ]
+        if self.tiers == "sglang-hicache" and body.get("return_cached_tokens_details"):
+            chunks[-1]["sglext"] = {"cached_tokens_details": {"device": cached - host, "host": host}}
         text = "".join(f"data: {json.dumps(chunk)}\n\n" for chunk in chunks) + "data: [DONE]\n\n"
         headers = {"content-type": "text/event-stream", **self.response_headers}
         return httpx2.Response(200, text=text, headers=headers)
@@ -222,10 +301,14 @@ class FakeEngine:
             400, json={"error": {"message": message, "type": "BadRequestError", "code": 400}}
         )
 
-    def cached_for(self, prompt: str, salt: str | None = None) -> int:
+    def cached_for(self, prompt: str, salt: str | None = None, last: int | None = None) -> int:
+        """Tokens of ``prompt`` cached under ``salt``: shared with an earlier one (of the ``last`` ones)."""
         best = 0
         with self.lock:
-            earlier = [seen for seen, its in zip(self.prompts, self.salts, strict=True) if its == salt]
+            seen_salted = list(zip(self.prompts, self.salts, strict=True))
+            if last is not None:
+                seen_salted = seen_salted[-last:]
+            earlier = [seen for seen, its in seen_salted if its == salt]
         for seen in earlier:
             shared = 0
             for a, b in zip(seen, prompt, strict=False):

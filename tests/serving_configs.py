@@ -98,3 +98,35 @@ GPT_OSS_SLIDING: dict[str, Any] = {
     "max_position_embeddings": 131072,
     "torch_dtype": "bfloat16",
 }
+
+# A Kimi-K3-shaped language model (the seed's description: MLA full-attention layers among
+# Kimi Delta Attention layers, one MLA layer in four, a 1M-token architecture). The sizes are
+# Kimi K2's attention (64 heads, latent 512 + rope 64) on 64 layers, 16 MLA and 48 KDA of
+# 64 heads x 128: a shape to plan with, not the checkpoint's own config.
+KIMI_K3_SHAPED: dict[str, Any] = {
+    "architectures": ["KimiK3ForCausalLM"],
+    "model_type": "kimi_k3",
+    "text_config": {
+        "model_type": "kimi_linear",
+        "hidden_size": 7168,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 64,
+        "head_dim": 112,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mla_use_nope": True,
+        "model_max_length": 1048576,
+        "torch_dtype": "bfloat16",
+        "linear_attn_config": {
+            "full_attn_layers": list(range(4, 65, 4)),
+            "kda_layers": [layer for layer in range(1, 65) if layer % 4],
+            "head_dim": 128,
+            "num_heads": 64,
+            "short_conv_kernel_size": 4,
+        },
+    },
+}

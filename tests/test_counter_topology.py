@@ -61,9 +61,12 @@ def test_both_routers_worker_lists_are_read() -> None:
 class FakeFleet:
     """Two fake vLLM engines (distinct process start times) and a router or a plain balancer in front."""
 
-    def __init__(self, *, lists_workers: bool = True, workers_reachable: bool = True) -> None:
+    def __init__(
+        self, *, lists_workers: bool = True, workers_reachable: bool = True, tiers: str | None = None
+    ) -> None:
         self.engines = {
-            url: FakeEngine(block=1, started=1_700_000_000.0 + number) for number, url in enumerate(WORKERS)
+            url: FakeEngine(block=1, started=1_700_000_000.0 + number, tiers=tiers, gpu_prompts=1)
+            for number, url in enumerate(WORKERS)
         }
         self.lists_workers = lists_workers
         self.workers_reachable = workers_reachable
@@ -126,6 +129,27 @@ def test_a_job_through_a_router_that_lists_its_workers_is_checked_on_each_worker
     assert check.server_delta == check.reported and check.reported
     _no_negative(check)
     assert backend.router(ROUTER) is not None
+
+
+def test_a_router_with_host_tiers_sums_each_workers_tier_counters(tmp_path: Path) -> None:
+    # Each worker keeps the last prompt on its GPU and the rest on its host tier (vLLM 0.32's
+    # counters by source): the job's check sums both workers' host hits as well as their GPU hits.
+    fleet = FakeFleet(tiers="vllm-by-source")
+    backend = connect(ROUTER, transport=httpx2.MockTransport(fleet.route))
+    items = _job_items(tmp_path, packs=4)
+    with Store.open(tmp_path / "home") as store:
+        Job(items, backend=backend, store=store, options=JobOptions(job_id="t1")).run()
+        before = sum(engine.host_hits_total for engine in fleet.engines.values())
+        # Asked again (fresh): each pack now comes back from a host tier, on its own worker.
+        report = Job(items, backend=backend, store=store, options=JobOptions(job_id="t1", fresh=True)).run()
+    assert not report.failed
+    host = sum(engine.host_hits_total for engine in fleet.engines.values()) - before
+    assert all(engine.host_hits_total for engine in fleet.engines.values())  # both workers' tiers served
+    check = report.counter_check
+    assert check is not None and check.matches is True, check
+    assert check.tier_source == "by_source"
+    assert host > 0 and check.host_tokens == host, (check, host)
+    _no_negative(check)
 
 
 def test_a_router_whose_workers_cannot_be_reached_skips_the_check_and_says_why(tmp_path: Path) -> None:

@@ -124,9 +124,11 @@ def test_the_built_in_profiles_keep_what_the_engines_said() -> None:
         "return_output_ids_in_sglext": True,
     }
     assert GENERIC.id_switches(completions=True) == {}
-    # Tier metrics by version: 0.24 knows only offload transfers; 0.32 splits hits by tier.
+    # Tier metrics by version: 0.24 counts prompt tokens by source (local hit, connector) and the
+    # offload transfers; 0.32 splits the cached tokens by tier.
     early, late = VLLM.tiers_for("0.24.0"), VLLM.tiers_for("0.32.0")
-    assert early is not None and early.hits_by_source is None
+    assert early is not None and early.hits_by_source == "vllm:prompt_tokens_by_source_total"
+    assert early.host_sources == ("external_kv_transfer",)
     assert "vllm:kv_offload_total_bytes_total" in early.metrics
     assert late is not None and late.hits_by_source == "vllm:prompt_tokens_cached_by_source_total"
     assert VLLM.tiers_for("0.10.1") is None and VLLM.tiers_for(None) == late

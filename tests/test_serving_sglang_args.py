@@ -54,6 +54,16 @@ def parsed(sglang_interpreter: Path) -> dict[str, ParseResult]:
         "kimi-k3": recipe_for(KIMI_K3_NVFP4, "sglang", max_model_len=131_072),
         "gqa": recipe_for("meta-llama/Llama-3.1-8B-Instruct", "sglang", gpus=2, config=LLAMA_GQA),
         "mla": recipe_for("deepseek-ai/DeepSeek-V3", "sglang", gpus=8, config=DEEPSEEK_MLA),
+        "hicache": recipe_for(
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "sglang",
+            config=LLAMA_GQA,
+            host_tier="hicache",
+            host_memory_gib=24,
+        ),
+        "k3-hicache": recipe_for(
+            KIMI_K3_NVFP4, "sglang", max_model_len=1_048_576, host_tier="hicache", host_memory_gib=512
+        ),
     }
     argvs = [r.argv[_command_length(r) :] for r in recipes.values()]
     argvs.append(("--model-path", "m", "--enable-cache-reprot"))
@@ -61,7 +71,7 @@ def parsed(sglang_interpreter: Path) -> dict[str, ParseResult]:
     return dict(zip([*recipes, "misspelt"], results, strict=True))
 
 
-@pytest.mark.parametrize("name", ["kimi-k3", "gqa", "mla"])
+@pytest.mark.parametrize("name", ["kimi-k3", "gqa", "mla", "hicache", "k3-hicache"])
 def test_recipe_flags_parse(parsed: dict[str, ParseResult], name: str) -> None:
     result = parsed[name]
     misspelt = sorted(set(result.unknown) - MAY_BE_ABSENT)
@@ -84,6 +94,16 @@ def test_values_as_sglang_reads_them(parsed: dict[str, ParseResult]) -> None:
     assert k3["enable_metrics"] is True
     assert gqa["kv_cache_dtype"] == "fp8_e4m3"
     assert gqa["chunked_prefill_size"] == 8192
+
+
+def test_hicache_values_as_sglang_reads_them(parsed: dict[str, ParseResult]) -> None:
+    values = parsed["hicache"].parsed
+    assert values is not None
+    assert values["enable_hierarchical_cache"] is True
+    assert values["hicache_size"] == 24
+    assert values["hicache_write_policy"] == "write_through"
+    k3 = parsed["k3-hicache"].parsed
+    assert k3 is not None and k3["enable_hierarchical_cache"] is True and k3["hicache_size"] == 512
 
 
 def test_a_misspelt_flag_is_caught(parsed: dict[str, ParseResult]) -> None:

@@ -50,6 +50,23 @@ def _recipes() -> dict[str, Recipe]:
         "hybrid": recipe_for(
             "moonshotai/Kimi-Linear-48B-A3B-Instruct", "vllm", gpus=4, config=KIMI_LINEAR_48B
         ),
+        "native": recipe_for(
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "vllm",
+            config=LLAMA_GQA,
+            host_tier="native",
+            host_memory_gib=24,
+        ),
+        "lmcache": recipe_for(
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "vllm",
+            config=LLAMA_GQA,
+            host_tier="lmcache",
+            host_memory_gib=24,
+        ),
+        "k3-native": recipe_for(
+            KIMI_K3_NVFP4, "vllm", max_model_len=1_048_576, host_tier="native", host_memory_gib=1024
+        ),
     }
 
 
@@ -63,7 +80,9 @@ def parsed(vllm_interpreter: Path) -> dict[str, ParseResult]:
     return dict(zip([*recipes, "misspelt"], results, strict=True))
 
 
-@pytest.mark.parametrize("name", ["kimi-k3", "kimi-k3-long", "gqa", "mla", "hybrid"])
+@pytest.mark.parametrize(
+    "name", ["kimi-k3", "kimi-k3-long", "gqa", "mla", "hybrid", "native", "lmcache", "k3-native"]
+)
 def test_recipe_flags_parse(parsed: dict[str, ParseResult], name: str) -> None:
     result = parsed[name]
     misspelt = sorted(set(result.unknown) - MAY_BE_ABSENT)
@@ -103,6 +122,16 @@ def test_generic_values_as_vllm_reads_them(parsed: dict[str, ParseResult]) -> No
     assert gqa["trust_remote_code"] is False
     assert mla["trust_remote_code"] is True
     assert mla["max_model_len"] == 163_840
+
+
+def test_host_tier_values_as_vllm_reads_them(parsed: dict[str, ParseResult]) -> None:
+    native, lmcache, k3 = parsed["native"].parsed, parsed["lmcache"].parsed, parsed["k3-native"].parsed
+    assert native is not None and lmcache is not None and k3 is not None
+    assert native["kv_offloading_backend"] == "native"
+    assert native["kv_offloading_size"] == 24.0
+    assert lmcache["kv_offloading_backend"] == "lmcache"
+    assert lmcache["kv_offloading_size"] == 24.0
+    assert k3["kv_offloading_size"] == 1024.0
 
 
 def test_a_misspelt_flag_is_caught(parsed: dict[str, ParseResult]) -> None:

@@ -105,7 +105,7 @@ def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(t
         assert [t.answer_ids for t in store.sessions.turns("s")] == [None, (5, 6, 7)]
         assert store.sessions.session("s") == SessionRecord("s", 0.0, "session", "t", None, None, None, {})
         assert store.sessions.answered(["job:x:0"]) == {}
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 10 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
 def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp_path: Path) -> None:
@@ -133,6 +133,41 @@ def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp
         check = combine_checks(store.sessions.counter_checks(["s"]))
     assert check is not None and check.matches and (check.server_delta, check.reported) == (90, 60)
     assert check.others_reported == 30 and "other calls of this process" in check.note
+
+
+def test_a_database_of_version_10_gains_the_tier_columns(tmp_path: Path) -> None:
+    """Migration 11: old rows read with no tier split (None); new rows keep theirs."""
+    from longctx.store import CounterCheckRecord, RequestRecord
+    from longctx.usage import Usage
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        10,
+        _SESSION_ROW,
+        "INSERT INTO requests (id, session_id, purpose, started_at, base_url, engine, model, prompt_tokens,"
+        " cached_tokens, attempts) VALUES ('old', 's', 'turn', 0, 'http://x/v1', 'vllm', 'm', 100, 80, 1)",
+        "INSERT INTO counter_checks (session_id, base_url, counter, before, after, reported, requests,"
+        " created_at) VALUES ('s', 'http://x/v1', 'c', 0, 80, 80, 1, 0)",
+    )
+    with Store.open(home) as store:
+        (old,) = store.sessions.requests(session_ids=["s"])
+        assert old.usage.cached_tokens == 80 and old.usage.host_cached_tokens is None
+        assert old.usage.device_cached_tokens is None
+        (old_check,) = store.sessions.counter_checks(["s"])
+        assert old_check.host_tokens is None and old_check.tier_source is None
+        usage = Usage(100, 90, None, 3, None, None, host_cached_tokens=60, external_cached_tokens=10)
+        new_request = RequestRecord("new", "s", None, "turn", 1.0, "http://x/v1", "sglang", "m", usage, 1)
+        store.sessions.record_request(new_request)
+        check = CounterCheckRecord(
+            "s", None, "http://x/v1", "c", 80, 170, 90, 1,
+            host_tokens=60, external_tokens=10, loaded_bytes=60 * 64, tier_source="cache_source",
+        )  # fmt: skip
+        store.sessions.record_counter_check(check)
+        new = next(r for r in store.sessions.requests(session_ids=["s"]) if r.id == "new")
+        assert new.usage == usage and new.usage.device_cached_tokens == 20
+        assert store.sessions.counter_checks(["s"])[-1] == check
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 11 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -2,7 +2,8 @@
 # Prepare, on a machine with the package index, everything a GPU machine without network needs to run
 # vLLM 0.24.0 and longctx: DEST/p00, p01, ... (vLLM, slimmed, tar.gz split in 58 MB parts), DEST/deps
 # (vLLM's requirements the GPU image lacks), DEST/lx (longctx built from this checkout and its
-# requirements), DEST/rt (vllm-router and what it needs), DEST/tok (the tiny model's tokenizer).
+# requirements), DEST/rt (vllm-router and what it needs), DEST/tok (the tiny model's tokenizer),
+# DEST/lm and DEST/lmdeps (LMCache 0.5.6 and its requirements the image lacks: benchmarks/gpu/host-tiers.sh lmcache).
 # Each folder or part stays under 64 MiB, so each can be moved on its own.
 # Usage: benchmarks/gpu/prepare-wheels.sh DEST MODEL_DIR    (run from the project's root)
 # vLLM 0.24.0 pins torch 2.11.0, the version the GPU image has (its wheel links libcudart.so.13).
@@ -32,6 +33,7 @@ pip download -q --no-deps $PLAT -d "$DEST"/deps "xgrammar>=0.2.1,<1" "compressed
 pip wheel -q --no-deps -w "$DEST"/lx .
 pip download -q $PLAT -d "$DEST"/lx "$DEST"/lx/longctx*.whl
 pip download -q --no-deps $PLAT -d "$DEST"/rt vllm-router orjson
+"$HERE"/prepare-lmcache.sh "$DEST"
 # Leave out what the GPU image already has, and a wheel an earlier folder already holds (install.sh
 # installs the three folders in one pip call, which refuses two of one name; two versions stop here).
 python3 - "$HERE/image-packages.txt" "$DEST"/deps "$DEST"/lx "$DEST"/rt <<'PY'

@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -28,6 +28,7 @@ from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
+from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
@@ -57,6 +58,8 @@ class ServerInfo:
     schedule_policy: str | None = None
     kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: The tier below GPU memory (host memory, disk), as the server's settings say; None: none seen.
+    host_tier: HostTier | None = None
 
     @property
     def engine(self) -> str:
@@ -65,6 +68,8 @@ class ServerInfo:
     def to_dict(self) -> dict[str, Any]:
         """The facts as JSON values (the engine by name; the raw settings left out)."""
         facts = {key: value for key, value in self.__dict__.items() if key not in ("profile", "settings")}
+        if self.host_tier is not None:
+            facts["host_tier"] = asdict(self.host_tier)
         return {"engine": self.engine, **facts}
 
 
@@ -559,6 +564,7 @@ def connect(
                 affinity_headers=headers,
                 transport=transport,
                 async_transport=async_transport,
+                tier_details=info.host_tier is not None,
             )
             return info, endpoint, chat
 

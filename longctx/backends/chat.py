@@ -82,6 +82,9 @@ class ChatRequest:
     token_ids: bool = False
     logprobs: int | None = None
     body_affinity: tuple[str, ...] = ()
+    #: Offload at most this many prompt tokens to the server's host tier (the shared pack), where
+    #: the engine takes a per-request cap; None: no cap.
+    offload_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ class _Accumulator:
         self.missing_reason = missing_reason
         self.token_ids: list[int] | None = None
         self.prompt_token_ids: list[int] | None = None
+        # SGLang's split of the cached tokens by tier (``sglext.cached_tokens_details``).
+        self.tier_details: dict[str, Any] | None = None
         self.logprobs: list[TokenLogprob] | None = None
 
     def add(self, chunk: dict[str, Any]) -> None:
@@ -176,6 +181,9 @@ class _Accumulator:
                 self.token_ids = list(outputs[0])
             if inputs:
                 prompt = inputs[0] if isinstance(inputs[0], list) else inputs
+            details = extension.get("cached_tokens_details")
+            if isinstance(details, dict):
+                self.tier_details = details
         if prompt:
             self.prompt_token_ids = [int(token) for token in prompt]
 
@@ -216,6 +224,7 @@ class _Accumulator:
             created = _first(details, "created_cache_tokens")
             if cached is None:
                 reason = self.missing_reason
+        host, external = _tier_split(self.tier_details)
         first = self.first_token_at if self.first_token_at is not None else ended
         return Completion(
             text="".join(self.text),
@@ -229,11 +238,25 @@ class _Accumulator:
                 ttft_seconds=first - self.started,
                 total_seconds=ended - self.started,
                 cached_reason=reason,
+                host_cached_tokens=host,
+                external_cached_tokens=external,
             ),
             token_ids=None if self.token_ids is None else tuple(int(t) for t in self.token_ids),
             prompt_token_ids=None if self.prompt_token_ids is None else tuple(self.prompt_token_ids),
             logprobs=None if self.logprobs is None else tuple(self.logprobs),
         )
+
+
+def _tier_split(details: Mapping[str, Any] | None) -> tuple[int | None, int | None]:
+    """(host, storage) cached tokens of SGLang's ``cached_tokens_details``; (None, None) when not sent."""
+    if not details:
+        return None, None
+    host = details.get("host")
+    storage = details.get("storage")
+    return (
+        int(host) if isinstance(host, (int, float)) else 0,
+        int(storage) if isinstance(storage, (int, float)) else 0,
+    )
 
 
 class ChatClient:
@@ -251,8 +274,11 @@ class ChatClient:
         affinity_headers: Sequence[str] = DEFAULT_AFFINITY_HEADERS,
         transport: Transport | None = None,
         async_transport: AsyncTransport | None = None,
+        tier_details: bool = False,
     ) -> None:
         self.api_url = api_url
+        # Ask the server where each request's cached tokens came from (SGLang with HiCache).
+        self.tier_details = tier_details
         self.model = model
         self.profile = profile
         self.url = f"{api_url}/chat/completions"
@@ -282,6 +308,13 @@ class ChatClient:
             arguments["messages"] = [dict(message) for message in request.messages]
         if request.token_ids:
             arguments.update(self._id_switches(completions=request.prompt_ids is not None))
+        if self.tier_details:
+            arguments.update(dict.fromkeys(self.profile.tier_detail_switches, True))
+            cap = self.profile.offload_cap
+            if cap is not None and request.offload_tokens is not None:
+                # The cap sits in a dict the caller's extra body may also fill: merged, not replaced.
+                outer, inner = cap
+                body[outer] = {**dict(body.get(outer) or {}), inner: request.offload_tokens}
         if request.logprobs is not None:
             if request.prompt_ids is not None:
                 arguments["logprobs"] = request.logprobs  # completions: the number of alternatives

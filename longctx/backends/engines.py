@@ -30,17 +30,19 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from longctx.backends.http import HttpEndpoint
-from longctx.backends.metrics import parse_metrics
+from longctx.backends.metrics import Sample, parse_metrics, total
 from longctx.backends.profiles import (
     CacheTiers,
     Check,
     EngineFacts,
     EngineProfile,
     Finding,
+    HostTierRecipe,
     Measured,
     RecipeSwitches,
     truth,
 )
+from longctx.backends.tiers import HostTier
 from longctx.config import DEFAULT_CONCURRENCY
 from longctx.errors import BackendError
 
@@ -59,6 +61,8 @@ __all__ = [
 ]
 
 CHUNK_TOKENS = 8192
+#: The LMCache release the vLLM recipe names (PyPI; wheels for CPython 3.10-3.13, CUDA 13).
+LMCACHE_VERSION = "0.5.6"
 _SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
 # What doctor's flags buy (Finding.reason), and the flags that name the chunk budget.
 _AGAIN = "without it every request prefills the whole document again"
@@ -118,6 +122,7 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
         version = str(endpoint.get_json("/version").get("version"))
     settings: dict[str, Any] = {}
     metrics_ok = False
+    samples: list[Sample] = []
     try:
         samples = parse_metrics(endpoint.get_text("/metrics"))
         metrics_ok = True
@@ -139,6 +144,7 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
         cache_block_tokens=_integer(settings.get("block_size")),
         kv_cache_tokens=_vllm_kv_tokens(settings),
         settings=settings,
+        host_tier=_vllm_host_tier(settings, samples),
     )
 
 
@@ -149,6 +155,47 @@ def _vllm_kv_tokens(labels: Mapping[str, Any]) -> int | None:
         return tokens
     blocks, block = _integer(labels.get("num_gpu_blocks")), _integer(labels.get("block_size"))
     return blocks * block if blocks and block else None
+
+
+def _vllm_host_tier(labels: Mapping[str, Any], samples: list[Sample]) -> HostTier | None:
+    """vLLM's host tier from its ``vllm:cache_config_info`` labels (``CacheConfig``'s fields as text).
+
+    ``kv_offloading_size`` (GiB, the whole server's) and ``kv_offloading_backend``
+    come from ``--kv-offloading-size`` / ``--kv-offloading-backend``. A server
+    started with ``--kv-transfer-config`` alone shows no size there; its
+    offloading counters still say a tier exists.
+    """
+    try:
+        size = float(labels.get("kv_offloading_size") or 0)
+    except ValueError:
+        size = 0.0
+    if size > 0:
+        backend = str(labels.get("kv_offloading_backend") or "native")
+        return HostTier(backend=backend, size_bytes=int(size * (1 << 30)))
+    if any(sample.name.startswith("vllm:kv_offload_") for sample in samples):
+        return HostTier(backend="kv connector (size not in the server's settings)")
+    return None
+
+
+def _sglang_host_tier(info: Mapping[str, Any], endpoint: HttpEndpoint) -> HostTier | None:
+    """SGLang's HiCache from ``/server_info``, with its host capacity gauge when metrics are on."""
+    if not truth(info.get("enable_hierarchical_cache")):
+        return None
+    tokens = None
+    if truth(info.get("enable_metrics")):
+        with suppress(BackendError):
+            found = total(parse_metrics(endpoint.get_text("/metrics")), "sglang:hicache_host_total_tokens")
+            tokens = None if found is None else int(found)
+    size_gb = _whole(info.get("hicache_size"))
+    storage = info.get("hicache_storage_backend")
+    return HostTier(
+        backend="hicache",
+        # --hicache-size is GB per rank; 0 means --hicache-ratio decides.
+        size_bytes=size_gb * 10**9 if size_gb else None,
+        size_tokens=tokens or None,
+        storage=str(storage) if storage else None,
+        inclusive=str(info.get("hicache_write_policy") or "write_through").startswith("write_through"),
+    )
 
 
 def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
@@ -171,6 +218,7 @@ def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
         schedule_policy=info.get("schedule_policy"),
         kv_cache_tokens=_integer(info.get("max_total_num_tokens")),
         settings=info,
+        host_tier=_sglang_host_tier(info, endpoint),
     )
 
 
@@ -199,13 +247,32 @@ VLLM = EngineProfile(
     hit_counter="vllm:prefix_cache_hits_total",
     query_counter="vllm:prefix_cache_queries_total",
     tiers=(
-        # 0.24.0 (the H200 runs): KV offload transfers only, by transfer_type CPU_to_GPU / GPU_to_CPU.
+        # 0.24.0 (the H200 runs; docs/benchmarks.md gpu-canary lists what its /metrics held): the
+        # prompt's tokens by source (local_compute, local_cache_hit, external_kv_transfer: what a
+        # connector, the host tier, supplied; prefix_cache_hits leaves those out) and the bytes moved,
+        # both as vllm:kv_offload_total_bytes_total{transfer_type} and vllm:kv_offload_{load,store}_bytes.
         CacheTiers(
             "0.24",
+            hits_by_source="vllm:prompt_tokens_by_source_total",
             metrics=(
+                "vllm:prompt_tokens_by_source_total",
                 "vllm:kv_offload_total_bytes_total",
                 "vllm:kv_offload_total_time_total",
+                "vllm:kv_offload_load_bytes_total",
+                "vllm:kv_offload_store_bytes_total",
                 "vllm:kv_offload_size",
+            ),
+            device_sources=("local_cache_hit",),
+            host_sources=("external_kv_transfer",),
+            connector_hits="vllm:prompt_tokens_by_source_total",
+            connector_labels=(("source", "external_kv_transfer"),),
+            load_bytes=(
+                ("vllm:kv_offload_load_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
+            ),
+            store_bytes=(
+                ("vllm:kv_offload_store_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
             ),
         ),
         # 0.32.0 (the CPU build of the test suite, read from its sources): hits by tier
@@ -221,8 +288,21 @@ VLLM = EngineProfile(
                 "vllm:kv_offload_store_bytes_total",
                 "vllm:kv_offload_total_bytes_total",
             ),
+            external_sources=("disk", "p2p", "external_unspecified"),
+            # prefix_cache_hits counts the GPU's hits only; the responses count these too.
+            connector_hits="vllm:external_prefix_cache_hits_total",
+            load_bytes=(
+                ("vllm:kv_offload_load_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
+            ),
+            store_bytes=(
+                ("vllm:kv_offload_store_bytes_total", {}),
+                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
+            ),
         ),
     ),
+    # OffloadingConnector's per-request cap (experimental in 0.32; an older vLLM ignores the key).
+    offload_cap=("kv_transfer_params", "max_offload_tokens"),
     # return_token_ids on both routes: prompt_token_ids in the first chunk, token_ids per choice.
     chat_id_switches=("return_token_ids",),
     completions_id_switches=("return_token_ids",),
@@ -247,6 +327,28 @@ VLLM = EngineProfile(
         switches=_VLLM_SWITCHES,
         mla_note="MLA model: every GPU holds the whole latent cache; --decode-context-parallel-size "
         "(up to {gpus}) splits it, where the attention backend supports it",
+        host_tiers={
+            "native": HostTierRecipe(
+                flags=("--kv-offloading-backend", "native", "--kv-offloading-size", "{size}"),
+                notes=(
+                    "vLLM native offloading (OffloadingConnector with CPUOffloadingSpec), measured on "
+                    "vLLM 0.24.0; pinned host memory: leave room for the OS (two 40 GiB servers on one "
+                    "host failed to start)",
+                ),
+            ),
+            "lmcache": HostTierRecipe(
+                flags=("--kv-offloading-backend", "lmcache", "--kv-offloading-size", "{size}"),
+                setup=(
+                    f"pip install lmcache=={LMCACHE_VERSION}",
+                    "lmcache server --l1-size-gb {size} --eviction-policy LRU --port 5555 &  # keep it up",
+                ),
+                notes=(
+                    f"vLLM + LMCache {LMCACHE_VERSION}: vLLM's LMCacheMPConnector talks to the "
+                    "`lmcache server` on tcp://localhost:5555, which holds the host tier (its "
+                    "--l1-size-gb decides, not vLLM's)",
+                ),
+            ),
+        },
     ),
 )
 
@@ -272,8 +374,12 @@ SGLANG = EngineProfile(
             hits_by_source="sglang:cached_tokens_total",
             source_label="cache_source",
             metrics=("sglang:hicache_host_used_tokens", "sglang:hicache_host_total_tokens"),
+            external_sources=("storage",),
+            host_capacity_tokens="sglang:hicache_host_total_tokens",
         ),
     ),
+    # Per request, with HiCache: sglext.cached_tokens_details {device, host, storage}.
+    tier_detail_switches=("return_cached_tokens_details",),
     # return_token_ids on completions; its chat route refuses it when streaming, so there the
     # ids come in the last chunk's sglext.
     chat_id_switches=("return_input_ids_in_sglext", "return_output_ids_in_sglext"),
@@ -303,6 +409,22 @@ SGLANG = EngineProfile(
         switches=_SGLANG_SWITCHES,
         notes=("SGLang's radix (prefix) cache is on by default: never pass --disable-radix-cache",),
         mla_note="MLA model: every GPU holds the whole latent cache; --dcp-size (up to {gpus}) splits it",
+        host_tiers={
+            "hicache": HostTierRecipe(
+                flags=(
+                    "--enable-hierarchical-cache",
+                    "--hicache-size",
+                    "{size}",
+                    "--hicache-write-policy",
+                    "write_through",
+                ),
+                notes=(
+                    "SGLang HiCache: --hicache-size is host memory per rank in GB (it overrides "
+                    "--hicache-ratio); write_through keeps a host copy of every block, so a revisit after "
+                    "eviction is a load",
+                ),
+            ),
+        },
     ),
 )
 

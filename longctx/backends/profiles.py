@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import Sample, parse_metrics, total
+from longctx.backends.tiers import CacheTiers, HostTier, TierReading, read_tiers
 from longctx.errors import BackendError
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "EngineFacts",
     "EngineProfile",
     "Finding",
+    "HostTierRecipe",
     "Measured",
     "RecipeSwitches",
     "truth",
@@ -84,18 +86,12 @@ class Measured:
 
 
 @dataclass(frozen=True)
-class CacheTiers:
-    """The metrics that tell cache tiers apart (device, host, disk...), from version ``since`` on.
+class HostTierRecipe:
+    """A launch recipe's host tier: flags (``{size}`` is its GiB), setup commands and notes."""
 
-    ``hits_by_source`` counts cached tokens with the tier in label
-    ``source_label``; ``metrics`` names the engine's other tier metrics
-    (offload transfers, host capacity), for the tier reporting to come.
-    """
-
-    since: str
-    hits_by_source: str | None = None
-    source_label: str = "source"
-    metrics: tuple[str, ...] = ()
+    flags: tuple[str, ...]
+    setup: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +109,8 @@ class RecipeSwitches:
     switches: tuple[str, ...]
     notes: tuple[str, ...] = ()
     mla_note: str = ""
+    #: The host tiers a recipe can add, by name (``recipe_for(host_tier=...)``).
+    host_tiers: Mapping[str, HostTierRecipe] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,6 +129,8 @@ class EngineFacts:
     schedule_policy: str | None = None
     kv_cache_tokens: int | None = None
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: The tier below GPU memory the server's settings show (None: none seen).
+    host_tier: HostTier | None = None
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,11 @@ class CacheCounters:
     """A reading of the server's own prefix-cache counters (tokens, since start).
 
     ``by_source`` splits the hits by cache tier where the engine's version
-    exports it (e.g. ``{"device": 9000, "host": 1200}``), else None.
+    exports it (e.g. ``{"device": 9000, "host": 1200}``), else None;
+    ``tiers`` holds the same by longctx's tiers with the host transfers
+    (:mod:`longctx.backends.tiers`). Where the engine's hit counter leaves out
+    what a connector supplied (vLLM), ``hits`` includes it and ``counter``
+    names both, so the growth equals the cached tokens the responses report.
     ``started`` tells the server processes read apart: their
     ``process_start_time_seconds`` (one per worker, for a router's sum),
     when ``/metrics`` has it. Two readings with different ``started`` are
@@ -150,6 +154,7 @@ class CacheCounters:
     hits: int
     queries: int | None
     by_source: Mapping[str, int] | None = None
+    tiers: TierReading | None = None
     started: tuple[float, ...] = ()
 
     def plus(self, other: CacheCounters) -> CacheCounters:
@@ -161,8 +166,11 @@ class CacheCounters:
                 k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
                 for k in {*self.by_source, *other.by_source}
             }
+        tiers = None
+        if self.tiers is not None and other.tiers is not None:
+            tiers = self.tiers.plus(other.tiers)
         return CacheCounters(
-            self.counter, self.hits + other.hits, queries, sources, self.started + other.started
+            self.counter, self.hits + other.hits, queries, sources, tiers, self.started + other.started
         )
 
 
@@ -200,6 +208,10 @@ class EngineProfile:
     tiers: tuple[CacheTiers, ...] = ()
     chat_id_switches: tuple[str, ...] = ()
     completions_id_switches: tuple[str, ...] = ()
+    #: Body fields that make the engine say per request where its cached tokens came from.
+    tier_detail_switches: tuple[str, ...] = ()
+    #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).
+    offload_cap: tuple[str, str] | None = None
     dispatch: tuple[Measured, ...] = ()
     checks: tuple[Check, ...] = ()
     reporting_setting: str | None = None
@@ -248,11 +260,19 @@ class EngineProfile:
                 return None
             hits = 0.0
         queries = total(samples, self.query_counter, model=model) if self.query_counter else None
+        tiers = self.tiers_for(version)
+        counter = self.hit_counter
+        reading = read_tiers(samples, tiers, model)
+        if reading is not None and reading.connector is not None and tiers is not None:
+            labels = ",".join(f'{key}="{value}"' for key, value in tiers.connector_labels)
+            counter = f"{counter} + {tiers.connector_hits}" + (f"{{{labels}}}" if labels else "")
+            hits += reading.connector
         return CacheCounters(
-            self.hit_counter,
+            counter,
             int(hits),
             None if queries is None else int(queries),
-            _by_source(samples, self.tiers_for(version), model),
+            _by_source(samples, tiers, model),
+            reading,
             tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )
 

@@ -40,6 +40,12 @@ from longctx.sessions.jobs import Job, JobOptions, JobProgress, JobResult, read_
     help="KV cache of each server URL in tokens, where the server does not report it.",
 )
 @click.option(
+    "--host-kv-tokens",
+    type=click.IntRange(min=0),
+    help="Host tier (KV offloading) of each server URL in tokens, where the server does not say "
+    "(`longctx plan --host-memory` gives it): orders revisits, adds no room in flight.",
+)
+@click.option(
     "--packs-in-flight",
     type=click.IntRange(min=1),
     help="Most packs asked at once in all (default: two per server URL).",
@@ -54,6 +60,7 @@ def job(
     job_file: str,
     output: str | None,
     kv_tokens: int | None,
+    host_kv_tokens: int | None,
     packs_in_flight: int | None,
     job_id: str | None,
     fresh: bool,
@@ -79,7 +86,13 @@ def job(
         # Refused before the job runs, not after an hour of answers.
         raise OutputError("its folder does not exist", path=output)
     items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
-    options = JobOptions(kv_tokens=kv_tokens, packs_in_flight=packs_in_flight, job_id=job_id, fresh=fresh)
+    options = JobOptions(
+        kv_tokens=kv_tokens,
+        host_kv_tokens=host_kv_tokens,
+        packs_in_flight=packs_in_flight,
+        job_id=job_id,
+        fresh=fresh,
+    )
     app = runtime()
     partial = _PartialResults(output) if output else None
     with app.open_store() as store, progress_bar(not quiet, len(items)) as update:

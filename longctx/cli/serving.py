@@ -26,6 +26,7 @@ _PLAN_FLAGS = {
     "kv_memory_gib": "--kv-memory",
     "gpu_memory": "--gpu-memory",
     "kv_memory": "--kv-memory",
+    "host_memory": "--host-memory",
     "weights": "--weights",
     "utilization": "--gpu-memory-utilization",
     "gpus": "--gpus",
@@ -149,6 +150,12 @@ def _one_line(error: LongctxError) -> str:
     show_default=True,
     help="Keep the catalogue's speculative decoding where it has one (SGLang DSPARK for Kimi K3).",
 )
+@click.option(
+    "--host-tier",
+    type=click.Choice(["native", "lmcache", "hicache"]),
+    help="A KV tier in host memory: vLLM native or lmcache, SGLang hicache.",
+)
+@click.option("--host-memory", type=float, help="GiB of host memory for --host-tier (the whole server's).")
 def recipe(
     model: str,
     engine: str,
@@ -156,11 +163,20 @@ def recipe(
     max_model_len: int | None,
     config_path: str | None,
     speculative: bool,
+    host_tier: str | None,
+    host_memory: float | None,
 ) -> None:
     """The launch command and environment for MODEL on ENGINE."""
     config = load_model_config(config_path) if config_path else None
     result = recipe_for(
-        model, engine, gpus=gpus, max_model_len=max_model_len, config=config, speculative=speculative
+        model,
+        engine,
+        gpus=gpus,
+        max_model_len=max_model_len,
+        config=config,
+        speculative=speculative,
+        host_tier=host_tier,
+        host_memory_gib=host_memory,
     )
     click.echo(result.to_text())
     for line in result.notes:
@@ -204,6 +220,11 @@ def recipe(
     multiple=True,
     help="Concurrencies to answer for (repeatable).",
 )
+@click.option(
+    "--host-memory",
+    type=float,
+    help="GiB of host memory for KV offloading, the whole replica's (vLLM --kv-offloading-size).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def plan(
     config_path: str | None,
@@ -217,6 +238,7 @@ def plan(
     dcp: int,
     contexts: tuple[int, ...],
     concurrencies: tuple[int, ...],
+    host_memory: float | None,
     as_json: bool,
 ) -> None:
     """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.
@@ -236,6 +258,7 @@ def plan(
             dcp=dcp,
             contexts=list(contexts) or None,
             concurrencies=list(concurrencies) or None,
+            host_memory_gib=host_memory,
         )
     except ServingConfigError as error:
         raise _naming_flags(error) from None

@@ -38,6 +38,7 @@ from longctx.serving.recipes import (
     catalogue_models,
     recipe_for,
 )
+from longctx.serving.tiers import HostTierPlan, TierAnswer
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -50,11 +51,13 @@ __all__ = [
     "ConcurrencyAnswer",
     "ContextAnswer",
     "Finding",
+    "HostTierPlan",
     "KVLayout",
     "LayerGroup",
     "LayerKind",
     "Mount",
     "Recipe",
+    "TierAnswer",
     "catalogue_models",
     "kv_layout_from_config",
     "load_model_config",

@@ -50,6 +50,7 @@ class Diagnosis:
                 lines.append(f"  cache block: {info.cache_block_tokens} tokens")
             if info.kv_cache_tokens:
                 lines.append(f"  KV cache: {info.kv_cache_tokens:,} tokens")
+            lines.append(f"  {info.host_tier.describe() if info.host_tier else 'host tier: none seen'}")
         if not self.findings:
             lines.append("no changes needed")
         for finding in self.findings:

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from longctx.errors import InsufficientMemory, ServingConfigError
 from longctx.serving.kv import KVLayout, LayerKind
+from longctx.serving.tiers import HostTierPlan, plan_host_tier
 
 __all__ = [
     "DEFAULT_BLOCK_SIZE",
@@ -118,6 +119,8 @@ class CapacityPlan:
     at_context: tuple[ContextAnswer, ...]
     at_concurrency: tuple[ConcurrencyAnswer, ...]
     notes: tuple[str, ...]
+    #: The host tier beside the GPUs (``host_memory_gib`` given): its tokens and the packs each tier holds.
+    host_tier: HostTierPlan | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as plain JSON-ready data (enums as their values)."""
@@ -176,6 +179,8 @@ class CapacityPlan:
                 lines.append(
                     f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}{beyond}"
                 )
+            if self.host_tier is not None:
+                lines.append(self.host_tier.to_text())
             lines += ["Notes:", *[f"  - {note}" for note in self.notes]] if self.notes else []
             return "\n".join(lines)
         lines.append("Highest concurrency at a given context:")
@@ -205,6 +210,8 @@ class CapacityPlan:
                 text += "  (does not fit)"
             lines.append(f"  {answer.concurrency:>9,}  {text}")
 
+        if self.host_tier is not None:
+            lines.append(self.host_tier.to_text())
         if self.notes:
             lines.append("Notes:")
             lines += [f"  - {note}" for note in self.notes]
@@ -224,6 +231,7 @@ def plan_capacity(
     block_size: int = DEFAULT_BLOCK_SIZE,
     contexts: Sequence[int] | None = None,
     concurrencies: Sequence[int] | None = None,
+    host_memory_gib: float | None = None,
 ) -> CapacityPlan:
     """Answer both capacity questions for one replica over ``gpus`` GPUs.
 
@@ -235,6 +243,9 @@ def plan_capacity(
     ``--gpu-memory-utilization`` (SGLang's ``--mem-fraction-static``) the
     server runs with. ``contexts`` defaults to powers of two up to
     the model's limit, ``concurrencies`` to 1, 8, 32 and 128.
+    ``host_memory_gib`` is a host tier's size for the whole replica (vLLM's
+    ``--kv-offloading-size``): the plan then says how many tokens it holds and
+    how many packs of each context each tier keeps (:mod:`longctx.serving.tiers`).
 
     Raises :class:`InsufficientMemory` when no memory is left for the KV cache
     (naming the shortfall) and :class:`ServingConfigError` for invalid inputs,
@@ -353,6 +364,21 @@ def plan_capacity(
             f"(SGLang --dcp-size, vLLM --decode-context-parallel-size) up to {gpus} divides it"
         )
     notes.append("the engine also caps running requests (vLLM --max-num-seqs, SGLang --max-running-requests)")
+    host_tier = None
+    if host_memory_gib is not None:
+        host_bytes = _gib_to_bytes(host_memory_gib, "host_memory")
+        host_tier = plan_host_tier(
+            layout,
+            gpus=gpus,
+            host_memory_gib=host_bytes / _GIB,
+            block_size=block_size,
+            contexts=context_list,
+            gpu_kv_bytes_per_gpu=kv_memory,
+        )
+        notes.append(
+            "host tier: a revisit of a pack parked there costs a transfer over PCIe/NVLink, not a prefill; "
+            "the GPU still bounds the packs in flight at once"
+        )
 
     return CapacityPlan(
         layout=layout,
@@ -370,6 +396,7 @@ def plan_capacity(
         at_context=tuple(at_context),
         at_concurrency=tuple(at_concurrency),
         notes=tuple(notes),
+        host_tier=host_tier,
     )
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from longctx.backends.engines import find_profile, recipe_engines
-from longctx.backends.profiles import RecipeSwitches
+from longctx.backends.profiles import HostTierRecipe, RecipeSwitches
 from longctx.errors import ServingConfigError
 from longctx.serving.families import known_model, known_models
 from longctx.serving.kv import LayerKind, kv_layout_from_config
@@ -49,6 +49,7 @@ _K3_WEIGHT_BYTES = 1.6e12
 _B300_BYTES = 288e9
 
 _CHUNK_TOKENS = "8192"
+
 _HF_CACHE = "$HOME/.cache/huggingface"
 
 
@@ -137,6 +138,8 @@ def recipe_for(
     max_model_len: int | None = None,
     config: Mapping[str, Any] | None = None,
     speculative: bool = True,
+    host_tier: str | None = None,
+    host_memory_gib: float | None = None,
 ) -> Recipe:
     """The launch recipe for ``model`` on ``engine`` (a registered engine with a recipe: ``"vllm"``...).
 
@@ -149,6 +152,10 @@ def recipe_for(
     ``gpus`` GPUs (default 1) whose context defaults to the config's
     ``max_position_embeddings``. ``speculative`` keeps the catalogue's
     speculative decoding where it has one (SGLang DSPARK for Kimi K3).
+    ``host_tier`` adds a KV tier in host memory of ``host_memory_gib`` GiB
+    (the whole server's): vLLM ``native`` (its offloading connector) or
+    ``lmcache`` (an ``lmcache server`` beside vLLM), SGLang ``hicache``
+    (the profile's ``recipe.host_tiers``); ``longctx plan --host-memory`` says what it holds.
 
     Raises :class:`ServingConfigError` naming ``engine``, ``gpus``,
     ``max_model_len`` or ``config`` when one is unusable.
@@ -165,6 +172,38 @@ def recipe_for(
         raise ServingConfigError(
             f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
         )
+    if host_tier is not None and host_tier not in profile.recipe.host_tiers:
+        known = " or ".join(profile.recipe.host_tiers) or "none"
+        raise ServingConfigError(
+            f"unknown host tier {host_tier!r} for {engine}; use {known}", field="host_tier"
+        )
+    if host_tier is not None and (
+        host_memory_gib is None or isinstance(host_memory_gib, bool) or not host_memory_gib > 0
+    ):
+        raise ServingConfigError(
+            f"a host tier needs its size: host_memory_gib > 0, got {host_memory_gib!r}",
+            field="host_memory_gib",
+        )
+    recipe = _base_recipe(
+        model, engine, gpus=gpus, max_model_len=max_model_len, config=config, speculative=speculative
+    )
+    if host_tier is None:
+        return recipe
+    assert host_memory_gib is not None
+    return _with_host_tier(recipe, profile.recipe.host_tiers[host_tier], host_memory_gib)
+
+
+def _base_recipe(
+    model: str,
+    engine: str,
+    *,
+    gpus: int | None,
+    max_model_len: int | None,
+    config: Mapping[str, Any] | None,
+    speculative: bool,
+) -> Recipe:
+    profile = find_profile(engine)
+    assert profile is not None and profile.recipe is not None
     validated = _CATALOGUE.get((model.lower(), engine))
     if validated is not None:
         return validated(gpus, max_model_len, speculative)
@@ -398,6 +437,24 @@ def _generic(
         argv=tuple(argv),
         notes=tuple(notes),
         from_catalogue=False,
+    )
+
+
+def _with_host_tier(recipe: Recipe, tier: HostTierRecipe, gib: float) -> Recipe:
+    """``recipe`` with a KV tier of ``gib`` GiB in host memory (see docs/serving.md, "Host tiers")."""
+    size = f"{gib:g}"
+    notes = (
+        f"host tier: {size} GiB of host memory keep prefix blocks the GPU evicted; a revisit loads "
+        "them back over PCIe/NVLink instead of prefilling (`longctx plan --host-memory` for its tokens)",
+        *tier.notes,
+        "known wrong-output reports on offloaded hits under load (vLLM #31210, #45704; LMCache #4463, "
+        "#4247; SGLang #39830): check a cached answer against a cold one before relying on it",
+    )
+    return dataclasses.replace(
+        recipe,
+        argv=(*recipe.argv, *(flag.format(size=size) for flag in tier.flags)),
+        setup=(*recipe.setup, *(step.format(size=size) for step in tier.setup)),
+        notes=(*recipe.notes, *notes),
     )
 
 

@@ -21,6 +21,17 @@ server began it (it leaves its window with nothing reported), and other
 clients' traffic are not in the ledger: they show as a mismatch, and the
 note says so.
 
+Tiers below the GPU (:mod:`longctx.backends.tiers`): the responses count
+a block loaded back from host memory as cached. Where the server counts
+such hits (vLLM's external-prefix counter, added to its GPU hit counter on
+reading; SGLang's counter, labelled by source) the window records them by
+tier (vLLM 0.24 counts the connector's tokens in
+``prompt_tokens_by_source{source="external_kv_transfer"}``). A server that
+counts only the bytes its offloading moved: there the reported tokens the
+GPU counter lacks are the host tier's while bytes came back from the host
+in the window (``tier_source`` ``transfers``: inferred), and the check
+counts them as host hits, not as a mismatch.
+
 A turn's check finishes off the answer's path (:meth:`Settling.then`): the
 session waits for its pending checks before a report and when it closes,
 never before an answer.
@@ -35,10 +46,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import Self
+from typing import Any, Self
 
 from longctx.backends.base import Backend
 from longctx.backends.profiles import CacheCounters
+from longctx.backends.tiers import TierReading
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, RequestRecord, Store
 
@@ -217,6 +229,7 @@ class _Period:
     url: str
     counter: str
     before: int
+    before_tiers: TierReading | None = None
     #: The connections of the calls that joined, latest last: the counter is
     #: read through the latest (the first may have been closed by its owner).
     backends: list[Backend] = field(default_factory=list)
@@ -228,6 +241,7 @@ class _Period:
     settling: bool = False
     left: int = 0  # calls that have left: a settle restarts its clock when one more has
     after: int | None = None
+    after_tiers: TierReading | None = None
     settled: threading.Event = field(default_factory=threading.Event)
     #: The server processes the first reading came from (see CacheCounters.started).
     started: tuple[float, ...] = ()
@@ -239,6 +253,12 @@ class _Period:
         if self.after is None or self.skipped is not None:
             return None
         others = None if self.unknown or share.reported is None else self.reported - share.reported
+        tiers = _tier_deltas(
+            self.before_tiers,
+            self.after_tiers,
+            counted=self.after - self.before,
+            reported=None if self.unknown else self.reported,
+        )
         return CounterCheckRecord(
             session_id=session_id,
             batch_id=batch_id,
@@ -250,7 +270,50 @@ class _Period:
             requests=share.requests,
             others_reported=others,
             window_id=self.id,
+            host_tokens=tiers.host,
+            external_tokens=tiers.external,
+            loaded_bytes=tiers.loaded_bytes,
+            tier_source=tiers.source,
         )
+
+
+@dataclass(frozen=True)
+class _TierDeltas:
+    """A window's cached tokens by tier and bytes loaded from the host (see :func:`_tier_deltas`)."""
+
+    source: str | None = None
+    host: int | None = None
+    external: int | None = None
+    loaded_bytes: int | None = None
+
+
+def _tier_deltas(
+    before: TierReading | None, after: TierReading | None, *, counted: int, reported: int | None
+) -> _TierDeltas:
+    """The growth of the tier counters over a window; the host's share inferred where only bytes are counted.
+
+    ``counted`` is the hit counter's growth, ``reported`` what every
+    response of the window reported (None: unknown).
+    """
+    if after is None:
+        return _TierDeltas()
+
+    def grown(name: str) -> int | None:
+        late: int | None = getattr(after, name)
+        early: int | None = getattr(before, name) if before is not None else None
+        if late is None:
+            return None
+        return late - (early or 0)
+
+    loaded = grown("load_bytes")
+    if after.source == "transfers":
+        # No tokens by tier: what the responses reported beyond the GPU counter came from
+        # the host, if anything came back from it meanwhile.
+        host = None
+        if reported is not None:
+            host = max(0, reported - counted) if loaded else 0
+        return _TierDeltas("transfers", host, None, loaded)
+    return _TierDeltas(after.source, grown("host"), grown("external"), loaded)
 
 
 class _Ledger:
@@ -281,7 +344,7 @@ class _Ledger:
         with self._lock:
             # A call that started meanwhile opened one: its reading is older than this call's requests.
             period = self._periods.setdefault(
-                url, _Period(url, reading.counter, reading.hits, started=reading.started)
+                url, _Period(url, reading.counter, reading.hits, reading.tiers, started=reading.started)
             )
             period.open += 1
             period.backends.append(backend)
@@ -320,6 +383,7 @@ class _Ledger:
         does not slow every check by a second.
         """
         last: int | None = None
+        last_tiers: TierReading | None = None
         seen, deadline, last_change = -1, 0.0, 0.0
         while True:
             with self._lock:
@@ -337,6 +401,7 @@ class _Ledger:
             elif reading is not None:
                 if reading.hits != last:
                     last, last_change = reading.hits, time.monotonic()
+                last_tiers = reading.tiers
                 now = time.monotonic()
                 # Past the expected value, other traffic is counted too: waiting cannot make it match.
                 reached = expected is not None and reading.hits >= expected
@@ -350,6 +415,7 @@ class _Ledger:
                     if period.left != seen:  # one more call came and went: read again
                         continue
                     period.after = last
+                    period.after_tiers = last_tiers
                     if self._periods.get(period.url) is period:
                         del self._periods[period.url]
                     self._idle.notify_all()
@@ -495,7 +561,11 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
     windows: dict[str, list[CounterCheckRecord]] = {}
     for number, check in enumerate(checks):
         windows.setdefault(check.window_id or f"own {number}", []).append(check)
-    delta = sum(group[0].after - group[0].before for group in windows.values())
+    firsts = [group[0] for group in windows.values()]
+    counted = sum(first.after - first.before for first in firsts)
+    tiers = _combined_tiers(firsts)
+    # Host hits a server counts only in bytes: the inferred tokens count as the server's.
+    delta = counted + (tiers["host_tokens"] or 0 if tiers["tier_source"] == "transfers" else 0)
     if any(check.reported is None or check.others_reported is None for check in checks):
         return CounterCheck(
             counter=checks[0].counter,
@@ -503,12 +573,21 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
             reported=None,
             matches=None,
             note="responses did not report cached tokens; the server counter is the only figure",
+            **tiers,
         )
     reported = sum(check.reported or 0 for check in checks)
     # The window's other calls are those not in this report (their own rows are elsewhere).
     expected = sum((group[0].reported or 0) + (group[0].others_reported or 0) for group in windows.values())
     others = expected - reported
     matches = delta == expected
+    if tiers["tier_source"] == "transfers" and tiers["host_tokens"]:
+        inferred = (
+            f"{tiers['host_tokens']:,} of the tokens came from host memory "
+            f"({(tiers['loaded_bytes'] or 0) / (1 << 30):,.2f} GiB loaded back; the server counts bytes "
+            "only, so the tokens are the responses' cached tokens less its GPU counter)"
+        )
+    else:
+        inferred = ""
     if not matches and delta > expected:
         note = (
             f"the server counted {delta - expected:,} tokens more than the responses reported "
@@ -525,6 +604,8 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
         note = f"{others:,} of the tokens were cached by other calls of this process in the same window"
     else:
         note = ""
+    if inferred:
+        note = f"{note}; {inferred}" if note else inferred
     return CounterCheck(
         counter=checks[0].counter,
         server_delta=delta,
@@ -532,4 +613,24 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
         matches=matches,
         note=note,
         others_reported=others,
+        **tiers,
     )
+
+
+def _combined_tiers(firsts: Sequence[CounterCheckRecord]) -> dict[str, Any]:
+    """The windows' tier figures summed: a count is None when a window that counted tiers lacks it."""
+    with_tiers = [check for check in firsts if check.tier_source is not None]
+    if not with_tiers:
+        return {"host_tokens": None, "external_tokens": None, "loaded_bytes": None, "tier_source": None}
+
+    def summed(name: str) -> int | None:
+        values = [getattr(check, name) for check in with_tiers]
+        return None if any(value is None for value in values) else sum(values)
+
+    sources = sorted({check.tier_source for check in with_tiers if check.tier_source})
+    return {
+        "host_tokens": summed("host_tokens"),
+        "external_tokens": summed("external_tokens"),
+        "loaded_bytes": summed("loaded_bytes"),
+        "tier_source": "+".join(sources),
+    }

@@ -14,7 +14,14 @@ It is scheduled for the cache, not in the order given:
   server reports: vLLM's ``vllm:cache_config_info``, SGLang's
   ``max_total_num_tokens``; or :attr:`JobOptions.kv_tokens`), so no pack's
   blocks are evicted before its last question has read them. A replica
-  whose size is unknown runs one pack at a time.
+  whose size is unknown runs one pack at a time. A host tier
+  (:attr:`ServerInfo.host_tier <longctx.backends.base.ServerInfo.host_tier>`,
+  or :attr:`JobOptions.host_kv_tokens`) adds no room: a pack it holds must
+  come back into GPU memory to be read;
+- packs are visited cheapest first: those this process sent recently and
+  the GPU likely still holds, then those likely parked in the host tier (a
+  transfer, not a prefill), then the rest (:mod:`longctx.sessions.residency`),
+  in input order within each.
 
 Packs are read and counted ahead of the sending (on worker threads) while
 the servers prefill others. Every answer is stored in the transaction of
@@ -51,6 +58,7 @@ from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
+from longctx.sessions.residency import RESIDENCY, TIER_RANK, Tier
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -181,10 +189,14 @@ class JobOptions:
     server URL, so one pack's reading overlaps another's prefill).
     ``job_id`` names the job in the store; by default it is derived from the
     items, so running the same file again resumes it. ``fresh`` asks every
-    item again, whatever is stored (the new answers are reused from then on).
+    item again, whatever is stored (the new answers are reused from then on). ``host_kv_tokens`` is
+    the host tier of each server URL in tokens, where the server does not
+    say (vLLM gives its size in GiB: ``longctx plan --host-memory`` turns it
+    into tokens); it orders the packs, it never adds room in flight.
     """
 
     kv_tokens: int | None = None
+    host_kv_tokens: int | None = None
     kv_share: float = 0.9
     packs_in_flight: int | None = None
     job_id: str | None = None
@@ -193,6 +205,8 @@ class JobOptions:
     def __post_init__(self) -> None:
         if self.kv_tokens is not None and self.kv_tokens < 1:
             raise ConfigError(f"kv_tokens must be at least 1, not {self.kv_tokens}")
+        if self.host_kv_tokens is not None and self.host_kv_tokens < 0:
+            raise ConfigError(f"host_kv_tokens must be at least 0, not {self.host_kv_tokens}")
         if not 0.0 < self.kv_share <= 1.0:
             raise ConfigError(f"kv_share must be in (0, 1], not {self.kv_share}")
         if self.packs_in_flight is not None and self.packs_in_flight < 1:
@@ -267,6 +281,9 @@ class JobReport:
     results: tuple[JobResult, ...]
     packs: int
     counter_check: CounterCheck | None = None
+    #: The packs asked in this run by where they were likely held when the job began
+    #: (``device``, ``host``, ``cold``: see :mod:`longctx.sessions.residency`).
+    packs_by_tier: dict[str, int] = field(default_factory=dict)
     #: The cache canaries run on the packs (RequestOptions.canary_every), in the order they ended.
     canaries: tuple[CanaryResult, ...] = ()
 
@@ -326,8 +343,20 @@ class JobReport:
             parts.append(
                 f"{self.prefilled_tokens:,} tokens prefilled of {self.prompt_tokens:,} ({share:.1%} cached)"
             )
-        if self.counter_check is not None and self.counter_check.matches is not None:
-            parts.append("server counters agree" if self.counter_check.matches else self.counter_check.note)
+        check = self.counter_check
+        if check is not None and check.matches is not None:
+            parts.append("server counters agree" if check.matches else check.note)
+        if check is not None and (check.host_tokens or check.external_tokens):
+            below = f"{check.host_tokens or 0:,} cached tokens came from host memory"
+            parts.append(
+                below + (f", {check.external_tokens:,} from storage" if check.external_tokens else "")
+            )
+        revisits = self.packs_by_tier.get("device", 0) + self.packs_by_tier.get("host", 0)
+        if revisits:
+            parts.append(
+                f"{revisits} packs revisited first ({self.packs_by_tier.get('device', 0)} likely on a GPU, "
+                f"{self.packs_by_tier.get('host', 0)} on a host tier)"
+            )
         if self.canaries:
             bad = len(self.diverged)
             parts.append(
@@ -347,6 +376,8 @@ class _Pack:
     session: CorpusSession | None = None
     replica: str = ""
     claim: int = 0
+    prefix_tokens: int = 0
+    tier: Tier = "cold"
     error: str | None = None
     # The items to ask (those without an answer stored under their facts): their new key and why.
     asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
@@ -495,7 +526,11 @@ class Job:
             checks = settling.wait()
         check = combine_checks(checks or [], notes=settling.notes) if checking and served else None
         ordered = tuple(results[index] for index in range(len(self.items)))
-        return JobReport(self.id, ordered, len(packs), check, tuple(self._canaries))
+        by_tier: dict[str, int] = {}
+        for pack in packs:
+            if pack.asking:  # asked in this run (not every answer reused)
+                by_tier[pack.tier] = by_tier.get(pack.tier, 0) + 1
+        return JobReport(self.id, ordered, len(packs), check, by_tier, tuple(self._canaries))
 
     def _packs(self) -> list[_Pack]:
         by_key: dict[tuple[str, ...], _Pack] = {}
@@ -508,10 +543,11 @@ class Job:
     def _schedule(self, pending: list[_Pack], backend: Backend) -> None:
         urls = [replica.api_url for replica in backend.replicas]
         limit = self.options.packs_in_flight or 2 * len(urls)
-        room = _Room(self._capacity(backend, urls), self.options.kv_share, limit)
-        waiting = list(pending)  # packs not read yet, in input order
+        capacity = self._capacity(backend, urls)
+        room = _Room(capacity, self.options.kv_share, limit)
+        waiting = self._cheapest_first(pending, backend, capacity)  # packs not read yet
         ready: list[_Pack] = []  # read and counted, waiting for room on their replica
-        reading: set[Future[_Pack]] = set()
+        reading: dict[Future[_Pack], _Pack] = {}
         asking: dict[Future[None], _Pack] = {}
         # Reading runs ahead of the asking by at most ``limit`` packs: enough
         # to keep every replica fed, few enough to bound the packs in memory.
@@ -519,11 +555,15 @@ class Job:
         try:
             while waiting or ready or reading or asking:
                 while waiting and len(ready) + len(reading) < limit:
-                    reading.add(pool.submit(self._read, waiting.pop(0)))
-                # In input order, but a pack whose replica is full waits
-                # while packs for other replicas go ahead of it.
-                for pack in list(ready):
-                    if room.fits(pack.replica, pack.claim):
+                    pack = waiting.pop(0)
+                    reading[pool.submit(self._read, pack)] = pack
+                # As they are read, but a pack whose replica is full waits while
+                # packs for other replicas go ahead of it, and no pack goes ahead
+                # of one of a cheaper tier still being read (its blocks would be
+                # evicted by this one's prefill).
+                cheapest = min((TIER_RANK[pack.tier] for pack in reading.values()), default=len(TIER_RANK))
+                for pack in sorted(ready, key=lambda pack: TIER_RANK[pack.tier]):
+                    if TIER_RANK[pack.tier] <= cheapest and room.fits(pack.replica, pack.claim):
                         ready.remove(pack)
                         room.take(pack.replica, pack.claim)
                         asking[pool.submit(self._ask, pack)] = pack
@@ -535,7 +575,7 @@ class Job:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     if future in reading:
-                        reading.discard(future)
+                        del reading[future]
                         pack = future.result()
                         if pack.session is not None:
                             ready.append(pack)
@@ -553,6 +593,31 @@ class Job:
             pool.shutdown(wait=False, cancel_futures=True)
             raise
         pool.shutdown()
+
+    def _cheapest_first(
+        self, pending: list[_Pack], backend: Backend, capacity: dict[str, int | None]
+    ) -> list[_Pack]:
+        """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
+        tiers = {url: (size, self._host_capacity(backend, url)) for url, size in capacity.items()}
+        for pack in pending:
+            pack.tier, _ = RESIDENCY.where(pack.key, tiers)
+        ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
+        counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
+        if counts["device"] or counts["host"]:
+            self._tell(
+                f"revisits first: {counts['device']} packs likely on a GPU, {counts['host']} on a host tier, "
+                f"{counts['cold']} to prefill"
+            )
+        return ordered
+
+    def _host_capacity(self, backend: Backend, url: str) -> int | None:
+        """The host tier of ``url`` in tokens: the option, else what the server reports, else None."""
+        if self.options.host_kv_tokens is not None:
+            return self.options.host_kv_tokens
+        info = next((server for server in backend.servers if server.api_url == url), None)
+        if info is None or info.host_tier is None:
+            return None
+        return info.host_tier.size_tokens
 
     def _capacity(self, backend: Backend, urls: Sequence[str]) -> dict[str, int | None]:
         given = self.options.kv_tokens
@@ -602,6 +667,7 @@ class Job:
         # As many siblings in flight as ask_many will send to this server.
         siblings = min(len(pack.asking), choose_dispatch(server, self.request).concurrency)
         pack.claim = (full.total_tokens or 0) + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
+        pack.prefix_tokens = full.total_tokens or 0
         pack.session = session
         return pack
 
@@ -631,12 +697,16 @@ class Job:
                 with self._lock:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
+            # The server may have read the pack before failing: count it as the most recent either way.
+            RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
             # The answered ones are stored under their keys; the rest carry the error.
             for index in indices:
                 if index not in pack.results:
                     because = pack.asking[index][1]
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
+            return
+        RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:
         """Item ``result.index`` is done: keep its result and tell ``on_result``."""

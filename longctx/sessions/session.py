@@ -480,7 +480,14 @@ class Session(Conversation):
             cache_salt=options.cache_salt,
             affinity_key=self.affinity_key,
             extra_body=options.extra_body,
+            offload_tokens=self._offload_tokens() if options.offload_prefix_only else None,
         )
+
+    def _offload_tokens(self) -> int | None:
+        """The pack's tokens: what a request may offload to a host tier (the prefix its siblings share)."""
+        pack = self.pack
+        tokens = int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
+        return tokens or None
 
     def _own_position(self) -> int:
         """The position of the next turn among this session's own turns."""

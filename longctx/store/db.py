@@ -187,6 +187,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE counter_checks ADD COLUMN others_reported INTEGER DEFAULT 0;
     ALTER TABLE counter_checks ADD COLUMN window_id TEXT;
     """,
+    # 11: cache tiers below GPU memory (longctx.backends.tiers): a request's
+    # cached tokens loaded from host memory and from storage, where the
+    # response split them, and a counter window's tokens by tier and the bytes
+    # that came back from the host. NULL: not reported.
+    """
+    ALTER TABLE requests ADD COLUMN host_cached_tokens INTEGER;
+    ALTER TABLE requests ADD COLUMN external_cached_tokens INTEGER;
+    ALTER TABLE counter_checks ADD COLUMN host_tokens INTEGER;
+    ALTER TABLE counter_checks ADD COLUMN external_tokens INTEGER;
+    ALTER TABLE counter_checks ADD COLUMN loaded_bytes INTEGER;
+    ALTER TABLE counter_checks ADD COLUMN tier_source TEXT;
+    """,
 )
 
 

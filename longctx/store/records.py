@@ -113,6 +113,14 @@ class CounterCheckRecord:
     others_reported: int | None = 0
     #: The window shared with those calls; None: the call had it alone.
     window_id: str | None = None
+    #: Of the window's cached tokens, those the server loaded from host memory
+    #: and from storage (longctx.backends.tiers); None: it does not count them.
+    host_tokens: int | None = None
+    external_tokens: int | None = None
+    #: Bytes the server moved host -> GPU in the window (its offloading counters).
+    loaded_bytes: int | None = None
+    #: How the tiers were counted: by_source, cache_source, transfers (inferred); None: no tier.
+    tier_source: str | None = None
 
 
 @dataclass(frozen=True)

@@ -205,6 +205,8 @@ class SessionLog:
                 session_id=row["session_id"], batch_id=row["batch_id"], base_url=row["base_url"],
                 counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
                 requests=row["requests"], others_reported=row["others_reported"], window_id=row["window_id"],
+                host_tokens=row["host_tokens"], external_tokens=row["external_tokens"],
+                loaded_bytes=row["loaded_bytes"], tier_source=row["tier_source"],
             )
             for row in self._database.query(
                 f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
@@ -258,9 +260,11 @@ def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRec
     connection.execute(
         "INSERT INTO counter_checks"
         " (session_id, batch_id, base_url, counter, before, after, reported,"
-        " requests, others_reported, window_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " requests, others_reported, window_id, host_tokens, external_tokens, loaded_bytes, tier_source,"
+        " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
-         check.reported, check.requests, check.others_reported, check.window_id, time.time()),
+         check.reported, check.requests, check.others_reported, check.window_id, check.host_tokens,
+         check.external_tokens, check.loaded_bytes, check.tier_source, time.time()),
     )  # fmt: skip
 
 

@@ -37,10 +37,10 @@ case $VARIANT in
       python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site-lm "$PARTS"/lm/*.whl "$PARTS"/lmdeps/*.whl
       touch /tmp/site-lm/.ready
     fi
-    python3 -c "import lmcache, lmcache.cuda_ops" || { echo "lmcache does not import beside this torch" >&2; exit 3; }
-    # Multi-process mode (vLLM's LMCacheMPConnector, tcp://localhost:5555); in-process LMCacheConnectorV1
-    # reads the LMCACHE_* variables instead. Either way the host tier is GIB of CPU memory.
-    export LMCACHE_LOCAL_CPU=True LMCACHE_MAX_LOCAL_CPU_SIZE=$GIB LMCACHE_CHUNK_SIZE=256
+    python3 -c "import lmcache, lmcache.c_ops" || { echo "lmcache does not import beside this torch" >&2; exit 3; }
+    # vLLM 0.24.0 maps --kv-offloading-backend lmcache to LMCacheMPConnector (multi-process mode,
+    # tcp://localhost:5555; vllm/config/vllm.py _post_init_kv_transfer_config) and does not pass the
+    # size on: the lmcache server's L1 (GIB of CPU memory) is the host tier.
     setsid lmcache server --l1-size-gb "$GIB" --eviction-policy LRU --port 5555 > /tmp/lmcache-server.log 2>&1 < /dev/null &
     PIDS="$PIDS $!"
     sleep 20

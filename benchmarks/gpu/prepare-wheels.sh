@@ -3,7 +3,7 @@
 # vLLM 0.24.0 and longctx: DEST/p00, p01, ... (vLLM, slimmed, tar.gz split in 58 MB parts), DEST/deps
 # (vLLM's requirements the GPU image lacks), DEST/lx (longctx built from this checkout and its
 # requirements), DEST/rt (vllm-router and what it needs), DEST/tok (the tiny model's tokenizer),
-# DEST/lm and DEST/lmdeps (LMCache 0.5.6 and its requirements the image lacks: benchmarks/gpu/host-tiers.sh lmcache).
+# DEST/lm and DEST/lmdeps (LMCache 0.5.3 and its requirements the image lacks: benchmarks/gpu/host-tiers.sh lmcache).
 # Each folder or part stays under 64 MiB, so each can be moved on its own.
 # Usage: benchmarks/gpu/prepare-wheels.sh DEST MODEL_DIR    (run from the project's root)
 # vLLM 0.24.0 pins torch 2.11.0, the version the GPU image has (its wheel links libcudart.so.13).

@@ -61,8 +61,11 @@ __all__ = [
 ]
 
 CHUNK_TOKENS = 8192
-#: The LMCache release the vLLM recipe names (PyPI; wheels for CPython 3.10-3.13, CUDA 13).
-LMCACHE_VERSION = "0.5.6"
+#: The LMCache release the vLLM recipe names (PyPI; wheels for CPython 3.10-3.13, CUDA 13). Its
+#: compiled ops link against the torch they were built with: 0.5.3 is the newest whose ops resolve
+#: every symbol against vLLM 0.24.0's torch 2.11.0 (0.5.4-0.5.6 call a c10::NotImplementedError
+#: constructor that 2.11 does not export, so their import fails).
+LMCACHE_VERSION = "0.5.3"
 _SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
 # What doctor's flags buy (Finding.reason), and the flags that name the chunk budget.
 _AGAIN = "without it every request prefills the whole document again"

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import pytest
 from fake_engine import FakeEngine
+from hypothesis import settings
 
 from longctx.backends.base import Backend, connect
 from longctx.sessions.counters import wait_for_checks
 
 pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
+
+# Property tests check results, not speed: hypothesis's default 200 ms deadline per example turned a
+# correct example into a failure on this shared 2-core machine under load (speed lives in benchmarks/).
+settings.register_profile("longctx", deadline=None)
+settings.load_profile("longctx")
 
 
 @pytest.fixture(autouse=True)

@@ -236,7 +236,13 @@ def pack(
         if stored is not None:
             if budget is not None:
                 check_budget(stored.pack, budget)
-            return PackResult(stored.pack, stored.manifest, stored.ordering, reused=True)
+            return PackResult(
+                stored.pack,
+                stored.manifest,
+                stored.ordering,
+                reused=True,
+                _manifest_summary=stored.manifest_summary,
+            )
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
     builder = _PackBuilder(tokenizer, store, writer)

@@ -751,6 +751,12 @@ def answers(args: argparse.Namespace) -> str:
     return answer_reuse.section(args.work, harness_dir(args))
 
 
+def cli(args: argparse.Namespace) -> str:
+    import cli_overhead
+
+    return cli_overhead.section(args.work, harness_dir(args), args.repetitions)
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
@@ -761,6 +767,7 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "replicas": replicas,
     "jobs": jobs,
     "answers": answers,
+    "cli": cli,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -772,6 +779,7 @@ SECTION_NAMES = {
     "replicas": "replicas-overhead",
     "jobs": "jobs-larger-than-the-cache",
     "answers": "sessions-answer-reuse",
+    "cli": "cli-overhead",
 }
 
 
@@ -801,7 +809,7 @@ def main() -> None:
         chosen = [
             name
             for name in chosen
-            if name not in ("engines", "sessions", "siblings", "replicas", "jobs", "answers")
+            if name not in ("engines", "sessions", "siblings", "replicas", "jobs", "answers", "cli")
         ]
     for name in chosen:
         started = time.perf_counter()

@@ -15,6 +15,8 @@ from longctx.cli.sessions import _short_source
 from longctx.corpus import load_corpus
 from longctx.errors import InputError, OutputError
 from longctx.serving.recipes import KIMI_K3_NVFP4
+from longctx.sessions import Session
+from longctx.store import Store, StoredPack
 
 
 def test_an_empty_store_says_so_in_sessions_list_and_report() -> None:
@@ -95,3 +97,21 @@ def test_an_error_about_a_file_with_a_credential_names_the_path_and_not_the_text
     result = CliRunner().invoke(main, ["plan", "--config", str(config), "--gpu-memory", "80"])
     assert result.exit_code == EXIT_BAD_INPUT, result.output
     assert str(config) in result.stderr and credential not in result.output
+
+
+def test_a_forks_first_answer_is_listed_by_sessions_show_under_its_turn(
+    backend: Backend, tmp_path: Path
+) -> None:
+    pack = StoredPack(
+        fingerprint="f" * 64, format_version="test/1", system="sys", prefix="<documents/>\n", summary={}
+    )
+    store = Store.open(tmp_path / "home")
+    session = Session(backend, pack, store=store)
+    for question in ("a?", "b?", "c?"):
+        session.ask(question)
+    answer = session.fork(at=1).ask("b-prime?")
+    runtime = Runtime(open_store=lambda: Store.open(tmp_path / "home"))
+    shown = CliRunner().invoke(main, ["sessions", "show", answer.session_id], obj=runtime)
+    assert shown.exit_code == 0, shown.output
+    assert f"[{answer.turn}] > b-prime?" in shown.stdout
+    assert f"[{answer.turn - 1}] > a?" in shown.stdout

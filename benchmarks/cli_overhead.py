@@ -49,10 +49,10 @@ def _requests_served(base_url: str) -> float:
     """vLLM's count of finished requests (``vllm:request_success_total``, every label summed)."""
     with urllib.request.urlopen(base_url + "/metrics", timeout=30) as response:
         text = response.read().decode()
-    return sum(
-        float(match.group(1))
-        for match in re.finditer(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
-    )
+    found = re.findall(r"^vllm:request_success_total\{[^}]*\} ([0-9.e+]+)$", text, re.M)
+    if not found:
+        raise RuntimeError("the server's /metrics has no vllm:request_success_total")
+    return sum(float(value) for value in found)
 
 
 def _batch(work: Path, api_base: str, repetitions: int) -> tuple[list[float], list[float], str]:
@@ -85,7 +85,9 @@ def _batch(work: Path, api_base: str, repetitions: int) -> tuple[list[float], li
     return times["cli"], times["api"], corpus.name
 
 
-def _refusal(work: Path, api_base: str, base_url: str, repetitions: int) -> tuple[list[float], float, str]:
+def _refusal(
+    work: Path, api_base: str, base_url: str, repetitions: int
+) -> tuple[list[float], tuple[float, float], str]:
     folder = work / "cli-refusal-corpus"
     big = folder / "big.txt"
     if not big.exists():
@@ -113,7 +115,7 @@ def _refusal(work: Path, api_base: str, base_url: str, repetitions: int) -> tupl
             raise RuntimeError(f"the 50 MB ask exited {done.returncode}, not {EXIT_TOO_LONG}:\n{done.stderr}")
         times.append(seconds)
         message = done.stderr.strip()
-    return times, _requests_served(base_url) - served_before, message
+    return times, (served_before, _requests_served(base_url)), message
 
 
 def section(work: Path, harness_dir: Path, repetitions: int) -> str:
@@ -154,7 +156,8 @@ def section(work: Path, harness_dir: Path, repetitions: int) -> str:
             '*refusal*: `longctx ask DIR "What is it?" --max-file-bytes 60000000 --base-url URL`, DIR holding'
             f" one 50 MB text file; median of {len(refusals)} runs after a warm-up. Every run exited"
             f" {EXIT_TOO_LONG} (the budget's code); the server's finished requests"
-            f" (`vllm:request_success_total`) rose by {served:.0f} over them.",
+            f" (`vllm:request_success_total`, {served[0]:,.0f} after the batches) were {served[1]:,.0f}"
+            f" after them: {'no request reached it' if served[1] == served[0] else 'requests reached it'}.",
             "",
             f"- Refused in {refusal:.2f} s (min {min(refusals):.2f} s, max {max(refusals):.2f} s; goal: within"
             f" {REFUSAL_GOAL_SECONDS:.0f} s) {'(met)' if refusal <= REFUSAL_GOAL_SECONDS else '(not met)'}.",

@@ -751,6 +751,12 @@ def answers(args: argparse.Namespace) -> str:
     return answer_reuse.section(args.work, harness_dir(args))
 
 
+def startup(args: argparse.Namespace) -> str:
+    import cli_startup
+
+    return cli_startup.section(sys.executable, 20)
+
+
 def cli(args: argparse.Namespace) -> str:
     import cli_overhead
 
@@ -768,6 +774,7 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "jobs": jobs,
     "answers": answers,
     "cli": cli,
+    "startup": startup,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -780,6 +787,7 @@ SECTION_NAMES = {
     "jobs": "jobs-larger-than-the-cache",
     "answers": "sessions-answer-reuse",
     "cli": "cli-overhead",
+    "startup": "cli-startup",
 }
 
 

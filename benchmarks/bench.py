@@ -184,6 +184,13 @@ def _counting_alone(corpus: Path, home: Path) -> dict[str, float]:
     return seconds
 
 
+# The rows of `longctx pack` through the CLI: the command a user types (its default tokenizer is
+# the estimate when no server is named), and the same with the exact cl100k count.
+CLI_UNCHANGED = "`longctx pack REPO -o FILE` (CLI, estimate), unchanged"
+CLI_CL100K_UNCHANGED = "`longctx pack REPO -o FILE --tokenizer cl100k_base` (CLI), unchanged"
+_CLI_ROWS = (CLI_UNCHANGED, CLI_CL100K_UNCHANGED)
+
+
 def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], Run]]:
     """The runs of the speed benchmark on ``corpus``; ``tag`` keeps its stores and outputs apart."""
     outputs = work / f"outputs{tag}"
@@ -191,6 +198,7 @@ def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], R
     python = sys.executable
     repomix = str(work / "node" / "node_modules" / ".bin" / "repomix")
     gitingest = str(Path(python).with_name("gitingest"))
+    longctx_command = str(Path(python).with_name("longctx"))
     base_env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
 
     def longctx(mode: str, home: Path, fresh: bool) -> Run:
@@ -202,6 +210,19 @@ def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], R
         env = {**base_env, "LONGCTX_HOME": str(home)}
         return timed([python, str(HERE / "pack_one.py"), str(corpus), str(output), mode], env=env)
 
+    prepared: set[Path] = set()
+
+    def cli(home: Path, flags: list[str], output: Path) -> Run:
+        # `longctx pack REPO -o FILE` as a user types it, in a fresh process, unchanged: the
+        # store and the output as an earlier run of the same command left them (one untimed
+        # run first: a store of an earlier longctx install holds no pack of this one).
+        env = {**base_env, "LONGCTX_HOME": str(home)}
+        command = [longctx_command, "pack", str(corpus), "-o", str(output), *flags]
+        if output not in prepared:
+            timed(command, env=env)
+            prepared.add(output)
+        return timed(command, env=env)
+
     def other(command: list[str], output: Path) -> Run:
         output.unlink(missing_ok=True)  # as for a cold longctx run: the file is written, not rewritten
         return timed([*command, "-o", str(output)], env=base_env)
@@ -212,6 +233,10 @@ def _speed_tools(work: Path, corpus: Path, tag: str) -> dict[str, Callable[[], R
         "longctx, estimate, cold": lambda: longctx("estimate", work / f"home-estimate{tag}", fresh=True),
         "longctx, estimate, unchanged": lambda: longctx(
             "estimate", work / f"home-estimate{tag}", fresh=False
+        ),
+        CLI_UNCHANGED: lambda: cli(work / f"home-cli{tag}", [], outputs / "longctx-cli.txt"),
+        CLI_CL100K_UNCHANGED: lambda: cli(
+            work / f"home-cli-cl100k{tag}", ["--tokenizer", "cl100k_base"], outputs / "longctx-cli-cl100k.txt"
         ),
         "repomix (defaults: o200k counts, secretlint)": lambda: other(
             [repomix, str(corpus)], outputs / "repomix.xml"
@@ -236,6 +261,14 @@ def _speed_runs(args: argparse.Namespace, corpus: Path, tag: str) -> dict[str, l
         for name in tools
         if name.startswith("longctx")
     }
+    for name in _CLI_ROWS:
+        # The CLI says both on stderr: the pack came from the store, the output was left as it was.
+        said = [
+            "(unchanged: reused)" in run.stderr and "already held this pack: left as it was" in run.stderr
+            for run in runs[name]
+        ]
+        if not all(said):
+            raise RuntimeError(f"an unchanged CLI run rebuilt its pack or rewrote its output: {said}")
     if any(reuse[name] != [name.endswith("unchanged")] * args.repetitions for name in reuse):
         raise RuntimeError(f"a cold run reused a stored pack or an unchanged run did not: {reuse}")
     kept = {name: [json.loads(run.stdout)["output_unchanged"] for run in runs[name]] for name in reuse}
@@ -264,7 +297,15 @@ def _token_counts(runs: dict[str, list[Run]]) -> dict[str, str]:
         "repomix --no-security-check": (repomix_tokens.group(1) if repomix_tokens else "?") + " (o200k)",
         "gitingest (o200k count)": (gitingest_tokens.group(1) if gitingest_tokens else "not reported")
         + " (o200k)",
+        CLI_UNCHANGED: _cli_tokens(runs[CLI_UNCHANGED][-1]) + " (estimate)",
+        CLI_CL100K_UNCHANGED: _cli_tokens(runs[CLI_CL100K_UNCHANGED][-1]) + " (cl100k, exact)",
     }
+
+
+def _cli_tokens(run: Run) -> str:
+    """The token count on the summary line `longctx pack` printed on stderr."""
+    found = re.search(r": ([\d,]+) tokens", run.stderr)
+    return found.group(1) if found else "?"
 
 
 _COMPETITORS = ["repomix (defaults: o200k counts, secretlint)", "gitingest (o200k count)"]
@@ -322,6 +363,13 @@ def speed_links(args: argparse.Namespace) -> str:
         f" {'(met)' if fastest / unchanged >= 10 else '(not met)'}; last unchanged run: "
         + ", ".join(f"{key[:-2]} {unchanged_facts[key]:.2f} s" for key in ("import_s", "pack_s", "write_s"))
         + ".",
+        f"- Unchanged through the CLI, `longctx pack REPO -o FILE` as typed: {fastest / median(CLI_UNCHANGED):.1f}x"
+        f" faster (goal: 10x) {'(met)' if fastest / median(CLI_UNCHANGED) >= 10 else '(not met)'}; with"
+        f" `--tokenizer cl100k_base`: {fastest / median(CLI_CL100K_UNCHANGED):.1f}x"
+        f" {'(met)' if fastest / median(CLI_CL100K_UNCHANGED) >= 10 else '(not met)'}. What the CLI adds to"
+        " the API's work, by a profile (pyinstrument): importing click, making the option objects from its"
+        " flags and looking for config files; here its median and the API's unchanged estimate run's differ"
+        f" by {(median(CLI_UNCHANGED) - median('longctx, estimate, unchanged')) * 1000:+.0f} ms.",
     ]
     return "\n".join(lines)
 
@@ -366,7 +414,12 @@ def speed(args: argparse.Namespace) -> str:
         " vocabulary that the tests check against tiktoken, installed here as longctx's optional counter) and checks"
         " for secrets like repomix's defaults. longctx runs `benchmarks/pack_one.py`, a fresh process calling"
         " `longctx.packing.pack` and saving with `Pack.save`, the calls the `longctx pack -o` command makes; it"
-        " counts in a second process while it reads (two cores here). *cold*: a fresh process, an empty longctx"
+        " counts in a second process while it reads (two cores here). The CLI rows run the command a user types,"
+        " `longctx pack REPO -o FILE` (the installed console script, bytecode cached, a fresh process each run):"
+        " as it is (its default tokenizer is the estimate when no server is named) and with `--tokenizer"
+        " cl100k_base`, each unchanged, with the store and the output an earlier run of the same command left"
+        " (the CLI says so on stderr: the pack reused, the output left as it was; every CLI run here said both)."
+        " *cold*: a fresh process, an empty longctx"
         " store and no output file; *unchanged*: a fresh process with the store and the output file left by the"
         " cold run: the repository's state (HEAD, `git status`, content of changed files) matches the pack"
         " snapshot the cold run kept, so the pack is read back from the store without reading a file, and the"
@@ -395,6 +448,8 @@ def speed(args: argparse.Namespace) -> str:
         f"- Cold, cl100k: {fastest / cold:.1f}x faster (goal: 3x) {'(met)' if fastest / cold >= 3 else '(not met)'}.",
         f"- Unchanged, cl100k: {fastest / unchanged:.1f}x faster (goal: 20x)"
         f" {'(met)' if fastest / unchanged >= 20 else '(not met)'}.",
+        f"- Unchanged through the CLI: {fastest / median(CLI_UNCHANGED):.1f}x faster as typed,"
+        f" {fastest / median(CLI_CL100K_UNCHANGED):.1f}x with `--tokenizer cl100k_base`.",
         f"- Peak memory, cl100k: {peak('longctx, cl100k, cold') / MIB:.0f} MiB for a {pack_mib:.1f} MiB pack"
         f" (goal: under 2 x pack + 100 MiB = {memory_goal:.0f} MiB)"
         f" {'(met)' if peak('longctx, cl100k, cold') / MIB < memory_goal else '(not met)'}.",
@@ -699,6 +754,18 @@ def answers(args: argparse.Namespace) -> str:
     return answer_reuse.section(args.work, harness_dir(args))
 
 
+def startup(args: argparse.Namespace) -> str:
+    import cli_startup
+
+    return cli_startup.section(sys.executable, 20)
+
+
+def cli(args: argparse.Namespace) -> str:
+    import cli_overhead
+
+    return cli_overhead.section(args.work, harness_dir(args), args.repetitions)
+
+
 BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "speed": speed,
     "retention": retention,
@@ -709,6 +776,8 @@ BENCHMARKS: dict[str, Callable[[argparse.Namespace], str]] = {
     "replicas": replicas,
     "jobs": jobs,
     "answers": answers,
+    "cli": cli,
+    "startup": startup,
 }
 SECTION_NAMES = {
     "speed": "pack-speed",
@@ -720,6 +789,8 @@ SECTION_NAMES = {
     "replicas": "replicas-overhead",
     "jobs": "jobs-larger-than-the-cache",
     "answers": "sessions-answer-reuse",
+    "cli": "cli-overhead",
+    "startup": "cli-startup",
 }
 
 
@@ -749,7 +820,7 @@ def main() -> None:
         chosen = [
             name
             for name in chosen
-            if name not in ("engines", "sessions", "siblings", "replicas", "jobs", "answers")
+            if name not in ("engines", "sessions", "siblings", "replicas", "jobs", "answers", "cli")
         ]
     for name in chosen:
         started = time.perf_counter()

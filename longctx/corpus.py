@@ -276,6 +276,7 @@ def load_corpus(
     options: CorpusOptions | None = None,
     *,
     store: Store | None = None,
+    on_text: Callable[[str, int], None] | None = None,
 ) -> Corpus:
     """Load ``paths`` into a corpus (see the module docstring for what is considered).
 
@@ -306,6 +307,15 @@ def load_corpus(
     :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
     as of a commit already walked (see :mod:`longctx.sources.repo`).
 
+    ``on_text``, when given, is called with each document's path and
+    characters as soon as its text is decoded, in corpus order, before the
+    costly passes over it (special tokens, credentials, hashing) and before
+    the next file is read; what it raises stops the load and propagates.
+    A document the total-size limit leaves out is not told; one the
+    credential pass would skip already was. A pack's budget uses it
+    (:class:`~longctx.packing.budget.LowerBound`) to refuse a corpus whose
+    characters alone prove it cannot fit without reading the rest.
+
     Raises :class:`~longctx.errors.EmptyCorpus` when no document is left
     (its message names what was skipped and why),
     :class:`~longctx.errors.InputError` for a path that does not
@@ -314,7 +324,7 @@ def load_corpus(
     cannot be read (git failing, an unlistable folder). A problem with one
     file never raises: it is a skip in the manifest.
     """
-    outline, documents = _load(paths, options, None, keep=True, store=store)
+    outline, documents = _load(paths, options, None, keep=True, store=store, on_text=on_text)
     return Corpus(
         outline.manifest,
         outline.ordering,
@@ -332,15 +342,16 @@ def stream_corpus(
     on_document: Callable[[Document], None],
     *,
     store: Store | None = None,
+    on_text: Callable[[str, int], None] | None = None,
 ) -> CorpusOutline:
     """:func:`load_corpus`, handing each document to ``on_document`` as soon as it is read, in corpus order.
 
     Work on a document (rendering, counting) starts before the last file
     is read, and nothing keeps the documents but the caller, so each text
     is held once. Returns the outline (manifest, ordering, origin); raises
-    what :func:`load_corpus` raises.
+    what :func:`load_corpus` raises. ``on_text`` is :func:`load_corpus`'s.
     """
-    outline, _ = _load(paths, options, on_document, keep=False, store=store)
+    outline, _ = _load(paths, options, on_document, keep=False, store=store, on_text=on_text)
     return outline
 
 
@@ -351,6 +362,7 @@ def _load(
     *,
     keep: bool,
     store: Store | None,
+    on_text: Callable[[str, int], None] | None = None,
 ) -> tuple[CorpusOutline, tuple[Document, ...]]:
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -392,6 +404,7 @@ def _load(
         keep=keep,
         pdf_cache=None if store is None else store.caches,
         special_tokens=options.special_tokens,
+        on_text=on_text,
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
@@ -513,10 +526,12 @@ def _read_in_order(
     keep: bool,
     pdf_cache: PdfTextCache | None,
     special_tokens: tuple[str, ...] = (),
+    on_text: Callable[[str, int], None] | None = None,
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 
-    Returns the documents (none unless ``keep``) and their total size in bytes.
+    Returns the documents (none unless ``keep``) and their total size in
+    bytes. ``on_text`` hears each text that the total-size limit lets in.
     """
     # Imported here: a pack read back from the store (longctx.packing.snapshots)
     # needs this module's manifest but reads no file, and the readers'
@@ -524,14 +539,21 @@ def _read_in_order(
     # its import time.
     from longctx.sources.reading import FileReader
 
+    documents: list[Document] = []
+    included = total_bytes = 0
+
+    def told(path: str, characters: int, size_bytes: int) -> None:
+        # A document past the total-size limit is left out below: it is no part of the pack.
+        if on_text is not None and total_bytes + size_bytes <= limits.max_total_bytes:
+            on_text(path, characters)
+
     reader = FileReader(
         max_file_bytes=limits.max_file_bytes,
         allow_secrets=allow_secrets,
         pdf_cache=pdf_cache,
         special_tokens=special_tokens,
+        on_text=None if on_text is None else told,
     )
-    documents: list[Document] = []
-    included = total_bytes = 0
     stop: tuple[SkipReason, str] | None = None
     for candidate in candidates:
         if stop is None and included >= limits.max_files:

@@ -64,15 +64,25 @@ __all__ = [
 
 
 class LongctxError(Exception):
-    """Root of every error longctx raises on purpose."""
+    """Root of every error longctx raises on purpose.
 
-    def describe(self) -> str:
-        """The message, led by the path it concerns when it has one the message does not name."""
-        message = str(self)
+    ``str()`` of one is the line the CLI prints after ``longctx: error:``:
+    the message, led by the path it concerns (an error with a ``path``:
+    :class:`InputError`, :class:`OutputError`) when the message does not
+    name it. A path is a name the caller gave or a document's path in the
+    corpus, never the document's text.
+    """
+
+    def __str__(self) -> str:
+        message = super().__str__()
         path = getattr(self, "path", None)
         if path is not None and str(path) not in message:
             return f"{path}: {message}"
         return message
+
+    def describe(self) -> str:
+        """The message, led by the path it concerns when it has one the message does not name: ``str()``."""
+        return str(self)
 
 
 class ConfigError(LongctxError):

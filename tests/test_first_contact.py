@@ -10,9 +10,13 @@ from click.testing import CliRunner
 
 from longctx.backends.base import Backend
 from longctx.cli import main
-from longctx.cli.app import EXIT_NO_SESSION, EXIT_USAGE, Runtime
+from longctx.cli.app import EXIT_BAD_INPUT, EXIT_NO_SESSION, EXIT_USAGE, Runtime
 from longctx.cli.sessions import _short_source
+from longctx.corpus import load_corpus
+from longctx.errors import InputError, OutputError
 from longctx.serving.recipes import KIMI_K3_NVFP4
+from longctx.sessions import Session
+from longctx.store import Store, StoredPack
 
 
 def test_an_empty_store_says_so_in_sessions_list_and_report() -> None:
@@ -67,3 +71,47 @@ def test_a_lossily_decoded_file_is_named_on_the_summary_line(tmp_path: Path) -> 
     )
     assert result.exit_code == 0, result.output
     assert "1 file was not valid UTF-8, decoded with U+FFFD replacements: latin1.txt" in result.stderr
+
+
+def test_str_of_an_input_error_is_the_line_the_cli_prints(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder"
+    try:
+        load_corpus(missing)
+    except InputError as raised:
+        error = raised
+    else:
+        raise AssertionError("load_corpus of a missing path did not raise")
+    assert str(error) == f"{missing}: no such file or folder" == error.describe()
+    result = CliRunner().invoke(main, ["pack", str(missing), "--tokenizer", "estimate"])
+    assert result.exit_code == EXIT_BAD_INPUT
+    assert result.stderr == f"longctx: error: {error}\n"
+    # A message that names its path already is not led by it a second time.
+    assert str(OutputError(f"cannot write {missing}", path=missing)) == f"cannot write {missing}"
+
+
+def test_an_error_about_a_file_with_a_credential_names_the_path_and_not_the_text(tmp_path: Path) -> None:
+    # The path leads the message; the file's text (here a credential) appears in no error.
+    credential = "AKIA" + "ABCDEFGHIJKLMNOP"
+    config = tmp_path / "config.json"
+    config.write_text(f'{{"aws_key": "{credential}", ')  # cut short: not valid JSON
+    result = CliRunner().invoke(main, ["plan", "--config", str(config), "--gpu-memory", "80"])
+    assert result.exit_code == EXIT_BAD_INPUT, result.output
+    assert str(config) in result.stderr and credential not in result.output
+
+
+def test_a_forks_first_answer_is_listed_by_sessions_show_under_its_turn(
+    backend: Backend, tmp_path: Path
+) -> None:
+    pack = StoredPack(
+        fingerprint="f" * 64, format_version="test/1", system="sys", prefix="<documents/>\n", summary={}
+    )
+    store = Store.open(tmp_path / "home")
+    session = Session(backend, pack, store=store)
+    for question in ("a?", "b?", "c?"):
+        session.ask(question)
+    answer = session.fork(at=1).ask("b-prime?")
+    runtime = Runtime(open_store=lambda: Store.open(tmp_path / "home"))
+    shown = CliRunner().invoke(main, ["sessions", "show", answer.session_id], obj=runtime)
+    assert shown.exit_code == 0, shown.output
+    assert f"[{answer.turn}] > b-prime?" in shown.stdout
+    assert f"[{answer.turn - 1}] > a?" in shown.stdout

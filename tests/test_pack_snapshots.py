@@ -21,7 +21,7 @@ import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx.config import CorpusOptions
-from longctx.corpus import Limits, load_corpus
+from longctx.corpus import Limits, Manifest, load_corpus
 from longctx.errors import BudgetError, StoreError
 from longctx.packing import Budget, PackResult, build, build_pack, counting, pack
 from longctx.store import Store
@@ -432,3 +432,24 @@ def test_a_damaged_stored_manifest_is_a_clear_error_when_read(repo: Path, store:
     assert again.pack == fresh(repo).pack  # the pack itself is intact and still served
     with pytest.raises(StoreError, match="cannot be read back"):
         _ = again.manifest
+
+
+def test_a_reused_packs_summary_line_is_the_built_ones_without_decoding_the_manifest(
+    repo: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))  # decoded with U+FFFD: named on the line
+    (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # skipped: binary
+    git(repo, "add", "-A")
+    commit(repo, "third", when=T0 + 200)
+    built = packed(repo, store)
+    again = packed(repo, store)
+    assert again.reused and not built.reused
+    assert "1 binary" in built.summary_line() and "latin1.txt" in built.summary_line()
+
+    def undecodable(self: Any) -> Any:
+        raise AssertionError("the summary line decoded the stored manifest")
+
+    monkeypatch.setattr(Manifest, "from_dict", classmethod(undecodable))
+    # The same line, but for the reuse and the layer note (a reused pack has none, see PackResult).
+    expected = built.summary_line().replace(": ", " (unchanged: reused): ", 1)
+    assert again.summary_line() == expected.replace(f"; {built.layer_note}", "")

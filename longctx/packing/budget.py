@@ -30,7 +30,14 @@ from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
 from longctx.store import Store
 from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
 
-__all__ = ["MAX_CHARS_PER_TOKEN", "build_shards", "character_sizes", "check_budget", "check_lower_bound"]
+__all__ = [
+    "MAX_CHARS_PER_TOKEN",
+    "LowerBound",
+    "build_shards",
+    "character_sizes",
+    "check_budget",
+    "check_lower_bound",
+]
 
 _LARGEST_SHOWN: Final = 10
 
@@ -95,14 +102,16 @@ def check_budget(pack: Pack, budget: Budget) -> None:
     )
 
 
-def check_lower_bound(sizes: Sequence[tuple[str, int]], budget: Budget) -> None:
+def check_lower_bound(sizes: Sequence[tuple[str, int]], budget: Budget, *, read_all: bool = True) -> None:
     """Raise :class:`~longctx.errors.BudgetError` when the characters alone prove a pack cannot fit.
 
     ``sizes``: each document's path and characters (:func:`character_sizes`).
     No tokenizer is asked: the bound is characters / :data:`MAX_CHARS_PER_TOKEN`,
     never above the true count, so a pack refused here would be refused after
     counting too, only later (a server tokenizing 50 MB takes minutes and goes
-    on after the client gave up). The error names the largest files.
+    on after the client gave up). The error names the largest files; with
+    ``read_all`` False, ``sizes`` are the files read before the reading
+    stopped (:class:`LowerBound`), and the error says so.
     """
     total = sum(size for _, size in sizes)
     least = total // MAX_CHARS_PER_TOKEN
@@ -113,15 +122,44 @@ def check_lower_bound(sizes: Sequence[tuple[str, int]], budget: Budget) -> None:
         by_path[path] = by_path.get(path, 0) + size
     largest = sorted(by_path.items(), key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
     shown = "; ".join(f"{path} {size:,} characters" for path, size in largest)
+    whose, stopped = ("its", "")
+    if not read_all:
+        whose, stopped = "the files read so far hold", ", and no further file was read"
     raise BudgetError(
-        f"the pack cannot fit: its {total:,} characters are at least {least:,} tokens (no token holds"
+        f"the pack cannot fit: {whose} {total:,} characters, at least {least:,} tokens (no token holds"
         f" more than {MAX_CHARS_PER_TOKEN:,} characters), over the budget of {budget.describe()};"
-        f" nothing was tokenized. Largest files: {shown}. Exclude some of them (--exclude,"
+        f" nothing was tokenized{stopped}. Largest files: {shown}. Exclude some of them (--exclude,"
         " --max-file-bytes), or use a larger context.",
         total_tokens=least,
         budget_tokens=budget.prompt_budget,
         largest=tuple((path, size // MAX_CHARS_PER_TOKEN) for path, size in largest),
     )
+
+
+class LowerBound:
+    """:func:`check_lower_bound` while a corpus is read: ``add`` each text as it is decoded.
+
+    Given as ``on_text`` to :func:`~longctx.corpus.load_corpus` (or
+    :func:`~longctx.corpus.stream_corpus`), it raises the bound's
+    :class:`~longctx.errors.BudgetError` as soon as the characters read
+    so far prove the pack cannot fit, so that neither the rest of a 50 MB
+    file's passes (special tokens, credentials, hashing, rendering) nor the
+    files after it cost anything. A file the credential pass would have
+    skipped counts too: the error names it, to be excluded.
+    """
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.sizes: list[tuple[str, int]] = []
+        self._least_chars = (budget.prompt_budget + 1) * MAX_CHARS_PER_TOKEN  # the first total it refuses
+        self._total = 0
+
+    def add(self, path: str, characters: int) -> None:
+        """Count ``path``'s ``characters``; raise the bound's error once the total proves too much."""
+        self.sizes.append((path, characters))
+        self._total += characters
+        if self._total >= self._least_chars:
+            check_lower_bound(self.sizes, self.budget, read_all=False)
 
 
 def character_sizes(documents: Iterable[Document]) -> list[tuple[str, int]]:

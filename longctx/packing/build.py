@@ -33,7 +33,7 @@ from longctx.packing.assembly import (
     included_notes,
     skipped_entries,
 )
-from longctx.packing.budget import character_sizes, check_budget, check_lower_bound
+from longctx.packing.budget import LowerBound, character_sizes, check_budget, check_lower_bound
 from longctx.packing.counting import SectionCounter
 from longctx.packing.model import (
     DOCUMENT_PREFIX,
@@ -236,7 +236,13 @@ def pack(
         if stored is not None:
             if budget is not None:
                 check_budget(stored.pack, budget)
-            return PackResult(stored.pack, stored.manifest, stored.ordering, reused=True)
+            return PackResult(
+                stored.pack,
+                stored.manifest,
+                stored.ordering,
+                reused=True,
+                _manifest_summary=stored.manifest_summary,
+            )
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
     builder = _PackBuilder(tokenizer, store, writer)
@@ -253,16 +259,12 @@ def pack(
         builder.section_counter.start_worker()
     try:
         # The builder keeps what it needs of each document: the corpus need
-        # not hold every text a second time.
-        sizes: list[tuple[str, int]] = []
-
-        def add(document: Document) -> None:
-            sizes.append((document.path, len(document.text)))
-            builder.add(document)
-
-        corpus = stream_corpus(paths, options, add, store=store)
-        if budget is not None:
-            check_lower_bound(sizes, budget)  # before the counts are asked for
+        # not hold every text a second time. The lower bound is checked as
+        # each text is decoded, before its costly passes and any count.
+        bound = None if budget is None else LowerBound(budget)
+        corpus = stream_corpus(
+            paths, options, builder.add, store=store, on_text=None if bound is None else bound.add
+        )
         if writer is not None:
             writer.files_read()
         built = builder.finish(corpus)

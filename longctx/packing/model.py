@@ -37,6 +37,7 @@ __all__ = [
     "EARLIER_PREFIX",
     "BoundaryCheck",
     "Budget",
+    "ManifestSummary",
     "Pack",
     "PackComparison",
     "PackResult",
@@ -234,7 +235,8 @@ class Pack:
     @property
     def documents(self) -> tuple[Section, ...]:
         """The document sections, in pack order."""
-        return tuple(section for section in self.sections if section.path is not None)
+        # The name's prefix, not Section.path: a reused pack's summary line asks this of 5,000 sections.
+        return tuple(section for section in self.sections if section.name.startswith(DOCUMENT_PREFIX))
 
     @property
     def earlier_copies(self) -> tuple[Section, ...]:
@@ -351,6 +353,26 @@ class ShardedPack:
 
 
 @dataclass(frozen=True)
+class ManifestSummary:
+    """What a pack's summary line says of its manifest: the paths skipped per reason, the lossy files.
+
+    ``lossy_paths`` are the included files whose invalid UTF-8 was replaced
+    by U+FFFD. A pack read back from the store keeps this beside its
+    manifest, so the line of an unchanged re-pack decodes none of the
+    manifest's thousands of entries.
+    """
+
+    skipped_by_reason: dict[str, int]
+    lossy_paths: tuple[str, ...]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> ManifestSummary:
+        """The summary of ``manifest``."""
+        lossy = tuple(entry.path for entry in manifest.included if entry.lossy)
+        return cls(manifest.skipped_by_reason(), lossy)
+
+
+@dataclass(frozen=True)
 class PackResult:
     """What :func:`~longctx.packing.pack` returns: the pack, the manifest of the paths considered, its origin.
 
@@ -371,6 +393,9 @@ class PackResult:
     ordering: str
     reused: bool
     layer_note: str | None = None
+    # For a reused pack, what the summary line needs of the manifest, stored
+    # with it; None: worked out from the manifest.
+    _manifest_summary: ManifestSummary | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def manifest(self) -> Manifest:
@@ -389,7 +414,8 @@ class PackResult:
     def summary_line(self) -> str:
         """One line for a terminal: documents, earlier copies, tokens, what was skipped, the fingerprint."""
         built = self.pack
-        skipped = self.manifest.skipped_by_reason()
+        summary = self._manifest_summary or ManifestSummary.of(self.manifest)
+        skipped = summary.skipped_by_reason
         skipped_text = ", ".join(f"{count} {reason}" for reason, count in sorted(skipped.items())) or "none"
         tokens = built.prefix_tokens
         count_text = (
@@ -410,12 +436,12 @@ class PackResult:
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
             + (f"; {self.layer_note}" if self.layer_note else "")
-            + self._lossy_text()
+            + self._lossy_text(summary.lossy_paths)
         )
 
-    def _lossy_text(self) -> str:
+    @staticmethod
+    def _lossy_text(lossy: tuple[str, ...]) -> str:
         # Said on the line, not only in the JSON manifest: invalid UTF-8 became U+FFFD in the pack.
-        lossy = [entry.path for entry in self.manifest.included if entry.lossy]
         if not lossy:
             return ""
         shown = ", ".join(lossy[:3]) + (f" and {len(lossy) - 3} more" if len(lossy) > 3 else "")

@@ -52,7 +52,7 @@ from typing import Any, BinaryIO, Final
 from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.errors import StoreError
-from longctx.packing.model import Pack, Section
+from longctx.packing.model import ManifestSummary, Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
@@ -69,7 +69,7 @@ __all__ = [
 
 logger = logging.getLogger("longctx.snapshots")
 
-SNAPSHOT_FORMAT_VERSION: Final = 3
+SNAPSHOT_FORMAT_VERSION: Final = 4
 """Version of the stored summary's layout and of the key's recipe; part of every key."""
 
 _LONGCTX_IGNORE: Final = ".longctxignore"
@@ -101,12 +101,14 @@ class Snapshot:
 
     The manifest is kept as the JSON it was saved as, and decoded by
     :meth:`manifest`: a caller that only writes or sends the pack never
-    pays for its thousands of entries.
+    pays for its thousands of entries. ``manifest_summary`` is what the
+    pack's summary line says of it, stored beside it.
     """
 
     pack: Pack
     ordering: str
     manifest_json: str = field(repr=False)
+    manifest_summary: ManifestSummary | None = None
 
     def manifest(self) -> Manifest:
         """The manifest, decoded; raises :class:`~longctx.errors.StoreError` if the stored one is damaged."""
@@ -306,11 +308,16 @@ def _rebuild(stored: StoredPackSnapshot, key: SnapshotKey) -> Snapshot | None:
             _stored_text=stored.text,
         )
         ordering = summary["ordering"]
-    except (KeyError, TypeError, ValueError) as error:
+        described_manifest = summary["manifest"]
+        manifest_summary = ManifestSummary(
+            {str(reason): int(count) for reason, count in described_manifest["skipped_by_reason"].items()},
+            tuple(str(path) for path in described_manifest["lossy_paths"]),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
         logger.warning("a stored pack snapshot cannot be read back (%s); packing from the files", error)
         return None
     logger.info("pack snapshot reused: %s at %s", pack.fingerprint[:16], (key.head or "no commit")[:12])
-    return Snapshot(pack, ordering, stored.manifest_json)
+    return Snapshot(pack, ordering, stored.manifest_json, manifest_summary)
 
 
 def _slices(view: memoryview, sizes: Sequence[int]) -> Iterator[memoryview]:
@@ -418,9 +425,14 @@ class SnapshotWriter:
 
 
 def _summary(pack: Pack, corpus: CorpusOutline) -> dict[str, Any]:
+    manifest = ManifestSummary.of(corpus.manifest)
     return {
         "version": SNAPSHOT_FORMAT_VERSION,
         "ordering": corpus.ordering,
+        "manifest": {
+            "skipped_by_reason": manifest.skipped_by_reason,
+            "lossy_paths": list(manifest.lossy_paths),
+        },
         "pack": {
             "format_version": pack.format_version,
             "tokenizer": pack.tokenizer,

@@ -55,7 +55,9 @@ class Answer:
     combined (reduce) answer with the answers of every shard it was made
     from in ``shard_answers``; for any other session ``shard_answers`` is
     empty. ``appended`` is set when the question's message carried files
-    changed since the pack (see :mod:`longctx.sessions.changes`).
+    changed since the pack (see :mod:`longctx.sessions.changes`). ``turn``
+    is the answer's index in its session's ``turns``, counting the turns a
+    fork or a sibling follows (``sessions show`` lists it under that number).
     """
 
     question: str
@@ -152,6 +154,8 @@ def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) 
         return {}
     owners = sorted({turn.session_id for turn in found.values()})
     records = {record.id: record for record in store.sessions.requests(session_ids=owners)}
+    # A stored position counts its own session's turns; an answer's turn counts those it follows too.
+    inherited = {owner: store.sessions.session(owner).parent_turns or 0 for owner in owners}
     answers: dict[int, Answer] = {}
     for index, key in enumerate(keys):
         turn = found.get(key)
@@ -165,7 +169,7 @@ def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) 
             finish_reason=None,
             usage=record.usage if record is not None else Usage(None, None, None, None, None, None),
             session_id=turn.session_id,
-            turn=turn.position,
+            turn=inherited[turn.session_id] + turn.position,
             request_id=turn.request_id or "",
             attempts=record.attempts if record is not None else 1,
         )
@@ -210,8 +214,14 @@ def committed_records(
     purpose: str,
     batch_id: str | None,
     changes: Changes | None = None,
+    inherited_turns: int = 0,
 ) -> Committed:
-    """The records of one answered request (its turn and its request row), and the answer they make."""
+    """The records of one answered request (its turn and its request row), and the answer they make.
+
+    ``position`` counts the turns of the session itself (how the turn is
+    stored); the answer's ``turn`` adds the ``inherited_turns`` a fork or a
+    sibling follows, so that it is the answer's index in ``session.turns``.
+    """
     completion = sent.completion
     now = time.time()
     request = RequestRecord(
@@ -246,7 +256,7 @@ def committed_records(
         finish_reason=completion.finish_reason,
         usage=completion.usage,
         session_id=session_id,
-        turn=position,
+        turn=inherited_turns + position,
         request_id=sent.request_id,
         attempts=sent.attempts,
         appended=changes,

@@ -18,6 +18,7 @@ from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
+from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
@@ -280,7 +281,13 @@ class CorpusSession(Session):
             # read shows up at the next turn rather than never.
             follows = self.request.follow_changes
             state = ChangeTracker.state_of(self._path_strings(), options) if follows else None
-            corpus = load_corpus(self.paths, options, store=self.store)
+            # The window's lower bound is checked as each text is decoded: a corpus
+            # that cannot fit is refused before the rest is read, scanned or counted.
+            budget = server_budget(backend, self.request)
+            bound = None if budget is None else LowerBound(budget)
+            corpus = load_corpus(
+                self.paths, options, store=self.store, on_text=None if bound is None else bound.add
+            )
             self._progress(f"{len(corpus.manifest.included)} documents")
             self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
             packed = pack_for_server(corpus, backend, store=self.store, request=self.request)

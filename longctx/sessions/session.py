@@ -561,7 +561,7 @@ class Session(Conversation):
         """Store the answered turn (one transaction) and add it to the history."""
         committed = committed_records(
             sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
-            batch_id=None, changes=changes,
+            batch_id=None, changes=changes, inherited_turns=self._opened().parent_turns or 0,
         )  # fmt: skip
         with self._recording.first_write(self.pack, self._opened()) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
@@ -604,7 +604,7 @@ class Session(Conversation):
         )
         committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
-            changes=changes,
+            changes=changes, inherited_turns=branch.parent_turns or 0,
         )  # fmt: skip
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.

@@ -19,6 +19,10 @@ fails decides the skip reason):
 7. PDF (by ``.pdf`` extension or ``%PDF-`` header): text per page, or
    ``encrypted`` / ``corrupt``. Otherwise decoded text (``lossy`` when bytes
    were replaced); a ``.ipynb`` is rendered, or ``corrupt``.
+   The text's length is then told to the caller's ``on_text``, if any,
+   which may raise to stop the load there (a pack's budget does when the
+   characters already prove the pack cannot fit): the steps below are the
+   costly ones on a large text.
 8. Special-token spellings in the text are broken
    (:mod:`longctx.sources.special_tokens`), with a note counting them.
 9. The text as it would be packed is scanned for credentials: ``secret``
@@ -37,6 +41,7 @@ import logging
 import os
 import posixpath
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -187,8 +192,10 @@ def _describe(findings: tuple[SecretFinding, ...]) -> str:
 class FileReader:
     """Reads candidates for one corpus load, as described in the module docstring.
 
-    It holds the per-file limit, the secret policy, and the resolved
-    folders seen so far (a folder on the way to a file must not lead out of
+    It holds the per-file limit, the secret policy, ``on_text`` (called with
+    each text's path, characters and bytes on disk once it is decoded, before
+    the special-token and credential passes and the hash; what it raises
+    propagates), and the resolved folders seen so far (a folder on the way to a file must not lead out of
     the root either: a tracked ``a/b.txt`` whose folder ``a`` was replaced
     by a link to ``/etc`` is not read). Make one per load: the cache assumes
     folders do not change while it lives.
@@ -201,10 +208,12 @@ class FileReader:
         allow_secrets: bool,
         pdf_cache: PdfTextCache | None = None,
         special_tokens: tuple[str, ...] = (),
+        on_text: Callable[[str, int, int], None] | None = None,
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.allow_secrets = allow_secrets
         self.special_tokens = special_tokens
+        self.on_text = on_text
         self.pdf_cache = pdf_cache
         self._resolved_folders: dict[str, str] = {}
 
@@ -216,7 +225,10 @@ class FileReader:
         return is_inside(real, root_real)
 
     def read(self, candidate: Candidate) -> Included | Skip:
-        """Read ``candidate``: a Document with its notes, or a Skip; never raises for a bad file."""
+        """Read ``candidate``: a Document with its notes, or a Skip; never raises for a bad file.
+
+        What ``on_text`` raises is not caught.
+        """
         max_file_bytes, allow_secrets = self.max_file_bytes, self.allow_secrets
         path = candidate.path
         notes = list(candidate.notes)
@@ -341,6 +353,10 @@ class FileReader:
             else:
                 kind = document_kind(names[0])
 
+        if self.on_text is not None:
+            # Before the passes below, which a 50 MB text takes most of a second over: breaking
+            # special tokens only adds characters, so this count is never above the packed text's.
+            self.on_text(path, len(text), size)
         text, broken = neutralise(text, self.special_tokens)
         if broken:
             notes.append(f"{broken} special-token spellings broken (U+200B after their first character)")

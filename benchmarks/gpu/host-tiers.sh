@@ -28,7 +28,7 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH=$REPO:/tmp/site:/tmp/site-lm PATH=/tmp/site/bin:/tmp/site-lm/bin:$PATH HF_HUB_OFFLINE=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0
 PIDS=""
-trap 'curl -sf http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -E "^vllm:(kv_offload|prompt_tokens_by_source|prompt_tokens_cached_by_source|external_prefix|prefix_cache_hits)" > "$OUT/tiers-$VARIANT-metrics.txt"; for p in $PIDS; do kill -TERM -- "-$p" 2>/dev/null; done; cp /tmp/vllm-$PORT.log "$OUT/vllm-tiers-$VARIANT.log" 2>/dev/null; cp /tmp/lmcache-server.log "$OUT"/ 2>/dev/null || true' EXIT
+trap 'curl -sf http://127.0.0.1:8080/metrics > "$OUT/lmcache-metrics-end.txt" 2>/dev/null; curl -sf http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -E "^vllm:(kv_offload|prompt_tokens_by_source|prompt_tokens_cached_by_source|external_prefix|prefix_cache_hits)" > "$OUT/tiers-$VARIANT-metrics.txt"; for p in $PIDS; do kill -TERM -- "-$p" 2>/dev/null; done; cp /tmp/vllm-$PORT.log "$OUT/vllm-tiers-$VARIANT.log" 2>/dev/null; cp /tmp/lmcache-server.log "$OUT"/ 2>/dev/null || true' EXIT
 case $VARIANT in
   native) TIER="--kv-offloading-backend native --kv-offloading-size $GIB" ;;
   lmcache)
@@ -48,7 +48,7 @@ case $VARIANT in
   none) TIER="" ;;
   *) echo "VARIANT: native, lmcache or none" >&2; exit 2 ;;
 esac
-PIDS="$PIDS $(VLLM_EXTRA_ARGS="--num-gpu-blocks-override $BLOCKS $TIER" "$HERE"/serve.sh "$PARTS" $PORT 0.85 131072 | tail -1)"
+PIDS="$PIDS $(SERVE_EXTRA_SITE=$([ "$VARIANT" = lmcache ] && echo /tmp/site-lm) VLLM_EXTRA_ARGS="--num-gpu-blocks-override $BLOCKS $TIER" "$HERE"/serve.sh "$PARTS" $PORT 0.85 131072 | tail -1)"
 grep -i -E "offload|cpu_bytes|num_cpu|chunk|lmcache|KV cache size|Available KV" /tmp/vllm-$PORT.log | head -40 > "$OUT/tiers-$VARIANT-log-lines.txt" || true
 # longctx plan for the served shape (serve.sh's config), the GPU cache the override leaves (BLOCKS x 16
 # tokens x 64 KiB) and this host tier; the job must span more than the GPU holds, less than GPU + host.
@@ -68,7 +68,9 @@ fi
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 VER=$(python3 -c 'import vllm; print(vllm.__version__)')
 cd "$REPO"/benchmarks
+# LMCache's own counters (its HTTP server, :8080) before the runs; the trap reads them at the end.
+[ "$VARIANT" = lmcache ] && { curl -sf http://127.0.0.1:8080/metrics > "$OUT/lmcache-metrics-start.txt" || true; }
 python3 host_tiers.py --url http://127.0.0.1:$PORT/v1 --variant "$VARIANT" --work /tmp/longctx-tiers \
   --packs "$PACKS" --pack-tokens "$TOKENS" --bytes-per-token 65536 ${PLAN:+--plan-host-tokens $PLAN} \
-  ${PLAN:+--host-gib $GIB} --json "$OUT/tiers-$VARIANT.json" --stop-by $((START + ${BUDGET:-570} - 15)) \
+  ${PLAN:+--host-gib $GIB} --json "$OUT/tiers-$VARIANT.json" --repetitions "${REPETITIONS:-2}" --stop-by $((START + ${BUDGET:-570} - 15)) \
   --where "one $GPU, vLLM $VER, 8B-shaped Llama (random weights, fp8 KV), --num-gpu-blocks-override $BLOCKS ${TIER:-(no host tier)}"

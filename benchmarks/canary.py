@@ -109,6 +109,7 @@ def section(results: list[dict[str, Any]]) -> str:
         "| server | run | verdict | cold vs cold | cold vs cached | cold vs host tier | host-tier run |",
         "|---|---:|---|---:|---:|---:|---|",
     ]
+    notes: list[str] = []
     for result in results:
         for run in result["runs"]:
             by_run = {c["run"]: c for c in run["comparisons"]}
@@ -125,7 +126,10 @@ def section(results: list[dict[str, Any]]) -> str:
         counted = _counted(result["offload_counters"])
         if counted:
             counters = ", ".join(f"`{name}` {value:,.0f}" for name, value in counted.items())
-            lines += ["", f"{result['label']}: offload counters at the end: {counters}."]
+            notes.append(f"{result['label']}: offload counters at the end: {counters}.")
+    # After the table: a line between its rows would end it.
+    for note in notes:
+        lines += ["", note]
     return "\n".join(lines) + "\n"
 
 

@@ -315,6 +315,9 @@ def summarize(paths: list[Path]) -> str:
                 )
             )
         goals.append(f"- {data['variant']}: {data['where']}{_plan_against_engine(data)}")
+        counters = _lmcache_counters(path, data)
+        if counters:
+            goals.append(counters)
     heading = [
         "## A job larger than the GPU's KV cache, with a host tier and without (issue 23)",
         "",
@@ -328,24 +331,65 @@ def summarize(paths: list[Path]) -> str:
 
 
 def _plan_against_engine(data: dict[str, Any]) -> str:
-    """The host tier's tokens the engine's own bytes per stored token imply, against the plan's."""
-    runs = data["runs"]
-    stored = [
-        run["stored_bytes"] / run["prefilled"] for run in runs if run.get("stored_bytes") and run["prefilled"]
+    """The host tier's tokens at the engine's own bytes per token, against the plan's.
+
+    The engine's bytes per token are the bytes it loaded back host -> GPU
+    over the tokens it counted as loaded from the connector (vLLM 0.24:
+    ``kv_offload_load_bytes`` over ``prompt_tokens_by_source{external_kv_transfer}``).
+    Stored bytes over prefilled tokens would undercount: a request's last,
+    partial block is prefilled but never offloaded.
+    """
+    pairs = [
+        (run["loaded_bytes"], run["host_tokens_reported"])
+        for run in data["runs"]
+        if run.get("loaded_bytes") and run.get("host_tokens_reported")
     ]
     gib = data.get("host_gib")
-    if not stored or not gib:
+    if not pairs or not gib:
         return ""
-    per_token = statistics.median(stored)
-    implied = int(gib * (1 << 30) // (per_token * BLOCK)) * BLOCK
+    per_token = sum(b for b, _ in pairs) / sum(t for _, t in pairs)
+    implied = int(gib * (1 << 30) // per_token)
     text = (
-        f"; the engine stored {per_token:,.0f} bytes per prefilled token (GPU -> host), so its "
-        f"{gib:g} GiB hold {implied:,} tokens"
+        f"; the engine moved {per_token:,.0f} bytes per host-tier token (bytes loaded / tokens it"
+        f" counted as loaded), so its {gib:g} GiB hold {implied:,} tokens"
     )
     plan = data.get("plan_host_tokens")
     if plan:
         text += f" (`longctx plan`: {plan:,}, {abs(plan - implied) / implied:.1%} apart; goal within 2%)"
     return text
+
+
+#: LMCache's chunk (its default, which the benchmark keeps: the server logs ``chunk_size=256``).
+LMCACHE_CHUNK_TOKENS = 256
+
+
+def _lmcache_counters(path: Path, data: dict[str, Any]) -> str:
+    """The report's host tokens against LMCache's own count of chunks loaded, when the call kept them.
+
+    host-tiers.sh saves LMCache's ``/metrics`` (its HTTP server, :8080)
+    before and after the runs as ``lmcache-metrics-start.txt`` and
+    ``-end.txt`` beside the JSON; over the whole call, the report's host
+    tokens (every run's) should equal the chunks LMCache loaded back times
+    its chunk size, within a block per request (a load ends mid-chunk).
+    """
+    start, end = path.parent / "lmcache-metrics-start.txt", path.parent / "lmcache-metrics-end.txt"
+    if not (start.exists() and end.exists()):
+        return ""
+
+    def loaded(file: Path) -> float:
+        return total(parse_metrics(file.read_text()), "lmcache_mp_num_chunks_loaded_total") or 0.0
+
+    chunks = loaded(end) - loaded(start)
+    reported = sum(run["host_tokens_reported"] or 0 for run in data["runs"])
+    requests = sum(run["requests"] for run in data["runs"])
+    tier_tokens = chunks * LMCACHE_CHUNK_TOKENS
+    agree = abs(reported - tier_tokens) <= BLOCK * requests
+    return (
+        f"- {data['variant']} ({path.parent.name}): LMCache's own counter: {chunks:,.0f} chunks of"
+        f" {LMCACHE_CHUNK_TOKENS} tokens loaded back = {tier_tokens:,.0f} tokens; the report's host"
+        f" tokens over the same {len(data['runs'])} runs: {reported:,}; difference"
+        f" {abs(reported - tier_tokens):,.0f} (a block per request: {BLOCK * requests:,}; agree: {agree})"
+    )
 
 
 def main() -> None:

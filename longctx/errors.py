@@ -73,8 +73,13 @@ class LongctxError(Exception):
     corpus, never the document's text.
     """
 
+    @property
+    def message(self) -> str:
+        """The message alone, without the path ``str()`` leads it with (for a caller naming the path itself)."""
+        return super().__str__()
+
     def __str__(self) -> str:
-        message = super().__str__()
+        message = self.message
         path = getattr(self, "path", None)
         if path is not None and str(path) not in message:
             return f"{path}: {message}"

@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 import llm
 
+from longctx.errors import InputError, LongctxError
 from longctx.packing import pack
 from longctx.store import Store
 
@@ -39,8 +40,15 @@ def fragment_text(system: str, prefix: str) -> str:
 
 def load_fragment(argument: str) -> llm.Fragment:
     """The pack of the path ``argument`` (one repository, folder or document) as an ``llm`` fragment."""
-    with Store.open() as store:
-        result = pack(argument, store=store)
+    try:
+        with Store.open() as store:
+            result = pack(argument, store=store)
+    except LongctxError as error:
+        # llm prints "Could not load fragment longctx:ARGUMENT: " before the error: an error about
+        # ARGUMENT itself follows with its message alone, or the path would be named twice.
+        if str(getattr(error, "path", None)) == argument:
+            raise InputError(error.message) from error
+        raise
     packed = result.pack
     source = f"longctx:{packed.fingerprint[:16]}:{argument}"
     return llm.Fragment(fragment_text(packed.system, packed.prefix), source)  # type: ignore[no-untyped-call]

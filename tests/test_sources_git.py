@@ -42,11 +42,12 @@ def test_a_failing_command_raises_source_error_naming_it(tmp_path: Path) -> None
     repo, _ = _repository(tmp_path / "repo")
     runner = GitRunner(str(repo), "shown/path")
 
-    with pytest.raises(SourceError, match=r"^git rev-parse failed \(exit 128\): fatal: .*") as raised:
+    failed = r"^shown/path: git rev-parse failed \(exit 128\): fatal: .*"
+    with pytest.raises(SourceError, match=failed) as raised:
         runner.run("rev-parse", "--verify", "no-such-branch^{commit}")
     assert raised.value.path == "shown/path"
     with (
-        pytest.raises(SourceError, match=r"^git log failed \(exit 128\): fatal: "),
+        pytest.raises(SourceError, match=r"^shown/path: git log failed \(exit 128\): fatal: "),
         closing(runner.stream("log", "no-such-branch")) as chunks,
     ):
         list(chunks)
@@ -79,7 +80,7 @@ def test_probes_answer_failure_with_a_result_and_no_git_with_none(
     GitRunner(str(repo), "shown/path").run("status")  # GitPython imported before git goes missing
     monkeypatch.setenv("GIT_PYTHON_GIT_EXECUTABLE", str(tmp_path / "no-such-git"))
     assert probe(str(repo), "status") is None
-    with pytest.raises(SourceError, match=r"^git is not installed or not on PATH$"):
+    with pytest.raises(SourceError, match=r"^shown/path: git is not installed or not on PATH$"):
         GitRunner(str(repo), "shown/path").run("status")
 
 

@@ -273,6 +273,9 @@ def test_a_broken_repository_raises_source_error(tmp_path: Path) -> None:
     git(repo, "add", ".")
     commit(repo, "c", when=1_500_000_000)
     (repo / ".git" / "index").write_bytes(b"garbage, not an index")
-    with pytest.raises(SourceError, match=r"^git ls-files failed \(exit 128\): .*index") as raised:
+    with pytest.raises(SourceError, match=r"git ls-files failed \(exit 128\): .*index") as raised:
         load_corpus([repo])
     assert raised.value.path == str(repo)
+    # str() is the CLI's line: the repository, then what failed.
+    assert str(raised.value) == f"{repo}: {raised.value.message}"
+    assert raised.value.message.startswith("git ls-files failed (exit 128): ")

@@ -75,7 +75,7 @@ class LongctxError(Exception):
 
     @property
     def message(self) -> str:
-        """The message alone, without the path ``str()`` leads it with (for a caller naming the path itself)."""
+        """The message without the path ``str()`` leads it with (for a caller naming the path itself)."""
         return super().__str__()
 
     def __str__(self) -> str:

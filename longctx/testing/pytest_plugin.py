@@ -66,8 +66,13 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{engine}: talks to the real {engine} server of the test harness")
     base_dir = harness_dir(Path(str(config.rootpath)))
 
+    # The process's own stderr, bound now: the harness boots servers in background threads, and a
+    # test that swaps sys.stderr meanwhile (click's CliRunner) would otherwise capture the progress
+    # line as its command's output.
+    stream = sys.__stderr__ or sys.stderr
+
     def progress(message: str) -> None:
-        print(f"[longctx harness] {message}", file=sys.stderr, flush=True)
+        print(f"[longctx harness] {message}", file=stream, flush=True)
 
     harness = EngineHarness(base_dir, on_progress=progress)
     config.stash[_HARNESS_KEY] = harness

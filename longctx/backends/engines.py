@@ -61,6 +61,16 @@ __all__ = [
 ]
 
 CHUNK_TOKENS = 8192
+# vLLM's offloading connector's bytes moved, by direction: the flat counter first, then the
+# labelled one (0.24 exports both; the labelled one alone on some builds). Same in 0.24 and 0.32.
+_VLLM_LOAD_BYTES: tuple[tuple[str, Mapping[str, str]], ...] = (
+    ("vllm:kv_offload_load_bytes_total", {}),
+    ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
+)
+_VLLM_STORE_BYTES: tuple[tuple[str, Mapping[str, str]], ...] = (
+    ("vllm:kv_offload_store_bytes_total", {}),
+    ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
+)
 #: The LMCache release the vLLM recipe names (PyPI; wheels for CPython 3.10-3.13, CUDA 13). Its
 #: compiled ops link against the torch they were built with: 0.5.3 is the newest whose ops resolve
 #: every symbol against vLLM 0.24.0's torch 2.11.0 (0.5.4-0.5.6 call a c10::NotImplementedError
@@ -269,14 +279,8 @@ VLLM = EngineProfile(
             host_sources=("external_kv_transfer",),
             connector_hits="vllm:prompt_tokens_by_source_total",
             connector_labels=(("source", "external_kv_transfer"),),
-            load_bytes=(
-                ("vllm:kv_offload_load_bytes_total", {}),
-                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
-            ),
-            store_bytes=(
-                ("vllm:kv_offload_store_bytes_total", {}),
-                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
-            ),
+            load_bytes=_VLLM_LOAD_BYTES,
+            store_bytes=_VLLM_STORE_BYTES,
         ),
         # 0.32.0 (the CPU build of the test suite, read from its sources): hits by tier
         # (device, host, p2p, disk, external_unspecified), summing to the local and external hits.
@@ -294,14 +298,8 @@ VLLM = EngineProfile(
             external_sources=("disk", "p2p", "external_unspecified"),
             # prefix_cache_hits counts the GPU's hits only; the responses count these too.
             connector_hits="vllm:external_prefix_cache_hits_total",
-            load_bytes=(
-                ("vllm:kv_offload_load_bytes_total", {}),
-                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
-            ),
-            store_bytes=(
-                ("vllm:kv_offload_store_bytes_total", {}),
-                ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}),
-            ),
+            load_bytes=_VLLM_LOAD_BYTES,
+            store_bytes=_VLLM_STORE_BYTES,
         ),
     ),
     # OffloadingConnector's per-request cap (experimental in 0.32; an older vLLM ignores the key).

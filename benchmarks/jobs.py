@@ -47,9 +47,12 @@ from pathlib import Path
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import connect
 from longctx.backends.chat import ChatRequest
+from longctx.backends.http import HttpEndpoint
+from longctx.backends.metrics import parse_metrics
 from longctx.config import RequestOptions, ServerOptions
 from longctx.sessions import RepoSession
 from longctx.store import Store
+from longctx.usage import Usage
 
 PACKS = 8
 QUESTIONS = 4
@@ -75,6 +78,13 @@ class Run:
     prompt_tokens: int
     cached_tokens: int
     minimum: int
+    #: Cached tokens loaded from a host tier, as the responses said (None: no response said).
+    host_reported: int | None = None
+    #: The same, as the job's counter check read the servers' counters (longctx only).
+    host_checked: int | None = None
+    #: The engine's own host-tier counter over the run, summed over the replicas, read raw here
+    #: (SGLang's ``sglang:cached_tokens_total{cache_source="host"}``; None: not exported).
+    host_counter: int | None = None
 
     @property
     def prefilled(self) -> int:
@@ -116,19 +126,58 @@ def job_items(folders: list[Path], questions: int = QUESTIONS, seed: int = SEED)
     return items
 
 
+# The host-tier counters this benchmark reads itself, apart from longctx's registry: metric name,
+# the label that names the tier and its value for host memory.
+HOST_COUNTERS = (("sglang:cached_tokens_total", "cache_source", "host"),)
+
+
+def host_counter(urls: list[str]) -> int | None:
+    """The replicas' host-tier cached-token counters, summed; None when none exports one."""
+    found, count = False, 0.0
+    for url in urls:
+        endpoint = HttpEndpoint(url, timeout=30.0)
+        try:
+            samples = parse_metrics(endpoint.get_text("/metrics"))
+        finally:
+            endpoint.close()
+        for name, label, value in HOST_COUNTERS:
+            for sample in samples:
+                if sample.name == name and sample.labels.get(label) == value:
+                    found, count = True, count + sample.value
+    return int(count) if found else None
+
+
+def _grown(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
+
+
+def _host_reported(usages: list[Usage]) -> int | None:
+    said = [usage.host_cached_tokens for usage in usages if usage.host_cached_tokens is not None]
+    return sum(said) if said else None
+
+
 def run_longctx(urls: list[str], items: list[JobItem], home: Path) -> Run:
     request = RequestOptions(max_tokens=ANSWER_TOKENS, temperature=0.0, cache_salt=uuid.uuid4().hex)
+    before = host_counter(urls)
     with Store.open(home) as store, connect(ServerOptions(base_url=urls)) as backend:
         started = time.perf_counter()
         report = Job(items, backend=backend, store=store, request=request, options=JobOptions()).run()
         wall = time.perf_counter() - started
+    time.sleep(1.0)  # engines publish their counters a moment after the last response
+    after = host_counter(urls)
     if report.failed:
         raise RuntimeError(f"longctx job failed: {report.failed[0].error}")
     firsts: dict[tuple[str, ...], int] = {}
+    usages = []
     for result in report.results:
         assert result.usage is not None
         firsts.setdefault(result.item.paths, result.usage.prompt_tokens or 0)
-    return Run("longctx job", wall, report.prompt_tokens, report.cached_tokens, sum(firsts.values()))
+        usages.append(result.usage)
+    check = report.counter_check
+    return Run(
+        "longctx job", wall, report.prompt_tokens, report.cached_tokens, sum(firsts.values()),
+        _host_reported(usages), None if check is None else check.host_tokens, _grown(before, after),
+    )  # fmt: skip
 
 
 def plain_prompts(urls: list[str], items: list[JobItem], home: Path) -> list[list[dict[str, str]]]:
@@ -148,16 +197,16 @@ def run_plain(urls: list[str], items: list[JobItem], prompts: list[list[dict[str
     salt = uuid.uuid4().hex
     backends = [connect(ServerOptions(base_url=url)) for url in urls]
 
-    def send(index: int) -> tuple[int, int]:
+    def send(index: int) -> Usage:
         request = ChatRequest(
             messages=tuple(prompts[index]),
             max_tokens=ANSWER_TOKENS,
             temperature=0.0,
             cache_salt=salt,
         )
-        usage = backends[index % len(backends)].complete(request).completion.usage
-        return usage.prompt_tokens or 0, usage.cached_tokens or 0
+        return backends[index % len(backends)].complete(request).completion.usage
 
+    before = host_counter(urls)
     try:
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=CONCURRENCY) as pool:
@@ -166,15 +215,20 @@ def run_plain(urls: list[str], items: list[JobItem], prompts: list[list[dict[str
     finally:
         for backend in backends:
             backend.close()
+    time.sleep(1.0)
+    after = host_counter(urls)
     firsts: dict[tuple[str, ...], int] = {}
-    for item, (prompt, _) in zip(items, usages, strict=True):
-        firsts.setdefault(item.paths, prompt)
+    for item, usage in zip(items, usages, strict=True):
+        firsts.setdefault(item.paths, usage.prompt_tokens or 0)
     return Run(
         "plain client, given order",
         wall,
-        sum(prompt for prompt, _ in usages),
-        sum(cached for _, cached in usages),
+        sum(usage.prompt_tokens or 0 for usage in usages),
+        sum(usage.cached_tokens or 0 for usage in usages),
         sum(firsts.values()),
+        _host_reported(usages),
+        None,
+        _grown(before, after),
     )
 
 
@@ -277,8 +331,40 @@ def render(runs: list[Run], kv: list[int | None], workload: Workload, where: str
             f" ({'met' if ratio <= 1.2 else 'not met'}).",
             f"- longctx finished {speedup:.1f}x faster than the plain client (goal: at least 2x)"
             f" ({'met' if speedup >= 2 else 'not met'}).",
+            *host_table(runs),
         ]
     )
+
+
+def host_table(runs: list[Run]) -> list[str]:
+    """Each run's host-tier tokens as longctx reported them beside the engine's own counter.
+
+    Nothing when no run saw a host tier (no response said, no counter exported)."""
+    if all(run.host_reported is None and run.host_counter is None for run in runs):
+        return []
+
+    def shown(value: int | None) -> str:
+        return "n/a" if value is None else f"{value:,}"
+
+    rows = [
+        "",
+        "Cached tokens loaded from the host tier, per run: as the responses said (longctx's report),"
+        " as the job's counter check read them, and the engine's own counter over the run (read raw"
+        " from each replica's `/metrics`, summed).",
+        "",
+        "| run | client | host tokens, responses | host tokens, counter check | engine's host counter | equal |",
+        "|---:|---|---:|---:|---:|---|",
+    ]
+    for number, run in enumerate(runs, start=1):
+        said = [v for v in (run.host_reported, run.host_checked) if v is not None]
+        equal = "n/a" if run.host_counter is None or not said else (
+            "yes" if all(v == run.host_counter for v in said) else "NO"
+        )  # fmt: skip
+        rows.append(
+            f"| {number} | {run.client} | {shown(run.host_reported)} | {shown(run.host_checked)}"
+            f" | {shown(run.host_counter)} | {equal} |"
+        )
+    return rows
 
 
 def main() -> None:

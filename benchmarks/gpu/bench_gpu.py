@@ -24,7 +24,9 @@ standard-library files of about that many tokens is packed, then:
 The engine is whatever answers at ``--base-url`` (vLLM or SGLang, read from the
 server); the scenarios are the same for both. ``--deadline`` stops starting new
 scenarios after that many seconds, so a run under a time limit keeps what it
-measured (results are written after every scenario).
+measured (results are written after every scenario). ``--only`` runs the named
+rows alone (a context's rows split over calls under a time limit; ``report.py``
+merges the files).
 
 Every scenario runs under its own ``cache_salt``, so each starts cold. The
 plain client uses only the standard library (``http.client``), so it pays
@@ -68,6 +70,12 @@ SETTINGS_SHOWN = (
     "schedule_policy", "page_size", "chunked_prefill_size", "attention_backend", "kv_cache_dtype",
     "max_total_num_tokens", "enable_hierarchical_cache", "hicache_ratio", "hicache_size",
     "disable_radix_cache", "sampling_backend", "block_size", "cache_dtype", "enable_prefix_caching",
+)  # fmt: skip
+# The rows every run has (beside one ``ask_many c8 STRATEGY`` per dispatch strategy), for --only.
+ROWS = (
+    "ask_many default", "plain all 8 doc-first", "ask_many c8", "plain lead then 7",
+    "plain all 8 question-first", "session 5 turns", "first question cold", "first question warm",
+    "api batch", "cli batch",
 )  # fmt: skip
 # Room left in the window for the chat template, the question and the answer.
 WINDOW_ROOM = 4096
@@ -312,10 +320,11 @@ def run_context(
     warm_wait: float,
     dispatches: Sequence[str] = ("lead",),
     deadline: float | None = None,
+    only: frozenset[str] | None = None,
     into: dict[str, Any] | None = None,
     on_record: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Every scenario at one context size, into ``into`` (the caller's dict, filled as they finish)."""
+    """Every scenario at one context size (those in ``only``, if given), into ``into`` as they finish."""
     from longctx.backends.base import connect
     from longctx.config import RequestOptions, ServerOptions
     from longctx.errors import BudgetError
@@ -354,6 +363,8 @@ def run_context(
         client = PlainClient(backend.info.api_url, backend.info.model)
 
     def record(name: str, run: Callable[[], dict[str, Any]]) -> None:
+        if only is not None and name not in only:
+            return
         if deadline is not None and time.monotonic() > deadline:
             raise Deadline(name)
         result = run()
@@ -364,7 +375,8 @@ def run_context(
 
     # One untimed batch first: the first batch after packing paid extra on the CPU smoke run
     # (the server's first requests of this length), which no scenario should carry.
-    api_batch_scenario(repo, base_url, home, max_tokens)
+    if only is None or any(name.startswith(("ask_many", "plain")) for name in only):
+        api_batch_scenario(repo, base_url, home, max_tokens)
     for _ in range(repeats):
         # The two headline rows side by side, repeated: the machine's noise lands on both.
         record("ask_many default", lambda: api_batch_scenario(repo, base_url, home, max_tokens))
@@ -456,6 +468,11 @@ def main() -> None:
         "--deadline", type=float, default=None, help="seconds after which no new scenario starts"
     )
     parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated row names (e.g. 'session 5 turns,api batch'): run only these",
+    )
+    parser.add_argument(
         "--warm-wait",
         type=float,
         default=10.0,
@@ -463,6 +480,13 @@ def main() -> None:
     )
     args = parser.parse_args()
     deadline = None if args.deadline is None else time.monotonic() + args.deadline
+    only = frozenset(name.strip() for name in args.only.split(",") if name.strip()) or None
+    strategies = [d for d in args.dispatches.split(",") if d]
+    known = {*ROWS, *(f"ask_many c8 {d}" for d in ("lead", *strategies))}
+    if only is not None and not only <= known:
+        parser.error(
+            f"--only names no row {', '.join(sorted(only - known))!r}; rows: {', '.join(sorted(known))}"
+        )
 
     from longctx.backends.base import connect
 
@@ -488,6 +512,7 @@ def main() -> None:
             "flags": args.flags,
             "dispatches": ["lead", *(d for d in args.dispatches.split(",") if d and d != "lead")],
             "answer_tokens": args.answer_tokens,
+            "only": sorted(only) if only else None,
             "python": platform.python_version(),
             "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         },
@@ -513,6 +538,7 @@ def main() -> None:
                     warm_wait=args.warm_wait,
                     dispatches=[d for d in args.dispatches.split(",") if d],
                     deadline=deadline,
+                    only=only,
                     into=context,
                     on_record=save,
                 )

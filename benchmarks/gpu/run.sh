@@ -4,7 +4,8 @@
 # results-LABEL.json and the server's log. Then, anywhere: benchmarks/gpu/report.py OUT/results-*.json
 # Usage: benchmarks/gpu/run.sh PARTS OUT [CONTEXTS=32000,105000,max] [MAX_MODEL_LEN=131072] [LABEL=h200]
 # ENGINE=sglang: PARTS from prepare-sglang.sh, installed by install-sglang.sh, served by serve-sglang.sh,
-# every dispatch strategy run (BENCH_ARGS: more bench_gpu.py options, e.g. --deadline 400 --repeats 1).
+# every dispatch strategy run (BENCH_ARGS: more bench_gpu.py options, e.g. --deadline 400 --repeats 1;
+# ONLY: bench_gpu.py's --only, row names with spaces, comma-separated).
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 PARTS=$(cd "${1:?PARTS}" && pwd); OUT=${2:?OUT}; CONTEXTS=${3:-32000,105000,max}
@@ -28,4 +29,4 @@ fi
 # Stop only the server this script started, by its PID (its process group: the serve scripts use setsid).
 trap '[ -n "$PID" ] && kill -TERM -- "-$PID" 2>/dev/null; cp /tmp/$ENGINE-$PORT.log "$OUT"/ 2>/dev/null || true' EXIT
 python3 "$HERE"/bench_gpu.py --base-url "http://127.0.0.1:$PORT/v1" --contexts "$CONTEXTS" --out "$OUT" \
-    --flags "$FLAGS" --label "$LABEL" --dispatches "$DISPATCHES" ${BENCH_ARGS:-}
+    --flags "$FLAGS" --label "$LABEL" --dispatches "$DISPATCHES" ${ONLY:+--only "$ONLY"} ${BENCH_ARGS:-}

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The SGLang GPU benchmark in two commands of at most BUDGET seconds each (a device call's limit),
 # on a machine with one NVIDIA GPU and no network, PARTS from prepare-sglang.sh:
-#   sglang-all.sh bench PARTS OUT [BUDGET=585] [CONTEXTS=105000]: install, the bench server
-#       (serve-sglang.sh, window 131,072), bench_gpu.py at CONTEXTS with every dispatch strategy,
-#       one run of each row, no scenario started after the budget less a margin for the last one;
-#       writes OUT/results-sglang-h200.json. The server is stopped at the end.
+#   sglang-all.sh bench PARTS OUT [BUDGET=585] [SPEC=105000 ...]: install, the bench server
+#       (serve-sglang.sh, window 131,072), then for each SPEC (CONTEXTS, or CONTEXTS:ROWS with ROWS
+#       bench_gpu.py's --only, comma-separated) bench_gpu.py with every dispatch strategy, one run
+#       of each row, no scenario started after the budget less a margin for the last one; writes
+#       OUT/results-sglang-h200-N.json for the N-th SPEC. The server is stopped at the end.
 #   sglang-all.sh jobs PARTS OUT [BUDGET=585]: four replicas at once (SGLang with --max-total-tokens
 #       checks its memory fraction, so they can start together): two plain, two with HiCache
 #       (--enable-hierarchical-cache --hicache-ratio 2), then jobs.sh on each pair; writes
@@ -35,16 +36,21 @@ python3 -c "import sglang, sgl_kernel, flashinfer, transformers, tokenizers, tor
   || { stamp "import failed"; exit 1; }
 
 if [ "$PHASE" = bench ]; then
-    CONTEXTS=${5:-105000}
+    shift 4 2>/dev/null || set --; [ $# -gt 0 ] || set -- 105000
     PID=$("$HERE"/serve-sglang.sh "$PARTS" 8765 0.85 131072 | tail -1) || { stamp "bench server failed"; exit 1; }
     PIDS="$PID"; stamp "bench server up (pid $PID)"
     curl -s http://127.0.0.1:8765/get_server_info > "$OUT/server-info-sglang-h200.json" || true
-    # No scenario starts later than this; the longest (question-first) gets the margin.
-    DEADLINE=$(( $(left) - ${LAST_SCENARIO_S:-90} ))
-    stamp "bench deadline ${DEADLINE} s"
-    BENCH_ARGS="--deadline $DEADLINE --repeats 1" PORT=8765 \
-        "$HERE"/run.sh "$PARTS" "$OUT" "$CONTEXTS" 131072 sglang-h200
-    stamp "bench finished"
+    N=0
+    for SPEC in "$@"; do
+        N=$((N + 1)); CONTEXTS=${SPEC%%:*}; ROWS=""; [ "$SPEC" != "$CONTEXTS" ] && ROWS=${SPEC#*:}
+        # No scenario starts later than this; the longest (question-first) gets the margin.
+        DEADLINE=$(( $(left) - ${LAST_SCENARIO_S:-90} ))
+        [ "$DEADLINE" -gt 0 ] || { stamp "no time left for $SPEC"; break; }
+        stamp "bench $SPEC: deadline ${DEADLINE} s"
+        ONLY="$ROWS" BENCH_ARGS="--deadline $DEADLINE --repeats 1" PORT=8765 \
+            "$HERE"/run.sh "$PARTS" "$OUT" "$CONTEXTS" 131072 sglang-h200-$N
+        stamp "bench $SPEC finished"
+    done
 elif [ "$PHASE" = jobs ]; then
     PACKS=${JOB_PACKS:-8}; TOKENS=${JOB_TOKENS:-30000}; BLOCKS=${JOB_BLOCKS:-6144}
     KV=$((BLOCKS * 16)); COMMON="--max-total-tokens $KV --sleep-on-idle"

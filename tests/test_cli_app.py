@@ -224,3 +224,17 @@ def test_help_imports_neither_the_options_nor_the_store() -> None:
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout
+
+
+def test_version_names_the_installed_distribution_from_the_project_root() -> None:
+    # From the project's root an editable install is found twice (the build's egg-info beside the
+    # site-packages dist-info), so the import name maps to two distributions: --version asks for
+    # the distribution by its own name (it crashed with click's "maps to multiple" error).
+    from importlib.metadata import version
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "longctx", "--version"], cwd=root, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == EXIT_OK, done.stderr
+    assert done.stdout.strip() == f"longctx, version {version('longctx-sdk')}"

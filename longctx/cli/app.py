@@ -384,6 +384,8 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(cls=App, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(package_name="longctx")
+# By the distribution's name (the import name longctx can map to two: an editable build's
+# egg-info beside its dist-info), and one program name however the CLI was started.
+@click.version_option(package_name="longctx-sdk", prog_name="longctx")
 def main() -> None:
     """Cache-friendly questions over codebases and documents, on vLLM and SGLang."""

@@ -132,18 +132,25 @@ HOST_COUNTERS = (("sglang:cached_tokens_total", "cache_source", "host"),)
 
 
 def host_counter(urls: list[str]) -> int | None:
-    """The replicas' host-tier cached-token counters, summed; None when none exports one."""
+    """The replicas' host-tier cached-token counters, summed; None when none exports one.
+
+    A labelled counter has no sample for a label value until it first counts one (SGLang's
+    ``cache_source="host"`` before the first host hit), so a metric whose family is declared
+    (``# TYPE``) or has any sample counts as exported, its host sample absent as 0."""
     found, count = False, 0.0
     for url in urls:
         endpoint = HttpEndpoint(url, timeout=30.0)
         try:
-            samples = parse_metrics(endpoint.get_text("/metrics"))
+            text = endpoint.get_text("/metrics")
         finally:
             endpoint.close()
+        samples = parse_metrics(text)
         for name, label, value in HOST_COUNTERS:
-            for sample in samples:
-                if sample.name == name and sample.labels.get(label) == value:
-                    found, count = True, count + sample.value
+            # prometheus_client declares a counter's family without its _total suffix.
+            declared = {f"# TYPE {name} ", f"# TYPE {name.removesuffix('_total')} "}
+            if any(line in text for line in declared) or any(sample.name == name for sample in samples):
+                found = True
+            count += sum(s.value for s in samples if s.name == name and s.labels.get(label) == value)
     return int(count) if found else None
 
 

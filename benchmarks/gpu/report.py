@@ -218,28 +218,26 @@ def main() -> None:
     runs = [json.loads(path.read_text()) for path in args.results]
     # Several runs (one per command, to stay under a time limit) make one section, in context order;
     # a context measured again (after a change to its path) is shown from the later run only.
-    # A run with --only adds its rows to the context's earlier ones (the later run's row wins).
-    contexts: dict[int, dict[str, Any]] = {}
+    # A run with --only adds its rows to the context's earlier ones (the later run's row wins), when
+    # its pack is the same size; a pack that changed (the pack format did, between the runs) gets
+    # its own table.
+    contexts: dict[tuple[int, int], dict[str, Any]] = {}
     for run in sorted(runs, key=lambda run: run["meta"]["started"]):
         for context in run["contexts"]:
             if not context.get("scenarios"):
                 continue  # a context the run stopped before
             started = run["meta"]["started"]
-            earlier = contexts.get(context["target_tokens"])
+            key = (context["target_tokens"], context["prefix_tokens"])
+            earlier = contexts.get(key)
             if earlier is None or not run["meta"].get("only"):
-                contexts[context["target_tokens"]] = {**context, "started": started, "runs": {}}
-            merged = contexts[context["target_tokens"]]
+                contexts[key] = {**context, "started": started, "runs": {}}
+            merged = contexts[key]
             if earlier is not None and run["meta"].get("only"):
-                if context["prefix_tokens"] != merged["prefix_tokens"]:
-                    sys.exit(
-                        f"{context['target_tokens']}: packs of {merged['prefix_tokens']} and"
-                        f" {context['prefix_tokens']} tokens cannot share a table"
-                    )
                 merged["scenarios"] = {**merged["scenarios"], **context["scenarios"]}
                 merged["stopped_before"] = context.get("stopped_before")
             for name in context["scenarios"]:
                 merged["runs"][name] = started
-    merged = {**runs[-1], "contexts": [contexts[target] for target in sorted(contexts)]}
+    merged = {**runs[-1], "contexts": [contexts[key] for key in sorted(contexts)]}
     body = section(merged)
     if args.write:
         from bench import write_section

@@ -88,10 +88,11 @@ def context_section(context: dict[str, Any], block: int, dispatches: list[str]) 
             f"Not run{f' (the time limit came before {stop!r})' if stop else ''}: {', '.join(missing)}.",
             "",
         ]
-    lines += [
-        "| client | wall s (each run) | median | cached per request | dispatch |",
-        "|---|---:|---:|---|---|",
-    ]
+    if any(name in scenarios for name in ORDER):
+        lines += [
+            "| client | wall s (each run) | median | cached per request | dispatch |",
+            "|---|---:|---:|---|---|",
+        ]
     for name in ORDER:
         runs = scenarios.get(name)
         if not runs:

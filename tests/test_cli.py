@@ -21,6 +21,7 @@ from corpus_fixtures import committed_repo
 from fault_proxy import FaultProxy
 
 from longctx import cli
+from longctx.backends.base import Backend, connect
 from longctx.store import Store
 from longctx.testing import LocalServer
 
@@ -488,15 +489,37 @@ def test_doctor_reports_each_replica_and_suggests_only_what_it_sees(
     assert all("max-num-batched-tokens" not in finding["flag"] for finding in live["findings"])
 
 
+def _queried(backend: Backend, url: str) -> int:
+    """Prompt tokens the server has looked up in its cache (vLLM) or prefilled (SGLang)."""
+    reading = backend.counters([url]).get(url)
+    assert reading is not None and reading.queries is not None
+    return reading.queries
+
+
+def _wait_until_queried(
+    backend: Backend, url: str, tokens: int, process: subprocess.Popen[str], timeout: float = 300
+) -> None:
+    """Until the server's query counter reaches ``tokens``, ``process`` still running."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while _queried(backend, url) < tokens:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
 def test_chat_warms_its_pack_while_the_first_question_is_typed(
     repository: Path, home: Path, engine_server: LocalServer
 ) -> None:
-    import time
-
     env = {"LONGCTX_BASE_URL": engine_server.api_base}
-    process = _popen("chat", str(repository), "--max-tokens", "4", "--json", home=home, env=env)
-    assert process.stdin is not None and process.stdout is not None
-    time.sleep(10)  # the user types the first question
+    with connect(engine_server.api_base) as backend:
+        url = backend.servers[0].api_url
+        before = _queried(backend, url)
+        process = _popen("chat", str(repository), "--max-tokens", "4", "--json", home=home, env=env)
+        assert process.stdin is not None and process.stdout is not None
+        # The user types the first question while the warm request (the whole pack) is at the server.
+        _wait_until_queried(backend, url, before + 2_000, process)
     process.stdin.write("What does heapq provide?\n")
     first = json.loads(process.stdout.readline())
     process.stdin.write("\n")
@@ -528,27 +551,14 @@ def test_a_chat_killed_after_its_warm_start_and_before_a_question_leaves_no_sess
     import signal
     import time
 
-    from longctx.backends.base import connect
-
     env = {"LONGCTX_BASE_URL": engine_server.api_base}
     with connect(engine_server.api_base) as backend:
         url = backend.servers[0].api_url
-
-        def queried() -> int:
-            # Prompt tokens the server has looked up in its cache (vLLM) or prefilled (SGLang).
-            reading = backend.counters([url]).get(url)
-            assert reading is not None and reading.queries is not None
-            return reading.queries
-
-        before = queried()
+        before = _queried(backend, url)
         process = _popen("chat", str(repository), "--max-tokens", "4", home=home, env=env)
         assert process.stdin is not None
-        deadline = time.monotonic() + 300
         # The warm request (the whole pack, thousands of tokens) has reached the server.
-        while queried() - before < 2_000:
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        _wait_until_queried(backend, url, before + 2_000, process)
         time.sleep(1.0)  # a one-token request: done by now, and its answer read
         process.send_signal(signal.SIGKILL)
         _, stderr = process.communicate(timeout=60)

@@ -19,7 +19,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -130,14 +130,6 @@ def _homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPack], 
         if len(target) < count:
             target.append(pack)
     return mine, others
-
-
-@pytest.fixture
-def restored_fleet(vllm_fleet: Fleet) -> Iterator[Fleet]:
-    """The session's fleet, its second replica running again after the test whatever happened."""
-    yield vllm_fleet
-    if not vllm_fleet.replicas[1].alive():
-        vllm_fleet.restart(1)
 
 
 def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(

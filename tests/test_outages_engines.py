@@ -1,9 +1,11 @@
 """A real vLLM (CPU) killed under a batch and under a chat, then restarted on the same port.
 
-The server is this module's own (the shared ``vllm_server`` is never
-killed): one replica of a :class:`~longctx.testing.fleet.Fleet` with
-replica arguments of its own, which the tests kill (SIGKILL to its process
-group, as a crash) and restart. Against a fake server: tests/test_outages.py.
+The server is the one of the session kept for killing: the second replica
+of the shared ``vllm_fleet`` (the shared ``vllm_server`` is never killed),
+which the tests kill (SIGKILL to its process group, as a crash) and restart
+on its port; it runs again when a test ends, whatever happened
+(``restored_fleet``, tests/conftest.py). Against a fake server:
+tests/test_outages.py.
 
 - ``longctx batch`` whose server is killed mid-batch exits 3 with the
   answers it stored on stdout and its session id on stderr; after the
@@ -26,7 +28,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -35,7 +36,6 @@ import pytest
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 from longctx.testing.fleet import Fleet
-from longctx.testing.harness import EngineHarness
 
 pytestmark = pytest.mark.vllm
 
@@ -43,19 +43,13 @@ ENTRY_POINT = Path(sys.executable).parent / "longctx"
 QUESTIONS = [f"Question {n}: what does f{n} return, and why?" for n in range(10)]
 
 
-@pytest.fixture(scope="module")
-def own_vllm(longctx_harness: EngineHarness) -> Iterator[Fleet]:
-    """A vLLM of this module's own, which its tests may kill and restart."""
-    started = time.monotonic()
-    # Any replica argument makes every replica the fleet's own (none is the harness's shared server).
-    with Fleet(longctx_harness, replicas=1, replica_args=("--seed", "0")) as fleet:
-        print(f"\nown vLLM ready in {time.monotonic() - started:.1f} s")
-        yield fleet
+# The fleet's second replica: booted once per session for the tests that kill a server.
+VICTIM = 1
 
 
 def _restart(fleet: Fleet) -> float:
     started = time.monotonic()
-    fleet.restart(0)
+    fleet.restart(VICTIM)
     seconds = time.monotonic() - started
     print(f"\nvLLM restarted in {seconds:.1f} s")
     return seconds
@@ -86,10 +80,10 @@ def _stored(home: Path, session_id: str | None = None) -> int:
 
 
 def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_asks_the_rest(
-    own_vllm: Fleet, folder: Path, tmp_path: Path
+    restored_fleet: Fleet, folder: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    env = _env(home, own_vllm.urls[0])
+    env = _env(home, restored_fleet.urls[VICTIM])
     questions = tmp_path / "questions.txt"
     questions.write_text("\n".join(QUESTIONS) + "\n")
     command = [str(ENTRY_POINT), "batch", str(folder), "--questions", str(questions)]
@@ -102,7 +96,7 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     while _stored(home) < 3 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     before = _stored(home)
-    own_vllm.kill(0)
+    restored_fleet.kill(VICTIM)
     killed_at = time.monotonic()
     stdout, stderr = process.communicate(timeout=300)
     print(
@@ -117,7 +111,7 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     # Printed: every answer stored, each under its question; nothing else.
     assert stdout.count("## Question") == stored >= before
 
-    restart_seconds = _restart(own_vllm)
+    restart_seconds = _restart(restored_fleet)
 
     # Warm start after a restart: the store knows a recent request over this pack (the
     # batch's), the server says it started after it, so the pack is warmed again.
@@ -178,12 +172,12 @@ def _wait_for(lines: queue.Queue[str], seen: list[str], text: str, timeout: floa
 
 
 def test_a_chat_survives_a_server_restart_and_continues_in_the_same_session(
-    own_vllm: Fleet, folder: Path, tmp_path: Path
+    restored_fleet: Fleet, folder: Path, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
     process = subprocess.Popen(
         [str(ENTRY_POINT), "chat", str(folder), "--json", "--max-tokens", "16"],
-        env=_env(home, own_vllm.urls[0]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        env=_env(home, restored_fleet.urls[VICTIM]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, bufsize=1,
     )  # fmt: skip
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
@@ -202,14 +196,14 @@ def test_a_chat_survives_a_server_restart_and_continues_in_the_same_session(
         process.stdin.flush()
         first = json.loads(_wait_for(out, seen_out, '"answer"', 300))
 
-        own_vllm.kill(0)
+        restored_fleet.kill(VICTIM)
         process.stdin.write("And f4?\n")
         process.stdin.flush()
         away = _wait_for(err, seen_err, "the server went away", 120)
         print(f"\n{away.strip()}")
         assert f"session {first['session_id']} is kept" in away
         assert f"longctx chat --session {first['session_id']}" in away
-        _restart(own_vllm)
+        _restart(restored_fleet)
         second = json.loads(_wait_for(out, seen_out, '"answer"', 300))
         process.stdin.write("\n")
         process.stdin.flush()

@@ -334,6 +334,9 @@ def sglang_command(
         "--enable-cache-report",
         "--enable-metrics",
         "--disable-overlap-schedule",
+        # Idle, SGLang's scheduler polls its sockets in a busy loop: a whole core of a 2-core
+        # machine, for the whole session. Asleep on a zmq poll it wakes on the next request.
+        "--sleep-on-idle",
         "--mem-fraction-static",
         "0.3",
         "--max-total-tokens",

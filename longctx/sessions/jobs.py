@@ -378,7 +378,6 @@ class _Pack:
     claim: int = 0
     prefix_tokens: int = 0
     tier: Tier = "cold"
-    error: str | None = None
     # The items to ask (those without an answer stored under their facts): their new key and why.
     asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     results: dict[int, JobResult] = field(default_factory=dict)
@@ -653,7 +652,6 @@ class Job:
                     pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
         except LongctxError as error:
             session.close()
-            pack.error = error.describe()
             for index in pack.indices:
                 if index not in pack.results:
                     self._settle(

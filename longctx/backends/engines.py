@@ -140,10 +140,7 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
         samples = parse_metrics(endpoint.get_text("/metrics"))
         metrics_ok = True
         for sample in samples:
-            if sample.name == "vllm:cache_config_info" and sample.labels.get("model_name", model) in (
-                model,
-                None,
-            ):
+            if sample.name == "vllm:cache_config_info" and sample.serves(model):
                 settings.update(sample.labels)
                 break
     except BackendError:

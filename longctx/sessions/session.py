@@ -305,9 +305,6 @@ class Session(Conversation):
     def _set_pack(self, pack: Pack | StoredPack) -> None:
         self._pack = _stored_pack(pack)
 
-    def _progress(self, message: str) -> None:
-        self._resources.progress(message)
-
     def _opened(self) -> SessionRecord:
         """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
@@ -454,7 +451,7 @@ class Session(Conversation):
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
-        self._progress(changes.summary_line())
+        self._resources.progress(changes.summary_line())
         return changes
 
     # -- requests -----------------------------------------------------------

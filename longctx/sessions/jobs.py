@@ -55,7 +55,7 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
-from longctx.sessions.corpus import CorpusSession, RepoSession
+from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.sessions.residency import RESIDENCY, TIER_RANK, Tier
@@ -90,10 +90,7 @@ class JobItem:
     id: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.paths, (str, os.PathLike)):
-            object.__setattr__(self, "paths", (os.fspath(self.paths),))
-        else:
-            object.__setattr__(self, "paths", tuple(os.fspath(path) for path in self.paths))
+        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
         if not self.paths or any(not path for path in self.paths):
             raise ConfigError("a job item needs at least one path, and no empty one")
         if not isinstance(self.question, str) or not self.question.strip():

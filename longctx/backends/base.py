@@ -111,12 +111,8 @@ class ReplicaStatus:
     last_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "api_url": self.api_url,
-            "up": self.up,
-            "down_since": self.down_since,
-            "last_error": self.last_error,
-        }
+        """Every field but ``info`` (the server's facts have their own ``to_dict``)."""
+        return {key: value for key, value in vars(self).items() if key != "info"}
 
 
 # How long a revival probe of a replica that was down may wait: it runs on a

@@ -348,11 +348,10 @@ class JobReport:
             parts.append(
                 below + (f", {check.external_tokens:,} from storage" if check.external_tokens else "")
             )
-        revisits = self.packs_by_tier.get("device", 0) + self.packs_by_tier.get("host", 0)
-        if revisits:
+        device, host = self.packs_by_tier.get("device", 0), self.packs_by_tier.get("host", 0)
+        if device or host:
             parts.append(
-                f"{revisits} packs revisited first ({self.packs_by_tier.get('device', 0)} likely on a GPU, "
-                f"{self.packs_by_tier.get('host', 0)} on a host tier)"
+                f"{device + host} packs revisited first ({device} likely on a GPU, {host} on a host tier)"
             )
         if self.canaries:
             bad = len(self.diverged)

@@ -8,13 +8,9 @@ into engine-neutral objects:
 
 - :class:`TierReading`: the cumulative cached tokens by tier and the bytes
   moved between GPU and host, from ``/metrics``. Two kinds of engine
-  version are known: those that count tokens by tier (vLLM 0.32's
-  ``vllm:prompt_tokens_cached_by_source_total``, vLLM 0.24's
-  ``vllm:prompt_tokens_by_source_total{source=local_cache_hit|external_kv_transfer}``,
-  SGLang's ``sglang:cached_tokens_total{cache_source=...}``) and those that
-  count only the bytes their offloading moved
-  (``vllm:kv_offload_total_bytes_total{transfer_type=CPU_to_GPU|GPU_to_CPU}``
-  without the tokens); there the responses' cached tokens less the GPU hit
+  version are known (each profile's ``tiers`` names the metrics): those
+  that count tokens by tier and those that count only the bytes their
+  offloading moved; there the responses' cached tokens less the GPU hit
   counter are what came from the host (:mod:`longctx.sessions.counters`).
 - :class:`HostTier`: the tier a server runs with (its backend and size), read
   by the engine's discovery from its launch settings.

@@ -13,14 +13,10 @@ server prefills only what is new.
   branch session.
 - :meth:`Session.fork` branches explicitly at any turn.
 
-Lifecycle, as in httpx: constructing a session does no I/O and contacts
-no server. The first call that needs them connects (saying so through
-``on_progress``) and opens the default store; the session itself is stored
-with its first answered turn (:mod:`longctx.sessions.recording`), so one
-that never got an answer leaves nothing behind. A
-session that opened its backend or store owns it and closes it in
-:meth:`~Conversation.close`, while forks and branches share their parent's
-and close neither.
+Lifecycle, as in httpx: constructing a session does no I/O; what it opens
+on first use it owns and closes, forks and branches borrow their parent's
+(:mod:`longctx.sessions.resources`); it is stored with its first answered
+turn (:mod:`longctx.sessions.recording`).
 
 Assistant turns are kept the way the chat template renders them in later
 requests: reasoning (``<think>...</think>``, or the server's separate

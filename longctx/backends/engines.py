@@ -57,7 +57,6 @@ __all__ = [
     "recipe_engines",
     "register",
     "registered",
-    "unregister",
 ]
 
 CHUNK_TOKENS = 8192
@@ -451,12 +450,6 @@ def register(profile: EngineProfile) -> None:
     _PROFILES[profile.name] = profile
 
 
-def unregister(name: str) -> None:
-    """Forget the engine ``name`` (the fallback, ``generic``, stays)."""
-    if name != GENERIC.name:
-        _PROFILES.pop(name, None)
-
-
 @contextmanager
 def registered(profile: EngineProfile) -> Iterator[EngineProfile]:
     """``profile`` registered for the block; the one it replaced (if any) comes back after."""
@@ -466,7 +459,7 @@ def registered(profile: EngineProfile) -> Iterator[EngineProfile]:
         yield profile
     finally:
         if previous is None:
-            unregister(profile.name)
+            _PROFILES.pop(profile.name, None)
         else:
             register(previous)
 

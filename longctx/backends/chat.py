@@ -317,12 +317,9 @@ class ChatClient:
             else:
                 arguments["logprobs"] = True
                 arguments["top_logprobs"] = request.logprobs
-        if request.max_tokens is not None:
-            arguments["max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            arguments["temperature"] = request.temperature
-        if request.seed is not None:
-            arguments["seed"] = request.seed
+        for name in ("max_tokens", "temperature", "seed"):  # sent only when set, by the request's names
+            if (value := getattr(request, name)) is not None:
+                arguments[name] = value
         if request.affinity_key:
             arguments["user"] = request.affinity_key
             for name in self._affinity_headers:

@@ -132,28 +132,21 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     version = None
     with suppress(BackendError):
         version = str(endpoint.get_json("/version").get("version"))
-    settings: dict[str, Any] = {}
-    metrics_ok = False
-    samples: list[Sample] = []
-    try:
+    samples: list[Sample] | None = None
+    with suppress(BackendError):
         samples = parse_metrics(endpoint.get_text("/metrics"))
-        metrics_ok = True
-        for sample in samples:
-            if sample.name == "vllm:cache_config_info" and sample.serves(model):
-                settings.update(sample.labels)
-                break
-    except BackendError:
-        pass
+    config = (s.labels for s in samples or () if s.name == "vllm:cache_config_info" and s.serves(model))
+    settings: dict[str, Any] = dict(next(config, {}))
     return EngineFacts(
         version=version,
         prefix_caching=truth(settings.get("enable_prefix_caching")),
         # vLLM says nothing of --enable-prompt-tokens-details until a response shows it.
         cache_reporting=None,
-        metrics=metrics_ok,
+        metrics=samples is not None,
         cache_block_tokens=_integer(settings.get("block_size")),
         kv_cache_tokens=_vllm_kv_tokens(settings),
         settings=settings,
-        host_tier=_vllm_host_tier(settings, samples),
+        host_tier=_vllm_host_tier(settings, samples or []),
     )
 
 

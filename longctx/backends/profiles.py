@@ -166,9 +166,7 @@ class CacheCounters:
                 k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
                 for k in {*self.by_source, *other.by_source}
             }
-        tiers = None
-        if self.tiers is not None and other.tiers is not None:
-            tiers = self.tiers.plus(other.tiers)
+        tiers = None if self.tiers is None or other.tiers is None else self.tiers.plus(other.tiers)
         return CacheCounters(
             self.counter, self.hits + other.hits, queries, sources, tiers, self.started + other.started
         )

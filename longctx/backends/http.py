@@ -172,10 +172,7 @@ class HttpEndpoint:
     ) -> httpx2.Response:
         url = self.url(path)
         try:
-            if method == "GET":
-                response = self.client.get(url, timeout=timeout or self.client.timeout)
-            else:
-                response = self.client.post(url, json=body, timeout=timeout or self.client.timeout)
+            response = self.client.request(method, url, json=body, timeout=timeout or self.client.timeout)
         except httpx2.TransportError as error:
             raise unreachable(url, error) from error
         if response.status_code >= 400:

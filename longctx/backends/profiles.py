@@ -270,7 +270,7 @@ class EngineProfile:
             counter,
             int(hits),
             None if queries is None else int(queries),
-            {source: int(hits) for source, hits in split.items() if source} or None,
+            {source: int(tokens) for source, tokens in split.items() if source} or None,
             reading,
             tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )

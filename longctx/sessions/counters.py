@@ -601,8 +601,7 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
         note = f"{others:,} of the tokens were cached by other calls of this process in the same window"
     else:
         note = ""
-    if inferred:
-        note = f"{note}; {inferred}" if note else inferred
+    note = "; ".join(filter(None, (note, inferred)))
     return CounterCheck(
         counter=checks[0].counter,
         server_delta=delta,

@@ -111,12 +111,8 @@ class ReplicaStatus:
     last_error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "api_url": self.api_url,
-            "up": self.up,
-            "down_since": self.down_since,
-            "last_error": self.last_error,
-        }
+        """Every field but ``info`` (the server's facts have their own ``to_dict``)."""
+        return {key: value for key, value in vars(self).items() if key != "info"}
 
 
 # How long a revival probe of a replica that was down may wait: it runs on a
@@ -550,27 +546,24 @@ def connect(
     discovery = policy if len(urls) == 1 else RetryPolicy(attempts=1)
     chosen: list[str | None] = [options.resolved_model()]
 
-    def opener(url: str) -> Callable[[], tuple[ServerInfo, HttpEndpoint, ChatClient]]:
-        def open_replica() -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
-            info, endpoint = _discover(url, chosen[0], key, discovery, transport)
-            chosen[0] = chosen[0] or info.model
-            chat = ChatClient(
-                info.api_url,
-                info.model,
-                api_key=key,
-                timeout=options.timeout,
-                stall_timeout=options.stall_timeout,
-                profile=info.profile,
-                affinity_headers=headers,
-                transport=transport,
-                async_transport=async_transport,
-                tier_details=info.host_tier is not None,
-            )
-            return info, endpoint, chat
+    def open_replica(url: str) -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
+        info, endpoint = _discover(url, chosen[0], key, discovery, transport)
+        chosen[0] = chosen[0] or info.model
+        chat = ChatClient(
+            info.api_url,
+            info.model,
+            api_key=key,
+            timeout=options.timeout,
+            stall_timeout=options.stall_timeout,
+            profile=info.profile,
+            affinity_headers=headers,
+            transport=transport,
+            async_transport=async_transport,
+            tier_details=info.host_tier is not None,
+        )
+        return info, endpoint, chat
 
-        return open_replica
-
-    replicas = [_Replica(split_base_url(url)[1], opener(url), transport) for url in urls]
+    replicas = [_Replica(split_base_url(url)[1], partial(open_replica, url), transport) for url in urls]
     failures: list[ServerUnreachable] = []
     for replica in replicas:
         try:

@@ -8,21 +8,17 @@ longctx errors; a stream that drops or stalls midway is
 answer is ever kept.
 
 The stream is read straight from HTTP (:func:`longctx.backends.http.post_events`),
-not through the openai SDK: importing it took 0.62 s on the GPU machine's
-Python 3.12 (its typed models), half of all the time ``longctx batch`` spent
-beyond the same work through the API (docs/benchmarks.md, gpu-siblings),
-for a wire format of a few JSON fields.
+not through the openai SDK, whose import alone took 0.62 s (docs/architecture.md,
+"Choices that differ from the first sketch").
 
 A request with ``prompt_ids`` is a prompt already rendered through the chat
 template, as token ids: it goes to ``/v1/completions`` instead (both engines
 take a list of ids as ``prompt``), so a session can send its history with
 each answer's generated ids (:mod:`longctx.sessions.token_history`). With
-``token_ids`` the server is asked for the prompt's and the answer's ids:
-vLLM's ``return_token_ids`` on both routes (``prompt_token_ids`` in the
-first chunk, ``token_ids`` per choice), SGLang's ``return_token_ids`` on
-completions (the same fields) and ``return_*_ids_in_sglext`` on chat (its
-chat route refuses ``return_token_ids`` when streaming; the ids come in the
-last chunk's ``sglext``).
+``token_ids`` the server is asked for the prompt's and the answer's ids, by
+the body fields of its engine profile (``chat_id_switches``,
+``completions_id_switches``: each engine's fields and where it sends the
+ids are noted there).
 """
 
 from __future__ import annotations
@@ -307,7 +303,7 @@ class ChatClient:
         else:
             arguments["messages"] = [dict(message) for message in request.messages]
         if request.token_ids:
-            arguments.update(self._id_switches(completions=request.prompt_ids is not None))
+            arguments.update(self.profile.id_switches(completions=request.prompt_ids is not None))
         if self.tier_details:
             arguments.update(dict.fromkeys(self.profile.tier_detail_switches, True))
             cap = self.profile.offload_cap
@@ -321,12 +317,9 @@ class ChatClient:
             else:
                 arguments["logprobs"] = True
                 arguments["top_logprobs"] = request.logprobs
-        if request.max_tokens is not None:
-            arguments["max_tokens"] = request.max_tokens
-        if request.temperature is not None:
-            arguments["temperature"] = request.temperature
-        if request.seed is not None:
-            arguments["seed"] = request.seed
+        for name in ("max_tokens", "temperature", "seed"):  # sent only when set, by the request's names
+            if (value := getattr(request, name)) is not None:
+                arguments[name] = value
         if request.affinity_key:
             arguments["user"] = request.affinity_key
             for name in self._affinity_headers:
@@ -341,10 +334,6 @@ class ChatClient:
         # Extra fields go in beside the standard ones; a standard one is never overridden by them.
         return {**body, **arguments}, headers
 
-    def _id_switches(self, *, completions: bool) -> dict[str, bool]:
-        """The body fields that make this engine send the prompt's and the answer's token ids."""
-        return self.profile.id_switches(completions=completions)
-
     def _heard(self, affinity_key: str | None, headers: Mapping[str, str]) -> None:
         """Keep what the gateway set for ``affinity_key`` to send it back next time (see ECHOED_HEADERS)."""
         if not affinity_key:
@@ -352,9 +341,6 @@ class ChatClient:
         echoed = {name: value for name in ECHOED_HEADERS if (value := headers.get(name))}
         if echoed:
             self._echoes[affinity_key] = echoed
-
-    def _url(self, request: ChatRequest) -> str:
-        return self.completions_url if request.prompt_ids is not None else self.url
 
     def sending(
         self,
@@ -371,9 +357,8 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         body, headers = self._arguments(request)
-        post = EventPost(
-            self._url(request), body, headers, on_admitted, partial(self._heard, request.affinity_key)
-        )
+        url = self.completions_url if request.prompt_ids is not None else self.url
+        post = EventPost(url, body, headers, on_admitted, partial(self._heard, request.affinity_key))
 
         def call() -> Completion:
             accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)

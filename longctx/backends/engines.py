@@ -57,7 +57,6 @@ __all__ = [
     "recipe_engines",
     "register",
     "registered",
-    "unregister",
 ]
 
 CHUNK_TOKENS = 8192
@@ -133,31 +132,21 @@ def _discover_vllm(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     version = None
     with suppress(BackendError):
         version = str(endpoint.get_json("/version").get("version"))
-    settings: dict[str, Any] = {}
-    metrics_ok = False
-    samples: list[Sample] = []
-    try:
+    samples: list[Sample] | None = None
+    with suppress(BackendError):
         samples = parse_metrics(endpoint.get_text("/metrics"))
-        metrics_ok = True
-        for sample in samples:
-            if sample.name == "vllm:cache_config_info" and sample.labels.get("model_name", model) in (
-                model,
-                None,
-            ):
-                settings.update(sample.labels)
-                break
-    except BackendError:
-        pass
+    config = (s.labels for s in samples or () if s.name == "vllm:cache_config_info" and s.serves(model))
+    settings: dict[str, Any] = dict(next(config, {}))
     return EngineFacts(
         version=version,
         prefix_caching=truth(settings.get("enable_prefix_caching")),
         # vLLM says nothing of --enable-prompt-tokens-details until a response shows it.
         cache_reporting=None,
-        metrics=metrics_ok,
+        metrics=samples is not None,
         cache_block_tokens=_integer(settings.get("block_size")),
         kv_cache_tokens=_vllm_kv_tokens(settings),
         settings=settings,
-        host_tier=_vllm_host_tier(settings, samples),
+        host_tier=_vllm_host_tier(settings, samples or []),
     )
 
 
@@ -454,12 +443,6 @@ def register(profile: EngineProfile) -> None:
     _PROFILES[profile.name] = profile
 
 
-def unregister(name: str) -> None:
-    """Forget the engine ``name`` (the fallback, ``generic``, stays)."""
-    if name != GENERIC.name:
-        _PROFILES.pop(name, None)
-
-
 @contextmanager
 def registered(profile: EngineProfile) -> Iterator[EngineProfile]:
     """``profile`` registered for the block; the one it replaced (if any) comes back after."""
@@ -469,7 +452,7 @@ def registered(profile: EngineProfile) -> Iterator[EngineProfile]:
         yield profile
     finally:
         if previous is None:
-            unregister(profile.name)
+            _PROFILES.pop(profile.name, None)
         else:
             register(previous)
 

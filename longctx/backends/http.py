@@ -172,10 +172,7 @@ class HttpEndpoint:
     ) -> httpx2.Response:
         url = self.url(path)
         try:
-            if method == "GET":
-                response = self.client.get(url, timeout=timeout or self.client.timeout)
-            else:
-                response = self.client.post(url, json=body, timeout=timeout or self.client.timeout)
+            response = self.client.request(method, url, json=body, timeout=timeout or self.client.timeout)
         except httpx2.TransportError as error:
             raise unreachable(url, error) from error
         if response.status_code >= 400:
@@ -234,12 +231,6 @@ def _event(line: str, url: str) -> dict[str, Any] | None:
     return event
 
 
-def _status_error(response: httpx2.Response, body: str, url: str) -> BackendError:
-    error = error_from_response(response.status_code, body, url)
-    error.retry_after = parse_retry_after(response.headers.get("retry-after"))
-    return error
-
-
 @contextlib.contextmanager
 def _stream_errors(url: str) -> Iterator[None]:
     """A connection that fails, drops or stalls while streaming becomes :class:`ServerUnreachable`."""
@@ -252,7 +243,9 @@ def _stream_errors(url: str) -> Iterator[None]:
 def _opened(response: httpx2.Response, url: str, post: EventPost) -> None:
     """Say the server accepted the stream; its error answer (body already read) raises instead."""
     if response.status_code >= 400:
-        raise _status_error(response, response.content.decode("utf-8", "replace"), url)
+        error = error_from_response(response.status_code, response.content.decode("utf-8", "replace"), url)
+        error.retry_after = parse_retry_after(response.headers.get("retry-after"))
+        raise error
     if post.on_headers is not None:
         post.on_headers(response.headers)
     if post.on_open is not None:

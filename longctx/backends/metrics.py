@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = ["Sample", "parse_metrics", "total"]
@@ -18,6 +19,10 @@ class Sample:
     name: str
     labels: dict[str, str]
     value: float
+
+    def serves(self, model: str | None) -> bool:
+        """Whether the sample counts for ``model``: any sample when None, else one of it or of no model."""
+        return model is None or self.labels.get("model_name") in (None, model)
 
 
 def parse_metrics(text: str) -> list[Sample]:
@@ -41,11 +46,14 @@ def parse_metrics(text: str) -> list[Sample]:
     return samples
 
 
-def total(samples: list[Sample], name: str, *, model: str | None = None) -> float | None:
-    """Sum of ``name`` over all label sets (one model's, when given); None if absent."""
+def total(
+    samples: list[Sample], name: str, *, model: str | None = None, labels: Mapping[str, str] | None = None
+) -> float | None:
+    """Sum of ``name`` over the samples whose labels include ``labels`` (of ``model``); None if absent."""
+    wanted = (labels or {}).items()
     values = [
         s.value
         for s in samples
-        if s.name == name and (model is None or s.labels.get("model_name") in (None, model))
+        if s.name == name and s.serves(model) and all(s.labels.get(key) == value for key, value in wanted)
     ]
     return sum(values) if values else None

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from longctx.backends.http import HttpEndpoint
-from longctx.backends.metrics import Sample, parse_metrics, total
-from longctx.backends.tiers import CacheTiers, HostTier, TierReading, read_tiers
+from longctx.backends.metrics import parse_metrics, total
+from longctx.backends.tiers import CacheTiers, HostTier, TierReading, hits_by_label, read_tiers
 from longctx.errors import BackendError
 
 __all__ = [
@@ -166,9 +166,7 @@ class CacheCounters:
                 k: self.by_source.get(k, 0) + other.by_source.get(k, 0)
                 for k in {*self.by_source, *other.by_source}
             }
-        tiers = None
-        if self.tiers is not None and other.tiers is not None:
-            tiers = self.tiers.plus(other.tiers)
+        tiers = None if self.tiers is None or other.tiers is None else self.tiers.plus(other.tiers)
         return CacheCounters(
             self.counter, self.hits + other.hits, queries, sources, tiers, self.started + other.started
         )
@@ -263,6 +261,7 @@ class EngineProfile:
         tiers = self.tiers_for(version)
         counter = self.hit_counter
         reading = read_tiers(samples, tiers, model)
+        split = {} if tiers is None else hits_by_label(samples, tiers, model)
         if reading is not None and reading.connector is not None and tiers is not None:
             labels = ",".join(f'{key}="{value}"' for key, value in tiers.connector_labels)
             counter = f"{counter} + {tiers.connector_hits}" + (f"{{{labels}}}" if labels else "")
@@ -271,23 +270,10 @@ class EngineProfile:
             counter,
             int(hits),
             None if queries is None else int(queries),
-            _by_source(samples, tiers, model),
+            {source: int(tokens) for source, tokens in split.items() if source} or None,
             reading,
             tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )
-
-
-def _by_source(samples: list[Sample], tiers: CacheTiers | None, model: str) -> dict[str, int] | None:
-    if tiers is None or tiers.hits_by_source is None:
-        return None
-    split: dict[str, int] = {}
-    for sample in samples:
-        source = sample.labels.get(tiers.source_label)
-        if sample.name != tiers.hits_by_source or not source:
-            continue
-        if sample.labels.get("model_name") in (None, model):
-            split[source] = split.get(source, 0) + int(sample.value)
-    return split or None
 
 
 def _version_key(version: str) -> tuple[int, ...]:

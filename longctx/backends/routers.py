@@ -10,8 +10,7 @@ replicas served: a nonsense figure. Both routers announce themselves on
 0.1.17 and smg 1.13.0, run over the test fleet's replicas):
 
 - vllm-router: ``{"workers": [{"url", "model_id", "worker_type",
-  "is_healthy", "load", ...}]}`` (also ``GET /list_workers``:
-  ``{"urls": [...]}``);
+  "is_healthy", "load", ...}]}``;
 - smg: ``{"workers": [{"id", "url", "runtime_type", "is_healthy",
   "status", ...}], "total", "stats"}``; its answers carry
   ``x-smg-routed-worker-id`` (the worker's URL) and its errors

@@ -8,13 +8,9 @@ into engine-neutral objects:
 
 - :class:`TierReading`: the cumulative cached tokens by tier and the bytes
   moved between GPU and host, from ``/metrics``. Two kinds of engine
-  version are known: those that count tokens by tier (vLLM 0.32's
-  ``vllm:prompt_tokens_cached_by_source_total``, vLLM 0.24's
-  ``vllm:prompt_tokens_by_source_total{source=local_cache_hit|external_kv_transfer}``,
-  SGLang's ``sglang:cached_tokens_total{cache_source=...}``) and those that
-  count only the bytes their offloading moved
-  (``vllm:kv_offload_total_bytes_total{transfer_type=CPU_to_GPU|GPU_to_CPU}``
-  without the tokens); there the responses' cached tokens less the GPU hit
+  version are known (each profile's ``tiers`` names the metrics): those
+  that count tokens by tier and those that count only the bytes their
+  offloading moved; there the responses' cached tokens less the GPU hit
   counter are what came from the host (:mod:`longctx.sessions.counters`).
 - :class:`HostTier`: the tier a server runs with (its backend and size), read
   by the engine's discovery from its launch settings.
@@ -26,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from longctx.backends.metrics import Sample
+from longctx.backends.metrics import Sample, total
 
-__all__ = ["CacheTiers", "HostTier", "TierReading", "read_tiers"]
+__all__ = ["CacheTiers", "HostTier", "TierReading", "hits_by_label", "read_tiers"]
 
 TierSource = Literal["by_source", "transfers"]
 
@@ -164,26 +160,30 @@ def read_tiers(
     connector = None
     if tiers.connector_hits is not None:
         connector = _first_total(samples, ((tiers.connector_hits, dict(tiers.connector_labels)),), model)
-    if tiers.hits_by_source is not None:
-        by_label: dict[str, float] = {}
-        for sample in samples:
-            if sample.name != tiers.hits_by_source or not _same_model(sample, model):
-                continue
-            label = sample.labels.get(tiers.source_label, "")
-            by_label[label] = by_label.get(label, 0.0) + sample.value
-        if by_label and set(by_label) != {"total"}:
-            return TierReading(
-                source="by_source",
-                device=_summed(by_label, tiers.device_sources),
-                host=_summed(by_label, tiers.host_sources),
-                external=_summed(by_label, tiers.external_sources),
-                connector=connector,
-                load_bytes=loads,
-                store_bytes=stores,
-            )
+    by_label = hits_by_label(samples, tiers, model)
+    if by_label and set(by_label) != {"total"}:
+        return TierReading(
+            source="by_source",
+            device=_summed(by_label, tiers.device_sources),
+            host=_summed(by_label, tiers.host_sources),
+            external=_summed(by_label, tiers.external_sources),
+            connector=connector,
+            load_bytes=loads,
+            store_bytes=stores,
+        )
     if loads is not None or stores is not None or connector is not None:
         return TierReading(source="transfers", connector=connector, load_bytes=loads, store_bytes=stores)
     return None
+
+
+def hits_by_label(samples: list[Sample], tiers: CacheTiers, model: str | None) -> dict[str, float]:
+    """``tiers.hits_by_source`` summed by the value of its ``source_label`` ("" where it has none)."""
+    by_label: dict[str, float] = {}
+    for sample in samples:
+        if sample.name == tiers.hits_by_source and sample.serves(model):
+            label = sample.labels.get(tiers.source_label, "")
+            by_label[label] = by_label.get(label, 0.0) + sample.value
+    return by_label
 
 
 def _first_total(
@@ -191,20 +191,9 @@ def _first_total(
 ) -> int | None:
     """The first candidate metric present, summed over the samples whose labels include the given ones."""
     for name, wanted in candidates:
-        values = [
-            sample.value
-            for sample in samples
-            if sample.name == name
-            and _same_model(sample, model)
-            and all(sample.labels.get(key) == value for key, value in wanted.items())
-        ]
-        if values:
-            return int(sum(values))
+        if (found := total(samples, name, model=model, labels=wanted)) is not None:
+            return int(found)
     return None
-
-
-def _same_model(sample: Sample, model: str | None) -> bool:
-    return model is None or sample.labels.get("model_name") in (None, model)
 
 
 def _summed(by_label: Mapping[str, float], prefixes: tuple[str, ...]) -> int:

@@ -172,16 +172,15 @@ class ServerTokenizer:
         them is special. Raises :class:`~longctx.errors.TokenizerError` when
         the server cannot tokenize.
         """
+
+        def single(spellings: list[str]) -> list[str]:
+            counts = self.count_many(spellings)
+            return [spelling for spelling, count in zip(spellings, counts, strict=True) if count == 1]
+
         reserved = [spelling for spelling in candidates if spelling.startswith("<|reserved_special_token_")]
-        first = [spelling for spelling in candidates if spelling not in reserved[1:]]
-        found = [
-            spelling for spelling, count in zip(first, self.count_many(first), strict=True) if count == 1
-        ]
+        found = single([spelling for spelling in candidates if spelling not in reserved[1:]])
         if reserved and reserved[0] in found:
-            rest = reserved[1:]
-            found += [
-                spelling for spelling, count in zip(rest, self.count_many(rest), strict=True) if count == 1
-            ]
+            found += single(reserved[1:])
         order = {spelling: index for index, spelling in enumerate(candidates)}
         return tuple(sorted(found, key=order.__getitem__))
 

@@ -29,6 +29,7 @@ __all__ = [
     "committed_records",
     "history_form",
     "refuse_unknown",
+    "request_record",
     "stored_answers",
 ]
 
@@ -205,6 +206,25 @@ def checked_concurrency(concurrency: int | None) -> int | None:
     return checked
 
 
+def request_record(
+    sent: Sent, *, session_id: str, batch_id: str | None, purpose: str, ended_at: float
+) -> RequestRecord:
+    """The request row of ``sent``, which ended at ``ended_at`` (its start is that less its total time)."""
+    usage = sent.completion.usage
+    return RequestRecord(
+        id=sent.request_id,
+        session_id=session_id,
+        batch_id=batch_id,
+        purpose=purpose,
+        started_at=ended_at - (usage.total_seconds or 0.0),
+        base_url=sent.server.api_url,
+        engine=sent.server.engine,
+        model=sent.server.model,
+        usage=usage,
+        attempts=sent.attempts,
+    )
+
+
 def committed_records(
     sent: Sent,
     *,
@@ -224,18 +244,7 @@ def committed_records(
     """
     completion = sent.completion
     now = time.time()
-    request = RequestRecord(
-        id=sent.request_id,
-        session_id=session_id,
-        batch_id=batch_id,
-        purpose=purpose,
-        started_at=now - (completion.usage.total_seconds or 0.0),
-        base_url=sent.server.api_url,
-        engine=sent.server.engine,
-        model=sent.server.model,
-        usage=completion.usage,
-        attempts=sent.attempts,
-    )
+    request = request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, ended_at=now)
     turn = TurnRecord(
         session_id=session_id,
         position=position,

@@ -276,7 +276,7 @@ class CorpusSession(Session):
                 return
             backend = self.backend
             options = server_corpus_options(self.corpus_options, backend, self.store)
-            self._progress("reading files")
+            self._resources.progress("reading files")
             # Taken before the files are read: a change made while they are
             # read shows up at the next turn rather than never.
             follows = self.request.follow_changes
@@ -288,8 +288,8 @@ class CorpusSession(Session):
             corpus = load_corpus(
                 self.paths, options, store=self.store, on_text=None if bound is None else bound.add
             )
-            self._progress(f"{len(corpus.manifest.included)} documents")
-            self._progress(f"counting tokens with {backend.info.engine}'s tokenizer")
+            self._resources.progress(f"{len(corpus.manifest.included)} documents")
+            self._resources.progress(f"counting tokens with {backend.info.engine}'s tokenizer")
             packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
             if self._pack is not None:

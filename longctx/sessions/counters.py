@@ -23,14 +23,11 @@ note says so.
 
 Tiers below the GPU (:mod:`longctx.backends.tiers`): the responses count
 a block loaded back from host memory as cached. Where the server counts
-such hits (vLLM's external-prefix counter, added to its GPU hit counter on
-reading; SGLang's counter, labelled by source) the window records them by
-tier (vLLM 0.24 counts the connector's tokens in
-``prompt_tokens_by_source{source="external_kv_transfer"}``). A server that
-counts only the bytes its offloading moved: there the reported tokens the
-GPU counter lacks are the host tier's while bytes came back from the host
-in the window (``tier_source`` ``transfers``: inferred), and the check
-counts them as host hits, not as a mismatch.
+such hits (its profile's ``tiers`` say which metrics), the window records
+them by tier. Where it counts only the bytes its offloading moved, the
+reported tokens the GPU counter lacks are the host tier's while bytes came
+back from the host in the window (``tier_source`` ``transfers``:
+inferred), and the check counts them as host hits, not as a mismatch.
 
 A turn's check finishes off the answer's path (:meth:`Settling.then`): the
 session waits for its pending checks before a report and when it closes,
@@ -604,8 +601,7 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
         note = f"{others:,} of the tokens were cached by other calls of this process in the same window"
     else:
         note = ""
-    if inferred:
-        note = f"{note}; {inferred}" if note else inferred
+    note = "; ".join(filter(None, (note, inferred)))
     return CounterCheck(
         counter=checks[0].counter,
         server_delta=delta,

@@ -55,7 +55,7 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
-from longctx.sessions.corpus import CorpusSession, RepoSession
+from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.sessions.residency import RESIDENCY, TIER_RANK, Tier
@@ -90,10 +90,7 @@ class JobItem:
     id: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.paths, (str, os.PathLike)):
-            object.__setattr__(self, "paths", (os.fspath(self.paths),))
-        else:
-            object.__setattr__(self, "paths", tuple(os.fspath(path) for path in self.paths))
+        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
         if not self.paths or any(not path for path in self.paths):
             raise ConfigError("a job item needs at least one path, and no empty one")
         if not isinstance(self.question, str) or not self.question.strip():
@@ -351,11 +348,10 @@ class JobReport:
             parts.append(
                 below + (f", {check.external_tokens:,} from storage" if check.external_tokens else "")
             )
-        revisits = self.packs_by_tier.get("device", 0) + self.packs_by_tier.get("host", 0)
-        if revisits:
+        device, host = self.packs_by_tier.get("device", 0), self.packs_by_tier.get("host", 0)
+        if device or host:
             parts.append(
-                f"{revisits} packs revisited first ({self.packs_by_tier.get('device', 0)} likely on a GPU, "
-                f"{self.packs_by_tier.get('host', 0)} on a host tier)"
+                f"{device + host} packs revisited first ({device} likely on a GPU, {host} on a host tier)"
             )
         if self.canaries:
             bad = len(self.diverged)
@@ -378,7 +374,6 @@ class _Pack:
     claim: int = 0
     prefix_tokens: int = 0
     tier: Tier = "cold"
-    error: str | None = None
     # The items to ask (those without an answer stored under their facts): their new key and why.
     asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     results: dict[int, JobResult] = field(default_factory=dict)
@@ -653,7 +648,6 @@ class Job:
                     pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
         except LongctxError as error:
             session.close()
-            pack.error = error.describe()
             for index in pack.indices:
                 if index not in pack.results:
                     self._settle(

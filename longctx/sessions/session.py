@@ -13,14 +13,10 @@ server prefills only what is new.
   branch session.
 - :meth:`Session.fork` branches explicitly at any turn.
 
-Lifecycle, as in httpx: constructing a session does no I/O and contacts
-no server. The first call that needs them connects (saying so through
-``on_progress``) and opens the default store; the session itself is stored
-with its first answered turn (:mod:`longctx.sessions.recording`), so one
-that never got an answer leaves nothing behind. A
-session that opened its backend or store owns it and closes it in
-:meth:`~Conversation.close`, while forks and branches share their parent's
-and close neither.
+Lifecycle, as in httpx: constructing a session does no I/O; what it opens
+on first use it owns and closes, forks and branches borrow their parent's
+(:mod:`longctx.sessions.resources`); it is stored with its first answered
+turn (:mod:`longctx.sessions.recording`).
 
 Assistant turns are kept the way the chat template renders them in later
 requests: reasoning (``<think>...</think>``, or the server's separate
@@ -305,9 +301,6 @@ class Session(Conversation):
     def _set_pack(self, pack: Pack | StoredPack) -> None:
         self._pack = _stored_pack(pack)
 
-    def _progress(self, message: str) -> None:
-        self._resources.progress(message)
-
     def _opened(self) -> SessionRecord:
         """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
@@ -446,17 +439,15 @@ class Session(Conversation):
         changes = tracker.pending(self.store, history, count=estimate.count)
         if changes is None:
             return None
-        pack = self.pack
         history_text = "".join(turn.preamble + turn.question + turn.history_answer for turn in history)
-        pack_tokens = int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
         check_room(
             changes,
-            prompt_tokens=pack_tokens + estimate.count(history_text),
+            prompt_tokens=self._pack_tokens() + estimate.count(history_text),
             max_tokens=answers.answer_bound(self.request, max_tokens),
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
-        self._progress(changes.summary_line())
+        self._resources.progress(changes.summary_line())
         return changes
 
     # -- requests -----------------------------------------------------------
@@ -480,14 +471,13 @@ class Session(Conversation):
             cache_salt=options.cache_salt,
             affinity_key=self.affinity_key,
             extra_body=options.extra_body,
-            offload_tokens=self._offload_tokens() if options.offload_prefix_only else None,
+            offload_tokens=(self._pack_tokens() or None) if options.offload_prefix_only else None,
         )
 
-    def _offload_tokens(self) -> int | None:
-        """The pack's tokens: what a request may offload to a host tier (the prefix its siblings share)."""
+    def _pack_tokens(self) -> int:
+        """The pack's tokens (0 without one): the prefix siblings share, what a request may offload."""
         pack = self.pack
-        tokens = int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
-        return tokens or None
+        return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def _own_position(self) -> int:
         """The position of the next turn among this session's own turns."""
@@ -592,16 +582,7 @@ class Session(Conversation):
         self, sent: Sent, question: str, batch_id: str, changes: Changes | None, key: str | None = None
     ) -> Committed:
         record = self._opened()
-        branch = SessionRecord(
-            id=uuid.uuid4().hex[:16],
-            created_at=time.time(),
-            kind="sibling",
-            title=question[:80],
-            pack_fingerprint=record.pack_fingerprint,
-            parent_id=record.id,
-            parent_turns=len(self._turns),
-            settings=record.settings,
-        )
+        branch = _child(record, "sibling", question[:80], len(self._turns))
         committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
             changes=changes, inherited_turns=branch.parent_turns or 0,
@@ -700,16 +681,7 @@ class Session(Conversation):
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
-        child = SessionRecord(
-            id=uuid.uuid4().hex[:16],
-            created_at=time.time(),
-            kind="fork",
-            title=title or f"fork of {self.title}",
-            pack_fingerprint=record.pack_fingerprint,
-            parent_id=record.id,
-            parent_turns=keep,
-            settings=record.settings,
-        )
+        child = _child(record, "fork", title or f"fork of {self.title}", keep)
         self.store.sessions.create_session(child)
         return self._shared(child)
 
@@ -764,6 +736,20 @@ class Session(Conversation):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.title!r}: {len(self._turns)} turns>"
+
+
+def _child(parent: SessionRecord, kind: str, title: str, parent_turns: int) -> SessionRecord:
+    """A new record branched from ``parent`` after its first ``parent_turns`` turns (a fork, a sibling)."""
+    return SessionRecord(
+        id=uuid.uuid4().hex[:16],
+        created_at=time.time(),
+        kind=kind,
+        title=title,
+        pack_fingerprint=parent.pack_fingerprint,
+        parent_id=parent.id,
+        parent_turns=parent_turns,
+        settings=parent.settings,
+    )
 
 
 def _stored_pack(pack: Pack | StoredPack) -> StoredPack:

@@ -253,24 +253,16 @@ class ShardedSession(Conversation):
             raise ConfigError("ask_many needs at least one question")
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
-        max_tokens, on_answer = (
-            answer_bound(self.request, options.get("max_tokens")),
-            options.get("on_answer"),
-        )
+        max_tokens = answer_bound(self.request, options.get("max_tokens"))
+        on_answer = options.get("on_answer")
         concurrency = checked_concurrency(options.get("concurrency"))
         limit = self.request.concurrency if concurrency is None else concurrency
         shards = yield Io(lambda: self.shards)
-        batches = _values(
-            (
-                yield Fanout(
-                    [
-                        partial(shard.plan_ask_many, questions, max_tokens=max_tokens, concurrency=limit)
-                        for shard in shards
-                    ],
-                    len(shards),
-                )
-            )
-        )
+        maps = [
+            partial(shard.plan_ask_many, questions, max_tokens=max_tokens, concurrency=limit)
+            for shard in shards
+        ]
+        batches = _values((yield Fanout(maps, len(shards))))
 
         def reduce_one(index: int) -> Plan[Answer]:
             answer = yield from self._reduced(
@@ -280,14 +272,8 @@ class ShardedSession(Conversation):
                 on_answer(answer)
             return answer
 
-        answers = _values(
-            (
-                yield Fanout(
-                    [partial(reduce_one, index) for index in range(len(questions))],
-                    limit or DEFAULT_CONCURRENCY,
-                )
-            )
-        )
+        reduces = [partial(reduce_one, index) for index in range(len(questions))]
+        answers = _values((yield Fanout(reduces, limit or DEFAULT_CONCURRENCY)))
         batch: Batch = yield Io(partial(self._batch, answers))
         return batch
 

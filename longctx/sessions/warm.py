@@ -45,6 +45,7 @@ from typing import Final
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
+from longctx.sessions.answers import request_record
 from longctx.sessions.counters import CounterSnapshot
 from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
@@ -183,22 +184,12 @@ class WarmStart:
     @staticmethod
     def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent, why: str | None = None) -> WarmResult:
         """The warm request recorded, with its counter check once that settled."""
-        usage = sent.completion.usage
-        record = RequestRecord(
-            id=sent.request_id,
-            session_id=plan.record.id,
-            batch_id=None,
-            purpose="warm",
-            started_at=time.time() - (usage.total_seconds or 0.0),
-            base_url=sent.server.api_url,
-            engine=sent.server.engine,
-            model=sent.server.model,
-            usage=usage,
-            attempts=sent.attempts,
+        record = request_record(
+            sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
         )
         checks = snapshot.close(plan.record.id, None, [record]).wait()
         plan.keep(record, checks or [])
-        return WarmResult(sent.request_id, usage, why=why)
+        return WarmResult(sent.request_id, sent.completion.usage, why=why)
 
 
 def recent_request(plan: WarmPlan, *, now: float | None = None) -> RequestRecord | None:

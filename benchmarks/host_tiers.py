@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from jobs import ANSWER_TOKENS, SEED, job_items, make_packs, plain_prompts, run_plain
+from jobs import ANSWER_TOKENS, SEED, grown, job_items, make_packs, plain_prompts, run_plain
 
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import ServerInfo, connect
@@ -128,10 +128,6 @@ def _rate(loaded: int | None, before: float | None, after: float | None) -> floa
     return loaded / (after - before) / 1e9
 
 
-def _grown(before: int | None, after: int | None) -> int | None:
-    return None if before is None or after is None else after - before
-
-
 @dataclass(frozen=True)
 class Run:
     variant: str
@@ -179,12 +175,12 @@ def run_longctx(*, info: ServerInfo, items: list[JobItem], home: Path, variant: 
     for result in report.results:
         assert result.usage is not None
         firsts.setdefault(result.item.paths, result.usage.prompt_tokens or 0)
-    loaded = _grown(before.loaded_bytes, after.loaded_bytes)
+    loaded = grown(before.loaded_bytes, after.loaded_bytes)
     check = report.counter_check
     return Run(
         variant, "longctx job", wall, len(report.results), report.prompt_tokens, report.cached_tokens,
-        sum(firsts.values()), _grown(before.gpu_hits, after.gpu_hits), loaded,
-        _grown(before.stored_bytes, after.stored_bytes),
+        sum(firsts.values()), grown(before.gpu_hits, after.gpu_hits), loaded,
+        grown(before.stored_bytes, after.stored_bytes),
         None if check is None else check.host_tokens,
         None if loaded is None else loaded / per_token,
         None if check is None else asdict(check),
@@ -204,16 +200,16 @@ def run_plain_measured(
     plain = run_plain([info.api_url], items, prompts)
     time.sleep(1.0)
     after = read(info)
-    gpu = _grown(before.gpu_hits, after.gpu_hits)
-    loaded = _grown(before.loaded_bytes, after.loaded_bytes)
+    gpu = grown(before.gpu_hits, after.gpu_hits)
+    loaded = grown(before.loaded_bytes, after.loaded_bytes)
     # The engine's own host tokens where it counts them (vLLM 0.24's external_kv_transfer), else the
     # report's rule for a server counting bytes only: the cached tokens its GPU counter lacks.
-    host = _grown(before.host_by_source, after.host_by_source)
+    host = grown(before.host_by_source, after.host_by_source)
     if host is None and gpu is not None and loaded is not None:
         host = max(0, plain.cached_tokens - gpu) if loaded else 0
     return Run(
         variant, "plain client, shuffled", plain.wall_seconds, len(items), plain.prompt_tokens,
-        plain.cached_tokens, plain.minimum, gpu, loaded, _grown(before.stored_bytes, after.stored_bytes),
+        plain.cached_tokens, plain.minimum, gpu, loaded, grown(before.stored_bytes, after.stored_bytes),
         host, None if loaded is None else loaded / per_token, None,
         _rate(loaded, before.load_seconds, after.load_seconds),
     )  # fmt: skip

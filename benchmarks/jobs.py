@@ -154,7 +154,8 @@ def host_counter(urls: list[str]) -> int | None:
     return int(count) if found else None
 
 
-def _grown(before: int | None, after: int | None) -> int | None:
+def grown(before: int | None, after: int | None) -> int | None:
+    """How much a counter grew; None when either reading is missing."""
     return None if before is None or after is None else after - before
 
 
@@ -183,7 +184,7 @@ def run_longctx(urls: list[str], items: list[JobItem], home: Path) -> Run:
     check = report.counter_check
     return Run(
         "longctx job", wall, report.prompt_tokens, report.cached_tokens, sum(firsts.values()),
-        _host_reported(usages), None if check is None else check.host_tokens, _grown(before, after),
+        _host_reported(usages), None if check is None else check.host_tokens, grown(before, after),
     )  # fmt: skip
 
 
@@ -235,7 +236,7 @@ def run_plain(urls: list[str], items: list[JobItem], prompts: list[list[dict[str
         sum(firsts.values()),
         _host_reported(usages),
         None,
-        _grown(before, after),
+        grown(before, after),
     )
 
 

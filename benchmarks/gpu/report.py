@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_gpu import ROWS  # found through the path above
 
 SECTIONS = {"vllm": "gpu-siblings", "sglang": "gpu-siblings-sglang"}
 TITLES = {
@@ -32,8 +35,8 @@ ORDER = (
     "plain all 8 doc-first",
     "plain all 8 question-first",
 )
-# Every row bench_gpu.py can write, in its order, to name those a run did not reach.
-ALL_ROWS = (*ORDER, "session 5 turns", "first question cold", "first question warm", "api batch", "cli batch")
+# Every row bench_gpu.py can write, to name those a run did not reach.
+ALL_ROWS = tuple(dict.fromkeys((*ORDER, *ROWS)))
 
 
 def cached_text(requests: list[dict[str, Any]]) -> str:

@@ -7,6 +7,11 @@ on its port; it runs again when a test ends, whatever happened
 (``restored_fleet``, tests/conftest.py). Against a fake server:
 tests/test_outages.py.
 
+One kill serves both clients (each restart costs 45-70 s on this CPU):
+
+- ``longctx chat`` whose server is killed between two questions says so,
+  keeps trying, and answers the second question in the same session once
+  the server is back.
 - ``longctx batch`` whose server is killed mid-batch exits 3 with the
   answers it stored on stdout and its session id on stderr; after the
   restart, ``batch --session ID`` asks only the questions without an
@@ -14,9 +19,6 @@ tests/test_outages.py.
 - The warm start asks the server: right after the restart, a chat over the
   same pack warms it (the server started after the store's recent
   request); once the server has run since, the warm start is skipped.
-- ``longctx chat`` whose server is killed between two questions says so,
-  keeps trying, and answers the second question in the same session once
-  the server is back.
 """
 
 from __future__ import annotations
@@ -79,29 +81,91 @@ def _stored(home: Path, session_id: str | None = None) -> int:
         return len(store.sessions.answered_under("batch:"))
 
 
-def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_asks_the_rest(
+def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
+    for line in stream:
+        into.put(line)
+
+
+def _wait_for(lines: queue.Queue[str], seen: list[str], text: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1.0)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"no line with {text!r} in {timeout:.0f} s; seen: {''.join(seen)[-3000:]}")
+
+
+def test_a_batch_and_a_chat_outlive_one_kill_of_their_server(
     restored_fleet: Fleet, folder: Path, tmp_path: Path
 ) -> None:
+    # One kill and one restart for both (a restart of vLLM on this CPU takes 45-70 s); each
+    # client has a store of its own, as two users would.
     home = tmp_path / "home"
     env = _env(home, restored_fleet.urls[VICTIM])
+    chat = subprocess.Popen(
+        [str(ENTRY_POINT), "chat", str(folder), "--json", "--max-tokens", "16"],
+        env=_env(tmp_path / "chat-home", restored_fleet.urls[VICTIM]), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+    )  # fmt: skip
+    assert chat.stdin is not None and chat.stdout is not None and chat.stderr is not None
+    out: queue.Queue[str] = queue.Queue()
+    err: queue.Queue[str] = queue.Queue()
+    for stream, lines in ((chat.stdout, out), (chat.stderr, err)):
+        threading.Thread(target=_lines, args=(stream, lines), daemon=True).start()
+    seen_out: list[str] = []
+    seen_err: list[str] = []
     questions = tmp_path / "questions.txt"
     questions.write_text("\n".join(QUESTIONS) + "\n")
     command = [str(ENTRY_POINT), "batch", str(folder), "--questions", str(questions)]
-    # Long answers, two at a time: the kill lands with answers stored and others in flight.
-    process = subprocess.Popen(
-        [*command, "--concurrency", "2", "--max-tokens", "200"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while _stored(home) < 3 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    before = _stored(home)
-    restored_fleet.kill(VICTIM)
-    killed_at = time.monotonic()
-    stdout, stderr = process.communicate(timeout=300)
-    print(
-        f"\nbatch exited {time.monotonic() - killed_at:.1f} s after the kill ({before} answers stored then)"
-    )
+    process: subprocess.Popen[str] | None = None
+    try:
+        chat.stdin.write("What does f3 return?\n")
+        chat.stdin.flush()
+        first = json.loads(_wait_for(out, seen_out, '"answer"', 300))
+
+        # Long answers, two at a time: the kill lands with answers stored and others in flight.
+        process = subprocess.Popen(
+            [*command, "--concurrency", "2", "--max-tokens", "200"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 300
+        while _stored(home) < 3 and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        before = _stored(home)
+        restored_fleet.kill(VICTIM)
+        killed_at = time.monotonic()
+        chat.stdin.write("And f4?\n")
+        chat.stdin.flush()
+        stdout, stderr = process.communicate(timeout=300)
+        print(f"\nbatch exited {time.monotonic() - killed_at:.1f} s after the kill ({before} stored then)")
+        away = _wait_for(err, seen_err, "the server went away", 120)
+        print(away.strip())
+
+        restart_seconds = _restart(restored_fleet)
+        second = json.loads(_wait_for(out, seen_out, '"answer"', 300))
+        chat.stdin.write("\n")
+        chat.stdin.flush()
+        assert chat.wait(timeout=120) == 0, "".join(seen_err)
+    finally:
+        for client in (chat, process):
+            if client is not None and client.poll() is None:
+                client.kill()
+                client.wait(timeout=30)
+
+    # The chat said so, kept trying, and answered in the same session once the server was back.
+    assert f"session {first['session_id']} is kept" in away
+    assert f"longctx chat --session {first['session_id']}" in away
+    assert second["question"] == "And f4?" and second["session_id"] == first["session_id"]
+    assert second["turn"] == first["turn"] + 1
+    with Store.open(tmp_path / "chat-home") as store:
+        turns = store.sessions.turns(first["session_id"])
+    assert [turn.question for turn in turns] == ["What does f3 return?", "And f4?"]
+
+    # The batch exited 3 with what it had stored, and said how to ask the rest.
     assert 3 <= before < len(QUESTIONS), "the kill should land mid-batch"
     assert process.returncode == 3, stderr  # EXIT_UNREACHABLE
     line = next(line for line in stderr.splitlines() if "answered and stored in session" in line)
@@ -110,8 +174,6 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     assert f"ask the rest with: longctx batch --session {session_id} --questions {questions}" in line
     # Printed: every answer stored, each under its question; nothing else.
     assert stdout.count("## Question") == stored >= before
-
-    restart_seconds = _restart(restored_fleet)
 
     # Warm start after a restart: the store knows a recent request over this pack (the
     # batch's), the server says it started after it, so the pack is warmed again.
@@ -151,69 +213,3 @@ def test_a_batch_whose_server_was_killed_prints_its_answers_and_batch_session_as
     print(next(line for line in skipped.stderr.splitlines() if "warm start" in line))
     print(f"{stored} of {len(QUESTIONS)} printed after the kill, the rest asked by batch --session")
     print(f"restart took {restart_seconds:.1f} s")
-
-
-def _lines(stream: IO[str], into: queue.Queue[str]) -> None:
-    for line in stream:
-        into.put(line)
-
-
-def _wait_for(lines: queue.Queue[str], seen: list[str], text: str, timeout: float) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=1.0)
-        except queue.Empty:
-            continue
-        seen.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"no line with {text!r} in {timeout:.0f} s; seen: {''.join(seen)[-3000:]}")
-
-
-def test_a_chat_survives_a_server_restart_and_continues_in_the_same_session(
-    restored_fleet: Fleet, folder: Path, tmp_path: Path
-) -> None:
-    home = tmp_path / "home"
-    process = subprocess.Popen(
-        [str(ENTRY_POINT), "chat", str(folder), "--json", "--max-tokens", "16"],
-        env=_env(home, restored_fleet.urls[VICTIM]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, bufsize=1,
-    )  # fmt: skip
-    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    out: queue.Queue[str] = queue.Queue()
-    err: queue.Queue[str] = queue.Queue()
-    readers = [
-        threading.Thread(target=_lines, args=(process.stdout, out), daemon=True),
-        threading.Thread(target=_lines, args=(process.stderr, err), daemon=True),
-    ]
-    for reader in readers:
-        reader.start()
-    seen_out: list[str] = []
-    seen_err: list[str] = []
-    try:
-        process.stdin.write("What does f3 return?\n")
-        process.stdin.flush()
-        first = json.loads(_wait_for(out, seen_out, '"answer"', 300))
-
-        restored_fleet.kill(VICTIM)
-        process.stdin.write("And f4?\n")
-        process.stdin.flush()
-        away = _wait_for(err, seen_err, "the server went away", 120)
-        print(f"\n{away.strip()}")
-        assert f"session {first['session_id']} is kept" in away
-        assert f"longctx chat --session {first['session_id']}" in away
-        _restart(restored_fleet)
-        second = json.loads(_wait_for(out, seen_out, '"answer"', 300))
-        process.stdin.write("\n")
-        process.stdin.flush()
-        assert process.wait(timeout=120) == 0, "".join(seen_err)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-    assert second["question"] == "And f4?" and second["session_id"] == first["session_id"]
-    assert second["turn"] == first["turn"] + 1
-    with Store.open(home) as store:
-        turns = store.sessions.turns(first["session_id"])
-    assert [turn.question for turn in turns] == ["What does f3 return?", "And f4?"]

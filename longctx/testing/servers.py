@@ -303,6 +303,10 @@ def vllm_command(env: EngineEnvironment, model: TinyModel, extra_args: Sequence[
         "bfloat16",
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        # No torch.compile: on this 2-core CPU it took 88 s at a machine's first start and 12 s of
+        # every later one (loading the compiled graph), and the 2-layer tiny model answers as fast
+        # in eager mode (a 1,000-token answer in 4-7 s either way; docs/testing.md).
+        "--enforce-eager",
         *extra_args,
     ]
 

@@ -279,7 +279,6 @@ class ChatClient:
         self.profile = profile
         self.url = f"{api_url}/chat/completions"
         self.completions_url = f"{api_url}/completions"
-        self._missing = profile.missing_report
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
@@ -361,13 +360,13 @@ class ChatClient:
         post = EventPost(url, body, headers, on_admitted, partial(self._heard, request.affinity_key))
 
         def call() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
             for chunk in post_events(self._sync, post):
                 accumulator.add(chunk)
             return accumulator.finish()
 
         async def acall() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
             async for chunk in apost_events(self._async, post):
                 accumulator.add(chunk)
             return accumulator.finish()

@@ -203,13 +203,10 @@ def _sglang_host_tier(info: Mapping[str, Any], endpoint: HttpEndpoint) -> HostTi
 def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     info: dict[str, Any] = {}
     for path in ("/server_info", "/get_server_info"):
-        try:
-            loaded = endpoint.get_json(path)
-        except BackendError:
-            continue
-        if isinstance(loaded, dict):
-            info = loaded
-            break
+        with suppress(BackendError):
+            if isinstance(loaded := endpoint.get_json(path), dict):
+                info = loaded
+                break
     radix_off = truth(info.get("disable_radix_cache"))
     return EngineFacts(
         version=str(info["version"]) if "version" in info else None,

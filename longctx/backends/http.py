@@ -98,13 +98,9 @@ def _error_message(body: str) -> str:
     except ValueError:
         return body
     if isinstance(parsed, dict):
-        inner = parsed.get("error", parsed)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return str(inner["message"])
-        if isinstance(parsed.get("message"), str):
-            return str(parsed["message"])
-        if isinstance(parsed.get("detail"), str):
-            return str(parsed["detail"])
+        for holder, key in ((parsed.get("error"), "message"), (parsed, "message"), (parsed, "detail")):
+            if isinstance(holder, dict) and isinstance(holder.get(key), str):
+                return str(holder[key])
     return body
 
 

@@ -4,11 +4,8 @@
 OpenAI-compatible server), which model it serves, its context length, and
 whether prefix caching and cached-token reporting are on;
 :func:`longctx.serving.doctor.diagnose` turns that into findings with the
-exact launch flag to add.
-
-With several base URLs (replicas of one model), each request goes to the
-replica chosen by rendezvous hashing of its affinity key, so every request
-of one pack lands on the replica that holds that pack's prefix.
+exact launch flag to add. Several base URLs are replicas of one model: see
+:class:`Backend` for how a pack's requests stay on one and fail over.
 """
 
 from __future__ import annotations

@@ -277,8 +277,6 @@ class ChatClient:
         self.tier_details = tier_details
         self.model = model
         self.profile = profile
-        self.url = f"{api_url}/chat/completions"
-        self.completions_url = f"{api_url}/completions"
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
@@ -356,8 +354,10 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         body, headers = self._arguments(request)
-        url = self.completions_url if request.prompt_ids is not None else self.url
-        post = EventPost(url, body, headers, on_admitted, partial(self._heard, request.affinity_key))
+        route = "completions" if request.prompt_ids is not None else "chat/completions"
+        post = EventPost(
+            f"{self.api_url}/{route}", body, headers, on_admitted, partial(self._heard, request.affinity_key)
+        )
 
         def call() -> Completion:
             accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)

@@ -318,11 +318,8 @@ class ChatClient:
             if (value := getattr(request, name)) is not None:
                 arguments[name] = value
         if request.affinity_key:
-            arguments["user"] = request.affinity_key
-            for name in self._affinity_headers:
-                headers[name] = request.affinity_key
-            for name in request.body_affinity:
-                arguments[name] = request.affinity_key
+            arguments.update(dict.fromkeys(("user", *request.body_affinity), request.affinity_key))
+            headers.update(dict.fromkeys(self._affinity_headers, request.affinity_key))
             headers.update(self._echoes.get(request.affinity_key, {}))
         if request.request_id:
             headers["X-Request-Id"] = request.request_id

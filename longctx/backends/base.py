@@ -154,9 +154,8 @@ class _Replica:
         self.last_error = None
 
     def mark_down(self, error: BaseException, retry_seconds: float) -> None:
-        now = time.time()
         if self.down_since is None:
-            self.down_since = now
+            self.down_since = time.time()
         self.last_error = str(error)
         self.retry_at = time.monotonic() + retry_seconds
 

@@ -122,9 +122,14 @@ class ServerTokenizer:
             counts[owner] += count
         return counts
 
-    def _tokens(self, prompt: str | list[str], timeout: float | None = None) -> Any:
+    def _tokens(self, prompt: str | list[str], timeout: float | None = None) -> list[Any]:
         """The tokenize route's ``tokens`` for ``prompt``, without the special tokens it would add."""
-        return self._post({"prompt": prompt, "add_special_tokens": False}, timeout=timeout)["tokens"]
+        tokens = self._post({"prompt": prompt, "add_special_tokens": False}, timeout=timeout)["tokens"]
+        if not isinstance(tokens, list):
+            raise TokenizerError(
+                f"the {self.engine} tokenize route answered tokens that are no list: {tokens!r}"
+            )
+        return tokens
 
     def _count_one(self, text: str) -> int:
         return len(self._tokens(text, COUNT_TIMEOUT_SECONDS))
@@ -156,7 +161,7 @@ class ServerTokenizer:
 
     def _count_list(self, texts: list[str]) -> list[int]:
         tokens = self._tokens(texts, COUNT_TIMEOUT_SECONDS)
-        if not isinstance(tokens, list) or len(tokens) != len(texts):
+        if len(tokens) != len(texts):
             raise TokenizerError(
                 f"the {self.engine} tokenize route answered {len(tokens)} results for {len(texts)} texts"
             )

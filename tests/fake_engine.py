@@ -53,6 +53,8 @@ class FakeEngine:
     #: /metrics held them: tokens by source and bytes), "vllm-transfers" (a vLLM counting bytes
     #: only), "sglang-hicache"; None: no host tier.
     tiers: str | None = None
+    # SGLang's tensor-parallel ranks (its --hicache-size is per rank).
+    tp_size: int = 1
     gpu_prompts: int = 1_000_000
     bytes_per_token: int = 64
     host_hits_total: int = 0
@@ -95,6 +97,7 @@ class FakeEngine:
                     "kv_cache_dtype": "auto",
                     "chunked_prefill_size": 8192,
                     "context_length": self.context_length,
+                    "tp_size": self.tp_size,
                     **(
                         {
                             "enable_hierarchical_cache": True,

@@ -179,6 +179,13 @@ def test_doctor_reads_the_host_tier_from_the_server(tmp_path: Path) -> None:
         (info,) = backend.servers
         assert info.host_tier == HostTier("hicache", size_bytes=24 * 10**9, size_tokens=393_216)
         assert diagnose(backend, probe=False).to_dict()["servers"][0]["host_tier"]["size_tokens"] == 393_216
+    # --hicache-size is per rank: a server of 4 tensor-parallel ranks keeps 4 times as much.
+    with connect(
+        URL, transport=FakeEngine(engine="sglang", tiers="sglang-hicache", tp_size=4).transport()
+    ) as backend:
+        assert backend.servers[0].host_tier == HostTier(
+            "hicache", size_bytes=4 * 24 * 10**9, size_tokens=393_216
+        )
     with connect(URL, transport=FakeEngine(engine="vllm").transport()) as backend:
         assert backend.servers[0].host_tier is None
         assert "host tier: none seen" in diagnose(backend, probe=False).to_text()

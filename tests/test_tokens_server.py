@@ -134,6 +134,13 @@ def test_server_errors_become_tokenizer_errors() -> None:
     )
     with pytest.raises(TokenizerError, match="without tokens"):
         tokenizer.count("a")
+
+    # A tokens field that is no list (null, a count) is the server's fault, said as such.
+    for engine, tokens in (("vllm", None), ("sglang", 3)):
+        answer = httpx2.Response(200, json={"tokens": tokens})
+        endpoint = HttpEndpoint("http://x.test", transport=httpx2.MockTransport(lambda _, a=answer: a))
+        with pytest.raises(TokenizerError, match=f"answered tokens that are no list: {tokens}"):
+            ServerTokenizer(endpoint, engine, "m").count_many(["a", "b"])  # type: ignore[arg-type]
     with pytest.raises(TokenizerError):
         ServerTokenizer(HttpEndpoint("http://x.test"), "tgi", "m")  # type: ignore[arg-type]
 

@@ -4,11 +4,8 @@
 OpenAI-compatible server), which model it serves, its context length, and
 whether prefix caching and cached-token reporting are on;
 :func:`longctx.serving.doctor.diagnose` turns that into findings with the
-exact launch flag to add.
-
-With several base URLs (replicas of one model), each request goes to the
-replica chosen by rendezvous hashing of its affinity key, so every request
-of one pack lands on the replica that holds that pack's prefix.
+exact launch flag to add. Several base URLs are replicas of one model: see
+:class:`Backend` for how a pack's requests stay on one and fail over.
 """
 
 from __future__ import annotations
@@ -157,9 +154,8 @@ class _Replica:
         self.last_error = None
 
     def mark_down(self, error: BaseException, retry_seconds: float) -> None:
-        now = time.time()
         if self.down_since is None:
-            self.down_since = now
+            self.down_since = time.time()
         self.last_error = str(error)
         self.retry_at = time.monotonic() + retry_seconds
 
@@ -202,12 +198,10 @@ class Backend:
     @property
     def info(self) -> ServerInfo:
         """The first answering server's facts (all replicas serve the same model)."""
-        for replica in self._replicas.values():
-            if replica.info is not None and replica.up:
-                return replica.info
-        for replica in self._replicas.values():
-            if replica.info is not None:
-                return replica.info
+        up_first = sorted(self._replicas.values(), key=lambda replica: not replica.up)
+        known = [replica.info for replica in up_first if replica.info is not None]
+        if known:
+            return known[0]
         raise ServerUnreachable("no replica of this backend has answered", url=next(iter(self._replicas)))
 
     @property
@@ -252,11 +246,16 @@ class Backend:
 
     def server_for(self, affinity_key: str | None) -> ServerInfo:
         """The server that requests with ``affinity_key`` go to now."""
+        info = self._serving(affinity_key).info
+        assert info is not None
+        return info
+
+    def _serving(self, affinity_key: str | None) -> _Replica:
+        """The replica that serves ``affinity_key`` now, discovered."""
         replica = self._pick(affinity_key, set())
         assert replica is not None  # a backend has at least one replica
         self._ready(replica)
-        assert replica.info is not None
-        return replica.info
+        return replica
 
     def _ready(self, replica: _Replica) -> ChatClient:
         """The replica's chat client, discovering it first if it never answered."""
@@ -268,10 +267,6 @@ class Backend:
                 raise
         assert replica.chat is not None
         return replica.chat
-
-    def _failed(self, replica: _Replica, error: ServerUnreachable) -> None:
-        if len(self._replicas) > 1:
-            replica.mark_down(error, self.retry_seconds)
 
     def delivery(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Plan[Sent]:
         """The plan that sends ``request`` with the retry policy, failing over between replicas.
@@ -300,7 +295,8 @@ class Backend:
                     outgoing = self._with_body_affinity(stamped, replica)
                     completion = yield chat.sending(outgoing, on_first_token, on_admitted)
                 except ServerUnreachable as error:
-                    self._failed(replica, error)
+                    if len(self._replicas) > 1:
+                        replica.mark_down(error, self.retry_seconds)
                     if len(tried) == len(self._replicas):
                         raise
                     failovers[0] += 1
@@ -336,14 +332,13 @@ class Backend:
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model), on the key's replica."""
-        replica = self._pick(affinity_key, set())
-        assert replica is not None
-        self._ready(replica)
-        assert replica.info is not None and replica.endpoint is not None
-        if not replica.info.profile.tokenizes:
+        replica = self._serving(affinity_key)
+        info, endpoint = replica.info, replica.endpoint
+        assert info is not None and endpoint is not None
+        if not info.profile.tokenizes:
             labels = " and ".join(profile.label for profile in profiles() if profile.tokenizes)
             raise ConfigError(f"only {labels} servers offer a tokenize endpoint")
-        return ServerTokenizer(replica.endpoint, replica.info.profile, replica.info.model)
+        return ServerTokenizer(endpoint, info.profile, info.model)
 
     def counters(self, urls: Iterable[str] | None = None) -> dict[str, CacheCounters | None]:
         """The prefix-cache hit counter of each replica up now (None where it has none).
@@ -427,12 +422,10 @@ class Backend:
 
     def metric_samples(self, affinity_key: str | None = None) -> list[Sample]:
         """Every ``/metrics`` sample of the replica that serves ``affinity_key`` (none where it has none)."""
-        replica = self._pick(affinity_key, set())
-        assert replica is not None
-        self._ready(replica)
-        assert replica.endpoint is not None
+        endpoint = self._serving(affinity_key).endpoint
+        assert endpoint is not None
         try:
-            return parse_metrics(replica.endpoint.get_text("/metrics"))
+            return parse_metrics(endpoint.get_text("/metrics"))
         except BackendError:
             return []
 
@@ -492,16 +485,10 @@ def _discover(
     entries = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(entries, list) or not entries:
         raise BackendError(f"{endpoint.api_url}/models lists no models", url=endpoint.api_url)
-    names = [str(entry.get("id")) for entry in entries]
-    if model is None:
-        chosen = entries[0]
-    else:
-        matching = [entry for entry in entries if entry.get("id") == model]
-        if not matching:
-            raise ConfigError(
-                f"the server at {endpoint.api_url} does not serve {model!r}; it serves {', '.join(names)}"
-            )
-        chosen = matching[0]
+    chosen = next((entry for entry in entries if model is None or entry.get("id") == model), None)
+    if chosen is None:
+        names = ", ".join(str(entry.get("id")) for entry in entries)
+        raise ConfigError(f"the server at {endpoint.api_url} does not serve {model!r}; it serves {names}")
     name = str(chosen["id"])
     profile = identify(endpoint, chosen.get("owned_by"))
     facts = profile.facts(endpoint, name)

@@ -277,9 +277,6 @@ class ChatClient:
         self.tier_details = tier_details
         self.model = model
         self.profile = profile
-        self.url = f"{api_url}/chat/completions"
-        self.completions_url = f"{api_url}/completions"
-        self._missing = profile.missing_report
         self._affinity_headers = tuple(affinity_headers)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
@@ -321,11 +318,8 @@ class ChatClient:
             if (value := getattr(request, name)) is not None:
                 arguments[name] = value
         if request.affinity_key:
-            arguments["user"] = request.affinity_key
-            for name in self._affinity_headers:
-                headers[name] = request.affinity_key
-            for name in request.body_affinity:
-                arguments[name] = request.affinity_key
+            arguments.update(dict.fromkeys(("user", *request.body_affinity), request.affinity_key))
+            headers.update(dict.fromkeys(self._affinity_headers, request.affinity_key))
             headers.update(self._echoes.get(request.affinity_key, {}))
         if request.request_id:
             headers["X-Request-Id"] = request.request_id
@@ -357,17 +351,19 @@ class ChatClient:
         server has then prefilled (and cached) the whole prompt.
         """
         body, headers = self._arguments(request)
-        url = self.completions_url if request.prompt_ids is not None else self.url
-        post = EventPost(url, body, headers, on_admitted, partial(self._heard, request.affinity_key))
+        route = "completions" if request.prompt_ids is not None else "chat/completions"
+        post = EventPost(
+            f"{self.api_url}/{route}", body, headers, on_admitted, partial(self._heard, request.affinity_key)
+        )
 
         def call() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
             for chunk in post_events(self._sync, post):
                 accumulator.add(chunk)
             return accumulator.finish()
 
         async def acall() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self._missing, on_first_token)
+            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
             async for chunk in apost_events(self._async, post):
                 accumulator.add(chunk)
             return accumulator.finish()

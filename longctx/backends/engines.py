@@ -189,11 +189,12 @@ def _sglang_host_tier(info: Mapping[str, Any], endpoint: HttpEndpoint) -> HostTi
             found = total(parse_metrics(endpoint.get_text("/metrics")), "sglang:hicache_host_total_tokens")
             tokens = None if found is None else int(found)
     size_gb = _whole(info.get("hicache_size"))
+    ranks = (_whole(info.get("tp_size")) or 1) * (_whole(info.get("pp_size")) or 1)
     storage = info.get("hicache_storage_backend")
     return HostTier(
         backend="hicache",
-        # --hicache-size is GB per rank; 0 means --hicache-ratio decides.
-        size_bytes=size_gb * 10**9 if size_gb else None,
+        # --hicache-size is GB per rank (tensor x pipeline parallel), 0: --hicache-ratio decides.
+        size_bytes=size_gb * 10**9 * ranks if size_gb else None,
         size_tokens=tokens or None,
         storage=str(storage) if storage else None,
         inclusive=str(info.get("hicache_write_policy") or "write_through").startswith("write_through"),
@@ -203,13 +204,10 @@ def _sglang_host_tier(info: Mapping[str, Any], endpoint: HttpEndpoint) -> HostTi
 def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     info: dict[str, Any] = {}
     for path in ("/server_info", "/get_server_info"):
-        try:
-            loaded = endpoint.get_json(path)
-        except BackendError:
-            continue
-        if isinstance(loaded, dict):
-            info = loaded
-            break
+        with suppress(BackendError):
+            if isinstance(loaded := endpoint.get_json(path), dict):
+                info = loaded
+                break
     radix_off = truth(info.get("disable_radix_cache"))
     return EngineFacts(
         version=str(info["version"]) if "version" in info else None,

@@ -98,13 +98,9 @@ def _error_message(body: str) -> str:
     except ValueError:
         return body
     if isinstance(parsed, dict):
-        inner = parsed.get("error", parsed)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return str(inner["message"])
-        if isinstance(parsed.get("message"), str):
-            return str(parsed["message"])
-        if isinstance(parsed.get("detail"), str):
-            return str(parsed["detail"])
+        for holder, key in ((parsed.get("error"), "message"), (parsed, "message"), (parsed, "detail")):
+            if isinstance(holder, dict) and isinstance(holder.get(key), str):
+                return str(holder[key])
     return body
 
 
@@ -150,14 +146,11 @@ class HttpEndpoint:
         api_key: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         transport: Transport | None = None,
-        headers: dict[str, str] | None = None,
     ) -> None:
         self.root_url, self.api_url = split_base_url(base_url)
-        merged = dict(headers or {})
-        if api_key:
-            merged["Authorization"] = f"Bearer {api_key}"
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx2.Client(
-            timeout=timeout, transport=transport, headers=merged, verify=tls_context()
+            timeout=timeout, transport=transport, headers=headers, verify=tls_context()
         )
 
     def close(self) -> None:

@@ -1,12 +1,8 @@
 """An engine's profile: all longctx knows of one engine, as data (the registry is :mod:`.engines`).
 
-A profile says how the engine is recognised in discovery, where its
-tokenize route is and how it takes a batch, which body fields make it send
-token ids, the prefix-cache counters on its ``/metrics`` (and, per version,
-the metrics that split its hits by cache tier), the measured dispatch of
-sibling questions, the settings doctor checks with the flag that fixes
-each, and the switches of its launch recipe. Code outside the registry
-asks the server's profile (``ServerInfo.profile``), never its name.
+What a profile holds: docs/architecture.md, "The engine as data". Code
+outside the registry asks the server's profile (``ServerInfo.profile``),
+never its name.
 """
 
 from __future__ import annotations
@@ -174,7 +170,7 @@ class CacheCounters:
 
 @dataclass(frozen=True)
 class EngineProfile:
-    """What longctx knows of one engine; see the module docstring. Frozen: register a new one to change it.
+    """What longctx knows of one engine (docs/architecture.md). Frozen: register a new one to change it.
 
     Discovery: ``owned_by`` values of ``/v1/models`` name it; else a 200 on
     ``probe_path`` does; ``discover`` then reads its facts, and

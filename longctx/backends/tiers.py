@@ -4,16 +4,10 @@ Engines keep prefix blocks evicted from GPU memory in host memory (or on
 disk, or in a cache server) and load them back instead of prefilling them
 again. Each engine's profile (:mod:`longctx.backends.engines`) names its
 tier metrics per version in a :class:`CacheTiers`; this module reads them
-into engine-neutral objects:
-
-- :class:`TierReading`: the cumulative cached tokens by tier and the bytes
-  moved between GPU and host, from ``/metrics``. Two kinds of engine
-  version are known (each profile's ``tiers`` names the metrics): those
-  that count tokens by tier and those that count only the bytes their
-  offloading moved; there the responses' cached tokens less the GPU hit
-  counter are what came from the host (:mod:`longctx.sessions.counters`).
-- :class:`HostTier`: the tier a server runs with (its backend and size), read
-  by the engine's discovery from its launch settings.
+into engine-neutral objects, :class:`TierReading` and :class:`HostTier`.
+Where an engine version counts only the bytes its offloading moved (no
+tokens by tier), the responses' cached tokens less the GPU hit counter are
+what came from the host (:mod:`longctx.sessions.counters`).
 """
 
 from __future__ import annotations

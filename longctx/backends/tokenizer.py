@@ -96,8 +96,7 @@ class ServerTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The server's token ids for ``text`` alone (no BOS/EOS added), in one request."""
-        tokens = self._post({"prompt": text, "add_special_tokens": False})["tokens"]
-        return [int(token) for token in tokens]
+        return [int(token) for token in self._tokens(text)]
 
     def count(self, text: str) -> int:
         return self.count_many([text])[0]
@@ -123,9 +122,17 @@ class ServerTokenizer:
             counts[owner] += count
         return counts
 
+    def _tokens(self, prompt: str | list[str], timeout: float | None = None) -> list[Any]:
+        """The tokenize route's ``tokens`` for ``prompt``, without the special tokens it would add."""
+        tokens = self._post({"prompt": prompt, "add_special_tokens": False}, timeout=timeout)["tokens"]
+        if not isinstance(tokens, list):
+            raise TokenizerError(
+                f"the {self.engine} tokenize route answered tokens that are no list: {tokens!r}"
+            )
+        return tokens
+
     def _count_one(self, text: str) -> int:
-        body = {"prompt": text, "add_special_tokens": False}
-        return len(self._post(body, timeout=COUNT_TIMEOUT_SECONDS)["tokens"])
+        return len(self._tokens(text, COUNT_TIMEOUT_SECONDS))
 
     def _count_parallel(self, pieces: Sequence[str]) -> list[int]:
         with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
@@ -153,9 +160,8 @@ class ServerTokenizer:
         return counts
 
     def _count_list(self, texts: list[str]) -> list[int]:
-        answer = self._post({"prompt": texts, "add_special_tokens": False}, timeout=COUNT_TIMEOUT_SECONDS)
-        tokens = answer["tokens"]
-        if not isinstance(tokens, list) or len(tokens) != len(texts):
+        tokens = self._tokens(texts, COUNT_TIMEOUT_SECONDS)
+        if len(tokens) != len(texts):
             raise TokenizerError(
                 f"the {self.engine} tokenize route answered {len(tokens)} results for {len(texts)} texts"
             )

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final, TypedDict, Unpack, cast
+from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
@@ -241,7 +241,7 @@ class CorpusSession(Session):
     @classmethod
     def _blank(
         cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
-    ) -> Session:
+    ) -> Self:
         """The session a stored record describes: its stored pack, its paths and corpus options.
 
         The pack is the one its history was built on; the files are read

@@ -37,7 +37,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
@@ -117,6 +117,24 @@ class Conversation(ABC):
     def backend(self) -> Backend:
         """The connection to the server, made on first use unless one was given."""
         return self._resources.backend
+
+    @classmethod
+    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Self:
+        """The stored session ``session_id`` with every committed turn.
+
+        Without ``backend``, the session connects to the server(s) it used
+        when it first needs one (reading its turns or report needs none).
+        Without ``store`` it opens the default one, and closes it in
+        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
+        unknown id, and what :meth:`restore` raises.
+        """
+        with Resources.for_resume(backend, store) as resources:
+            return cls.restore(resources.store.sessions.session(session_id), resources)
+
+    @classmethod
+    @abstractmethod
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
+        """A session object of this kind for a stored ``record`` over ``resources``; writes nothing."""
 
     def close(self) -> None:
         """Close the connection and the store if this session opened them; idempotent."""
@@ -225,27 +243,7 @@ class Session(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(
-        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
-    ) -> Session:
-        """The stored session ``session_id`` with every committed turn.
-
-        Without ``backend``, the session connects to the server(s) it used
-        when it first needs one (reading its turns or report needs none).
-        Without ``store`` it opens the default one, and closes it in
-        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
-        unknown id and :class:`~longctx.errors.StoreError` when its pack is
-        missing.
-        """
-        resources = Resources.for_resume(backend, store)
-        try:
-            return cls.restore(resources.store.sessions.session(session_id), resources)
-        except BaseException:
-            resources.close()
-            raise
-
-    @classmethod
-    def restore(cls, record: SessionRecord, resources: Resources) -> Session:
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
         """A session object for a stored ``record`` over ``resources`` (resume, fork, branch); writes nothing.
 
         Without a backend in ``resources``, it connects where the session
@@ -263,7 +261,9 @@ class Session(Conversation):
             # Where the session was served, unless the caller connects it elsewhere.
             urls = tuple(settings.get("base_urls") or ())
             resources.server = ServerOptions(base_url=urls or None, model=settings.get("model"))
-        kind = _RESTORED_AS.get(str(settings.get("session_kind", "")), Session) if cls is Session else cls
+        # A plain Session comes back as the kind it was stored as (Self is then Session).
+        stored_kind = _RESTORED_AS.get(str(settings.get("session_kind", "")), Session)
+        kind = cast("type[Self]", stored_kind) if cls is Session else cls
         session = kind._blank(pack, RequestOptions.from_dict(settings), record.title, settings)
         session._resources = resources
         session._record = record
@@ -285,7 +285,7 @@ class Session(Conversation):
     @classmethod
     def _blank(
         cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
-    ) -> Session:
+    ) -> Self:
         """A session of this kind for a stored record's pack and ``settings`` (restore fills in the rest)."""
         return cls(pack=pack, request=request, title=title)
 
@@ -648,7 +648,7 @@ class Session(Conversation):
     def _finish_batch(
         self,
         batch: siblings.SiblingBatch,
-        outcome: siblings.Outcome[Committed],
+        outcome: siblings.Outcome,
         snapshot: CounterSnapshot,
         dispatch: siblings.Dispatch,
     ) -> Batch:

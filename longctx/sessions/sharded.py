@@ -23,9 +23,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, TypeVar, Unpack
+from typing import Any, Self, TypeVar, Unpack
 
-from longctx.backends.base import Backend
 from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
@@ -50,7 +49,7 @@ from longctx.sessions.corpus import (
 )
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session
-from longctx.store import SessionRecord, Store
+from longctx.store import SessionRecord
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 
@@ -121,33 +120,24 @@ class ShardedSession(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(
-        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
-    ) -> ShardedSession:
-        """The stored sharded session ``session_id``, each shard with every committed turn.
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
+        """The sharded session a stored ``record`` describes, each shard with every committed turn.
 
-        Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
-        :class:`~longctx.errors.ConfigError` when it is not a sharded session.
+        Raises :class:`~longctx.errors.ConfigError` when it is not a sharded session.
         """
-        resources = Resources.for_resume(backend, store)
-        try:
-            record = resources.store.sessions.session(session_id)
-            if record.kind != KIND:
-                raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
-            session = cls((), request=RequestOptions.from_dict(record.settings))
-            session._resources = resources
-            session._record = record
-            session._shards = tuple(
-                Session.restore(resources.store.sessions.session(part), resources.borrowed())
-                for part in record.settings["shards"]
-            )
-            session._reducer = Session.restore(
-                resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
-            )
-            return session
-        except BaseException:
-            resources.close()
-            raise
+        if record.kind != KIND:
+            raise ConfigError(f"session {record.id} is not a sharded session (it is a {record.kind})")
+        session = cls((), request=RequestOptions.from_dict(record.settings))
+        session._resources = resources
+        session._record = record
+        session._shards = tuple(
+            Session.restore(resources.store.sessions.session(part), resources.borrowed())
+            for part in record.settings["shards"]
+        )
+        session._reducer = Session.restore(
+            resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
+        )
+        return session
 
     @property
     def shards(self) -> tuple[Session, ...]:

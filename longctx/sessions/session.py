@@ -430,7 +430,7 @@ class Session(Conversation):
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
         self._tracker = None
 
-    def _pending_changes(self, history: Sequence[TurnRecord], max_tokens: int | None) -> Changes | None:
+    def _pending_changes(self, history: Sequence[TurnRecord], max_tokens: int) -> Changes | None:
         """The files changed since the model last saw them, checked against the window; None if none."""
         tracker = self._tracker
         if tracker is None or not self.request.follow_changes:
@@ -443,7 +443,7 @@ class Session(Conversation):
         check_room(
             changes,
             prompt_tokens=self._pack_tokens() + estimate.count(history_text),
-            max_tokens=answers.answer_bound(self.request, max_tokens),
+            max_tokens=max_tokens,
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
@@ -456,7 +456,7 @@ class Session(Conversation):
         self,
         question: str,
         history: Sequence[TurnRecord],
-        max_tokens: int | None,
+        max_tokens: int,
         changes: Changes | None = None,
     ) -> ChatRequest:
         if not question.strip():
@@ -465,7 +465,7 @@ class Session(Conversation):
         preamble = changes.text if changes is not None else ""
         return ChatRequest(
             messages=tuple(self.messages(question, history=history, preamble=preamble)),
-            max_tokens=answers.answer_bound(self.request, max_tokens),
+            max_tokens=max_tokens,
             temperature=options.temperature,
             seed=options.seed,
             cache_salt=options.cache_salt,
@@ -563,12 +563,10 @@ class Session(Conversation):
     def _sibling_batch(
         self,
         questions: Sequence[str],
-        max_tokens: int | None,
+        max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
     ) -> siblings.SiblingBatch:
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
         if self.warming is not None:
@@ -608,13 +606,12 @@ class Session(Conversation):
         # Checked by the fields' own rules before anything is sent (RequestOptions.checked).
         answers.answer_bound(self.request, options.get("max_tokens"))
         answers.checked_concurrency(options.get("concurrency"))
+        if not questions:
+            raise ConfigError("ask_many needs at least one question")
+        ask = self._plan_siblings
         if options.get("reuse_answered"):
-            reusing: Batch = yield from siblings.reusing_answers(
-                self.store, self.id, questions, options, self._plan_siblings
-            )
-            return reusing
-        plain: Batch = yield from self._plan_siblings(questions, options)
-        return plain
+            return (yield from siblings.reusing_answers(self.store, self.id, questions, options, ask))
+        return (yield from ask(questions, options))
 
     def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
         """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""

@@ -103,8 +103,6 @@ def reusing_answers(
     ``ask`` is the plan of a batch that asks all it is given. The stored
     answers come back in their places, counted in :attr:`Batch.reused`.
     """
-    if not questions:
-        raise ConfigError("ask_many needs at least one question")
     keys = list(options.get("keys") or batch_keys(session_id, questions))
     yield Io(partial(check_keys, store, questions, keys, answered_ok=True))
     stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys))

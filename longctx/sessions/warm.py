@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from longctx.backends.base import Backend, Sent
+from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.answers import request_record
@@ -115,16 +115,9 @@ class WarmStart:
     result, never raised: the first question then does the work itself.
     """
 
-    def __init__(
-        self,
-        prepare: Callable[[], WarmPlan],
-        *,
-        lock: threading.Lock,
-        on_progress: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, prepare: Callable[[], WarmPlan], *, lock: threading.Lock) -> None:
         self._prepare = prepare
         self._lock = lock
-        self._on_progress = on_progress
         self._done = threading.Event()
         self._result: WarmResult | None = None
         self._thread: threading.Thread | None = None
@@ -156,8 +149,6 @@ class WarmStart:
         finally:
             self._lock.release()
             self._done.set()
-        if self._on_progress is not None and self._result is not None:
-            self._on_progress(self._result.summary_line())
 
     def _warm(self) -> WarmResult:
         plan = self._prepare()
@@ -179,16 +170,12 @@ class WarmStart:
                 )
         with CounterSnapshot.take(plan.backend) as snapshot:
             sent = plan.backend.complete(plan.request)
-            return self._kept(plan, snapshot, sent, why)
-
-    @staticmethod
-    def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent, why: str | None = None) -> WarmResult:
-        """The warm request recorded, with its counter check once that settled."""
-        record = request_record(
-            sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
-        )
-        checks = snapshot.close(plan.record.id, None, [record]).wait()
-        plan.keep(record, checks or [])
+            # Recorded with its counter check, once that settled.
+            record = request_record(
+                sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
+            )
+            checks = snapshot.close(plan.record.id, None, [record]).wait()
+            plan.keep(record, checks or [])
         return WarmResult(sent.request_id, sent.completion.usage, why=why)
 
 

@@ -58,7 +58,7 @@ from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
-from longctx.sessions.residency import RESIDENCY, TIER_RANK, Tier
+from longctx.sessions.residency import RESIDENCY, TIER_RANK, Sizes, Tier
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -538,9 +538,9 @@ class Job:
     def _schedule(self, pending: list[_Pack], backend: Backend) -> None:
         urls = [replica.api_url for replica in backend.replicas]
         limit = self.options.packs_in_flight or 2 * len(urls)
-        capacity = self._capacity(backend, urls)
-        room = _Room(capacity, self.options.kv_share, limit)
-        waiting = self._cheapest_first(pending, backend, capacity)  # packs not read yet
+        sizes = self._sizes(backend, urls)
+        room = _Room({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
+        waiting = self._cheapest_first(pending, sizes)  # packs not read yet
         ready: list[_Pack] = []  # read and counted, waiting for room on their replica
         reading: dict[Future[_Pack], _Pack] = {}
         asking: dict[Future[None], _Pack] = {}
@@ -589,13 +589,10 @@ class Job:
             raise
         pool.shutdown()
 
-    def _cheapest_first(
-        self, pending: list[_Pack], backend: Backend, capacity: dict[str, int | None]
-    ) -> list[_Pack]:
+    def _cheapest_first(self, pending: list[_Pack], sizes: Sizes) -> list[_Pack]:
         """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
-        tiers = {url: (size, self._host_capacity(backend, url)) for url, size in capacity.items()}
         for pack in pending:
-            pack.tier, _ = RESIDENCY.where(pack.key, tiers)
+            pack.tier, _ = RESIDENCY.where(pack.key, sizes)
         ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
         counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
         if counts["device"] or counts["host"]:
@@ -605,21 +602,17 @@ class Job:
             )
         return ordered
 
-    def _host_capacity(self, backend: Backend, url: str) -> int | None:
-        """The host tier of ``url`` in tokens: the option, else what the server reports, else None."""
-        if self.options.host_kv_tokens is not None:
-            return self.options.host_kv_tokens
-        info = next((server for server in backend.servers if server.api_url == url), None)
-        if info is None or info.host_tier is None:
-            return None
-        return info.host_tier.size_tokens
-
-    def _capacity(self, backend: Backend, urls: Sequence[str]) -> dict[str, int | None]:
-        given = self.options.kv_tokens
-        sizes: dict[str, int | None] = {}
+    def _sizes(self, backend: Backend, urls: Sequence[str]) -> Sizes:
+        """Each URL's KV cache and host tier in tokens: the options', else what its server reports."""
+        sizes: Sizes = {}
         for url in urls:
             info = next((server for server in backend.servers if server.api_url == url), None)
-            sizes[url] = given or (info.kv_cache_tokens if info is not None else None)
+            gpu, host = self.options.kv_tokens, self.options.host_kv_tokens
+            if info is not None:
+                gpu = gpu or info.kv_cache_tokens
+                if host is None and info.host_tier is not None:
+                    host = info.host_tier.size_tokens
+            sizes[url] = (gpu, host)
         return sizes
 
     def _read(self, pack: _Pack) -> _Pack:

@@ -232,7 +232,6 @@ class _Period:
     backends: list[Backend] = field(default_factory=list)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     open: int = 0
-    requests: int = 0
     reported: int = 0
     unknown: bool = False  # a call's responses reported no cached tokens: nothing to expect
     settling: bool = False
@@ -359,7 +358,6 @@ class _Ledger:
         with self._lock:
             period.open -= 1
             period.left += 1
-            period.requests += share.requests
             if share.reported is None and records:
                 period.unknown = True
             period.reported += share.reported or 0

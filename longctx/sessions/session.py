@@ -3,30 +3,19 @@
 A :class:`Session` holds an append-only history. Each request is the pack's
 system header, the pack's prefix with the first question, then the turns in
 order, so every request starts with every byte of the one before it and the
-server prefills only what is new.
+server prefills only what is new. A turn is committed to the store in one
+transaction once its answer arrived (a crash loses no completed turn and
+leaves no half turn); :meth:`Session.ask_many` fans siblings out from the
+current point (:mod:`longctx.sessions.siblings`), each a branch;
+:meth:`Session.fork` branches at any turn. The lifecycle is httpx's
+(:mod:`longctx.sessions.resources`, :mod:`longctx.sessions.recording`).
 
-- :meth:`Session.ask` adds a turn, committed to the store in one
-  transaction once the answer arrived (a crash loses no completed turn and
-  leaves no half turn).
-- :meth:`Session.ask_many` fans sibling questions out from the current
-  point (see :mod:`longctx.sessions.siblings`); each sibling becomes a
-  branch session.
-- :meth:`Session.fork` branches explicitly at any turn.
-
-Lifecycle, as in httpx: constructing a session does no I/O; what it opens
-on first use it owns and closes, forks and branches borrow their parent's
-(:mod:`longctx.sessions.resources`); it is stored with its first answered
-turn (:mod:`longctx.sessions.recording`).
-
-Assistant turns are kept the way the chat template renders them in later
-requests: reasoning (``<think>...</think>``, or the server's separate
-reasoning field) is dropped, as reasoning models' templates (Qwen3,
-DeepSeek-R1, Kimi K2-Thinking) drop it from earlier turns. The history a
-session sends is then byte-for-byte what the server renders next time.
-
-Every request of a pack carries one affinity key derived from the pack's
-fingerprint (``x-session-id`` header and ``user`` field), so cache-aware
-routers keep the pack on one replica.
+Assistant turns are kept as the chat template renders them in later
+requests (:func:`~longctx.sessions.answers.history_form`), so the history a
+session sends is byte for byte what the server renders next time. Every
+request of a pack carries one affinity key derived from the pack's
+fingerprint (:func:`affinity_key`), so cache-aware routers keep the pack on
+one replica.
 """
 
 from __future__ import annotations
@@ -70,7 +59,7 @@ if TYPE_CHECKING:
     from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
-__all__ = ["Conversation", "Session", "affinity_key"]
+__all__ = ["Conversation", "Session", "affinity_key", "served_settings"]
 
 _RESTORED_AS: dict[str, type[Session]] = {}
 
@@ -78,6 +67,12 @@ _RESTORED_AS: dict[str, type[Session]] = {}
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
     """The routing key of a pack's requests: the same for every session over one pack."""
     return f"longctx-{fingerprint[:32]}" if fingerprint else f"longctx-session-{session_id}"
+
+
+def served_settings(request: RequestOptions, backend: Backend) -> dict[str, Any]:
+    """The settings every stored session keeps: its request options, and the servers and model it used."""
+    urls = [replica.api_url for replica in backend.replicas]
+    return {**request.to_dict(), "base_urls": urls, "model": backend.info.model}
 
 
 class Conversation(ABC):
@@ -304,28 +299,25 @@ class Session(Conversation):
     def _opened(self) -> SessionRecord:
         """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
-            if self._record is None:
-                pack = self.pack
-                backend = self.backend
-                settings = {
-                    **self.request.to_dict(),
-                    "base_urls": [replica.api_url for replica in backend.replicas],
-                    "model": backend.info.model,
-                    **(self._tracker.to_settings() if self._tracker is not None else {}),
-                    **self._kind_settings(),
-                }
-                parent_id, kind = self._parent or (None, "session")
-                record = SessionRecord(
-                    id=self._new_id,
-                    created_at=time.time(),
-                    kind=kind,
-                    title=self._title or (pack.summary.get("title", "") if pack else "") or "session",
-                    pack_fingerprint=pack.fingerprint if pack else None,
-                    parent_id=parent_id,
-                    parent_turns=None,
-                    settings=settings,
-                )
-                self._record = record
+            if self._record is not None:
+                return self._record
+            pack = self.pack  # first: preparing a corpus session's pack sets its tracker
+            settings = {
+                **served_settings(self.request, self.backend),
+                **(self._tracker.to_settings() if self._tracker is not None else {}),
+                **self._kind_settings(),
+            }
+            parent_id, kind = self._parent or (None, "session")
+            self._record = SessionRecord(
+                id=self._new_id,
+                created_at=time.time(),
+                kind=kind,
+                title=self._title or (pack.summary.get("title", "") if pack else "") or "session",
+                pack_fingerprint=pack.fingerprint if pack else None,
+                parent_id=parent_id,
+                parent_turns=None,
+                settings=settings,
+            )
             return self._record
 
     def persist(self) -> SessionRecord:

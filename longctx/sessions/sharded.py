@@ -48,7 +48,7 @@ from longctx.sessions.corpus import (
     shards_for_server,
 )
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Conversation, Session
+from longctx.sessions.session import Conversation, Session, served_settings
 from longctx.store import SessionRecord
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
@@ -183,9 +183,7 @@ class ShardedSession(Conversation):
                 parent_id=None,
                 parent_turns=None,
                 settings={
-                    **self.request.to_dict(),
-                    "base_urls": [replica.api_url for replica in backend.replicas],
-                    "model": backend.info.model,
+                    **served_settings(self.request, backend),
                     "shards": [shard.id for shard in shards],
                     "reducer": reducer.id,
                 },

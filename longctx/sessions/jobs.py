@@ -1,39 +1,27 @@
 """Jobs larger than the cache: many packs, many questions, each pack prefilled once.
 
 A :class:`Job` is a list of :class:`JobItem` (the paths of one pack and a
-question about it), read from JSONL by :func:`read_job` or made in Python.
-It is scheduled for the cache, not in the order given:
+question about it), read from JSONL by :func:`read_job` or made in Python;
+docs/api.md ("Jobs over many packs") says what a run gives back. It is
+scheduled for the cache, not in the order given:
 
 - every question of one pack goes out together, as siblings
   (:meth:`Session.ask_many <longctx.sessions.Session.ask_many>`), so the pack
   is prefilled once however its questions were spread through the input;
-- packs are spread over the replicas by their affinity key (rendezvous over
-  the URLs, or the router's own hashing of the key), and each replica runs
-  its own packs;
-- no replica gets more packs in flight than its KV cache holds (the size the
-  server reports: vLLM's ``vllm:cache_config_info``, SGLang's
-  ``max_total_num_tokens``; or :attr:`JobOptions.kv_tokens`), so no pack's
-  blocks are evicted before its last question has read them. A replica
-  whose size is unknown runs one pack at a time. A host tier
-  (:attr:`ServerInfo.host_tier <longctx.backends.base.ServerInfo.host_tier>`,
-  or :attr:`JobOptions.host_kv_tokens`) adds no room: a pack it holds must
-  come back into GPU memory to be read;
-- packs are visited cheapest first: those this process sent recently and
-  the GPU likely still holds, then those likely parked in the host tier (a
-  transfer, not a prefill), then the rest (:mod:`longctx.sessions.residency`),
-  in input order within each.
+- packs are spread over the replicas by their affinity key, and no replica
+  gets more packs in flight than its KV cache holds (as the server reports
+  it, or :attr:`JobOptions.kv_tokens`; one at a time where unknown), so no
+  pack's blocks are evicted before its last question has read them. A host
+  tier adds no room: a pack it holds must come back into GPU memory to be read;
+- packs are visited cheapest first (:mod:`longctx.sessions.residency`), in
+  input order within each tier, and read and counted ahead on worker
+  threads while the servers prefill others.
 
-Packs are read and counted ahead of the sending (on worker threads) while
-the servers prefill others. Every answer is stored in the transaction of
-its turn under a key made of everything that shapes it: the pack's content,
-the model, the server and the request options that change an answer
-(:mod:`longctx.sessions.job_keys`). A job run again after a crash or Ctrl-C
-asks only what has no answer yet (:attr:`JobResult.resumed` marks the rest)
-and no question is answered twice; an item whose pack changed (a commit in
-the repository), or that is asked with other options or of another model,
-is asked again, and :attr:`JobResult.asked_because` says why. The job checks the servers' own
-cache counters once over the whole run (per-call checks would be blurred by
-the packs running beside each call).
+Every answer is stored in the transaction of its turn under a key made of
+everything that shapes it (:mod:`longctx.sessions.job_keys`), so a run
+after a crash or Ctrl-C asks only what has no answer yet. The job checks the
+servers' own cache counters once over the whole run (per-call checks would
+be blurred by the packs running beside each call).
 """
 
 from __future__ import annotations

@@ -42,7 +42,6 @@ from longctx.sessions.answers import (
     Batch,
     Committed,
     committed_records,
-    refuse_unknown,
 )
 from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
@@ -372,21 +371,16 @@ class Session(Conversation):
         """The messages of the request that would ask ``question`` now (after ``preamble``: changed files)."""
         turns = self._turns if history is None else history
         pack = self.pack
+        users = [*(turn.preamble + turn.question for turn in turns), preamble + question]
         messages: list[dict[str, str]] = []
         if pack is not None:
             messages.append({"role": "system", "content": pack.system})
-        for index, turn in enumerate(turns):
-            content = self._user_content(turn.preamble + turn.question, first=index == 0)
-            messages.append({"role": "user", "content": content})
+            users[0] = pack.prefix + users[0]  # the documents open the first user message
+        for user, turn in zip(users, turns, strict=False):
+            messages.append({"role": "user", "content": user})
             messages.append({"role": "assistant", "content": turn.history_answer})
-        messages.append({"role": "user", "content": self._user_content(preamble + question, first=not turns)})
+        messages.append({"role": "user", "content": users[-1]})
         return messages
-
-    def _user_content(self, question: str, *, first: bool) -> str:
-        pack = self.pack
-        if first and pack is not None:
-            return pack.prefix + question
-        return question
 
     def close(self) -> None:
         """Close what this session opened, once a warm start in flight has recorded its request."""
@@ -471,11 +465,6 @@ class Session(Conversation):
         pack = self.pack
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
-    def _own_position(self) -> int:
-        """The position of the next turn among this session's own turns."""
-        record = self._opened()
-        return len(self._turns) - (record.parent_turns or 0)
-
     def plan_ask(
         self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
     ) -> Plan[Answer]:
@@ -541,11 +530,13 @@ class Session(Conversation):
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
+        record = self._opened()
+        inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
-            sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
-            batch_id=None, changes=changes, inherited_turns=self._opened().parent_turns or 0,
+            sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
+            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited,
         )  # fmt: skip
-        with self._recording.first_write(self.pack, self._opened()) as opening:
+        with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
@@ -594,12 +585,7 @@ class Session(Conversation):
         only what is unanswered; with ``reuse_answered`` this batch does so
         itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
-        refuse_unknown(options, AskManyOptions, "ask_many")
-        # Checked by the fields' own rules before anything is sent (RequestOptions.checked).
-        answers.answer_bound(self.request, options.get("max_tokens"))
-        answers.checked_concurrency(options.get("concurrency"))
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
+        answers.check_ask_many(self.request, questions, options)
         ask = self._plan_siblings
         if options.get("reuse_answered"):
             return (yield from siblings.reusing_answers(self.store, self.id, questions, options, ask))
@@ -672,14 +658,11 @@ class Session(Conversation):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
         child = _child(record, "fork", title or f"fork of {self.title}", keep)
         self.store.sessions.create_session(child)
-        return self._shared(child)
+        return Session.restore(child, self._resources.borrowed())
 
     def branch(self, answer: Answer) -> Session:
         """The branch session an ``ask_many`` answer lives in, to continue it (shares backend and store)."""
-        return self._shared(self.store.sessions.session(answer.session_id))
-
-    def _shared(self, record: SessionRecord) -> Session:
-        return Session.restore(record, self._resources.borrowed())
+        return Session.restore(self.store.sessions.session(answer.session_id), self._resources.borrowed())
 
     # -- reports ------------------------------------------------------------
 

@@ -36,8 +36,8 @@ from longctx.sessions.answers import (
     AskManyOptions,
     Batch,
     answer_bound,
+    check_ask_many,
     checked_concurrency,
-    refuse_unknown,
 )
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
@@ -236,9 +236,7 @@ class ShardedSession(Conversation):
         The shards' batches run at once, each sharing its shard's prefix;
         ``on_answer`` hears of each combined answer. ``keys`` are not taken here.
         """
-        refuse_unknown(options, AskManyOptions, "ask_many")
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
+        check_ask_many(self.request, questions, options)
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
         max_tokens = answer_bound(self.request, options.get("max_tokens"))

@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -227,7 +227,7 @@ class JobResult:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL."""
+        """One line of the results JSONL (``error``, ``usage``, ``replica``, ``asked_because``: when set)."""
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),
@@ -235,15 +235,13 @@ class JobResult:
             "session_id": self.session_id,
             "resumed": self.resumed,
         }
-        if self.error is not None:
-            data["error"] = self.error
-        if self.usage is not None:
-            data["usage"] = self.usage.to_dict()
-        if self.replica is not None:
-            data["replica"] = self.replica
-        if self.asked_because is not None:
-            data["asked_because"] = self.asked_because
-        return data
+        optional = {
+            "error": self.error,
+            "usage": self.usage.to_dict() if self.usage is not None else None,
+            "replica": self.replica,
+            "asked_because": self.asked_because,
+        }
+        return data | {name: value for name, value in optional.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -283,7 +281,7 @@ class JobReport:
 
     @property
     def resumed(self) -> int:
-        return len([result for result in self.results if result.resumed])
+        return sum(result.resumed for result in self.results)
 
     @property
     def asked(self) -> int:
@@ -509,10 +507,8 @@ class Job:
             checks = settling.wait()
         check = combine_checks(checks or [], notes=settling.notes) if checking and served else None
         ordered = tuple(results[index] for index in range(len(self.items)))
-        by_tier: dict[str, int] = {}
-        for pack in packs:
-            if pack.asking:  # asked in this run (not every answer reused)
-                by_tier[pack.tier] = by_tier.get(pack.tier, 0) + 1
+        # The packs asked in this run (not every answer reused), by tier.
+        by_tier: dict[str, int] = dict(Counter(pack.tier for pack in packs if pack.asking))
         return JobReport(self.id, ordered, len(packs), check, by_tier, tuple(self._canaries))
 
     def _packs(self) -> list[_Pack]:

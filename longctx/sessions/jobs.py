@@ -370,29 +370,28 @@ class _Room:
 
     def __init__(self, capacity: dict[str, int | None], share: float, limit: int) -> None:
         self._capacity = {url: None if size is None else int(size * share) for url, size in capacity.items()}
-        self._claimed = {url: 0 for url in capacity}
-        self._running = {url: 0 for url in capacity}
+        self._claimed: Counter[str] = Counter()
+        self._running: Counter[str] = Counter()
         self.limit = limit
 
     @property
     def in_flight(self) -> int:
-        return sum(self._running.values())
+        return self._running.total()
 
     def fits(self, url: str, claim: int) -> bool:
         """Whether a pack claiming ``claim`` tokens may start on ``url`` now."""
         if self.in_flight >= self.limit:
             return False
-        running = self._running.setdefault(url, 0)
-        if running == 0:
+        if self._running[url] == 0:
             return True  # a replica always takes one pack, however large
         capacity = self._capacity.get(url)
         if capacity is None:
             return False  # unknown size: one pack at a time
-        return self._claimed.get(url, 0) + claim <= capacity
+        return self._claimed[url] + claim <= capacity
 
     def take(self, url: str, claim: int) -> None:
-        self._running[url] = self._running.get(url, 0) + 1
-        self._claimed[url] = self._claimed.get(url, 0) + claim
+        self._running[url] += 1
+        self._claimed[url] += claim
 
     def give_back(self, url: str, claim: int) -> None:
         self._running[url] -= 1

@@ -58,9 +58,7 @@ class Residency:
         size as no host tier.
         """
         best: tuple[Tier, str | None] = ("cold", None)
-        with self._lock:
-            snapshot = {url: list(seen.items()) for url, seen in self._replicas.items()}
-        for url, seen in snapshot.items():
+        for url, seen in self.sent().items():
             if url not in tiers:
                 continue
             gpu, host = tiers[url]

@@ -636,8 +636,8 @@ class Job:
         pack.replica = server.api_url
         # As many siblings in flight as ask_many will send to this server.
         siblings = min(len(pack.asking), choose_dispatch(server, self.request).concurrency)
-        pack.claim = (full.total_tokens or 0) + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.prefix_tokens = full.total_tokens or 0
+        pack.claim = pack.prefix_tokens + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.session = session
         return pack
 
@@ -667,15 +667,13 @@ class Job:
                 with self._lock:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
-            # The server may have read the pack before failing: count it as the most recent either way.
-            RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
             # The answered ones are stored under their keys; the rest carry the error.
             for index in indices:
                 if index not in pack.results:
                     because = pack.asking[index][1]
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
-            return
+        # The server may have read the pack before a failure too: it is the most recent either way.
         RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:

@@ -6,10 +6,8 @@ own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
 answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
-like any session: ``ask``, ``ask_many``, their async twins, ``fork``,
-``report``, ``resume``, ``close``. Its answers are
-:class:`~longctx.sessions.answers.Answer` objects (the reduce answer) with
-the shards' answers in ``shard_answers``.
+like any session; its answer is the reduce one, with the shards' answers in
+:attr:`Answer.shard_answers <longctx.sessions.answers.Answer.shard_answers>`.
 
 In the store, a sharded session is a record of kind ``sharded``; its shard
 sessions (kind ``shard``) and its reducer (kind ``reduce``) are its

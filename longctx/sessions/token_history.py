@@ -98,10 +98,7 @@ class TokenHistory:
         glue = glue_ids(tokenizer, system, turns[-1].question, user)
         if self._ids is None or not glue:
             return asking
-        ids = self._ids
-        if ids and ids[-1] == glue[0]:
-            glue = glue[1:]  # the answer ended with the end-of-turn token the template adds
-        return dataclasses.replace(asking, prompt_ids=(*ids, *glue))
+        return dataclasses.replace(asking, prompt_ids=tuple(_glued(self._ids, glue)))
 
     def answered(self, request: ChatRequest, completion: Completion, turns: int) -> None:
         """Take in the answer that made the conversation ``turns`` turns long."""
@@ -110,6 +107,11 @@ class TokenHistory:
             self._ids = None
             return
         self._ids, self._turns = [*prompt, *completion.token_ids], turns
+
+
+def _glued(ids: Sequence[int], glue: Sequence[int]) -> list[int]:
+    """``ids`` then ``glue``, less its first token where the answer already ended with it (end of turn)."""
+    return [*ids, *(glue[1:] if ids and ids[-1] == glue[0] else glue)]
 
 
 def _reusable(turn: TurnRecord) -> bool:
@@ -128,6 +130,6 @@ def _rebuilt(
             glue = glue_ids(tokenizer, system, turns[index - 1].question, turn.preamble + turn.question)
             if not glue:
                 return None
-            ids += glue[1:] if ids and ids[-1] == glue[0] else glue
+            ids = _glued(ids, glue)
         ids += turn.answer_ids
     return ids

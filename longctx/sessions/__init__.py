@@ -16,7 +16,7 @@ from __future__ import annotations
 from longctx.backends.base import Backend
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
-from longctx.sessions.resources import handing_over
+from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
@@ -40,13 +40,8 @@ def resume(session_id: str, backend: Backend | None = None, *, store: Store | No
 
     Raises :class:`~longctx.errors.SessionNotFound` for an unknown id.
     """
-    if store is not None:
-        kind = store.sessions.session(session_id).kind
-        resumed = ShardedSession if kind == SHARDED_KIND else Session
-        return resumed.resume(session_id, backend, store=store)
-    opened = Store.open()
-    # Opened once: the session resumed takes this store and owns it (closed here if it fails first).
-    with handing_over(opened):
-        kind = opened.sessions.session(session_id).kind
-        resumed = ShardedSession if kind == SHARDED_KIND else Session
-        return resumed.resume(session_id, backend)
+    # One store for the lookup and the session: the one given, else the default one, owned by the session.
+    with Resources.for_resume(backend, store) as resources:
+        record = resources.store.sessions.session(session_id)
+        resumed = ShardedSession if record.kind == SHARDED_KIND else Session
+        return resumed.restore(record, resources)

@@ -13,6 +13,7 @@ from typing import Any, TypedDict
 
 from longctx.backends.base import Sent
 from longctx.config import RequestOptions
+from longctx.errors import ConfigError
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, Store, TurnRecord
@@ -25,6 +26,7 @@ __all__ = [
     "Batch",
     "Committed",
     "answer_bound",
+    "check_ask_many",
     "checked_concurrency",
     "committed_records",
     "history_form",
@@ -186,6 +188,19 @@ def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -
     unknown = sorted(set(keywords) - known)
     if unknown:
         raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
+
+
+def check_ask_many(request: RequestOptions, questions: Sequence[str], options: AskManyOptions) -> None:
+    """Refuse a bad ``ask_many`` call before anything is sent, on every session kind.
+
+    An unknown keyword is a :class:`TypeError`; a ``max_tokens`` or ``concurrency``
+    its option field's rule refuses, or no question, a :class:`~longctx.errors.ConfigError`.
+    """
+    refuse_unknown(options, AskManyOptions, "ask_many")
+    answer_bound(request, options.get("max_tokens"))
+    checked_concurrency(options.get("concurrency"))
+    if not questions:
+        raise ConfigError("ask_many needs at least one question")
 
 
 def answer_bound(request: RequestOptions, max_tokens: int | None) -> int:

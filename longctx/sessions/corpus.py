@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final, TypedDict, Unpack, cast
+from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
@@ -111,7 +111,18 @@ def shards_for_server(
     return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store).shards
 
 
-class CorpusSessionOptions(TypedDict, total=False):
+class _AsGiven(TypedDict, total=False):
+    """The keywords of a session over paths that :func:`checked_session_options` passes on as given."""
+
+    backend: Backend | None
+    store: Store | None
+    corpus: CorpusOptions | None
+    request: RequestOptions | None
+    title: str | None
+    on_progress: Progress | None
+
+
+class CorpusSessionOptions(_AsGiven, total=False):
     """The keyword arguments of every session over paths (:class:`RepoSession`, :class:`DocSession`,
     :class:`~longctx.sessions.sharded.ShardedSession`), written once.
 
@@ -126,28 +137,16 @@ class CorpusSessionOptions(TypedDict, total=False):
     See :func:`checked_session_options`.
     """
 
-    backend: Backend | None
     server: ServerOptions | str | Sequence[str] | None
     base_url: str | Sequence[str] | None
     model: str | None
     api_key: str | None
-    store: Store | None
-    corpus: CorpusOptions | None
-    request: RequestOptions | None
-    title: str | None
-    on_progress: Progress | None
 
 
-class CheckedSessionOptions(TypedDict, total=False):
+class CheckedSessionOptions(_AsGiven, total=False):
     """:class:`CorpusSessionOptions` after :func:`checked_session_options`: the server as one object."""
 
-    backend: Backend | None
     server: ServerOptions | None
-    store: Store | None
-    corpus: CorpusOptions | None
-    request: RequestOptions | None
-    title: str | None
-    on_progress: Progress | None
 
 
 _SERVER_NAMES: Final = ("base_url", "model", "api_key")
@@ -241,7 +240,7 @@ class CorpusSession(Session):
     @classmethod
     def _blank(
         cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
-    ) -> Session:
+    ) -> Self:
         """The session a stored record describes: its stored pack, its paths and corpus options.
 
         The pack is the one its history was built on; the files are read

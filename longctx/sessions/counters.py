@@ -232,7 +232,6 @@ class _Period:
     backends: list[Backend] = field(default_factory=list)
     id: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     open: int = 0
-    requests: int = 0
     reported: int = 0
     unknown: bool = False  # a call's responses reported no cached tokens: nothing to expect
     settling: bool = False
@@ -359,7 +358,6 @@ class _Ledger:
         with self._lock:
             period.open -= 1
             period.left += 1
-            period.requests += share.requests
             if share.reported is None and records:
                 period.unknown = True
             period.reported += share.reported or 0
@@ -574,17 +572,16 @@ def _combined(checks: Sequence[CounterCheckRecord]) -> CounterCheck:
         )
     reported = sum(check.reported or 0 for check in checks)
     # The window's other calls are those not in this report (their own rows are elsewhere).
-    expected = sum((group[0].reported or 0) + (group[0].others_reported or 0) for group in windows.values())
+    expected = sum((first.reported or 0) + (first.others_reported or 0) for first in firsts)
     others = expected - reported
     matches = delta == expected
-    if tiers["tier_source"] == "transfers" and tiers["host_tokens"]:
-        inferred = (
-            f"{tiers['host_tokens']:,} of the tokens came from host memory "
-            f"({(tiers['loaded_bytes'] or 0) / (1 << 30):,.2f} GiB loaded back; the server counts bytes "
-            "only, so the tokens are the responses' cached tokens less its GPU counter)"
-        )
-    else:
-        inferred = ""
+    inferred = (
+        f"{tiers['host_tokens']:,} of the tokens came from host memory "
+        f"({(tiers['loaded_bytes'] or 0) / (1 << 30):,.2f} GiB loaded back; the server counts bytes "
+        "only, so the tokens are the responses' cached tokens less its GPU counter)"
+        if tiers["tier_source"] == "transfers" and tiers["host_tokens"]
+        else ""
+    )
     if not matches and delta > expected:
         note = (
             f"the server counted {delta - expected:,} tokens more than the responses reported "

@@ -1,39 +1,27 @@
 """Jobs larger than the cache: many packs, many questions, each pack prefilled once.
 
 A :class:`Job` is a list of :class:`JobItem` (the paths of one pack and a
-question about it), read from JSONL by :func:`read_job` or made in Python.
-It is scheduled for the cache, not in the order given:
+question about it), read from JSONL by :func:`read_job` or made in Python;
+docs/api.md ("Jobs over many packs") says what a run gives back. It is
+scheduled for the cache, not in the order given:
 
 - every question of one pack goes out together, as siblings
   (:meth:`Session.ask_many <longctx.sessions.Session.ask_many>`), so the pack
   is prefilled once however its questions were spread through the input;
-- packs are spread over the replicas by their affinity key (rendezvous over
-  the URLs, or the router's own hashing of the key), and each replica runs
-  its own packs;
-- no replica gets more packs in flight than its KV cache holds (the size the
-  server reports: vLLM's ``vllm:cache_config_info``, SGLang's
-  ``max_total_num_tokens``; or :attr:`JobOptions.kv_tokens`), so no pack's
-  blocks are evicted before its last question has read them. A replica
-  whose size is unknown runs one pack at a time. A host tier
-  (:attr:`ServerInfo.host_tier <longctx.backends.base.ServerInfo.host_tier>`,
-  or :attr:`JobOptions.host_kv_tokens`) adds no room: a pack it holds must
-  come back into GPU memory to be read;
-- packs are visited cheapest first: those this process sent recently and
-  the GPU likely still holds, then those likely parked in the host tier (a
-  transfer, not a prefill), then the rest (:mod:`longctx.sessions.residency`),
-  in input order within each.
+- packs are spread over the replicas by their affinity key, and no replica
+  gets more packs in flight than its KV cache holds (as the server reports
+  it, or :attr:`JobOptions.kv_tokens`; one at a time where unknown), so no
+  pack's blocks are evicted before its last question has read them. A host
+  tier adds no room: a pack it holds must come back into GPU memory to be read;
+- packs are visited cheapest first (:mod:`longctx.sessions.residency`), in
+  input order within each tier, and read and counted ahead on worker
+  threads while the servers prefill others.
 
-Packs are read and counted ahead of the sending (on worker threads) while
-the servers prefill others. Every answer is stored in the transaction of
-its turn under a key made of everything that shapes it: the pack's content,
-the model, the server and the request options that change an answer
-(:mod:`longctx.sessions.job_keys`). A job run again after a crash or Ctrl-C
-asks only what has no answer yet (:attr:`JobResult.resumed` marks the rest)
-and no question is answered twice; an item whose pack changed (a commit in
-the repository), or that is asked with other options or of another model,
-is asked again, and :attr:`JobResult.asked_because` says why. The job checks the servers' own
-cache counters once over the whole run (per-call checks would be blurred by
-the packs running beside each call).
+Every answer is stored in the transaction of its turn under a key made of
+everything that shapes it (:mod:`longctx.sessions.job_keys`), so a run
+after a crash or Ctrl-C asks only what has no answer yet. The job checks the
+servers' own cache counters once over the whole run (per-call checks would
+be blurred by the packs running beside each call).
 """
 
 from __future__ import annotations
@@ -42,7 +30,7 @@ import hashlib
 import json
 import os
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -58,7 +46,7 @@ from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
 from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
-from longctx.sessions.residency import RESIDENCY, TIER_RANK, Tier
+from longctx.sessions.residency import RESIDENCY, TIER_RANK, Sizes, Tier
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -239,7 +227,7 @@ class JobResult:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL."""
+        """One line of the results JSONL (``error``, ``usage``, ``replica``, ``asked_because``: when set)."""
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),
@@ -247,15 +235,13 @@ class JobResult:
             "session_id": self.session_id,
             "resumed": self.resumed,
         }
-        if self.error is not None:
-            data["error"] = self.error
-        if self.usage is not None:
-            data["usage"] = self.usage.to_dict()
-        if self.replica is not None:
-            data["replica"] = self.replica
-        if self.asked_because is not None:
-            data["asked_because"] = self.asked_because
-        return data
+        optional = {
+            "error": self.error,
+            "usage": self.usage.to_dict() if self.usage is not None else None,
+            "replica": self.replica,
+            "asked_because": self.asked_because,
+        }
+        return data | {name: value for name, value in optional.items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -295,7 +281,7 @@ class JobReport:
 
     @property
     def resumed(self) -> int:
-        return len([result for result in self.results if result.resumed])
+        return sum(result.resumed for result in self.results)
 
     @property
     def asked(self) -> int:
@@ -384,29 +370,28 @@ class _Room:
 
     def __init__(self, capacity: dict[str, int | None], share: float, limit: int) -> None:
         self._capacity = {url: None if size is None else int(size * share) for url, size in capacity.items()}
-        self._claimed = {url: 0 for url in capacity}
-        self._running = {url: 0 for url in capacity}
+        self._claimed: Counter[str] = Counter()
+        self._running: Counter[str] = Counter()
         self.limit = limit
 
     @property
     def in_flight(self) -> int:
-        return sum(self._running.values())
+        return self._running.total()
 
     def fits(self, url: str, claim: int) -> bool:
         """Whether a pack claiming ``claim`` tokens may start on ``url`` now."""
         if self.in_flight >= self.limit:
             return False
-        running = self._running.setdefault(url, 0)
-        if running == 0:
+        if self._running[url] == 0:
             return True  # a replica always takes one pack, however large
         capacity = self._capacity.get(url)
         if capacity is None:
             return False  # unknown size: one pack at a time
-        return self._claimed.get(url, 0) + claim <= capacity
+        return self._claimed[url] + claim <= capacity
 
     def take(self, url: str, claim: int) -> None:
-        self._running[url] = self._running.get(url, 0) + 1
-        self._claimed[url] = self._claimed.get(url, 0) + claim
+        self._running[url] += 1
+        self._claimed[url] += claim
 
     def give_back(self, url: str, claim: int) -> None:
         self._running[url] -= 1
@@ -521,10 +506,8 @@ class Job:
             checks = settling.wait()
         check = combine_checks(checks or [], notes=settling.notes) if checking and served else None
         ordered = tuple(results[index] for index in range(len(self.items)))
-        by_tier: dict[str, int] = {}
-        for pack in packs:
-            if pack.asking:  # asked in this run (not every answer reused)
-                by_tier[pack.tier] = by_tier.get(pack.tier, 0) + 1
+        # The packs asked in this run (not every answer reused), by tier.
+        by_tier: dict[str, int] = dict(Counter(pack.tier for pack in packs if pack.asking))
         return JobReport(self.id, ordered, len(packs), check, by_tier, tuple(self._canaries))
 
     def _packs(self) -> list[_Pack]:
@@ -538,9 +521,9 @@ class Job:
     def _schedule(self, pending: list[_Pack], backend: Backend) -> None:
         urls = [replica.api_url for replica in backend.replicas]
         limit = self.options.packs_in_flight or 2 * len(urls)
-        capacity = self._capacity(backend, urls)
-        room = _Room(capacity, self.options.kv_share, limit)
-        waiting = self._cheapest_first(pending, backend, capacity)  # packs not read yet
+        sizes = self._sizes(backend, urls)
+        room = _Room({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
+        waiting = self._cheapest_first(pending, sizes)  # packs not read yet
         ready: list[_Pack] = []  # read and counted, waiting for room on their replica
         reading: dict[Future[_Pack], _Pack] = {}
         asking: dict[Future[None], _Pack] = {}
@@ -589,13 +572,10 @@ class Job:
             raise
         pool.shutdown()
 
-    def _cheapest_first(
-        self, pending: list[_Pack], backend: Backend, capacity: dict[str, int | None]
-    ) -> list[_Pack]:
+    def _cheapest_first(self, pending: list[_Pack], sizes: Sizes) -> list[_Pack]:
         """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
-        tiers = {url: (size, self._host_capacity(backend, url)) for url, size in capacity.items()}
         for pack in pending:
-            pack.tier, _ = RESIDENCY.where(pack.key, tiers)
+            pack.tier, _ = RESIDENCY.where(pack.key, sizes)
         ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
         counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
         if counts["device"] or counts["host"]:
@@ -605,21 +585,17 @@ class Job:
             )
         return ordered
 
-    def _host_capacity(self, backend: Backend, url: str) -> int | None:
-        """The host tier of ``url`` in tokens: the option, else what the server reports, else None."""
-        if self.options.host_kv_tokens is not None:
-            return self.options.host_kv_tokens
-        info = next((server for server in backend.servers if server.api_url == url), None)
-        if info is None or info.host_tier is None:
-            return None
-        return info.host_tier.size_tokens
-
-    def _capacity(self, backend: Backend, urls: Sequence[str]) -> dict[str, int | None]:
-        given = self.options.kv_tokens
-        sizes: dict[str, int | None] = {}
+    def _sizes(self, backend: Backend, urls: Sequence[str]) -> Sizes:
+        """Each URL's KV cache and host tier in tokens: the options', else what its server reports."""
+        sizes: Sizes = {}
         for url in urls:
             info = next((server for server in backend.servers if server.api_url == url), None)
-            sizes[url] = given or (info.kv_cache_tokens if info is not None else None)
+            gpu, host = self.options.kv_tokens, self.options.host_kv_tokens
+            if info is not None:
+                gpu = gpu or info.kv_cache_tokens
+                if host is None and info.host_tier is not None:
+                    host = info.host_tier.size_tokens
+            sizes[url] = (gpu, host)
         return sizes
 
     def _read(self, pack: _Pack) -> _Pack:
@@ -660,8 +636,8 @@ class Job:
         pack.replica = server.api_url
         # As many siblings in flight as ask_many will send to this server.
         siblings = min(len(pack.asking), choose_dispatch(server, self.request).concurrency)
-        pack.claim = (full.total_tokens or 0) + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.prefix_tokens = full.total_tokens or 0
+        pack.claim = pack.prefix_tokens + siblings * (self.request.max_tokens + _QUESTION_ROOM_TOKENS)
         pack.session = session
         return pack
 
@@ -691,15 +667,13 @@ class Job:
                 with self._lock:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
-            # The server may have read the pack before failing: count it as the most recent either way.
-            RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
             # The answered ones are stored under their keys; the rest carry the error.
             for index in indices:
                 if index not in pack.results:
                     because = pack.asking[index][1]
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
-            return
+        # The server may have read the pack before a failure too: it is the most recent either way.
         RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:

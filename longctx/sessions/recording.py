@@ -1,16 +1,11 @@
 """When a session reaches the store: with its first committed turn, never before.
 
-A new session is written in the transaction that commits its first turn
-(or, for a batch's parent, its first sibling's branch), together with its
-pack and whatever it did before: a warm start's request and counter check,
-which refer to the session and so wait for it. Until then the session lives
-in memory only, so a chat killed before its first answer (SIGKILL
-included), an empty question, a first request that failed, or a chat ended
-at once leaves nothing in the store: no half state for ``sessions list``
-to show or ``sessions prune`` to clean up. A warm start's cost is still in
-the report of a session that goes on to ask; that of one that never asks
-is lost with it.
-
+The rule and what it buys (a chat killed before its first answer leaves
+nothing) are in docs/api.md ("When a session is stored"). A new session is
+written in the transaction that commits its first turn (for a batch's
+parent, its first sibling's branch) with its pack and what it did before: a
+warm start's request and counter check, which refer to the session and so
+wait for it (those of a session that never asks are lost with it).
 Sessions that must be found before they ask (a fork, the parts of a
 sharded session) are written at once by :meth:`Recording.store_now`.
 """

@@ -22,12 +22,15 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Literal
 
-__all__ = ["RESIDENCY", "TIER_RANK", "Residency", "Tier"]
+__all__ = ["RESIDENCY", "TIER_RANK", "Residency", "Sizes", "Tier"]
 
 Tier = Literal["device", "host", "cold"]
 
 #: The order a job visits packs in: cheapest first.
 TIER_RANK: dict[Tier, int] = {"device": 0, "host": 1, "cold": 2}
+
+Sizes = dict[str, tuple[int | None, int | None]]
+"""Each replica URL's (GPU tokens, host tier tokens); None where not known."""
 
 
 class Residency:
@@ -47,9 +50,7 @@ class Residency:
             while len(seen) > 4096:
                 seen.popitem(last=False)
 
-    def where(
-        self, key: Hashable, tiers: dict[str, tuple[int | None, int | None]]
-    ) -> tuple[Tier, str | None]:
+    def where(self, key: Hashable, tiers: Sizes) -> tuple[Tier, str | None]:
         """The cheapest tier ``key``'s pack is likely in, and the replica, given each URL's tier sizes.
 
         ``tiers`` maps a replica URL to its (GPU tokens, host tokens); a
@@ -57,9 +58,7 @@ class Residency:
         size as no host tier.
         """
         best: tuple[Tier, str | None] = ("cold", None)
-        with self._lock:
-            snapshot = {url: list(seen.items()) for url, seen in self._replicas.items()}
-        for url, seen in snapshot.items():
+        for url, seen in self.sent().items():
             if url not in tiers:
                 continue
             gpu, host = tiers[url]

@@ -11,38 +11,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 
 from longctx.backends.base import Backend, connect
 from longctx.config import ServerOptions
 from longctx.errors import ConfigError
 from longctx.store import Store
 
-__all__ = ["Progress", "Resources", "handing_over"]
+__all__ = ["Progress", "Resources"]
 
 Progress = Callable[[str], None]
-
-# A store opened by a caller that hands it to the next session it resumes (see handing_over).
-_handed_over: ContextVar[list[Store] | None] = ContextVar("longctx_handed_over_store", default=None)
-
-
-@contextmanager
-def handing_over(store: Store) -> Iterator[None]:
-    """Within it, the next :meth:`Resources.for_resume` without a store takes ``store`` and owns it.
-
-    So a caller that opened the default store to look a session up
-    (:func:`longctx.sessions.resume`, which reads its kind) resumes it on
-    that same connection rather than opening the database a second time.
-    The store is closed here if no session took it.
-    """
-    holder = [store]
-    token = _handed_over.set(holder)
-    try:
-        yield
-    finally:
-        _handed_over.reset(token)
-        if holder:
-            holder.pop().close()
 
 
 class Resources:
@@ -66,18 +43,20 @@ class Resources:
         self.lock = threading.RLock()
 
     @classmethod
-    def for_resume(cls, backend: Backend | None, store: Store | None) -> Resources:
+    @contextmanager
+    def for_resume(cls, backend: Backend | None, store: Store | None) -> Iterator[Resources]:
         """Resources to read a stored session: the store given, else the default one, opened now and owned.
 
-        Inside :func:`handing_over`, the store handed over is the one opened and owned.
+        What was opened here is closed again if the block fails (an unknown id, a missing pack).
         """
-        if store is not None:
-            return cls(backend=backend, store=store)
-        holder = _handed_over.get()
-        owned = holder.pop() if holder else Store.open()
-        resources = cls(backend=backend, store=owned)
-        resources._made.append(owned)
-        return resources
+        resources = cls(backend=backend, store=store if store is not None else Store.open())
+        if store is None:
+            resources._made.append(resources.store)
+        try:
+            yield resources
+        except BaseException:
+            resources.close()
+            raise
 
     def progress(self, message: str) -> None:
         """Tell the caller's ``on_progress`` (if any) what is happening."""

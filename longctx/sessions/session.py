@@ -3,30 +3,19 @@
 A :class:`Session` holds an append-only history. Each request is the pack's
 system header, the pack's prefix with the first question, then the turns in
 order, so every request starts with every byte of the one before it and the
-server prefills only what is new.
+server prefills only what is new. A turn is committed to the store in one
+transaction once its answer arrived (a crash loses no completed turn and
+leaves no half turn); :meth:`Session.ask_many` fans siblings out from the
+current point (:mod:`longctx.sessions.siblings`), each a branch;
+:meth:`Session.fork` branches at any turn. The lifecycle is httpx's
+(:mod:`longctx.sessions.resources`, :mod:`longctx.sessions.recording`).
 
-- :meth:`Session.ask` adds a turn, committed to the store in one
-  transaction once the answer arrived (a crash loses no completed turn and
-  leaves no half turn).
-- :meth:`Session.ask_many` fans sibling questions out from the current
-  point (see :mod:`longctx.sessions.siblings`); each sibling becomes a
-  branch session.
-- :meth:`Session.fork` branches explicitly at any turn.
-
-Lifecycle, as in httpx: constructing a session does no I/O; what it opens
-on first use it owns and closes, forks and branches borrow their parent's
-(:mod:`longctx.sessions.resources`); it is stored with its first answered
-turn (:mod:`longctx.sessions.recording`).
-
-Assistant turns are kept the way the chat template renders them in later
-requests: reasoning (``<think>...</think>``, or the server's separate
-reasoning field) is dropped, as reasoning models' templates (Qwen3,
-DeepSeek-R1, Kimi K2-Thinking) drop it from earlier turns. The history a
-session sends is then byte-for-byte what the server renders next time.
-
-Every request of a pack carries one affinity key derived from the pack's
-fingerprint (``x-session-id`` header and ``user`` field), so cache-aware
-routers keep the pack on one replica.
+Assistant turns are kept as the chat template renders them in later
+requests (:func:`~longctx.sessions.answers.history_form`), so the history a
+session sends is byte for byte what the server renders next time. Every
+request of a pack carries one affinity key derived from the pack's
+fingerprint (:func:`affinity_key`), so cache-aware routers keep the pack on
+one replica.
 """
 
 from __future__ import annotations
@@ -37,7 +26,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Self, Unpack
+from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
@@ -53,7 +42,6 @@ from longctx.sessions.answers import (
     Batch,
     Committed,
     committed_records,
-    refuse_unknown,
 )
 from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
@@ -70,7 +58,7 @@ if TYPE_CHECKING:
     from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
-__all__ = ["Conversation", "Session", "affinity_key"]
+__all__ = ["Conversation", "Session", "affinity_key", "served_settings"]
 
 _RESTORED_AS: dict[str, type[Session]] = {}
 
@@ -78,6 +66,12 @@ _RESTORED_AS: dict[str, type[Session]] = {}
 def affinity_key(fingerprint: str | None, session_id: str) -> str:
     """The routing key of a pack's requests: the same for every session over one pack."""
     return f"longctx-{fingerprint[:32]}" if fingerprint else f"longctx-session-{session_id}"
+
+
+def served_settings(request: RequestOptions, backend: Backend) -> dict[str, Any]:
+    """The settings every stored session keeps: its request options, and the servers and model it used."""
+    urls = [replica.api_url for replica in backend.replicas]
+    return {**request.to_dict(), "base_urls": urls, "model": backend.info.model}
 
 
 class Conversation(ABC):
@@ -117,6 +111,24 @@ class Conversation(ABC):
     def backend(self) -> Backend:
         """The connection to the server, made on first use unless one was given."""
         return self._resources.backend
+
+    @classmethod
+    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Self:
+        """The stored session ``session_id`` with every committed turn.
+
+        Without ``backend``, the session connects to the server(s) it used
+        when it first needs one (reading its turns or report needs none).
+        Without ``store`` it opens the default one, and closes it in
+        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
+        unknown id, and what :meth:`restore` raises.
+        """
+        with Resources.for_resume(backend, store) as resources:
+            return cls.restore(resources.store.sessions.session(session_id), resources)
+
+    @classmethod
+    @abstractmethod
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
+        """A session object of this kind for a stored ``record`` over ``resources``; writes nothing."""
 
     def close(self) -> None:
         """Close the connection and the store if this session opened them; idempotent."""
@@ -225,27 +237,7 @@ class Session(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(
-        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
-    ) -> Session:
-        """The stored session ``session_id`` with every committed turn.
-
-        Without ``backend``, the session connects to the server(s) it used
-        when it first needs one (reading its turns or report needs none).
-        Without ``store`` it opens the default one, and closes it in
-        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
-        unknown id and :class:`~longctx.errors.StoreError` when its pack is
-        missing.
-        """
-        resources = Resources.for_resume(backend, store)
-        try:
-            return cls.restore(resources.store.sessions.session(session_id), resources)
-        except BaseException:
-            resources.close()
-            raise
-
-    @classmethod
-    def restore(cls, record: SessionRecord, resources: Resources) -> Session:
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
         """A session object for a stored ``record`` over ``resources`` (resume, fork, branch); writes nothing.
 
         Without a backend in ``resources``, it connects where the session
@@ -263,7 +255,9 @@ class Session(Conversation):
             # Where the session was served, unless the caller connects it elsewhere.
             urls = tuple(settings.get("base_urls") or ())
             resources.server = ServerOptions(base_url=urls or None, model=settings.get("model"))
-        kind = _RESTORED_AS.get(str(settings.get("session_kind", "")), Session) if cls is Session else cls
+        # A plain Session comes back as the kind it was stored as (Self is then Session).
+        stored_kind = _RESTORED_AS.get(str(settings.get("session_kind", "")), Session)
+        kind = cast("type[Self]", stored_kind) if cls is Session else cls
         session = kind._blank(pack, RequestOptions.from_dict(settings), record.title, settings)
         session._resources = resources
         session._record = record
@@ -285,7 +279,7 @@ class Session(Conversation):
     @classmethod
     def _blank(
         cls, pack: StoredPack | None, request: RequestOptions, title: str, settings: Mapping[str, Any]
-    ) -> Session:
+    ) -> Self:
         """A session of this kind for a stored record's pack and ``settings`` (restore fills in the rest)."""
         return cls(pack=pack, request=request, title=title)
 
@@ -304,28 +298,25 @@ class Session(Conversation):
     def _opened(self) -> SessionRecord:
         """The session's record, made with its settings on first use; stored with its first turn."""
         with self._resources.lock:
-            if self._record is None:
-                pack = self.pack
-                backend = self.backend
-                settings = {
-                    **self.request.to_dict(),
-                    "base_urls": [replica.api_url for replica in backend.replicas],
-                    "model": backend.info.model,
-                    **(self._tracker.to_settings() if self._tracker is not None else {}),
-                    **self._kind_settings(),
-                }
-                parent_id, kind = self._parent or (None, "session")
-                record = SessionRecord(
-                    id=self._new_id,
-                    created_at=time.time(),
-                    kind=kind,
-                    title=self._title or (pack.summary.get("title", "") if pack else "") or "session",
-                    pack_fingerprint=pack.fingerprint if pack else None,
-                    parent_id=parent_id,
-                    parent_turns=None,
-                    settings=settings,
-                )
-                self._record = record
+            if self._record is not None:
+                return self._record
+            pack = self.pack  # first: preparing a corpus session's pack sets its tracker
+            settings = {
+                **served_settings(self.request, self.backend),
+                **(self._tracker.to_settings() if self._tracker is not None else {}),
+                **self._kind_settings(),
+            }
+            parent_id, kind = self._parent or (None, "session")
+            self._record = SessionRecord(
+                id=self._new_id,
+                created_at=time.time(),
+                kind=kind,
+                title=self._title or (pack.summary.get("title", "") if pack else "") or "session",
+                pack_fingerprint=pack.fingerprint if pack else None,
+                parent_id=parent_id,
+                parent_turns=None,
+                settings=settings,
+            )
             return self._record
 
     def persist(self) -> SessionRecord:
@@ -380,21 +371,16 @@ class Session(Conversation):
         """The messages of the request that would ask ``question`` now (after ``preamble``: changed files)."""
         turns = self._turns if history is None else history
         pack = self.pack
+        users = [*(turn.preamble + turn.question for turn in turns), preamble + question]
         messages: list[dict[str, str]] = []
         if pack is not None:
             messages.append({"role": "system", "content": pack.system})
-        for index, turn in enumerate(turns):
-            content = self._user_content(turn.preamble + turn.question, first=index == 0)
-            messages.append({"role": "user", "content": content})
+            users[0] = pack.prefix + users[0]  # the documents open the first user message
+        for user, turn in zip(users, turns, strict=False):
+            messages.append({"role": "user", "content": user})
             messages.append({"role": "assistant", "content": turn.history_answer})
-        messages.append({"role": "user", "content": self._user_content(preamble + question, first=not turns)})
+        messages.append({"role": "user", "content": users[-1]})
         return messages
-
-    def _user_content(self, question: str, *, first: bool) -> str:
-        pack = self.pack
-        if first and pack is not None:
-            return pack.prefix + question
-        return question
 
     def close(self) -> None:
         """Close what this session opened, once a warm start in flight has recorded its request."""
@@ -430,7 +416,7 @@ class Session(Conversation):
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
         self._tracker = None
 
-    def _pending_changes(self, history: Sequence[TurnRecord], max_tokens: int | None) -> Changes | None:
+    def _pending_changes(self, history: Sequence[TurnRecord], max_tokens: int) -> Changes | None:
         """The files changed since the model last saw them, checked against the window; None if none."""
         tracker = self._tracker
         if tracker is None or not self.request.follow_changes:
@@ -443,7 +429,7 @@ class Session(Conversation):
         check_room(
             changes,
             prompt_tokens=self._pack_tokens() + estimate.count(history_text),
-            max_tokens=answers.answer_bound(self.request, max_tokens),
+            max_tokens=max_tokens,
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
         )
@@ -456,7 +442,7 @@ class Session(Conversation):
         self,
         question: str,
         history: Sequence[TurnRecord],
-        max_tokens: int | None,
+        max_tokens: int,
         changes: Changes | None = None,
     ) -> ChatRequest:
         if not question.strip():
@@ -465,7 +451,7 @@ class Session(Conversation):
         preamble = changes.text if changes is not None else ""
         return ChatRequest(
             messages=tuple(self.messages(question, history=history, preamble=preamble)),
-            max_tokens=answers.answer_bound(self.request, max_tokens),
+            max_tokens=max_tokens,
             temperature=options.temperature,
             seed=options.seed,
             cache_salt=options.cache_salt,
@@ -478,11 +464,6 @@ class Session(Conversation):
         """The pack's tokens (0 without one): the prefix siblings share, what a request may offload."""
         pack = self.pack
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
-
-    def _own_position(self) -> int:
-        """The position of the next turn among this session's own turns."""
-        record = self._opened()
-        return len(self._turns) - (record.parent_turns or 0)
 
     def plan_ask(
         self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
@@ -549,11 +530,13 @@ class Session(Conversation):
         self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
+        record = self._opened()
+        inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
-            sent, session_id=self.id, position=self._own_position(), question=question, purpose=purpose,
-            batch_id=None, changes=changes, inherited_turns=self._opened().parent_turns or 0,
+            sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
+            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited,
         )  # fmt: skip
-        with self._recording.first_write(self.pack, self._opened()) as opening:
+        with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
@@ -563,12 +546,10 @@ class Session(Conversation):
     def _sibling_batch(
         self,
         questions: Sequence[str],
-        max_tokens: int | None,
+        max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
     ) -> siblings.SiblingBatch:
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
         if self.warming is not None:
@@ -604,17 +585,11 @@ class Session(Conversation):
         only what is unanswered; with ``reuse_answered`` this batch does so
         itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
-        refuse_unknown(options, AskManyOptions, "ask_many")
-        # Checked by the fields' own rules before anything is sent (RequestOptions.checked).
-        answers.answer_bound(self.request, options.get("max_tokens"))
-        answers.checked_concurrency(options.get("concurrency"))
+        answers.check_ask_many(self.request, questions, options)
+        ask = self._plan_siblings
         if options.get("reuse_answered"):
-            reusing: Batch = yield from siblings.reusing_answers(
-                self.store, self.id, questions, options, self._plan_siblings
-            )
-            return reusing
-        plain: Batch = yield from self._plan_siblings(questions, options)
-        return plain
+            return (yield from siblings.reusing_answers(self.store, self.id, questions, options, ask))
+        return (yield from ask(questions, options))
 
     def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
         """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
@@ -648,7 +623,7 @@ class Session(Conversation):
     def _finish_batch(
         self,
         batch: siblings.SiblingBatch,
-        outcome: siblings.Outcome[Committed],
+        outcome: siblings.Outcome,
         snapshot: CounterSnapshot,
         dispatch: siblings.Dispatch,
     ) -> Batch:
@@ -683,14 +658,11 @@ class Session(Conversation):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
         child = _child(record, "fork", title or f"fork of {self.title}", keep)
         self.store.sessions.create_session(child)
-        return self._shared(child)
+        return Session.restore(child, self._resources.borrowed())
 
     def branch(self, answer: Answer) -> Session:
         """The branch session an ``ask_many`` answer lives in, to continue it (shares backend and store)."""
-        return self._shared(self.store.sessions.session(answer.session_id))
-
-    def _shared(self, record: SessionRecord) -> Session:
-        return Session.restore(record, self._resources.borrowed())
+        return Session.restore(self.store.sessions.session(answer.session_id), self._resources.borrowed())
 
     # -- reports ------------------------------------------------------------
 

@@ -6,10 +6,8 @@ own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
 answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
-like any session: ``ask``, ``ask_many``, their async twins, ``fork``,
-``report``, ``resume``, ``close``. Its answers are
-:class:`~longctx.sessions.answers.Answer` objects (the reduce answer) with
-the shards' answers in ``shard_answers``.
+like any session; its answer is the reduce one, with the shards' answers in
+:attr:`Answer.shard_answers <longctx.sessions.answers.Answer.shard_answers>`.
 
 In the store, a sharded session is a record of kind ``sharded``; its shard
 sessions (kind ``shard``) and its reducer (kind ``reduce``) are its
@@ -23,9 +21,8 @@ import time
 import uuid
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, TypeVar, Unpack
+from typing import Any, Self, TypeVar, Unpack
 
-from longctx.backends.base import Backend
 from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.corpus import load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
@@ -37,8 +34,8 @@ from longctx.sessions.answers import (
     AskManyOptions,
     Batch,
     answer_bound,
+    check_ask_many,
     checked_concurrency,
-    refuse_unknown,
 )
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
@@ -49,8 +46,8 @@ from longctx.sessions.corpus import (
     shards_for_server,
 )
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Conversation, Session
-from longctx.store import SessionRecord, Store
+from longctx.sessions.session import Conversation, Session, served_settings
+from longctx.store import SessionRecord
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 
@@ -121,33 +118,24 @@ class ShardedSession(Conversation):
     # -- lifecycle ------------------------------------------------------------
 
     @classmethod
-    def resume(
-        cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None
-    ) -> ShardedSession:
-        """The stored sharded session ``session_id``, each shard with every committed turn.
+    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
+        """The sharded session a stored ``record`` describes, each shard with every committed turn.
 
-        Raises :class:`~longctx.errors.SessionNotFound` for an unknown id and
-        :class:`~longctx.errors.ConfigError` when it is not a sharded session.
+        Raises :class:`~longctx.errors.ConfigError` when it is not a sharded session.
         """
-        resources = Resources.for_resume(backend, store)
-        try:
-            record = resources.store.sessions.session(session_id)
-            if record.kind != KIND:
-                raise ConfigError(f"session {session_id} is not a sharded session (it is a {record.kind})")
-            session = cls((), request=RequestOptions.from_dict(record.settings))
-            session._resources = resources
-            session._record = record
-            session._shards = tuple(
-                Session.restore(resources.store.sessions.session(part), resources.borrowed())
-                for part in record.settings["shards"]
-            )
-            session._reducer = Session.restore(
-                resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
-            )
-            return session
-        except BaseException:
-            resources.close()
-            raise
+        if record.kind != KIND:
+            raise ConfigError(f"session {record.id} is not a sharded session (it is a {record.kind})")
+        session = cls((), request=RequestOptions.from_dict(record.settings))
+        session._resources = resources
+        session._record = record
+        session._shards = tuple(
+            Session.restore(resources.store.sessions.session(part), resources.borrowed())
+            for part in record.settings["shards"]
+        )
+        session._reducer = Session.restore(
+            resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
+        )
+        return session
 
     @property
     def shards(self) -> tuple[Session, ...]:
@@ -193,9 +181,7 @@ class ShardedSession(Conversation):
                 parent_id=None,
                 parent_turns=None,
                 settings={
-                    **self.request.to_dict(),
-                    "base_urls": [replica.api_url for replica in backend.replicas],
-                    "model": backend.info.model,
+                    **served_settings(self.request, backend),
                     "shards": [shard.id for shard in shards],
                     "reducer": reducer.id,
                 },
@@ -248,9 +234,7 @@ class ShardedSession(Conversation):
         The shards' batches run at once, each sharing its shard's prefix;
         ``on_answer`` hears of each combined answer. ``keys`` are not taken here.
         """
-        refuse_unknown(options, AskManyOptions, "ask_many")
-        if not questions:
-            raise ConfigError("ask_many needs at least one question")
+        check_ask_many(self.request, questions, options)
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
         max_tokens = answer_bound(self.request, options.get("max_tokens"))

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING
 
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
@@ -44,7 +44,7 @@ from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 from longctx.report import build_report
-from longctx.sessions.answers import Answer, AskManyOptions, Batch, stored_answers
+from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, stored_answers
 
 if TYPE_CHECKING:
     from longctx.store import Store
@@ -103,8 +103,6 @@ def reusing_answers(
     ``ask`` is the plan of a batch that asks all it is given. The stored
     answers come back in their places, counted in :attr:`Batch.reused`.
     """
-    if not questions:
-        raise ConfigError("ask_many needs at least one question")
     keys = list(options.get("keys") or batch_keys(session_id, questions))
     yield Io(partial(check_keys, store, questions, keys, answered_ok=True))
     stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys))
@@ -159,14 +157,6 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
     return Dispatch(row.strategy, limit, f"auto for {engine}: {row.source}")
 
 
-class _Committed(Protocol):
-    @property
-    def answer(self) -> Answer: ...
-
-
-C = TypeVar("C", bound=_Committed)
-
-
 @dataclass(frozen=True)
 class SiblingBatch:
     """The requests of one batch of siblings, their questions, and where they are recorded."""
@@ -178,10 +168,10 @@ class SiblingBatch:
 
 
 @dataclass(frozen=True)
-class Outcome(Generic[C]):
+class Outcome:
     """What came back: committed results by question index, and the errors of the others."""
 
-    results: Mapping[int, C]
+    results: Mapping[int, Committed]
     failures: Sequence[BaseException]
 
 
@@ -190,9 +180,9 @@ def dispatched(
     batch: SiblingBatch,
     *,
     dispatch: Dispatch,
-    commit: Callable[[Sent, int], C],
+    commit: Callable[[Sent, int], Committed],
     on_answer: Callable[[Answer], None] | None = None,
-) -> Plan[Outcome[C]]:
+) -> Plan[Outcome]:
     """The plan that sends ``batch``'s requests as ``dispatch`` says and commits each answer.
 
     Every request is sent even when one fails; the failures are returned,
@@ -202,13 +192,13 @@ def dispatched(
     """
     gate = None if dispatch.strategy == "together" else Gate()
 
-    def sibling(index: int) -> Callable[[], Plan[C]]:
-        def plan() -> Plan[C]:
+    def sibling(index: int) -> Callable[[], Plan[Committed]]:
+        def plan() -> Plan[Committed]:
             hooks: DeliveryHooks = {}
             if index == 0 and gate is not None:
                 hooks["on_first_token" if dispatch.strategy == "lead" else "on_admitted"] = gate.open
             sent = yield from backend.delivery(batch.requests[index], **hooks)
-            committed: C = yield Io(partial(commit, sent, index))
+            committed: Committed = yield Io(partial(commit, sent, index))
             if on_answer is not None:
                 on_answer(committed.answer)
             return committed

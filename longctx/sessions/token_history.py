@@ -1,11 +1,8 @@
 """Token-id history: the previous answers sent back as the token ids the model generated.
 
-A turn's prompt holds the previous answer; sent as text, the server
-re-tokenises it, and the cache serves the answer only as far as that gives
-back the generated ids (:mod:`longctx.sessions.reuse`). The random-weight
-test model's output re-tokenises differently from its fourth token on, so
-none of a 1,000-token answer was read from the cache on either engine
-(docs/benchmarks.md, ``sessions-answer-reuse``).
+An answer sent back as text is served from the cache only as far as
+re-tokenising it gives back the generated ids (:mod:`longctx.sessions.reuse`;
+docs/api.md, "Answer reuse").
 
 With ``RequestOptions(token_history=True)`` on vLLM or SGLang a session
 asks for the ids of every turn (the prompt's and the answer's) and sends
@@ -14,7 +11,8 @@ prompt ids, its answer's generated ids, then the chat template's glue (the
 end of the assistant message and the next user message, with the
 generation prompt). Each prompt then starts with every token the server
 computed for the turn before, and the whole previous answer is read from the
-cache (block-rounded; measured on both engines, same section).
+cache (block-rounded; measured on both engines: docs/benchmarks.md,
+``sessions-answer-reuse``).
 
 The glue comes from the server's own template, through its tokenize route:
 ``[system, user (previous question)]`` and ``[system, user, assistant "",
@@ -100,10 +98,7 @@ class TokenHistory:
         glue = glue_ids(tokenizer, system, turns[-1].question, user)
         if self._ids is None or not glue:
             return asking
-        ids = self._ids
-        if ids and ids[-1] == glue[0]:
-            glue = glue[1:]  # the answer ended with the end-of-turn token the template adds
-        return dataclasses.replace(asking, prompt_ids=(*ids, *glue))
+        return dataclasses.replace(asking, prompt_ids=tuple(_glued(self._ids, glue)))
 
     def answered(self, request: ChatRequest, completion: Completion, turns: int) -> None:
         """Take in the answer that made the conversation ``turns`` turns long."""
@@ -112,6 +107,11 @@ class TokenHistory:
             self._ids = None
             return
         self._ids, self._turns = [*prompt, *completion.token_ids], turns
+
+
+def _glued(ids: Sequence[int], glue: Sequence[int]) -> list[int]:
+    """``ids`` then ``glue``, less its first token where the answer already ended with it (end of turn)."""
+    return [*ids, *(glue[1:] if ids and ids[-1] == glue[0] else glue)]
 
 
 def _reusable(turn: TurnRecord) -> bool:
@@ -130,6 +130,6 @@ def _rebuilt(
             glue = glue_ids(tokenizer, system, turns[index - 1].question, turn.preamble + turn.question)
             if not glue:
                 return None
-            ids += glue[1:] if ids and ids[-1] == glue[0] else glue
+            ids = _glued(ids, glue)
         ids += turn.answer_ids
     return ids

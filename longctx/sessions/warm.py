@@ -1,37 +1,18 @@
 """Warm start: prefill a session's prefix while the user types the first question.
 
-A session opened with ``RequestOptions(warm_start=True)`` (``longctx chat``
-does so by default), or told to with :meth:`Session.warm_start
-<longctx.sessions.session.Session.warm_start>`, sends one request in a
-background thread: the messages its next question would send, with a fixed
-stand-in question (:data:`WARM_QUESTION`) and ``max_tokens=1``. The server
-computes and caches the pack (and any history) then, so the real first
-question shares that prefix and is served from the cache. The warm request
-is a request of the session (purpose ``warm``), so the report counts its
-cost like any other; the next turn waits for it (it holds the session's
-turn lock), so the question never races its own warm-up. A session not
-stored yet keeps that request in memory and stores it with its first turn
-(:mod:`longctx.sessions.recording`), so a chat closed or killed before
-asking leaves nothing behind.
-
-Skipped when the server still holds the prefix. Neither engine can say
-whether a prefix is cached without computing a request over it (vLLM's
-counters are server-wide, SGLang's per batch; a probe costs the same
-template and tokenisation as the warm request itself), so two facts decide,
-and the server has the last word:
-
-- the store's: a request over the same prefix (the same pack, cache salt,
-  model and server, and for a session with turns, this session) that ended
-  less than :data:`RECENT_SECONDS` ago (eviction is LRU and only under
-  memory pressure);
-- the server's: it has run since before that request
-  (:meth:`Backend.started_at <longctx.backends.base.Backend.started_at>`,
-  its ``process_start_time_seconds``: one small GET, no prefill). A server
-  started after the request (a restart) lost the prefix; a server that
-  does not say (no metrics, a router in front) is a doubt.
-
-Only both skip the warm request: when in doubt it is sent, since a needless
-one costs one prefill in the background, a wrong skip the first question's.
+What it does, and why it is skipped only on two facts, is in docs/api.md
+("Warm start"). Here: :class:`WarmStart` sends one request in a background
+thread, the messages the session's next question would send with a fixed
+stand-in question (:data:`WARM_QUESTION`) and ``max_tokens=1``, recorded as
+a request of the session (purpose ``warm``; a session not stored yet keeps
+it for its first turn, :mod:`longctx.sessions.recording`). It holds the
+session's turn lock, so the first question never races its own warm-up.
+:func:`recent_request` is the store's fact (a request over the same prefix
+that ended less than :data:`RECENT_SECONDS` ago);
+:meth:`Backend.started_at <longctx.backends.base.Backend.started_at>` is the
+server's (it has run since). Only both skip the request: when in doubt it
+is sent, since a needless one costs one prefill in the background, a wrong
+skip the first question's.
 """
 
 from __future__ import annotations
@@ -42,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from longctx.backends.base import Backend, Sent
+from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.answers import request_record
@@ -115,16 +96,9 @@ class WarmStart:
     result, never raised: the first question then does the work itself.
     """
 
-    def __init__(
-        self,
-        prepare: Callable[[], WarmPlan],
-        *,
-        lock: threading.Lock,
-        on_progress: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, prepare: Callable[[], WarmPlan], *, lock: threading.Lock) -> None:
         self._prepare = prepare
         self._lock = lock
-        self._on_progress = on_progress
         self._done = threading.Event()
         self._result: WarmResult | None = None
         self._thread: threading.Thread | None = None
@@ -156,8 +130,6 @@ class WarmStart:
         finally:
             self._lock.release()
             self._done.set()
-        if self._on_progress is not None and self._result is not None:
-            self._on_progress(self._result.summary_line())
 
     def _warm(self) -> WarmResult:
         plan = self._prepare()
@@ -179,16 +151,12 @@ class WarmStart:
                 )
         with CounterSnapshot.take(plan.backend) as snapshot:
             sent = plan.backend.complete(plan.request)
-            return self._kept(plan, snapshot, sent, why)
-
-    @staticmethod
-    def _kept(plan: WarmPlan, snapshot: CounterSnapshot, sent: Sent, why: str | None = None) -> WarmResult:
-        """The warm request recorded, with its counter check once that settled."""
-        record = request_record(
-            sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
-        )
-        checks = snapshot.close(plan.record.id, None, [record]).wait()
-        plan.keep(record, checks or [])
+            # Recorded with its counter check, once that settled.
+            record = request_record(
+                sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
+            )
+            checks = snapshot.close(plan.record.id, None, [record]).wait()
+            plan.keep(record, checks or [])
         return WarmResult(sent.request_id, sent.completion.usage, why=why)
 
 

@@ -157,3 +157,21 @@ def test_traffic_outside_the_ledger_is_still_a_mismatch(store: Store) -> None:
     check = session.report().counter_check
     assert check is not None and check.matches is False and check.server_delta == (check.reported or 0) + 7
     assert "7 tokens more" in check.note
+
+
+def test_a_window_over_every_replica_reads_each_counter_once() -> None:
+    """A job's window (take_all) reads each replica's /metrics once when it opens, not twice."""
+    fakes = {url: FakeEngine(block=1) for url in ("http://one.test/v1", "http://two.test/v1")}
+    metrics: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics":
+            metrics.append(request.url.host)
+        return fakes[f"http://{request.url.host}/v1"].handle(request)
+
+    with connect(list(fakes), transport=httpx2.MockTransport(handle)) as backend:
+        metrics.clear()  # discovery reads /metrics too
+        snapshot = counters.CounterSnapshot.take_all(backend)
+        assert sorted(metrics) == ["one.test", "two.test"]
+        checks = snapshot.close("job", None, []).wait(timeout=10)
+    assert checks is not None and {check.base_url for check in checks} == set(fakes)

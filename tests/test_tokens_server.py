@@ -221,13 +221,20 @@ def test_server_pack_counts_prefix_whole_and_template_overhead_once() -> None:
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_a_long_text_is_counted_in_bounded_pieces_that_add_up(engine: str) -> None:
-    server = FakeServer(engine)
     text = "word another line\n" * (3 * CHUNK_CHARS // 18)
-    assert server.tokenizer().count_many([text, "short"]) == [len(_fake_ids(text)), 1]
-    prompts = [body["prompt"] for _, body in server.requests]
-    sent = [piece for prompt in prompts for piece in (prompt if isinstance(prompt, list) else [prompt])]
-    assert len(sent) >= 4 and max(len(piece) for piece in sent) <= CHUNK_CHARS
-    assert "".join(sent[:-1]) == text and sent[-1] == "short"
+
+    def pieces_sent(engine: str) -> list[str]:
+        server = FakeServer(engine)
+        assert server.tokenizer().count_many([text, "short"]) == [len(_fake_ids(text)), 1]
+        prompts = [body["prompt"] for _, body in server.requests]
+        return [piece for prompt in prompts for piece in (prompt if isinstance(prompt, list) else [prompt])]
+
+    # SGLang's route takes the pieces as one list, in order; vLLM's are sent side by side, so the
+    # order its fake server records them in is the threads', not the text's.
+    in_order = pieces_sent("sglang")
+    assert len(in_order) >= 4 and max(len(piece) for piece in in_order) <= CHUNK_CHARS
+    assert "".join(in_order[:-1]) == text and in_order[-1] == "short"
+    assert sorted(pieces_sent(engine)) == sorted(in_order)
 
 
 def test_no_piece_is_sent_once_one_failed() -> None:

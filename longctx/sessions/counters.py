@@ -98,7 +98,9 @@ class CounterSnapshot:
     @classmethod
     def take_all(cls, backend: Backend) -> CounterSnapshot:
         """Open a window on every replica up (a job: its packs go to all of them)."""
-        return cls._open(backend, list(backend.counters()))
+        # By the replicas' state: joining a window reads each counter once (reading them all to
+        # list the URLs cost every replica a second /metrics request).
+        return cls._open(backend, [replica.api_url for replica in backend.replicas if replica.up])
 
     @classmethod
     def around(cls, backend: Backend, affinity_key: str | None, enabled: bool) -> CounterSnapshot:

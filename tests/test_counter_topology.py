@@ -175,6 +175,36 @@ def test_a_router_whose_workers_cannot_be_reached_skips_the_check_and_says_why(t
     _no_negative(check)
 
 
+def test_a_sessions_report_says_why_its_turns_and_batches_were_not_checked(tmp_path: Path) -> None:
+    """The store keeps the checks made; why one was skipped reaches the session's report too."""
+    fleet = FakeFleet(workers_reachable=False)
+    fleet_route = fleet.route
+
+    def route(request: httpx2.Request) -> httpx2.Response:
+        # The router reaches its workers; this client does not.
+        fleet.workers_reachable = request.url.host == "router"
+        try:
+            return fleet_route(request)
+        finally:
+            fleet.workers_reachable = False
+
+    pack = StoredPack(
+        fingerprint="e" * 64, format_version="test/1", system="s", prefix="<doc>\n" + "a line\n" * 200,
+        summary={"title": "t"},
+    )  # fmt: skip
+    with Store.open(tmp_path / "home") as store:
+        session = Session(
+            connect(ROUTER, transport=httpx2.MockTransport(route)), pack, store=store,
+            request=RequestOptions(max_tokens=4),
+        )  # fmt: skip
+        session.ask("one?")
+        session.ask_many(["two?", "three?"])
+        check = session.report().counter_check
+    assert check is not None and check.matches is None and check.server_delta is None
+    assert check.note.count("http://w1:8000") == 1 and "cannot be read" in check.note, check.note
+    _no_negative(check)
+
+
 def test_a_balancer_that_answers_metrics_from_either_replica_is_skipped_not_negative(tmp_path: Path) -> None:
     fleet = FakeFleet(lists_workers=False)
     backend = connect(ROUTER, transport=httpx2.MockTransport(fleet.route))

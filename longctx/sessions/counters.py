@@ -150,15 +150,23 @@ class CounterSnapshot:
         ]
         return Settling(session_id, batch_id, shares, self._notes)
 
-    def close_into(self, store: Store, session_id: str, records: Iterable[RequestRecord]) -> PendingCheck:
-        """:meth:`close`, and store the checks once they settle, off the caller's path (a turn's)."""
+    def close_into(
+        self, store: Store, session_id: str, records: Iterable[RequestRecord], skipped: list[str]
+    ) -> PendingCheck:
+        """:meth:`close`, and store the checks once they settle, off the caller's path (a turn's).
+
+        Why a server's check was skipped (:attr:`Settling.notes`) goes to ``skipped``, for the
+        session's report: the store keeps only the checks made.
+        """
+        settling = self.close(session_id, None, records)
 
         def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
             for check in checks:
                 store.sessions.record_counter_check(check)
-            return combine_checks(checks)
+            skipped.extend(settling.notes)
+            return combine_checks(checks, notes=settling.notes)
 
-        return self.close(session_id, None, records).then(keep)
+        return settling.then(keep)
 
 
 @dataclass

@@ -51,7 +51,7 @@ from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
 
 if TYPE_CHECKING:
@@ -232,6 +232,8 @@ class Session(Conversation):
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
         self._pending_checks: list[PendingCheck] = []
+        # Why a counter check of this session's calls was skipped (a router's unreadable workers...).
+        self._skipped_checks: list[str] = []
         self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
     # -- lifecycle ------------------------------------------------------------
@@ -490,7 +492,9 @@ class Session(Conversation):
                 sent = yield from self.backend.delivery(request)
                 committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
                 self._token_history.answered(request, sent.completion, len(self._turns))
-                self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
+                self._pending_checks.append(
+                    snapshot.close_into(self.store, record.id, [committed.request], self._skipped_checks)
+                )
             if self.canaries.due():
                 yield from self.plan_canary()
             return committed.answer
@@ -630,9 +634,12 @@ class Session(Conversation):
         records = [outcome.results[i].request for i in sorted(outcome.results)]
         settling = snapshot.close(batch.session_id, batch.batch_id, records)
         keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
-        check = counters.batch_check(
-            settling, lambda checks: keep(self.store, checks=checks), self._pending_checks
-        )
+
+        def kept(checks: list[CounterCheckRecord]) -> None:
+            keep(self.store, checks=checks)
+            self._skipped_checks.extend(settling.notes)
+
+        check = counters.batch_check(settling, kept, self._pending_checks)
         if outcome.failures:
             raise outcome.failures[0]
         answers = tuple(outcome.results[i].answer for i in range(len(batch.questions)))
@@ -694,7 +701,7 @@ class Session(Conversation):
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
-            counter_check=counters.combine_checks(checks),
+            counter_check=counters.combine_checks(checks, notes=tuple(dict.fromkeys(self._skipped_checks))),
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,

@@ -89,13 +89,13 @@ def ceiling(vllm_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> floa
         ("vllm-router", "round_robin", False),
         ("smg", "consistent_hashing", True),
         ("smg", "cache_aware", True),
-        # Measured only: with longctx's X-SMG-Routing-Key, smg 1.13's round_robin
-        # kept the ceiling (72.6% vs 72.8%); why is not established (docs/testing.md).
-        ("smg", "round_robin", None),
+        # Not smg's round_robin: with longctx's X-SMG-Routing-Key, smg 1.13's kept the ceiling
+        # (72.6% vs 72.8%; why is not established, docs/testing.md), so there is nothing to assert
+        # of it; doctor's warning on it is held by tests/test_replicas.py.
     ],
 )
 def test_a_router_policy_keeps_each_pack_on_one_replica(
-    vllm_fleet: Fleet, ceiling: float, tmp_path: Path, *, router: str, policy: str, keeps_packs: bool | None
+    vllm_fleet: Fleet, ceiling: float, tmp_path: Path, *, router: str, policy: str, keeps_packs: bool
 ) -> None:
     server = vllm_fleet.start_router(router, policy)
     try:
@@ -110,7 +110,7 @@ def test_a_router_policy_keeps_each_pack_on_one_replica(
     if keeps_packs:
         assert share >= 0.99 * ceiling
         assert findings == []
-    elif keeps_packs is False:
+    else:
         # Round robin sends each pack's second round to the other replica, cold.
         assert share < 0.9 * ceiling
         assert findings and findings[0].severity == "warning"

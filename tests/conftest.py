@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,14 @@ pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
 # correct example into a failure on this shared 2-core machine under load (speed lives in benchmarks/).
 settings.register_profile("longctx", deadline=None)
 settings.load_profile("longctx")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A shell starts a background job with SIGINT ignored, and children inherit an ignored signal
+    # through exec: scripts/test runs half the suite that way, and the Ctrl-C tests (a CLI batch, a
+    # job, the demo) would see no Ctrl-C at all. A terminal's user has Python's default handler.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -24,9 +24,10 @@ settings.load_profile("longctx")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # A shell starts a background job with SIGINT ignored, and children inherit an ignored signal
-    # through exec: scripts/test runs half the suite that way, and the Ctrl-C tests (a CLI batch, a
-    # job, the demo) would see no Ctrl-C at all. A terminal's user has Python's default handler.
+    # A shell without job control starts a background job with SIGINT ignored, and children inherit
+    # an ignored signal through exec: run that way (`scripts/test &` in a script, a CI step), the
+    # Ctrl-C tests (a CLI batch, a job, the demo) saw no Ctrl-C at all and failed. A terminal's user
+    # has Python's default handler.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

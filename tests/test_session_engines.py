@@ -481,25 +481,29 @@ def test_the_generation_prompt_renders_as_the_history_does(
     assert history[len(prompt) : len(prompt) + len(answer_tokens)] == answer_tokens
 
 
-def test_after_a_thousand_token_answer_the_next_turn_reports_the_answer_reuse(
-    backend: Backend, store: Store
-) -> None:
-    request = RequestOptions(max_tokens=1_000, temperature=0.0, extra_body={"ignore_eos": True})
+# Long enough to span three of vLLM's 128-token cache blocks, so the answer's reuse shows past the
+# block rounding; 1,000 tokens showed nothing more and cost 4-9 s more per test and engine (decode on
+# this CPU).
+LONG_ANSWER = 400
+
+
+def test_after_a_long_answer_the_next_turn_reports_the_answer_reuse(backend: Backend, store: Store) -> None:
+    request = RequestOptions(max_tokens=LONG_ANSWER, temperature=0.0, extra_body={"ignore_eos": True})
     session = Session(backend, text_pack(8_000), store=store, request=request)
     first = session.ask("Explain the file.")
     # The reuse is read from the follow-up's prompt: its own answer can be short (on SGLang's CPU
     # build a second 1,000-token answer took 35 s).
     second = session.ask("Go on.", max_tokens=8)
-    assert first.usage.completion_tokens == 1_000 and first.usage.prompt_tokens is not None
+    assert first.usage.completion_tokens == LONG_ANSWER and first.usage.prompt_tokens is not None
     assert second.usage.cached_tokens is not None
     block = backend.info.cache_block_tokens
     # At least the previous prompt (block-rounded); what is past it is the answer's reuse.
     assert second.usage.cached_tokens >= block_round(first.usage.prompt_tokens, block)
     reuse = answer_reuse(first.usage, second.usage)
-    assert reuse is not None and reuse.answer_tokens == 1_000
-    assert reuse.reused_tokens == min(second.usage.cached_tokens - first.usage.prompt_tokens, 1_000) or (
-        reuse.reused_tokens == 0 and second.usage.cached_tokens < first.usage.prompt_tokens
-    )
+    assert reuse is not None and reuse.answer_tokens == LONG_ANSWER
+    assert reuse.reused_tokens == min(
+        second.usage.cached_tokens - first.usage.prompt_tokens, LONG_ANSWER
+    ) or (reuse.reused_tokens == 0 and second.usage.cached_tokens < first.usage.prompt_tokens)
     assert f"turn 2: {reuse.summary_line()}" in session.report().notes
 
 
@@ -507,25 +511,25 @@ def test_a_token_id_history_reads_the_whole_previous_answer_from_the_cache(
     backend: Backend, store: Store
 ) -> None:
     request = RequestOptions(
-        max_tokens=1_000, temperature=0.0, extra_body={"ignore_eos": True}, token_history=True
+        max_tokens=LONG_ANSWER, temperature=0.0, extra_body={"ignore_eos": True}, token_history=True
     )
     session = Session(backend, text_pack(8_000), store=store, request=request)
     first = session.ask("Explain the file.")
     second = session.ask("Go on.", max_tokens=200)
-    assert first.usage.prompt_tokens is not None and first.usage.completion_tokens == 1_000
+    assert first.usage.prompt_tokens is not None and first.usage.completion_tokens == LONG_ANSWER
     assert second.usage.cached_tokens is not None
     block = backend.info.cache_block_tokens
     # Every token the server computed for the first turn is read back: its
     # prompt and its answer but the last generated token (sampled, never fed
     # back in), block-rounded (vLLM's CPU build: 128).
-    computed = first.usage.prompt_tokens + 1_000 - 1
+    computed = first.usage.prompt_tokens + LONG_ANSWER - 1
     assert second.usage.cached_tokens >= block_round(computed, block)
     reuse = answer_reuse(first.usage, second.usage)
     assert (
         reuse is not None and reuse.reused_tokens >= block_round(computed, block) - first.usage.prompt_tokens
     )
     stored = store.sessions.turns(session.id)
-    assert stored[0].answer_ids is not None and len(stored[0].answer_ids) == 1_000
+    assert stored[0].answer_ids is not None and len(stored[0].answer_ids) == LONG_ANSWER
     # Why: the answer's text re-tokenises into other ids (the text history caches none of it).
     assert backend.tokenizer().encode(first.text) != list(stored[0].answer_ids)
     # A resumed session rebuilds the ids from the stored answers.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import signal
@@ -27,7 +28,7 @@ from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.serving.doctor import diagnose
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
-from longctx.sessions.answers import history_form
+from longctx.sessions.answers import Answer, Batch, history_form
 from longctx.sessions.reuse import answer_reuse
 from longctx.store import Store, StoredPack
 from longctx.testing import LocalServer, TinyModel
@@ -143,6 +144,33 @@ def test_each_turn_reuses_the_whole_previous_prompt(backend: Backend, store: Sto
     assert report.counter_check is not None and report.counter_check.matches, report.counter_check
     assert report.counter_check.server_delta == report.cached_tokens
     assert report.prefill_seconds_saved is not None and report.prefill_seconds_saved > 0
+
+
+def test_async_turns_and_siblings_read_the_cache_and_async_with_closes_their_connections(
+    engine_server: LocalServer, store: Store
+) -> None:
+    """The async driver on a real engine, in a session that made its own connection (``async with``)."""
+
+    async def conversation() -> tuple[Backend, list[Answer], Batch]:
+        async with Session(
+            pack=text_pack(20_000), server=ServerOptions(engine_server.api_base), store=store,
+            request=RequestOptions(max_tokens=8),
+        ) as session:  # fmt: skip
+            turns = [await session.aask(f"Turn {i}: what is this about?") for i in range(2)]
+            batch = await session.aask_many([f"Question {i}: what does part {i} do?" for i in range(3)])
+            return session.backend, turns, batch
+
+    backend, (first, second), batch = asyncio.run(conversation())
+    block = backend.info.cache_block_tokens
+    assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
+    assert second.usage.cached_tokens >= 0.99 * block_round(first.usage.prompt_tokens, block), second.usage
+    # The siblings share the whole history: each reads at least the second turn's prompt from the cache.
+    assert second.usage.prompt_tokens is not None
+    for answer in batch.answers:
+        assert answer.usage.cached_tokens is not None
+        assert answer.usage.cached_tokens >= 0.99 * block_round(second.usage.prompt_tokens, block)
+    assert batch.report.counter_check is not None and batch.report.counter_check.matches
+    assert backend.is_closed  # the async client's connections too, on the loop that opened them
 
 
 def test_after_a_commit_to_the_oldest_file_the_layered_pack_is_read_from_the_cache(

@@ -124,6 +124,31 @@ def test_a_session_closes_the_backend_and_store_it_opened_and_only_those(
     assert closed == []  # given backend and store stay open for their owner
 
 
+def test_async_with_closes_the_async_connections_of_a_backend_it_made_and_only_those(
+    fake: FakeEngine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    made: list[Backend] = []
+
+    def connecting(server: ServerOptions) -> Backend:
+        made.append(connect(URL, transport=fake.transport(), async_transport=fake.transport()))
+        return made[-1]
+
+    monkeypatch.setattr("longctx.sessions.resources.connect", connecting)
+    given = connect(URL, transport=fake.transport(), async_transport=fake.transport())
+
+    async def conversations() -> None:
+        async with Session(pack=PACK, store=Store.open(tmp_path / "home")) as owner:
+            await owner.aask("first?")
+            await owner.aask_many(["a?", "b?"])
+            assert not made[0].is_closed
+        async with Session(given, PACK, store=Store.open(tmp_path / "home")) as borrower:
+            await borrower.aask("borrowed?")
+
+    asyncio.run(conversations())
+    assert made[0].is_closed  # the async client too: close() alone would leave it open
+    assert not given.is_closed  # a given backend stays open for its owner
+
+
 def test_aask_waits_for_a_turn_in_flight(backend: Backend, tmp_path: Path) -> None:
     store = Store.open(tmp_path / "home")
     session = Session(backend, PACK, store=store)

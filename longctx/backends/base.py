@@ -446,6 +446,7 @@ class Backend:
         return seen
 
     def close(self) -> None:
+        """Close the connections; idempotent. An async client's are left to :meth:`aclose`."""
         for replica in self._replicas.values():
             for worker in replica.workers.values():
                 worker.close()
@@ -453,6 +454,23 @@ class Backend:
                 replica.chat.close()
             if replica.endpoint is not None:
                 replica.endpoint.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, and the async clients' connections too, on the running event loop.
+
+        Those connections belong to the loop that opened them (``aask``,
+        ``aask_many``), so only a coroutine can close them; ``close`` alone
+        leaves them open until the garbage collector finds them.
+        """
+        for replica in self._replicas.values():
+            if replica.chat is not None:
+                await replica.chat.aclose()
+        self.close()
+
+    @property
+    def is_closed(self) -> bool:
+        """True once every replica's chat clients are closed, the async ones too (:meth:`aclose`)."""
+        return all(replica.chat is None or replica.chat.is_closed for replica in self._replicas.values())
 
     def __enter__(self) -> Backend:
         return self

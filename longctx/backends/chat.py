@@ -384,3 +384,8 @@ class ChatClient:
 
     async def aclose(self) -> None:
         await self._async.aclose()
+
+    @property
+    def is_closed(self) -> bool:
+        """True once both clients are closed."""
+        return self._sync.is_closed and self._async.is_closed

@@ -95,6 +95,14 @@ class Resources:
         if self._closed:
             raise ConfigError("this session is closed")
 
+    async def aclose(self) -> None:
+        """:meth:`close` on the running event loop: a backend made here closes its async clients too."""
+        with self.lock:
+            backends = [made for made in self._made if isinstance(made, Backend)]
+        for backend in backends:
+            await backend.aclose()
+        self.close()
+
     def close(self) -> None:
         """Close what was made here, newest first; idempotent."""
         with self.lock:

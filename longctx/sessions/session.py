@@ -20,6 +20,7 @@ one replica.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -132,7 +133,22 @@ class Conversation(ABC):
 
     def close(self) -> None:
         """Close the connection and the store if this session opened them; idempotent."""
+        self._finish()
         self._resources.close()
+
+    async def aclose(self) -> None:
+        """:meth:`close` for async code (``async with``): also closes the connections ``aask`` opened.
+
+        An async client's connections belong to the event loop that opened
+        them, so only a coroutine on it can close them. What the session
+        waits for first (a warm start, counter checks) is waited for in a
+        thread, not on the loop.
+        """
+        await asyncio.to_thread(self._finish)
+        await self._resources.aclose()
+
+    def _finish(self) -> None:  # noqa: B027 - most kinds run nothing in the background
+        """Wait for the work still running in the background that needs the connection or the store."""
 
     @abstractmethod
     def plan_ask(
@@ -186,6 +202,12 @@ class Conversation(ABC):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
 
 class Session(Conversation):
@@ -384,12 +406,11 @@ class Session(Conversation):
         messages.append({"role": "user", "content": users[-1]})
         return messages
 
-    def close(self) -> None:
-        """Close what this session opened, once a warm start in flight has recorded its request."""
+    def _finish(self) -> None:
+        # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
         self._settle_checks()
-        super().close()
 
     def _settle_checks(self) -> None:
         """Wait for the turns' counter checks still in flight (they write to the store)."""

@@ -367,10 +367,10 @@ def start_vllm(
         vllm_command(env, model, extra_args),
         log_dir=base_dir / "logs",
         ready=_engine_ready("/health", model),
-        # The engine core in the API server's process, not in a worker of its own: each process of
-        # vLLM imports torch and vLLM again, and the worker's import was 14 s of a 44 s start on this
-        # 2-core machine (29-31 s without it; docs/testing.md). Requests, metrics and the prefix
-        # cache are the same either way.
+        # The model runs in the engine core's process, not in a worker process of its own: each
+        # process of vLLM imports torch and vLLM again, and the worker's import was 14 s of a 44 s
+        # start on this 2-core machine (29-31 s without it; docs/testing.md). Requests, metrics and
+        # the prefix cache are the same either way.
         env=server_environment(
             base_dir, {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         ),

@@ -90,6 +90,21 @@ def test_a_failing_check_raises(tmp_path: Path) -> None:
     assert "vllm_not_installed" in raised.value.log_tail
 
 
+def test_the_check_runs_at_the_build_and_not_at_each_reuse(tmp_path: Path) -> None:
+    # The check writes a line each time it runs: importing an engine took 10-37 s per test process.
+    runs = tmp_path / "check-runs.txt"
+    spec = EnvironmentSpec(
+        name="counted",
+        steps=(),
+        check=("{python}", "-c", f"open({str(runs)!r}, 'a').write('ran\\n')"),
+        with_pip=False,
+    )
+    env = ensure_environment(spec, tmp_path)
+    assert ensure_environment(spec, tmp_path) == env
+    assert environment_is_complete(env.root, spec)
+    assert runs.read_text() == "ran\n"
+
+
 def test_engine_specs_name_the_pinned_versions() -> None:
     vllm_steps = " ".join(" ".join(step) for step in ENGINE_SPECS["vllm"].steps if not callable(step))
     sglang_steps = " ".join(" ".join(step) for step in ENGINE_SPECS["sglang"].steps if not callable(step))

@@ -84,9 +84,7 @@ class EngineHarness:
                 env = ensure_environment(ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress)
                 took = time.monotonic() - started
                 built = (env.root / MARKER_NAME).stat().st_mtime >= wall
-                self.timings[f"{engine} environment"] = (
-                    f"built in {took:.0f} s" if built else f"reused (checked in {took:.0f} s)"
-                )
+                self.timings[f"{engine} environment"] = f"built in {took:.0f} s" if built else "reused"
                 self._environments[engine] = env
             return self._environments[engine]
 

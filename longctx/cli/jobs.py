@@ -109,7 +109,12 @@ def job(
         try:
             report = work.run()
         except KeyboardInterrupt:
-            written = f"; the {partial.lines} done so far are in {output}" if partial else ""
+            written = ""
+            if partial is not None:
+                # Closed before it is counted: an answer arriving meanwhile would add a line the
+                # message does not count (seen: "the 2 done so far" over a file of 3 lines).
+                partial.close()
+                written = f"; the {partial.lines} done so far are in {output}"
             click.echo(
                 f"longctx: job {work.id}: {work.answered} of {len(items)} items answered and stored"
                 f"{written}; run the same command again to ask the rest",

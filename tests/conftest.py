@@ -13,7 +13,6 @@ from hypothesis import settings
 
 from longctx.backends.base import Backend, connect
 from longctx.sessions.counters import wait_for_checks
-from longctx.testing.fleet import Fleet
 
 pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
 
@@ -63,16 +62,3 @@ def fake() -> FakeEngine:
 def backend(fake: FakeEngine) -> Backend:
     """A connection to ``fake`` (a module's own ``backend``, a real engine's, takes precedence)."""
     return connect(FAKE_URL, transport=fake.transport(), async_transport=fake.transport())
-
-
-@pytest.fixture
-def restored_fleet(vllm_fleet: Fleet) -> Iterator[Fleet]:
-    """The session's fleet, its second replica running again after the test whatever happened.
-
-    That replica is the session's one server for killing (tests/test_fleet.py,
-    tests/test_outages_engines.py): a test kills and restarts it, the shared
-    ``vllm_server`` is never killed.
-    """
-    yield vllm_fleet
-    if not vllm_fleet.replicas[1].alive():
-        vllm_fleet.restart(1)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
+
 import httpx2
 
+from longctx.backends.base import rendezvous_order
+from longctx.sessions.session import affinity_key
+from longctx.store import StoredPack
 from longctx.testing import LocalServer, TinyModel
 
 
@@ -26,3 +31,38 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
             break
         length += 1
     return length
+
+
+def make_packs(tag: str, count: int) -> list[StoredPack]:
+    """``count`` distinct packs of about 1,500 tokens; ``tag`` keeps runs from sharing a cache."""
+    packs = []
+    for index in range(count):
+        body = "".join(
+            f"file {tag}/{index}/{line}.py: def f{line}(x): return x * {line}\n" for line in range(110)
+        )
+        packs.append(
+            StoredPack(
+                fingerprint=uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{index}").hex * 2,
+                format_version="test/1",
+                system="You answer questions about the repository.",
+                prefix=f"<repository {tag}-{index}>\n{body}</repository>\n\n",
+                summary={"title": f"{tag}-{index}"},
+            )
+        )
+    return packs
+
+
+def packs_homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPack], list[StoredPack]]:
+    """``count`` packs whose first replica of ``urls`` is ``url``, and ``count`` whose first is another."""
+    mine: list[StoredPack] = []
+    others: list[StoredPack] = []
+    index = 0
+    while len(mine) < count or len(others) < count:
+        pack = make_packs(f"kill-{index}", 1)[0]
+        index += 1
+        # A session's affinity key is its pack's fingerprint (see affinity_key).
+        first = rendezvous_order(affinity_key(pack.fingerprint, "unused"), urls)[0]
+        target = mine if first == url else others
+        if len(target) < count:
+            target.append(pack)
+    return mine, others

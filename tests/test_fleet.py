@@ -8,28 +8,26 @@
   caches visibly less.
 - A job (``longctx.Job``) over both replica URLs keeps every pack on one
   replica and caches as much as on one replica alone.
-- With both replica URLs given to longctx, a replica killed mid-batch:
-  the batch completes on the survivor, every answer stored once (the store
-  is the judge); restarted, the replica gets its packs back.
+
+A replica killed mid-batch (its batches finish on the survivor, and it gets
+its packs back once restarted) is in tests/test_outages_engines.py, where one
+kill serves every client that must outlive one.
 """
 
 from __future__ import annotations
 
 import re
-import threading
-import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from engine_helpers import make_packs
 
 from longctx import Job, JobItem
-from longctx.backends.base import Backend, connect, rendezvous_order
+from longctx.backends.base import Backend, connect
 from longctx.config import RequestOptions, ServerOptions
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
-from longctx.sessions.session import affinity_key
 from longctx.store import RequestRecord, Store, StoredPack
 from longctx.testing.fleet import Fleet
 
@@ -38,25 +36,6 @@ from longctx.testing.fleet import Fleet
 PACKS = 5
 ROUNDS = 4
 REQUEST = RequestOptions(max_tokens=4, temperature=0.0)
-
-
-def make_packs(tag: str, count: int = PACKS) -> list[StoredPack]:
-    """``count`` distinct packs of about 1,500 tokens; ``tag`` keeps runs from sharing a cache."""
-    packs = []
-    for index in range(count):
-        body = "".join(
-            f"file {tag}/{index}/{line}.py: def f{line}(x): return x * {line}\n" for line in range(110)
-        )
-        packs.append(
-            StoredPack(
-                fingerprint=uuid.uuid5(uuid.NAMESPACE_URL, f"{tag}-{index}").hex * 2,
-                format_version="test/1",
-                system="You answer questions about the repository.",
-                prefix=f"<repository {tag}-{index}>\n{body}</repository>\n\n",
-                summary={"title": f"{tag}-{index}"},
-            )
-        )
-    return packs
 
 
 def cached_share(backend: Backend, store: Store, packs: list[StoredPack]) -> float:
@@ -78,7 +57,7 @@ def ceiling(vllm_fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> floa
         connect(vllm_fleet.urls[0]) as backend,
         Store.open(tmp_path_factory.mktemp("ceiling")) as store,
     ):
-        return cached_share(backend, store, make_packs("ceiling"))
+        return cached_share(backend, store, make_packs("ceiling", PACKS))
 
 
 @pytest.mark.parametrize(
@@ -101,7 +80,7 @@ def test_a_router_policy_keeps_each_pack_on_one_replica(
     try:
         options = ServerOptions(base_url=server.api_base, router_policy=f"{router}:{policy}")
         with connect(options) as backend, Store.open(tmp_path / "home") as store:
-            share = cached_share(backend, store, make_packs(f"{router}-{policy}"))
+            share = cached_share(backend, store, make_packs(f"{router}-{policy}", PACKS))
             findings = [f for f in diagnose(backend, probe=False).findings if f.setting == "router policy"]
     finally:
         vllm_fleet.stop_routers()
@@ -114,88 +93,6 @@ def test_a_router_policy_keeps_each_pack_on_one_replica(
         # Round robin sends each pack's second round to the other replica, cold.
         assert share < 0.9 * ceiling
         assert findings and findings[0].severity == "warning"
-
-
-def _homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPack], list[StoredPack]]:
-    """Packs whose first replica is ``url``, and packs whose first replica is another."""
-    mine: list[StoredPack] = []
-    others: list[StoredPack] = []
-    index = 0
-    while len(mine) < count or len(others) < count:
-        pack = make_packs(f"kill-{index}", 1)[0]
-        index += 1
-        # A session's affinity key is its pack's fingerprint (see affinity_key).
-        first = rendezvous_order(affinity_key(pack.fingerprint, "unused"), urls)[0]
-        target = mine if first == url else others
-        if len(target) < count:
-            target.append(pack)
-    return mine, others
-
-
-def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(
-    restored_fleet: Fleet, tmp_path: Path
-) -> None:
-    vllm_fleet = restored_fleet
-    urls = vllm_fleet.urls
-    victim = urls[1]
-    mine, others = _homed_on(victim, urls, 2)
-    questions = [f"Question {n}: what does f{n} return?" for n in range(6)]
-    options = ServerOptions(base_url=urls, replica_retry_seconds=1.0)
-    with connect(options) as backend, Store.open(tmp_path / "home") as store:
-        sessions = [
-            Session(backend=backend, pack=pack, store=store, request=RequestOptions(max_tokens=48))
-            for pack in mine + others
-        ]
-        assert [backend.server_for(s.affinity_key).api_url for s in sessions] == [victim] * 2 + [urls[0]] * 2
-        answered = threading.Event()
-        outcomes: dict[int, object] = {}
-
-        def on_answer(_: object) -> None:
-            answered.set()
-
-        def batch(index: int) -> Callable[[], None]:
-            def run() -> None:
-                try:
-                    outcomes[index] = sessions[index].ask_many(questions, concurrency=2, on_answer=on_answer)
-                except Exception as error:  # noqa: BLE001 - the test reports any failure
-                    outcomes[index] = error
-
-            return run
-
-        threads = [threading.Thread(target=batch(i)) for i in range(len(sessions))]
-        for thread in threads:
-            thread.start()
-        assert answered.wait(timeout=300)
-        vllm_fleet.kill(1)  # mid-batch: some answers stored, others in flight or not sent
-        for thread in threads:
-            thread.join(timeout=600)
-        failures = [o for o in outcomes.values() if isinstance(o, BaseException)]
-        assert failures == []
-        assert not {r.api_url: r.up for r in backend.replicas}[victim]
-
-        # The store is the judge: each batch has every question answered once.
-        for session in sessions:
-            rows = store.database.query(
-                "SELECT t.question, t.request_id FROM turns t JOIN sessions s ON s.id = t.session_id "
-                "WHERE s.parent_id = ?",
-                (session.id,),
-            )
-            assert sorted(row["question"] for row in rows) == sorted(questions)
-            ids = [row["request_id"] for row in rows]
-            assert len(set(ids)) == len(ids) == len(questions)
-        served = store.database.query("SELECT base_url, COUNT(*) AS n FROM requests GROUP BY base_url")
-        assert {row["base_url"] for row in served} <= set(urls)
-
-        vllm_fleet.restart(1)
-        time.sleep(1.5)  # past replica_retry_seconds: the next request tries it again
-        for session in sessions[:2]:
-            session.ask("Back home: what does f1 return?")
-        assert all(r.up for r in backend.replicas)
-        homes = store.database.query(
-            "SELECT r.base_url FROM requests r JOIN turns t ON t.request_id = r.id "
-            "WHERE t.question = 'Back home: what does f1 return?'"
-        )
-        assert [row["base_url"] for row in homes] == [victim, victim]
 
 
 def _job_folders(root: Path, count: int) -> list[Path]:

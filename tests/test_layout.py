@@ -9,6 +9,7 @@ TYPE_CHECKING:`` are left out, since they never run.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,6 +38,12 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py")) if "standins" not in path.parts}
+
+
+@functools.cache
+def _tree(name: str) -> ast.Module:
+    """Module ``name`` parsed, once for every test here (the exports test asks for some hundreds of times)."""
+    return ast.parse(MODULES[name].read_text(encoding="utf-8"), filename=str(MODULES[name]))
 
 
 def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -76,9 +83,10 @@ def _resolve(module: str, node: ast.Import | ast.ImportFrom) -> Iterator[str]:
 
 def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        graph[name] = {target for node in _runtime_imports(tree) for target in _resolve(name, node)} - {name}
+    for name in MODULES:
+        graph[name] = {
+            target for node in _runtime_imports(_tree(name)) for target in _resolve(name, node)
+        } - {name}
     return graph
 
 
@@ -135,7 +143,7 @@ def test_each_library_is_imported_in_its_one_home() -> None:
     strays: list[str] = []
     for name, path in MODULES.items():
         relative = path.relative_to(ROOT).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(name)):
             if isinstance(node, ast.Import):
                 roots = {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
@@ -150,8 +158,7 @@ def test_each_library_is_imported_in_its_one_home() -> None:
 
 def _imported_names(name: str) -> Iterator[tuple[str, str, int]]:
     """(module, name, line) of each name that module ``name`` imports from another longctx module."""
-    path = MODULES[name]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(_tree(name)):
         if not isinstance(node, ast.ImportFrom) or node.level or node.module not in MODULES:
             continue
         for alias in node.names:
@@ -160,7 +167,7 @@ def _imported_names(name: str) -> Iterator[tuple[str, str, int]]:
 
 
 def _exported(module: str) -> set[str] | None:
-    for node in ast.parse(MODULES[module].read_text(encoding="utf-8")).body:
+    for node in _tree(module).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
         ):
@@ -205,10 +212,10 @@ ENVIRONMENT_READERS = {
 
 def test_config_is_the_only_reader_of_longctx_settings() -> None:
     strays: list[str] = []
-    for name, path in MODULES.items():
+    for name in MODULES:
         if name in ("longctx.config", *ENVIRONMENT_READERS) or name.startswith("longctx.testing"):
             continue
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(name)):
             text = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.keyword)) else ""
             if isinstance(node, ast.Attribute) and text in ("os.environ", "os.getenv"):
                 strays.append(f"{name}:{node.lineno} reads {text}")

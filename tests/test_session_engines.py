@@ -36,8 +36,13 @@ from longctx.testing import LocalServer, TinyModel
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
-def text_pack(chars: int = 40_000) -> StoredPack:
-    """A pack-shaped prefix of standard-library text, unique per call (cold first request)."""
+def text_pack(chars: int = 20_000) -> StoredPack:
+    """A pack-shaped prefix of standard-library text, unique per call (cold first request).
+
+    20,000 characters are about 5,000 tokens: past SGLang's 4,096-token prefill chunk and many of
+    vLLM's 128-token blocks, which is all the cache tests need; 40,000 proved nothing more and cost
+    the prefills twice.
+    """
     body = (STDLIB / "argparse.py").read_text()[:chars]
     nonce = uuid.uuid4().hex
     return StoredPack(
@@ -125,7 +130,7 @@ def test_every_dispatch_caches_the_prefix_for_a_batch_larger_than_its_concurrenc
     followers = sorted(answer.usage.cached_tokens or 0 for answer in batch)[1:]
     if engine_server.name == "sglang" and dispatch == "together":
         # Measured: SGLang's siblings sent with the lead read only the lead's prefilled chunks
-        # (8,192 of 10,004) and prefill the rest again, which is why auto does not pick
+        # (8,192 of a 10,004-token pack) and prefill the rest again, which is why auto does not pick
         # together there. The refills, sent once a slot frees, still read the whole prefix.
         refills = len(questions) - 3
         assert all(cached >= reachable for cached in followers[-refills:]), (followers, reachable)
@@ -246,7 +251,7 @@ def test_a_cache_salt_keeps_sessions_apart(backend: Backend, store: Store) -> No
         "same prefix again?"
     )
     assert salted.usage.cached_tokens == 0
-    assert plain.usage.cached_tokens and plain.usage.cached_tokens > 8000
+    assert plain.usage.cached_tokens and plain.usage.cached_tokens > 4000
 
 
 def test_stored_history_is_what_the_template_renders(

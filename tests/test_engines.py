@@ -21,8 +21,13 @@ from longctx.testing import EngineHarness, LocalServer, TinyModel, build_tiny_mo
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
-def long_document(min_chars: int = 48_000) -> str:
-    """Standard-library source, headed by a nonce so the first request is cold."""
+def long_document(min_chars: int = 24_000) -> str:
+    """Standard-library source, headed by a nonce so the first request is cold.
+
+    24,000 characters are about 6,000 tokens: two of SGLang's 4,096-token prefill chunks and
+    dozens of vLLM's 128-token blocks (48,000 cost each engine twice the prefill and showed
+    nothing more).
+    """
     parts = [f"# document {uuid.uuid4()}\n"]
     for name in ("typing.py", "dataclasses.py", "argparse.py"):
         parts.append((STDLIB / name).read_text())
@@ -60,7 +65,7 @@ def test_second_request_reuses_the_shared_prefix_and_a_salt_isolates_it(
         tokenize_messages(engine_server, tiny_model, [{"role": "user", "content": first}]),
         tokenize_messages(engine_server, tiny_model, [{"role": "user", "content": second}]),
     )
-    assert shared >= 8192, f"the shared prefix is only {shared} tokens"
+    assert shared >= 4096, f"the shared prefix is only {shared} tokens"
 
     cold = chat(engine_server, tiny_model, first)
     warm = chat(engine_server, tiny_model, second)

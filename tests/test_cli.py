@@ -57,7 +57,9 @@ def home(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "heapq.py")}
+    # About 6.6k tokens: a real pack of two files, one of them small, so a chat that appends the
+    # edited file appends 1k tokens, not 7.6k (heapq.py, here before, cost that test 11 s on vLLM).
+    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "bisect.py")}
     return committed_repo(tmp_path / "project", {**files, "NOTES.md": f"# notes {uuid.uuid4()}\n"})
 
 
@@ -71,7 +73,7 @@ def test_the_entry_point_is_installed() -> None:
 def test_pack_prints_the_pack_on_stdout_and_counts_on_stderr(repository: Path, home: Path) -> None:
     result = run("pack", str(repository), home=home)
     assert result.returncode == cli.EXIT_OK, result.stderr
-    assert "textwrap.py" in result.stdout and "heapq.py" in result.stdout
+    assert "textwrap.py" in result.stdout and "bisect.py" in result.stdout
     assert "packed 3 documents" in result.stderr and "(estimated)" in result.stderr
     assert "packed 3 documents" not in result.stdout
     again = run("pack", str(repository), home=home)
@@ -127,7 +129,8 @@ def test_pack_json_is_only_json(repository: Path, home: Path) -> None:
     assert result.returncode == 0
     data = json.loads(result.stdout)
     assert data["pack"]["document_count"] == 3
-    assert {entry["path"] for entry in data["manifest"]["entries"]} >= {"textwrap.py", "heapq.py", "NOTES.md"}
+    paths = {entry["path"] for entry in data["manifest"]["entries"]}
+    assert paths >= {"textwrap.py", "bisect.py", "NOTES.md"}
 
 
 def test_exit_code_usage(home: Path) -> None:
@@ -215,7 +218,7 @@ def server_env(vllm_server: LocalServer) -> dict[str, str]:
 
 def test_ask_prints_only_the_answer(repository: Path, home: Path, server_env: dict[str, str]) -> None:
     result = run(
-        "ask", str(repository), "What does heapq provide?", "--max-tokens", "12", home=home, env=server_env
+        "ask", str(repository), "What does bisect provide?", "--max-tokens", "12", home=home, env=server_env
     )
     assert result.returncode == 0, result.stderr
     store = Store.open(home)
@@ -236,7 +239,7 @@ def test_ask_json(repository: Path, home: Path, server_env: dict[str, str]) -> N
 
 def test_batch_and_report(repository: Path, tmp_path: Path, home: Path, server_env: dict[str, str]) -> None:
     questions = tmp_path / "questions.txt"
-    questions.write_text("What is textwrap for?\nWhat is heapq for?\n\nWhich is longer?\nAny bugs?\n")
+    questions.write_text("What is textwrap for?\nWhat is bisect for?\n\nWhich is longer?\nAny bugs?\n")
     result = run(
         "batch",
         str(repository),
@@ -425,14 +428,14 @@ def test_chat_appends_a_file_edited_between_turns(
 ) -> None:
     process = _popen("chat", str(repository), "--max-tokens", "4", home=home, env=server_env)
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
-    process.stdin.write("What does heapq do?\n")
+    process.stdin.write("What does bisect do?\n")
     process.stdout.readline()  # the first answer
     marker = f"EDITED_{uuid.uuid4().hex}"
-    (repository / "heapq.py").write_text((repository / "heapq.py").read_text() + f"# {marker}\n")
+    (repository / "bisect.py").write_text((repository / "bisect.py").read_text() + f"# {marker}\n")
     process.stdin.write("What changed?\n\n")
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
-    assert "turn 1:" in stderr and "appended 1 changed file (heapq.py changed)" in stderr
+    assert "turn 1:" in stderr and "appended 1 changed file (bisect.py changed)" in stderr
     store = Store.open(home)
     session = store.sessions.sessions()[0]
     turns = store.sessions.turns(session.id)
@@ -520,7 +523,7 @@ def test_chat_warms_its_pack_while_the_first_question_is_typed(
         assert process.stdin is not None and process.stdout is not None
         # The user types the first question while the warm request (the whole pack) is at the server.
         _wait_until_queried(backend, url, before + 2_000, process)
-    process.stdin.write("What does heapq provide?\n")
+    process.stdin.write("What does bisect provide?\n")
     first = json.loads(process.stdout.readline())
     process.stdin.write("\n")
     _, stderr = process.communicate(timeout=300)

@@ -38,7 +38,7 @@ MODEL_ID = "longctx-test"
 
 @pytest.fixture
 def repository(tmp_path: Path) -> Path:
-    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "heapq.py")}
+    files = {name: (STDLIB / name).read_text() for name in ("textwrap.py", "bisect.py")}
     return committed_repo(tmp_path / "project", {**files, "NOTES.md": f"# notes {uuid.uuid4()}\n"})
 
 
@@ -130,7 +130,7 @@ def test_a_second_question_over_the_fragment_is_served_from_vllms_cache(
     write_models(llm_home, tiny_model.served_name, vllm_server.api_base)
     with connect(vllm_server.api_base) as backend:
         block = backend.info.cache_block_tokens or 1
-    questions = ["What does textwrap.dedent do?", "Which file defines heappush?"]
+    questions = ["What does textwrap.dedent do?", "Which file defines insort?"]
     # The most a cache of whole blocks can hold for the second question: the tokens both prompts share.
     content = str(load_fragment(str(repository)))
     shared = common_prefix_length(
@@ -146,7 +146,7 @@ def test_a_second_question_over_the_fragment_is_served_from_vllms_cache(
     hits_before = prefix_cache_hits(vllm_server)
     run_llm("-m", MODEL_ID, "-f", fragment, "-o", "max_tokens", "8", questions[1])
     hits_after = prefix_cache_hits(vllm_server)
-    run_llm("-c", "-o", "max_tokens", "8", "And heappop?")
+    run_llm("-c", "-o", "max_tokens", "8", "And bisect_left?")
 
     entries = json.loads(run_llm("logs", "--json", "-n", "3").stdout)
     # llm lists the newest last.

@@ -33,7 +33,7 @@ ENTRY_POINT = Path(sys.executable).parent / "longctx"
 TOOLS = {"ask", "ask_many", "show_pack", "savings"}
 
 
-def make_repository(root: Path, names: tuple[str, ...] = ("textwrap.py", "heapq.py")) -> Path:
+def make_repository(root: Path, names: tuple[str, ...] = ("textwrap.py", "bisect.py")) -> Path:
     """A git repository of standard-library files, with a nonce so its pack is new to the server."""
     files: dict[str, str | bytes] = {name: (STDLIB / name).read_text() for name in names}
     files |= {"NOTES.md": f"# notes {uuid.uuid4()}\n", "logo.bin": bytes(range(256)) * 4}
@@ -138,7 +138,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
             assert all(tool.description and tool.input_schema for tool in listed.tools)
 
             asked: list[dict[str, Any]] = []
-            for question in ("What does textwrap.dedent do?", "And fill?", "Which file defines heappush?"):
+            for question in ("What does textwrap.dedent do?", "And fill?", "Which file defines insort?"):
                 result = await client.call_tool("ask", {"path": str(repository), "question": question})
                 asked.append(data_of(result))
             pack_tokens = asked[0]["pack_tokens"]
@@ -183,7 +183,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
             assert sorted([first_other["turn"], second_other["turn"]]) == [0, 1]
 
             shown = data_of(await client.call_tool("show_pack", {"path": str(repository)}))
-            assert {doc["path"] for doc in shown["documents"]} == {"textwrap.py", "heapq.py", "NOTES.md"}
+            assert {doc["path"] for doc in shown["documents"]} == {"textwrap.py", "bisect.py", "NOTES.md"}
             assert shown["skipped"] == [{"path": "logo.bin", "reason": "binary"}]
             assert shown["skipped_by_reason"] == {"binary": 1}
             assert shown["pack_tokens"] == pack_tokens and not shown["estimated"]
@@ -195,7 +195,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                     "ask",
                     {
                         "path": str(repository),
-                        "question": "Start over: what is heapq?",
+                        "question": "Start over: what is bisect?",
                         "new_conversation": True,
                     },
                 )

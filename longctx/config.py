@@ -377,7 +377,17 @@ class RequestOptions(OptionFields):
         help="How sibling questions go out: all together, the lead's first token first,"
         " the lead's admission first, or what was measured fastest for the engine.",
     )
-    reserved_question_tokens: int = option(DEFAULT_RESERVED_QUESTION_TOKENS, check=not_negative, load=int)
+    reserved_question_tokens: int = option(
+        DEFAULT_RESERVED_QUESTION_TOKENS,
+        check=not_negative,
+        load=int,
+        flag="--reserved-question-tokens",
+        value_type="int",
+        minimum=0,
+        show_default=True,
+        help="Room kept in the window, besides the answer, for the questions and turns after the pack"
+        " (the pack gets the rest).",
+    )
     extra_body: Mapping[str, Any] = option(default_factory=dict, check=as_dict, load=stored_dict)
     follow_changes: bool = option(
         True,

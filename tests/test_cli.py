@@ -24,6 +24,7 @@ from longctx import cli
 from longctx.backends.base import Backend, connect
 from longctx.store import Store
 from longctx.testing import LocalServer
+from longctx.testing.servers import CONTEXT_LENGTH
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 ENTRY_POINT = Path(sys.executable).parent / "longctx"
@@ -576,36 +577,46 @@ def test_a_chat_killed_after_its_warm_start_and_before_a_question_leaves_no_sess
     assert missing.returncode != 0 and session_id in missing.stderr
 
 
+RESERVED = 18_000
+
+
 def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
     tmp_path: Path, home: Path, engine_server: LocalServer
 ) -> None:
     root = tmp_path / "big"
     root.mkdir()
-    # About 137 KB, 35k tokens: over the 32k-token window, and two shards that
-    # fit SGLang's 40k-token pool together (so the batch finds both cached).
-    for name in ("dataclasses.py", "enum.py"):
+    # About 18k tokens, over the prompt budget the project's config leaves: the server's 32k-token
+    # window less 18,000 tokens kept for questions and turns. The budget is longctx's rule, the
+    # window and the counts are the server's: the paths are those of a repository over the whole
+    # window, at half its prefill (37k tokens took SGLang's CPU build 31 s here). Two shards that
+    # fit SGLang's 40k-token pool together, so the batch finds both cached.
+    for name in ("textwrap.py", "heapq.py", "shlex.py", "fnmatch.py"):
         (root / name).write_text((STDLIB / name).read_text())
     (root / "NOTES.md").write_text(f"# notes {uuid.uuid4()}\n")
+    # The project's file, read from the folder the commands run in, as a user's would be.
+    (root / ".longctx.toml").write_text(f"reserved_question_tokens = {RESERVED}\n")
     env = {"LONGCTX_BASE_URL": engine_server.api_base}
-    refused = run("ask", str(root), "What is defined here?", "--max-tokens", "8", home=home, env=env)
+    refused = run("ask", ".", "What is defined here?", "--max-tokens", "8", home=home, env=env, cwd=root)
     assert refused.returncode == cli.EXIT_TOO_LONG, refused.stderr
     assert "--shard" in refused.stderr
     answered = run(
-        "ask", str(root), "What is defined here?", "--max-tokens", "8", "--shard", "--json",
-        home=home, env=env,
+        "ask", ".", "What is defined here?", "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env, cwd=root,
     )  # fmt: skip
     assert answered.returncode == cli.EXIT_OK, answered.stderr
     data = json.loads(answered.stdout)
     shards = len(data["shard_answers"])
     assert shards >= 2 and f"map-reduce over {shards} shards" in answered.stderr
-    assert all(answer["usage"]["prompt_tokens"] < 32768 for answer in data["shard_answers"])
+    # Each shard within the budget (the window less the answer and the reserve), with its question.
+    budget = CONTEXT_LENGTH - 8 - RESERVED
+    assert all(answer["usage"]["prompt_tokens"] < budget + 64 for answer in data["shard_answers"]), data
     purposes = [line["purpose"] for line in data["report"]["requests"]]
     assert purposes.count("reduce") == 1 and len(purposes) == shards + 1
     questions = tmp_path / "questions.txt"
     questions.write_text("What is defined here?\nWhat is exported?\n")
     batch = run(
-        "batch", str(root), "--questions", str(questions), "--max-tokens", "8", "--shard", "--json",
-        home=home, env=env,
+        "batch", ".", "--questions", str(questions), "--max-tokens", "8", "--shard", "--json",
+        home=home, env=env, cwd=root,
     )  # fmt: skip
     assert batch.returncode == cli.EXIT_OK, batch.stderr
     answers = json.loads(batch.stdout)["answers"]

@@ -33,6 +33,7 @@ from longctx.testing.environments import EngineEnvironment
 from longctx.testing.model import TinyModel
 
 __all__ = [
+    "CONTEXT_LENGTH",
     "LocalServer",
     "find_free_port",
     "port_is_free",

@@ -25,7 +25,7 @@ from longctx.backends.routers import parse_workers
 from longctx.config import RequestOptions
 from longctx.report import CounterCheck
 from longctx.serving.doctor import diagnose
-from longctx.sessions import Session
+from longctx.sessions import Session, resume
 from longctx.sessions.counters import combine_checks
 from longctx.store import CounterCheckRecord, Store, StoredPack
 
@@ -176,7 +176,7 @@ def test_a_router_whose_workers_cannot_be_reached_skips_the_check_and_says_why(t
 
 
 def test_a_sessions_report_says_why_its_turns_and_batches_were_not_checked(tmp_path: Path) -> None:
-    """The store keeps the checks made; why one was skipped reaches the session's report too."""
+    """Why a check was skipped reaches the session's report, and is stored: a resumed session's says it."""
     fleet = FakeFleet(workers_reachable=False)
     fleet_route = fleet.route
 
@@ -200,8 +200,13 @@ def test_a_sessions_report_says_why_its_turns_and_batches_were_not_checked(tmp_p
         session.ask("one?")
         session.ask_many(["two?", "three?"])
         check = session.report().counter_check
+        session.close()
+        # A new process's view: `longctx report` resumes the session from the store.
+        resumed = resume(session.id, store=store).report().counter_check
+        assert len(store.sessions.counter_skips([session.id])) == 1  # the same note, kept once
     assert check is not None and check.matches is None and check.server_delta is None
     assert check.note.count("http://w1:8000") == 1 and "cannot be read" in check.note, check.note
+    assert resumed == check
     _no_negative(check)
 
 

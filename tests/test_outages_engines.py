@@ -48,7 +48,7 @@ from engine_helpers import packs_homed_on
 
 from longctx.backends.base import connect
 from longctx.config import RequestOptions, ServerOptions
-from longctx.sessions import Session
+from longctx.sessions import Session, resume
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 from longctx.testing.fleet import Fleet
@@ -336,3 +336,16 @@ def test_a_replica_killed_mid_batch_loses_no_answer_and_gets_its_packs_back(kill
         "WHERE t.question = 'Back home: what does f1 return?'"
     )
     assert [row["base_url"] for row in homes] == [urls[VICTIM], urls[VICTIM]]
+    # The counters agree with every session: the requests that failed over joined the survivor's
+    # window first, so they count there as this process's (before, the survivor's sessions saw
+    # them as other traffic: "16,128 tokens more"). The victim gave no check (it died in the
+    # window), and its sessions' reports say so. A report read back from the store (`longctx
+    # report`, a new process) is the one the session gave.
+    for index, session in enumerate(kill.sessions):
+        live = session.report().counter_check
+        print(f"session {session.id}: counter check {live}")
+        assert live is not None and live.matches is True, live
+        if index < 2:
+            assert f"{urls[VICTIM]} could not be read after the window" in live.note, live
+        with resume(session.id, store=store) as resumed:
+            assert resumed.report().counter_check == live

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import pytest
@@ -21,7 +22,9 @@ from longctx.config import DEFAULT_AFFINITY_HEADERS, RequestOptions, ServerOptio
 from longctx.errors import ServerUnreachable
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
-from longctx.store import Store
+from longctx.sessions.answers import request_record
+from longctx.sessions.counters import CounterSnapshot, combine_checks
+from longctx.store import RequestRecord, Store
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(3)]
 
@@ -119,6 +122,70 @@ def test_a_down_replica_is_not_tried_again_before_its_wait() -> None:
     for key in victim_keys:
         assert ask(backend, key) != URLS[0]
     assert fleet.paths[(URLS[0], "/v1/chat/completions")] == 0
+
+
+def _asked(backend: Backend, key: str, session_id: str, times: int, **hooks: Any) -> list[RequestRecord]:
+    """``times`` requests over the same prompt for ``key`` (the later ones read it from the cache)."""
+    request = ChatRequest(messages=({"role": "user", "content": f"{key} " * 40},), affinity_key=key)
+    return [
+        request_record(backend.complete(request, **hooks), session_id=session_id, batch_id=None,
+                       purpose="turn", ended_at=time.time())
+        for _ in range(times)
+    ]  # fmt: skip
+
+
+WENT_AWAY = "could not be read after the window (it went away, or stopped answering /metrics)"
+
+
+@pytest.mark.parametrize("survivor_busy", [True, False], ids=["survivor-window-open", "survivor-idle"])
+def test_requests_that_fail_over_are_checked_where_they_land(survivor_busy: bool) -> None:
+    """A call's home replica dies mid-call: its requests join the survivor's counter window first.
+
+    So they count as this process's there, not as other traffic in a
+    window another call has open (a mismatch), nor go unchecked; the
+    dead replica's window says why it gave no check.
+    """
+    fleet = Fleet()
+    backend = fleet.connect(replica_retry_seconds=60)
+    moved_key = KEYS[0]
+    victim, survivor = rendezvous_order(moved_key, URLS)[:2]
+    staying_key = next(key for key in KEYS if rendezvous_order(key, URLS)[0] == survivor)
+    staying = CounterSnapshot.take(backend, staying_key) if survivor_busy else None  # a call still running
+    moved = CounterSnapshot.take(backend, moved_key)
+    fleet.down.add(victim)
+    moved_records = _asked(backend, moved_key, "moved", 2, on_away=moved.follow)
+    assert {r.base_url for r in moved_records} == {survivor}
+    moved_settling = moved.close("moved", None, moved_records)
+    if staying is not None:  # its window settles once both calls have left it
+        staying_settling = staying.close("staying", None, _asked(backend, staying_key, "staying", 2))
+        staying_checks = staying_settling.wait(10)
+    checks = moved_settling.wait(10)
+    if staying is not None:
+        assert staying_checks is not None and checks is not None
+        (staying_check,) = staying_checks
+        assert staying_check.others_reported == checks[0].reported  # the moved requests, as this process's
+        combined = combine_checks(staying_checks)
+        assert combined is not None and combined.matches is True, combined
+    assert checks is not None
+    (moved_check,) = checks
+    assert moved_check.base_url == survivor and moved_check.requests == 2 and moved_check.reported
+    assert moved_settling.notes == (f"no counter check: {victim} {WENT_AWAY}",)
+    check = combine_checks(checks, notes=moved_settling.notes)
+    assert check is not None and check.matches is True and victim in check.note, check
+
+
+def test_requests_answered_where_the_call_reads_no_counter_say_so() -> None:
+    fleet = Fleet()
+    backend = fleet.connect(replica_retry_seconds=60)
+    victim, survivor = rendezvous_order(KEYS[0], URLS)[:2]
+    moved = CounterSnapshot.take(backend, KEYS[0])
+    fleet.down.add(victim)
+    settling = moved.close("moved", None, _asked(backend, KEYS[0], "moved", 1))  # no on_away: not followed
+    assert settling.wait(10) == []
+    assert settling.notes == (
+        f"no counter check: 1 request(s) answered by {survivor}, whose counter this call could not read",
+        f"no counter check: {victim} {WENT_AWAY}",
+    )
 
 
 def test_counters_are_read_only_from_the_replica_that_serves(tmp_path: Path) -> None:

@@ -167,7 +167,25 @@ def test_a_database_of_version_10_gains_the_tier_columns(tmp_path: Path) -> None
         new = next(r for r in store.sessions.requests(session_ids=["s"]) if r.id == "new")
         assert new.usage == usage and new.usage.device_cached_tokens == 20
         assert store.sessions.counter_checks(["s"])[-1] == check
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 11 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_11_gains_the_skipped_checks(tmp_path: Path) -> None:
+    """Migration 12: why a call was not checked is kept, once per session and note, and goes with it."""
+    from longctx.store import CounterSkip
+
+    home = tmp_path / "home"
+    path = _database_at(home, 11, _SESSION_ROW)
+    with Store.open(home) as store:
+        assert store.sessions.counter_skips(["s"]) == []
+        router = CounterSkip("s", "no counter check: http://r/v1 is smg, which lists no healthy worker")
+        restart = CounterSkip("s", "no counter check: http://x/v1 restarted")
+        for skip in (router, restart, router):
+            store.sessions.record_counter_skip(skip)
+        assert store.sessions.counter_skips(["s"]) == [router, restart]
+        store.sessions.delete_session("s")
+        assert store.sessions.counter_skips(["s"]) == []
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 12 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

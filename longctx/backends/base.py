@@ -86,11 +86,15 @@ class DeliveryHooks(TypedDict, total=False):
     ``on_retry``: an attempt failed and will be retried. ``on_admitted``: the
     server accepted the request (its response headers arrived).
     ``on_first_token``: the first token arrived (the prompt is prefilled).
+    ``on_away``: the request is about to go to replica ``url``, not the first
+    of its key's order (that one is down, or failed it); it may block (a
+    counter window opened there before the request is sent).
     """
 
     on_retry: OnRetry
     on_first_token: Callable[[], None]
     on_admitted: Callable[[], None]
+    on_away: Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -276,7 +280,9 @@ class Backend:
         See :class:`DeliveryHooks` for what hears of its progress.
         """
         on_first_token, on_admitted = hooks.get("on_first_token"), hooks.get("on_admitted")
+        on_away = hooks.get("on_away")
         stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
+        home = self._order(stamped.affinity_key)[0].api_url if on_away and len(self._replicas) > 1 else None
         failovers = [0]
 
         def attempt() -> Plan[tuple[Completion, _Replica]]:
@@ -292,6 +298,8 @@ class Backend:
                 tried.add(replica.api_url)
                 try:
                     chat = replica.chat or (yield Io(partial(self._ready, replica)))
+                    if on_away is not None and home is not None and replica.api_url != home:
+                        yield Io(partial(on_away, replica.api_url))
                     outgoing = self._with_body_affinity(stamped, replica)
                     completion = yield chat.sending(outgoing, on_first_token, on_admitted)
                 except ServerUnreachable as error:

@@ -21,6 +21,13 @@ server began it (it leaves its window with nothing reported), and other
 clients' traffic are not in the ledger: they show as a mismatch, and the
 note says so.
 
+Replicas: a call reads only the replica its pack is homed on. A request
+that fails over to another replica makes the call join that replica's
+window before it is sent there (:meth:`CounterSnapshot.follow`, the
+delivery's ``on_away``), so its hits are counted where they land: as this
+process's, not as other traffic in that window. A home replica that cannot
+be read after the window (it went away) gives no check, and the note says so.
+
 Tiers below the GPU (:mod:`longctx.backends.tiers`): the responses count
 a block loaded back from host memory as cached. Where the server counts
 such hits (its profile's ``tiers`` say which metrics), the window records
@@ -40,6 +47,7 @@ import functools
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -49,7 +57,7 @@ from longctx.backends.base import Backend
 from longctx.backends.profiles import CacheCounters
 from longctx.backends.tiers import TierReading
 from longctx.report import CounterCheck
-from longctx.store import CounterCheckRecord, RequestRecord, Store
+from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, Store
 
 __all__ = [
     "CounterSnapshot",
@@ -78,10 +86,17 @@ class CounterSnapshot:
     period, and every check sharing it, from ever settling.
     """
 
-    def __init__(self, periods: Mapping[str, _Period] | None = None, notes: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        periods: Mapping[str, _Period] | None = None,
+        notes: Sequence[str] = (),
+        backend: Backend | None = None,
+    ) -> None:
         # No periods: a snapshot that reads and checks nothing (``notes`` say why, when it could not).
         self._periods = dict(periods or {})
         self._notes = tuple(notes)
+        self._backend = backend  # reads the replicas that requests fail over to
+        self._follow_lock = threading.Lock()
         self._closed = False
 
     @classmethod
@@ -91,7 +106,7 @@ class CounterSnapshot:
         Every request of one key goes to that replica; reading the others
         would cost a ``/metrics`` request per replica and a wait for
         counters that cannot move. A request that fails over to another
-        replica is simply not checked.
+        replica opens a window there first (:meth:`follow`).
         """
         return cls._open(backend, [backend.server_for(affinity_key).api_url])
 
@@ -125,7 +140,23 @@ class CounterSnapshot:
                 periods[url] = period
             elif (note := backend.counter_note(url)) is not None:
                 notes.append(f"no counter check: {note}")
-        return cls(periods, notes)
+        return cls(periods, notes, backend)
+
+    def follow(self, url: str) -> None:
+        """Count this call's requests to replica ``url`` too: join its window now, before one is sent there.
+
+        The delivery's ``on_away`` hook (a request failing over); blocking
+        (it may read the counter). A snapshot that checks nothing follows
+        nowhere. Serialised, so a second request waits for the first's join
+        instead of going out before the counter was read.
+        """
+        with self._follow_lock:
+            if self._closed or not self._periods or url in self._periods:
+                return
+            assert self._backend is not None  # a snapshot with periods was opened on a backend
+            period = _LEDGER.join(self._backend, url)
+            if period is not None:
+                self._periods = {**self._periods, url: period}
 
     def __enter__(self) -> Self:
         return self
@@ -148,22 +179,27 @@ class CounterSnapshot:
             _LEDGER.leave(period, [r for r in records if r.base_url == url])
             for url, period in self._periods.items()
         ]
-        return Settling(session_id, batch_id, shares, self._notes)
+        notes = list(self._notes)
+        elsewhere = Counter(r.base_url for r in records if self._periods and r.base_url not in self._periods)
+        notes += [
+            f"no counter check: {count} request(s) answered by {url}, whose counter this call could not read"
+            for url, count in elsewhere.items()
+        ]
+        return Settling(session_id, batch_id, shares, notes)
 
-    def close_into(
-        self, store: Store, session_id: str, records: Iterable[RequestRecord], skipped: list[str]
-    ) -> PendingCheck:
+    def close_into(self, store: Store, session_id: str, records: Iterable[RequestRecord]) -> PendingCheck:
         """:meth:`close`, and store the checks once they settle, off the caller's path (a turn's).
 
-        Why a server's check was skipped (:attr:`Settling.notes`) goes to ``skipped``, for the
-        session's report: the store keeps only the checks made.
+        The store keeps the checks made and why a server's was skipped
+        (:attr:`Settling.skips`), so the session's report says it after a resume too.
         """
         settling = self.close(session_id, None, records)
 
         def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
             for check in checks:
                 store.sessions.record_counter_check(check)
-            skipped.extend(settling.notes)
+            for skip in settling.skips:
+                store.sessions.record_counter_skip(skip)
             return combine_checks(checks, notes=settling.notes)
 
         return settling.then(keep)
@@ -199,6 +235,11 @@ class Settling:
         """Why a check was skipped: no counter to read, or readings of two processes (once settled)."""
         skipped = (share.period.skipped for share in self._shares if share.period.settled.is_set())
         return self._notes + tuple(dict.fromkeys(note for note in skipped if note))
+
+    @property
+    def skips(self) -> list[CounterSkip]:
+        """:attr:`notes` as the store keeps them, under the call's session."""
+        return [CounterSkip(self._session_id, note) for note in self.notes]
 
     @property
     def counter(self) -> str:
@@ -251,6 +292,7 @@ class _Period:
     settled: threading.Event = field(default_factory=threading.Event)
     #: The server processes the first reading came from (see CacheCounters.started).
     started: tuple[float, ...] = ()
+
     #: Why the period gives no check (its readings came from different processes).
     skipped: str | None = None
 
@@ -419,6 +461,11 @@ class _Ledger:
                         return
                     if period.left != seen:  # one more call came and went: read again
                         continue
+                    if last is None and period.skipped is None:
+                        period.skipped = (
+                            f"no counter check: {period.url} could not be read after the window"
+                            " (it went away, or stopped answering /metrics)"
+                        )
                     period.after = last
                     period.after_tiers = last_tiers
                     if self._periods.get(period.url) is period:

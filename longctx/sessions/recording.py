@@ -4,8 +4,8 @@ The rule and what it buys (a chat killed before its first answer leaves
 nothing) are in docs/api.md ("When a session is stored"). A new session is
 written in the transaction that commits its first turn (for a batch's
 parent, its first sibling's branch) with its pack and what it did before: a
-warm start's request and counter check, which refer to the session and so
-wait for it (those of a session that never asks are lost with it).
+warm start's request and counter check (or why there was none), which refer
+to the session and so wait for it (those of a session that never asks are lost with it).
 Sessions that must be found before they ask (a fork, the parts of a
 sharded session) are written at once by :meth:`Recording.store_now`.
 """
@@ -16,7 +16,15 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from longctx.store import CounterCheckRecord, Opening, RequestRecord, SessionRecord, Store, StoredPack
+from longctx.store import (
+    CounterCheckRecord,
+    CounterSkip,
+    Opening,
+    RequestRecord,
+    SessionRecord,
+    Store,
+    StoredPack,
+)
 
 __all__ = ["Recording"]
 
@@ -33,6 +41,7 @@ class Recording:
         self._stored = stored
         self._requests: list[RequestRecord] = []
         self._checks: list[CounterCheckRecord] = []
+        self._skips: list[CounterSkip] = []
 
     @property
     def stored(self) -> bool:
@@ -51,22 +60,32 @@ class Recording:
         with self._lock:
             return tuple(self._checks)
 
+    @property
+    def pending_skips(self) -> tuple[CounterSkip, ...]:
+        """Why calls kept with :attr:`pending_requests` got no counter check."""
+        with self._lock:
+            return tuple(self._skips)
+
     def keep(
         self,
         store: Store,
         requests: Iterable[RequestRecord] = (),
         checks: Iterable[CounterCheckRecord] = (),
+        skips: Iterable[CounterSkip] = (),
     ) -> None:
         """Store records of requests that answered no turn now, or with the session once it is stored."""
         with self._lock:
             if not self._stored:
                 self._requests.extend(requests)
                 self._checks.extend(checks)
+                self._skips.extend(skips)
                 return
             for request in requests:
                 store.sessions.record_request(request)
             for check in checks:
                 store.sessions.record_counter_check(check)
+            for skip in skips:
+                store.sessions.record_counter_skip(skip)
 
     @contextmanager
     def first_write(self, pack: StoredPack | None, record: SessionRecord) -> Iterator[Opening | None]:
@@ -79,10 +98,11 @@ class Recording:
             if self._stored:
                 yield None
                 return
-            yield Opening(pack, record, tuple(self._requests), tuple(self._checks))
+            yield Opening(pack, record, tuple(self._requests), tuple(self._checks), tuple(self._skips))
             self._stored = True
             self._requests.clear()
             self._checks.clear()
+            self._skips.clear()
 
     def store_now(self, store: Store, pack: StoredPack | None, record: SessionRecord) -> None:
         """Write the session before any turn (a fork's parent, a sharded session's parts); idempotent."""

@@ -254,8 +254,6 @@ class Session(Conversation):
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see sessions/counters.py).
         self._pending_checks: list[PendingCheck] = []
-        # Why a counter check of this session's calls was skipped (a router's unreadable workers...).
-        self._skipped_checks: list[str] = []
         self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
     # -- lifecycle ------------------------------------------------------------
@@ -432,7 +430,7 @@ class Session(Conversation):
         request = self._chat_request(WARM_QUESTION, self._turns, 1)
         return WarmPlan(
             self.backend, self.store, record, request, has_history=bool(self._turns),
-            keep=lambda warm, checks: self._recording.keep(self.store, [warm], checks),
+            keep=lambda warm, checks, skips: self._recording.keep(self.store, [warm], checks, skips),
         )  # fmt: skip
 
     def stop_following(self) -> None:
@@ -510,12 +508,10 @@ class Session(Conversation):
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
             )
             with (yield Io(opened)) as snapshot:
-                sent = yield from self.backend.delivery(request)
+                sent = yield from self.backend.delivery(request, on_away=snapshot.follow)
                 committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
                 self._token_history.answered(request, sent.completion, len(self._turns))
-                self._pending_checks.append(
-                    snapshot.close_into(self.store, record.id, [committed.request], self._skipped_checks)
-                )
+                self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
                 yield from self.plan_canary()
             return committed.answer
@@ -634,6 +630,7 @@ class Session(Conversation):
                     sent, batch.questions[index], batch.batch_id, changes, keys[index] if keys else None
                 ),
                 on_answer=options.get("on_answer"),
+                on_away=snapshot.follow,
             )
             finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
         if self.canaries.due(len(questions)):
@@ -657,8 +654,7 @@ class Session(Conversation):
         keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
 
         def kept(checks: list[CounterCheckRecord]) -> None:
-            keep(self.store, checks=checks)
-            self._skipped_checks.extend(settling.notes)
+            keep(self.store, checks=checks, skips=settling.skips)
 
         check = counters.batch_check(settling, kept, self._pending_checks)
         if outcome.failures:
@@ -701,6 +697,8 @@ class Session(Conversation):
         # A session not stored yet still reports what it did (its warm start).
         records = [*self.store.sessions.requests(session_ids=ids), *self._recording.pending_requests]
         checks = [*self.store.sessions.counter_checks(ids), *self._recording.pending_checks]
+        skipped = [skip.note for skip in self.store.sessions.counter_skips(ids)]
+        skipped += [skip.note for skip in self._recording.pending_skips]
         notes = [
             f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
             + ", ".join(sorted(turn.file_changes)[:5])
@@ -722,7 +720,7 @@ class Session(Conversation):
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
-            counter_check=counters.combine_checks(checks, notes=tuple(dict.fromkeys(self._skipped_checks))),
+            counter_check=counters.combine_checks(checks, notes=tuple(dict.fromkeys(skipped))),
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,

@@ -182,19 +182,21 @@ def dispatched(
     dispatch: Dispatch,
     commit: Callable[[Sent, int], Committed],
     on_answer: Callable[[Answer], None] | None = None,
+    on_away: Callable[[str], None] | None = None,
 ) -> Plan[Outcome]:
     """The plan that sends ``batch``'s requests as ``dispatch`` says and commits each answer.
 
     Every request is sent even when one fails; the failures are returned,
     not raised, so the caller can store what was answered first. ``commit``
     (blocking: it writes the store) runs as each answer arrives, then
-    ``on_answer`` hears of it.
+    ``on_answer`` hears of it. ``on_away`` is each delivery's
+    (:class:`~longctx.backends.base.DeliveryHooks`): a request leaving its home replica.
     """
     gate = None if dispatch.strategy == "together" else Gate()
 
     def sibling(index: int) -> Callable[[], Plan[Committed]]:
         def plan() -> Plan[Committed]:
-            hooks: DeliveryHooks = {}
+            hooks: DeliveryHooks = {} if on_away is None else {"on_away": on_away}
             if index == 0 and gate is not None:
                 hooks["on_first_token" if dispatch.strategy == "lead" else "on_admitted"] = gate.open
             sent = yield from backend.delivery(batch.requests[index], **hooks)

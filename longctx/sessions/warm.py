@@ -28,7 +28,7 @@ from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.answers import request_record
 from longctx.sessions.counters import CounterSnapshot
-from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
+from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 
 __all__ = [
@@ -60,8 +60,9 @@ class WarmPlan:
     record: SessionRecord
     request: ChatRequest
     has_history: bool
-    keep: Callable[[RequestRecord, Sequence[CounterCheckRecord]], None]
-    """Where the warm request's record and counter checks go (the session stores them with itself)."""
+    keep: Callable[[RequestRecord, Sequence[CounterCheckRecord], Sequence[CounterSkip]], None]
+    """Where the warm request's record, its counter checks and why one was skipped go (the session
+    stores them with itself)."""
 
 
 @dataclass(frozen=True)
@@ -150,13 +151,14 @@ class WarmStart:
                     "and has run since",
                 )
         with CounterSnapshot.take(plan.backend) as snapshot:
-            sent = plan.backend.complete(plan.request)
+            sent = plan.backend.complete(plan.request, on_away=snapshot.follow)
             # Recorded with its counter check, once that settled.
             record = request_record(
                 sent, session_id=plan.record.id, batch_id=None, purpose="warm", ended_at=time.time()
             )
-            checks = snapshot.close(plan.record.id, None, [record]).wait()
-            plan.keep(record, checks or [])
+            settling = snapshot.close(plan.record.id, None, [record])
+            checks = settling.wait()
+            plan.keep(record, checks or [], settling.skips)
         return WarmResult(sent.request_id, sent.completion.usage, why=why)
 
 

@@ -36,6 +36,7 @@ from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.records import (
     CounterCheckRecord,
+    CounterSkip,
     Opening,
     RequestRecord,
     SessionRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "DATABASE_NAME",
     "ContentCaches",
     "CounterCheckRecord",
+    "CounterSkip",
     "Database",
     "Opening",
     "RequestRecord",

@@ -199,6 +199,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE counter_checks ADD COLUMN loaded_bytes INTEGER;
     ALTER TABLE counter_checks ADD COLUMN tier_source TEXT;
     """,
+    # 12: why a call got no counter check (a router whose workers cannot be
+    # read, two server processes behind one URL): the report's note, kept so
+    # a resumed session's report says it too. One row per session and note.
+    """
+    CREATE TABLE counter_skips (
+        id INTEGER PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        note TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        UNIQUE (session_id, note)
+    );
+    """,
 )
 
 

@@ -18,6 +18,7 @@ from longctx.usage import Usage
 
 __all__ = [
     "CounterCheckRecord",
+    "CounterSkip",
     "Opening",
     "RequestRecord",
     "SessionRecord",
@@ -124,6 +125,15 @@ class CounterCheckRecord:
 
 
 @dataclass(frozen=True)
+class CounterSkip:
+    """Why a call of a session got no counter check: the note its report gives (see
+    :func:`longctx.sessions.counters.combine_checks`), kept so a resumed session's report says it too."""
+
+    session_id: str
+    note: str
+
+
+@dataclass(frozen=True)
 class StoredPack:
     """What a session needs of its pack to resume without the original files."""
 
@@ -138,15 +148,16 @@ class StoredPack:
 class Opening:
     """What a new session writes in its first transaction: its pack, its record, what it did before.
 
-    ``requests`` and ``counter_checks`` are those made before the session
-    was stored (a warm start): they refer to the session, so they are
-    written with it (see :mod:`longctx.sessions.recording`).
+    ``requests``, ``counter_checks`` and ``counter_skips`` are those made
+    before the session was stored (a warm start, a batch): they refer to the
+    session, so they are written with it (see :mod:`longctx.sessions.recording`).
     """
 
     pack: StoredPack | None
     session: SessionRecord
     requests: tuple[RequestRecord, ...] = ()
     counter_checks: tuple[CounterCheckRecord, ...] = ()
+    counter_skips: tuple[CounterSkip, ...] = ()
 
 
 @dataclass(frozen=True)

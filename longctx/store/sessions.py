@@ -1,4 +1,4 @@
-"""What the store keeps of sessions: their packs, turns, requests and counter checks.
+"""What the store keeps of sessions: their packs, turns, requests and counter checks (made or skipped).
 
 Every write is one transaction: a turn and the request that produced it are
 committed together after the response arrived, so after a crash a session
@@ -17,6 +17,7 @@ from longctx.errors import SessionNotFound, StoreError
 from longctx.store.db import Database
 from longctx.store.records import (
     CounterCheckRecord,
+    CounterSkip,
     Opening,
     RequestRecord,
     SessionRecord,
@@ -197,6 +198,20 @@ class SessionLog:
         with self._database.transaction() as connection:
             _insert_counter_check(connection, check)
 
+    def record_counter_skip(self, skip: CounterSkip) -> None:
+        """Keep why a call's counter check was not made; a note the session already has is kept once."""
+        with self._database.transaction() as connection:
+            _insert_counter_skip(connection, skip)
+
+    def counter_skips(self, session_ids: Sequence[str]) -> list[CounterSkip]:
+        """Why calls of these sessions were not checked, in the order first recorded."""
+        marks = ",".join("?" * len(session_ids))
+        rows = self._database.query(
+            f"SELECT session_id, note FROM counter_skips WHERE session_id IN ({marks}) ORDER BY id",
+            list(session_ids),
+        )
+        return [CounterSkip(row["session_id"], row["note"]) for row in rows]
+
     def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
         """The counter checks of these sessions, in the order they were recorded."""
         marks = ",".join("?" * len(session_ids))
@@ -254,6 +269,15 @@ def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:
         _insert_request(connection, request)
     for check in opening.counter_checks:
         _insert_counter_check(connection, check)
+    for skip in opening.counter_skips:
+        _insert_counter_skip(connection, skip)
+
+
+def _insert_counter_skip(connection: sqlite3.Connection, skip: CounterSkip) -> None:
+    connection.execute(
+        "INSERT OR IGNORE INTO counter_skips (session_id, note, created_at) VALUES (?, ?, ?)",
+        (skip.session_id, skip.note, time.time()),
+    )
 
 
 def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRecord) -> None:

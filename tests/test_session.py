@@ -294,6 +294,32 @@ def test_a_sharded_session_connects_with_its_api_key(
     assert seen[0].api_key == "sk-test"
 
 
+def test_a_sharded_sessions_report_checks_the_server_counter_over_every_part(
+    backend: Backend, store: Store, tmp_path: Path
+) -> None:
+    """Map steps (overlapping, so sharing a window) and reduces: one check, the same once resumed."""
+    from longctx.corpus import load_corpus
+    from longctx.packing import Budget, ShardedPack, build_pack
+    from longctx.sessions import ShardedSession, resume
+
+    packs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / f"{name}.md").write_text(f"# {name}\n" + f"A line of the {name} part.\n" * 60)
+        packs.append(build_pack(load_corpus(tmp_path / name)))
+    sharded = ShardedPack(tuple(packs), Budget(context_length=32768), "f" * 64)
+    with ShardedSession(tmp_path, backend=backend, store=store, sharded=sharded) as session:
+        session.ask("What is here?")
+        session.ask("And what else?")
+        report = session.report()
+    assert [line.purpose for line in report.requests].count("reduce") == 2
+    check = report.counter_check
+    assert check is not None and check.matches is True, check
+    assert check.reported == report.cached_tokens and check.reported, (check, report)
+    with resume(session.id, backend, store=store) as resumed:
+        assert resumed.report().counter_check == check
+
+
 @pytest.mark.parametrize(
     ("engine", "strategy", "concurrency"),
     [("vllm", "together", 8), ("sglang", "admitted", 8), ("generic", "lead", 4)],

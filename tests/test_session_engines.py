@@ -445,6 +445,11 @@ def test_map_reduce_over_shards_caches_each_shard(backend: Backend, store: Store
     purposes = [line.purpose for line in report.requests]
     assert purposes.count("reduce") == 2
     assert {f"map {i}/{len(sharded.shards)}" for i in range(1, len(sharded.shards) + 1)} <= set(purposes)
+    # The server's counter grew by what every map and reduce request reported (the shards' map
+    # steps overlap, so they share windows: each counted once).
+    check = report.counter_check
+    assert check is not None and check.matches is True and check.reported, check
+    assert check.reported == report.cached_tokens, (check, report)
 
 
 def test_a_file_edited_between_turns_is_appended_and_the_previous_prompt_stays_cached(

@@ -408,10 +408,10 @@ class Session(Conversation):
         # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
-        self._settle_checks()
+        self.settle_checks()
 
-    def _settle_checks(self) -> None:
-        """Wait for the turns' counter checks still in flight (they write to the store)."""
+    def settle_checks(self) -> None:
+        """Wait for the counter checks of this session's calls still in flight (they write to the store)."""
         while self._pending_checks:
             self._pending_checks.pop().wait()
 
@@ -521,7 +521,7 @@ class Session(Conversation):
     def plan_canary(self, options: CanaryOptions | None = None) -> Plan[CanaryResult]:
         """The cache canary on this session's own prefix (:mod:`longctx.sessions.canaries`)."""
         yield Io(self._opened)  # connects, and prepares a corpus session's pack
-        yield Io(self._settle_checks)  # its requests would count in the counter windows still open
+        yield Io(self.settle_checks)  # its requests would count in the counter windows still open
         return (yield from session_canary(self, options))
 
     def canary(self, options: CanaryOptions | None = None) -> CanaryResult:
@@ -692,7 +692,7 @@ class Session(Conversation):
 
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Savings over every request of this session (and of its sibling branches)."""
-        self._settle_checks()
+        self.settle_checks()
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         # A session not stored yet still reports what it did (its warm start).
         records = [*self.store.sessions.requests(session_ids=ids), *self._recording.pending_requests]

@@ -45,6 +45,7 @@ from longctx.sessions.corpus import (
     server_corpus_options,
     shards_for_server,
 )
+from longctx.sessions.counters import combine_checks
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session, served_settings
 from longctx.store import SessionRecord
@@ -114,6 +115,7 @@ class ShardedSession(Conversation):
         self._record: SessionRecord | None = None
         self._shards: tuple[Session, ...] | None = None
         self._reducer: Session | None = None
+        self._reductions: list[Session] = []  # the reducer's forks asked here: their checks may be in flight
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -136,6 +138,17 @@ class ShardedSession(Conversation):
             resources.store.sessions.session(record.settings["reducer"]), resources.borrowed()
         )
         return session
+
+    def _finish(self) -> None:
+        # Its parts share its backend and store: their checks must be written before those close.
+        for part in self._parts():
+            part.settle_checks()
+
+    def _parts(self) -> tuple[Session, ...]:
+        """The sessions this one has asked through: shards, reducer and the reducer's forks."""
+        if self._shards is None or self._reducer is None:
+            return ()
+        return (*self._shards, self._reducer, *self._reductions)
 
     @property
     def shards(self) -> tuple[Session, ...]:
@@ -223,6 +236,7 @@ class ShardedSession(Conversation):
         if len(partial_answers) == 1:
             return dataclasses.replace(partial_answers[0], shard_answers=partial_answers)
         reducer: Session = yield Io(partial(self.reducer.fork, at=0))
+        self._reductions.append(reducer)
         combined = yield from reducer.plan_ask(
             _reduce_prompt(question, partial_answers), max_tokens=max_tokens, purpose="reduce"
         )
@@ -294,14 +308,21 @@ class ShardedSession(Conversation):
         return forked
 
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
-        """Every map and reduce request, shard by shard."""
+        """Every map and reduce request, shard by shard, and the server counters' check over them."""
+        self._finish()
         ids: list[str] = []
         for session in (*self.shards, self.reducer):
             ids.append(session.id)
             if include_branches:
                 ids.extend(session.branch_ids())
-        records = self.store.sessions.requests(session_ids=ids)
-        return build_report(records, title=f"map-reduce over {len(self.shards)} shards", prices=prices)
+        sessions = self.store.sessions
+        skipped = dict.fromkeys(skip.note for skip in sessions.counter_skips(ids))
+        return build_report(
+            sessions.requests(session_ids=ids),
+            title=f"map-reduce over {len(self.shards)} shards",
+            counter_check=combine_checks(sessions.counter_checks(ids), notes=tuple(skipped)),
+            prices=prices,
+        )
 
     def __repr__(self) -> str:
         shards: Any = len(self._shards) if self._shards is not None else "unbuilt"

@@ -19,6 +19,7 @@ EXPORTED = {
     "DATABASE_NAME",
     "ContentCaches",  # the parts of a Store: store.caches, store.sessions, store.blobs, store.database
     "CounterCheckRecord",
+    "CounterSkip",  # why a call got no counter check, kept for the report of a resumed session
     "Database",
     "SessionLog",
     "SnapshotTexts",

@@ -128,7 +128,7 @@ def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp
         shared = CounterCheckRecord(
             "s", None, "http://x/v1", "c", 150, 190, 10, 1, others_reported=30, window_id="w"
         )
-        store.sessions.record_counter_check(shared)
+        store.sessions.record(shared)
         assert store.sessions.counter_checks(["s"]) == [old, shared]
         check = combine_checks(store.sessions.counter_checks(["s"]))
     assert check is not None and check.matches and (check.server_delta, check.reported) == (90, 60)
@@ -158,12 +158,12 @@ def test_a_database_of_version_10_gains_the_tier_columns(tmp_path: Path) -> None
         assert old_check.host_tokens is None and old_check.tier_source is None
         usage = Usage(100, 90, None, 3, None, None, host_cached_tokens=60, external_cached_tokens=10)
         new_request = RequestRecord("new", "s", None, "turn", 1.0, "http://x/v1", "sglang", "m", usage, 1)
-        store.sessions.record_request(new_request)
+        store.sessions.record(new_request)
         check = CounterCheckRecord(
             "s", None, "http://x/v1", "c", 80, 170, 90, 1,
             host_tokens=60, external_tokens=10, loaded_bytes=60 * 64, tier_source="cache_source",
         )  # fmt: skip
-        store.sessions.record_counter_check(check)
+        store.sessions.record(check)
         new = next(r for r in store.sessions.requests(session_ids=["s"]) if r.id == "new")
         assert new.usage == usage and new.usage.device_cached_tokens == 20
         assert store.sessions.counter_checks(["s"])[-1] == check
@@ -180,8 +180,8 @@ def test_a_database_of_version_11_gains_the_skipped_checks(tmp_path: Path) -> No
         assert store.sessions.counter_skips(["s"]) == []
         router = CounterSkip("s", "no counter check: http://r/v1 is smg, which lists no healthy worker")
         restart = CounterSkip("s", "no counter check: http://x/v1 restarted")
-        for skip in (router, restart, router):
-            store.sessions.record_counter_skip(skip)
+        store.sessions.record(router, restart)
+        store.sessions.record(router)
         assert store.sessions.counter_skips(["s"]) == [router, restart]
         store.sessions.delete_session("s")
         assert store.sessions.counter_skips(["s"]) == []

@@ -196,10 +196,7 @@ class CounterSnapshot:
         settling = self.close(session_id, None, records)
 
         def keep(checks: list[CounterCheckRecord]) -> CounterCheck | None:
-            for check in checks:
-                store.sessions.record_counter_check(check)
-            for skip in settling.skips:
-                store.sessions.record_counter_skip(skip)
+            store.sessions.record(*checks, *settling.skips)
             return combine_checks(checks, notes=settling.notes)
 
         return settling.then(keep)

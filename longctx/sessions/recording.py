@@ -80,12 +80,7 @@ class Recording:
                 self._checks.extend(checks)
                 self._skips.extend(skips)
                 return
-            for request in requests:
-                store.sessions.record_request(request)
-            for check in checks:
-                store.sessions.record_counter_check(check)
-            for skip in skips:
-                store.sessions.record_counter_skip(skip)
+            store.sessions.record(*requests, *checks, *skips)
 
     @contextmanager
     def first_write(self, pack: StoredPack | None, record: SessionRecord) -> Iterator[Opening | None]:

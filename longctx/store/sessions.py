@@ -188,20 +188,21 @@ class SessionLog:
 
     # -- requests -----------------------------------------------------------
 
-    def record_request(self, request: RequestRecord) -> None:
-        """Keep a request that answered no turn (a warm start), so the report counts its cost."""
-        with self._database.transaction() as connection:
-            _insert_request(connection, request)
+    def record(self, *records: RequestRecord | CounterCheckRecord | CounterSkip) -> None:
+        """Keep, in one transaction, what a session did besides its turns.
 
-    def record_counter_check(self, check: CounterCheckRecord) -> None:
-        """Keep the server counter's growth over a call's requests."""
+        A request that answered no turn (a warm start: the report counts its
+        cost), the server counter's growth over a call's requests, and why a
+        call's check was not made (a note the session already has is kept once).
+        """
         with self._database.transaction() as connection:
-            _insert_counter_check(connection, check)
-
-    def record_counter_skip(self, skip: CounterSkip) -> None:
-        """Keep why a call's counter check was not made; a note the session already has is kept once."""
-        with self._database.transaction() as connection:
-            _insert_counter_skip(connection, skip)
+            for record in records:
+                if isinstance(record, RequestRecord):
+                    _insert_request(connection, record)
+                elif isinstance(record, CounterCheckRecord):
+                    _insert_counter_check(connection, record)
+                else:
+                    _insert_counter_skip(connection, record)
 
     def counter_skips(self, session_ids: Sequence[str]) -> list[CounterSkip]:
         """Why calls of these sessions were not checked, in the order first recorded."""

@@ -612,6 +612,8 @@ def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
     assert all(answer["usage"]["prompt_tokens"] < budget + 64 for answer in data["shard_answers"]), data
     purposes = [line["purpose"] for line in data["report"]["requests"]]
     assert purposes.count("reduce") == 1 and len(purposes) == shards + 1
+    # The server's counter agrees with every map and reduce request (the maps share a window).
+    assert data["report"]["counter_check"]["matches"] is True, data["report"]
     questions = tmp_path / "questions.txt"
     questions.write_text("What is defined here?\nWhat is exported?\n")
     batch = run(
@@ -619,8 +621,11 @@ def test_ask_and_batch_with_shard_answer_a_repository_over_the_window(
         home=home, env=env, cwd=root,
     )  # fmt: skip
     assert batch.returncode == cli.EXIT_OK, batch.stderr
-    answers = json.loads(batch.stdout)["answers"]
+    result = json.loads(batch.stdout)
+    answers = result["answers"]
     assert [answer["question"] for answer in answers] == ["What is defined here?", "What is exported?"]
+    check = result["report"]["counter_check"]
+    assert check["matches"] is True and check["reported"] == result["report"]["cached_tokens"], check
     # The same shards as the ask: each shard's prefix is read from the cache.
     for answer in answers:
         for shard_answer in answer["shard_answers"]:

@@ -311,8 +311,14 @@ def test_a_sharded_sessions_report_checks_the_server_counter_over_every_part(
     with ShardedSession(tmp_path, backend=backend, store=store, sharded=sharded) as session:
         session.ask("What is here?")
         session.ask("And what else?")
+        batch = session.ask_many(["One?", "Two?"])
         report = session.report()
-    assert [line.purpose for line in report.requests].count("reduce") == 2
+    # The batch's own report: its shards' sibling batches and its reduces, nothing earlier.
+    batch_check = batch.report.counter_check
+    assert batch_check is not None and batch_check.matches is True, batch_check
+    assert batch_check.reported == batch.report.cached_tokens and batch_check.reported, batch.report
+    assert [line.purpose for line in batch.report.requests].count("reduce") == 2
+    assert [line.purpose for line in report.requests].count("reduce") == 4
     check = report.counter_check
     assert check is not None and check.matches is True, check
     assert check.reported == report.cached_tokens and check.reported, (check, report)

@@ -180,9 +180,11 @@ def test_a_database_of_version_11_gains_the_skipped_checks(tmp_path: Path) -> No
         assert store.sessions.counter_skips(["s"]) == []
         router = CounterSkip("s", "no counter check: http://r/v1 is smg, which lists no healthy worker")
         restart = CounterSkip("s", "no counter check: http://x/v1 restarted")
-        store.sessions.record(router, restart)
-        store.sessions.record(router)
-        assert store.sessions.counter_skips(["s"]) == [router, restart]
+        # Every turn behind the router says the same: kept once. Two batches' notes are each kept.
+        first, second = CounterSkip("s", restart.note, "b1"), CounterSkip("s", restart.note, "b2")
+        store.sessions.record(router, restart, first)
+        store.sessions.record(router, second, first)
+        assert store.sessions.counter_skips(["s"]) == [router, restart, first, second]
         store.sessions.delete_session("s")
         assert store.sessions.counter_skips(["s"]) == []
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 12 == len(MIGRATIONS)

@@ -236,7 +236,7 @@ class Settling:
     @property
     def skips(self) -> list[CounterSkip]:
         """:attr:`notes` as the store keeps them, under the call's session."""
-        return [CounterSkip(self._session_id, note) for note in self.notes]
+        return [CounterSkip(self._session_id, note, self._batch_id) for note in self.notes]
 
     @property
     def counter(self) -> str:

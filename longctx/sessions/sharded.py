@@ -48,7 +48,7 @@ from longctx.sessions.corpus import (
 from longctx.sessions.counters import combine_checks
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session, served_settings
-from longctx.store import SessionRecord
+from longctx.store import CounterCheckRecord, CounterSkip, SessionRecord
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 
@@ -276,11 +276,24 @@ class ShardedSession(Conversation):
         return batch
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
+        self._finish()  # the shards' batch checks and the reduces' turn checks are written
         ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
-        records = self.store.sessions.requests(session_ids=ids)
+        sessions = self.store.sessions
+        records = sessions.requests(session_ids=ids)
+        # The shards' batches are checked under each shard (with the batch's id); the reduces,
+        # each a fork of the reducer, under their own ids.
+        batches = {record.batch_id for record in records if record.batch_id is not None}
+        owners = [*ids, *(shard.id for shard in self.shards)]
+
+        def ours(check: CounterCheckRecord | CounterSkip) -> bool:
+            return check.session_id in ids or check.batch_id in batches
+
+        checks = [check for check in sessions.counter_checks(owners) if ours(check)]
+        skipped = dict.fromkeys(skip.note for skip in sessions.counter_skips(owners) if ours(skip))
+        title = f"batch of {len(answers)} questions over {len(self.shards)} shards"
         return Batch(
             answers,
-            build_report(records, title=f"batch of {len(answers)} questions over {len(self.shards)} shards"),
+            build_report(records, title=title, counter_check=combine_checks(checks, notes=tuple(skipped))),
         )
 
     # -- branches and reports -------------------------------------------------

@@ -200,16 +200,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE counter_checks ADD COLUMN tier_source TEXT;
     """,
     # 12: why a call got no counter check (a router whose workers cannot be
-    # read, two server processes behind one URL): the report's note, kept so
-    # a resumed session's report says it too. One row per session and note.
+    # read, two server processes behind one URL, a replica that died): the
+    # report's note, kept so a resumed session's report says it too. One row
+    # per session, batch and note (a note repeated by every turn is kept once).
     """
     CREATE TABLE counter_skips (
         id INTEGER PRIMARY KEY,
         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        batch_id TEXT,
         note TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        UNIQUE (session_id, note)
+        created_at REAL NOT NULL
     );
+    CREATE UNIQUE INDEX counter_skips_once ON counter_skips(session_id, ifnull(batch_id, ''), note);
     """,
 )
 

@@ -131,6 +131,8 @@ class CounterSkip:
 
     session_id: str
     note: str
+    #: The sibling batch whose check it was, as in :class:`CounterCheckRecord`; None: a turn's.
+    batch_id: str | None = None
 
 
 @dataclass(frozen=True)

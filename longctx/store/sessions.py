@@ -208,10 +208,10 @@ class SessionLog:
         """Why calls of these sessions were not checked, in the order first recorded."""
         marks = ",".join("?" * len(session_ids))
         rows = self._database.query(
-            f"SELECT session_id, note FROM counter_skips WHERE session_id IN ({marks}) ORDER BY id",
+            f"SELECT session_id, note, batch_id FROM counter_skips WHERE session_id IN ({marks}) ORDER BY id",
             list(session_ids),
         )
-        return [CounterSkip(row["session_id"], row["note"]) for row in rows]
+        return [CounterSkip(row["session_id"], row["note"], row["batch_id"]) for row in rows]
 
     def counter_checks(self, session_ids: Sequence[str]) -> list[CounterCheckRecord]:
         """The counter checks of these sessions, in the order they were recorded."""
@@ -276,8 +276,8 @@ def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:
 
 def _insert_counter_skip(connection: sqlite3.Connection, skip: CounterSkip) -> None:
     connection.execute(
-        "INSERT OR IGNORE INTO counter_skips (session_id, note, created_at) VALUES (?, ?, ?)",
-        (skip.session_id, skip.note, time.time()),
+        "INSERT OR IGNORE INTO counter_skips (session_id, batch_id, note, created_at) VALUES (?, ?, ?, ?)",
+        (skip.session_id, skip.batch_id, skip.note, time.time()),
     )
 
 

@@ -289,7 +289,6 @@ class _Period:
     settled: threading.Event = field(default_factory=threading.Event)
     #: The server processes the first reading came from (see CacheCounters.started).
     started: tuple[float, ...] = ()
-
     #: Why the period gives no check (its readings came from different processes).
     skipped: str | None = None
 

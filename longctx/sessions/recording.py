@@ -4,8 +4,9 @@ The rule and what it buys (a chat killed before its first answer leaves
 nothing) are in docs/api.md ("When a session is stored"). A new session is
 written in the transaction that commits its first turn (for a batch's
 parent, its first sibling's branch) with its pack and what it did before: a
-warm start's request and counter check (or why there was none), which refer
-to the session and so wait for it (those of a session that never asks are lost with it).
+warm start's request and counter check (or why there was none), which
+refer to the session and so wait for it (those of a session that never
+asks are lost with it).
 Sessions that must be found before they ask (a fork, the parts of a
 sharded session) are written at once by :meth:`Recording.store_now`.
 """

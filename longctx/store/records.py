@@ -126,8 +126,11 @@ class CounterCheckRecord:
 
 @dataclass(frozen=True)
 class CounterSkip:
-    """Why a call of a session got no counter check: the note its report gives (see
-    :func:`longctx.sessions.counters.combine_checks`), kept so a resumed session's report says it too."""
+    """Why one call of a session got no counter check: the note its report gives.
+
+    Kept so a resumed session's report says it too (see
+    :func:`longctx.sessions.counters.combine_checks`).
+    """
 
     session_id: str
     note: str

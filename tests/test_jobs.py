@@ -11,6 +11,7 @@ import io
 import json
 import os
 import signal
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from fake_engine import FakeEngine, Fault
 
 from longctx import Job, JobItem, JobOptions, JobProgress, JobReport, read_job
 from longctx.backends.base import Backend, connect
-from longctx.backends.engines import VLLM
+from longctx.backends.engines import VLLM, registered
 from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
@@ -221,6 +222,36 @@ def test_packs_are_spread_over_replicas_and_each_stays_on_one(store: Store, tmp_
     assert served == Counter({repo.name: 3 for repo in repos})
     assert all(len(engine.prompts) for engine in replicas.engines.values())  # both replicas used
     assert seen[-1].answered == 12 and seen[-1].packs_done == 4 and seen[-1].packs == 4
+
+
+def test_a_replica_back_after_the_job_began_counts_in_the_jobs_counter_check(
+    store: Store, tmp_path: Path
+) -> None:
+    """Down when the job opens its window, back when its packs are asked: they are checked there too."""
+    engines = {url: FakeEngine(block=1) for url in URLS}  # engines with counters
+    down = {URLS[0]}
+
+    def route(request: httpx2.Request) -> httpx2.Response:
+        url = f"http://{request.url.host}:8000/v1"
+        if url in down:
+            raise httpx2.ConnectError("connection refused (replica stopped)", request=request)
+        return engines[url].handle(request)
+
+    # vLLM's counters; no tokenize route on the fakes, so the packs are counted with the estimate.
+    with registered(dataclasses.replace(VLLM, tokenize_path=None)):
+        backend = connect(
+            ServerOptions(base_url=URLS, replica_retry_seconds=0.01), transport=httpx2.MockTransport(route)
+        )
+        down.clear()  # back; the backend finds out when a pack's request tries it again
+        time.sleep(0.05)
+        report = Job(interleaved(make_repos(tmp_path, 4), 2), backend=backend, store=store).run()
+    assert not report.failed
+    assert {result.replica for result in report.results} == set(URLS)  # its packs went back to it
+    check = report.counter_check
+    assert check is not None and check.matches is True, check
+    assert "could not read" not in check.note, check.note
+    cached = sum(result.usage.cached_tokens or 0 for result in report.results if result.usage is not None)
+    assert check.reported == cached > 0, (check, cached)
 
 
 # -- the command line --------------------------------------------------------------

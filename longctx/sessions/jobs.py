@@ -447,6 +447,8 @@ class Job:
         self._packs_total = 0
         self._in_flight = 0
         self._canaries: list[CanaryResult] = []
+        # The run's one counter window (empty when it checks nothing).
+        self._window = CounterSnapshot()
 
     @property
     def id(self) -> str:
@@ -498,6 +500,7 @@ class Job:
         # nor with canaries sampled: their requests would count in the job's one window.
         checking = self._check_counters and not backend.router_policy and not self.request.canary_every
         with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
+            self._window = snapshot
             self._schedule(packs, backend)
             results = {index: result for pack in packs for index, result in pack.results.items()}
             served = [result.session_id for result in results.values() if result.usage is not None]
@@ -661,6 +664,8 @@ class Job:
 
         questions = [self.items[index].question for index in indices]
         keys = [pack.asking[index][0] for index in indices]
+        # A replica back since the run began is not in its window yet: the pack's hits count there.
+        self._window.follow(pack.replica)
         try:
             with session:
                 session.ask_many(questions, keys=keys, on_answer=answered)

@@ -24,7 +24,7 @@ from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.sessions.answers import request_record
 from longctx.sessions.counters import CounterSnapshot, combine_checks
-from longctx.store import RequestRecord, Store
+from longctx.store import RequestRecord, Store, StoredPack
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(3)]
 
@@ -186,6 +186,24 @@ def test_requests_answered_where_the_call_reads_no_counter_say_so() -> None:
         f"no counter check: 1 request(s) answered by {survivor}, whose counter this call could not read",
         f"no counter check: {victim} {WENT_AWAY}",
     )
+
+
+def test_a_warm_start_is_checked_on_the_replica_its_pack_is_homed_on(tmp_path: Path) -> None:
+    fleet = Fleet()
+    backend = fleet.connect()
+    store = Store.open(tmp_path / "home")
+    # A pack whose replica is not the first URL (the one a window opened with no key would read).
+    session = next(
+        session
+        for letter in "abcdefgh"
+        for session in [Session(backend, StoredPack(letter * 64, "test/1", "s", "<doc>\n" + "a line\n" * 50,
+                                                    {"title": "t"}), store=store)]
+        if backend.server_for(session.affinity_key).api_url != URLS[0]
+    )  # fmt: skip
+    warm = session.warm_start().wait(10)
+    assert warm is not None and warm.request_id, warm
+    check = session.report().counter_check
+    assert check is not None and check.matches is True and "could not read" not in check.note, check
 
 
 def test_counters_are_read_only_from_the_replica_that_serves(tmp_path: Path) -> None:

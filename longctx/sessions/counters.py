@@ -65,6 +65,7 @@ __all__ = [
     "Settling",
     "batch_check",
     "combine_checks",
+    "stored_check",
     "wait_for_checks",
 ]
 
@@ -583,6 +584,25 @@ def _waiters() -> ThreadPoolExecutor:
     # Apart from the readers: a waiter blocks until its period ends, and
     # waiters filling every reader thread would leave none to end it.
     return ThreadPoolExecutor(max_workers=8, thread_name_prefix="longctx-counter-check")
+
+
+def stored_check(
+    store: Store,
+    session_ids: Sequence[str],
+    *,
+    pending: tuple[Sequence[CounterCheckRecord], Sequence[CounterSkip]] = ((), ()),
+    where: Callable[[CounterCheckRecord | CounterSkip], bool] | None = None,
+) -> CounterCheck | None:
+    """The check over what the store keeps for these sessions: the checks made, why others were skipped.
+
+    ``pending`` adds the checks and skips of a session not stored yet;
+    ``where`` keeps only the records of one call (a batch's).
+    """
+    checks = [*store.sessions.counter_checks(session_ids), *pending[0]]
+    skips = [*store.sessions.counter_skips(session_ids), *pending[1]]
+    if where is not None:
+        checks, skips = [c for c in checks if where(c)], [s for s in skips if where(s)]
+    return combine_checks(checks, notes=tuple(dict.fromkeys(skip.note for skip in skips)))
 
 
 def combine_checks(checks: Sequence[CounterCheckRecord], *, notes: Sequence[str] = ()) -> CounterCheck | None:

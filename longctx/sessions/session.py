@@ -696,9 +696,7 @@ class Session(Conversation):
         ids = [self.id, *(self.branch_ids() if include_branches else [])]
         # A session not stored yet still reports what it did (its warm start).
         records = [*self.store.sessions.requests(session_ids=ids), *self._recording.pending_requests]
-        checks = [*self.store.sessions.counter_checks(ids), *self._recording.pending_checks]
-        skipped = [skip.note for skip in self.store.sessions.counter_skips(ids)]
-        skipped += [skip.note for skip in self._recording.pending_skips]
+        pending = (self._recording.pending_checks, self._recording.pending_skips)
         notes = [
             f"turn {turn.position}: appended {len(turn.file_changes)} changed file(s): "
             + ", ".join(sorted(turn.file_changes)[:5])
@@ -720,7 +718,7 @@ class Session(Conversation):
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
-            counter_check=counters.combine_checks(checks, notes=tuple(dict.fromkeys(skipped))),
+            counter_check=counters.stored_check(self.store, ids, pending=pending),
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,

@@ -45,10 +45,10 @@ from longctx.sessions.corpus import (
     server_corpus_options,
     shards_for_server,
 )
-from longctx.sessions.counters import combine_checks
+from longctx.sessions.counters import stored_check
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session, served_settings
-from longctx.store import CounterCheckRecord, CounterSkip, SessionRecord
+from longctx.store import SessionRecord
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 
@@ -143,6 +143,8 @@ class ShardedSession(Conversation):
         # Its parts share its backend and store: their checks must be written before those close.
         for part in self._parts():
             part.settle_checks()
+            if part in self._reductions:  # a reduce's fork is asked once: done with, once settled
+                self._reductions.remove(part)
 
     def _parts(self) -> tuple[Session, ...]:
         """The sessions this one has asked through: shards, reducer and the reducer's forks."""
@@ -277,24 +279,18 @@ class ShardedSession(Conversation):
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
         self._finish()  # the shards' batch checks and the reduces' turn checks are written
-        ids = sorted({a.session_id for answer in answers for a in (answer, *answer.shard_answers)})
-        sessions = self.store.sessions
-        records = sessions.requests(session_ids=ids)
+        ids = {a.session_id for answer in answers for a in (answer, *answer.shard_answers)}
+        records = self.store.sessions.requests(session_ids=sorted(ids))
         # The shards' batches are checked under each shard (with the batch's id); the reduces,
         # each a fork of the reducer, under their own ids.
         batches = {record.batch_id for record in records if record.batch_id is not None}
-        owners = [*ids, *(shard.id for shard in self.shards)]
-
-        def ours(check: CounterCheckRecord | CounterSkip) -> bool:
-            return check.session_id in ids or check.batch_id in batches
-
-        checks = [check for check in sessions.counter_checks(owners) if ours(check)]
-        skipped = dict.fromkeys(skip.note for skip in sessions.counter_skips(owners) if ours(skip))
-        title = f"batch of {len(answers)} questions over {len(self.shards)} shards"
-        return Batch(
-            answers,
-            build_report(records, title=title, counter_check=combine_checks(checks, notes=tuple(skipped))),
+        check = stored_check(
+            self.store,
+            [*sorted(ids), *(shard.id for shard in self.shards)],
+            where=lambda kept: kept.session_id in ids or kept.batch_id in batches,
         )
+        title = f"batch of {len(answers)} questions over {len(self.shards)} shards"
+        return Batch(answers, build_report(records, title=title, counter_check=check))
 
     # -- branches and reports -------------------------------------------------
 
@@ -328,12 +324,10 @@ class ShardedSession(Conversation):
             ids.append(session.id)
             if include_branches:
                 ids.extend(session.branch_ids())
-        sessions = self.store.sessions
-        skipped = dict.fromkeys(skip.note for skip in sessions.counter_skips(ids))
         return build_report(
-            sessions.requests(session_ids=ids),
+            self.store.sessions.requests(session_ids=ids),
             title=f"map-reduce over {len(self.shards)} shards",
-            counter_check=combine_checks(sessions.counter_checks(ids), notes=tuple(skipped)),
+            counter_check=stored_check(self.store, ids),
             prices=prices,
         )
 

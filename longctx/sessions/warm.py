@@ -150,7 +150,8 @@ class WarmStart:
                     skipped=f"the server computed this prefix {ago:.0f} s ago (request {held.id}) "
                     "and has run since",
                 )
-        with CounterSnapshot.take(plan.backend) as snapshot:
+        # On the replica the warm request goes to (its pack's), as a turn's window is.
+        with CounterSnapshot.take(plan.backend, plan.request.affinity_key) as snapshot:
             sent = plan.backend.complete(plan.request, on_away=snapshot.follow)
             # Recorded with its counter check, once that settled.
             record = request_record(

@@ -1,6 +1,6 @@
 """Benchmark: the cache canary on a server, and the divergence figures for docs/benchmarks.md.
 
-For each repeat, ``longctx.cache_canary`` asks its probe (PROBE_LINES records,
+For each repeat, ``longctx.verification.canary`` asks its probe (PROBE_LINES records,
 about 17 tokens a line) cold, cold again under another salt, from the
 cache, and, with ``--host-tier``, once more after filling the device cache
 under another salt with FILL_TOKENS tokens, so the probe's blocks are read

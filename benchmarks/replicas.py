@@ -55,7 +55,7 @@ def measure(configurations: dict[str, ServerOptions], asks: int = ASKS) -> dict[
                     session.ask("What does f7 return?")
                     elapsed = time.perf_counter() - started
                     # Outside the clock, as for a user who reads the answer: the turn's
-                    # counter check settles off the answer's path (sessions/counters.py).
+                    # counter check settles off the answer's path (verification/counters.py).
                     session.close()
                     if round_number:  # the first round warms the caches
                         times[name].append(elapsed)

@@ -37,14 +37,14 @@ _EXPORTS: dict[str, str] = {
     "CachedByTier": "longctx.report",
     "HostTier": "longctx.backends.tiers",
     "TierReading": "longctx.backends.tiers",
-    "CanaryComparison": "longctx.cache_canary",
+    "CanaryComparison": "longctx.verification.canary",
     "CanaryDiverged": "longctx.errors",
-    "CanaryOptions": "longctx.cache_canary",
-    "CanaryResult": "longctx.cache_canary",
-    "CanaryRun": "longctx.cache_canary",
-    "CanarySampler": "longctx.sessions.canaries",
-    "acanary": "longctx.cache_canary",
-    "canary": "longctx.cache_canary",
+    "CanaryOptions": "longctx.verification.canary",
+    "CanaryResult": "longctx.verification.canary",
+    "CanaryRun": "longctx.verification.canary",
+    "CanarySampler": "longctx.verification.canary",
+    "acanary": "longctx.verification.canary",
+    "canary": "longctx.verification.canary",
     "ChatRequest": "longctx.backends.chat",
     "Changes": "longctx.sessions.changes",
     "WarmResult": "longctx.sessions.warm",
@@ -69,12 +69,12 @@ _EXPORTS: dict[str, str] = {
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "Limits": "longctx.config",
-    "Job": "longctx.sessions.jobs",
-    "JobItem": "longctx.sessions.jobs",
-    "JobOptions": "longctx.sessions.jobs",
-    "JobProgress": "longctx.sessions.jobs",
-    "JobReport": "longctx.sessions.jobs",
-    "JobResult": "longctx.sessions.jobs",
+    "Job": "longctx.jobs.job",
+    "JobItem": "longctx.jobs.job",
+    "JobOptions": "longctx.jobs.job",
+    "JobProgress": "longctx.jobs.job",
+    "JobReport": "longctx.jobs.job",
+    "JobResult": "longctx.jobs.job",
     "LongctxError": "longctx.errors",
     "Manifest": "longctx.corpus",
     "ManifestEntry": "longctx.corpus",
@@ -129,7 +129,7 @@ _EXPORTS: dict[str, str] = {
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
     "pack": "longctx.packing",
-    "read_job": "longctx.sessions.jobs",
+    "read_job": "longctx.jobs.job",
     "resume": "longctx.sessions",
     "tokenizer_from_model_dir": "longctx.tokens",
 }
@@ -142,7 +142,6 @@ if TYPE_CHECKING:
     from longctx.backends.routers import RouterInfo
     from longctx.backends.tiers import HostTier, TierReading
     from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.cache_canary import CanaryComparison, CanaryOptions, CanaryResult, CanaryRun, acanary, canary
     from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
     from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
     from longctx.documents import Document
@@ -172,6 +171,7 @@ if TYPE_CHECKING:
         TokenizerError,
         UnsupportedArchitecture,
     )
+    from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
     from longctx.outputs import Saved
     from longctx.packing import (
         BoundaryCheck,
@@ -202,9 +202,7 @@ if TYPE_CHECKING:
         ShardedSession,
         resume,
     )
-    from longctx.sessions.canaries import CanarySampler
     from longctx.sessions.changes import Changes, FileChange
-    from longctx.sessions.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
     from longctx.sessions.warm import WarmResult, WarmStart
     from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
     from longctx.tokens import (
@@ -215,6 +213,15 @@ if TYPE_CHECKING:
         tokenizer_from_model_dir,
     )
     from longctx.usage import Usage
+    from longctx.verification.canary import (
+        CanaryComparison,
+        CanaryOptions,
+        CanaryResult,
+        CanaryRun,
+        CanarySampler,
+        acanary,
+        canary,
+    )
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

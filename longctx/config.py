@@ -319,14 +319,14 @@ class RequestOptions(OptionFields):
     ``counter_check`` (on by default) reads the serving replica's
     prefix-cache counter around each call and compares its growth with the
     cached tokens the responses reported; a job over many packs
-    (:mod:`longctx.sessions.jobs`) turns it off for its sessions and checks
+    (:mod:`longctx.jobs.job`) turns it off for its sessions and checks
     once over the whole job, where concurrent packs would blur each call's
     reading. ``offload_prefix_only`` (off by default) caps, on a server with
     a host tier whose engine takes a per-request cap (vLLM's
     ``kv_transfer_params.max_offload_tokens``, experimental), what each
     request offloads to the pack's tokens: the shared prefix goes to host
     memory, each question and answer does not. ``canary_every`` (off by
-    default) runs the cache canary (:mod:`longctx.cache_canary`) on the
+    default) runs the cache canary (:mod:`longctx.verification.canary`) on the
     session's own prefix after one request in that many (turns and siblings
     count, per session: in a job, per pack); each run costs two cold
     prefills of the prefix.

@@ -207,7 +207,7 @@ class SessionNotFound(StoreError):
 class CanaryDiverged(LongctxError):
     """The cache canary found a cached answer that differs from a cold one.
 
-    ``result`` is the :class:`~longctx.cache_canary.CanaryResult`: every run's
+    ``result`` is the :class:`~longctx.verification.canary.CanaryResult`: every run's
     output and the comparison that diverged (the evidence).
     """
 

@@ -12,7 +12,8 @@ from fake_engine import FakeEngine
 from hypothesis import settings
 
 from longctx.backends.base import Backend, connect
-from longctx.sessions.counters import wait_for_checks
+from longctx.process_state import PROCESS
+from longctx.verification.counters import wait_for_checks
 
 pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
 
@@ -44,6 +45,7 @@ def _clean_longctx_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     # Counter windows are kept per server URL for the process; fake servers
     # reuse URLs from test to test, so one test's must settle before the next.
     wait_for_checks(10)
+    PROCESS.reset()  # the next test starts with no counter window or residency of this one's
 
 
 FAKE_URL = "http://fake-engine:8000/v1"

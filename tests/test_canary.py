@@ -12,7 +12,12 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import TokenLogprob
-from longctx.cache_canary import (
+from longctx.cli.app import EXIT_CANARY, Runtime, main
+from longctx.config import RequestOptions
+from longctx.errors import CanaryDiverged, ConfigError
+from longctx.sessions import Session
+from longctx.store import Store, StoredPack
+from longctx.verification.canary import (
     CANARY_QUESTION,
     CanaryOptions,
     CanaryRun,
@@ -21,11 +26,6 @@ from longctx.cache_canary import (
     canary,
     probe_messages,
 )
-from longctx.cli.app import EXIT_CANARY, Runtime, main
-from longctx.config import RequestOptions
-from longctx.errors import CanaryDiverged, ConfigError
-from longctx.sessions import Session
-from longctx.store import Store, StoredPack
 
 URL = "http://fake-engine:8000/v1"
 PACK = StoredPack(

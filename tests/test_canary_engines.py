@@ -18,12 +18,12 @@ from click.testing import CliRunner
 from fault_proxy import FaultProxy
 
 from longctx.backends.base import connect
-from longctx.cache_canary import CANARY_QUESTION, canary
 from longctx.cli.app import EXIT_CANARY, Runtime, main
 from longctx.config import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 from longctx.testing import LocalServer
+from longctx.verification.canary import CANARY_QUESTION, canary
 
 
 def test_the_canary_passes_on_a_real_engine(engine_server: LocalServer) -> None:

@@ -26,8 +26,8 @@ from longctx.config import RequestOptions
 from longctx.report import CounterCheck
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session, resume
-from longctx.sessions.counters import combine_checks
 from longctx.store import CounterCheckRecord, Store, StoredPack
+from longctx.verification.counters import combine_checks
 
 ROUTER = "http://router:8000/v1"
 WORKERS = ["http://w1:8000", "http://w2:8000"]

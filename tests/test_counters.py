@@ -13,8 +13,9 @@ from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
 from longctx.errors import LongctxError
-from longctx.sessions import Session, counters
+from longctx.sessions import Session
 from longctx.store import Store, StoredPack
+from longctx.verification import counters
 
 URL = "http://counters.test/v1"
 PACK = StoredPack(

@@ -35,9 +35,10 @@ from longctx.config import RequestOptions
 from longctx.errors import ServingConfigError
 from longctx.serving import recipe_for, suggest_server_flags
 from longctx.serving.doctor import diagnose
-from longctx.sessions import Session, counters
+from longctx.sessions import Session
 from longctx.sessions.corpus import pack_for_server
 from longctx.store import Store
+from longctx.verification import counters
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "longctx" / "backends" / "engines.py"

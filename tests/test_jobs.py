@@ -1,4 +1,4 @@
-"""Jobs over many packs (longctx.sessions.jobs, ``longctx job``) against fake servers.
+"""Jobs over many packs (longctx.jobs.job, ``longctx job``) against fake servers.
 
 The real-engine side (two vLLM replicas, a job larger than their KV
 caches, a crash and a resume; SGLang): tests/test_jobs_engines.py.
@@ -28,9 +28,9 @@ from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError
+from longctx.jobs.job import _Room
+from longctx.jobs.keys import AnswerFacts
 from longctx.sessions import RepoSession
-from longctx.sessions.job_keys import AnswerFacts
-from longctx.sessions.jobs import _Room
 from longctx.store import Store
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(2)]

@@ -9,7 +9,8 @@ from test_jobs import make_repos, prefix_of
 
 from longctx import Job, JobItem, JobOptions, JobProgress
 from longctx.backends.base import connect
-from longctx.sessions.residency import RESIDENCY, Residency
+from longctx.jobs.residency import Residency
+from longctx.process_state import PROCESS
 from longctx.store import Store
 
 URL = "http://tiers-job.test/v1"
@@ -36,14 +37,14 @@ def test_residency_walks_the_packs_sent_from_the_most_recent() -> None:
 
 
 def test_a_second_job_visits_the_gpu_then_the_host_then_the_cold_packs(tmp_path: Path) -> None:
-    RESIDENCY.forget()
+    PROCESS.get(Residency).forget()
     fake = FakeEngine(engine="generic", block=1)
     store = Store.open(tmp_path / "store")
     repos = make_repos(tmp_path, 4)
     first = [JobItem((str(repo),), f"first question about {repo.name}?") for repo in repos]
     Job(first, backend=connect(URL, transport=fake.transport()), store=store,
         options=JobOptions(packs_in_flight=1)).run()  # fmt: skip
-    (seen,) = RESIDENCY.sent().values()
+    (seen,) = PROCESS.get(Residency).sent().values()
     sizes = {str(key[0]).rsplit("/", 1)[-1]: tokens for key, tokens in seen}
     assert list(sizes) == ["repo0", "repo1", "repo2", "repo3"]
     # The GPU holds the last pack; the host the last three: repo0 is gone.
@@ -74,7 +75,7 @@ def test_a_second_job_visits_the_gpu_then_the_host_then_the_cold_packs(tmp_path:
 
 
 def test_without_anything_seen_the_input_order_is_kept(tmp_path: Path) -> None:
-    RESIDENCY.forget()
+    PROCESS.get(Residency).forget()
     fake = FakeEngine(engine="generic", block=1)
     repos = make_repos(tmp_path, 3)
     items = [JobItem((str(repo),), f"q about {repo.name}?") for repo in reversed(repos)]

@@ -23,8 +23,8 @@ from longctx.errors import ServerUnreachable
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.sessions.answers import request_record
-from longctx.sessions.counters import CounterSnapshot, combine_checks
 from longctx.store import RequestRecord, Store, StoredPack
+from longctx.verification.counters import CounterSnapshot, combine_checks
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(3)]
 

@@ -110,8 +110,8 @@ def test_a_database_of_version_7_keeps_its_turns_and_gains_answer_keys_and_ids(t
 
 def test_counter_checks_stored_before_shared_windows_read_as_their_calls_own(tmp_path: Path) -> None:
     """Migration 10: an old check had its window alone (no others, no window id) and still combines."""
-    from longctx.sessions.counters import combine_checks
     from longctx.store import CounterCheckRecord
+    from longctx.verification.counters import combine_checks
 
     home = tmp_path / "home"
     _database_at(

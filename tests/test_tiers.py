@@ -25,10 +25,11 @@ from longctx.backends.tiers import HostTier, read_tiers
 from longctx.config import RequestOptions
 from longctx.report import CounterCheck, build_report
 from longctx.serving.doctor import diagnose
-from longctx.sessions import Session, counters
-from longctx.sessions.counters import combine_checks
+from longctx.sessions import Session
 from longctx.store import CounterCheckRecord, RequestRecord, Store, StoredPack
 from longctx.usage import Usage
+from longctx.verification import counters
+from longctx.verification.counters import combine_checks
 
 URL = "http://tiers.test/v1"
 

@@ -7,7 +7,7 @@ tier metrics per version in a :class:`CacheTiers`; this module reads them
 into engine-neutral objects, :class:`TierReading` and :class:`HostTier`.
 Where an engine version counts only the bytes its offloading moved (no
 tokens by tier), the responses' cached tokens less the GPU hit counter are
-what came from the host (:mod:`longctx.sessions.counters`).
+what came from the host (:mod:`longctx.verification.counters`).
 """
 
 from __future__ import annotations

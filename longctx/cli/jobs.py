@@ -21,8 +21,8 @@ from longctx.cli.app import (
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
+from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult, read_job
 from longctx.outputs import save_text
-from longctx.sessions.jobs import Job, JobOptions, JobProgress, JobResult, read_job
 
 
 @main.command()

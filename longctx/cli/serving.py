@@ -77,7 +77,7 @@ def doctor(
     cached answer that diverges prints both outputs and exits with 10.
     """
     # Imported here: recipe and plan never connect to a server.
-    from longctx.cache_canary import CanaryOptions, canary
+    from longctx.verification.canary import CanaryOptions, canary
 
     canary_options = (
         CanaryOptions(host_tier=canary_host_tier, fill_tokens=canary_fill_tokens) if with_canary else None

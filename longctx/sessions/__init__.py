@@ -1,14 +1,26 @@
-"""Sessions: every way of asking questions over a pack, behind one interface.
+"""Sessions: conversations over a pack, behind one interface.
 
 - :mod:`~longctx.sessions.session`: :class:`Conversation` (the interface),
-  :class:`Session` (a conversation over a pack);
+  :class:`Session` (a conversation over a pack: turns, siblings, forks);
 - :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
 - :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);
-- :mod:`~longctx.sessions.siblings`: how sibling questions go out;
+- :mod:`~longctx.sessions.resources`: the backend and store a session uses, and which it owns;
+- :mod:`~longctx.sessions.siblings`: how sibling questions go out (the dispatch
+  strategies), and a batch's answer keys;
+- :mod:`~longctx.sessions.changes`: living sessions, files changed since the pack
+  appended to the next user message;
+- :mod:`~longctx.sessions.warm`: the warm start, the pack prefilled while the first
+  question is typed;
+- :mod:`~longctx.sessions.reuse`: how much of the previous answer a turn read from the cache;
+- :mod:`~longctx.sessions.token_history`: earlier answers sent back as the token ids
+  the model generated;
 - :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,
   sessions over the pack of paths;
 - :mod:`~longctx.sessions.sharded`: :class:`ShardedSession`, map-reduce over
   the shards of a corpus larger than the window.
+
+The counter checks and canaries a session runs are :mod:`longctx.verification`'s;
+jobs over many packs, a layer above, are :mod:`longctx.jobs`.
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import answers, counters, siblings
+from longctx.sessions import answers, siblings
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
@@ -44,9 +44,7 @@ from longctx.sessions.answers import (
     Committed,
     committed_records,
 )
-from longctx.sessions.canaries import CanarySampler, session_canary
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
-from longctx.sessions.counters import CounterSnapshot, PendingCheck
 from longctx.sessions.recording import Recording
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
@@ -54,9 +52,17 @@ from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
+from longctx.verification import counters
+from longctx.verification.canary import (
+    CANARY_QUESTION,
+    CanaryOptions,
+    CanaryResult,
+    CanarySampler,
+    canary_plan,
+)
+from longctx.verification.counters import CounterSnapshot, PendingCheck
 
 if TYPE_CHECKING:
-    from longctx.cache_canary import CanaryOptions, CanaryResult
     from longctx.packing import Pack
 
 __all__ = ["Conversation", "Session", "affinity_key", "served_settings"]
@@ -252,7 +258,7 @@ class Session(Conversation):
         self._token_history = TokenHistory(self._history_tokenizer)
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
-        # Turns' counter checks still settling on their threads (see sessions/counters.py).
+        # Turns' counter checks still settling on their threads (see verification/counters.py).
         self._pending_checks: list[PendingCheck] = []
         self.canaries = CanarySampler(self.request.canary_every)  # the canaries run on its prefix
 
@@ -519,10 +525,25 @@ class Session(Conversation):
             self._turn_lock.release()
 
     def plan_canary(self, options: CanaryOptions | None = None) -> Plan[CanaryResult]:
-        """The cache canary on this session's own prefix (:mod:`longctx.sessions.canaries`)."""
+        """The cache canary on this session's own prefix; the result is kept in :attr:`canaries`.
+
+        The probe is the request the next turn would send (the system
+        header, the pack, the history) with the canary's question, so the
+        canary checks the real prefix, not a toy prompt; the cached run is
+        read under the session's own ``cache_salt``, so the cache entries its
+        answers are served from are the ones checked.
+        """
         yield Io(self._opened)  # connects, and prepares a corpus session's pack
         yield Io(self.settle_checks)  # its requests would count in the counter windows still open
-        return (yield from session_canary(self, options))
+        result = yield from canary_plan(
+            self.backend,
+            self.messages(CANARY_QUESTION),
+            options,
+            affinity_key=self.affinity_key,
+            cached_salt=self.request.cache_salt,
+        )
+        self.canaries.keep(result)
+        return result
 
     def canary(self, options: CanaryOptions | None = None) -> CanaryResult:
         """:meth:`plan_canary` carried out here (``raise_for_divergence()`` fails on a finding)."""

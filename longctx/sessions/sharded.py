@@ -45,10 +45,10 @@ from longctx.sessions.corpus import (
     server_corpus_options,
     shards_for_server,
 )
-from longctx.sessions.counters import stored_check
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session, served_settings
 from longctx.store import SessionRecord
+from longctx.verification.counters import stored_check
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 

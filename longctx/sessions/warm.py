@@ -27,9 +27,9 @@ from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
 from longctx.sessions.answers import request_record
-from longctx.sessions.counters import CounterSnapshot
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
+from longctx.verification.counters import CounterSnapshot
 
 __all__ = [
     "CLOCK_SLACK_SECONDS",

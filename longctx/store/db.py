@@ -162,7 +162,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         created_at REAL NOT NULL
     );
     """,
-    # 8: answer keys (Session.ask_many's ``keys``, longctx.sessions.jobs): a
+    # 8: answer keys (Session.ask_many's ``keys``, longctx.jobs.job): a
     # caller's name for a question, stored in the transaction of its answer,
     # so a job run again after a crash asks only what has no answer yet.
     """
@@ -181,7 +181,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN answer_ids_json TEXT;
     """,
     # 10: counter checks of calls that overlapped share a window
-    # (longctx.sessions.counters): its id, and the cached tokens its other
+    # (longctx.verification.counters): its id, and the cached tokens its other
     # calls reported, so a report counts the window's growth once.
     """
     ALTER TABLE counter_checks ADD COLUMN others_reported INTEGER DEFAULT 0;

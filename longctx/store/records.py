@@ -110,7 +110,7 @@ class CounterCheckRecord:
     reported: int | None
     requests: int
     #: Cached tokens reported by the other calls of this process in the same
-    #: window (longctx.sessions.counters); None when one of them reported none.
+    #: window (longctx.verification.counters); None when one of them reported none.
     others_reported: int | None = 0
     #: The window shared with those calls; None: the call had it alone.
     window_id: str | None = None
@@ -129,7 +129,7 @@ class CounterSkip:
     """Why one call of a session got no counter check: the note its report gives.
 
     Kept so a resumed session's report says it too (see
-    :func:`longctx.sessions.counters.combine_checks`).
+    :func:`longctx.verification.counters.combine_checks`).
     """
 
     session_id: str

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from typing import Literal
 
-__all__ = ["RESIDENCY", "TIER_RANK", "Residency", "Sizes", "Tier"]
+__all__ = ["TIER_RANK", "Residency", "Sizes", "Tier"]
 
 Tier = Literal["device", "host", "cold"]
 
@@ -93,5 +93,4 @@ def _tier(newer: int, tokens: int, gpu: int | None, host: int | None) -> Tier:
     return "cold"
 
 
-RESIDENCY = Residency()
 """The process's record (jobs write it as their packs finish and read it to order the next)."""

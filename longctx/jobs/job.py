@@ -13,12 +13,12 @@ scheduled for the cache, not in the order given:
   it, or :attr:`JobOptions.kv_tokens`; one at a time where unknown), so no
   pack's blocks are evicted before its last question has read them. A host
   tier adds no room: a pack it holds must come back into GPU memory to be read;
-- packs are visited cheapest first (:mod:`longctx.sessions.residency`), in
+- packs are visited cheapest first (:mod:`longctx.jobs.residency`), in
   input order within each tier, and read and counted ahead on worker
   threads while the servers prefill others.
 
 Every answer is stored in the transaction of its turn under a key made of
-everything that shapes it (:mod:`longctx.sessions.job_keys`), so a run
+everything that shapes it (:mod:`longctx.jobs.keys`), so a run
 after a crash or Ctrl-C asks only what has no answer yet. The job checks the
 servers' own cache counters once over the whole run (per-call checks would
 be blurred by the packs running beside each call).
@@ -38,19 +38,20 @@ from pathlib import Path
 from typing import IO, Any
 
 from longctx.backends.base import Backend
-from longctx.cache_canary import CanaryResult
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
+from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
+from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
+from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
 from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
-from longctx.sessions.counters import CounterSnapshot, combine_checks
-from longctx.sessions.job_keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
-from longctx.sessions.residency import RESIDENCY, TIER_RANK, Sizes, Tier
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
 from longctx.usage import Usage
+from longctx.verification.canary import CanaryResult
+from longctx.verification.counters import CounterSnapshot, combine_checks
 
 __all__ = [
     "Job",
@@ -206,7 +207,7 @@ class JobResult:
 
     ``resumed`` marks an answer stored by an earlier run of the same job
     under the same facts (not asked again: see
-    :mod:`longctx.sessions.job_keys`); ``asked_because`` says why an item
+    :mod:`longctx.jobs.keys`); ``asked_because`` says why an item
     was asked in this run (``"new"``: nothing was stored for it; else what
     changed since its stored answer, or that the run was fresh); ``usage``
     and ``replica`` are set for answers asked in this run.
@@ -265,7 +266,7 @@ class JobReport:
     packs: int
     counter_check: CounterCheck | None = None
     #: The packs asked in this run by where they were likely held when the job began
-    #: (``device``, ``host``, ``cold``: see :mod:`longctx.sessions.residency`).
+    #: (``device``, ``host``, ``cold``: see :mod:`longctx.jobs.residency`).
     packs_by_tier: dict[str, int] = field(default_factory=dict)
     #: The cache canaries run on the packs (RequestOptions.canary_every), in the order they ended.
     canaries: tuple[CanaryResult, ...] = ()
@@ -477,7 +478,7 @@ class Job:
         Every pack is read (to know its content's fingerprint: token counts
         are cached, so an unchanged pack costs little); an item whose
         answer was stored under the same facts is reused, the others are
-        asked (see :mod:`longctx.sessions.job_keys`). An item whose pack
+        asked (see :mod:`longctx.jobs.keys`). An item whose pack
         cannot be made (a missing path, a pack over the window) or whose
         request fails after its retries gets a result with ``error``; the
         others go on. KeyboardInterrupt stops sending new packs and is
@@ -578,7 +579,7 @@ class Job:
     def _cheapest_first(self, pending: list[_Pack], sizes: Sizes) -> list[_Pack]:
         """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
         for pack in pending:
-            pack.tier, _ = RESIDENCY.where(pack.key, sizes)
+            pack.tier, _ = PROCESS.get(Residency).where(pack.key, sizes)
         ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
         counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
         if counts["device"] or counts["host"]:
@@ -679,7 +680,7 @@ class Job:
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
         # The server may have read the pack before a failure too: it is the most recent either way.
-        RESIDENCY.touch(pack.replica, pack.key, pack.prefix_tokens)
+        PROCESS.get(Residency).touch(pack.replica, pack.key, pack.prefix_tokens)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:
         """Item ``result.index`` is done: keep its result and tell ``on_result``."""

@@ -1,19 +1,19 @@
 """The server's own prefix-cache counters, read around calls, against what the responses said.
 
-A check compares the growth of a server's hit counter
-(``vllm:prefix_cache_hits_total``, ``sglang:cached_tokens_total``) over a
-window with the cached tokens the responses in that window reported. The
-counter is the server's, not the call's: every call of this process to
-the same server that overlaps the window is counted in it. So calls that
-overlap in time share one window (a *period*, kept by the process-wide
-ledger below): the counter is read when the first of them starts, and
-again once the last has ended and the counter has settled (engines publish
-metrics a moment after the response); the growth is compared with what
-all of them reported. Each call's check records its own reported tokens,
-those of the others in its window (``others_reported``) and the window's
-id, so a report over several calls counts a shared window once. Without
-this, two sessions asking the same server at once (an MCP server's
-concurrent tool calls) each saw the other's hits and reported a mismatch.
+A check compares the growth of a server's hit counter (the one its
+engine profile names, :class:`~longctx.backends.profiles.CacheCounters`)
+over a window with the cached tokens the responses in that window
+reported. The counter is the server's, not the call's: every call of this
+process to the same server that overlaps the window is counted in it. So
+calls that overlap in time share one window (a *period*, kept by the
+process's ledger in :data:`longctx.process_state.PROCESS`): the counter is
+read when the first of them starts, and again once the last has ended and
+the counter has settled (engines publish metrics a moment after the
+response); the growth is compared with what all of them reported. Each
+call's check records its own reported tokens, those of the others in its
+window (``others_reported``) and the window's id, so a report over several
+calls counts a shared window once. Without this, two sessions asking the
+same server at once (an MCP server's concurrent tool calls) each saw the other's hits and reported a mismatch.
 
 Traffic this process sends without a check (a job's per-call checks are
 off, it checks once around the whole job), a call that failed after the
@@ -56,6 +56,7 @@ from typing import Any, Self
 from longctx.backends.base import Backend
 from longctx.backends.profiles import CacheCounters
 from longctx.backends.tiers import TierReading
+from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, Store
 
@@ -136,7 +137,7 @@ class CounterSnapshot:
         periods: dict[str, _Period] = {}
         notes: list[str] = []
         for url in urls:
-            period = _LEDGER.join(backend, url)
+            period = PROCESS.get(_Ledger).join(backend, url)
             if period is not None:
                 periods[url] = period
             elif (note := backend.counter_note(url)) is not None:
@@ -155,7 +156,7 @@ class CounterSnapshot:
             if self._closed or not self._periods or url in self._periods:
                 return
             assert self._backend is not None  # a snapshot with periods was opened on a backend
-            period = _LEDGER.join(self._backend, url)
+            period = PROCESS.get(_Ledger).join(self._backend, url)
             if period is not None:
                 self._periods = {**self._periods, url: period}
 
@@ -177,7 +178,7 @@ class CounterSnapshot:
         self._closed = True
         records = list(records)
         shares = [
-            _LEDGER.leave(period, [r for r in records if r.base_url == url])
+            PROCESS.get(_Ledger).leave(period, [r for r in records if r.base_url == url])
             for url, period in self._periods.items()
         ]
         notes = list(self._notes)
@@ -499,9 +500,6 @@ def _read(period: _Period) -> CacheCounters | None:
     return None
 
 
-_LEDGER = _Ledger()
-
-
 def wait_for_checks(timeout: float = 30.0) -> bool:
     """Wait until every counter window of this process has settled; False on ``timeout``.
 
@@ -509,7 +507,7 @@ def wait_for_checks(timeout: float = 30.0) -> bool:
     another server: the checks settle on worker threads after the calls
     that made them have returned.
     """
-    return _LEDGER.wait_idle(timeout)
+    return PROCESS.get(_Ledger).wait_idle(timeout)
 
 
 def batch_check(

@@ -52,6 +52,7 @@ blocking, :func:`acanary` on an event loop.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ __all__ = [
     "CanaryOptions",
     "CanaryResult",
     "CanaryRun",
+    "CanarySampler",
     "acanary",
     "canary",
     "canary_plan",
@@ -557,3 +559,39 @@ def _sum(samples: list[Sample], series: Sequence[tuple[str, Mapping[str, str]]])
 
 def _unit(samples: list[Sample]) -> str:
     return "bytes" if any(s.name == "vllm:kv_offload_total_bytes_total" for s in samples) else "tokens"
+
+
+class CanarySampler:
+    """One request in ``every`` is followed by a canary (none when ``every`` is None); the results so far.
+
+    Thread-safe: a batch's siblings count from their threads.
+    """
+
+    def __init__(self, every: int | None) -> None:
+        self.every = every
+        self._count = 0
+        self._results: list[CanaryResult] = []
+        self._lock = threading.Lock()
+
+    def due(self, requests: int = 1) -> bool:
+        """Count ``requests`` more; True when the count passed a multiple of ``every``."""
+        if not self.every:
+            return False
+        with self._lock:
+            before, self._count = self._count, self._count + requests
+            return before // self.every != self._count // self.every
+
+    def keep(self, result: CanaryResult) -> None:
+        with self._lock:
+            self._results.append(result)
+
+    @property
+    def results(self) -> tuple[CanaryResult, ...]:
+        """Every canary run on this session, oldest first."""
+        with self._lock:
+            return tuple(self._results)
+
+    @property
+    def diverged(self) -> tuple[CanaryResult, ...]:
+        """The runs whose cached answer diverged (the findings)."""
+        return tuple(result for result in self.results if result.diverged)

@@ -1,0 +1,19 @@
+"""Jobs: many packs and many questions, scheduled for the cache; a layer above the sessions.
+
+- :mod:`~longctx.jobs.job`: :class:`Job` (the items of one run, read from
+  JSONL by :func:`read_job` or made in Python), its options, progress and
+  results: each pack's questions go out as siblings of one session, packs
+  are spread over the replicas and bounded by their KV caches, and a run
+  after a crash asks only what has no answer yet;
+- :mod:`~longctx.jobs.keys`: what a job's stored answer is keyed by (the
+  pack's fingerprint, the model, the server, the options that shape it),
+  and why an item is asked again;
+- :mod:`~longctx.jobs.residency`: where a pack's KV probably is now (GPU,
+  host tier, gone), so a job visits the cheapest packs first.
+"""
+
+from __future__ import annotations
+
+from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
+
+__all__ = ["Job", "JobItem", "JobOptions", "JobProgress", "JobReport", "JobResult", "read_job"]

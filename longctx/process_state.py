@@ -1,0 +1,50 @@
+"""The state that lives as long as the process: one registry, :data:`PROCESS`.
+
+Two things outlive the call that made them and are shared by every session
+and job of the process, whatever backend or store each one uses:
+
+- the counter windows (:mod:`longctx.verification.counters`): the server's
+  prefix-cache counter is the server's, not a call's, so calls of this
+  process that overlap on one server must share one window;
+- the residency of packs on replicas (:mod:`longctx.jobs.residency`): which
+  packs this process sent to each replica, and when, so a job can visit the
+  packs still cached first.
+
+Each is made on first use, one per process, by ``PROCESS.get(kind)``; no
+module keeps such state in a global of its own. :meth:`ProcessState.reset`
+forgets them all: for tests, between two of them, once no call is running.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TypeVar, cast
+
+__all__ = ["PROCESS", "ProcessState"]
+
+_T = TypeVar("_T")
+
+
+class ProcessState:
+    """One instance of each registered kind of state, made on first use; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._objects: dict[type, object] = {}
+
+    def get(self, kind: type[_T]) -> _T:
+        """The process's one ``kind()``, made now if this is the first call for it."""
+        with self._lock:
+            found = self._objects.get(kind)
+            if found is None:
+                found = self._objects[kind] = kind()
+            return cast(_T, found)
+
+    def reset(self) -> None:
+        """Forget every object made so far; the next :meth:`get` makes a new one."""
+        with self._lock:
+            self._objects.clear()
+
+
+PROCESS = ProcessState()
+"""The registry of this process's long-lived state (see the module docstring)."""

@@ -50,13 +50,6 @@ class Usage:
             return None
         return self.cached_tokens - self.host_cached_tokens - (self.external_cached_tokens or 0)
 
-    @property
-    def uncached_tokens(self) -> int | None:
-        """Prompt tokens the server had to prefill."""
-        if self.prompt_tokens is None or self.cached_tokens is None:
-            return None
-        return self.prompt_tokens - self.cached_tokens
-
     def to_dict(self) -> dict[str, Any]:
         """Every field by name (the JSON form, and the store's columns)."""
         return dataclasses.asdict(self)

@@ -141,6 +141,7 @@ def test_the_built_in_profiles_keep_what_the_engines_said() -> None:
 def _metrics_endpoint(text: str) -> HttpEndpoint:
     return HttpEndpoint(
         "http://metrics.test:8000/v1",
+        timeout=5.0,
         transport=httpx2.MockTransport(lambda request: httpx2.Response(200, text=text)),
     )
 

@@ -203,8 +203,7 @@ def test_modules_talk_through_what_each_exports() -> None:
         for name in MODULES
         if not name.startswith("longctx.testing")
         for module, imported, line in _imported_names(name)
-        if (exported := _exported(module)) is not None
-        and imported not in exported
+        if (exported := _exported(module)) is not None and imported not in exported
     ]
     assert not strays, strays
 

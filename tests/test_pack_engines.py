@@ -43,7 +43,7 @@ def repository(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def server_tokenizer(engine_server: LocalServer, tiny_model: TinyModel) -> Iterator[ServerTokenizer]:
-    endpoint = HttpEndpoint(engine_server.base_url)
+    endpoint = HttpEndpoint(engine_server.base_url, timeout=60.0)
     yield ServerTokenizer(endpoint, engine_server.name, tiny_model.served_name)  # type: ignore[arg-type]
     endpoint.close()
 

@@ -27,11 +27,12 @@ def test_each_rule_finds_its_secret_and_reports_the_line(rule: str) -> None:
 @pytest.mark.parametrize("rule", sorted(planted_secrets()))
 def test_findings_never_carry_the_secret(rule: str) -> None:
     secret = planted_secrets()[rule]
-    for finding in find_secrets(f"x = '{secret}'"):
+    findings = find_secrets(f"x = '{secret}'")
+    assert findings, f"the planted {rule} secret was not found"
+    for finding in findings:
         assert secret not in repr(finding)
-        assert (
-            redact_if_secret(f"bad object {secret}") == f"(message withheld: it matches the {rule} pattern)"
-        )
+        assert secret not in str(finding)
+    assert redact_if_secret(f"bad object {secret}") == f"(message withheld: it matches the {rule} pattern)"
 
 
 @pytest.mark.parametrize(

@@ -30,8 +30,13 @@ def test_chat_control_spellings_are_broken_and_counted() -> None:
     assert text.replace(BREAK, "") == INJECTION  # the same text to a reader
 
 
-def test_the_same_input_gives_the_same_bytes_and_clean_text_is_untouched() -> None:
-    assert neutralise(INJECTION) == neutralise(INJECTION)
+def test_the_bytes_depend_on_the_spellings_not_their_order_and_clean_text_is_untouched() -> None:
+    # A spelling inside a longer one ("<|im" in "<|im_end|>", "_end|>" at its tail) must not
+    # break it a second time, whichever order the server's or the config's list gives them in:
+    # a scan that takes the first spelling listed would change the pack's bytes with the order.
+    expected = (INJECTION.replace("<|", "<" + BREAK + "|"), 3)
+    assert neutralise(INJECTION, ("<|im", "_end|>")) == expected
+    assert neutralise(INJECTION, ("_end|>", "<|im")) == expected
     clean = "def f(x):\n    return x[0] < y | z\n"
     result, count = neutralise(clean)
     assert count == 0 and result is clean

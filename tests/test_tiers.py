@@ -101,7 +101,9 @@ def test_vllm_024_counts_host_tokens_by_source_equal_to_its_bytes() -> None:
     # The host tokens are the bytes loaded back over the bytes per token, exactly.
     assert reading.load_bytes == 77_040 * 65_536 and reading.store_bytes == 13_442_744_320
     endpoint = HttpEndpoint(
-        "http://x.test/v1", transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_024))
+        "http://x.test/v1",
+        timeout=5.0,
+        transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_024)),
     )
     counters_now = VLLM.read_counters(endpoint, "m", "0.24.0")
     assert counters_now is not None and counters_now.hits == 17_968 + 77_040
@@ -147,7 +149,9 @@ def test_two_workers_readings_sum_by_tier_and_a_mixed_pair_sums_as_transfers() -
     assert mixed.source == "transfers" and (mixed.device, mixed.host) == (None, None)
     assert mixed.load_bytes == 32000 + 65536 and mixed.connector is None
     endpoint = HttpEndpoint(
-        "http://x.test/v1", transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_032))
+        "http://x.test/v1",
+        timeout=5.0,
+        transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_032)),
     )
     one = VLLM.read_counters(endpoint, "m", "0.32.0")
     assert one is not None
@@ -158,7 +162,9 @@ def test_two_workers_readings_sum_by_tier_and_a_mixed_pair_sums_as_transfers() -
 def test_vllm_hit_counter_reads_with_what_the_connector_supplied() -> None:
     """vLLM's prefix_cache_hits leaves out host hits its responses count: the reading adds them."""
     endpoint = HttpEndpoint(
-        "http://x.test/v1", transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_032))
+        "http://x.test/v1",
+        timeout=5.0,
+        transport=httpx2.MockTransport(lambda _: httpx2.Response(200, text=VLLM_032)),
     )
     reading = VLLM.read_counters(endpoint, "m", "0.32.0")
     assert reading is not None

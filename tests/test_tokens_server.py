@@ -55,7 +55,9 @@ class FakeServer:
         return httpx2.Response(200, json={"tokens": ids, "count": len(ids), "max_model_len": 32768})
 
     def tokenizer(self) -> ServerTokenizer:
-        endpoint = HttpEndpoint("http://server.test:8000/v1", transport=httpx2.MockTransport(self.handler))
+        endpoint = HttpEndpoint(
+            "http://server.test:8000/v1", timeout=5.0, transport=httpx2.MockTransport(self.handler)
+        )
         return ServerTokenizer(endpoint, self.engine, "tiny")  # type: ignore[arg-type]
 
 
@@ -121,7 +123,7 @@ def test_server_errors_become_tokenizer_errors() -> None:
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
     tokenizer = ServerTokenizer(
-        HttpEndpoint("http://x.test", transport=httpx2.MockTransport(broken)), "vllm", "m"
+        HttpEndpoint("http://x.test", timeout=5.0, transport=httpx2.MockTransport(broken)), "vllm", "m"
     )
     with pytest.raises(TokenizerError, match="boom"):
         tokenizer.count("a")
@@ -130,7 +132,7 @@ def test_server_errors_become_tokenizer_errors() -> None:
         return httpx2.Response(200, json={"count": 1})
 
     tokenizer = ServerTokenizer(
-        HttpEndpoint("http://x.test", transport=httpx2.MockTransport(no_tokens)), "vllm", "m"
+        HttpEndpoint("http://x.test", timeout=5.0, transport=httpx2.MockTransport(no_tokens)), "vllm", "m"
     )
     with pytest.raises(TokenizerError, match="without tokens"):
         tokenizer.count("a")
@@ -138,11 +140,13 @@ def test_server_errors_become_tokenizer_errors() -> None:
     # A tokens field that is no list (null, a count) is the server's fault, said as such.
     for engine, tokens in (("vllm", None), ("sglang", 3)):
         answer = httpx2.Response(200, json={"tokens": tokens})
-        endpoint = HttpEndpoint("http://x.test", transport=httpx2.MockTransport(lambda _, a=answer: a))
+        endpoint = HttpEndpoint(
+            "http://x.test", timeout=5.0, transport=httpx2.MockTransport(lambda _, a=answer: a)
+        )
         with pytest.raises(TokenizerError, match=f"answered tokens that are no list: {tokens}"):
             ServerTokenizer(endpoint, engine, "m").count_many(["a", "b"])  # type: ignore[arg-type]
     with pytest.raises(TokenizerError):
-        ServerTokenizer(HttpEndpoint("http://x.test"), "tgi", "m")  # type: ignore[arg-type]
+        ServerTokenizer(HttpEndpoint("http://x.test", timeout=5.0), "tgi", "m")  # type: ignore[arg-type]
 
 
 class CountingTokenizer:
@@ -245,7 +249,9 @@ def test_no_piece_is_sent_once_one_failed() -> None:
         answer(request)
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
-    endpoint = HttpEndpoint("http://server.test:8000/v1", transport=httpx2.MockTransport(failing))
+    endpoint = HttpEndpoint(
+        "http://server.test:8000/v1", timeout=5.0, transport=httpx2.MockTransport(failing)
+    )
     tokenizer = ServerTokenizer(endpoint, "vllm", "tiny")
     pieces = 200
     with pytest.raises(TokenizerError, match="could not tokenize"):

@@ -28,7 +28,6 @@ from longctx.errors import BackendError, ContextOverflow, ServerError, ServerUnr
 from longctx.retry import parse_retry_after
 
 __all__ = [
-    "DEFAULT_TIMEOUT",
     "AsyncTransport",
     "EventPost",
     "HttpEndpoint",
@@ -42,7 +41,6 @@ __all__ = [
     "split_base_url",
 ]
 
-DEFAULT_TIMEOUT = 600.0
 BODY_LIMIT = 2000
 Transport = httpx2.BaseTransport
 AsyncTransport = httpx2.AsyncBaseTransport
@@ -144,7 +142,7 @@ class HttpEndpoint:
         base_url: str,
         *,
         api_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float,
         transport: Transport | None = None,
     ) -> None:
         self.root_url, self.api_url = split_base_url(base_url)

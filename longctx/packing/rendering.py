@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -241,10 +241,3 @@ def folder_lines(path: str, note: str | None = None) -> str:
     """
     listing = render_listing([ListingEntry(path, note=note)])
     return listing.split("<listing>\n", 1)[1].rsplit("</listing>", 1)[0]
-
-
-def listing_entries(included: Sequence[str], skipped: Iterable[tuple[str, str]] = ()) -> list[ListingEntry]:
-    """Listing entries for ``included`` paths and ``(path, reason)`` pairs of skipped ones."""
-    return [ListingEntry(path) for path in included] + [
-        ListingEntry(path, reason) for path, reason in skipped
-    ]

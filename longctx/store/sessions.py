@@ -45,11 +45,6 @@ class SessionLog:
 
     # -- packs --------------------------------------------------------------
 
-    def save_pack(self, pack: StoredPack) -> None:
-        """Keep a pack's prefix so its sessions can resume; idempotent."""
-        with self._database.transaction() as connection:
-            _insert_pack(connection, pack)
-
     def pack(self, fingerprint: str) -> StoredPack | None:
         """The pack kept under ``fingerprint``, or None."""
         rows = self._database.query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])

@@ -295,10 +295,10 @@ VLLM = EngineProfile(
     chat_id_switches=("return_token_ids",),
     completions_id_switches=("return_token_ids",),
     # docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the CPU build of the test
-    # suite) and issue 13's H200 run of vLLM 0.24.0 (8 at once 8.15 s against 9.7-11.2 s
-    # lead-first; benchmarks/gpu/ re-measures it). vLLM v1 shares an in-flight prefix, so
-    # sending together costs no prefill.
-    dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),),
+    # suite) and vLLM 0.24.0 on one H200 (8 at once 8.15 s against 9.7-11.2 s lead-first, before
+    # 2026-12-01; "gpu-siblings" of 2026-12-01: auto 10.79 s against lead 13.47 s at 126k). vLLM v1
+    # shares an in-flight prefix, so sending together costs no prefill.
+    dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and gpu-siblings (H200, 0.24.0, 2026-12-01)"),),
     checks=(
         Check("warning", "enable_prefix_caching", _false, "--enable-prefix-caching", _AGAIN),
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),

@@ -192,7 +192,9 @@ def test_the_host_tier_run_says_what_came_back_by_the_engine_versions_counters(t
     backend = connect(URL, transport=fake.transport())
     host = canary(backend, options=CanaryOptions(host_tier=True, fill_tokens=3000)).run("host tier")
     moved = host.cached_tokens * (fake.bytes_per_token if unit == "bytes" else 1)
-    assert host.cached_tokens and host.tier == f"read from the host tier ({moved:,} {unit} moved to the device)"
+    assert (
+        host.cached_tokens and host.tier == f"read from the host tier ({moved:,} {unit} moved to the device)"
+    )
 
 
 def test_a_host_tier_run_the_device_cache_kept_says_so() -> None:

@@ -21,7 +21,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("longctx", "docs", "tests", "benchmarks", "examples", "scripts", "README.md")
-SKIPPED_DIRS = {"__pycache__", ".venv", ".cache", ".ipynb_checkpoints", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+SKIPPED_DIRS = {
+    "__pycache__",
+    ".venv",
+    ".cache",
+    ".ipynb_checkpoints",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+}
 
 #: The project's own tracker words: a numbered issue or stop (in a file name too), a stop or
 #: issue pointed at, or one owning something ("...'s"). A plural stop is a verb ("stops 2 servers").

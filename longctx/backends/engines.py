@@ -1,9 +1,9 @@
 """The engine registry: one :class:`~longctx.backends.profiles.EngineProfile` per engine, and discovery.
 
 The one module that names engines, their metrics and the routers in front of
-them (one :class:`~longctx.backends.profiles.RouterProfile` per router). What it reads from each engine (also in
-docs/serving.md, with the flags each needs), checked against vLLM 0.32 (CPU)
-and SGLang 0.5.23 in the test suite:
+them (one :class:`~longctx.backends.profiles.RouterProfile` per router). What
+it reads from each engine (also in docs/serving.md, with the flags each
+needs), checked against vLLM 0.32 (CPU) and SGLang 0.5.23 in the test suite:
 
 - both serve ``GET /v1/models`` with ``owned_by`` naming the engine and
   ``max_model_len`` the effective context length;
@@ -307,7 +307,11 @@ VLLM = EngineProfile(
     # suite) and vLLM 0.24.0 on one H200 (8 at once 8.15 s against 9.7-11.2 s lead-first, before
     # 2026-12-01; "gpu-siblings" of 2026-12-01: auto 10.79 s against lead 13.47 s at 126k). vLLM v1
     # shares an in-flight prefix, so sending together costs no prefill.
-    dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and gpu-siblings (H200, 0.24.0, 2026-12-01)"),),
+    dispatch=(
+        Measured(
+            "", "together", 8, "benchmarks/siblings.py (CPU) and gpu-siblings (H200, 0.24.0, 2026-12-01)"
+        ),
+    ),
     checks=(
         Check("warning", "enable_prefix_caching", _false, "--enable-prefix-caching", _AGAIN),
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
@@ -510,13 +514,17 @@ VLLM_ROUTER = RouterProfile(
     probe=("/list_workers", "urls"),
 )
 SMG = RouterProfile(name="smg", keeping_policy="--policy consistent_hashing", lists_workers=True)
-DYNAMO = RouterProfile(name="dynamo", keeping_policy="--router-mode kv --router-session-affinity-ttl-secs 3600")
+DYNAMO = RouterProfile(
+    name="dynamo", keeping_policy="--router-mode kv --router-session-affinity-ttl-secs 3600"
+)
 _ROUTERS: dict[str, RouterProfile] = {router.name: router for router in (VLLM_ROUTER, SMG, DYNAMO)}
 
 #: Router policies (as any router spells them) that send one pack's requests to whichever replica
 #: comes next: every replica prefills the pack again and each holds every pack, so a fleet caches
 #: no more than one replica.
-SPREADING_POLICIES = frozenset({"round_robin", "roundrobin", "round-robin", "random", "power_of_two", "least_load"})
+SPREADING_POLICIES = frozenset(
+    {"round_robin", "roundrobin", "round-robin", "random", "power_of_two", "least_load"}
+)
 
 
 def routers() -> tuple[RouterProfile, ...]:

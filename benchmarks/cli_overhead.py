@@ -1,4 +1,4 @@
-"""Benchmark: the CLI against the same work through the API, on the test suite's real CPU vLLM (issue 22).
+"""Benchmark: the CLI against the same work through the API, on the test suite's real CPU vLLM.
 
 Two measures, each a fresh process per run (the installed console script and
 ``python``, bytecode cached), against one vLLM server of

@@ -5,7 +5,7 @@ in turn (A B A B ...) after one warm-up each, so bytecode is cached and a
 drift of the machine's speed touches both; each run's wall time is read
 around ``subprocess.run``. Prints the medians, their difference and ratio,
 and the same for ``longctx pack --help`` (which imports the pack command's
-module). The goal (issue 22): ``longctx --help`` within 80 ms of
+module). The goal: ``longctx --help`` within 80 ms of
 ``python -c pass``. On a machine others load, quote the difference of the
 medians, not single runs.
 """

@@ -1,4 +1,4 @@
-"""Benchmark: a job over more packs than the GPU holds, with and without a host tier (issue 23).
+"""Benchmark: a job over more packs than the GPU holds, with and without a host tier.
 
 One vLLM server whose GPU KV cache holds fewer tokens than all the packs,
 and (variant ``native`` or ``lmcache``) a host tier that holds the rest; or
@@ -23,7 +23,7 @@ written to JSON per run:
   (bytes loaded / BYTES_PER_TOKEN); they agree when the difference is at
   most one block per request.
 
-Goals (issue 23): with a host tier, longctx prefills at most 1.05x the
+Goals: with a host tier, longctx prefills at most 1.05x the
 minimum and finishes at least 1.3x faster than the plain client on the same
 server; host tokens agree with the transfer counter within a block per request.
 
@@ -315,7 +315,7 @@ def summarize(paths: list[Path]) -> str:
         if counters:
             goals.append(counters)
     heading = [
-        "## A job larger than the GPU's KV cache, with a host tier and without (issue 23)",
+        "## A job larger than the GPU's KV cache, with a host tier and without",
         "",
         "longctx's job against a plain client sending the same (pack, question) pairs shuffled, on one"
         " server per variant. Host tokens: as longctx's report counts them (the job's counter check;"

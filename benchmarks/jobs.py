@@ -18,7 +18,7 @@ same (pack, question) pairs:
 Each run has its own ``cache_salt``, so it starts cold and cannot use
 another run's blocks. *prefilled* is the prompt tokens the servers computed
 (prompt less cached, from the responses); *minimum* is one cold prefill per
-pack (each pack's first request, less nothing). Goals (issue 14): longctx
+pack (each pack's first request, less nothing). Goals: longctx
 prefills at most 1.2x the minimum and finishes at least 2x faster than the
 plain client.
 

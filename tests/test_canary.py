@@ -174,6 +174,36 @@ def test_the_host_tier_run_fills_the_cache_under_another_salt_first(
     assert any("filled the device cache" in note for note in result.notes)
 
 
+@pytest.mark.parametrize(
+    ("tiers", "unit"),
+    [
+        # vLLM 0.32 counts cached tokens by tier; 0.24 counts the connector's tokens by source (and
+        # the bytes it moved: the tokens are read); a vLLM counting bytes only; SGLang HiCache.
+        ("vllm-by-source", "tokens"),
+        ("vllm-024", "tokens"),
+        ("vllm-transfers", "bytes"),
+        ("sglang-hicache", "tokens"),
+    ],
+)
+def test_the_host_tier_run_says_what_came_back_by_the_engine_versions_counters(tiers: str, unit: str) -> None:
+    # Only the last two prompts stay on the GPU: after the fill, the probe's cached tokens are host hits.
+    engine = "sglang" if tiers.startswith("sglang") else "vllm"
+    fake = FakeEngine(engine=engine, block=1, answer="record 0000 sensor A0 read", tiers=tiers, gpu_prompts=2)
+    backend = connect(URL, transport=fake.transport())
+    host = canary(backend, options=CanaryOptions(host_tier=True, fill_tokens=3000)).run("host tier")
+    moved = host.cached_tokens * (fake.bytes_per_token if unit == "bytes" else 1)
+    assert (
+        host.cached_tokens and host.tier == f"read from the host tier ({moved:,} {unit} moved to the device)"
+    )
+
+
+def test_a_host_tier_run_the_device_cache_kept_says_so() -> None:
+    fake = FakeEngine(block=1, answer="record 0000 sensor A0 read", tiers="vllm-by-source")
+    backend = connect(URL, transport=fake.transport())
+    host = canary(backend, options=CanaryOptions(host_tier=True, fill_tokens=3000)).run("host tier")
+    assert host.tier == "read from the device cache (the fill did not evict it)"
+
+
 def test_the_host_tier_needs_a_size_when_the_server_reports_none(backend: Backend) -> None:
     with pytest.raises(ConfigError, match="fill_tokens"):
         canary(backend, options=CanaryOptions(host_tier=True))

@@ -11,6 +11,13 @@ validated (model, engine) deployments, messages) are fine.
 ``longctx/testing/`` is left out: the harness builds and starts the real
 engines by name, it knows nothing of what they serve.
 
+``test_no_module_outside_the_registry_names_a_metric_or_a_router`` holds
+the same for the engines' metric names (a string literal that starts with
+``vllm:``, ``sglang:`` or ``lmcache``) and the routers' names (compared,
+matched or keyed like an engine's): they live in the registry
+(``backends/engines.py``, its data types in ``backends/profiles.py``), and
+other modules ask it (``CacheTiers``, ``RouterProfile``, ``find_router``).
+
 ``test_a_new_engine_is_one_profile`` registers a stand-in engine and runs
 a session against a fake server of it, changing no other module.
 """
@@ -28,7 +35,7 @@ from fake_engine import FakeEngine
 from pack_fixtures import corpus_of, document
 
 from longctx.backends.base import connect
-from longctx.backends.engines import GENERIC, SGLANG, VLLM, find_profile, profiles, registered
+from longctx.backends.engines import GENERIC, SGLANG, VLLM, find_profile, profiles, registered, routers
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import CacheTiers, Check, EngineFacts, EngineProfile, Measured, truth
 from longctx.config import RequestOptions
@@ -42,6 +49,9 @@ from longctx.verification import counters
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = ROOT / "longctx" / "backends" / "engines.py"
+#: The registry's data types: they may name what they describe in their docstrings and defaults.
+REGISTRY_TYPES = ROOT / "longctx" / "backends" / "profiles.py"
+METRIC_PREFIXES = ("vllm:", "sglang:", "lmcache")
 HARNESS = ROOT / "longctx" / "testing"
 
 
@@ -110,6 +120,58 @@ def test_the_engine_name_check_finds_each_kind_of_use() -> None:
     ]
     for source in allowed:
         assert not engine_name_uses(source, names), source
+
+
+def registry_literals(source: str, routers: set[str]) -> list[str]:
+    """Each string literal in ``source`` (f-string parts included) that is a metric name or a router's name.
+
+    A metric name starts with an engine's metric prefix; a router's name is
+    the whole literal (a router appears outside the registry only as data it
+    returned, never written out: ``"vllm-router:consistent_hash"`` in a
+    docstring is no router's name).
+    """
+    return [
+        f"{node.lineno}: {node.value[:60]!r}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and (node.value.startswith(METRIC_PREFIXES) or node.value in routers)
+    ]
+
+
+def test_no_module_outside_the_registry_names_a_metric_or_a_router() -> None:
+    router_names = {router.name for router in routers()}
+    assert {"vllm-router", "smg"} <= router_names
+    strays = []
+    for path in sorted((ROOT / "longctx").rglob("*.py")):
+        if path in (REGISTRY, REGISTRY_TYPES) or HARNESS in path.parents:
+            continue
+        for use in registry_literals(path.read_text(encoding="utf-8"), router_names):
+            strays.append(f"{path.relative_to(ROOT)}:{use}")
+    assert not strays, "metric or router names outside backends/engines.py (ask the registry):\n" + "\n".join(
+        strays
+    )
+
+
+def test_the_metric_and_router_check_finds_a_planted_use() -> None:
+    routers = {"vllm-router", "smg"}
+    for source in (
+        'HOST = (("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),)',
+        'found = total(samples, "sglang:cached_tokens_total")',
+        'name = f"vllm:{kind}_total"',
+        'HITS = "lmcache_mp_lookup_hit_tokens_total"',
+        'if router.name == "vllm-router": pass',
+        'POLICIES = {"smg": "--policy consistent_hashing"}',
+        'name = "vllm-router" if listed else "smg"',
+    ):
+        assert registry_literals(source, routers), source
+    for source in (
+        '"""The vllm:cache_config_info gauge and its labels."""',
+        'label = "vllm"',
+        'example = "vllm-router:round_robin"',
+        'reason = f"{router.name} found in front"',
+    ):
+        assert not registry_literals(source, routers), source
 
 
 def test_the_built_in_profiles_keep_what_the_engines_said() -> None:

@@ -1,4 +1,4 @@
-"""What a new user hits in the first hour (issue 22): the small ones."""
+"""What a new user hits in the first hour: the small ones."""
 
 from __future__ import annotations
 

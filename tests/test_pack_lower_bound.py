@@ -1,4 +1,4 @@
-"""A pack the characters alone prove too large is refused before any tokenize request (issue 22).
+"""A pack the characters alone prove too large is refused before any tokenize request.
 
 The refusal is cheap as well as early: the costly passes over a text (special
 tokens, credentials) are never run on a file whose decoded length already

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24's cache canary on one GPU: vLLM 0.24 without and then with native CPU offloading, each with a
+# The cache canary on one GPU: vLLM 0.24 without and then with native CPU offloading, each with a
 # small GPU KV cache (KV_BLOCKS blocks of 16 tokens) so the canary's fill pushes the probe's blocks out
 # of it: to the CPU tier when offloading is on (the host-tier path forced), gone when it is off.
 # Run after install.sh (run.sh does it); stops each server it started (by its PID), one at a time.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue 23 on one GPU: a job over more packs than the GPU's KV cache holds, with a host tier (vLLM
+# A host tier on one GPU: a job over more packs than the GPU's KV cache holds, with a host tier (vLLM
 # native offloading, or LMCache) or without one, longctx's job against a plain client sending the
 # pairs shuffled, on the same server. One VARIANT per call (each starts its own server: 5-6 min).
 # Usage: benchmarks/gpu/host-tiers.sh PARTS OUT VARIANT [HOST_GIB=40] [BLOCKS=16847] [PACKS=12] [PACK_TOKENS=48000]
 #   The defaults put the job (12 x 48k = 576k tokens) above the GPU's 269,552 tokens (5 packs) and
 #   below what GPU + host keep: the tiers are inclusive (every block is written to the host as it is
 #   computed), so they keep about the host's 655,360 tokens at 40 GiB (13 packs), not the sum. At
-#   HOST_GIB=24 (393,216 tokens, 8 packs: the issue's first measurement) the job outgrows the tier.
+#   HOST_GIB=24 (393,216 tokens, 8 packs: the H200 runs of 2026-12-02, vLLM 0.24.0) the job outgrows the tier.
 #   VARIANT: native (--kv-offloading-backend native), lmcache (an `lmcache server` beside vLLM,
 #   --kv-offloading-backend lmcache; needs PARTS/lm and PARTS/lmdeps from prepare-wheels.sh), none.
 #   BLOCKS: --num-gpu-blocks-override (16,847 blocks of 16 = 269,552 GPU KV tokens, as measured before).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 14's job benchmark on one GPU: two replicas sharing it, each with a KV cache that holds
+# The job benchmark on one GPU: two replicas sharing it, each with a KV cache that holds
 # only a few packs, longctx's job runner against a plain client sending the pairs in a shuffled order.
 # Run after install.sh (run.sh does it); stops the replicas it started.
 # Usage: benchmarks/gpu/jobs.sh PARTS OUT [PACKS=10] [PACK_TOKENS=40000] [KV_BLOCKS=8192] [LABEL=h200]

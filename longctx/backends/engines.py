@@ -1,8 +1,9 @@
 """The engine registry: one :class:`~longctx.backends.profiles.EngineProfile` per engine, and discovery.
 
-The one module that names engines. What it reads from each engine (also in
-docs/serving.md, with the flags each needs), checked against vLLM 0.32 (CPU)
-and SGLang 0.5.23 in the test suite:
+The one module that names engines, their metrics and the routers in front of
+them (one :class:`~longctx.backends.profiles.RouterProfile` per router). What
+it reads from each engine (also in docs/serving.md, with the flags each
+needs), checked against vLLM 0.32 (CPU) and SGLang 0.5.23 in the test suite:
 
 - both serve ``GET /v1/models`` with ``owned_by`` naming the engine and
   ``max_model_len`` the effective context length;
@@ -40,6 +41,7 @@ from longctx.backends.profiles import (
     HostTierRecipe,
     Measured,
     RecipeSwitches,
+    RouterProfile,
     truth,
 )
 from longctx.backends.tiers import HostTier
@@ -47,16 +49,23 @@ from longctx.config import DEFAULT_CONCURRENCY
 from longctx.errors import BackendError
 
 __all__ = [
+    "DYNAMO",
     "GENERIC",
     "SGLANG",
+    "SMG",
+    "SPREADING_POLICIES",
     "VLLM",
+    "VLLM_ROUTER",
     "find_profile",
+    "find_router",
     "identify",
     "measured_dispatch",
     "profiles",
     "recipe_engines",
+    "recipe_host_tiers",
     "register",
     "registered",
+    "routers",
 ]
 
 CHUNK_TOKENS = 8192
@@ -295,10 +304,14 @@ VLLM = EngineProfile(
     chat_id_switches=("return_token_ids",),
     completions_id_switches=("return_token_ids",),
     # docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the CPU build of the test
-    # suite) and issue 13's H200 run of vLLM 0.24.0 (8 at once 8.15 s against 9.7-11.2 s
-    # lead-first; benchmarks/gpu/ re-measures it). vLLM v1 shares an in-flight prefix, so
-    # sending together costs no prefill.
-    dispatch=(Measured("", "together", 8, "benchmarks/siblings.py (CPU) and issue 13's H200 run"),),
+    # suite) and vLLM 0.24.0 on one H200 (8 at once 8.15 s against 9.7-11.2 s lead-first, before
+    # 2026-12-01; "gpu-siblings" of 2026-12-01: auto 10.79 s against lead 13.47 s at 126k). vLLM v1
+    # shares an in-flight prefix, so sending together costs no prefill.
+    dispatch=(
+        Measured(
+            "", "together", 8, "benchmarks/siblings.py (CPU) and gpu-siblings (H200, 0.24.0, 2026-12-01)"
+        ),
+    ),
     checks=(
         Check("warning", "enable_prefix_caching", _false, "--enable-prefix-caching", _AGAIN),
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
@@ -465,6 +478,12 @@ def recipe_engines() -> tuple[str, ...]:
     return tuple(profile.name for profile in _PROFILES.values() if profile.recipe is not None)
 
 
+def recipe_host_tiers() -> tuple[str, ...]:
+    """The names of the host tiers the registered engines' launch recipes know, each once."""
+    names = (name for profile in _PROFILES.values() if profile.recipe for name in profile.recipe.host_tiers)
+    return tuple(dict.fromkeys(names))
+
+
 def find_profile(name: str) -> EngineProfile | None:
     """The profile registered as ``name``, or None."""
     return _PROFILES.get(name)
@@ -480,6 +499,42 @@ def identify(endpoint: HttpEndpoint, owned_by: str | None) -> EngineProfile:
         if profile.probe_path is not None and endpoint.status(profile.probe_path) == 200:
             return profile
     return GENERIC
+
+
+# Routers in front of replicas, checked against vllm-router 0.1.17 and smg 1.13.0 over the test
+# fleet's CPU vLLM replicas: both list their workers on GET /workers; vllm-router also answers
+# GET /list_workers ({"urls": [...]}), which smg does not have.
+VLLM_ROUTER = RouterProfile(
+    name="vllm-router",
+    keeping_policy="--policy consistent_hash",
+    # kv_aware gives a request that carries cache_salt no KV score: it falls back to the policy
+    # without affinity.
+    salt_blind_policies=("kv_aware",),
+    lists_workers=True,
+    probe=("/list_workers", "urls"),
+)
+SMG = RouterProfile(name="smg", keeping_policy="--policy consistent_hashing", lists_workers=True)
+DYNAMO = RouterProfile(
+    name="dynamo", keeping_policy="--router-mode kv --router-session-affinity-ttl-secs 3600"
+)
+_ROUTERS: dict[str, RouterProfile] = {router.name: router for router in (VLLM_ROUTER, SMG, DYNAMO)}
+
+#: Router policies (as any router spells them) that send one pack's requests to whichever replica
+#: comes next: every replica prefills the pack again and each holds every pack, so a fleet caches
+#: no more than one replica.
+SPREADING_POLICIES = frozenset(
+    {"round_robin", "roundrobin", "round-robin", "random", "power_of_two", "least_load"}
+)
+
+
+def routers() -> tuple[RouterProfile, ...]:
+    """Every known router, in registration order."""
+    return tuple(_ROUTERS.values())
+
+
+def find_router(name: str) -> RouterProfile | None:
+    """The router known as ``name``, or None."""
+    return _ROUTERS.get(name)
 
 
 def measured_dispatch(profile: EngineProfile, version: str | None) -> Measured:

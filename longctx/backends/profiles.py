@@ -27,6 +27,7 @@ __all__ = [
     "HostTierRecipe",
     "Measured",
     "RecipeSwitches",
+    "RouterProfile",
     "truth",
 ]
 
@@ -270,6 +271,25 @@ class EngineProfile:
             reading,
             tuple(s.value for s in samples if s.name == "process_start_time_seconds")[:1],
         )
+
+
+@dataclass(frozen=True)
+class RouterProfile:
+    """A router in front of replicas, as data: the router registry's entry (:mod:`.engines`).
+
+    ``keeping_policy`` is the launch flags that keep each pack on one
+    replica with longctx's affinity headers. ``salt_blind_policies`` are
+    policies that spread a request carrying ``cache_salt`` as if it had no
+    affinity. ``lists_workers``: the router answers ``GET /workers``;
+    ``probe`` is a route and a key of its JSON answer that tell it from the
+    other routers that do (None: the one that answers no probe).
+    """
+
+    name: str
+    keeping_policy: str
+    salt_blind_policies: tuple[str, ...] = ()
+    lists_workers: bool = False
+    probe: tuple[str, str] | None = None
 
 
 def _version_key(version: str) -> tuple[int, ...]:

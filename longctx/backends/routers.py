@@ -18,7 +18,8 @@ replicas served: a nonsense figure. Both routers announce themselves on
 
 Which of the two it is: vllm-router also answers ``GET /list_workers``
 (``{"urls": [...]}``), which smg does not have (its ``/workers`` entries
-over real vLLM workers and vllm-router's look alike).
+over real vLLM workers and vllm-router's look alike): the router registry
+(:func:`longctx.backends.engines.routers`) holds each router's probe.
 
 :func:`detect_router` reads that list, so a counter check can read each
 worker's counter directly (:meth:`Backend.counters
@@ -31,7 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from longctx.backends.engines import routers
 from longctx.backends.http import HttpEndpoint
+from longctx.backends.profiles import RouterProfile
 from longctx.errors import BackendError
 
 __all__ = ["RouterInfo", "detect_router"]
@@ -60,12 +63,23 @@ def detect_router(endpoint: HttpEndpoint) -> RouterInfo | None:
         return None
     if parse_workers(listing, endpoint.root_url, "") is None:
         return None
-    try:
-        urls = endpoint.get_json("/list_workers", timeout=DETECT_TIMEOUT)
-        name = "vllm-router" if isinstance(urls, dict) and "urls" in urls else "smg"
-    except BackendError:
-        name = "smg"
-    return parse_workers(listing, endpoint.root_url, name)
+    return parse_workers(listing, endpoint.root_url, _which(endpoint).name)
+
+
+def _which(endpoint: HttpEndpoint) -> RouterProfile:
+    """Of the registry's routers that list workers, the first whose probe answers, else the one without."""
+    listing = [router for router in routers() if router.lists_workers]
+    for router in listing:
+        if router.probe is None:
+            continue
+        route, key = router.probe
+        try:
+            answer = endpoint.get_json(route, timeout=DETECT_TIMEOUT)
+        except BackendError:
+            continue
+        if isinstance(answer, dict) and key in answer:
+            return router
+    return next(router for router in listing if router.probe is None)
 
 
 def parse_workers(listing: Any, url: str, name: str) -> RouterInfo | None:

@@ -116,6 +116,18 @@ class TierReading:
     load_bytes: int | None = None
     store_bytes: int | None = None
 
+    def from_host(self) -> tuple[int, Literal["tokens", "bytes"]] | None:
+        """What the host tier handed back so far, as a count and its unit; None where unknown.
+
+        Its tokens where the engine counts them by tier, else the bytes it
+        loaded host -> GPU.
+        """
+        if self.source == "by_source" and self.host is not None:
+            return self.host, "tokens"
+        if self.load_bytes is not None:
+            return self.load_bytes, "bytes"
+        return None
+
     def plus(self, other: TierReading) -> TierReading:
         """The sum of two servers' readings (a router's workers); a count either lacks stays None.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from longctx.backends.engines import recipe_engines
+from longctx.backends.engines import recipe_engines, recipe_host_tiers
 from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
@@ -152,7 +152,7 @@ def _one_line(error: LongctxError) -> str:
 )
 @click.option(
     "--host-tier",
-    type=click.Choice(["native", "lmcache", "hicache"]),
+    type=click.Choice(recipe_host_tiers()),
     help="A KV tier in host memory: vLLM native or lmcache, SGLang hicache.",
 )
 @click.option("--host-memory", type=float, help="GiB of host memory for --host-tier (the whole server's).")

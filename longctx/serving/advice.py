@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from longctx.backends.engines import find_profile, profiles
+from longctx.backends.engines import SPREADING_POLICIES, find_profile, find_router, profiles, routers
 from longctx.backends.profiles import Finding
 from longctx.errors import ServingConfigError
 
@@ -34,17 +34,11 @@ __all__ = [
     "suggest_server_flags",
 ]
 
-CACHE_KEEPING_POLICIES: dict[str, str] = {
-    "vllm-router": "--policy consistent_hash",
-    "smg": "--policy consistent_hashing",
-    "dynamo": "--router-mode kv --router-session-affinity-ttl-secs 3600",
-}
-"""Per router, the launch flags that keep each pack on one replica with longctx's affinity headers."""
+CACHE_KEEPING_POLICIES: dict[str, str] = {router.name: router.keeping_policy for router in routers()}
+"""Per router, the launch flags that keep each pack on one replica with longctx's affinity headers.
 
-# Policies that send one pack's requests to whichever replica comes next:
-# every replica prefills the pack again and each holds every pack, so a
-# fleet caches no more than one replica.
-_SPREADING = {"round_robin", "roundrobin", "round-robin", "random", "power_of_two", "least_load"}
+From the router registry (:func:`longctx.backends.engines.routers`).
+"""
 
 
 def suggest_router_policy(router_policy: str, *, cache_salt: bool) -> tuple[Finding, ...]:
@@ -55,12 +49,14 @@ def suggest_router_policy(router_policy: str, *, cache_salt: bool) -> tuple[Find
     A spreading policy (round robin, random, power of two, least load)
     loses the cache; vllm-router's ``kv_aware`` ignores requests that carry
     a ``cache_salt`` (they fall back to its non-affinity policy), so with a
-    salt it is flagged too. A router longctx does not know gets no finding.
+    salt it is flagged too (the router registry says which policies of which
+    router). A router the registry does not know is judged on spreading alone.
     """
     router, _, policy = router_policy.partition(":")
     router, policy = router.strip().lower(), policy.strip().lower()
-    fix = CACHE_KEEPING_POLICIES.get(router, "a session-affinity or consistent-hash policy")
-    if policy in _SPREADING:
+    known = find_router(router)
+    fix = known.keeping_policy if known else "a session-affinity or consistent-hash policy"
+    if policy in SPREADING_POLICIES:
         return (
             Finding(
                 "warning",
@@ -70,14 +66,14 @@ def suggest_router_policy(router_policy: str, *, cache_salt: bool) -> tuple[Find
                 f"{policy} sends a pack's requests to every replica in turn: each prefills the pack again",
             ),
         )
-    if policy == "kv_aware" and cache_salt and router == "vllm-router":
+    if cache_salt and known and policy in known.salt_blind_policies:
         return (
             Finding(
                 "warning",
                 "router policy",
                 f"{router_policy} with cache_salt",
                 fix,
-                "vllm-router's kv_aware ignores requests that carry cache_salt: "
+                f"{router}'s {policy} ignores requests that carry cache_salt: "
                 "they are spread as if they had no affinity",
             ),
         )
@@ -96,10 +92,11 @@ def detected_router_finding(router: Any, *, declared: str | None, salted: bool) 
         f"{router.name} found in front (workers: {workers}); longctx reads each worker's counters"
         " directly for its counter checks"
     )
-    if declared is None and salted and router.name == "vllm-router":
+    known = find_router(router.name)
+    if declared is None and salted and known and known.salt_blind_policies:
         reason += (
-            "; if its policy is kv_aware, requests with cache_salt get no KV score and are spread:"
-            " declare the policy to have it checked"
+            f"; if its policy is {' or '.join(known.salt_blind_policies)}, requests with cache_salt get"
+            " no KV score and are spread: declare the policy to have it checked"
         )
     flag = "(nothing to add)" if declared else f"(declare it: router_policy '{router.name}:POLICY')"
     return Finding("suggestion", "router", router.name, flag, reason)

@@ -61,6 +61,7 @@ from typing import Any, Literal
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest, TokenLogprob
 from longctx.backends.metrics import Sample
+from longctx.backends.tiers import CacheTiers, read_tiers
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import CanaryDiverged, ConfigError
 
@@ -518,7 +519,7 @@ def _after_filling(  # noqa: PLR0917 - the canary plan's own state, passed down 
     middle = yield Io(lambda: backend.metric_samples(key))
     run: CanaryRun = yield from ask("host tier", home)
     after = yield Io(lambda: backend.metric_samples(key))
-    tier = _tier(middle, after, run)
+    tier = _tier(server.profile.tiers_for(server.version), middle, after, run)
     return CanaryRun(**{**run.__dict__, "tier": tier})
 
 
@@ -528,37 +529,29 @@ def _filler(number: int, characters: int) -> str:
     return (line * (characters // len(line) + 1))[:characters]
 
 
-def _tier(middle: list[Sample], after: list[Sample], run: CanaryRun) -> str:
-    """Where the host-tier run's prefix came from, as the server's counters tell."""
+def _tier(tiers: CacheTiers | None, middle: list[Sample], after: list[Sample], run: CanaryRun) -> str:
+    """Where the host-tier run's prefix came from, as the server's counters tell.
+
+    ``tiers`` is the engine registry's tier metrics for the server's version:
+    the host tier's tokens where the engine counts them by tier, else the
+    bytes it loaded back (:meth:`TierReading.from_host`).
+    """
     if not run.cached_tokens:
         return "evicted and recomputed (no host tier held it)"
-    moved = _sum(after, _HOST_SERIES) - _sum(middle, _HOST_SERIES)
+    was, now = _from_host(middle, tiers), _from_host(after, tiers)
+    if now is None:
+        return "cached (the server exports no host-tier counter to tell which tier)"
+    count, unit = now
+    # A counter the engine creates at its first host hit is absent before it: nothing moved then.
+    moved = count - (was[0] if was is not None and was[1] == unit else 0)
     if moved > 0:
-        return f"read from the host tier ({moved:,.0f} {_unit(after)} moved to the device)"
-    if any(s.name in {name for name, _ in _HOST_SERIES} for s in after):
-        return "read from the device cache (the fill did not evict it)"
-    return "cached (the server exports no host-tier counter to tell which tier)"
+        return f"read from the host tier ({moved:,} {unit} moved to the device)"
+    return "read from the device cache (the fill did not evict it)"
 
 
-# (metric, labels that must match): what counts blocks coming back from a host tier.
-_HOST_SERIES: tuple[tuple[str, Mapping[str, str]], ...] = (
-    ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}),
-    ("vllm:prompt_tokens_cached_by_source_total", {"source": "host"}),
-    ("sglang:cached_tokens_total", {"cache_source": "host"}),
-)
-
-
-def _sum(samples: list[Sample], series: Sequence[tuple[str, Mapping[str, str]]]) -> float:
-    return sum(
-        s.value
-        for s in samples
-        for name, labels in series
-        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
-    )
-
-
-def _unit(samples: list[Sample]) -> str:
-    return "bytes" if any(s.name == "vllm:kv_offload_total_bytes_total" for s in samples) else "tokens"
+def _from_host(samples: list[Sample], tiers: CacheTiers | None) -> tuple[int, str] | None:
+    reading = read_tiers(samples, tiers)
+    return None if reading is None else reading.from_host()
 
 
 class CanarySampler:

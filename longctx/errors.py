@@ -20,15 +20,13 @@ without repeating secrets.
     ├── StoreError             the SQLite store failed
     │   └── SessionNotFound    no session with that id
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
-    ├── BackendError           talking to a server failed
-    │   ├── ServerUnreachable  no connection, or it dropped
-    │   ├── ServerError        the server answered with an error status
-    │   └── ContextOverflow    the prompt does not fit the server's window
-    └── HarnessError           the local test servers (longctx.testing)
-        ├── EnvironmentBuildError  a server's virtual environment failed to build
-        ├── ModelBuildError        the tiny model failed to build
-        ├── ServerStartError       a server did not become ready
-        └── ServerDiedError        a server exited while in use
+    └── BackendError           talking to a server failed
+        ├── ServerUnreachable  no connection, or it dropped
+        ├── ServerError        the server answered with an error status
+        └── ContextOverflow    the prompt does not fit the server's window
+
+The errors of the test harness (building and running local servers) are
+:mod:`longctx.testing`'s own: :mod:`longctx.testing.errors`.
 """
 
 from __future__ import annotations
@@ -42,17 +40,12 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "EmptyCorpus",
-    "EnvironmentBuildError",
-    "HarnessError",
     "InputError",
     "InsufficientMemory",
     "LongctxError",
-    "ModelBuildError",
     "OutputError",
     "PackError",
-    "ServerDiedError",
     "ServerError",
-    "ServerStartError",
     "ServerUnreachable",
     "ServingConfigError",
     "SessionNotFound",
@@ -268,40 +261,3 @@ class ContextOverflow(BackendError):
         super().__init__(message, url=url, status=status, body=body)
         self.prompt_tokens = prompt_tokens
         self.context_length = context_length
-
-
-class HarnessError(LongctxError):
-    """The local test servers of :mod:`longctx.testing` failed."""
-
-
-class EnvironmentBuildError(HarnessError):
-    """A server's virtual environment could not be built; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
-        self.log_tail = log_tail
-
-
-class ModelBuildError(HarnessError):
-    """The tiny test model could not be built; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
-        self.log_tail = log_tail
-
-
-class ServerStartError(HarnessError):
-    """A server did not become ready; ``log_tail`` holds the end of its log."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
-        self.log_tail = log_tail
-
-
-class ServerDiedError(HarnessError):
-    """A server exited while a test was using it; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, returncode: int | None, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
-        self.returncode = returncode
-        self.log_tail = log_tail

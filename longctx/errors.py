@@ -19,21 +19,22 @@ without repeating secrets.
     ├── TokenizerError         no tokenizer, or it failed
     ├── StoreError             the SQLite store failed
     │   └── SessionNotFound    no session with that id
+    ├── SessionClosed          a session (or a job that has run) used after close
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
-    ├── BackendError           talking to a server failed
-    │   ├── ServerUnreachable  no connection, or it dropped
-    │   ├── ServerError        the server answered with an error status
-    │   └── ContextOverflow    the prompt does not fit the server's window
-    └── HarnessError           the local test servers (longctx.testing)
-        ├── EnvironmentBuildError  a server's virtual environment failed to build
-        ├── ModelBuildError        the tiny model failed to build
-        ├── ServerStartError       a server did not become ready
-        └── ServerDiedError        a server exited while in use
+    └── BackendError           talking to a server failed
+        ├── ServerUnreachable  no connection, or it dropped
+        ├── ServerError        the server answered with an error status (a fault)
+        ├── RateLimited        the server answered 429: slow down (.retry_after)
+        └── ContextOverflow    the prompt does not fit the server's window
+
+The errors of the test harness (building and running local servers) are
+:mod:`longctx.testing`'s own: :mod:`longctx.testing.errors`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict, Unpack
 
 __all__ = [
     "BackendError",
@@ -42,19 +43,16 @@ __all__ = [
     "ConfigError",
     "ContextOverflow",
     "EmptyCorpus",
-    "EnvironmentBuildError",
-    "HarnessError",
     "InputError",
     "InsufficientMemory",
     "LongctxError",
-    "ModelBuildError",
     "OutputError",
     "PackError",
-    "ServerDiedError",
+    "RateLimited",
     "ServerError",
-    "ServerStartError",
     "ServerUnreachable",
     "ServingConfigError",
+    "SessionClosed",
     "SessionNotFound",
     "SourceError",
     "StoreError",
@@ -204,6 +202,18 @@ class SessionNotFound(StoreError):
         self.session_id = session_id
 
 
+class SessionClosed(LongctxError):
+    """A session was used after :meth:`~longctx.sessions.Conversation.close`, or a job run a second time.
+
+    Raised by every call that would reach the server or the store (ask,
+    ask_many, fork, branch, report, a canary, a warm start, ``backend``,
+    ``store``), also by a fork, branch or shard whose connection and store
+    were closed with the session that lent them; what it holds in memory
+    (``id``, ``title``, ``turns``) can still be read. Not a
+    :class:`ConfigError`: the arguments are fine, the object is spent.
+    """
+
+
 class CanaryDiverged(LongctxError):
     """The cache canary found a cached answer that differs from a cold one.
 
@@ -216,28 +226,46 @@ class CanaryDiverged(LongctxError):
         self.result = result
 
 
+class ServerContext(TypedDict, total=False):
+    """What a :class:`BackendError` knows of the exchange that failed (each key is its attribute)."""
+
+    url: str | None
+    status: int | None
+    body: str | None
+    retry_after: float | None
+    request_id: str | None
+    server_request_id: str | None
+
+
 class BackendError(LongctxError):
     """Talking to an inference server failed.
 
     ``url`` is the endpoint, ``status`` the HTTP status when the server
     answered, ``body`` its (truncated) answer, ``retry_after`` the seconds
-    the server asked to wait (``Retry-After``), when it did.
+    the server asked to wait (``Retry-After``: a 429, a 503), when it did.
+    ``request_id`` is the id longctx sent with the request (``X-Request-Id``),
+    ``server_request_id`` the one the server gave it (an ``x-request-id``
+    response header, a body's ``id``) when it said one; ``str()`` names both
+    (the server's when it differs), so the request can be found in the
+    server's log. Each is None when unknown.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        url: str | None = None,
-        status: int | None = None,
-        body: str | None = None,
-        retry_after: float | None = None,
-    ) -> None:
+    def __init__(self, message: str, **context: Unpack[ServerContext]) -> None:
         super().__init__(message)
-        self.url = url
-        self.status = status
-        self.body = body
-        self.retry_after = retry_after
+        self.url = context.get("url")
+        self.status = context.get("status")
+        self.body = context.get("body")
+        self.retry_after = context.get("retry_after")
+        self.request_id = context.get("request_id")
+        self.server_request_id = context.get("server_request_id")
+
+    def __str__(self) -> str:
+        message = super().__str__()
+        ids = [f"request id {self.request_id}"] if self.request_id else []
+        if self.server_request_id and self.server_request_id != self.request_id:
+            ids.append(f"server request id {self.server_request_id}")
+        named = [part for part in ids if part.split()[-1] not in message]
+        return f"{message} ({'; '.join(named)})" if named else message
 
 
 class ServerUnreachable(BackendError):
@@ -245,7 +273,26 @@ class ServerUnreachable(BackendError):
 
 
 class ServerError(BackendError):
-    """The server answered with an error status."""
+    """The server answered with an error status: a fault (5xx), or a request it refused (4xx).
+
+    Not for the two answers that have their own error: a 429
+    (:class:`RateLimited`) and a prompt too long (:class:`ContextOverflow`).
+    """
+
+
+class RateLimited(BackendError):
+    """The server (or a gateway before it) refused the request for now: HTTP 429.
+
+    ``retry_after`` is how many seconds it asked to wait (its ``Retry-After``
+    header, delta-seconds or an HTTP date; None when it gave none). The
+    retry policy waits that long (up to its ``max_wait``) before trying
+    again, so this is raised only once the attempts are spent.
+
+    A sibling of :class:`ServerError`, not a kind of it: a caller catching
+    ``ServerError`` treats the server as faulty (alerts, takes a replica out
+    of service), and a server that asks to slow down is working as it
+    should. Catch :class:`BackendError` for both.
+    """
 
 
 class ContextOverflow(BackendError):
@@ -261,47 +308,8 @@ class ContextOverflow(BackendError):
         *,
         prompt_tokens: int | None,
         context_length: int | None,
-        url: str | None = None,
-        status: int | None = None,
-        body: str | None = None,
+        **context: Unpack[ServerContext],
     ) -> None:
-        super().__init__(message, url=url, status=status, body=body)
+        super().__init__(message, **context)
         self.prompt_tokens = prompt_tokens
         self.context_length = context_length
-
-
-class HarnessError(LongctxError):
-    """The local test servers of :mod:`longctx.testing` failed."""
-
-
-class EnvironmentBuildError(HarnessError):
-    """A server's virtual environment could not be built; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
-        self.log_tail = log_tail
-
-
-class ModelBuildError(HarnessError):
-    """The tiny test model could not be built; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- log tail ---\n{log_tail}" if log_tail else message)
-        self.log_tail = log_tail
-
-
-class ServerStartError(HarnessError):
-    """A server did not become ready; ``log_tail`` holds the end of its log."""
-
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
-        self.log_tail = log_tail
-
-
-class ServerDiedError(HarnessError):
-    """A server exited while a test was using it; ``log_tail`` says why."""
-
-    def __init__(self, message: str, *, returncode: int | None, log_tail: str = "") -> None:
-        super().__init__(f"{message}\n--- server log tail ---\n{log_tail}")
-        self.returncode = returncode
-        self.log_tail = log_tail

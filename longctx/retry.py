@@ -1,10 +1,11 @@
 """The one retry policy of longctx, on tenacity (imported here and nowhere else).
 
 What is retried: a connection that failed, dropped or stalled
-(:class:`ServerUnreachable`), HTTP 429 and 5xx (:class:`ServerError`).
-What is not: every other 4xx, a context overflow, anything that is not a
-server error. Attempts and total time are bounded; a ``Retry-After`` from
-the server is honoured (capped by the time left).
+(:class:`ServerUnreachable`), HTTP 429 (:class:`RateLimited`) and 5xx
+(:class:`ServerError`). What is not: every other 4xx, a context overflow,
+anything that is not a server error. Attempts and total time are bounded; a
+``Retry-After`` from the server (a 429's, a 503's) is the wait before the
+next attempt, capped by the policy's ``max_wait`` and the time left.
 
 Tests never sleep in retries: :func:`instant_retries` (or
 ``LONGCTX_INSTANT_RETRIES=1``) keeps the attempts and drops the waiting.
@@ -25,7 +26,14 @@ import tenacity
 
 from longctx.config import instant_retries_requested
 from longctx.drivers import Io, Plan, run, sleep
-from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
+from longctx.errors import (
+    BackendError,
+    ConfigError,
+    ContextOverflow,
+    RateLimited,
+    ServerError,
+    ServerUnreachable,
+)
 
 __all__ = [
     "OnRetry",
@@ -51,7 +59,9 @@ class RetryPolicy:
     """Bounds of retrying: ``attempts`` in all, within ``total_seconds``.
 
     Waits grow from ``initial_wait`` (doubling, with jitter) up to
-    ``max_wait``; a server's ``Retry-After`` replaces the computed wait.
+    ``max_wait``; a server's ``Retry-After`` replaces the computed wait,
+    bounded by ``max_wait`` too (a server asking for minutes is asked again
+    after ``max_wait``, until the attempts or ``total_seconds`` are spent).
     """
 
     attempts: int = 5
@@ -90,7 +100,7 @@ def is_retryable(error: BaseException) -> bool:
     """True for failures that another attempt may fix."""
     if isinstance(error, ContextOverflow):
         return False
-    if isinstance(error, ServerUnreachable):
+    if isinstance(error, (ServerUnreachable, RateLimited)):
         return True
     if isinstance(error, ServerError) and error.status is not None:
         return error.status == 429 or error.status >= 500
@@ -98,7 +108,7 @@ def is_retryable(error: BaseException) -> bool:
 
 
 def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date); None: absent or unreadable."""
     if not value:
         return None
     value = value.strip()
@@ -110,6 +120,8 @@ def parse_retry_after(value: str | None) -> float | None:
         moment = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if moment.tzinfo is None:  # "-0000": a UTC time whose zone is not known to the sender
+        moment = moment.replace(tzinfo=UTC)
     return max(0.0, (moment - datetime.now(UTC)).total_seconds())
 
 
@@ -137,7 +149,7 @@ def _wait_strategy(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], f
         error = state.outcome.exception() if state.outcome else None
         left = max(0.0, policy.total_seconds - (state.seconds_since_start or 0.0))
         if isinstance(error, BackendError) and error.retry_after is not None:
-            return min(error.retry_after, left)
+            return min(error.retry_after, policy.max_wait, left)
         base = min(policy.max_wait, policy.initial_wait * 2.0 ** (state.attempt_number - 1))
         return min(base * (0.5 + random.random() / 2), left)
 

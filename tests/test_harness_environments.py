@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from longctx.errors import EnvironmentBuildError
 from longctx.testing.environments import (
     ENGINE_SPECS,
     MARKER_NAME,
@@ -16,6 +15,7 @@ from longctx.testing.environments import (
     ensure_environment,
     environment_is_complete,
 )
+from longctx.testing.errors import EnvironmentBuildError
 
 # A real environment with no packages: the rules do not depend on its size.
 SMALL = EnvironmentSpec(name="small", steps=(("{python}", "-c", "print('step ran')"),), with_pip=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from longctx.errors import ServerDiedError, ServerStartError
+from longctx.testing.errors import ServerDiedError, ServerStartError
 from longctx.testing.servers import LocalServer, find_free_port, http_ok, port_is_free, start_server
 
 # A stand-in HTTP server: prints a recognisable line, serves 200 on /health,

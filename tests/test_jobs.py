@@ -27,7 +27,7 @@ from longctx.backends.engines import VLLM, registered
 from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
-from longctx.errors import ConfigError
+from longctx.errors import ConfigError, SessionClosed
 from longctx.jobs.job import _Room
 from longctx.jobs.keys import AnswerFacts
 from longctx.sessions import RepoSession
@@ -107,6 +107,14 @@ def test_an_empty_or_missing_job_file_is_refused(tmp_path: Path) -> None:
         read_job(tmp_path / "empty.jsonl")
     with pytest.raises(ConfigError, match="cannot read the job file"):
         read_job(tmp_path / "missing.jsonl")
+
+
+def test_a_job_runs_once_and_says_so_when_run_again(backend: Backend, store: Store, tmp_path: Path) -> None:
+    job = Job(interleaved(make_repos(tmp_path, 1), 1), backend=backend, store=store)
+    assert job.run().failed == ()
+    with pytest.raises(SessionClosed, match="make a new Job"):
+        job.run()
+    assert Job(job.items, backend=backend, store=store).run().resumed == 1  # a new job reuses the answer
 
 
 # -- scheduling --------------------------------------------------------------------

@@ -45,11 +45,9 @@ PUBLIC = {
     "DocSession",
     "Document",
     "EmptyCorpus",
-    "EnvironmentBuildError",
     "EstimateTokenizer",
     "FileChange",
     "Finding",
-    "HarnessError",
     "InputError",
     "InsufficientMemory",
     "Limits",
@@ -62,11 +60,11 @@ PUBLIC = {
     "LongctxError",
     "Manifest",
     "ManifestEntry",
-    "ModelBuildError",
     "OutputError",
     "Pack",
     "PackComparison",
     "PackError",
+    "RateLimited",
     "PackResult",
     "Prices",
     "PromptCount",
@@ -80,15 +78,14 @@ PUBLIC = {
     "ReplicaStatus",
     "Sent",
     "Section",
-    "ServerDiedError",
     "ServerError",
     "ServerInfo",
     "ServerOptions",
-    "ServerStartError",
     "ServerTokenizer",
     "ServerUnreachable",
     "ServingConfigError",
     "Session",
+    "SessionClosed",
     "SessionNotFound",
     "SessionRecord",
     "ShardedPack",
@@ -204,3 +201,70 @@ def test_every_error_is_exported_and_drawn_in_the_tree() -> None:
     assert set(errors.__all__) == defined
     tree = errors.__doc__ or ""
     assert all(re.search(rf"[─ ]{name}\b", tree) for name in defined), defined - set(re.findall(r"\w+", tree))
+
+
+def _tree(docstring: str) -> list[tuple[str, str]]:
+    """``(error, parent)`` of each line of an error tree drawn with box characters, in its order."""
+    rows: list[tuple[str, str]] = []
+    parents: list[str] = []  # the open branch, by depth
+    root_column = None
+    for line in docstring.splitlines():
+        if root_column is None:
+            if line.strip() == "LongctxError":
+                root_column = line.index("LongctxError")
+                rows.append(("LongctxError", ""))
+                parents.append("LongctxError")
+            continue
+        match = re.search(r"[├└]── (\w+)", line)
+        if not match:
+            continue
+        depth = (match.start() - root_column) // 4 + 1
+        del parents[depth:]
+        rows.append((match.group(1), parents[-1]))
+        parents.append(match.group(1))
+    return rows
+
+
+def _api_error_table() -> list[tuple[str, str, int]]:
+    """``(error, parent, exit code)`` of each row of docs/api.md's error table, in its order."""
+    text = (ROOT / "docs" / "api.md").read_text()
+    section = text.split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 5:
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), int(cells[4])))
+    return rows
+
+
+def test_the_error_table_of_the_docs_the_tree_and_all_agree() -> None:
+    from longctx import errors
+    from longctx.cli import exit_code
+
+    table = _api_error_table()
+    tree = _tree(errors.__doc__ or "")
+    assert [(name, parent) for name, parent, _ in table] == tree, "docs/api.md's table vs the tree"
+    assert sorted(name for name, _ in tree) == sorted(errors.__all__), "the tree vs errors.__all__"
+    assert set(errors.__all__) <= set(longctx.__all__), "every error is exported from longctx"
+    for name, parent, code in table:
+        error = getattr(errors, name)
+        assert (error.__bases__[0].__name__ if name != "LongctxError" else "") == parent, name
+        assert exit_code(error.__new__(error)) == code, f"{name}: the CLI exits with another code"
+
+
+def test_the_tree_reader_finds_each_parent_by_its_column() -> None:
+    drawn = """
+    LongctxError
+    ├── ConfigError            bad arguments
+    │   └── ServingConfigError     a config
+    └── BackendError           talking to a server failed
+        └── RateLimited        429
+    """
+    assert _tree(drawn) == [
+        ("LongctxError", ""),
+        ("ConfigError", "LongctxError"),
+        ("ServingConfigError", "ConfigError"),
+        ("BackendError", "LongctxError"),
+        ("RateLimited", "BackendError"),
+    ]
+    assert len(_api_error_table()) == len(_tree(longctx.errors.__doc__ or "")) > 10

@@ -11,9 +11,17 @@ import httpx2
 import pytest
 from fake_engine import FakeEngine
 
-from longctx import Conversation, DocSession, RepoSession, ServerOptions, Session, ShardedSession
+from longctx import (
+    Conversation,
+    DocSession,
+    RepoSession,
+    RequestOptions,
+    ServerOptions,
+    Session,
+    ShardedSession,
+)
 from longctx.backends.base import Backend, connect
-from longctx.errors import ServerUnreachable, SessionNotFound
+from longctx.errors import ConfigError, ServerUnreachable, SessionClosed, SessionNotFound
 from longctx.retry import instant_retries
 from longctx.sessions import resume
 from longctx.store import Store, StoredPack
@@ -270,3 +278,69 @@ def test_server_and_base_url_together_or_an_option_of_the_wrong_type_are_refused
         DocSession(repository, corpus={"include": ["*.py"]})  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="takes a ServerOptions or a URL, not int"):
         ShardedSession(repository, server=8000)  # type: ignore[arg-type]
+
+
+def test_a_closed_session_refuses_every_call_that_needs_the_server_or_the_store(
+    backend: Backend, fake: FakeEngine, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "home")
+    session = Session(backend, PACK, store=store, request=RequestOptions(warm_start=True))
+    answer = session.ask_many(["first?", "second?"])[0]
+    session.close()
+    sent = len(fake.chat_bodies)
+    calls = {
+        "ask": lambda: session.ask("again?"),
+        "aask": lambda: asyncio.run(session.aask("again?")),
+        "ask_many": lambda: session.ask_many(["a?", "b?"]),
+        "aask_many": lambda: asyncio.run(session.aask_many(["a?", "b?"])),
+        "canary": session.canary,
+        "warm_start": session.warm_start,
+        "with": session.__enter__,  # a warm start on entering
+        "fork": session.fork,
+        "branch": lambda: session.branch(answer),
+        "report": session.report,
+        "persist": session.persist,
+        "backend": lambda: session.backend,
+        "store": lambda: session.store,
+    }
+    for name, call in calls.items():
+        with pytest.raises(SessionClosed, match="this session is closed") as raised:
+            call()
+        assert not isinstance(raised.value, ConfigError), name  # its own error, not a bad argument
+    assert len(fake.chat_bodies) == sent  # nothing was sent
+    assert session.id and session.title and len(session.turns) == 0  # what it holds can still be read
+    assert store.sessions.session(session.id).id == session.id  # the given store stays open for its owner
+    session.close()  # closing again is fine
+
+
+def test_forks_and_shards_of_a_closed_session_that_owned_the_connection_are_closed_too(
+    fake: FakeEngine, repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        "longctx.sessions.resources.connect", lambda server: connect(URL, transport=fake.transport())
+    )
+    owner = Session(pack=PACK)  # connects and opens the default store itself: it owns both
+    owner.ask("first?")
+    fork = owner.fork()
+    owner.close()
+    with pytest.raises(SessionClosed, match="forked from"):
+        fork.ask("in the fork?")
+
+    sharded = ShardedSession(repository)
+    sharded.ask("What is x?")
+    shard = sharded.shards[0]
+    sharded.close()
+    for call in (lambda: sharded.ask("x?"), sharded.report, sharded.fork, lambda: shard.ask("x?")):
+        with pytest.raises(SessionClosed):
+            call()
+
+
+def test_a_fork_of_a_closed_session_that_owned_nothing_goes_on(
+    backend: Backend, fake: FakeEngine, tmp_path: Path
+) -> None:
+    store = Store.open(tmp_path / "home")
+    parent = Session(backend, PACK, store=store)
+    parent.ask("first?")
+    fork = parent.fork()
+    parent.close()  # closes nothing: the backend and the store are the caller's
+    assert fork.ask("in the fork?").text == fake.answer

@@ -294,7 +294,9 @@ class Backend:
                 else:
                     replica = yield Io(partial(self._pick, stamped.affinity_key, tried))
                 if replica is None:
-                    raise ServerUnreachable("no replica answered", url=", ".join(tried))
+                    raise ServerUnreachable(
+                        "no replica answered", url=", ".join(tried), request_id=stamped.request_id
+                    )
                 tried.add(replica.api_url)
                 try:
                     chat = replica.chat or (yield Io(partial(self._ready, replica)))

@@ -321,8 +321,6 @@ class ChatClient:
             arguments.update(dict.fromkeys(("user", *request.body_affinity), request.affinity_key))
             headers.update(dict.fromkeys(self._affinity_headers, request.affinity_key))
             headers.update(self._echoes.get(request.affinity_key, {}))
-        if request.request_id:
-            headers["X-Request-Id"] = request.request_id
         if request.cache_salt:
             body["cache_salt"] = request.cache_salt
         # Extra fields go in beside the standard ones; a standard one is never overridden by them.
@@ -353,7 +351,12 @@ class ChatClient:
         body, headers = self._arguments(request)
         route = "completions" if request.prompt_ids is not None else "chat/completions"
         post = EventPost(
-            f"{self.api_url}/{route}", body, headers, on_admitted, partial(self._heard, request.affinity_key)
+            f"{self.api_url}/{route}",
+            body,
+            headers,
+            on_admitted,
+            partial(self._heard, request.affinity_key),
+            request_id=request.request_id,  # sent as X-Request-Id, named by the request's errors
         )
 
         def call() -> Completion:

@@ -7,8 +7,11 @@ answers (sync and async clients are the one place the two modes differ; see
 :mod:`longctx.drivers`).
 
 Failures become longctx errors: no connection is :class:`ServerUnreachable`,
-an error status is :class:`ServerError`, and a prompt that does not fit is
-:class:`ContextOverflow` whichever engine said so.
+an error status is :class:`ServerError`, a 429 is :class:`RateLimited`, and
+a prompt that does not fit is :class:`ContextOverflow` whichever engine said
+so. Every request carries an id (``X-Request-Id``: the caller's, else a new
+one), and every error of a request carries it and the server's own id when
+the answer said one, so the request can be found in the server's log.
 """
 
 from __future__ import annotations
@@ -18,18 +21,21 @@ import functools
 import json
 import re
 import ssl
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 
-from longctx.errors import BackendError, ContextOverflow, ServerError, ServerUnreachable
+from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
 from longctx.retry import parse_retry_after
 
 __all__ = [
+    "REQUEST_ID_HEADER",
     "AsyncTransport",
     "EventPost",
+    "Exchange",
     "HttpEndpoint",
     "Transport",
     "apost_events",
@@ -41,6 +47,8 @@ __all__ = [
     "split_base_url",
 ]
 
+#: The header that carries the id of each request (vLLM takes it as its own request id).
+REQUEST_ID_HEADER = "X-Request-Id"
 BODY_LIMIT = 2000
 Transport = httpx2.BaseTransport
 AsyncTransport = httpx2.AsyncBaseTransport
@@ -89,12 +97,16 @@ def parse_context_overflow(message: str) -> tuple[int | None, int | None] | None
     return None
 
 
-def _error_message(body: str) -> str:
-    """The human message inside an error body (vLLM nests it, SGLang does not)."""
+def _parsed(body: str) -> Any:
+    """The JSON of an error body; None when it is not JSON."""
     try:
-        parsed = json.loads(body)
+        return json.loads(body)
     except ValueError:
-        return body
+        return None
+
+
+def _error_message(body: str, parsed: Any) -> str:
+    """The human message inside an error body (vLLM nests it, SGLang does not)."""
     if isinstance(parsed, dict):
         for holder, key in ((parsed.get("error"), "message"), (parsed, "message"), (parsed, "detail")):
             if isinstance(holder, dict) and isinstance(holder.get(key), str):
@@ -102,10 +114,72 @@ def _error_message(body: str) -> str:
     return body
 
 
-def error_from_response(status: int, body: str, url: str) -> BackendError:
-    """The longctx error for an HTTP error answer from a server."""
-    message = _error_message(body)
-    clipped = body[:BODY_LIMIT]
+def _body_id(parsed: Any) -> str | None:
+    """The request id an answer's JSON names (``request_id`` or ``id``, at the top or in ``error``)."""
+    holders = (parsed, parsed.get("error")) if isinstance(parsed, dict) else ()
+    for holder in holders:
+        for key in ("request_id", "id"):
+            if isinstance(holder, dict) and isinstance(holder.get(key), str) and holder[key]:
+                return str(holder[key])
+    return None
+
+
+@dataclass
+class Exchange:
+    """One request to a server, as its errors name it: where, the id sent, the id the server gave it.
+
+    ``server_request_id`` is filled in from what the answer says (its
+    ``x-request-id`` header, a body's or a streamed chunk's ``id``): an id
+    other than the one sent is kept over an echo of it.
+    """
+
+    url: str
+    request_id: str
+    server_request_id: str | None = None
+
+    @classmethod
+    def new(cls, url: str, request_id: str | None = None) -> Exchange:
+        """An exchange with ``url`` under ``request_id``, or a new id."""
+        return cls(url, request_id or uuid.uuid4().hex)
+
+    def heard(self, *ids: str | None) -> None:
+        """Keep the first of ``ids`` the server gave that is not the id sent (else an echo of it)."""
+        for candidate in ids:
+            if not candidate:
+                continue
+            if self.server_request_id in (None, self.request_id):
+                self.server_request_id = candidate
+
+    def error(self, error_type: type[BackendError], message: str, **fields: Any) -> BackendError:
+        """An error of ``error_type`` for this exchange: its URL and both ids set."""
+        return error_type(
+            message,
+            url=self.url,
+            request_id=self.request_id,
+            server_request_id=self.server_request_id,
+            **fields,
+        )
+
+
+def error_from_response(
+    status: int, body: str, exchange: Exchange, headers: Mapping[str, str] | None = None
+) -> BackendError:
+    """The longctx error for an HTTP error answer from a server to ``exchange``.
+
+    ``headers`` are the answer's: its ``x-request-id`` and ``Retry-After``
+    are read from them.
+    """
+    headers = headers or {}
+    parsed = _parsed(body)
+    exchange.heard(headers.get("x-request-id"), _body_id(parsed))
+    message = _error_message(body, parsed)
+    url = exchange.url
+    answer = {"status": status, "body": body[:BODY_LIMIT]}
+    retry_after = parse_retry_after(headers.get("retry-after"))
+    if status == 429:
+        wait = f", asking to wait {retry_after:g} s" if retry_after is not None else ""
+        text = f"{url} is rate limiting (HTTP 429{wait}): {message[:300]}"
+        return exchange.error(RateLimited, text, retry_after=retry_after, **answer)
     if status in (400, 413, 422):
         overflow = parse_context_overflow(message)
         if overflow is not None:
@@ -116,19 +190,20 @@ def error_from_response(status: int, body: str, url: str) -> BackendError:
                 if prompt_tokens is not None and context_length is not None
                 else "the prompt does not fit the server's context length"
             )
-            return ContextOverflow(
+            return exchange.error(
+                ContextOverflow,
                 f"{detail}: {message[:300]}",
                 prompt_tokens=prompt_tokens,
                 context_length=context_length,
-                url=url,
-                status=status,
-                body=clipped,
+                **answer,
             )
-    return ServerError(f"{url} answered HTTP {status}: {message[:300]}", url=url, status=status, body=clipped)
+    text = f"{url} answered HTTP {status}: {message[:300]}"
+    return exchange.error(ServerError, text, retry_after=retry_after, **answer)
 
 
-def unreachable(url: str, error: BaseException) -> ServerUnreachable:
-    return ServerUnreachable(f"cannot reach {url}: {type(error).__name__}: {error}", url=url)
+def unreachable(exchange: Exchange, error: BaseException) -> BackendError:
+    """The :class:`ServerUnreachable` for a connection that failed, dropped or stalled during ``exchange``."""
+    return exchange.error(ServerUnreachable, f"cannot reach {exchange.url}: {type(error).__name__}: {error}")
 
 
 class HttpEndpoint:
@@ -160,24 +235,30 @@ class HttpEndpoint:
 
     def _send(
         self, method: str, path: str, body: Any | None = None, timeout: float | None = None
-    ) -> httpx2.Response:
-        url = self.url(path)
+    ) -> tuple[httpx2.Response, Exchange]:
+        exchange = Exchange.new(self.url(path))
         try:
-            response = self.client.request(method, url, json=body, timeout=timeout or self.client.timeout)
+            response = self.client.request(
+                method,
+                exchange.url,
+                json=body,
+                timeout=timeout or self.client.timeout,
+                headers={REQUEST_ID_HEADER: exchange.request_id},
+            )
         except httpx2.TransportError as error:
-            raise unreachable(url, error) from error
+            raise unreachable(exchange, error) from error
         if response.status_code >= 400:
-            raise error_from_response(response.status_code, response.text, url)
-        return response
+            raise error_from_response(response.status_code, response.text, exchange, response.headers)
+        return response, exchange
 
     def get_json(self, path: str, *, timeout: float | None = None) -> Any:
-        return _json(self._send("GET", path, timeout=timeout), self.url(path))
+        return _json(*self._send("GET", path, timeout=timeout))
 
     def post_json(self, path: str, body: Any, *, timeout: float | None = None) -> Any:
-        return _json(self._send("POST", path, body, timeout=timeout), self.url(path))
+        return _json(*self._send("POST", path, body, timeout=timeout))
 
     def get_text(self, path: str, *, timeout: float | None = None) -> str:
-        return self._send("GET", path, timeout=timeout).text
+        return self._send("GET", path, timeout=timeout)[0].text
 
     def status(self, path: str, *, timeout: float = 10.0) -> int | None:
         """The HTTP status of GET ``path``, or None when the server cannot be reached."""
@@ -187,13 +268,14 @@ class HttpEndpoint:
             return None
 
 
-def _json(response: httpx2.Response, url: str) -> Any:
+def _json(response: httpx2.Response, exchange: Exchange) -> Any:
     try:
         return response.json()
     except ValueError as error:
-        raise ServerError(
-            f"{url} answered something that is not JSON: {response.text[:200]!r}",
-            url=url,
+        exchange.heard(response.headers.get("x-request-id"))
+        raise exchange.error(
+            ServerError,
+            f"{exchange.url} answered something that is not JSON: {response.text[:200]!r}",
             status=response.status_code,
             body=response.text[:BODY_LIMIT],
         ) from error
@@ -203,40 +285,48 @@ def _json(response: httpx2.Response, url: str) -> Any:
 TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.StreamError)
 
 
-def _event(line: str, url: str) -> dict[str, Any] | None:
-    """The JSON of one server-sent ``data:`` line; None for anything else (comments, ``[DONE]``)."""
+def _event(line: str, exchange: Exchange) -> dict[str, Any] | None:
+    """The JSON of one server-sent ``data:`` line; None for anything else (comments, ``[DONE]``).
+
+    A chunk's ``id`` is the server's id of the request (vLLM logs it), kept
+    for the errors that may follow.
+    """
     if not line.startswith("data:"):
         return None
     data = line[5:].strip()
     if not data or data == "[DONE]":
         return None
+    url = exchange.url
     try:
         event = json.loads(data)
     except ValueError as error:
-        raise ServerError(f"{url} streamed something that is not JSON: {data[:200]!r}", url=url) from error
+        text = f"{url} streamed something that is not JSON: {data[:200]!r}"
+        raise exchange.error(ServerError, text) from error
     if not isinstance(event, dict):
-        raise ServerError(f"{url} streamed {data[:200]!r}, not an object", url=url)
+        raise exchange.error(ServerError, f"{url} streamed {data[:200]!r}, not an object")
+    exchange.heard(_body_id(event))
     if "error" in event and "choices" not in event:
         # The server gave up midway (an error event inside the stream).
-        raise ServerError(f"{url} failed during the answer: {str(event['error'])[:BODY_LIMIT]}", url=url)
+        text = f"{url} failed during the answer: {str(event['error'])[:BODY_LIMIT]}"
+        raise exchange.error(ServerError, text)
     return event
 
 
 @contextlib.contextmanager
-def _stream_errors(url: str) -> Iterator[None]:
+def _stream_errors(exchange: Exchange) -> Iterator[None]:
     """A connection that fails, drops or stalls while streaming becomes :class:`ServerUnreachable`."""
     try:
         yield
     except TRANSPORT_ERRORS as error:
-        raise unreachable(url, error) from error
+        raise unreachable(exchange, error) from error
 
 
-def _opened(response: httpx2.Response, url: str, post: EventPost) -> None:
+def _opened(response: httpx2.Response, exchange: Exchange, post: EventPost) -> None:
     """Say the server accepted the stream; its error answer (body already read) raises instead."""
     if response.status_code >= 400:
-        error = error_from_response(response.status_code, response.content.decode("utf-8", "replace"), url)
-        error.retry_after = parse_retry_after(response.headers.get("retry-after"))
-        raise error
+        body = response.content.decode("utf-8", "replace")
+        raise error_from_response(response.status_code, body, exchange, response.headers)
+    exchange.heard(response.headers.get("x-request-id"))
     if post.on_headers is not None:
         post.on_headers(response.headers)
     if post.on_open is not None:
@@ -253,6 +343,13 @@ class EventPost:
     on_open: Callable[[], None] | None = None
     #: Hears the response's headers once they arrived (a gateway's session token).
     on_headers: Callable[[Mapping[str, str]], None] | None = None
+    #: Sent as ``X-Request-Id`` and named by the errors; None: a new id.
+    request_id: str | None = None
+
+    def exchange(self) -> tuple[Exchange, dict[str, str]]:
+        """The exchange this post is, and its headers with the request id."""
+        exchange = Exchange.new(self.url, self.request_id)
+        return exchange, {**self.headers, REQUEST_ID_HEADER: exchange.request_id}
 
 
 def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, Any]]:
@@ -262,26 +359,28 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
     error answer raises its longctx error (with ``retry_after``); a
     connection that fails, drops or stalls midway raises
     :class:`ServerUnreachable`; an error event inside the stream raises
-    :class:`ServerError`. :func:`apost_events` is the same over an async client.
+    :class:`ServerError`; each names the request's ids (see :class:`Exchange`).
+    :func:`apost_events` is the same over an async client.
     """
-    url = post.url
-    with _stream_errors(url), client.stream("POST", url, json=post.body, headers=post.headers) as response:
+    exchange, headers = post.exchange()
+    url = exchange.url
+    with _stream_errors(exchange), client.stream("POST", url, json=post.body, headers=headers) as response:
         if response.status_code >= 400:
             response.read()
-        _opened(response, url, post)
-        yield from filter(None, (_event(line, url) for line in response.iter_lines()))
+        _opened(response, exchange, post)
+        yield from filter(None, (_event(line, exchange) for line in response.iter_lines()))
 
 
 async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
     """:func:`post_events` over an async client (the transport is all that differs)."""
-    url = post.url
-    with _stream_errors(url):
-        async with client.stream("POST", url, json=post.body, headers=post.headers) as response:
+    exchange, headers = post.exchange()
+    with _stream_errors(exchange):
+        async with client.stream("POST", exchange.url, json=post.body, headers=headers) as response:
             if response.status_code >= 400:
                 await response.aread()
-            _opened(response, url, post)
+            _opened(response, exchange, post)
             async for line in response.aiter_lines():
-                if (event := _event(line, url)) is not None:
+                if (event := _event(line, exchange)) is not None:
                     yield event
 
 

@@ -94,7 +94,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_UNREACHABLE: "the server cannot be reached",
     EXIT_TOO_LONG: "the prompt does not fit: context overflow, or the pack is over budget",
     EXIT_BAD_INPUT: "bad input: a path or document that cannot be used",
-    EXIT_SERVER: "the server answered with an error",
+    EXIT_SERVER: "the server answered with an error: a fault, or a rate limit (HTTP 429) still there"
+    " after the retries; the message names the request id to find in the server's log",
     EXIT_NO_SESSION: "no such session",
     EXIT_EMPTY_CORPUS: "nothing to pack: the paths hold no document"
     " (the message names what was skipped and why)",
@@ -124,6 +125,7 @@ def exit_code(error: LongctxError) -> int:
     if isinstance(error, InputError):
         return EXIT_BAD_INPUT
     if isinstance(error, BackendError):
+        # A 429 (RateLimited) as a fault: both are the server's no, said after the retries.
         return EXIT_SERVER
     return EXIT_ERROR
 

@@ -435,7 +435,12 @@ class Job:
         given = request or RequestOptions()
         self._check_counters = given.counter_check
         self.request = replace(given, counter_check=False, warm_start=False)
-        self._resources = Resources(server=server, backend=backend, store=store)
+        self._resources = Resources(
+            server=server,
+            backend=backend,
+            store=store,
+            closed_message="this job has run and closed what it used: make a new Job to run its items again",
+        )
         self._on_progress = on_progress
         self._on_result = on_result
         self._lock = threading.Lock()
@@ -483,7 +488,8 @@ class Job:
         request fails after its retries gets a result with ``error``; the
         others go on. KeyboardInterrupt stops sending new packs and is
         raised again once the packs in flight have stopped; everything
-        answered by then is stored.
+        answered by then is stored. A job runs once: it closes what it
+        opened, and a second ``run`` raises :class:`~longctx.errors.SessionClosed`.
         """
         try:
             return self._run()

@@ -4,6 +4,8 @@ A session given a backend or a store uses it and leaves it open for its
 owner; one given neither connects (to :class:`~longctx.config.ServerOptions`)
 and opens the default store on first use, owns what it opened, and closes
 it in :meth:`Resources.close`. Forks and branches borrow their parent's.
+Once closed (or once what they borrow was closed by its owner), every use
+raises :class:`~longctx.errors.SessionClosed`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from contextlib import contextmanager
 
 from longctx.backends.base import Backend, connect
 from longctx.config import ServerOptions
-from longctx.errors import ConfigError
+from longctx.errors import SessionClosed
 from longctx.store import Store
 
 __all__ = ["Progress", "Resources"]
@@ -32,6 +34,7 @@ class Resources:
         backend: Backend | None = None,
         store: Store | None = None,
         on_progress: Progress | None = None,
+        closed_message: str = "this session is closed: resume it by its id to go on",
     ) -> None:
         self.server = server or ServerOptions()
         self._backend = backend
@@ -39,6 +42,10 @@ class Resources:
         self._made: list[Backend | Store] = []
         self._on_progress = on_progress
         self._closed = False
+        self._closed_message = closed_message
+        # Whose backend and store these are, when borrowed; and what those closed (see check_open).
+        self._lender: Resources | None = None
+        self._released: list[Backend | Store] = []
         # Reentrant: preparing a session (reading its pack) takes the backend and the store under it.
         self.lock = threading.RLock()
 
@@ -66,7 +73,7 @@ class Resources:
     @property
     def backend(self) -> Backend:
         with self.lock:
-            self._check_open()
+            self.check_open()
             if self._backend is None:
                 self.progress(f"connecting to {', '.join(self.server.base_urls())}")
                 self._backend = connect(self.server)
@@ -81,19 +88,30 @@ class Resources:
     @property
     def store(self) -> Store:
         with self.lock:
-            self._check_open()
+            self.check_open()
             if self._store is None:
                 self._store = Store.open()
                 self._made.append(self._store)
             return self._store
 
     def borrowed(self) -> Resources:
-        """Resources for a fork or branch: the same backend (once made) and store, owning neither."""
-        return Resources(server=self.server, backend=self._backend, store=self.store)
+        """Resources for a fork, branch or shard: the same backend (once made) and store, owning neither."""
+        borrower = Resources(server=self.server, backend=self._backend, store=self.store)
+        borrower._lender = self
+        return borrower
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`SessionClosed` once closed, or once a lender closed the backend or store lent."""
         if self._closed:
-            raise ConfigError("this session is closed")
+            raise SessionClosed(self._closed_message)
+        lender = self._lender
+        while lender is not None:
+            if any(made is self._backend or made is self._store for made in lender._released):
+                raise SessionClosed(
+                    "the session this one was forked from (or is part of) is closed,"
+                    " and with it the connection and store they share"
+                )
+            lender = lender._lender
 
     async def aclose(self) -> None:
         """:meth:`close` on the running event loop: a backend made here closes its async clients too."""
@@ -110,5 +128,6 @@ class Resources:
             while self._made:
                 made = self._made.pop()
                 made.close()
+                self._released.append(made)
             self._backend = None
             self._store = None

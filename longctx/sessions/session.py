@@ -138,7 +138,13 @@ class Conversation(ABC):
         """A session object of this kind for a stored ``record`` over ``resources``; writes nothing."""
 
     def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent."""
+        """Close the connection and the store if this session opened them; idempotent.
+
+        From then on every call that would reach the server or the store
+        raises :class:`~longctx.errors.SessionClosed` (so do the forks and
+        branches that share what was closed); ``id``, ``title`` and
+        ``turns`` can still be read.
+        """
         self._finish()
         self._resources.close()
 
@@ -428,6 +434,7 @@ class Session(Conversation):
 
     def warm_start(self) -> WarmStart:
         """Prefill the prefix in the background; the next turn waits for it (see sessions/warm.py)."""
+        self._resources.check_open()  # here, not in the background where no caller would hear it
         self.warming = WarmStart(self._warm_plan, lock=self._turn_lock).start()
         return self.warming
 
@@ -500,6 +507,7 @@ class Session(Conversation):
         One turn at a time (a turn's request is built from the history the
         previous turn left), whichever driver carries it out.
         """
+        self._resources.check_open()
         if not question.strip():
             raise ConfigError("the question is empty")
         max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
@@ -533,6 +541,7 @@ class Session(Conversation):
         read under the session's own ``cache_salt``, so the cache entries its
         answers are served from are the ones checked.
         """
+        self._resources.check_open()
         yield Io(self._opened)  # connects, and prepares a corpus session's pack
         yield Io(self.settle_checks)  # its requests would count in the counter windows still open
         result = yield from canary_plan(
@@ -627,6 +636,7 @@ class Session(Conversation):
         only what is unanswered; with ``reuse_answered`` this batch does so
         itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
         """
+        self._resources.check_open()
         answers.check_ask_many(self.request, questions, options)
         ask = self._plan_siblings
         if options.get("reuse_answered"):

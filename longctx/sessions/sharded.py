@@ -187,6 +187,8 @@ class ShardedSession(Conversation):
                 for index, shard in enumerate(packs, start=1)
             ]
             reducer = Session(backend, None, store=store, request=self.request, title="reduce")
+            for part in (*shards, reducer):
+                part._resources = self._resources.borrowed()  # closed with this session, as resumed ones are
             record = SessionRecord(
                 id=self._new_id,
                 created_at=time.time(),
@@ -220,6 +222,7 @@ class ShardedSession(Conversation):
         ``purpose`` is recorded only by the session kinds that send one request;
         here each map request is ``map I/N`` and the combining one ``reduce``.
         """
+        self._resources.check_open()
         max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
         shards = yield Io(lambda: self.shards)
         count = len(shards)
@@ -250,6 +253,7 @@ class ShardedSession(Conversation):
         The shards' batches run at once, each sharing its shard's prefix;
         ``on_answer`` hears of each combined answer. ``keys`` are not taken here.
         """
+        self._resources.check_open()
         check_ask_many(self.request, questions, options)
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
@@ -299,6 +303,7 @@ class ShardedSession(Conversation):
 
         The fork shares this session's backend, store and reducer, and closes none of them.
         """
+        self._resources.check_open()
         shards = self.shards
         forked = ShardedSession((), request=self.request)
         forked._resources = self._resources.borrowed()
@@ -318,6 +323,7 @@ class ShardedSession(Conversation):
 
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Every map and reduce request, shard by shard, and the server counters' check over them."""
+        self._resources.check_open()
         self._finish()
         ids: list[str] = []
         for session in (*self.shards, self.reducer):

@@ -18,6 +18,10 @@ The SGLang environment carries two test-harness stand-ins, installed by
 ``sgl_kernel`` (no CPU build exists on PyPI) and a guard that lets PyPI's
 torchvision import beside a CPU torch. They exist only to run SGLang's CPU
 engine on a Llama model in tests.
+
+Its errors (:class:`HarnessError` and the four below it) are in
+:mod:`longctx.testing.errors`, exported here: they are the harness's, not
+the product's tree of :mod:`longctx.errors`.
 """
 
 from __future__ import annotations
@@ -28,6 +32,13 @@ from longctx.testing.environments import (
     EnvironmentSpec,
     ensure_environment,
     environment_is_complete,
+)
+from longctx.testing.errors import (
+    EnvironmentBuildError,
+    HarnessError,
+    ModelBuildError,
+    ServerDiedError,
+    ServerStartError,
 )
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import SERVED_MODEL_NAME, TinyModel, build_tiny_model
@@ -46,8 +57,13 @@ __all__ = [
     "SERVED_MODEL_NAME",
     "EngineEnvironment",
     "EngineHarness",
+    "EnvironmentBuildError",
     "EnvironmentSpec",
+    "HarnessError",
     "LocalServer",
+    "ModelBuildError",
+    "ServerDiedError",
+    "ServerStartError",
     "TinyModel",
     "build_tiny_model",
     "ensure_environment",

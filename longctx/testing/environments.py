@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from longctx.errors import EnvironmentBuildError
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
+from longctx.testing.errors import EnvironmentBuildError
 
 __all__ = [
     "ENGINE_SPECS",

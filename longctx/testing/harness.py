@@ -15,8 +15,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from longctx.errors import HarnessError
 from longctx.testing.environments import ENGINE_SPECS, MARKER_NAME, EngineEnvironment, ensure_environment
+from longctx.testing.errors import HarnessError
 from longctx.testing.model import TinyModel, build_tiny_model
 from longctx.testing.servers import LocalServer, start_sglang, start_vllm
 

@@ -20,9 +20,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from longctx.errors import ModelBuildError
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
+from longctx.testing.errors import ModelBuildError
 
 __all__ = ["SERVED_MODEL_NAME", "TinyModel", "build_tiny_model", "model_digest"]
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from longctx.errors import ServerDiedError
+from longctx.testing.errors import ServerDiedError
 from longctx.testing.fleet import Fleet, prepare_replicas
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import TinyModel

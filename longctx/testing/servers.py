@@ -27,9 +27,9 @@ from contextlib import suppress
 from pathlib import Path
 from types import TracebackType
 
-from longctx.errors import ServerDiedError, ServerStartError
 from longctx.testing._logs import log_tail
 from longctx.testing.environments import EngineEnvironment
+from longctx.testing.errors import ServerDiedError, ServerStartError
 from longctx.testing.model import TinyModel
 
 __all__ = [

@@ -120,7 +120,7 @@ def test_json_requests_carry_an_id_and_their_errors_name_it() -> None:
             return httpx2.Response(200, text="not json", headers={"x-request-id": "srv-7"})
         return httpx2.Response(502, json={"detail": "bad gateway"})
 
-    endpoint = HttpEndpoint(URL, transport=httpx2.MockTransport(handler))
+    endpoint = HttpEndpoint(URL, timeout=5.0, transport=httpx2.MockTransport(handler))
     with pytest.raises(ServerError) as failed:
         endpoint.get_json("/metrics")
     assert failed.value.request_id == seen[-1] and seen[-1] in str(failed.value)

@@ -1,4 +1,5 @@
-"""The layout's rules (docs/architecture.md): no import circle, modules under 800 lines, one home per library.
+"""The layout's rules (docs/architecture.md): no import circle, modules under 800 lines, functions under 80,
+one home per library.
 
 The imports are read from the source, not from a running interpreter, so
 an import inside a function counts like one at the top (hiding a circle
@@ -18,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "longctx"
 MAX_LINES = 800
+MAX_FUNCTION_LINES = 80
 
 # Each third-party library is imported by one module (or one folder) only.
 LIBRARY_HOMES = {
@@ -150,6 +152,35 @@ def test_no_module_over_800_lines(name: str) -> None:
     assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)} has {lines} lines; split it by concept"
 
 
+def long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> Iterator[tuple[str, int, int]]:
+    """(name, line, length) of each function or method in ``tree`` longer than ``limit`` lines.
+
+    A function's length runs from its ``def`` line to its last line,
+    docstring and blank lines included, decorators not.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit:
+                yield node.name, node.lineno, length
+
+
+def test_no_function_over_80_lines() -> None:
+    """A function is a paragraph a reader can hold: past 80 lines, split it where the reader would."""
+    strays = [
+        f"{MODULES[name].relative_to(ROOT)}:{line} {function} has {length} lines"
+        for name in MODULES
+        for function, line, length in long_functions(_tree(name))
+    ]
+    assert not strays, strays
+
+
+def test_the_length_check_finds_a_long_method_and_spares_an_80_line_function() -> None:
+    fits = "def fits():\n" + "    x = 1\n" * 79  # 80 lines with its def
+    over = "class C:\n    async def over(self):\n" + "        x = 1\n" * 80  # 81 lines
+    assert list(long_functions(ast.parse(fits + over))) == [("over", 82, 81)]
+
+
 def test_each_library_is_imported_in_its_one_home() -> None:
     strays: list[str] = []
     for name, path in MODULES.items():
@@ -203,8 +234,7 @@ def test_modules_talk_through_what_each_exports() -> None:
         for name in MODULES
         if not name.startswith("longctx.testing")
         for module, imported, line in _imported_names(name)
-        if (exported := _exported(module)) is not None
-        and imported not in exported
+        if (exported := _exported(module)) is not None and imported not in exported
     ]
     assert not strays, strays
 

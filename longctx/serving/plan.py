@@ -137,20 +137,13 @@ class CapacityPlan:
 
     def to_text(self) -> str:
         """A human-readable report: inputs, per-token costs, the two answer tables, notes."""
-        lines = [*self._model_lines(), *self._per_gpu_lines()]
-        if self.kv_memory_per_gpu_bytes is None:
-            lines += self._bytes_table()
-            if self.host_tier is not None:
-                lines.append(self.host_tier.to_text())
-            lines += ["Notes:", *[f"  - {note}" for note in self.notes]] if self.notes else []
-            return "\n".join(lines)
-        lines += self._concurrency_at_context_table()
-        lines += self._context_at_concurrency_table()
+        lines = [*self._model_lines(), *self._per_gpu_lines(), *self._at_context_table()]
+        if self.kv_memory_per_gpu_bytes is not None:
+            lines += self._context_at_concurrency_table()
         if self.host_tier is not None:
             lines.append(self.host_tier.to_text())
         if self.notes:
-            lines.append("Notes:")
-            lines += [f"  - {note}" for note in self.notes]
+            lines += ["Notes:", *[f"  - {note}" for note in self.notes]]
         return "\n".join(lines)
 
     def _model_lines(self) -> list[str]:
@@ -199,31 +192,23 @@ class CapacityPlan:
             )
         return lines
 
-    def _bytes_table(self) -> list[str]:
-        """For a plan without a memory figure: the bytes one sequence holds at each context."""
-        lines = ["Bytes per sequence at a given context:", f"  {'context':>11}  {'per sequence':>12}"]
+    def _at_context_table(self) -> list[str]:
+        """The first answer: how many sequences fit at each context (without a memory figure, their bytes)."""
+        fitted = self.kv_memory_per_gpu_bytes is not None
+        if fitted:
+            lines = ["Highest concurrency at a given context:"]
+            lines.append(f"  {'context':>11}  {'per sequence':>12}  {'sequences':>9}")
+        else:
+            lines = ["Bytes per sequence at a given context:", f"  {'context':>11}  {'per sequence':>12}"]
         for row in self.at_context:
-            beyond = "  (beyond the model's limit)" if row.beyond_model_limit else ""
-            lines.append(
-                f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}{beyond}"
-            )
-        return lines
-
-    def _concurrency_at_context_table(self) -> list[str]:
-        """The first answer: how many sequences fit at each context."""
-        lines = [
-            "Highest concurrency at a given context:",
-            f"  {'context':>11}  {'per sequence':>12}  {'sequences':>9}",
-        ]
-        for row in self.at_context:
-            fits = f"{row.max_concurrency or 0:>9,}"
-            if row.max_concurrency == 0:
-                fits += f"  (one sequence is {_format_bytes(row.shortfall_bytes)} short)"
+            line = f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}"
+            if fitted:
+                line += f"  {row.max_concurrency or 0:>9,}"
+                if row.max_concurrency == 0:
+                    line += f"  (one sequence is {_format_bytes(row.shortfall_bytes)} short)"
             if row.beyond_model_limit:
-                fits += "  (beyond the model's limit)"
-            lines.append(
-                f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}  {fits}"
-            )
+                line += "  (beyond the model's limit)"
+            lines.append(line)
         return lines
 
     def _context_at_concurrency_table(self) -> list[str]:
@@ -286,14 +271,7 @@ def plan_capacity(
     state_bytes = layout.state_bytes(gpus)
     layout.sequence_bytes(1, tp=gpus, dcp=dcp, block_size=block_size)
 
-    memory = _kv_memory(
-        gpus=gpus,
-        gpu_memory_gib=gpu_memory_gib,
-        weights_gib=weights_gib,
-        utilization=utilization,
-        reserve_gib=reserve_gib,
-        kv_memory_gib=kv_memory_gib,
-    )
+    memory = _kv_memory(gpus, gpu_memory_gib, weights_gib, utilization, reserve_gib, kv_memory_gib)
     context_list = _contexts(contexts, layout.max_context)
     concurrency_list = _positive_ints(concurrencies or _DEFAULT_CONCURRENCIES, "concurrency")
 
@@ -337,8 +315,7 @@ class _KVMemory:
     reserve_per_gpu_bytes: int | None = None
 
 
-def _kv_memory(
-    *,
+def _kv_memory(  # noqa: PLR0917 - one call, its arguments plan_capacity's own, in their order
     gpus: int,
     gpu_memory_gib: float | None,
     weights_gib: float | None,

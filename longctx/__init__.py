@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 from longctx.exports import lazy_exports
 
-# Imported on first use (PEP 562): `import longctx` stays cheap for the CLI,
-# and the HTTP client (httpx2, in longctx.backends.http) is loaded only by code
-# that talks to a server.
+# The public names, each with the module it comes from; ``__all__`` is these and
+# ``__version__``. Imported on first use (PEP 562): `import longctx` stays cheap
+# for the CLI, and the HTTP client (httpx2, in longctx.backends.http) is loaded
+# only by code that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",
     "Backend": "longctx.backends.base",
@@ -132,198 +133,114 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend, ReplicaStatus, Sent, ServerInfo, connect
-    from longctx.backends.chat import ChatRequest
-    from longctx.backends.metrics import Sample
-    from longctx.backends.profiles import CacheCounters
-    from longctx.backends.routers import RouterInfo
-    from longctx.backends.tiers import HostTier, TierReading
-    from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
-    from longctx.corpus import Corpus, Manifest, ManifestEntry, load_corpus
-    from longctx.documents import Document
-    from longctx.errors import (
-        BackendError,
-        BudgetError,
-        CanaryDiverged,
-        ConfigError,
-        ContextOverflow,
-        EmptyCorpus,
-        InputError,
-        InsufficientMemory,
-        LongctxError,
-        OutputError,
-        PackError,
-        RateLimited,
-        ServerError,
-        ServerUnreachable,
-        ServingConfigError,
-        SessionClosed,
-        SessionNotFound,
-        SourceError,
-        StoreError,
-        TokenizerError,
-        UnsupportedArchitecture,
-    )
-    from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
-    from longctx.outputs import Saved
-    from longctx.packing import (
-        BoundaryCheck,
-        Budget,
-        Pack,
-        PackComparison,
-        PackResult,
-        PromptCount,
-        Section,
-        ShardedPack,
-        build_pack,
-        build_shards,
-        check_cache_boundary,
-        compare_packs,
-        pack,
-    )
-    from longctx.report import CachedByTier, CounterCheck, Prices, RequestLine, SavingsReport
-    from longctx.retry import RetryPolicy
-    from longctx.serving.advice import Finding
-    from longctx.serving.doctor import Diagnosis, diagnose
-    from longctx.sessions import (
-        Answer,
-        Batch,
-        Conversation,
-        DocSession,
-        RepoSession,
-        Session,
-        ShardedSession,
-        resume,
-    )
-    from longctx.sessions.changes import Changes, FileChange
-    from longctx.sessions.warm import WarmResult, WarmStart
-    from longctx.store import RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
-    from longctx.tokens import (
-        EstimateTokenizer,
-        TiktokenFileTokenizer,
-        Tokenizer,
-        TokenizerJsonTokenizer,
-        tokenizer_from_model_dir,
-    )
-    from longctx.usage import Usage
-    from longctx.verification.canary import (
-        CanaryComparison,
-        CanaryOptions,
-        CanaryResult,
-        CanaryRun,
-        CanarySampler,
-        acanary,
-        canary,
-    )
+    # The names again, for type checkers only (`X as X`: a re-export); a layout test holds them to _EXPORTS.
+    from longctx.backends.base import Backend as Backend
+    from longctx.backends.base import ReplicaStatus as ReplicaStatus
+    from longctx.backends.base import Sent as Sent
+    from longctx.backends.base import ServerInfo as ServerInfo
+    from longctx.backends.base import connect as connect
+    from longctx.backends.chat import ChatRequest as ChatRequest
+    from longctx.backends.metrics import Sample as Sample
+    from longctx.backends.profiles import CacheCounters as CacheCounters
+    from longctx.backends.routers import RouterInfo as RouterInfo
+    from longctx.backends.tiers import HostTier as HostTier
+    from longctx.backends.tiers import TierReading as TierReading
+    from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer
+    from longctx.config import CorpusOptions as CorpusOptions
+    from longctx.config import Limits as Limits
+    from longctx.config import RequestOptions as RequestOptions
+    from longctx.config import ServerOptions as ServerOptions
+    from longctx.corpus import Corpus as Corpus
+    from longctx.corpus import Manifest as Manifest
+    from longctx.corpus import ManifestEntry as ManifestEntry
+    from longctx.corpus import load_corpus as load_corpus
+    from longctx.documents import Document as Document
+    from longctx.errors import BackendError as BackendError
+    from longctx.errors import BudgetError as BudgetError
+    from longctx.errors import CanaryDiverged as CanaryDiverged
+    from longctx.errors import ConfigError as ConfigError
+    from longctx.errors import ContextOverflow as ContextOverflow
+    from longctx.errors import EmptyCorpus as EmptyCorpus
+    from longctx.errors import InputError as InputError
+    from longctx.errors import InsufficientMemory as InsufficientMemory
+    from longctx.errors import LongctxError as LongctxError
+    from longctx.errors import OutputError as OutputError
+    from longctx.errors import PackError as PackError
+    from longctx.errors import RateLimited as RateLimited
+    from longctx.errors import ServerError as ServerError
+    from longctx.errors import ServerUnreachable as ServerUnreachable
+    from longctx.errors import ServingConfigError as ServingConfigError
+    from longctx.errors import SessionClosed as SessionClosed
+    from longctx.errors import SessionNotFound as SessionNotFound
+    from longctx.errors import SourceError as SourceError
+    from longctx.errors import StoreError as StoreError
+    from longctx.errors import TokenizerError as TokenizerError
+    from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
+    from longctx.jobs.job import Job as Job
+    from longctx.jobs.job import JobItem as JobItem
+    from longctx.jobs.job import JobOptions as JobOptions
+    from longctx.jobs.job import JobProgress as JobProgress
+    from longctx.jobs.job import JobReport as JobReport
+    from longctx.jobs.job import JobResult as JobResult
+    from longctx.jobs.job import read_job as read_job
+    from longctx.outputs import Saved as Saved
+    from longctx.packing import BoundaryCheck as BoundaryCheck
+    from longctx.packing import Budget as Budget
+    from longctx.packing import Pack as Pack
+    from longctx.packing import PackComparison as PackComparison
+    from longctx.packing import PackResult as PackResult
+    from longctx.packing import PromptCount as PromptCount
+    from longctx.packing import Section as Section
+    from longctx.packing import ShardedPack as ShardedPack
+    from longctx.packing import build_pack as build_pack
+    from longctx.packing import build_shards as build_shards
+    from longctx.packing import check_cache_boundary as check_cache_boundary
+    from longctx.packing import compare_packs as compare_packs
+    from longctx.packing import pack as pack
+    from longctx.report import CachedByTier as CachedByTier
+    from longctx.report import CounterCheck as CounterCheck
+    from longctx.report import Prices as Prices
+    from longctx.report import RequestLine as RequestLine
+    from longctx.report import SavingsReport as SavingsReport
+    from longctx.retry import RetryPolicy as RetryPolicy
+    from longctx.serving.advice import Finding as Finding
+    from longctx.serving.doctor import Diagnosis as Diagnosis
+    from longctx.serving.doctor import diagnose as diagnose
+    from longctx.sessions import Answer as Answer
+    from longctx.sessions import Batch as Batch
+    from longctx.sessions import Conversation as Conversation
+    from longctx.sessions import DocSession as DocSession
+    from longctx.sessions import RepoSession as RepoSession
+    from longctx.sessions import Session as Session
+    from longctx.sessions import ShardedSession as ShardedSession
+    from longctx.sessions import resume as resume
+    from longctx.sessions.changes import Changes as Changes
+    from longctx.sessions.changes import FileChange as FileChange
+    from longctx.sessions.warm import WarmResult as WarmResult
+    from longctx.sessions.warm import WarmStart as WarmStart
+    from longctx.store import RequestRecord as RequestRecord
+    from longctx.store import SessionRecord as SessionRecord
+    from longctx.store import Store as Store
+    from longctx.store import StoredPack as StoredPack
+    from longctx.store import TurnRecord as TurnRecord
+    from longctx.tokens import EstimateTokenizer as EstimateTokenizer
+    from longctx.tokens import TiktokenFileTokenizer as TiktokenFileTokenizer
+    from longctx.tokens import Tokenizer as Tokenizer
+    from longctx.tokens import TokenizerJsonTokenizer as TokenizerJsonTokenizer
+    from longctx.tokens import tokenizer_from_model_dir as tokenizer_from_model_dir
+    from longctx.usage import Usage as Usage
+    from longctx.verification.canary import CanaryComparison as CanaryComparison
+    from longctx.verification.canary import CanaryOptions as CanaryOptions
+    from longctx.verification.canary import CanaryResult as CanaryResult
+    from longctx.verification.canary import CanaryRun as CanaryRun
+    from longctx.verification.canary import CanarySampler as CanarySampler
+    from longctx.verification.canary import acanary as acanary
+    from longctx.verification.canary import canary as canary
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = [
-    "Answer",
-    "Backend",
-    "BackendError",
-    "Batch",
-    "BoundaryCheck",
-    "Budget",
-    "BudgetError",
-    "CacheCounters",
-    "CachedByTier",
-    "CanaryComparison",
-    "CanaryDiverged",
-    "CanaryOptions",
-    "CanaryResult",
-    "CanaryRun",
-    "CanarySampler",
-    "Changes",
-    "ChatRequest",
-    "ConfigError",
-    "ContextOverflow",
-    "Conversation",
-    "Corpus",
-    "CorpusOptions",
-    "CounterCheck",
-    "Diagnosis",
-    "DocSession",
-    "Document",
-    "EmptyCorpus",
-    "EstimateTokenizer",
-    "FileChange",
-    "Finding",
-    "HostTier",
-    "InputError",
-    "InsufficientMemory",
-    "Job",
-    "JobItem",
-    "JobOptions",
-    "JobProgress",
-    "JobReport",
-    "JobResult",
-    "Limits",
-    "LongctxError",
-    "Manifest",
-    "ManifestEntry",
-    "OutputError",
-    "Pack",
-    "PackComparison",
-    "PackError",
-    "PackResult",
-    "Prices",
-    "PromptCount",
-    "RateLimited",
-    "ReplicaStatus",
-    "RepoSession",
-    "RequestLine",
-    "RequestOptions",
-    "RequestRecord",
-    "RetryPolicy",
-    "RouterInfo",
-    "Sample",
-    "Saved",
-    "SavingsReport",
-    "Section",
-    "Sent",
-    "ServerError",
-    "ServerInfo",
-    "ServerOptions",
-    "ServerTokenizer",
-    "ServerUnreachable",
-    "ServingConfigError",
-    "Session",
-    "SessionClosed",
-    "SessionNotFound",
-    "SessionRecord",
-    "ShardedPack",
-    "ShardedSession",
-    "SourceError",
-    "Store",
-    "StoreError",
-    "StoredPack",
-    "TierReading",
-    "TiktokenFileTokenizer",
-    "Tokenizer",
-    "TokenizerError",
-    "TokenizerJsonTokenizer",
-    "TurnRecord",
-    "UnsupportedArchitecture",
-    "Usage",
-    "WarmResult",
-    "WarmStart",
-    "__version__",
-    "acanary",
-    "build_pack",
-    "build_shards",
-    "canary",
-    "check_cache_boundary",
-    "compare_packs",
-    "connect",
-    "diagnose",
-    "load_corpus",
-    "pack",
-    "read_job",
-    "resume",
-    "tokenizer_from_model_dir",
-]
+__all__ = list(_EXPORTS)
+__all__ += ["__version__"]
 
 __version__ = "0.1.0"

@@ -539,66 +539,93 @@ def _read_in_order(
     # its import time.
     from longctx.sources.reading import FileReader
 
-    documents: list[Document] = []
-    included = total_bytes = 0
-
-    def told(path: str, characters: int, size_bytes: int) -> None:
-        # A document past the total-size limit is left out below: it is no part of the pack.
-        if on_text is not None and total_bytes + size_bytes <= limits.max_total_bytes:
-            on_text(path, characters)
-
+    reading = _Reading(limits, entries, on_document, on_text, keep=keep)
     reader = FileReader(
         max_file_bytes=limits.max_file_bytes,
         allow_secrets=allow_secrets,
         pdf_cache=pdf_cache,
         special_tokens=special_tokens,
-        on_text=None if on_text is None else told,
+        on_text=None if on_text is None else reading.told,
     )
-    stop: tuple[SkipReason, str] | None = None
     for candidate in candidates:
-        if stop is None and included >= limits.max_files:
-            stop = (SkipReason.FILE_COUNT_LIMIT, f"the corpus already holds {limits.max_files} files")
-        if stop is not None:
+        if reading.stop is None and reading.included >= limits.max_files:
+            reading.stop = (SkipReason.FILE_COUNT_LIMIT, f"the corpus already holds {limits.max_files} files")
+        if reading.stop is not None:
             if not candidate.earlier:
-                entries.append(ManifestEntry(candidate.path, "skipped", stop[0], notes=(stop[1],)))
+                entries.append(
+                    ManifestEntry(candidate.path, "skipped", reading.stop[0], notes=(reading.stop[1],))
+                )
             continue
-        result = reader.read(candidate)
         if candidate.earlier:
-            # A copy the base had: packed for the prefix's sake, described by
-            # the current file's entry, and dropped (with a log line) where
-            # the current rules would not pack it.
-            if isinstance(result, Skip):
-                logger.debug("earlier copy of %s not packed: %s", result.path, result.reason)
-            elif total_bytes + result.document.size_bytes > limits.max_total_bytes:
-                stop = (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {limits.max_total_bytes} bytes")
-            else:
-                total_bytes += result.document.size_bytes
-                if keep:
-                    documents.append(result.document)
-                if on_document is not None:
-                    on_document(result.document)
-            continue
+            reading.add_earlier(reader.read(candidate))
+        else:
+            reading.add(reader.read(candidate))
+    return tuple(reading.documents), reading.total_bytes
+
+
+@dataclass
+class _Reading:
+    """What reading the candidates in order has taken so far, and the corpus limit that stopped it."""
+
+    limits: Limits
+    entries: list[ManifestEntry]
+    on_document: Callable[[Document], None] | None
+    on_text: Callable[[str, int], None] | None
+    keep: bool
+    documents: list[Document] = field(default_factory=list)
+    included: int = 0
+    total_bytes: int = 0
+    stop: tuple[SkipReason, str] | None = None
+
+    def told(self, path: str, characters: int, size_bytes: int) -> None:
+        """Pass a text read on to ``on_text``, unless the total-size limit will leave it out."""
+        # A document past the total-size limit is left out by add: it is no part of the pack.
+        if self.on_text is not None and self.total_bytes + size_bytes <= self.limits.max_total_bytes:
+            self.on_text(path, characters)
+
+    def add(self, result: Included | Skip) -> None:
+        """Take a current file's document, or enter why it is skipped (the total-size limit too)."""
         if isinstance(result, Skip):
             logger.debug("skipped %s: %s %s", result.path, result.reason, "; ".join(result.notes))
-            entries.append(
+            self.entries.append(
                 ManifestEntry(result.path, "skipped", result.reason, result.size_bytes, notes=result.notes)
             )
-            continue
+            return
         document = result.document
-        if total_bytes + document.size_bytes > limits.max_total_bytes:
-            stop = (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {limits.max_total_bytes} bytes")
-            entries.append(
-                ManifestEntry(document.path, "skipped", stop[0], document.size_bytes, notes=(stop[1],))
+        if self.total_bytes + document.size_bytes > self.limits.max_total_bytes:
+            self.stop = self._total_size_stop()
+            self.entries.append(
+                ManifestEntry(
+                    document.path, "skipped", self.stop[0], document.size_bytes, notes=(self.stop[1],)
+                )
             )
-            continue
-        if keep:
-            documents.append(document)
-        included += 1
-        total_bytes += document.size_bytes
-        entries.append(_included_entry(result))
-        if on_document is not None:
-            on_document(document)
-    return tuple(documents), total_bytes
+            return
+        if self.keep:
+            self.documents.append(document)
+        self.included += 1
+        self.total_bytes += document.size_bytes
+        self.entries.append(_included_entry(result))
+        if self.on_document is not None:
+            self.on_document(document)
+
+    def add_earlier(self, result: Included | Skip) -> None:
+        """Take a copy the base had (no manifest entry), unless a limit or the current rules stop it."""
+        # Packed for the prefix's sake, described by the current file's
+        # entry, and dropped (with a log line) where the current rules
+        # would not pack it.
+        if isinstance(result, Skip):
+            logger.debug("earlier copy of %s not packed: %s", result.path, result.reason)
+        elif self.total_bytes + result.document.size_bytes > self.limits.max_total_bytes:
+            self.stop = self._total_size_stop()
+        else:
+            self.total_bytes += result.document.size_bytes
+            if self.keep:
+                self.documents.append(result.document)
+            if self.on_document is not None:
+                self.on_document(result.document)
+
+    def _total_size_stop(self) -> tuple[SkipReason, str]:
+        return (SkipReason.TOTAL_SIZE_LIMIT, f"the corpus would pass {self.limits.max_total_bytes} bytes")
 
 
 def _included_entry(result: Included) -> ManifestEntry:

@@ -1,4 +1,5 @@
-"""The layout's rules (docs/architecture.md): no import circle, modules under 800 lines, one home per library.
+"""The layout's rules (docs/architecture.md): no import circle, modules under 800 lines, functions under 80,
+one home per library.
 
 The imports are read from the source, not from a running interpreter, so
 an import inside a function counts like one at the top (hiding a circle
@@ -18,6 +19,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "longctx"
 MAX_LINES = 800
+MAX_FUNCTION_LINES = 80
 
 # Each third-party library is imported by one module (or one folder) only.
 LIBRARY_HOMES = {
@@ -150,6 +152,35 @@ def test_no_module_over_800_lines(name: str) -> None:
     assert lines <= MAX_LINES, f"{MODULES[name].relative_to(ROOT)} has {lines} lines; split it by concept"
 
 
+def long_functions(tree: ast.AST, limit: int = MAX_FUNCTION_LINES) -> Iterator[tuple[str, int, int]]:
+    """(name, line, length) of each function or method in ``tree`` longer than ``limit`` lines.
+
+    A function's length runs from its ``def`` line to its last line,
+    docstring and blank lines included, decorators not.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = (node.end_lineno or node.lineno) - node.lineno + 1
+            if length > limit:
+                yield node.name, node.lineno, length
+
+
+def test_no_function_over_80_lines() -> None:
+    """A function is a paragraph a reader can hold: past 80 lines, split it where the reader would."""
+    strays = [
+        f"{MODULES[name].relative_to(ROOT)}:{line} {function} has {length} lines"
+        for name in MODULES
+        for function, line, length in long_functions(_tree(name))
+    ]
+    assert not strays, strays
+
+
+def test_the_length_check_finds_a_long_method_and_spares_an_80_line_function() -> None:
+    fits = "def fits():\n" + "    x = 1\n" * 79  # 80 lines with its def
+    over = "class C:\n    async def over(self):\n" + "        x = 1\n" * 80  # 81 lines
+    assert list(long_functions(ast.parse(fits + over))) == [("over", 82, 81)]
+
+
 def test_each_library_is_imported_in_its_one_home() -> None:
     strays: list[str] = []
     for name, path in MODULES.items():
@@ -178,12 +209,62 @@ def _imported_names(name: str) -> Iterator[tuple[str, str, int]]:
 
 
 def _exported(module: str) -> set[str] | None:
+    """The names ``module`` exports: its literal ``__all__``, or a lazy package's export table."""
+    table = _export_table(_tree(module))
+    if table is not None:
+        return set(table)
     for node in _tree(module).body:
         if isinstance(node, ast.Assign) and any(
             isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
         ):
             return set(ast.literal_eval(node.value))
     return None
+
+
+def _export_table(tree: ast.Module) -> dict[str, str] | None:
+    """A lazy package's ``_EXPORTS`` (each public name and the module it loads from), or None."""
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "_EXPORTS" and node.value:
+            return dict(ast.literal_eval(node.value))
+    return None
+
+
+def _type_checking_reexports(tree: ast.Module) -> dict[str, str]:
+    """Each name imported under a top-level ``if TYPE_CHECKING:`` and its module (a re-export: ``X as X``)."""
+    found: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for statement in node.body:
+                if isinstance(statement, ast.ImportFrom):
+                    for alias in statement.names:
+                        key = (
+                            alias.name
+                            if alias.asname == alias.name
+                            else f"{alias.name} (not `as {alias.name}`)"
+                        )
+                        found[key] = statement.module or ""
+    return found
+
+
+def test_a_lazy_packages_type_checking_imports_are_its_export_table() -> None:
+    """A lazy package's names stand twice, once for each reader, and must agree.
+
+    ``_EXPORTS`` for the interpreter (which imports a name on first use, and
+    makes ``__all__`` of it), the ``if TYPE_CHECKING:`` imports for type
+    checkers (``X as X``, so that they see a re-export).
+    """
+    lazy = {name: table for name in MODULES if (table := _export_table(_tree(name))) is not None}
+    assert {"longctx", "longctx.packing"} <= set(lazy)
+    for name, table in lazy.items():
+        assert _type_checking_reexports(_tree(name)) == table, name
+
+
+def test_the_export_check_finds_a_missing_and_a_plain_import() -> None:
+    tree = ast.parse(
+        '_EXPORTS: dict[str, str] = {"A": "m", "B": "m"}\nif TYPE_CHECKING:\n    from m import A\n'
+    )
+    assert _type_checking_reexports(tree) != _export_table(tree)
+    assert _type_checking_reexports(tree) == {"A (not `as A`)": "m"}
 
 
 def test_no_module_imports_a_private_name_of_another() -> None:

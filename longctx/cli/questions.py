@@ -7,7 +7,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any
 
 import click
@@ -26,6 +28,7 @@ from longctx.cli.app import (
 from longctx.cli.flags import flags_of
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
+from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, stored_answers
 from longctx.sessions.corpus import CorpusSessionOptions
@@ -63,6 +66,69 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
     say = options.get("on_progress") or (lambda message: None)
     say(f"{count} shard{'s' if count != 1 else ''}: each question is asked of every shard, then combined")
     return session
+
+
+@dataclass(frozen=True)
+class _Questions:
+    """What ``ask`` and ``batch`` were given besides their questions: the session to open, how to speak."""
+
+    paths: tuple[str, ...]
+    shard: bool
+    as_json: bool
+    quiet: bool
+    server: ServerOptions
+    corpus: CorpusOptions
+    request: RequestOptions
+
+    @contextmanager
+    def opened(self, session_id: str | None = None) -> Iterator[_Opened]:
+        """The store, the progress line and the session (over the paths, or ``session_id``'s stored batch)."""
+        with runtime().open_store() as store, progress(not (self.quiet or self.as_json)) as say:
+            yield _Opened(store, say, self._session(store, say, session_id))
+
+    def _session(self, store: Store, say: Callable[[str], None], session_id: str | None) -> Conversation:
+        if session_id:
+            if self.shard:
+                raise ConfigError("--shard cannot be given with --session: a map-reduce batch is not resumed")
+            session = _resume(session_id, self.server, store)
+            _resumed(session, self.request, self.quiet, batch=True)
+            return session
+        if self.paths:
+            return _open(self.shard, self.paths, _options(store, self.server, self.corpus, self.request, say))
+        raise ConfigError("give PATHS to pack, or --session ID to finish a stored batch")
+
+    def finish(
+        self,
+        session: Conversation,
+        report: SavingsReport,
+        result: dict[str, Any],
+        *,
+        reused: str | None = None,
+    ) -> None:
+        """The closing lines: with --json ``result`` with the session id and report; the summary on stderr.
+
+        ``reused`` (how many of a batch's answers an earlier run gave) is said before the summary.
+        """
+        if self.as_json:
+            emit_json({**result, "session_id": session.id, "report": report.to_dict()})
+        if reused is not None:
+            note(reused, quiet=self.quiet)
+        note(f"{_label(session)}: {report.summary_line()}", quiet=self.quiet)
+
+
+@dataclass(frozen=True)
+class _Opened:
+    """A question command's store, progress line and session, open while it asks."""
+
+    store: Store
+    say: Callable[[str], None]
+    session: Conversation
+
+
+def _echo_answers(answers: Iterable[Answer]) -> None:
+    """Each answer on stdout under its question, in order."""
+    for answer in answers:
+        click.echo(f"## {answer.question}\n\n{answer.text}\n")
 
 
 def _label(session: Conversation) -> str:
@@ -133,18 +199,16 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
-    with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session = _open(shard, paths, _options(store, server, corpus, request, say))
-        say("waiting for the answer")
-        with session:
+    given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
+    with given.opened() as opened:
+        opened.say("waiting for the answer")
+        with opened.session as session:
             answer = session.ask(question)
             if not as_json:
                 # Printed before the report, which waits for the server's counters to settle.
                 click.echo(answer.text)
             report = session.report()
-    if as_json:
-        emit_json({**answer.to_dict(), "session_id": session.id, "report": report.to_dict()})
-    note(f"{_label(session)}: {report.summary_line()}", quiet=quiet)
+    given.finish(session, report, answer.to_dict())
 
 
 @main.command()
@@ -188,17 +252,9 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
-    with runtime().open_store() as store, progress(not (quiet or as_json)) as say:
-        session: Conversation
-        if session_id:
-            if shard:
-                raise ConfigError("--shard cannot be given with --session: a map-reduce batch is not resumed")
-            session = _resume(session_id, server, store)
-            _resumed(session, request, quiet, batch=True)
-        elif paths:
-            session = _open(shard, paths, _options(store, server, corpus, request, say))
-        else:
-            raise ConfigError("give PATHS to pack, or --session ID to finish a stored batch")
+    given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
+    with given.opened(session_id) as opened:
+        session, say = opened.session, opened.say
         done: list[Answer] = []
 
         def answered(answer: Answer) -> None:
@@ -216,23 +272,14 @@ def batch(
                 # answers printed are those already stored.
                 session.close()
                 _print_stopped(
-                    session, store, questions, done, questions_file.name, as_json=as_json, error=error
+                    session, opened.store, questions, done, questions_file.name, as_json=as_json, error=error
                 )
                 raise
-    if as_json:
-        emit_json(
-            {
-                "session_id": session.id,
-                "answers": [answer.to_dict() for answer in result],
-                "report": result.report.to_dict(),
-            }
-        )
-    else:
-        for answer in result:
-            click.echo(f"## {answer.question}\n\n{answer.text}\n")
-    if result.reused:
-        note(f"{result.reused} of {len(questions)} answers from an earlier run, not asked again", quiet=quiet)
-    note(f"{_label(session)}: {result.report.summary_line()}", quiet=quiet)
+    if not as_json:
+        _echo_answers(result)
+    reused = f"{result.reused} of {len(questions)} answers from an earlier run, not asked again"
+    answers = {"answers": [answer.to_dict() for answer in result]}
+    given.finish(session, result.report, answers, reused=reused if result.reused else None)
 
 
 def _print_stopped(
@@ -255,8 +302,7 @@ def _print_stopped(
         reason = {"interrupted": True} if isinstance(error, KeyboardInterrupt) else {"error": str(error)}
         emit_json({"session_id": session.id, "answers": [a.to_dict() for a in answers], **reason})
     else:
-        for answer in answers:
-            click.echo(f"## {answer.question}\n\n{answer.text}\n")
+        _echo_answers(answers)
     if not answers:
         click.echo("longctx: no answer was stored, so there is nothing to resume: run it again", err=True)
         return

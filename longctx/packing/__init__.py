@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from longctx.exports import lazy_exports
 
+# The package's names (its ``__all__``), each with the module it comes from.
 # Imported on first use (PEP 562), like the names of longctx itself: the
 # counting worker imports longctx.packing.counting, and a fresh interpreter
 # should then load the tokenizer only, not the corpus, store and builder.
@@ -50,60 +51,34 @@ _EXPORTS: dict[str, str] = {
 }
 
 if TYPE_CHECKING:
-    from longctx.packing.budget import build_shards
-    from longctx.packing.build import build_pack, pack
-    from longctx.packing.compare import DEFAULT_PROBE_QUESTION, check_cache_boundary, compare_packs
-    from longctx.packing.model import (
-        BoundaryCheck,
-        Budget,
-        Pack,
-        PackComparison,
-        PackResult,
-        PromptCount,
-        Section,
-        ShardedPack,
-    )
-    from longctx.packing.rendering import (
-        BOUNDARY,
-        CHANGES_MARKER,
-        DOCUMENTS_OPENING,
-        FORMAT_VERSION,
-        NO_FINAL_NEWLINE,
-        SYSTEM_HEADER,
-        ListingEntry,
-        fence_for,
-        render_document,
-        render_listing,
-        render_path,
-    )
+    # The names again, for type checkers only (`X as X`: a re-export); a layout test holds them to _EXPORTS.
+    from longctx.packing.budget import build_shards as build_shards
+    from longctx.packing.build import build_pack as build_pack
+    from longctx.packing.build import pack as pack
+    from longctx.packing.compare import DEFAULT_PROBE_QUESTION as DEFAULT_PROBE_QUESTION
+    from longctx.packing.compare import check_cache_boundary as check_cache_boundary
+    from longctx.packing.compare import compare_packs as compare_packs
+    from longctx.packing.model import BoundaryCheck as BoundaryCheck
+    from longctx.packing.model import Budget as Budget
+    from longctx.packing.model import Pack as Pack
+    from longctx.packing.model import PackComparison as PackComparison
+    from longctx.packing.model import PackResult as PackResult
+    from longctx.packing.model import PromptCount as PromptCount
+    from longctx.packing.model import Section as Section
+    from longctx.packing.model import ShardedPack as ShardedPack
+    from longctx.packing.rendering import BOUNDARY as BOUNDARY
+    from longctx.packing.rendering import CHANGES_MARKER as CHANGES_MARKER
+    from longctx.packing.rendering import DOCUMENTS_OPENING as DOCUMENTS_OPENING
+    from longctx.packing.rendering import FORMAT_VERSION as FORMAT_VERSION
+    from longctx.packing.rendering import NO_FINAL_NEWLINE as NO_FINAL_NEWLINE
+    from longctx.packing.rendering import SYSTEM_HEADER as SYSTEM_HEADER
+    from longctx.packing.rendering import ListingEntry as ListingEntry
+    from longctx.packing.rendering import fence_for as fence_for
+    from longctx.packing.rendering import render_document as render_document
+    from longctx.packing.rendering import render_listing as render_listing
+    from longctx.packing.rendering import render_path as render_path
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
-__all__ = [
-    "BOUNDARY",
-    "CHANGES_MARKER",
-    "DEFAULT_PROBE_QUESTION",
-    "DOCUMENTS_OPENING",
-    "FORMAT_VERSION",
-    "NO_FINAL_NEWLINE",
-    "SYSTEM_HEADER",
-    "BoundaryCheck",
-    "Budget",
-    "ListingEntry",
-    "Pack",
-    "PackComparison",
-    "PackResult",
-    "PromptCount",
-    "Section",
-    "ShardedPack",
-    "build_pack",
-    "build_shards",
-    "check_cache_boundary",
-    "compare_packs",
-    "fence_for",
-    "pack",
-    "render_document",
-    "render_listing",
-    "render_path",
-]
+__all__ = list(_EXPORTS)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from longctx.corpus import Corpus
@@ -207,6 +208,18 @@ def build_shards(
     )
     empty = assemble(Sections([], [], render_listing(skipped, part=1), part=1), counter)
     fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
+    _refuse_what_cannot_fit(documents, counts, chains, fixed=fixed, budget=budget)
+    maker = _ShardMaker(documents, texts, counts, counter, notes)
+    groups = _greedy_groups(counts, chains, budget.prompt_budget - fixed)
+    shards = _fill_shards(maker, groups, skipped, budget)
+    digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
+    return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
+
+
+def _refuse_what_cannot_fit(
+    documents: Sequence[Document], counts: Sequence[int], chains: Sequence[int], *, fixed: int, budget: Budget
+) -> None:
+    """Raise :class:`BudgetError` when even an empty pack, or one document alone, is over ``budget``."""
     limit = budget.prompt_budget
     if fixed > limit:
         raise BudgetError(
@@ -226,14 +239,19 @@ def build_shards(
                 largest=((document.path, tokens),),
             )
 
-    groups = _greedy_groups(counts, chains, limit - fixed)
+
+def _fill_shards(
+    maker: _ShardMaker, groups: list[tuple[int, int]], skipped: list[ListingEntry], budget: Budget
+) -> list[Pack]:
+    """The shards of ``groups`` (the skipped paths in the last), each moved back a document while over."""
+    limit = budget.prompt_budget
     shards: list[Pack] = []
     index = 0
     while index < len(groups):
         start, stop = groups[index]
         last = index == len(groups) - 1
         part = None if len(groups) == 1 else index + 1
-        shard = _shard(documents, texts, counts, start, stop, skipped if last else [], part, counter, notes)
+        shard = maker.shard(start, stop, skipped if last else [], part)
         if (shard.total_tokens or 0) > limit and stop - start > 1:
             # The upper bound was not one (a tokenizer whose counts do not
             # add up): give the last document to the next shard and redo.
@@ -248,11 +266,10 @@ def build_shards(
         shards.append(shard)
         index += 1
     if not shards:
-        shards.append(_shard(documents, texts, counts, 0, 0, skipped, None, counter, notes))
+        shards.append(maker.shard(0, 0, skipped, None))
     if len(shards) == 1 and shards[0].part is not None:
-        shards[0] = _shard(documents, texts, counts, 0, len(documents), skipped, None, counter, notes)
-    digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
-    return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
+        shards[0] = maker.shard(0, len(maker.documents), skipped, None)
+    return shards
 
 
 def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> list[tuple[int, int]]:
@@ -271,22 +288,24 @@ def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> l
     return groups
 
 
-def _shard(  # noqa: PLR0917 - one private call site, positional by design
-    documents: Sequence[Document],
-    texts: Sequence[str],
-    counts: Sequence[int],
-    start: int,
-    stop: int,
-    skipped: list[ListingEntry],
-    part: int | None,
-    counter: PackCounter,
-    notes: dict[str, str],
-) -> Pack:
-    paths = [document.path for document in documents[start:stop]]
-    listing = render_listing(
-        [*(ListingEntry(path, note=notes.get(path)) for path in paths), *skipped], part=part
-    )
-    names = [DOCUMENT_PREFIX + path for path in paths]
-    return assemble(
-        Sections(texts[start:stop], names, listing, part=part, document_counts=counts[start:stop]), counter
-    )
+@dataclass(frozen=True)
+class _ShardMaker:
+    """The counted documents of a corpus, ready to be cut into shards."""
+
+    documents: Sequence[Document]
+    texts: Sequence[str]
+    counts: Sequence[int]
+    counter: PackCounter
+    notes: dict[str, str]
+
+    def shard(self, start: int, stop: int, skipped: list[ListingEntry], part: int | None) -> Pack:
+        """The pack of documents ``start`` to ``stop`` (half-open), listing them and ``skipped``."""
+        paths = [document.path for document in self.documents[start:stop]]
+        listing = render_listing(
+            [*(ListingEntry(path, note=self.notes.get(path)) for path in paths), *skipped], part=part
+        )
+        names = [DOCUMENT_PREFIX + path for path in paths]
+        sections = Sections(
+            self.texts[start:stop], names, listing, part=part, document_counts=self.counts[start:stop]
+        )
+        return assemble(sections, self.counter)

@@ -469,14 +469,9 @@ class _ConfigReader:
         interval = self.cfg.get("full_attention_interval")
         if interval is not None and "linear_num_value_heads" in self.cfg:
             # Qwen3-Next without an explicit layer_types: every interval-th layer is full.
-            step = self.int_field("full_attention_interval")
-            if step == 0:
-                raise ServingConfigError(
-                    "full_attention_interval is 0", field=self.name("full_attention_interval")
-                )
-            return [
-                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.LINEAR for i in range(num_layers)
-            ], "gated_deltanet"
+            return self.every_nth_full(
+                "full_attention_interval", num_layers, LayerKind.LINEAR
+            ), "gated_deltanet"
 
         window = self.cfg.get("sliding_window")
         if window is None:
@@ -485,17 +480,10 @@ class _ConfigReader:
         pattern = self.cfg.get("sliding_window_pattern")
         if pattern is not None:
             # Gemma 3 before layer_types: every pattern-th layer is global.
-            step = self.int_field("sliding_window_pattern")
-            if step == 0:
-                raise ServingConfigError(
-                    "sliding_window_pattern is 0", field=self.name("sliding_window_pattern")
-                )
-            return [
-                LayerKind.ATTENTION if (i + 1) % step == 0 else LayerKind.SLIDING for i in range(num_layers)
-            ], ""
+            return self.every_nth_full("sliding_window_pattern", num_layers, LayerKind.SLIDING), ""
         if self.model_type in ("gemma2", "gpt_oss"):
             # Their transformers configs alternate sliding and full, sliding first.
-            return [LayerKind.SLIDING if (i + 1) % 2 else LayerKind.ATTENTION for i in range(num_layers)], ""
+            return _every_nth_full(2, num_layers, LayerKind.SLIDING), ""
         if "use_sliding_window" in self.cfg:
             # Qwen2/Qwen3 ship a sliding_window value that is off unless use_sliding_window.
             if not self.cfg.get("use_sliding_window"):
@@ -506,6 +494,13 @@ class _ConfigReader:
             ], ""
         # Mistral-style: one window for every layer.
         return [LayerKind.SLIDING] * num_layers, ""
+
+    def every_nth_full(self, key: str, num_layers: int, between: LayerKind) -> list[LayerKind]:
+        """Every ``cfg[key]``-th layer full attention, the layers between of kind ``between``."""
+        step = self.int_field(key)
+        if step == 0:
+            raise ServingConfigError(f"{key} is 0", field=self.name(key))
+        return _every_nth_full(step, num_layers, between)
 
     def kimi_linear_kinds(self, linear_config: Mapping[str, Any], num_layers: int) -> list[LayerKind]:
         where = self.prefix + "linear_attn_config."
@@ -705,3 +700,8 @@ def _check_parallel(tp: int, dcp: int) -> None:
             "(DCP ranks are the tensor-parallel GPUs)",
             field="dcp",
         )
+
+
+def _every_nth_full(step: int, num_layers: int, between: LayerKind) -> list[LayerKind]:
+    """Layers ``step``, ``2 x step``... (1-based) full attention; the others of kind ``between``."""
+    return [LayerKind.ATTENTION if (i + 1) % step == 0 else between for i in range(num_layers)]

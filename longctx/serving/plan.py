@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ _GIB = 1 << 30
 _SEARCH_CEILING = 1 << 40
 _DEFAULT_CONTEXTS = (8_192, 32_768, 131_072, 262_144, 524_288, 1_048_576)
 _DEFAULT_CONCURRENCIES = (1, 8, 32, 128)
+_HOST_TIER_NOTE = (
+    "host tier: a revisit of a pack parked there costs a transfer over PCIe/NVLink, not a prefill; "
+    "the GPU still bounds the packs in flight at once"
+)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,17 @@ class CapacityPlan:
 
     def to_text(self) -> str:
         """A human-readable report: inputs, per-token costs, the two answer tables, notes."""
+        lines = [*self._model_lines(), *self._per_gpu_lines(), *self._at_context_table()]
+        if self.kv_memory_per_gpu_bytes is not None:
+            lines += self._context_at_concurrency_table()
+        if self.host_tier is not None:
+            lines.append(self.host_tier.to_text())
+        if self.notes:
+            lines += ["Notes:", *[f"  - {note}" for note in self.notes]]
+        return "\n".join(lines)
+
+    def _model_lines(self) -> list[str]:
+        """The report's head: the model, its KV cache type and limit, then its layers."""
         layout = self.layout
         name = layout.model_type or "model"
         if layout.architecture:
@@ -142,10 +158,14 @@ class CapacityPlan:
             "Layers (whole model, one copy):",
         ]
         lines += ["  " + line for line in layout.to_text().splitlines()]
-        lines.append(
+        return lines
+
+    def _per_gpu_lines(self) -> list[str]:
+        """What one GPU has for the KV cache (and how that was reached) and what a token costs it."""
+        lines = [
             f"Per GPU (tensor parallel {self.gpus}, decode context parallel {self.dcp}, "
             f"blocks of {self.block_size} tokens):"
-        )
+        ]
         kv_memory = self.kv_memory_per_gpu_bytes
         kv_line = (
             f"  KV memory           : {_format_bytes(kv_memory) if kv_memory is not None else 'not given'}"
@@ -170,33 +190,30 @@ class CapacityPlan:
             lines.append(
                 f"  per sequence, fixed : {_format_bytes(self.state_bytes_per_gpu)} (linear-attention state)"
             )
+        return lines
 
-        if kv_memory is None:
-            lines.append("Bytes per sequence at a given context:")
-            lines.append(f"  {'context':>11}  {'per sequence':>12}")
-            for row in self.at_context:
-                beyond = "  (beyond the model's limit)" if row.beyond_model_limit else ""
-                lines.append(
-                    f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}{beyond}"
-                )
-            if self.host_tier is not None:
-                lines.append(self.host_tier.to_text())
-            lines += ["Notes:", *[f"  - {note}" for note in self.notes]] if self.notes else []
-            return "\n".join(lines)
-        lines.append("Highest concurrency at a given context:")
-        lines.append(f"  {'context':>11}  {'per sequence':>12}  {'sequences':>9}")
+    def _at_context_table(self) -> list[str]:
+        """The first answer: how many sequences fit at each context (without a memory figure, their bytes)."""
+        fitted = self.kv_memory_per_gpu_bytes is not None
+        if fitted:
+            lines = ["Highest concurrency at a given context:"]
+            lines.append(f"  {'context':>11}  {'per sequence':>12}  {'sequences':>9}")
+        else:
+            lines = ["Bytes per sequence at a given context:", f"  {'context':>11}  {'per sequence':>12}"]
         for row in self.at_context:
-            fits = f"{row.max_concurrency or 0:>9,}"
-            if row.max_concurrency == 0:
-                fits += f"  (one sequence is {_format_bytes(row.shortfall_bytes)} short)"
+            line = f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}"
+            if fitted:
+                line += f"  {row.max_concurrency or 0:>9,}"
+                if row.max_concurrency == 0:
+                    line += f"  (one sequence is {_format_bytes(row.shortfall_bytes)} short)"
             if row.beyond_model_limit:
-                fits += "  (beyond the model's limit)"
-            lines.append(
-                f"  {row.context_tokens:>11,}  {_format_bytes(row.sequence_bytes_per_gpu):>12}  {fits}"
-            )
+                line += "  (beyond the model's limit)"
+            lines.append(line)
+        return lines
 
-        lines.append("Longest context at a given concurrency:")
-        lines.append(f"  {'sequences':>9}  {'context':>11}")
+    def _context_at_concurrency_table(self) -> list[str]:
+        """The second answer: the longest context each concurrency allows, and what bounds it."""
+        lines = ["Longest context at a given concurrency:", f"  {'sequences':>9}  {'context':>11}"]
         for answer in self.at_concurrency:
             if answer.max_context_tokens is None:
                 text = "unbounded by memory"
@@ -209,13 +226,7 @@ class CapacityPlan:
             elif answer.max_context_tokens == 0:
                 text += "  (does not fit)"
             lines.append(f"  {answer.concurrency:>9,}  {text}")
-
-        if self.host_tier is not None:
-            lines.append(self.host_tier.to_text())
-        if self.notes:
-            lines.append("Notes:")
-            lines += [f"  - {note}" for note in self.notes]
-        return "\n".join(lines)
+        return lines
 
 
 def plan_capacity(
@@ -260,68 +271,113 @@ def plan_capacity(
     state_bytes = layout.state_bytes(gpus)
     layout.sequence_bytes(1, tp=gpus, dcp=dcp, block_size=block_size)
 
-    notes: list[str] = list(layout.notes)
+    memory = _kv_memory(gpus, gpu_memory_gib, weights_gib, utilization, reserve_gib, kv_memory_gib)
+    context_list = _contexts(contexts, layout.max_context)
+    concurrency_list = _positive_ints(concurrencies or _DEFAULT_CONCURRENCIES, "concurrency")
+
+    sequence_bytes = functools.partial(layout.sequence_bytes, tp=gpus, dcp=dcp, block_size=block_size)
+    kv_memory = memory.kv_memory_per_gpu_bytes
+    notes = [*layout.notes, *memory.notes, *_layout_notes(layout, gpus=gpus, dcp=dcp, block_size=block_size)]
+    host_tier = _host_tier(
+        layout, host_memory_gib, gpus=gpus, block_size=block_size, contexts=context_list, kv_memory=kv_memory
+    )
+    notes += [_HOST_TIER_NOTE] if host_tier is not None else []
+
+    return CapacityPlan(
+        layout=layout,
+        gpus=gpus,
+        dcp=dcp,
+        block_size=block_size,
+        gpu_memory_bytes=memory.gpu_memory_bytes,
+        utilization=memory.utilization,
+        weights_per_gpu_bytes=memory.weights_per_gpu_bytes,
+        reserve_per_gpu_bytes=memory.reserve_per_gpu_bytes,
+        kv_memory_per_gpu_bytes=kv_memory,
+        token_bytes_per_gpu=token_bytes,
+        window_token_bytes_per_gpu=window_bytes,
+        state_bytes_per_gpu=state_bytes,
+        at_context=_answers_at_context(layout, context_list, sequence_bytes, kv_memory),
+        at_concurrency=_answers_at_concurrency(layout, concurrency_list, sequence_bytes, kv_memory),
+        notes=tuple(notes),
+        host_tier=host_tier,
+    )
+
+
+@dataclass(frozen=True)
+class _KVMemory:
+    """The KV memory of one GPU and what it came from; the inputs are ``None`` where not used."""
+
+    kv_memory_per_gpu_bytes: int | None
+    notes: tuple[str, ...]
     gpu_memory_bytes: int | None = None
-    weights_per_gpu: int | None = None
-    reserve_bytes: int | None = None
-    used_utilization: float | None = None
-    kv_memory: int | None
+    utilization: float | None = None
+    weights_per_gpu_bytes: int | None = None
+    reserve_per_gpu_bytes: int | None = None
+
+
+def _kv_memory(  # noqa: PLR0917 - one call, its arguments plan_capacity's own, in their order
+    gpus: int,
+    gpu_memory_gib: float | None,
+    weights_gib: float | None,
+    utilization: float,
+    reserve_gib: float,
+    kv_memory_gib: float | None,
+) -> _KVMemory:
+    """The KV memory per GPU: none given, a measured figure, or GPU memory less weights and reserve."""
     if kv_memory_gib is None and gpu_memory_gib is None and weights_gib is None:
-        kv_memory = None
-        notes.append("no memory figure given: bytes per token and per sequence only")
-    elif kv_memory_gib is not None:
+        return _KVMemory(None, ("no memory figure given: bytes per token and per sequence only",))
+    if kv_memory_gib is not None:
         kv_memory = _gib_to_bytes(kv_memory_gib, "kv_memory")
         if kv_memory == 0:
             raise InsufficientMemory("the KV memory given is 0", shortfall_bytes=0, field="kv_memory")
         if gpu_memory_gib is not None or weights_gib is not None:
-            notes.append("measured KV memory given: GPU memory and weights were not used")
-    else:
-        if gpu_memory_gib is None:
-            raise ServingConfigError(
-                "give the memory of one GPU (gpu_memory_gib) as well as the weights (weights_gib), "
-                "or a measured KV memory (kv_memory_gib)",
-                field="gpu_memory",
-            )
-        if weights_gib is None:
-            raise ServingConfigError(
-                "give the size of the model weights (weights_gib) as well as the memory of one GPU "
-                "(gpu_memory_gib), or a measured KV memory (kv_memory_gib)",
-                field="weights",
-            )
-        if not 0 < utilization <= 1:
-            raise ServingConfigError(f"utilization must be in (0, 1], got {utilization}", field="utilization")
-        gpu_memory_bytes = _gib_to_bytes(gpu_memory_gib, "gpu_memory")
-        weights_per_gpu = _gib_to_bytes(weights_gib, "weights") // gpus
-        reserve_bytes = _gib_to_bytes(reserve_gib, "reserve")
-        used_utilization = utilization
-        budget = int(gpu_memory_bytes * utilization)
-        kv_memory = budget - weights_per_gpu - reserve_bytes
-        if kv_memory <= 0:
-            shortfall = -kv_memory
-            raise InsufficientMemory(
-                f"no memory left for the KV cache: weights {_format_bytes(weights_per_gpu)} per GPU "
-                f"({weights_gib:g} GiB over {gpus} GPUs) + reserve {_format_bytes(reserve_bytes)} "
-                f"exceed the {_format_bytes(budget)} usable per GPU ({utilization:g} x "
-                f"{gpu_memory_gib:g} GiB) by {_format_bytes(shortfall)}; use more or larger GPUs",
-                shortfall_bytes=shortfall,
-                field="gpu_memory",
-            )
-        notes.append(
-            f"KV memory = GPU memory x {utilization:g} - weights / {gpus} - "
-            f"{reserve_gib:g} GiB reserve (an allowance for activations and CUDA graphs; "
-            "vLLM logs the measured 'Available KV cache memory' at start-up)"
+            return _KVMemory(kv_memory, ("measured KV memory given: GPU memory and weights were not used",))
+        return _KVMemory(kv_memory, ())
+    if gpu_memory_gib is None:
+        raise ServingConfigError(
+            "give the memory of one GPU (gpu_memory_gib) as well as the weights (weights_gib), "
+            "or a measured KV memory (kv_memory_gib)",
+            field="gpu_memory",
         )
+    if weights_gib is None:
+        raise ServingConfigError(
+            "give the size of the model weights (weights_gib) as well as the memory of one GPU "
+            "(gpu_memory_gib), or a measured KV memory (kv_memory_gib)",
+            field="weights",
+        )
+    if not 0 < utilization <= 1:
+        raise ServingConfigError(f"utilization must be in (0, 1], got {utilization}", field="utilization")
+    gpu_memory_bytes = _gib_to_bytes(gpu_memory_gib, "gpu_memory")
+    weights_per_gpu = _gib_to_bytes(weights_gib, "weights") // gpus
+    reserve_bytes = _gib_to_bytes(reserve_gib, "reserve")
+    budget = int(gpu_memory_bytes * utilization)
+    kv_memory = budget - weights_per_gpu - reserve_bytes
+    if kv_memory <= 0:
+        shortfall = -kv_memory
+        raise InsufficientMemory(
+            f"no memory left for the KV cache: weights {_format_bytes(weights_per_gpu)} per GPU "
+            f"({weights_gib:g} GiB over {gpus} GPUs) + reserve {_format_bytes(reserve_bytes)} "
+            f"exceed the {_format_bytes(budget)} usable per GPU ({utilization:g} x "
+            f"{gpu_memory_gib:g} GiB) by {_format_bytes(shortfall)}; use more or larger GPUs",
+            shortfall_bytes=shortfall,
+            field="gpu_memory",
+        )
+    note = (
+        f"KV memory = GPU memory x {utilization:g} - weights / {gpus} - "
+        f"{reserve_gib:g} GiB reserve (an allowance for activations and CUDA graphs; "
+        "vLLM logs the measured 'Available KV cache memory' at start-up)"
+    )
+    return _KVMemory(kv_memory, (note,), gpu_memory_bytes, utilization, weights_per_gpu, reserve_bytes)
 
-    context_list = _contexts(contexts, layout.max_context)
-    concurrency_list = _positive_ints(concurrencies or _DEFAULT_CONCURRENCIES, "concurrency")
 
-    def sequence_bytes(context: int) -> int:
-        return layout.sequence_bytes(context, tp=gpus, dcp=dcp, block_size=block_size)
-
-    at_context = []
-    for context in context_list:
+def _answers_at_context(
+    layout: KVLayout, contexts: Sequence[int], sequence_bytes: Callable[[int], int], kv_memory: int | None
+) -> tuple[ContextAnswer, ...]:
+    """The first question's answers: how many sequences of each context fit (None without a memory figure)."""
+    answers = []
+    for context in contexts:
         per_sequence = sequence_bytes(context)
-        at_context.append(
+        answers.append(
             ContextAnswer(
                 context_tokens=context,
                 sequence_bytes_per_gpu=per_sequence,
@@ -330,11 +386,20 @@ def plan_capacity(
                 beyond_model_limit=layout.max_context is not None and context > layout.max_context,
             )
         )
+    return tuple(answers)
 
-    at_concurrency = []
-    for concurrency in concurrency_list:
-        if kv_memory is None:
-            break  # what fits needs a memory figure
+
+def _answers_at_concurrency(
+    layout: KVLayout,
+    concurrencies: Sequence[int],
+    sequence_bytes: Callable[[int], int],
+    kv_memory: int | None,
+) -> tuple[ConcurrencyAnswer, ...]:
+    """The longest context at each concurrency and what bounds it; none without a memory figure."""
+    if kv_memory is None:
+        return ()
+    answers = []
+    for concurrency in concurrencies:
         memory_max = _longest_context(sequence_bytes, concurrency, kv_memory)
         model_max = layout.max_context
         limited_by: Literal["memory", "model", "none"]
@@ -345,7 +410,7 @@ def plan_capacity(
             best, limited_by = None, "none"
         else:
             best, limited_by = memory_max, "memory"
-        at_concurrency.append(
+        answers.append(
             ConcurrencyAnswer(
                 concurrency=concurrency,
                 max_context_tokens=best,
@@ -353,7 +418,35 @@ def plan_capacity(
                 limited_by=limited_by,
             )
         )
+    return tuple(answers)
 
+
+def _host_tier(
+    layout: KVLayout,
+    host_memory_gib: float | None,
+    *,
+    gpus: int,
+    block_size: int,
+    contexts: Sequence[int],
+    kv_memory: int | None,
+) -> HostTierPlan | None:
+    """The host tier beside the GPUs, or None where no host memory was given."""
+    if host_memory_gib is None:
+        return None
+    host_bytes = _gib_to_bytes(host_memory_gib, "host_memory")
+    return plan_host_tier(
+        layout,
+        gpus=gpus,
+        host_memory_gib=host_bytes / _GIB,
+        block_size=block_size,
+        contexts=contexts,
+        gpu_kv_bytes_per_gpu=kv_memory,
+    )
+
+
+def _layout_notes(layout: KVLayout, *, gpus: int, dcp: int, block_size: int) -> list[str]:
+    """What the reader of a plan should know about blocks, DCP, MLA and the engine's own cap."""
+    notes = []
     if block_size > 1:
         notes.append(f"tokens are held in whole blocks of {block_size} (vLLM's default block size is 16)")
     if dcp > 1 and any(g.kind is LayerKind.SLIDING for g in layout.groups):
@@ -364,40 +457,7 @@ def plan_capacity(
             f"(SGLang --dcp-size, vLLM --decode-context-parallel-size) up to {gpus} divides it"
         )
     notes.append("the engine also caps running requests (vLLM --max-num-seqs, SGLang --max-running-requests)")
-    host_tier = None
-    if host_memory_gib is not None:
-        host_bytes = _gib_to_bytes(host_memory_gib, "host_memory")
-        host_tier = plan_host_tier(
-            layout,
-            gpus=gpus,
-            host_memory_gib=host_bytes / _GIB,
-            block_size=block_size,
-            contexts=context_list,
-            gpu_kv_bytes_per_gpu=kv_memory,
-        )
-        notes.append(
-            "host tier: a revisit of a pack parked there costs a transfer over PCIe/NVLink, not a prefill; "
-            "the GPU still bounds the packs in flight at once"
-        )
-
-    return CapacityPlan(
-        layout=layout,
-        gpus=gpus,
-        dcp=dcp,
-        block_size=block_size,
-        gpu_memory_bytes=gpu_memory_bytes,
-        utilization=used_utilization,
-        weights_per_gpu_bytes=weights_per_gpu,
-        reserve_per_gpu_bytes=reserve_bytes,
-        kv_memory_per_gpu_bytes=kv_memory,
-        token_bytes_per_gpu=token_bytes,
-        window_token_bytes_per_gpu=window_bytes,
-        state_bytes_per_gpu=state_bytes,
-        at_context=tuple(at_context),
-        at_concurrency=tuple(at_concurrency),
-        notes=tuple(notes),
-        host_tier=host_tier,
-    )
+    return notes
 
 
 def _longest_context(sequence_bytes: Callable[[int], int], concurrency: int, kv_memory: int) -> int | None:

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 
 from longctx.config import DEFAULT_MAX_STALE_SHARE
@@ -46,6 +47,7 @@ from longctx.sources.files import filesystem_path, is_inside, relative_target
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
 from longctx.sources.history import (
     CommitTimesCache,
+    Layering,
     head_commit,
     last_commit_times,
     plan_layers,
@@ -209,13 +211,62 @@ def list_repository(
     """
     runner = GitRunner(root.work_tree, directory)
     pathspec = ("--", filesystem_path(root.subdirectory)) if root.subdirectory else ()
-    prefix = root.subdirectory + "/" if root.subdirectory else ""
-    root_real = os.path.realpath(directory)
     head_sha = head_commit(runner)
     if head_sha is not None:
         times_cache = usable_times_cache(runner, times_cache)
+    files = _work_tree_files(runner, pathspec)
+    rules = _longctx_rules(root, [*files.tracked, *files.untracked])
 
-    tracked: dict[str, str] = {}  # repository path -> mode
+    def considered(repo_path: str) -> bool:
+        return not (rules and rules.is_ignored_within(repo_path))
+
+    wanted = {
+        path for path, mode in files.tracked.items() if mode != SUBMODULE_MODE and path not in files.deleted
+    }
+    history = _history(
+        runner,
+        pathspec,
+        head_sha,
+        wanted,
+        considered,
+        max_stale_share=max_stale_share,
+        times_cache=times_cache,
+    )
+    entries = _Entries(root, os.path.realpath(directory), considered)
+    entries.add_tracked(files, history)
+    entries.add_untracked(files.untracked, layered=history.layering is not None)
+    entries.add_earlier(history)
+    logger.debug(
+        "repository: %d tracked, %d untracked, %d modified, history for %d of %d files",
+        len(files.tracked),
+        len(files.untracked),
+        len(files.modified),
+        len(history.times),
+        len(wanted),
+    )
+    return Listing(
+        tuple(entries.candidates),
+        tuple(entries.skipped),
+        head_sha=head_sha,
+        is_repository=True,
+        layer_base=None if history.layering is None else history.layering.base,
+        layer_note=history.note,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _WorkTreeFiles:
+    """What git lists in the folder: tracked paths with their modes, untracked ones, and the dirty ones."""
+
+    tracked: dict[str, str]  # repository path -> mode
+    untracked: list[str]
+    modified: set[str]
+    deleted: set[str]
+
+
+def _work_tree_files(runner: GitRunner, pathspec: tuple[str, ...]) -> _WorkTreeFiles:
+    """Ask git for the folder's tracked files (with modes), untracked ones it does not ignore, dirty ones."""
+    tracked: dict[str, str] = {}
     for record in split_records(runner.run("ls-files", "-z", "--stage", *pathspec).stdout):
         meta, _, raw_path = record.partition(b"\t")
         # Unmerged paths appear once per stage; any stage gives the mode.
@@ -237,111 +288,137 @@ def list_repository(
             *pathspec,
         ).stdout
     )
-    rules = _longctx_rules(root, [*tracked, *untracked])
+    return _WorkTreeFiles(tracked, untracked, modified, deleted)
 
-    def considered(repo_path: str) -> bool:
-        return not (rules and rules.is_ignored_within(repo_path))
 
-    wanted = {path for path, mode in tracked.items() if mode != SUBMODULE_MODE and path not in deleted}
-    layering = None
-    layer_note = None
-    times_now: dict[str, int] = {}
-    if head_sha is not None:
-        plan = plan_layers(runner, pathspec, max_stale_share=max_stale_share, considered=considered)
-        layering, layer_note = plan.layering, plan.note
+@dataclass(frozen=True, slots=True)
+class _History:
+    """The listing's layering (None for a plain one) and last-commit times.
+
+    ``times`` holds every file's time in a plain listing, and the base's
+    files' times as of the base in a layered one; ``times_now`` the changed
+    files' own (layered listings only).
+    """
+
+    layering: Layering | None
+    note: str | None
+    times: dict[str, int]
+    times_now: dict[str, int]
+
+
+def _history(
+    runner: GitRunner,
+    pathspec: tuple[str, ...],
+    head_sha: str | None,
+    wanted: set[str],
+    considered: Callable[[str], bool],
+    *,
+    max_stale_share: float,
+    times_cache: CommitTimesCache | None,
+) -> _History:
+    """Choose the layering (when there is history) and read the last-commit times it needs."""
+    if head_sha is None:
+        return _History(None, None, {}, {})
+    plan = plan_layers(runner, pathspec, max_stale_share=max_stale_share, considered=considered)
+    layering = plan.layering
     if layering is None:
-        times = (
-            last_commit_times(runner, wanted, pathspec, head_sha, times_cache)
-            if head_sha is not None and wanted
-            else {}
-        )
-    else:
-        assert head_sha is not None  # layering needs history
-        # The base's files are placed by their last commit as of the base
-        # (the order the pack had then); the changed ones by their own.
-        in_base = {path for path in layering.base_tree if considered(path)}
-        times = last_commit_times(runner, in_base, pathspec, layering.base, times_cache)
-        changed = wanted & layering.changed
-        times_now = last_commit_times(runner, changed, pathspec, head_sha, times_cache) if changed else {}
-    candidates: list[Candidate] = []
-    skipped: list[Skip] = []
+        times = last_commit_times(runner, wanted, pathspec, head_sha, times_cache) if wanted else {}
+        return _History(None, plan.note, times, {})
+    # The base's files are placed by their last commit as of the base
+    # (the order the pack had then); the changed ones by their own.
+    in_base = {path for path in layering.base_tree if considered(path)}
+    times = last_commit_times(runner, in_base, pathspec, layering.base, times_cache)
+    changed = wanted & layering.changed
+    times_now = last_commit_times(runner, changed, pathspec, head_sha, times_cache) if changed else {}
+    return _History(layering, plan.note, times, times_now)
 
-    def layer_of(repo_path: str) -> int | None:
-        if layering is None:
-            return None
-        return 1 if repo_path in layering.changed or repo_path not in layering.base_tree else 0
 
-    for repo_path, mode in tracked.items():
-        if not considered(repo_path):
-            continue
-        path = repo_path.removeprefix(prefix)
-        if mode == SUBMODULE_MODE:
-            skipped.append(Skip(path + "/", SkipReason.SUBMODULE, ("git submodule; not descended into",)))
-        elif repo_path in deleted:
-            skipped.append(Skip(path, SkipReason.UNREADABLE, ("deleted in the working tree",)))
-        else:
-            layer = layer_of(repo_path)
-            candidates.append(
-                Candidate(
-                    path=path,
-                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
-                    root_real=root_real,
-                    last_commit_time=times_now.get(repo_path) if layer == 1 else times.get(repo_path),
-                    dirty=repo_path in modified,
-                    layer=layer,
+@dataclass(slots=True)
+class _Entries:
+    """The listing as it is built: the candidates and skips so far, and what is considered at all."""
+
+    root: RepositoryRoot
+    root_real: str
+    considered: Callable[[str], bool]
+    candidates: list[Candidate] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+
+    def path(self, repo_path: str) -> str:
+        """The path relative to the folder asked for."""
+        return repo_path.removeprefix(self.root.subdirectory + "/" if self.root.subdirectory else "")
+
+    def location(self, repo_path: str) -> str:
+        return os.path.join(self.root.work_tree, filesystem_path(repo_path))
+
+    def add_tracked(self, files: _WorkTreeFiles, history: _History) -> None:
+        """Tracked files as candidates; submodules and files deleted in the work tree as skips."""
+        layering = history.layering
+        for repo_path, mode in files.tracked.items():
+            if not self.considered(repo_path):
+                continue
+            path = self.path(repo_path)
+            if mode == SUBMODULE_MODE:
+                self.skipped.append(
+                    Skip(path + "/", SkipReason.SUBMODULE, ("git submodule; not descended into",))
                 )
-            )
-    for repo_path in untracked:
-        if repo_path.endswith("/"):
-            # git shows a nested repository as one entry and does not enter it.
-            if considered(repo_path.rstrip("/")):
-                skipped.append(
-                    Skip(
-                        repo_path.removeprefix(prefix),
-                        SkipReason.SUBMODULE,
-                        ("nested git repository, not a registered submodule",),
+            elif repo_path in files.deleted:
+                self.skipped.append(Skip(path, SkipReason.UNREADABLE, ("deleted in the working tree",)))
+            else:
+                layer = None
+                if layering is not None:
+                    layer = 1 if repo_path in layering.changed or repo_path not in layering.base_tree else 0
+                self.candidates.append(
+                    Candidate(
+                        path=path,
+                        location=self.location(repo_path),
+                        root_real=self.root_real,
+                        last_commit_time=(history.times_now if layer == 1 else history.times).get(repo_path),
+                        dirty=repo_path in files.modified,
+                        layer=layer,
                     )
                 )
-            continue
-        if considered(repo_path):
-            candidates.append(
-                Candidate(
-                    path=repo_path.removeprefix(prefix),
-                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
-                    root_real=root_real,
-                    dirty=True,
-                    notes=("untracked",),
-                    layer=None if layering is None else 1,
+
+    def add_untracked(self, untracked: list[str], *, layered: bool) -> None:
+        """Untracked files as dirty candidates (new since any base); nested repositories as skips."""
+        for repo_path in untracked:
+            if repo_path.endswith("/"):
+                # git shows a nested repository as one entry and does not enter it.
+                if self.considered(repo_path.rstrip("/")):
+                    self.skipped.append(
+                        Skip(
+                            self.path(repo_path),
+                            SkipReason.SUBMODULE,
+                            ("nested git repository, not a registered submodule",),
+                        )
+                    )
+                continue
+            if self.considered(repo_path):
+                self.candidates.append(
+                    Candidate(
+                        path=self.path(repo_path),
+                        location=self.location(repo_path),
+                        root_real=self.root_real,
+                        dirty=True,
+                        notes=("untracked",),
+                        layer=1 if layered else None,
+                    )
                 )
-            )
-    if layering is not None:
-        for repo_path, content in layering.earlier.items():
-            candidates.append(
+
+    def add_earlier(self, history: _History) -> None:
+        """The base's copies of files changed or deleted since, with their bytes (layered listings only)."""
+        if history.layering is None:
+            return
+        for repo_path, content in history.layering.earlier.items():
+            self.candidates.append(
                 Candidate(
-                    path=repo_path.removeprefix(prefix),
-                    location=os.path.join(root.work_tree, filesystem_path(repo_path)),
-                    root_real=root_real,
-                    last_commit_time=times.get(repo_path),
+                    path=self.path(repo_path),
+                    location=self.location(repo_path),
+                    root_real=self.root_real,
+                    last_commit_time=history.times.get(repo_path),
                     layer=0,
                     content=content,
                 )
             )
-    logger.debug(
-        "repository: %d tracked, %d untracked, %d modified, history for %d of %d files",
-        len(tracked),
-        len(untracked),
-        len(modified),
-        len(times),
-        len(wanted),
-    )
-    return Listing(
-        tuple(candidates),
-        tuple(skipped),
-        head_sha=head_sha,
-        is_repository=True,
-        layer_base=None if layering is None else layering.base,
-        layer_note=layer_note,
-    )
 
 
 def _dirty_paths(status_output: bytes) -> tuple[set[str], set[str]]:

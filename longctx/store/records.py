@@ -3,7 +3,9 @@
 ``RequestRecord``'s fields, with its :class:`~longctx.usage.Usage`'s
 fields in place of ``usage``, are the ``requests`` table's columns, one for
 one (``store.sessions.requests``, :meth:`longctx.store.SessionLog.requests`,
-builds it from a row by name).
+builds it from a row by name). The other records read back the same way
+(:func:`record_from_row`): a field is the column of its name, but for the
+few stored in another form (JSON).
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "CounterCheckRecord",
@@ -25,7 +30,27 @@ __all__ = [
     "StoredPack",
     "StoredPackSnapshot",
     "TurnRecord",
+    "record_from_row",
 ]
+
+RecordT = TypeVar("RecordT", bound="DataclassInstance")
+
+
+class _Row(Protocol):
+    """A row's columns by name: a ``sqlite3.Row`` or a mapping."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+def record_from_row(cls: type[RecordT], row: _Row, **decoded: Any) -> RecordT:
+    """The ``cls`` record a table row holds: each field the column of its name, but those in ``decoded``.
+
+    ``decoded`` gives, already decoded, the fields stored in another form
+    (a JSON column, a value spread over columns); columns no field names
+    are left alone.
+    """
+    taken = {field.name: row[field.name] for field in dataclasses.fields(cls) if field.name not in decoded}
+    return cls(**taken, **decoded)
 
 
 @dataclass(frozen=True)
@@ -94,7 +119,7 @@ class RequestRecord:
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> RequestRecord:
         """The record a ``requests`` row holds."""
-        return cls(usage=Usage.from_dict(row), **{name: row[name] for name in _REQUEST_COLUMNS})
+        return record_from_row(cls, row, usage=Usage.from_dict(row))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from longctx.store.records import (
     SessionRecord,
     StoredPack,
     TurnRecord,
+    record_from_row,
 )
 
 __all__ = ["SessionLog"]
@@ -50,14 +51,7 @@ class SessionLog:
         rows = self._database.query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
         if not rows:
             return None
-        row = rows[0]
-        return StoredPack(
-            fingerprint=row["fingerprint"],
-            format_version=row["format_version"],
-            system=row["system"],
-            prefix=row["prefix"],
-            summary=json.loads(row["summary_json"]),
-        )
+        return record_from_row(StoredPack, rows[0], summary=json.loads(rows[0]["summary_json"]))
 
     # -- sessions -----------------------------------------------------------
 
@@ -212,17 +206,11 @@ class SessionLog:
         """The counter checks of these sessions, in the order they were recorded."""
         marks = ",".join("?" * len(session_ids))
         return [
-            CounterCheckRecord(
-                session_id=row["session_id"], batch_id=row["batch_id"], base_url=row["base_url"],
-                counter=row["counter"], before=row["before"], after=row["after"], reported=row["reported"],
-                requests=row["requests"], others_reported=row["others_reported"], window_id=row["window_id"],
-                host_tokens=row["host_tokens"], external_tokens=row["external_tokens"],
-                loaded_bytes=row["loaded_bytes"], tier_source=row["tier_source"],
-            )
+            record_from_row(CounterCheckRecord, row)
             for row in self._database.query(
                 f"SELECT * FROM counter_checks WHERE session_id IN ({marks}) ORDER BY id", list(session_ids)
             )
-        ]  # fmt: skip
+        ]
 
     def requests(
         self,
@@ -306,29 +294,14 @@ def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> N
 
 
 def _turn_record(row: sqlite3.Row) -> TurnRecord:
-    return TurnRecord(
-        session_id=row["session_id"],
-        position=row["position"],
-        question=row["question"],
-        answer=row["answer"],
-        history_answer=row["history_answer"],
-        reasoning=row["reasoning"],
-        request_id=row["request_id"],
-        created_at=row["created_at"],
-        preamble=row["preamble"],
+    answer_ids = row["answer_ids_json"]
+    return record_from_row(
+        TurnRecord,
+        row,
         file_changes=json.loads(row["file_changes_json"]),
-        answer_ids=None if row["answer_ids_json"] is None else tuple(json.loads(row["answer_ids_json"])),
+        answer_ids=None if answer_ids is None else tuple(json.loads(answer_ids)),
     )
 
 
 def _session_record(row: sqlite3.Row) -> SessionRecord:
-    return SessionRecord(
-        id=row["id"],
-        created_at=row["created_at"],
-        kind=row["kind"],
-        title=row["title"],
-        pack_fingerprint=row["pack_fingerprint"],
-        parent_id=row["parent_id"],
-        parent_turns=row["parent_turns"],
-        settings=json.loads(row["settings_json"]),
-    )
+    return record_from_row(SessionRecord, row, settings=json.loads(row["settings_json"]))

@@ -22,6 +22,10 @@ sharing one connection (:mod:`longctx.store.db`):
 - ``store.database`` (:class:`~longctx.store.db.Database`): the connection
   the parts share (transactions, migrations).
 
+Only the user may read the store: :mod:`longctx.store.permissions` creates
+its folders ``0700`` and its files ``0600``, and warns (one line, with the
+``chmod`` that fixes it) about an existing store that is looser.
+
 The values the parts return are in :mod:`longctx.store.records`. The store
 knows no source type: what it keeps for the sources is plain data.
 """

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from longctx.errors import StoreError
+from longctx.store.permissions import create_private_file, make_private_folder
 
 __all__ = ["SnapshotTexts", "StoredText"]
 
@@ -112,17 +113,20 @@ class SnapshotTexts:
         self.folder = folder
 
     def new_file(self, slot: str, state: str) -> Path:
-        """A fresh path to write a snapshot's text to, then hand to :meth:`keep`.
+        """A fresh, empty file to write a snapshot's text to, then hand to :meth:`keep`.
 
-        It lies in the folder (so it can be moved into place atomically)
-        and is named for this process, so two processes packing the same
-        repository do not write the same file.
+        It lies in the folder (so it can be moved into place atomically),
+        is named for this process, so two processes packing the same
+        repository do not write the same file, and only the user may read
+        it (the folder too: :mod:`longctx.store.permissions`).
         """
+        path = self.folder / f"{_file_name(slot, state)}.{os.getpid()}.partial"
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            make_private_folder(self.folder)
+            create_private_file(path, truncate=True)
         except OSError as error:
-            raise StoreError(f"cannot create {self.folder}: {error}") from error
-        return self.folder / f"{_file_name(slot, state)}.{os.getpid()}.partial"
+            raise StoreError(f"cannot create {path}: {error}") from error
+        return path
 
     def keep(self, text_file: Path, slot: str, state: str, size: int) -> str:
         """Move ``text_file`` into place as the text of ``slot`` at ``state``; return its name in the folder.

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import StoreError
+from longctx.store.permissions import create_private_file, make_private_folder, warn_if_readable_by_others
 
 __all__ = ["DATABASE_NAME", "MIGRATIONS", "Database"]
 
@@ -223,8 +224,10 @@ class Database:
     share one: they read through :meth:`query` and write through
     :meth:`transaction`.
     Constructing one does no I/O; opening (:meth:`connect`, or the first read
-    or write) creates the file (and its folder) if needed and brings its
-    schema up to date, and raises :class:`StoreError` when either fails.
+    or write) creates the file (and its folder) if needed, private to the
+    user (:mod:`longctx.store.permissions`: an existing one looser than that
+    is warned about, not changed), brings its schema up to date, and raises
+    :class:`StoreError` when either fails.
     """
 
     def __init__(self, path: Path) -> None:
@@ -242,7 +245,9 @@ class Database:
             if self._opened is not None:
                 return
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                # Private before SQLite sees it: the -wal and -shm files take the database file's mode.
+                make_private_folder(self.path.parent)
+                create_private_file(self.path)
                 connection = sqlite3.connect(
                     self.path, check_same_thread=False, isolation_level=None, timeout=30
                 )
@@ -260,6 +265,7 @@ class Database:
                     raise
                 raise StoreError(f"cannot open the longctx database at {self.path}: {error}") from error
             self._opened = connection
+            warn_if_readable_by_others(self.path.parent)
 
     @property
     def _connection(self) -> sqlite3.Connection:

@@ -5,10 +5,18 @@ prefill tokens saved, and prefill seconds saved, *estimated* from the cold
 prefill rate measured on the same requests. It carries the cross-check
 against the server's own prefix-cache counters and renders as text, JSON,
 Markdown and HTML (shown by notebooks).
+
+The HTML holds text nobody vetted (a server's model name, a path, and in
+time questions, answers and citations an agent was told to write): every
+text goes through :func:`html_text` on its way in, the page's JSON through
+:func:`json_in_script`, and the page carries a Content-Security-Policy
+that runs no script at all and loads nothing from elsewhere.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Iterable, Sequence
@@ -27,7 +35,47 @@ __all__ = [
     "SavingsReport",
     "build_report",
     "cold_prefill_rate",
+    "html_text",
+    "json_in_script",
 ]
+
+
+def html_text(value: object) -> str:
+    """``value`` as text in HTML, an element's or an attribute's: the one way text enters the report's HTML.
+
+    ``&``, ``<``, ``>`` and both quotes become references, so no text can
+    open a tag, close one or leave an attribute's value.
+    """
+    return html.escape(str(value), quote=True)
+
+
+def json_in_script(text: str) -> str:
+    """JSON ``text`` made safe inside ``<script type="application/json">``, and still the same JSON.
+
+    A script element's text is not unescaped by the browser, so ``<``,
+    ``>`` and ``&`` are written as JSON escapes: no ``</script>`` or
+    ``<!--`` can appear, and ``JSON.parse`` reads the original.
+    """
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+
+
+def content_security_policy(*, styles: Sequence[str] = (), scripts: Sequence[str] = ()) -> str:
+    """A policy allowing only the page's own inline ``styles`` and ``scripts`` (by hash) and data: images.
+
+    No script runs unless it is one of ``scripts`` byte for byte, nothing
+    is fetched from anywhere, no form posts and no ``<base>`` redirects.
+    """
+
+    def hashes(texts: Sequence[str]) -> str:
+        found = [
+            f"'sha256-{base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()}'" for text in texts
+        ]
+        return " ".join(found) or "'none'"
+
+    return (
+        f"default-src 'none'; script-src {hashes(scripts)}; style-src {hashes(styles)}; "
+        "img-src data:; base-uri 'none'; form-action 'none'"
+    )
 
 
 @dataclass(frozen=True)
@@ -355,7 +403,7 @@ class SavingsReport:
 
     def to_html(self) -> str:
         """An HTML fragment: facts, a bar per request (cached vs prefilled), the table."""
-        escape = html.escape
+        escape = html_text
         facts = "".join(f"<tr><th>{escape(n)}</th><td>{escape(v)}</td></tr>" for n, v in self._facts())
         head = "".join(f"<th>{escape(h)}</th>" for h in self._HEADINGS)
         body = "".join(
@@ -374,7 +422,11 @@ class SavingsReport:
         return self.to_html()
 
     def to_page(self) -> str:
-        """A self-contained HTML page (no scripts, no external files) with the figures and the chart."""
+        """A self-contained HTML page (no scripts, no external files) with the figures and the chart.
+
+        Its Content-Security-Policy runs no script and loads nothing; the
+        report's JSON is in it as a data block (``id="longctx-report"``).
+        """
         style = (
             "body{font-family:system-ui,sans-serif;margin:2em;color:#222}"
             "table{border-collapse:collapse;margin:1em 0}"
@@ -382,11 +434,13 @@ class SavingsReport:
             ".longctx-facts th{text-align:left;background:#f4f4f4}"
             ".longctx-facts td{text-align:left}"
         )
+        policy = content_security_policy(styles=[style])
         return (
             '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>{html.escape(self.title)}</title><style>{style}</style></head>"
+            f'<meta http-equiv="Content-Security-Policy" content="{html_text(policy)}">'
+            f"<title>{html_text(self.title)}</title><style>{style}</style></head>"
             f'<body>{self.to_html()}<script type="application/json" id="longctx-report">'
-            f"{html.escape(self.to_json(indent=None))}</script></body></html>\n"
+            f"{json_in_script(self.to_json(indent=None))}</script></body></html>\n"
         )
 
     def plot(self, ax: Any = None) -> Any:

@@ -16,6 +16,12 @@ Tools (each result is a short structured object; an answer is the model's text):
 - ``savings``: the savings report of one source, or of every source asked
   about so far.
 
+Reach: a tool reads only inside the server's roots (:mod:`longctx.roots`):
+the client's declared roots (``roots/list``, listed again after
+``notifications/roots/list_changed``), else the ``--root`` folders, else the
+folder it was started in. A path outside, through ``..`` or a symbolic link
+too, is a tool error naming the rule, raised before anything is read.
+
 Errors: a :class:`~longctx.errors.LongctxError` becomes a tool error (the
 result has ``isError`` set, as the MCP specification asks for errors of a
 tool's execution) whose text is the error's class and message, the path
@@ -41,16 +47,19 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ContextOverflow, LongctxError
 from longctx.report import SavingsReport
+from longctx.roots import AllowedRoots, resolved_path
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.corpus import server_budget
 from longctx.store import Store
@@ -58,6 +67,7 @@ from longctx.store import Store
 __all__ = [
     "AskManyResult",
     "AskResult",
+    "ClientRoots",
     "DocumentTokens",
     "PackInfo",
     "SavingsResult",
@@ -197,12 +207,17 @@ class _Source:
     conversations: list[Session] = field(default_factory=list)
 
 
-def _source_key(paths: str | Sequence[str]) -> tuple[str, ...]:
-    """The absolute, resolved paths of a tool call: the same source however the agent spells it."""
+def _given_paths(paths: str | Sequence[str]) -> list[str]:
+    """The paths of a tool call, as the agent wrote them."""
     given = [paths] if isinstance(paths, str) else list(paths)
     if not given:
         raise ToolError("ConfigError: no path given")
-    return tuple(os.path.realpath(os.path.expanduser(path)) for path in given)
+    return given
+
+
+def _source_key(paths: str | Sequence[str]) -> tuple[str, ...]:
+    """The absolute, resolved paths of a tool call: the same source however the agent spells it."""
+    return tuple(resolved_path(path) for path in _given_paths(paths))
 
 
 def _tool_error(error: LongctxError) -> ToolError:
@@ -221,7 +236,9 @@ class Toolbox:
 
     Sessions are made on a source's first call and kept until :meth:`close`;
     they share one store (``store``, else the default one, opened on first
-    use) and each connects to ``server`` on its first question.
+    use) and each connects to ``server`` on its first question. Every path
+    is checked against ``roots`` (default: the folder the process runs in)
+    before anything is read or opened.
     """
 
     def __init__(
@@ -231,8 +248,10 @@ class Toolbox:
         request: RequestOptions | None = None,
         corpus: CorpusOptions | None = None,
         store: Store | None = None,
+        roots: AllowedRoots | None = None,
     ) -> None:
         self.server = server or ServerOptions()
+        self.roots = roots or AllowedRoots()
         self.request = request or RequestOptions()
         self.corpus = corpus or CorpusOptions()
         self._store = store
@@ -248,8 +267,11 @@ class Toolbox:
             return self._store
 
     def _source(self, paths: str | Sequence[str]) -> _Source:
-        """The source's sessions, its pack prepared; a source whose pack cannot be made is not kept."""
-        key = _source_key(paths)
+        """The source's sessions, its pack prepared; a source whose pack cannot be made is not kept.
+
+        A path outside the roots is refused here, before the store is opened or a file read.
+        """
+        key = self.roots.check(_given_paths(paths))
         store = self._store_open()
         with self._lock:
             if self._closed:
@@ -434,9 +456,57 @@ class Toolbox:
                 self._store = None
 
 
+class ClientRoots:
+    """Keeps ``roots`` in step with the client's declared roots (a server middleware).
+
+    Before a tool call, when the roots are not known to be current, it asks
+    the client (``roots/list``): at the first call, after each
+    ``notifications/roots/list_changed``, and at every call of a client
+    that declares roots but not that it announces their changes. A client
+    that declares no roots leaves the server's own (``--root``, else the
+    folder it was started in); one whose listing fails has every path
+    refused until a listing succeeds.
+    """
+
+    def __init__(self, roots: AllowedRoots) -> None:
+        self.roots = roots
+        self._changes = 0  # notifications seen
+        self._listed: int | None = None  # the count of changes the roots in force were listed after
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        if ctx.method == "notifications/roots/list_changed":
+            self._changes += 1
+        elif ctx.method == "tools/call" and self._listed != self._changes:
+            await self._list(ctx)
+        return await call_next(ctx)
+
+    async def _list(self, context: ServerRequestContext[Any, Any]) -> None:
+        changes = self._changes
+        capabilities = context.session.client_capabilities
+        declared = capabilities.roots if capabilities is not None else None
+        if declared is None:
+            self.roots.use_client_roots(None)
+            self._listed = changes
+            return
+        with warnings.catch_warnings():
+            # The SDK marks roots deprecated for a protocol revision clients do not speak yet.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            listing = context.session.list_roots()
+        try:
+            result = await listing
+        except Exception as error:  # noqa: BLE001 - any failure of the client's answer refuses every path
+            self.roots.client_roots_failed(f"{type(error).__name__}: {error}")
+            return
+        self.roots.use_client_roots([str(root.uri) for root in result.roots])
+        # A client that does not announce changes is asked again at every call.
+        self._listed = changes if declared.list_changed else None
+
+
 def build_server(toolbox: Toolbox) -> MCPServer[Any]:
-    """An MCP server whose tools call ``toolbox``."""
-    server: MCPServer[Any] = MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING")
+    """An MCP server whose tools call ``toolbox``, its roots following the client's (:class:`ClientRoots`)."""
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME, instructions=INSTRUCTIONS, log_level="WARNING", middleware=[ClientRoots(toolbox.roots)]
+    )
 
     @server.tool()
     def ask(
@@ -473,9 +543,14 @@ def serve(
     server: ServerOptions | None = None,
     request: RequestOptions | None = None,
     corpus: CorpusOptions | None = None,
+    roots: Sequence[str | os.PathLike[str]] = (),
 ) -> None:
-    """Run the MCP server over stdio until the client closes it, then close every session."""
-    toolbox = Toolbox(server=server, request=request, corpus=corpus)
+    """Run the MCP server over stdio until the client closes it, then close every session.
+
+    It reads only inside the client's roots, else ``roots``, else the
+    folder it was started in (see :mod:`longctx.roots`).
+    """
+    toolbox = Toolbox(server=server, request=request, corpus=corpus, roots=AllowedRoots(roots))
     try:
         build_server(toolbox).run("stdio")
     finally:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from corpus_fixtures import committed_repo
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ListRootsFnT
 from mcp.types import CallToolResult, TextContent
 
 from longctx.backends.base import connect
@@ -51,14 +52,26 @@ Call = Callable[[str, dict[str, Any]], Awaitable[CallToolResult]]
 
 
 @asynccontextmanager
-async def mcp_client(env: dict[str, str], *args: str) -> AsyncIterator[ClientSession]:
-    """An initialised MCP client session with ``longctx mcp ARGS`` as its server."""
+async def mcp_client(
+    env: dict[str, str], *args: str, cwd: Path, roots: ListRootsFnT | None = None
+) -> AsyncIterator[ClientSession]:
+    """An initialised MCP client session with ``longctx mcp ARGS``, started in ``cwd``, as its server.
+
+    With ``roots`` the client declares roots (and that it announces their changes), answered by it.
+    """
+    # The SDK starts the server with a few safe variables only: PYTHONPATH is passed on so that the
+    # server runs the longctx under test, not only the installed one.
+    python_path = {"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}
     parameters = StdioServerParameters(
         command=str(ENTRY_POINT),
         args=["mcp", *args],
-        env={"LONGCTX_INSTANT_RETRIES": "1", **env},
+        env={"LONGCTX_INSTANT_RETRIES": "1", **python_path, **env},
+        cwd=cwd,
     )
-    async with stdio_client(parameters) as (read, write), ClientSession(read, write) as session:
+    async with (
+        stdio_client(parameters) as (read, write),
+        ClientSession(read, write, list_roots_callback=roots) as session,
+    ):
         await session.initialize()
         yield session
 
@@ -109,7 +122,7 @@ def test_an_unreachable_server_is_a_tool_error_with_the_message(tmp_path: Path, 
     url = f"http://127.0.0.1:{free_port()}/v1"
 
     async def scenario() -> None:
-        async with mcp_client({"LONGCTX_HOME": str(home)}, "--base-url", url) as client:
+        async with mcp_client({"LONGCTX_HOME": str(home)}, "--base-url", url, cwd=tmp_path) as client:
             result = await client.call_tool("ask", {"path": str(repository), "question": "What is here?"})
             assert result.is_error
             message = text_of(result)
@@ -132,7 +145,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
     env = {"LONGCTX_HOME": str(home), "LONGCTX_BASE_URL": vllm_server.api_base}
 
     async def scenario() -> None:
-        async with mcp_client(env, "--max-tokens", "16") as client:
+        async with mcp_client(env, "--max-tokens", "16", cwd=tmp_path) as client:
             listed = await client.list_tools()
             assert {tool.name for tool in listed.tools} == TOOLS
             assert all(tool.description and tool.input_schema for tool in listed.tools)

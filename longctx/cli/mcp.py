@@ -8,6 +8,10 @@ naming the extra to install.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import click
+
 from longctx.cli.app import corpus_options, main, request_options, server_options
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
@@ -19,11 +23,22 @@ EXTRA_HINT = "the MCP server needs the mcp extra: pip install 'longctx-sdk[mcp]'
 @corpus_options
 @server_options
 @request_options(concurrency=True)
-def mcp(server: ServerOptions, corpus: CorpusOptions, request: RequestOptions) -> None:
+@click.option(
+    "--root",
+    "roots",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A folder the tools may read (repeatable); the client's declared roots take precedence. "
+    "Default: the folder the server is started in.",
+)
+def mcp(
+    server: ServerOptions, corpus: CorpusOptions, request: RequestOptions, roots: tuple[Path, ...]
+) -> None:
     """Serve longctx's tools to an agent over stdio (Model Context Protocol).
 
     Tools: ask (follow-ups are cached turns of one session per path), ask_many, show_pack, savings.
-    The flags set every session's server, corpus and request options (see docs/agents.md).
+    They read only inside the client's roots, else the --root folders, else the folder the server
+    is started in. The flags set every session's server, corpus and request options (see docs/agents.md).
     """
     try:
         from longctx import mcp as mcp_server
@@ -31,4 +46,4 @@ def mcp(server: ServerOptions, corpus: CorpusOptions, request: RequestOptions) -
         if error.name is not None and error.name.split(".")[0] == "mcp":
             raise ConfigError(EXTRA_HINT) from error
         raise
-    mcp_server.serve(server=server, request=request, corpus=corpus)
+    mcp_server.serve(server=server, request=request, corpus=corpus, roots=roots)

@@ -35,6 +35,7 @@ __all__ = [
     "SavingsReport",
     "build_report",
     "cold_prefill_rate",
+    "content_security_policy",
     "html_text",
     "json_in_script",
 ]

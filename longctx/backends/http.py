@@ -12,6 +12,10 @@ a prompt that does not fit is :class:`ContextOverflow` whichever engine said
 so. Every request carries an id (``X-Request-Id``: the caller's, else a new
 one), and every error of a request carries it and the server's own id when
 the answer said one, so the request can be found in the server's log.
+
+The credentials a request carries (its ``Authorization`` header) never reach
+an error: a server whose error answer echoes the request's headers has them
+replaced by ``[redacted]`` in the message and the body the error keeps.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import re
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
@@ -39,11 +43,13 @@ __all__ = [
     "HttpEndpoint",
     "Transport",
     "apost_events",
+    "credentials_in",
     "error_from_response",
     "make_async_client",
     "make_client",
     "parse_context_overflow",
     "post_events",
+    "redacted",
     "split_base_url",
 ]
 
@@ -124,23 +130,49 @@ def _body_id(parsed: Any) -> str | None:
     return None
 
 
+REDACTED = "[redacted]"
+_CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "api-key")
+
+
+def credentials_in(headers: Mapping[str, str]) -> tuple[str, ...]:
+    """The secrets of a request's ``headers``: each credential header's value and its token (``Bearer T``)."""
+    found: list[str] = []
+    for name, value in headers.items():
+        if name.lower() in _CREDENTIAL_HEADERS and value.strip():
+            found.append(value.strip())
+            token = value.strip().partition(" ")[2].strip()
+            if token:
+                found.append(token)
+    # Longest first: a header's value is replaced whole before its token is.
+    return tuple(sorted(set(found), key=len, reverse=True))
+
+
+def redacted(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every one of ``secrets`` replaced by ``[redacted]``."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    return text
+
+
 @dataclass
 class Exchange:
     """One request to a server, as its errors name it: where, the id sent, the id the server gave it.
 
     ``server_request_id`` is filled in from what the answer says (its
     ``x-request-id`` header, a body's or a streamed chunk's ``id``): an id
-    other than the one sent is kept over an echo of it.
+    other than the one sent is kept over an echo of it. ``secrets`` (the
+    request's credentials) are redacted from every error made for it.
     """
 
     url: str
     request_id: str
     server_request_id: str | None = None
+    secrets: tuple[str, ...] = field(default=(), repr=False)
 
     @classmethod
-    def new(cls, url: str, request_id: str | None = None) -> Exchange:
-        """An exchange with ``url`` under ``request_id``, or a new id."""
-        return cls(url, request_id or uuid.uuid4().hex)
+    def new(cls, url: str, request_id: str | None = None, *, secrets: tuple[str, ...] = ()) -> Exchange:
+        """An exchange with ``url`` under ``request_id``, or a new id, sent with ``secrets``."""
+        return cls(url, request_id or uuid.uuid4().hex, secrets=secrets)
 
     def heard(self, *ids: str | None) -> None:
         """Keep the first of ``ids`` the server gave that is not the id sent (else an echo of it)."""
@@ -151,7 +183,13 @@ class Exchange:
                 self.server_request_id = candidate
 
     def error(self, error_type: type[BackendError], message: str, **fields: Any) -> BackendError:
-        """An error of ``error_type`` for this exchange: its URL and both ids set."""
+        """An error of ``error_type`` for this exchange: its URL and both ids set, its secrets redacted."""
+        if self.secrets:
+            message = redacted(message, self.secrets)
+            fields = {
+                name: redacted(value, self.secrets) if isinstance(value, str) else value
+                for name, value in fields.items()
+            }
         return error_type(
             message,
             url=self.url,
@@ -236,7 +274,7 @@ class HttpEndpoint:
     def _send(
         self, method: str, path: str, body: Any | None = None, timeout: float | None = None
     ) -> tuple[httpx2.Response, Exchange]:
-        exchange = Exchange.new(self.url(path))
+        exchange = Exchange.new(self.url(path), secrets=credentials_in(self.client.headers))
         try:
             response = self.client.request(
                 method,
@@ -348,7 +386,7 @@ class EventPost:
 
     def exchange(self) -> tuple[Exchange, dict[str, str]]:
         """The exchange this post is, and its headers with the request id."""
-        exchange = Exchange.new(self.url, self.request_id)
+        exchange = Exchange.new(self.url, self.request_id, secrets=credentials_in(self.headers))
         return exchange, {**self.headers, REQUEST_ID_HEADER: exchange.request_id}
 
 

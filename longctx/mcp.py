@@ -55,6 +55,7 @@ from typing import Any
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPDeprecationWarning
 
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ContextOverflow, LongctxError
@@ -490,7 +491,7 @@ class ClientRoots:
             return
         with warnings.catch_warnings():
             # The SDK marks roots deprecated for a protocol revision clients do not speak yet.
-            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", MCPDeprecationWarning)
             listing = context.session.list_roots()
         try:
             result = await listing

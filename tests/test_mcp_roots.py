@@ -26,7 +26,7 @@ from longctx.testing import LocalServer
 OUTSIDE = "is outside the roots of this server"
 
 # The SDK marks roots deprecated for a protocol revision (2026-07-28) that clients do not speak yet.
-pytestmark = pytest.mark.filterwarnings("ignore:The roots capability is deprecated:DeprecationWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
 
 @pytest.fixture

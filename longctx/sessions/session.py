@@ -500,8 +500,7 @@ class Session(Conversation):
         One turn at a time (a turn's request is built from the history the
         previous turn left), whichever driver carries it out.
         """
-        if not question.strip():
-            raise ConfigError("the question is empty")
+        answers.checked_question(question)
         max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
         yield Io(self._turn_lock.acquire)
         try:

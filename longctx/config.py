@@ -43,23 +43,13 @@ from typing import Any, Final
 
 from longctx.errors import ConfigError
 from longctx.option_checks import (
-    as_dict,
-    at_least_one,
     cache_salt,
-    none_or_at_least_one,
-    not_negative,
-    one_of,
-    optional_tuple,
-    patterns,
-    positive_limit,
-    retry_seconds,
-    share,
+    server_urls,
     spellings,
     stored_dict,
     stored_optional_int,
     stored_optional_tuple,
     stored_tuple,
-    urls,
 )
 from longctx.options import OptionFields, option, option_spec
 
@@ -160,15 +150,6 @@ ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 _MIB: Final = 1024 * 1024
 
 
-# -- the check that needs the classes below (the others: longctx.option_checks) ------
-
-
-def _limits(name: str, value: Any) -> Any:
-    if not isinstance(value, Limits):
-        raise ConfigError(f"CorpusOptions.{name} must be a Limits, not {value!r}")
-    return value
-
-
 @dataclass(frozen=True, slots=True)
 class Limits(OptionFields):
     """How much :func:`~longctx.corpus.load_corpus` reads.
@@ -197,24 +178,24 @@ class Limits(OptionFields):
     # The command line leaves these out unless given (cli_default None), so Limits' defaults hold.
     max_file_bytes: int = option(
         4 * _MIB,
-        check=positive_limit,
         load=int,
         flag="--max-file-bytes",
         value_type="int",
+        minimum=1,
         cli_default=None,
         help="Skip files larger than this (default {default}).",
     )
     max_total_bytes: int = option(
         128 * _MIB,
-        check=positive_limit,
         load=int,
         flag="--max-total-bytes",
         value_type="int",
+        minimum=1,
         cli_default=None,
         help="Stop adding files past this total (default {default}).",
     )
     max_files: int = option(
-        50_000, check=positive_limit, load=int, flag="--max-files", value_type="int",
+        50_000, load=int, flag="--max-files", value_type="int", minimum=1,
         cli_default=None, help="Stop adding files past this count (default {default}).",
     )  # fmt: skip
 
@@ -243,14 +224,14 @@ class CorpusOptions(OptionFields):
 
     ordering: str | None = option(
         None,
-        check=one_of(ORDERINGS, "ordering"),
+        value_type="str",
         flag="--ordering",
         choices=ORDERINGS,
         help="Document order (default: stability in git repositories, else path).",
     )
     include: tuple[str, ...] = option(
         (),
-        check=patterns,
+        value_type="strings",
         load=stored_tuple,
         flag="--include",
         multiple=True,
@@ -259,20 +240,23 @@ class CorpusOptions(OptionFields):
     )
     exclude: tuple[str, ...] = option(
         (),
-        check=patterns,
+        value_type="strings",
         load=stored_tuple,
         flag="--exclude",
         multiple=True,
         metavar="GLOB",
         help="Leave out paths matching this pattern (repeatable).",
     )
-    limits: Limits = option(default_factory=Limits, check=_limits, nested=Limits)  # noqa: RUF009 - a field()
+    limits: Limits = option(default_factory=Limits, nested=Limits)  # noqa: RUF009 - a field()
     allow_secrets: bool = option(
-        False, load=bool, flag="--allow-secrets", help="Include files that look like credentials."
+        False,
+        value_type="bool",
+        load=bool,
+        flag="--allow-secrets",
+        help="Include files that look like credentials.",
     )
     max_stale_share: float = option(
         DEFAULT_MAX_STALE_SHARE,
-        check=share,
         load=float,
         flag="--max-stale-share",
         value_type="float",
@@ -284,7 +268,9 @@ class CorpusOptions(OptionFields):
         " so that commits change only the pack's tail (0: no layering).",
     )
     # Not stored: sessions learn them from the server each time.
-    special_tokens: tuple[str, ...] = option((), check=spellings, stored=False)  # fmt: skip
+    special_tokens: tuple[str, ...] = option(
+        (), value_type="strings", check=spellings, stored=False
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -339,26 +325,27 @@ class RequestOptions(OptionFields):
 
     max_tokens: int = option(
         DEFAULT_MAX_TOKENS,
-        check=at_least_one,
         load=int,
         on_resume=True,
         flag="--max-tokens",
         value_type="int",
+        minimum=1,
         show_default=True,
         help="Longest answer, in tokens.",
     )
-    temperature: float | None = option(None)
-    seed: int | None = option(None)
+    # vLLM and SGLang refuse a temperature above 2 (OpenAI's range) with an HTTP 400.
+    temperature: float | None = option(None, value_type="float", minimum=0, maximum=2)
+    seed: int | None = option(None, value_type="int")
     # Stored: a resumed session keeps its namespace (the CLI refuses another on resume).
     cache_salt: str | None = option(
         None,
+        value_type="str",
         check=cache_salt,
         flag="--cache-salt",
         help="Namespace for the server's prefix cache (keeps tenants apart).",
     )
     concurrency: int | None = option(
         None,
-        check=none_or_at_least_one,
         load=stored_optional_int,
         flag="--concurrency",
         value_type="int",
@@ -368,7 +355,7 @@ class RequestOptions(OptionFields):
     )
     dispatch: str = option(
         "auto",
-        check=one_of(DISPATCHES, "dispatch"),
+        value_type="str",
         load=str,
         flag="--dispatch",
         choices=DISPATCHES,
@@ -379,7 +366,6 @@ class RequestOptions(OptionFields):
     )
     reserved_question_tokens: int = option(
         DEFAULT_RESERVED_QUESTION_TOKENS,
-        check=not_negative,
         load=int,
         flag="--reserved-question-tokens",
         value_type="int",
@@ -388,9 +374,10 @@ class RequestOptions(OptionFields):
         help="Room kept in the window, besides the answer, for the questions and turns after the pack"
         " (the pack gets the rest).",
     )
-    extra_body: Mapping[str, Any] = option(default_factory=dict, check=as_dict, load=stored_dict)
+    extra_body: Mapping[str, Any] = option(default_factory=dict, value_type="mapping", load=stored_dict)
     follow_changes: bool = option(
         True,
+        value_type="bool",
         load=bool,
         on_resume=True,
         flag="--follow-changes/--no-follow-changes",
@@ -400,6 +387,7 @@ class RequestOptions(OptionFields):
     )
     warm_start: bool = option(
         False,
+        value_type="bool",
         load=bool,
         on_resume=True,
         flag="--warm-start/--no-warm-start",
@@ -409,23 +397,22 @@ class RequestOptions(OptionFields):
         group="warm_start",
         help="Prefill the pack in the background while the first question is typed.",
     )
-    counter_check: bool = option(True, load=bool)
+    counter_check: bool = option(True, value_type="bool", load=bool)
     token_history: bool = option(
-        False, load=bool, on_resume=True, flag="--token-history/--no-token-history", show_default=True,
-        group="token_history",
+        False, value_type="bool", load=bool, on_resume=True, flag="--token-history/--no-token-history",
+        show_default=True, group="token_history",
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
     )  # fmt: skip
     offload_prefix_only: bool = option(
-        False, load=bool, on_resume=True, flag="--offload-prefix-only/--no-offload-prefix-only",
-        show_default=True,
+        False, value_type="bool", load=bool, on_resume=True,
+        flag="--offload-prefix-only/--no-offload-prefix-only", show_default=True,
         help="On a server with a host tier that takes a per-request cap (vLLM): offload only the pack,"
         " not each question and answer.",
     )  # fmt: skip
 
     canary_every: int | None = option(
         None,
-        check=none_or_at_least_one,
         load=stored_optional_int,
         flag="--canary-every",
         value_type="int",
@@ -434,6 +421,7 @@ class RequestOptions(OptionFields):
     )
     prompt_cache_key: str | None = option(
         None,
+        value_type="str",
         on_resume=True,
         flag="--prompt-cache-key",
         help="The routing key to send instead of the pack's (OpenAI's name; routers keep one key"
@@ -477,27 +465,38 @@ class ServerOptions(OptionFields):
     # read by the resolve_* functions below, when a connection is made.
     base_url: str | Sequence[str] | None = option(
         None,
-        check=urls,
+        value_type="urls",
+        check=server_urls,
         flag="--base-url",
         help=f"Server URL (default {DEFAULT_BASE_URL}; env LONGCTX_BASE_URL; comma-separated replicas).",
     )
     model: str | None = option(
-        None, flag="--model", help="Served model name (env LONGCTX_MODEL; default: the server's model)."
+        None,
+        value_type="str",
+        flag="--model",
+        help="Served model name (env LONGCTX_MODEL; default: the server's model).",
     )
     api_key: str | None = option(
         None,
+        value_type="str",
         repr=False,
         stored=False,
         flag="--api-key",
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
     )
-    timeout: float = option(DEFAULT_TIMEOUT_SECONDS, load=float)
-    stall_timeout: float = option(DEFAULT_STALL_TIMEOUT_SECONDS, load=float)
-    affinity_headers: Sequence[str] | None = option(None, check=optional_tuple, load=stored_optional_tuple)
-    replica_retry_seconds: float = option(DEFAULT_REPLICA_RETRY_SECONDS, check=retry_seconds, load=float)
-    router_policy: str | None = option(None)  # fmt: skip
+    timeout: float = option(
+        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
+    )
+    stall_timeout: float = option(
+        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
+    )
+    affinity_headers: Sequence[str] | None = option(None, value_type="strings", load=stored_optional_tuple)
+    replica_retry_seconds: float = option(
+        DEFAULT_REPLICA_RETRY_SECONDS, value_type="float", minimum=0, load=float
+    )
+    router_policy: str | None = option(None, value_type="str")
     affinity_body_fields: Sequence[str] | None = option(
-        None, check=optional_tuple, load=stored_optional_tuple
+        None, value_type="strings", load=stored_optional_tuple
     )
 
     def __post_init__(self) -> None:

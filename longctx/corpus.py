@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from longctx.config import CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
-from longctx.errors import ConfigError, EmptyCorpus, InputError
+from longctx.errors import ConfigError, EmptyCorpus, InputError, SourceError
 from longctx.ignore import GlobFilter
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
@@ -48,6 +48,7 @@ __all__ = [
     "Manifest",
     "ManifestEntry",
     "SkipReason",
+    "check_sources",
     "load_corpus",
     "stream_corpus",
 ]
@@ -269,6 +270,52 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
         return list_folder(path)
     return list_single_file(path)
+
+
+def check_sources(paths: Paths) -> None:
+    """Refuse, reading no file's text and contacting nothing, paths that cannot give a document.
+
+    Raises :class:`~longctx.errors.InputError` for no path or a path that
+    does not exist (a mistyped PDF too), a file that cannot be read;
+    :class:`~longctx.errors.SourceError` for a folder that cannot be listed;
+    :class:`~longctx.errors.EmptyCorpus` for a folder holding no file at all
+    (``.git`` aside). Sessions call it on first use before they connect, and
+    the CLI before it opens a backend, so such a mistake fails at once rather
+    than after a server was tried. What passes may still give no document
+    (every file ignored or skipped): :func:`load_corpus` says so.
+    """
+    listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not listed:
+        raise InputError("no paths to load")
+    for raw in listed:
+        path = os.fspath(raw)
+        if not os.path.lexists(path):
+            raise InputError("no such file or folder", path=path)
+        if os.path.isdir(path):
+            if not _holds_a_file(path):
+                raise EmptyCorpus(f"nothing to pack in {display_path(path)}: the folder holds no file")
+        elif not os.access(path, os.R_OK):
+            raise InputError("cannot read file: permission denied", path=path)
+
+
+def _holds_a_file(folder: str) -> bool:
+    """Whether anything but folders (and ``.git``) is below ``folder``; stops at the first such entry."""
+    pending = [folder]
+    while pending:
+        location = pending.pop()
+        try:
+            with os.scandir(location) as listing:
+                for entry in listing:
+                    if entry.name == ".git":
+                        continue
+                    if not entry.is_dir(follow_symlinks=False):
+                        return True
+                    pending.append(entry.path)
+        except OSError as error:
+            if location == folder:
+                raise SourceError(f"cannot list folder: {error.strerror}", path=folder) from None
+            return True  # a subfolder that cannot be listed: the listing will say so, as a skip
+    return False
 
 
 def load_corpus(

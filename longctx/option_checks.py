@@ -1,89 +1,37 @@
-"""The checks option fields name (``option(check=...)``) and the loaders of their stored forms.
+"""The rules option fields name beyond their declared type and range, and the loaders of stored forms.
 
-A check is ``check(name, value)``: it returns the value to keep or raises
-:class:`~longctx.errors.ConfigError` (see :class:`longctx.options.OptionSpec`).
-Each is the one rule for its options, whichever way a value arrives
+A field's type, range and choices are declared on the field itself
+(:class:`longctx.options.OptionSpec`) and checked by one checker. What is
+left here is a rule no declaration says: ``check(name, value)`` is given
+the value once its type and range passed, and returns the value to keep or
+raises :class:`~longctx.errors.ConfigError`. Each is the one rule for its
+options, whichever way a value arrives
 (:meth:`longctx.options.OptionFields.checked`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from longctx.errors import ConfigError
 
 __all__ = [
-    "as_dict",
-    "at_least_one",
     "cache_salt",
-    "none_or_at_least_one",
-    "not_negative",
-    "one_of",
-    "optional_tuple",
-    "patterns",
-    "positive_limit",
-    "retry_seconds",
-    "share",
+    "not_blank",
+    "server_urls",
     "spellings",
     "stored_dict",
     "stored_optional_int",
     "stored_optional_tuple",
     "stored_tuple",
-    "urls",
 ]
 
 
-def positive_limit(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(f"Limits.{name} must be a positive integer, not {value!r}")
-    return value
-
-
-def at_least_one(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{name} must be at least 1, not {value!r}")
-    return value
-
-
-def none_or_at_least_one(name: str, value: Any) -> Any:
-    return None if value is None else at_least_one(name, value)
-
-
-def not_negative(name: str, value: Any) -> Any:
-    if value < 0:
-        raise ConfigError(f"{name} must not be negative")
-    return value
-
-
-def one_of(choices: tuple[str, ...], what: str) -> Callable[[str, Any], Any]:
-    def check(name: str, value: Any) -> Any:
-        if value is not None and value not in choices:
-            raise ConfigError(f"unknown {what} {value!r}; use one of {', '.join(choices)}")
-        return value
-
-    return check
-
-
-def share(name: str, value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 <= value < 1):
-        raise ConfigError(f"{name} must be a number from 0 up to (not including) 1, not {value!r}")
-    return value
-
-
-def patterns(name: str, value: Any) -> tuple[str, ...]:
-    # A list given by the caller becomes a tuple, so the options stay hashable and frozen.
-    if isinstance(value, str):
-        raise ConfigError(f"CorpusOptions.{name} takes a sequence of patterns, not one string")
-    return tuple(value)
-
-
 def spellings(name: str, value: Any) -> tuple[str, ...]:
-    spellings = patterns(name, value)
-    if not all(isinstance(spelling, str) and spelling for spelling in spellings):
-        raise ConfigError(f"CorpusOptions.{name} takes non-empty strings")
+    if not all(value):
+        raise ConfigError(f"{name} takes non-empty strings")
     # Sorted and unique: the same spellings given in another order are the same options.
-    return tuple(sorted(set(spellings)))
+    return tuple(sorted(set(value)))
 
 
 def cache_salt(name: str, value: Any) -> Any:
@@ -92,21 +40,22 @@ def cache_salt(name: str, value: Any) -> Any:
     return value
 
 
-def as_dict(name: str, value: Any) -> dict[str, Any]:
-    return dict(value)
+def server_urls(name: str, value: Any) -> Any:
+    """One URL, several comma-separated, or a tuple of them: each ``http://`` or ``https://``."""
+    if value is None:
+        return None
+    urls = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    if not any(urls):
+        raise ConfigError(f"{name} names no server URL: {value!r}")
+    for url in urls:
+        if url and not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{name} must be http:// or https:// URLs, not {url!r}")
+    return value
 
 
-def urls(name: str, value: Any) -> Any:
-    return value if isinstance(value, (str, type(None))) else tuple(value)
-
-
-def optional_tuple(name: str, value: Any) -> Any:
-    return None if value is None else tuple(value)
-
-
-def retry_seconds(name: str, value: Any) -> Any:
-    if value < 0:
-        raise ConfigError(f"{name} cannot be negative")
+def not_blank(name: str, value: Any) -> Any:
+    if value is not None and not value.strip():
+        raise ConfigError(f"{name} is empty")
     return value
 
 

@@ -94,11 +94,10 @@ def _range_text(spec: OptionSpec) -> str:
     if spec.minimum is None and spec.maximum is None:
         return ""
     number = _as_int if spec.value_type == "int" else (lambda bound: bound)
-    low = f"{number(spec.minimum)}<=" if spec.minimum is not None else ""
+    low = f"{number(spec.minimum)}{'<' if spec.minimum_open else '<='}" if spec.minimum is not None else ""
     high = f"{'<' if spec.maximum_open else '<='}{number(spec.maximum)}" if spec.maximum is not None else ""
-    return (
-        f"  [{low}x{high}]" if low and high else f"  [x>={number(spec.minimum)}]" if low else f"  [x{high}]"
-    )
+    above = f"x{'>' if spec.minimum_open else '>='}{number(spec.minimum)}"
+    return f"  [{low}x{high}]" if low and high else f"  [{above}]" if low else f"  [x{high}]"
 
 
 def _as_int(bound: float | None) -> int | None:

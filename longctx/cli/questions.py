@@ -27,6 +27,7 @@ from longctx.cli.app import (
 )
 from longctx.cli.flags import flags_of
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
+from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
@@ -52,6 +53,7 @@ def _options(
 
 def _open_repo(paths: Sequence[str], options: CorpusSessionOptions) -> RepoSession:
     """A session over ``paths`` whose pack is ready (so the progress line covers the packing)."""
+    check_sources(paths)  # a missing or empty path fails here, before the backend is opened
     session = RepoSession(list(paths), **options)
     session.full_pack  # noqa: B018 - prepared here, under the progress line
     return session
@@ -61,6 +63,7 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
     """:func:`_open_repo`, or with ``shard`` a map-reduce session over shards that each fit the window."""
     if not shard:
         return _open_repo(paths, options)
+    check_sources(paths)
     session = ShardedSession(list(paths), **options)
     count = len(session.shards)
     say = options.get("on_progress") or (lambda message: None)

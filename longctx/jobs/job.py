@@ -42,6 +42,8 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
+from longctx.option_checks import not_blank
+from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.sessions.answers import Answer
@@ -82,7 +84,9 @@ class JobItem:
         object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
         if not self.paths or any(not path for path in self.paths):
             raise ConfigError("a job item needs at least one path, and no empty one")
-        if not isinstance(self.question, str) or not self.question.strip():
+        if not isinstance(self.question, str):
+            raise TypeError(f"a job item's question must be a str, not {type(self.question).__name__}")
+        if not self.question.strip():
             raise ConfigError("a job item's question is empty")
 
     @property
@@ -163,7 +167,7 @@ def read_job(source: str | os.PathLike[str] | IO[str]) -> tuple[JobItem, ...]:
 
 
 @dataclass(frozen=True)
-class JobOptions:
+class JobOptions(OptionFields):
     """How a job is scheduled.
 
     ``kv_tokens`` is the KV cache of each server URL in tokens, for servers
@@ -181,24 +185,15 @@ class JobOptions:
     into tokens); it orders the packs, it never adds room in flight.
     """
 
-    kv_tokens: int | None = None
-    host_kv_tokens: int | None = None
-    kv_share: float = 0.9
-    packs_in_flight: int | None = None
-    job_id: str | None = None
-    fresh: bool = False
+    kv_tokens: int | None = option(None, value_type="int", minimum=1)
+    host_kv_tokens: int | None = option(None, value_type="int", minimum=0)
+    kv_share: float = option(0.9, value_type="float", minimum=0, minimum_open=True, maximum=1)
+    packs_in_flight: int | None = option(None, value_type="int", minimum=1)
+    job_id: str | None = option(None, value_type="str", check=not_blank)
+    fresh: bool = option(False, value_type="bool")
 
     def __post_init__(self) -> None:
-        if self.kv_tokens is not None and self.kv_tokens < 1:
-            raise ConfigError(f"kv_tokens must be at least 1, not {self.kv_tokens}")
-        if self.host_kv_tokens is not None and self.host_kv_tokens < 0:
-            raise ConfigError(f"host_kv_tokens must be at least 0, not {self.host_kv_tokens}")
-        if not 0.0 < self.kv_share <= 1.0:
-            raise ConfigError(f"kv_share must be in (0, 1], not {self.kv_share}")
-        if self.packs_in_flight is not None and self.packs_in_flight < 1:
-            raise ConfigError(f"packs_in_flight must be at least 1, not {self.packs_in_flight}")
-        if self.job_id is not None and not self.job_id.strip():
-            raise ConfigError("job_id is empty")
+        self._check_fields()
 
 
 @dataclass(frozen=True)
@@ -399,6 +394,36 @@ class _Room:
         self._claimed[url] -= claim
 
 
+def _checked_items(items: Iterable[JobItem]) -> tuple[JobItem, ...]:
+    """``items`` as a tuple, each a :class:`JobItem` (TypeError naming the first that is not)."""
+    if isinstance(items, (str, bytes, JobItem)) or not isinstance(items, Iterable):
+        raise TypeError(f"Job() takes an iterable of JobItem, not {type(items).__name__}")
+    checked = tuple(items)
+    for index, item in enumerate(checked):
+        if not isinstance(item, JobItem):
+            hint = " (JobItem.from_dict reads one)" if isinstance(item, dict) else ""
+            raise TypeError(f"Job() item {index} is a {type(item).__name__}, not a JobItem{hint}")
+    if not checked:
+        raise ConfigError("a job needs at least one item")
+    return checked
+
+
+def _check_arguments(**given: Any) -> None:
+    """TypeError naming the first of ``given`` that is neither None nor of its type."""
+    wanted: dict[str, type] = {
+        "backend": Backend,
+        "server": ServerOptions,
+        "store": Store,
+        "corpus": CorpusOptions,
+        "request": RequestOptions,
+        "options": JobOptions,
+    }
+    for name, value in given.items():
+        if value is not None and not isinstance(value, wanted[name]):
+            kind = wanted[name].__name__
+            raise TypeError(f"Job({name}=...) takes a {kind}, not {type(value).__name__} ({value!r:.60})")
+
+
 class Job:
     """Many (paths, question) items answered pack by pack, resumably: see the module docstring.
 
@@ -409,7 +434,10 @@ class Job:
     :class:`JobResult` as soon as it is known (an answer reused, stored or
     failed; from worker threads, one call at a time), so a caller can write
     results as they come. Constructing a job reads nothing and contacts no
-    server; :meth:`run` does the work.
+    server; :meth:`run` does the work. Its arguments are checked here: an
+    argument of the wrong type (an item that is not a :class:`JobItem`,
+    ``request={...}``) is a TypeError naming it, no item a
+    :class:`~longctx.errors.ConfigError`.
     """
 
     def __init__(
@@ -425,9 +453,13 @@ class Job:
         on_progress: Callable[[JobProgress], None] | None = None,
         on_result: Callable[[JobResult], None] | None = None,
     ) -> None:
-        self.items = tuple(items)
-        if not self.items:
-            raise ConfigError("a job needs at least one item")
+        self.items = _checked_items(items)
+        _check_arguments(
+            backend=backend, server=server, store=store, corpus=corpus, request=request, options=options
+        )
+        for name, hook in (("on_progress", on_progress), ("on_result", on_result)):
+            if hook is not None and not callable(hook):
+                raise TypeError(f"Job({name}=...) takes a function, not {type(hook).__name__}")
         self.options = options or JobOptions()
         self.corpus_options = corpus or CorpusOptions()
         # Each call's own counter check would be blurred by the packs beside it: the job checks

@@ -28,6 +28,7 @@ __all__ = [
     "answer_bound",
     "check_ask_many",
     "checked_concurrency",
+    "checked_question",
     "committed_records",
     "history_form",
     "refuse_unknown",
@@ -193,14 +194,35 @@ def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -
 def check_ask_many(request: RequestOptions, questions: Sequence[str], options: AskManyOptions) -> None:
     """Refuse a bad ``ask_many`` call before anything is sent, on every session kind.
 
-    An unknown keyword is a :class:`TypeError`; a ``max_tokens`` or ``concurrency``
-    its option field's rule refuses, or no question, a :class:`~longctx.errors.ConfigError`.
+    An unknown keyword, one string given as the questions (each character
+    would be a question) or a question that is no string is a
+    :class:`TypeError` (naming its index); a ``max_tokens`` or ``concurrency``
+    its option field's rule refuses, a blank question, or no question, a
+    :class:`~longctx.errors.ConfigError`.
     """
     refuse_unknown(options, AskManyOptions, "ask_many")
+    if isinstance(questions, str) or not isinstance(questions, Sequence):
+        one = " (ask(question) asks one)" if isinstance(questions, str) else ""
+        raise TypeError(f"ask_many takes a list of questions, not {type(questions).__name__}{one}")
+    for index, question in enumerate(questions):
+        checked_question(question, f"questions[{index}]")
     answer_bound(request, options.get("max_tokens"))
     checked_concurrency(options.get("concurrency"))
     if not questions:
         raise ConfigError("ask_many needs at least one question")
+
+
+def checked_question(question: object, name: str = "question") -> str:
+    """``question`` if it is a non-blank ``str``; else a TypeError (a ConfigError when blank) naming ``name``.
+
+    A question of another type (None, a number) is refused before anything
+    is sent; ``ask_many`` names the index (``questions[2]``).
+    """
+    if not isinstance(question, str):
+        raise TypeError(f"{name} must be a str, not {type(question).__name__} ({question!r:.60})")
+    if not question.strip():
+        raise ConfigError("the question is empty" if name == "question" else f"{name} is empty")
+    return question
 
 
 def answer_bound(request: RequestOptions, max_tokens: int | None) -> int:

@@ -16,7 +16,7 @@ from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import Corpus, load_corpus
+from longctx.corpus import Corpus, check_sources, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
@@ -44,8 +44,24 @@ Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 
 def as_paths(paths: Paths) -> tuple[str | os.PathLike[str], ...]:
-    """``paths`` as a tuple: one path may be given bare."""
-    return (paths,) if isinstance(paths, (str, os.PathLike)) else tuple(paths)
+    """``paths`` as a tuple: one path may be given bare.
+
+    Anything else than a path (``str``, ``os.PathLike``) or a sequence of
+    them is a TypeError naming it (``RepoSession(42)``), raised where the
+    object is built rather than when the files are read.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        return (paths,)
+    if not isinstance(paths, Sequence) or isinstance(paths, bytes):
+        raise TypeError(
+            f"paths must be a path or a sequence of paths, not {type(paths).__name__} ({paths!r:.60})"
+        )
+    for index, path in enumerate(paths):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(
+                f"paths[{index}] must be a str or os.PathLike, not {type(path).__name__} ({path!r:.60})"
+            )
+    return tuple(paths)
 
 
 def _server_tokenizer(backend: Backend) -> Tokenizer:
@@ -273,6 +289,7 @@ class CorpusSession(Session):
         with self._resources.lock:
             if self._full_pack is not None:
                 return
+            check_sources(self.paths)  # a missing path fails before any server is contacted
             backend = self.backend
             options = server_corpus_options(self.corpus_options, backend, self.store)
             self._resources.progress("reading files")

@@ -508,8 +508,7 @@ class Session(Conversation):
         previous turn left), whichever driver carries it out.
         """
         self._resources.check_open()
-        if not question.strip():
-            raise ConfigError("the question is empty")
+        answers.checked_question(question)
         max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
         yield Io(self._turn_lock.acquire)
         try:

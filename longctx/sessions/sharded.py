@@ -24,7 +24,7 @@ from functools import partial
 from typing import Any, Self, TypeVar, Unpack
 
 from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
-from longctx.corpus import load_corpus
+from longctx.corpus import check_sources, load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
 from longctx.packing import Pack, ShardedPack
@@ -36,6 +36,7 @@ from longctx.sessions.answers import (
     answer_bound,
     check_ask_many,
     checked_concurrency,
+    checked_question,
 )
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
@@ -170,6 +171,8 @@ class ShardedSession(Conversation):
         with self._resources.lock:
             if self._shards is not None:
                 return
+            if self._given is None:
+                check_sources(self.paths)  # a missing path fails before any server is contacted
             backend, store = self.backend, self.store
             given = self._given
             if given is None:
@@ -223,6 +226,7 @@ class ShardedSession(Conversation):
         here each map request is ``map I/N`` and the combining one ``reduce``.
         """
         self._resources.check_open()
+        checked_question(question)
         max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
         shards = yield Io(lambda: self.shards)
         count = len(shards)

@@ -64,6 +64,7 @@ from longctx.backends.metrics import Sample
 from longctx.backends.tiers import CacheTiers, read_tiers
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import CanaryDiverged, ConfigError
+from longctx.options import OptionFields, option
 
 __all__ = [
     "CANARY_QUESTION",
@@ -88,7 +89,7 @@ _AFFINITY = "longctx-canary"
 
 
 @dataclass(frozen=True)
-class CanaryOptions:
+class CanaryOptions(OptionFields):
     """How the canary probes.
 
     ``max_tokens`` generated per run (greedy); the log probabilities of the
@@ -102,26 +103,17 @@ class CanaryOptions:
     tokens, so the default's ~3,400 tokens span many blocks).
     """
 
-    max_tokens: int = 16
-    compare_tokens: int = 8
-    top_logprobs: int = 2
-    margin: float = 4.0
-    floor: float = 0.05
-    host_tier: bool = False
-    fill_tokens: int | None = None
-    probe_lines: int = 200
+    max_tokens: int = option(16, value_type="int", minimum=1)
+    compare_tokens: int = option(8, value_type="int", minimum=1)
+    top_logprobs: int = option(2, value_type="int", minimum=0, maximum=20)
+    margin: float = option(4.0, value_type="float", minimum=1)
+    floor: float = option(0.05, value_type="float", minimum=0)
+    host_tier: bool = option(False, value_type="bool")
+    fill_tokens: int | None = option(None, value_type="int", minimum=1)
+    probe_lines: int = option(200, value_type="int", minimum=1)
 
     def __post_init__(self) -> None:
-        for name in ("max_tokens", "compare_tokens", "probe_lines"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"CanaryOptions.{name} must be at least 1, not {value!r}")
-        if not 0 <= self.top_logprobs <= 20:
-            raise ConfigError("CanaryOptions.top_logprobs must be from 0 to 20")
-        if self.margin < 1 or self.floor < 0:
-            raise ConfigError("CanaryOptions.margin must be at least 1 and floor not negative")
-        if self.fill_tokens is not None and self.fill_tokens < 1:
-            raise ConfigError("CanaryOptions.fill_tokens must be at least 1")
+        self._check_fields()
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
@@ -25,6 +27,7 @@ from longctx.citations import (
     parse_claims,
     read_citations,
 )
+from longctx.cli import Runtime, main, questions
 from longctx.errors import ConfigError
 from longctx.packing.rendering import DOCUMENTS_OPENING, read_documents, render_document, render_listing
 from longctx.sessions import Session
@@ -173,7 +176,7 @@ def test_file_link_finds_the_document_under_a_packed_folder(tmp_path: Path) -> N
 
 @pytest.fixture
 def fake() -> FakeEngine:
-    return FakeEngine(block=1, answer=CRAFTED)
+    return FakeEngine(engine="generic", block=1, answer=CRAFTED)  # no tokenize route: the estimate counts
 
 
 @pytest.fixture
@@ -282,3 +285,91 @@ def test_a_sharded_session_refuses_cite(tmp_path: Path) -> None:
         session.ask("q?", cite=True)
     with pytest.raises(ConfigError, match="cite is not available over shards"):
         session.ask_many(["q?"], cite=True)
+
+
+# -- the command line -----------------------------------------------------------
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "main.py").write_text(MAIN)
+    (root / "docs").mkdir()
+    (root / "docs" / "notes.txt").write_text(NOTES)
+    return root
+
+
+def _cli(backend: Backend, *args: str, stdin: str | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), obj=Runtime(backend=backend), input=stdin)
+
+
+def test_ask_cite_prints_the_citations_after_the_answer(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    result = _cli(backend, "ask", str(repository), "What does main return?", "--cite", "-q")
+    assert result.exit_code == 0, result.output
+    assert fake.chat_bodies[-1]["messages"][1]["content"].endswith(
+        "What does main return?" + CITE_INSTRUCTION
+    )
+    lines = result.stdout.splitlines()
+    at = lines.index("[citations: 2 of 6 verified against the pack]")
+    assert "\n".join(lines[:at]).strip() == CRAFTED.strip()  # the answer, then its citations
+    assert lines[at + 1] == '  src/main.py:4-5 "def main() -> str: return os.getcwd()"  [ok]'
+    assert lines[at + 2] == "  src/other.py:1-2  [UNVERIFIED: no document 'src/other.py' in the pack]"
+    assert "\x1b]8;;" not in result.stdout  # not a terminal: plain text
+
+
+def test_ask_cite_links_each_file_on_a_terminal(
+    backend: Backend, repository: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(questions, "_hyperlinks", lambda: True)
+    result = _cli(backend, "ask", str(repository), "What does main return?", "--cite", "-q")
+    url = (repository / "src" / "main.py").as_uri()
+    assert f"  \x1b]8;;{url}\x1b\\src/main.py:4-5\x1b]8;;\x1b\\ " in result.stdout
+    assert "  src/other.py:1-2  [UNVERIFIED" in result.stdout  # no file, no link
+
+
+@pytest.mark.parametrize(
+    ("tty", "term", "expected"), [(True, "xterm", True), (True, "dumb", False), (False, "xterm", False)]
+)
+def test_hyperlinks_need_a_terminal_that_is_not_dumb(
+    tty: bool, term: str, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class Stdout:
+        def isatty(self) -> bool:
+            return tty
+
+    monkeypatch.setattr(sys, "stdout", Stdout())
+    monkeypatch.setenv("TERM", term)
+    assert questions._hyperlinks() is expected
+
+
+def test_ask_cite_json_holds_the_citations(backend: Backend, repository: Path) -> None:
+    result = _cli(backend, "ask", str(repository), "q?", "--cite", "--json")
+    data = json.loads(result.stdout)
+    assert [c["verified"] for c in data["citations"]] == [True, False, False, False, False, True]
+    plain = json.loads(_cli(backend, "ask", str(repository), "q?", "--json").stdout)
+    assert "citations" not in plain
+
+
+def test_batch_cite_prints_each_answers_citations(
+    backend: Backend, fake: FakeEngine, repository: Path
+) -> None:
+    result = _cli(backend, "batch", str(repository), "--questions", "-", "--cite", "-q", stdin="one?\ntwo?\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("[citations: 2 of 6 verified against the pack]") == 2
+    assert all(body["messages"][1]["content"].endswith(CITE_INSTRUCTION) for body in fake.chat_bodies)
+
+
+def test_report_of_a_cited_session_shows_its_citations(
+    backend: Backend, repository: Path, tmp_path: Path
+) -> None:
+    asked = json.loads(_cli(backend, "ask", str(repository), "q?", "--cite", "--json").stdout)
+    page = tmp_path / "report.html"
+    result = _cli(backend, "report", asked["session_id"], "--html", str(page))
+    assert result.exit_code == 0, result.output
+    html = page.read_text()
+    url = (repository / "src" / "main.py").as_uri()
+    assert f'<a href="{url}">src/main.py:4-5</a>' in html
+    assert "unverified: lines 40-45 are past the end of src/main.py (5 lines)" in html

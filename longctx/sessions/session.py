@@ -202,6 +202,10 @@ class Conversation(ABC):
         """:meth:`ask_many` on the running event loop."""
         return await arun(self.plan_ask_many(questions, **options))
 
+    def source_roots(self) -> tuple[str, ...]:
+        """The absolute paths the pack was made from, where known: a citation's file is looked for there."""
+        return ()
+
     @abstractmethod
     def fork(self, at: int | None = None, *, title: str | None = None) -> Conversation:
         """A new session sharing this one's first ``at`` turns (all by default)."""
@@ -772,10 +776,6 @@ class Session(Conversation):
             cold_rate=fallback_rate,
             citations=answers.cited_answers(turns, self.source_roots()),
         )
-
-    def source_roots(self) -> tuple[str, ...]:
-        """The absolute paths the pack was made from, where known: a citation's file is looked for there."""
-        return ()
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""

@@ -36,6 +36,8 @@ _EXPORTS: dict[str, str] = {
     "Budget": "longctx.packing",
     "CacheCounters": "longctx.backends.profiles",
     "CachedByTier": "longctx.report",
+    "Citation": "longctx.citations",
+    "CitedAnswer": "longctx.citations",
     "HostTier": "longctx.backends.tiers",
     "TierReading": "longctx.backends.tiers",
     "CanaryComparison": "longctx.verification.canary",
@@ -146,6 +148,8 @@ if TYPE_CHECKING:
     from longctx.backends.tiers import HostTier as HostTier
     from longctx.backends.tiers import TierReading as TierReading
     from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer
+    from longctx.citations import Citation as Citation
+    from longctx.citations import CitedAnswer as CitedAnswer
     from longctx.config import CorpusOptions as CorpusOptions
     from longctx.config import Limits as Limits
     from longctx.config import RequestOptions as RequestOptions

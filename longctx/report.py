@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from longctx.citations import CitedAnswer
 from longctx.errors import ConfigError
 from longctx.store import RequestRecord
 from longctx.usage import Usage
@@ -176,7 +177,8 @@ class SavingsReport:
     batch's report only) says how its siblings went out and why.
     ``prefill_seconds_saved`` is an estimate: cached tokens divided by the
     cold prefill rate (tokens per second) measured on this report's requests
-    that prefilled most of their prompt.
+    that prefilled most of their prompt. ``citations``: the answers asked
+    with ``cite=True`` and where each says it rests (see :mod:`longctx.citations`).
     """
 
     title: str
@@ -192,6 +194,7 @@ class SavingsReport:
     prices: Prices | None = None
     notes: tuple[str, ...] = field(default=())
     dispatch: str | None = None
+    citations: tuple[CitedAnswer, ...] = ()
 
     @property
     def hit_rate(self) -> float | None:
@@ -283,6 +286,10 @@ class SavingsReport:
             "replicas": dict(self._per_replica()),
             "notes": list(self.notes),
             "dispatch": self.dispatch,
+            "citations": [
+                {"question": c.question, "turn": c.turn, "citations": [x.to_dict() for x in c.citations]}
+                for c in self.citations
+            ],
         }
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -392,6 +399,9 @@ class SavingsReport:
                 )
             )
         lines += [f"note: {note}" for note in self.notes]
+        for cited in self.citations:
+            lines += ["", f"sources of turn {cited.turn}: {cited.question}"]
+            lines += [f"  {citation.describe()}" for citation in cited.citations] or ["  (none given)"]
         return "\n".join(lines)
 
     def to_markdown(self) -> str:
@@ -411,6 +421,7 @@ class SavingsReport:
             "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self._rows()
         )
         notes = "".join(f"<p><em>{escape(note)}</em></p>" for note in self.notes)
+        notes += self._citations_html()
         return (
             f'<div class="longctx-report"><h3>{escape(self.title)}</h3>'
             f'<table class="longctx-facts">{facts}</table>'
@@ -418,6 +429,27 @@ class SavingsReport:
             f'<table class="longctx-requests"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
             f"{notes}</div>"
         )
+
+    def _citations_html(self) -> str:
+        """Each cited answer's sources, a link to the file where it is on this machine; every text escaped."""
+        escape = html.escape
+        parts = []
+        for cited in self.citations:
+            items = []
+            for citation, link in zip(
+                cited.citations, cited.links or [None] * len(cited.citations), strict=True
+            ):
+                where = escape(citation.location)
+                if link is not None:
+                    where = f'<a href="{escape(link, quote=True)}">{where}</a>'
+                quote = f" <q>{escape(citation.quote)}</q>" if citation.quote else ""
+                status = "" if citation.verified else f" <em>unverified: {escape(citation.reason or '')}</em>"
+                items.append(f"<li>{where}{quote}{status}</li>")
+            parts.append(
+                f"<h4>Sources of turn {cited.turn}: {escape(cited.question)}</h4>"
+                f'<ul class="longctx-citations">{"".join(items) or "<li>none given</li>"}</ul>'
+            )
+        return "".join(parts)
 
     def _repr_html_(self) -> str:
         return self.to_html()
@@ -534,6 +566,7 @@ def build_report(
     notes: Sequence[str] = (),
     cold_rate: float | None = None,
     dispatch: str | None = None,
+    citations: Sequence[CitedAnswer] = (),
 ) -> SavingsReport:
     """Sum ``records`` into a :class:`SavingsReport`.
 
@@ -569,4 +602,5 @@ def build_report(
         prices=prices,
         notes=tuple([*missing_notes, *notes]),
         dispatch=dispatch,
+        citations=tuple(citations),
     )

@@ -58,6 +58,19 @@ Shell completion is click's: add
 `_LONGCTX_COMPLETE=fish_source longctx | source` in
 `~/.config/fish/completions/longctx.fish`).
 
+## Cited answers: --cite
+
+`longctx ask ... --cite` and `longctx batch ... --cite` ask the model to end
+each answer with its sources, one line per place (`PATH:START-END "QUOTE"`),
+and check each against the pack: the path is a packed document, the lines
+exist in it, the quote is in those lines. After the answer come the
+citations, each marked `[ok]` or `[UNVERIFIED: reason]`; on a terminal
+(stdout a tty, `TERM` not `dumb`) each location is an OSC 8 hyperlink to
+the file (`file://`), plain text otherwise. `--json` holds them under
+`citations`; `longctx report ID` (and `--html`, linked) lists them.
+`examples/cited_answer.sh` shows one; why a line range and a quote:
+[api.md](api.md#grounded-answers-citetrue).
+
 ## Exit codes
 
 | code | meaning |

@@ -292,6 +292,7 @@ def test_modules_talk_through_what_each_exports() -> None:
 # Reads of the environment outside config.py, each with why it is not a setting there.
 ENVIRONMENT_READERS = {
     "longctx.sources.git": "git's own environment (locale, its executable), not a longctx setting",
+    "longctx.cli.questions": "the terminal's TERM (whether it shows hyperlinks), not a longctx setting",
 }
 
 

@@ -20,6 +20,8 @@ PUBLIC = {
     "Budget",
     "CacheCounters",
     "CachedByTier",
+    "Citation",
+    "CitedAnswer",
     "HostTier",
     "TierReading",
     "Sample",

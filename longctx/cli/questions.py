@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import click
 
+from longctx.citations import file_link
 from longctx.cli.app import (
     corpus_options,
     emit_json,
@@ -128,10 +129,34 @@ class _Opened:
     session: Conversation
 
 
-def _echo_answers(answers: Iterable[Answer]) -> None:
-    """Each answer on stdout under its question, in order."""
+def _echo_answers(answers: Iterable[Answer], roots: Sequence[str] = ()) -> None:
+    """Each answer on stdout under its question, in order (its citations after it, when asked for)."""
     for answer in answers:
         click.echo(f"## {answer.question}\n\n{answer.text}\n")
+        _echo_citations(answer, roots)
+
+
+def _hyperlinks() -> bool:
+    """Whether stdout shows OSC 8 hyperlinks: a terminal, and not one that says it is dumb."""
+    return sys.stdout.isatty() and os.environ.get("TERM", "") != "dumb"
+
+
+def _echo_citations(answer: Answer, roots: Sequence[str]) -> None:
+    """The citations of an answer asked with --cite, checked: a file link on each found on this machine."""
+    if answer.citations is None:
+        return
+    verified = sum(citation.verified for citation in answer.citations)
+    click.echo(f"[citations: {verified} of {len(answer.citations)} verified against the pack]")
+    links = _hyperlinks()
+    for citation in answer.citations:
+        location = citation.location
+        url = file_link(citation.path, roots) if links else None
+        if url is not None:
+            # OSC 8: the terminal shows the location and opens the file on a click.
+            location = f"\x1b]8;;{url}\x1b\\{location}\x1b]8;;\x1b\\"
+        quote = f' "{citation.quote}"' if citation.quote else ""
+        mark = "ok" if citation.verified else f"UNVERIFIED: {citation.reason}"
+        click.echo(f"  {location}{quote}  [{mark}]")
 
 
 def _label(session: Conversation) -> str:
@@ -147,6 +172,16 @@ def shard_option(function: Callable[..., Any]) -> Callable[..., Any]:
         is_flag=True,
         help="Split PATHS into shards that each fit the server's window, ask every shard, "
         "and combine their answers (map-reduce): for a pack over the budget.",
+    )(function)
+
+
+def cite_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--cite``: each answer cites where it rests, and each citation is checked against the pack."""
+    return click.option(
+        "--cite",
+        is_flag=True,
+        help="Ask the model to end each answer with its sources (path:lines and a quote); each one is "
+        "checked against the pack and printed after the answer, marked when unverified.",
     )(function)
 
 
@@ -185,11 +220,13 @@ def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[t
 @server_options
 @request_options()
 @shard_option
+@cite_option
 @output_options
 def ask(
     arguments: tuple[str, ...],
     question_option: str | None,
     shard: bool,
+    cite: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -206,10 +243,11 @@ def ask(
     with given.opened() as opened:
         opened.say("waiting for the answer")
         with opened.session as session:
-            answer = session.ask(question)
+            answer = session.ask(question, cite=cite)
             if not as_json:
                 # Printed before the report, which waits for the server's counters to settle.
                 click.echo(answer.text)
+                _echo_citations(answer, session.source_roots())
             report = session.report()
     given.finish(session, report, answer.to_dict())
 
@@ -232,12 +270,14 @@ def ask(
 @server_options
 @request_options(concurrency=True)
 @shard_option
+@cite_option
 @output_options
 def batch(
     paths: tuple[str, ...],
     questions_file: IO[str],
     session_id: str | None,
     shard: bool,
+    cite: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -269,7 +309,7 @@ def batch(
         reuse = not isinstance(session, ShardedSession)
         with session:
             try:
-                result = session.ask_many(questions, on_answer=answered, reuse_answered=reuse)
+                result = session.ask_many(questions, on_answer=answered, reuse_answered=reuse, cite=cite)
             except (KeyboardInterrupt, BackendError) as error:
                 # Closing the connection ends the requests in flight; the
                 # answers printed are those already stored.
@@ -279,7 +319,7 @@ def batch(
                 )
                 raise
     if not as_json:
-        _echo_answers(result)
+        _echo_answers(result, session.source_roots())
     reused = f"{result.reused} of {len(questions)} answers from an earlier run, not asked again"
     answers = {"answers": [answer.to_dict() for answer in result]}
     given.finish(session, result.report, answers, reused=reused if result.reused else None)
@@ -361,7 +401,11 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
     accepted = _APPLIED_ON_RESUME | (_BATCH_ON_RESUME if batch else set())
     for name, parameter in given.items():
         flag = "/".join(getattr(parameter, "opts", []) or [name])
-        if name in ("paths", "session_id", "as_json", "quiet", "questions_file") or name in _SERVER_ON_RESUME:
+        # --cite is how this run asks, not what the stored session is.
+        if (
+            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite")
+            or name in _SERVER_ON_RESUME
+        ):
             continue
         if name == "cache_salt":
             if request.cache_salt != stored.cache_salt:

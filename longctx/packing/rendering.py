@@ -36,6 +36,7 @@ __all__ = [
     "ListingEntry",
     "fence_for",
     "folder_lines",
+    "read_documents",
     "render_document",
     "render_listing",
     "render_path",
@@ -187,6 +188,39 @@ def render_document(path: str, text: str) -> str:
     if text == "" or text.endswith("\n"):
         return f"{fence} {render_path(path)}\n{text}{fence}\n"
     return f"{fence} {NO_FINAL_NEWLINE} {render_path(path)}\n{text}\n{fence}\n"
+
+
+_OPENING_FENCE = re.compile(r"(`{3,}) (\[no final newline\] )?(.+)")
+
+
+def read_documents(text: str) -> dict[str, str]:
+    """The documents ``text`` holds as :func:`render_document` sections, by path; the inverse of rendering.
+
+    ``text`` is a pack's prefix, or it with the blocks of changed files a later
+    message carried after it: where a path appears twice, the later copy wins
+    (as the system header tells the model). Lines outside a fenced section
+    (the listing, markers) are passed over. A document's text is given back
+    as it was rendered, its final line break included where it had one.
+    """
+    documents: dict[str, str] = {}
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        opening = _OPENING_FENCE.fullmatch(lines[index])
+        index += 1
+        if opening is None:
+            continue
+        fence, unterminated, rendered = opening.groups()
+        end = index
+        while end < len(lines) and lines[end] != fence:
+            end += 1
+        body = lines[index:end]
+        # A text without a final line break got one before the closing fence.
+        final = "" if not body or unterminated else "\n"
+        path = json.loads(rendered) if rendered.startswith('"') else rendered
+        documents[path] = "\n".join(body) + final
+        index = end + 1
+    return documents
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from longctx.backends.base import Sent
+from longctx.citations import CITE_INSTRUCTION, Citation, CitedAnswer, Grounding, file_link
 from longctx.config import RequestOptions
 from longctx.errors import ConfigError
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
-from longctx.store import RequestRecord, Store, TurnRecord
+from longctx.store import RequestRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage
 
 __all__ = [
@@ -29,11 +30,14 @@ __all__ = [
     "check_ask_many",
     "checked_concurrency",
     "checked_question",
+    "cited_answers",
     "committed_records",
+    "grounding",
     "history_form",
     "refuse_unknown",
     "request_record",
     "stored_answers",
+    "stored_citations",
 ]
 
 THINK_END = "</think>"
@@ -62,6 +66,9 @@ class Answer:
     changed since the pack (see :mod:`longctx.sessions.changes`). ``turn``
     is the answer's index in its session's ``turns``, counting the turns a
     fork or a sibling follows (``sessions show`` lists it under that number).
+    ``citations``: where the answer says it rests, each checked against the
+    pack (see :mod:`longctx.citations`), when asked for with ``cite=True``;
+    None when not asked for.
     """
 
     question: str
@@ -75,6 +82,7 @@ class Answer:
     attempts: int
     shard_answers: tuple[Answer, ...] = ()
     appended: Changes | None = None
+    citations: tuple[Citation, ...] | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -92,6 +100,8 @@ class Answer:
         }
         if self.appended is not None:
             data["appended"] = [change.describe() for change in self.appended.changes]
+        if self.citations is not None:
+            data["citations"] = [citation.to_dict() for citation in self.citations]
         if self.shard_answers:
             data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
         return data
@@ -149,6 +159,7 @@ class AskManyOptions(TypedDict, total=False):
     on_answer: Callable[[Answer], None] | None
     keys: Sequence[str] | None
     reuse_answered: bool
+    cite: bool
 
 
 def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) -> dict[int, Answer]:
@@ -176,8 +187,40 @@ def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) 
             turn=inherited[turn.session_id] + turn.position,
             request_id=turn.request_id or "",
             attempts=record.attempts if record is not None else 1,
+            citations=stored_citations(turn),
         )
     return answers
+
+
+def grounding(
+    cite: bool | None, pack: StoredPack | None, history: Sequence[TurnRecord], changes: Changes | None
+) -> Grounding | None:
+    """What a question asked with ``cite`` adds to its request and checks its answer in; None without it.
+
+    Its citations are checked in the documents the request carries: the
+    ``pack``'s, then the changed files the ``history`` and this
+    question's ``changes`` appended, a later copy of a path replacing an earlier one.
+    """
+    if not cite:
+        return None
+    appended = [turn.preamble for turn in history] + [changes.text if changes is not None else ""]
+    return Grounding(CITE_INSTRUCTION, (pack.prefix if pack is not None else "", *appended))
+
+
+def stored_citations(turn: TurnRecord) -> tuple[Citation, ...] | None:
+    """The citations ``turn`` was stored with (None: not asked for)."""
+    return None if turn.citations is None else tuple(Citation.from_dict(data) for data in turn.citations)
+
+
+def cited_answers(turns: Sequence[TurnRecord], roots: Sequence[str]) -> tuple[CitedAnswer, ...]:
+    """The report's entries of the ``turns`` asked with ``cite``, each citation linked under ``roots``."""
+    entries = []
+    for turn in turns:
+        citations = stored_citations(turn)
+        if citations is not None:
+            links = tuple(file_link(citation.path, roots) for citation in citations)
+            entries.append(CitedAnswer(turn.question, turn.position, citations, links))
+    return tuple(entries)
 
 
 def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -> None:
@@ -272,14 +315,18 @@ def committed_records(
     batch_id: str | None,
     changes: Changes | None = None,
     inherited_turns: int = 0,
+    grounding: Grounding | None = None,
 ) -> Committed:
     """The records of one answered request (its turn and its request row), and the answer they make.
 
     ``position`` counts the turns of the session itself (how the turn is
     stored); the answer's ``turn`` adds the ``inherited_turns`` a fork or a
     sibling follows, so that it is the answer's index in ``session.turns``.
+    With ``grounding`` (a cited question) the answer's citations are read
+    and checked, and kept with the turn.
     """
     completion = sent.completion
+    citations = grounding.citations(completion.text) if grounding is not None else None
     now = time.time()
     request = request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, ended_at=now)
     turn = TurnRecord(
@@ -294,6 +341,8 @@ def committed_records(
         preamble=changes.text if changes is not None else "",
         file_changes=dict(changes.files) if changes is not None else {},
         answer_ids=completion.token_ids,
+        instruction=grounding.instruction if grounding is not None else "",
+        citations=None if citations is None else tuple(citation.to_dict() for citation in citations),
     )
     answer = Answer(
         question=question,
@@ -306,5 +355,6 @@ def committed_records(
         request_id=sent.request_id,
         attempts=sent.attempts,
         appended=changes,
+        citations=citations,
     )
     return Committed(turn, request, answer)

@@ -239,6 +239,10 @@ class CorpusSession(Session):
         # Absolute: a resumed session may run in another folder.
         return [os.path.abspath(os.fspath(path)) for path in self.paths]
 
+    def source_roots(self) -> tuple[str, ...]:
+        """The paths the pack was made from, absolute."""
+        return tuple(self._path_strings())
+
     @property
     def corpus(self) -> Corpus:
         """The documents and manifest the pack was made from (read on first use)."""

@@ -14,8 +14,11 @@ sharded session) are written at once by :meth:`Recording.store_now`.
 from __future__ import annotations
 
 import threading
+import time
+import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from longctx.store import (
     CounterCheckRecord,
@@ -27,7 +30,10 @@ from longctx.store import (
     StoredPack,
 )
 
-__all__ = ["Recording"]
+if TYPE_CHECKING:
+    from longctx.packing import Pack
+
+__all__ = ["Recording", "branch_record", "stored_pack"]
 
 
 class Recording:
@@ -105,3 +111,30 @@ class Recording:
         with self.first_write(pack, record) as opening:
             if opening is not None:
                 store.sessions.record_opening(opening)
+
+
+def branch_record(parent: SessionRecord, kind: str, title: str, parent_turns: int) -> SessionRecord:
+    """A new record branched from ``parent`` after its first ``parent_turns`` turns (a fork, a sibling)."""
+    return SessionRecord(
+        id=uuid.uuid4().hex[:16],
+        created_at=time.time(),
+        kind=kind,
+        title=title,
+        pack_fingerprint=parent.pack_fingerprint,
+        parent_id=parent.id,
+        parent_turns=parent_turns,
+        settings=parent.settings,
+    )
+
+
+def stored_pack(pack: Pack | StoredPack) -> StoredPack:
+    """``pack`` as a session keeps it: its bytes and its facts (a stored pack as it is)."""
+    if isinstance(pack, StoredPack):
+        return pack
+    return StoredPack(
+        fingerprint=pack.fingerprint,
+        format_version=pack.format_version,
+        system=pack.system,
+        prefix=pack.prefix,
+        summary=pack.to_dict(),
+    )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
+from longctx.citations import Grounding
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
@@ -45,7 +46,7 @@ from longctx.sessions.answers import (
     committed_records,
 )
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
-from longctx.sessions.recording import Recording
+from longctx.sessions.recording import Recording, branch_record, stored_pack
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.token_history import TokenHistory
@@ -164,7 +165,7 @@ class Conversation(ABC):
 
     @abstractmethod
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
     ) -> Plan[Answer]:
         """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
 
@@ -177,13 +178,13 @@ class Conversation(ABC):
     def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """The plan of a batch of sibling ``questions`` from the current point (see :meth:`ask_many`)."""
 
-    def ask(self, question: str, *, max_tokens: int | None = None) -> Answer:
-        """Ask ``question`` as the next turn; the turn is stored once the answer arrived."""
-        return run(self.plan_ask(question, max_tokens=max_tokens))
+    def ask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
+        """Ask ``question`` as the next turn, stored once answered (``cite``: :mod:`longctx.citations`)."""
+        return run(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
 
-    async def aask(self, question: str, *, max_tokens: int | None = None) -> Answer:
+    async def aask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
         """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
-        return await arun(self.plan_ask(question, max_tokens=max_tokens))
+        return await arun(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
 
     def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
@@ -200,6 +201,10 @@ class Conversation(ABC):
     async def aask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
         """:meth:`ask_many` on the running event loop."""
         return await arun(self.plan_ask_many(questions, **options))
+
+    def source_roots(self) -> tuple[str, ...]:
+        """The absolute paths the pack was made from, where known: a citation's file is looked for there."""
+        return ()
 
     @abstractmethod
     def fork(self, at: int | None = None, *, title: str | None = None) -> Conversation:
@@ -249,7 +254,7 @@ class Session(Conversation):
     ) -> None:
         self.request = request or RequestOptions()
         self._resources = Resources(server=server, backend=backend, store=store, on_progress=on_progress)
-        self._pack: StoredPack | None = _stored_pack(pack) if pack is not None else None
+        self._pack: StoredPack | None = stored_pack(pack) if pack is not None else None
         self._title = title
         self._record: SessionRecord | None = None
         self._recording = Recording()
@@ -327,7 +332,7 @@ class Session(Conversation):
         return self._pack
 
     def _set_pack(self, pack: Pack | StoredPack) -> None:
-        self._pack = _stored_pack(pack)
+        self._pack = stored_pack(pack)
 
     def _opened(self) -> SessionRecord:
         """The session's record, made with its settings on first use; stored with its first turn."""
@@ -405,7 +410,7 @@ class Session(Conversation):
         """The messages of the request that would ask ``question`` now (after ``preamble``: changed files)."""
         turns = self._turns if history is None else history
         pack = self.pack
-        users = [*(turn.preamble + turn.question for turn in turns), preamble + question]
+        users = [*(turn.preamble + turn.question + turn.instruction for turn in turns), preamble + question]
         messages: list[dict[str, str]] = []
         if pack is not None:
             messages.append({"role": "system", "content": pack.system})
@@ -478,13 +483,15 @@ class Session(Conversation):
         history: Sequence[TurnRecord],
         max_tokens: int,
         changes: Changes | None = None,
+        grounding: Grounding | None = None,
     ) -> ChatRequest:
         if not question.strip():
             raise ConfigError("the question is empty")
         options = self.request
         preamble = changes.text if changes is not None else ""
+        asked = question + (grounding.instruction if grounding is not None else "")  # after the question
         return ChatRequest(
-            messages=tuple(self.messages(question, history=history, preamble=preamble)),
+            messages=tuple(self.messages(asked, history=history, preamble=preamble)),
             max_tokens=max_tokens,
             temperature=options.temperature,
             seed=options.seed,
@@ -500,7 +507,7 @@ class Session(Conversation):
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
     ) -> Plan[Answer]:
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
@@ -514,7 +521,8 @@ class Session(Conversation):
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-            request = self._chat_request(question, self._turns, max_tokens, changes)
+            grounding = answers.grounding(cite, self.pack, self._turns, changes)
+            request = self._chat_request(question, self._turns, max_tokens, changes, grounding)
             request = yield Io(partial(self._in_token_history, request))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
@@ -522,7 +530,8 @@ class Session(Conversation):
             )
             with (yield Io(opened)) as snapshot:
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow)
-                committed: Committed = yield Io(partial(self._commit_turn, sent, question, purpose, changes))
+                commit = partial(self._commit_turn, sent, question, purpose, changes, grounding)
+                committed: Committed = yield Io(commit)
                 self._token_history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
@@ -569,7 +578,9 @@ class Session(Conversation):
         return self._token_history.request(
             request, turns, system=pack.system if pack is not None else None,
             user=request.messages[-1]["content"],
-            first_messages=lambda: self.messages(turns[0].question, history=(), preamble=turns[0].preamble),
+            first_messages=lambda: self.messages(
+                turns[0].question + turns[0].instruction, history=(), preamble=turns[0].preamble
+            ),
         )  # fmt: skip
 
     def _history_tokenizer(self) -> ServerTokenizer | None:
@@ -577,14 +588,14 @@ class Session(Conversation):
         return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
 
     def _commit_turn(
-        self, sent: Sent, question: str, purpose: str, changes: Changes | None = None
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None, grounding: Grounding | None
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         record = self._opened()
         inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
             sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
-            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited,
+            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, grounding=grounding,
         )  # fmt: skip
         with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
@@ -599,24 +610,32 @@ class Session(Conversation):
         max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
+        grounding: Grounding | None = None,
     ) -> siblings.SiblingBatch:
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
         if self.warming is not None:
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
-        requests = [self._chat_request(question, history, max_tokens, changes) for question in questions]
+        requests = [self._chat_request(q, history, max_tokens, changes, grounding) for q in questions]
         record = self._opened()
-        return siblings.SiblingBatch(tuple(requests), tuple(questions), uuid.uuid4().hex[:16], record.id)
+        batch_id = uuid.uuid4().hex[:16]
+        return siblings.SiblingBatch(tuple(requests), tuple(questions), batch_id, record.id, grounding)
 
     def _commit_sibling(
-        self, sent: Sent, question: str, batch_id: str, changes: Changes | None, key: str | None = None
+        self,
+        sent: Sent,
+        question: str,
+        batch: siblings.SiblingBatch,
+        changes: Changes | None,
+        key: str | None,
     ) -> Committed:
         record = self._opened()
-        branch = _child(record, "sibling", question[:80], len(self._turns))
+        branch = branch_record(record, "sibling", question[:80], len(self._turns))
         committed = committed_records(
-            sent, session_id=branch.id, position=0, question=question, purpose="sibling", batch_id=batch_id,
-            changes=changes, inherited_turns=branch.parent_turns or 0,
+            sent, session_id=branch.id, position=0, question=question, purpose="sibling",
+            batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
+            grounding=batch.grounding,
         )  # fmt: skip
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.
@@ -648,7 +667,8 @@ class Session(Conversation):
         concurrency = answers.checked_concurrency(options.get("concurrency"))
         keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys))
+        grounding = answers.grounding(options.get("cite"), self.pack, self._turns, changes)
+        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, grounding))
         dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
         with (yield Io(opened)) as snapshot:
@@ -657,7 +677,7 @@ class Session(Conversation):
                 batch,
                 dispatch=dispatch,
                 commit=lambda sent, index: self._commit_sibling(
-                    sent, batch.questions[index], batch.batch_id, changes, keys[index] if keys else None
+                    sent, batch.questions[index], batch, changes, keys[index] if keys else None
                 ),
                 on_answer=options.get("on_answer"),
                 on_away=snapshot.follow,
@@ -710,7 +730,7 @@ class Session(Conversation):
         keep = len(self._turns) if at is None else at
         if not 0 <= keep <= len(self._turns):
             raise ConfigError(f"cannot fork at turn {at}: the session has {len(self._turns)} turns")
-        child = _child(record, "fork", title or f"fork of {self.title}", keep)
+        child = branch_record(record, "fork", title or f"fork of {self.title}", keep)
         self.store.sessions.create_session(child)
         return Session.restore(child, self._resources.borrowed())
 
@@ -734,6 +754,7 @@ class Session(Conversation):
             if turn.file_changes
         ]
         notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
+        turns = [*self._turns, *(turn for branch in ids[1:] for turn in self.store.sessions.turns(branch))]
         fallback_rate = None
         if cold_prefill_rate(records) is None and records:
             # Every request of this session hit the cache; the rate a hit
@@ -752,6 +773,7 @@ class Session(Conversation):
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,
+            citations=answers.cited_answers(turns, self.source_roots()),
         )
 
     def branch_ids(self) -> list[str]:
@@ -762,29 +784,3 @@ class Session(Conversation):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id} {self.title!r}: {len(self._turns)} turns>"
-
-
-def _child(parent: SessionRecord, kind: str, title: str, parent_turns: int) -> SessionRecord:
-    """A new record branched from ``parent`` after its first ``parent_turns`` turns (a fork, a sibling)."""
-    return SessionRecord(
-        id=uuid.uuid4().hex[:16],
-        created_at=time.time(),
-        kind=kind,
-        title=title,
-        pack_fingerprint=parent.pack_fingerprint,
-        parent_id=parent.id,
-        parent_turns=parent_turns,
-        settings=parent.settings,
-    )
-
-
-def _stored_pack(pack: Pack | StoredPack) -> StoredPack:
-    if isinstance(pack, StoredPack):
-        return pack
-    return StoredPack(
-        fingerprint=pack.fingerprint,
-        format_version=pack.format_version,
-        system=pack.system,
-        prefix=pack.prefix,
-        summary=pack.to_dict(),
-    )

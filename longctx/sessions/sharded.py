@@ -218,15 +218,18 @@ class ShardedSession(Conversation):
     # -- questions ----------------------------------------------------------
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn"
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
     ) -> Plan[Answer]:
         """Every shard at once as its own turn (map), then one request that combines their answers (reduce).
 
         ``purpose`` is recorded only by the session kinds that send one request;
         here each map request is ``map I/N`` and the combining one ``reduce``.
+        ``cite`` is refused: the combined answer is written from the shards'
+        answers, not from a pack its citations could be checked in.
         """
         self._resources.check_open()
         checked_question(question)
+        _refuse_cite(cite)
         max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
         shards = yield Io(lambda: self.shards)
         count = len(shards)
@@ -259,6 +262,7 @@ class ShardedSession(Conversation):
         """
         self._resources.check_open()
         check_ask_many(self.request, questions, options)
+        _refuse_cite(options.get("cite", False))
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
         max_tokens = answer_bound(self.request, options.get("max_tokens"))
@@ -344,3 +348,11 @@ class ShardedSession(Conversation):
     def __repr__(self) -> str:
         shards: Any = len(self._shards) if self._shards is not None else "unbuilt"
         return f"<ShardedSession {self.id} {self.title!r}: {shards} shards>"
+
+
+def _refuse_cite(cite: bool) -> None:
+    if cite:
+        raise ConfigError(
+            "cite is not available over shards: the combined answer rests on the shards' answers, "
+            "not on one pack its citations could be checked in; ask without --shard, or without cite"
+        )

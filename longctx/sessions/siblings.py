@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import measured_dispatch
+from longctx.citations import Grounding
 from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
@@ -159,12 +160,16 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
 
 @dataclass(frozen=True)
 class SiblingBatch:
-    """The requests of one batch of siblings, their questions, and where they are recorded."""
+    """The requests of one batch of siblings, their questions, and where they are recorded.
+
+    ``grounding``: what a batch asked with ``cite`` checks its answers in (None: not asked).
+    """
 
     requests: tuple[ChatRequest, ...]
     questions: tuple[str, ...]
     batch_id: str
     session_id: str
+    grounding: Grounding | None = None
 
 
 @dataclass(frozen=True)

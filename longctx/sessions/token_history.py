@@ -127,7 +127,9 @@ def _rebuilt(
     for index, turn in enumerate(turns):
         assert turn.answer_ids is not None
         if index:
-            glue = glue_ids(tokenizer, system, turns[index - 1].question, turn.preamble + turn.question)
+            glue = glue_ids(
+                tokenizer, system, turns[index - 1].question, turn.preamble + turn.question + turn.instruction
+            )
             if not glue:
                 return None
             ids = _glued(ids, glue)

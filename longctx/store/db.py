@@ -214,6 +214,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE UNIQUE INDEX counter_skips_once ON counter_skips(session_id, ifnull(batch_id, ''), note);
     """,
+    # 13: grounded answers (longctx.citations): what a cited question's user
+    # message carried after the question (the instruction), so later turns
+    # render it byte for byte again, and the answer's checked citations as
+    # JSON. NULL citations: not asked for.
+    """
+    ALTER TABLE turns ADD COLUMN instruction TEXT NOT NULL DEFAULT '';
+    ALTER TABLE turns ADD COLUMN citations_json TEXT;
+    """,
 )
 
 

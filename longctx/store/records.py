@@ -79,7 +79,11 @@ class TurnRecord:
     (see :mod:`longctx.sessions.changes`); ``file_changes`` maps each such
     path to its new content hash (None: deleted). ``answer_ids`` is the
     answer as the token ids the model generated, when they were asked for
-    (see :mod:`longctx.sessions.token_history`).
+    (see :mod:`longctx.sessions.token_history`). ``instruction`` is what the
+    user message carried after ``question`` (a cited question's
+    :data:`~longctx.citations.CITE_INSTRUCTION`); ``citations`` are the
+    answer's, checked, when they were asked for (None: not asked for), each
+    as :meth:`longctx.citations.Citation.to_dict` writes it (the store keeps plain data).
     """
 
     session_id: str
@@ -93,6 +97,8 @@ class TurnRecord:
     preamble: str = ""
     file_changes: Mapping[str, str | None] = field(default_factory=dict)
     answer_ids: tuple[int, ...] | None = None
+    instruction: str = ""
+    citations: tuple[Mapping[str, Any], ...] | None = None
 
 
 @dataclass(frozen=True)

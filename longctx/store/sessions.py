@@ -136,12 +136,13 @@ class SessionLog:
                 _insert_request(connection, request)
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
-                    " request_id, created_at, preamble, file_changes_json, answer_ids_json)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " request_id, created_at, preamble, file_changes_json, answer_ids_json, instruction,"
+                    " citations_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
                      turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
                      json.dumps(dict(turn.file_changes), sort_keys=True),
-                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids))),
+                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
+                     turn.instruction, _citations_json(turn)),
                 )  # fmt: skip
         except sqlite3.IntegrityError as error:
             raise StoreError(
@@ -294,13 +295,21 @@ def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> N
 
 
 def _turn_record(row: sqlite3.Row) -> TurnRecord:
-    answer_ids = row["answer_ids_json"]
+    answer_ids, citations = row["answer_ids_json"], row["citations_json"]
     return record_from_row(
         TurnRecord,
         row,
         file_changes=json.loads(row["file_changes_json"]),
         answer_ids=None if answer_ids is None else tuple(json.loads(answer_ids)),
+        citations=None if citations is None else tuple(json.loads(citations)),
     )
+
+
+def _citations_json(turn: TurnRecord) -> str | None:
+    """A turn's citations as stored: a JSON list of their dicts; NULL when none were asked for."""
+    if turn.citations is None:
+        return None
+    return json.dumps([dict(citation) for citation in turn.citations])
 
 
 def _session_record(row: sqlite3.Row) -> SessionRecord:

@@ -368,6 +368,11 @@ def _remember_json(context: click.Context, parameter: click.Parameter, value: bo
     return value
 
 
+def json_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json`` (as ``as_json``): with it, an error is JSON on stdout too (see :func:`_fail`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text, callback=_remember_json)
+
+
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--json`` and ``--quiet``."""
     return _apply(

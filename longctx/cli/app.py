@@ -160,6 +160,7 @@ COMMAND_MODULES: dict[str, str] = {
     "plan": "longctx.cli.serving",
     "mcp": "longctx.cli.mcp",
     "job": "longctx.cli.jobs",
+    "serve": "longctx.cli.serve",
 }
 
 
@@ -177,6 +178,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
+    "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
 }
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "corpus_options",
     "emit_json",
     "exit_code",
+    "json_option",
     "main",
     "note",
     "output_options",

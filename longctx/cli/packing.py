@@ -32,10 +32,7 @@ from longctx.tokens import Tokenizer, offline_tokenizer
     help="Write the pack here instead of stdout: whole or not at all, and a file that already holds "
     "exactly this pack is left as it is.",
 )
-@json_option(
-    "Print the pack's summary and manifest as JSON instead of the pack (to --output if given);"
-    " an error too."
-)
+@json_option("Print the pack's summary and manifest as JSON instead of the pack (to --output); errors too.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
 def pack(
     paths: tuple[str, ...],

@@ -219,7 +219,8 @@ class CorpusOptions(OptionFields):
     spellings: broken in document text (see
     :mod:`longctx.sources.special_tokens`) beside the common chat formats'
     control spellings, which are always broken; sessions fill it from the
-    server.
+    server. ``default_ignores`` leaves out of a folder outside git the folders tools
+    make (:data:`longctx.sources.files.DEFAULT_IGNORED_FOLDERS`, virtual environments).
     """
 
     ordering: str | None = option(
@@ -266,6 +267,14 @@ class CorpusOptions(OptionFields):
         show_default=True,
         help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
         " so that commits change only the pack's tail (0: no layering).",
+    )
+    default_ignores: bool = option(
+        True,
+        value_type="bool",
+        load=bool,
+        flag="--default-ignores/--no-default-ignores",
+        show_default=True,
+        help="Outside git, skip the folders tools make (.venv, node_modules, __pycache__, .tox...).",
     )
     # Not stored: sessions learn them from the server each time.
     special_tokens: tuple[str, ...] = option(

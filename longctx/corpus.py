@@ -256,7 +256,7 @@ def _label(path: str) -> str:
     return name or "root"
 
 
-def _load_source(path: str, max_stale_share: float, store: Store | None) -> Listing:
+def _load_source(path: str, max_stale_share: float, store: Store | None, *, default_ignores: bool) -> Listing:
     if os.path.isdir(path):
         repository = find_repository(path)
         if repository is not None and not is_ignored_by_git(repository):
@@ -268,7 +268,7 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
             )
         if repository is not None:
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
-        return list_folder(path)
+        return list_folder(path, default_ignores=default_ignores)
     return list_single_file(path)
 
 
@@ -349,7 +349,9 @@ def load_corpus(
     ``max_stale_share`` of the base's tracked bytes (0 turns layering off). ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
-    the manifest notes them. With a ``store``, the text
+    the manifest notes them. Outside git, the folders tools make
+    (``.venv``, ``node_modules``, ``__pycache__``...) are one
+    ``ignored-by-default`` entry each unless ``default_ignores`` is off. With a ``store``, the text
     of a PDF read before is taken from it rather than extracted again (see
     :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
     as of a commit already walked (see :mod:`longctx.sources.repo`).
@@ -417,7 +419,9 @@ def _load(
     ordering, limits, allow_secrets = options.ordering, options.limits, options.allow_secrets
     globs = GlobFilter(options.include, options.exclude)
     stale_share = 0 if ordering == "path" else options.max_stale_share
-    sources = _load_sources(_distinct_paths(paths), stale_share, store)
+    sources = _load_sources(
+        _distinct_paths(paths), stale_share, store, default_ignores=options.default_ignores
+    )
     several = len(sources) > 1
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
@@ -549,7 +553,9 @@ def _same_work_tree(inner: str, outer: str) -> bool:
     return outer_top is None or inner_top == outer_top
 
 
-def _load_sources(paths: list[str], max_stale_share: float, store: Store | None) -> list[_Source]:
+def _load_sources(
+    paths: list[str], max_stale_share: float, store: Store | None, *, default_ignores: bool
+) -> list[_Source]:
     """List each path, labelled by its base name (``-2``, ``-3``... for repeats, in argument order)."""
     sources: list[_Source] = []
     used: set[str] = set()
@@ -559,7 +565,8 @@ def _load_sources(paths: list[str], max_stale_share: float, store: Store | None)
         while label in used:
             label, number = f"{base}-{number}", number + 1
         used.add(label)
-        sources.append(_Source(label, not os.path.isdir(path), _load_source(path, max_stale_share, store)))
+        listing = _load_source(path, max_stale_share, store, default_ignores=default_ignores)
+        sources.append(_Source(label, not os.path.isdir(path), listing))
     return sources
 
 

@@ -31,6 +31,7 @@ LIBRARY_HOMES = {
     "click": ("longctx/cli/",),
     "mcp": ("longctx/mcp.py",),
     "llm": ("longctx/llm_plugin.py",),
+    "charset_normalizer": ("longctx/sources/decoding.py",),
 }
 
 

@@ -64,6 +64,7 @@ __all__ = [
     "corpus_options",
     "emit_json",
     "exit_code",
+    "json_option",
     "main",
     "note",
     "output_options",
@@ -160,6 +161,7 @@ COMMAND_MODULES: dict[str, str] = {
     "plan": "longctx.cli.serving",
     "mcp": "longctx.cli.mcp",
     "job": "longctx.cli.jobs",
+    "serve": "longctx.cli.serve",
 }
 
 
@@ -177,6 +179,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
+    "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
 }
 
 
@@ -366,6 +369,11 @@ def _remember_json(context: click.Context, parameter: click.Parameter, value: bo
     # The meta is shared by every context of the run: the group's error boundary reads it.
     context.meta[_JSON_ASKED] = value
     return value
+
+
+def json_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json`` (as ``as_json``): with it, an error is JSON on stdout too (see :func:`_fail`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text, callback=_remember_json)
 
 
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:

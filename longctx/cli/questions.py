@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -72,6 +73,19 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
     return session
 
 
+def _note_skipped(session: Conversation, paths: Sequence[str], *, quiet: bool) -> None:
+    """One line on stderr: how many paths the pack left out, why, and the command that lists them."""
+    if not isinstance(session, RepoSession):
+        return
+    by_reason = session.corpus.manifest.skipped_by_reason()
+    if not by_reason:
+        return
+    count = sum(by_reason.values())
+    reasons = ", ".join(f"{number} {reason}" for reason, number in by_reason.items())
+    command = shlex.join(["longctx", "pack", *paths, "--json"])
+    note(f"skipped {count} path{'s' if count != 1 else ''} ({reasons}); list them: {command}", quiet=quiet)
+
+
 @dataclass(frozen=True)
 class _Questions:
     """What ``ask`` and ``batch`` were given besides their questions: the session to open, how to speak."""
@@ -98,7 +112,10 @@ class _Questions:
             _resumed(session, self.request, self.quiet, batch=True)
             return session
         if self.paths:
-            return _open(self.shard, self.paths, _options(store, self.server, self.corpus, self.request, say))
+            options = _options(store, self.server, self.corpus, self.request, say)
+            opened = _open(self.shard, self.paths, options)
+            _note_skipped(opened, self.paths, quiet=self.quiet)
+            return opened
         raise ConfigError("give PATHS to pack, or --session ID to finish a stored batch")
 
     def finish(
@@ -464,6 +481,7 @@ def chat(
         elif paths:
             with progress(not (quiet or as_json)) as say:
                 session = _open_repo(paths, _options(store, server, corpus, request, say))
+            _note_skipped(session, paths, quiet=quiet)
         else:
             raise ConfigError("give PATHS to pack, or --session ID to resume")
         with session:

@@ -18,6 +18,7 @@ from longctx.serving import kv_layout_from_config, load_model_config, plan_capac
 from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
 from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
+from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPE
 
 # The planner's argument names, as `plan`'s flags: its errors name what the user typed.
 _PLAN_FLAGS = {
@@ -73,7 +74,7 @@ def doctor(
 
     Several replica URLs are checked one by one; a replica that fails is
     reported in one line and the others are still checked. With
-    ``--canary`` each is also asked a probe cold and from its cache; a
+    --canary each is also asked a probe cold and from its cache; a
     cached answer that diverges prints both outputs and exits with 10.
     """
     # Imported here: recipe and plan never connect to a server.
@@ -192,7 +193,12 @@ def recipe(
 )
 @click.option("--model", help="A popular long-context model by name, instead of --config (see `recipe`).")
 @click.option(
-    "--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True
+    "--kv-cache-dtype",
+    type=click.Choice(["recipe", "auto", "bf16", "fp16", "fp8"]),
+    default="recipe",
+    show_default=True,
+    help="recipe: the KV cache `longctx recipe` launches (fp8); auto: the model's own type"
+    " (the engines' default when the server is started without --kv-cache-dtype).",
 )
 @click.option("--gpus", type=int, default=1, show_default=True)
 @click.option("--gpu-memory", type=float, help="GiB per GPU.")
@@ -246,6 +252,9 @@ def plan(
     Without --gpu-memory and --weights (or a measured --kv-memory) it gives
     the bytes per token and per sequence only.
     """
+    if kv_cache_dtype == "recipe":
+        kv_cache_dtype = RECIPE_KV_CACHE_DTYPE
+        note(f"KV cache {kv_cache_dtype}, as `longctx recipe` launches it (auto: the model's own type)")
     layout = kv_layout_from_config(_plan_config(config_path, model), kv_cache_dtype=kv_cache_dtype)
     try:
         result = plan_capacity(

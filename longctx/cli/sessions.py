@@ -53,22 +53,43 @@ def sessions() -> None:
     """List, show and delete stored sessions."""
 
 
+_DEFAULT_LIMIT = 20
+
+
 @sessions.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include sibling branches, under their batch.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=_DEFAULT_LIMIT,
+    show_default=True,
+    help="At most this many sessions, the newest (0: all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
-def sessions_list(show_all: bool, as_json: bool) -> None:
-    """Stored sessions, newest first: when, over what, how large, and their siblings."""
+def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
+    """Stored sessions, newest first: when, what kind, over what, how large, and their siblings.
+
+    Each row's kind: session (ask, chat), batch (siblings under one
+    prefix), fork, sibling (with --all), sharded (map-reduce) or job (a
+    pack of `longctx job`).
+    """
     with runtime().open_store() as store:
-        rows = [_listed(store, record) for record in store.sessions.sessions()]
+        records = store.sessions.sessions()
+        shown = records[:limit] if limit else records
+        rows = [_listed(store, record) for record in shown]
         children = {
             row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
         }
+        for row in rows:
+            row["kind"] = _kind(row, children[row["id"]])
         where = store.path
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
     if not rows:
         note(f"no sessions stored in {where}")
+    if len(shown) < len(records):
+        note(f"the newest {len(shown)} of {len(records)} sessions; --limit 0 lists them all")
     for row in rows:
         click.echo(_list_line(row, len(children[row["id"]])))
         if show_all:
@@ -92,6 +113,17 @@ def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
         "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
         "first_question": turns[0].question if turns else None,
     }
+
+
+def _kind(row: dict[str, Any], children: list[dict[str, Any]]) -> str:
+    """What a listed session is: its stored kind, or for a plain one a batch or a job's pack."""
+    if row["kind"] != "session":
+        return str(row["kind"])  # fork, sibling, sharded
+    if row["title"].startswith("job "):  # a job names its sessions "job ID: pack"
+        return "job"
+    if not row["turns"] and any(child["kind"] == "sibling" for child in children):
+        return "batch"
+    return "session"
 
 
 def _list_line(row: dict[str, Any], branches: int) -> str:

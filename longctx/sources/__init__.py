@@ -60,6 +60,9 @@ class SkipReason(StrEnum):
     """Dropped by an ``include`` / ``exclude`` pattern of the caller."""
     NOT_A_REGULAR_FILE = "not-a-regular-file"
     """A FIFO, socket, device, or (in a repository) a link to a directory."""
+    IGNORED_BY_DEFAULT = "ignored-by-default"
+    """A folder outside git that tools made (``.venv``, ``node_modules``...), not entered;
+    ``CorpusOptions.default_ignores`` off packs it."""
 
 
 @dataclass(frozen=True, slots=True)

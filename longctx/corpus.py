@@ -278,8 +278,10 @@ def check_sources(paths: Paths) -> None:
     Raises :class:`~longctx.errors.InputError` for no path or a path that
     does not exist (a mistyped PDF too), a file that cannot be read;
     :class:`~longctx.errors.SourceError` for a folder that cannot be listed;
-    :class:`~longctx.errors.EmptyCorpus` for a folder holding no file at all
-    (``.git`` aside). Sessions call it on first use before they connect, and
+    :class:`~longctx.errors.InputError` for a folder holding no file at all
+    (``.git`` aside): the path given is as unusable as a missing one (CLI
+    exit 5), where a folder whose files were all skipped is
+    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips). Sessions call it on first use before they connect, and
     the CLI before it opens a backend, so such a mistake fails at once rather
     than after a server was tried. What passes may still give no document
     (every file ignored or skipped): :func:`load_corpus` says so.
@@ -293,7 +295,7 @@ def check_sources(paths: Paths) -> None:
             raise InputError("no such file or folder", path=path)
         if os.path.isdir(path):
             if not _holds_a_file(path):
-                raise EmptyCorpus(f"nothing to pack in {display_path(path)}: the folder holds no file")
+                raise InputError("nothing to pack: the folder holds no file", path=path)
         elif not os.access(path, os.R_OK):
             raise InputError("cannot read file: permission denied", path=path)
 

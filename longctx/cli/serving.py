@@ -83,7 +83,9 @@ def doctor(
     Several replica URLs are checked one by one; a replica that fails is
     reported in one line and the others are still checked. With
     ``--canary`` each is also asked a probe cold and from its cache; a
-    cached answer that diverges prints both outputs and exits with 10.
+    cached answer that diverges prints both outputs and exits with 10. A
+    server that reports prefix caching off exits with 11: nothing longctx
+    sends can be reused there.
     """
     # Imported here: recipe and plan never connect to a server.
     from longctx.verification.canary import CanaryOptions, canary

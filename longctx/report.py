@@ -408,7 +408,8 @@ class SavingsReport:
         for row in rows:
             lines.append(
                 "  ".join(
-                    cell.ljust(widths[i]) if i in (1, 7) else cell.rjust(widths[i]) for i, cell in enumerate(row)
+                    cell.ljust(widths[i]) if i in (1, 7) else cell.rjust(widths[i])
+                    for i, cell in enumerate(row)
                 ).rstrip()
             )
         lines += [f"note: {note}" for note in self.notes]

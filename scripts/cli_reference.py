@@ -75,7 +75,7 @@ the file (`file://`), plain text otherwise. `--json` holds them under
 
 Every command that talks to a server says, within a second, what it waits
 on while the server is silent: `waiting for http://gpu-box:8000/v1/models
-(3 s, gives up after 30 s)`, in the live status line on a terminal, as a
+(3 s, gives up after 60 s)`, in the live status line on a terminal, as a
 plain line on stderr otherwise (every 10 s while the same request waits;
 nothing with `--quiet` or `--json`). `--stall-timeout` (`LONGCTX_STALL_TIMEOUT`)
 bounds the silence of one request, `--timeout` (`LONGCTX_TIMEOUT`) a

@@ -125,7 +125,9 @@ def test_doctor_says_what_it_waits_on_within_a_second_and_gives_up_after_the_tim
     assert "sent nothing" in run.stdout and "--timeout" in run.stdout
 
 
-def test_ask_says_what_it_waits_on_and_gives_up_after_the_timeout(silent: SilentServer, tmp_path: Path) -> None:
+def test_ask_says_what_it_waits_on_and_gives_up_after_the_timeout(
+    silent: SilentServer, tmp_path: Path
+) -> None:
     (tmp_path / "notes.md").write_text("# notes\nthe answer is 42\n")
     run = longctx(
         "ask", "notes.md", "what is the answer?", "--base-url", silent.url, "--timeout", "3",

@@ -21,7 +21,14 @@ from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import GENERIC, identify, profiles
-from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, connection_refused, split_base_url
+from longctx.backends.http import (
+    AsyncTransport,
+    HttpEndpoint,
+    Transport,
+    connection_refused,
+    split_base_url,
+    timed_out,
+)
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
@@ -30,7 +37,7 @@ from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
-from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
+from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
@@ -509,8 +516,11 @@ def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOp
     """The server's model listing, asked within ``options.timeout`` in all, retries included.
 
     A connection refused (nothing listens) fails at once: retrying it only
-    delays the one line that says so. A server that accepts and stays
-    silent is asked again until the bound is spent, never past it.
+    delays the one line that says so. So does a server that accepted the
+    connection and said nothing within the bound (a listing is small: a
+    silent server is hung, and asking again would multiply the wait the
+    user was told). What is retried is what a starting server answers
+    (a 503, a dropped connection), never past ``options.timeout``.
     """
     deadline = time.monotonic() + options.timeout
 
@@ -520,8 +530,9 @@ def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOp
 
     try:
         return listing()
-    except ServerUnreachable as error:
-        if connection_refused(error) or retry.attempts == 1 or time.monotonic() >= deadline:
+    except BackendError as error:
+        hopeless = connection_refused(error) or timed_out(error) or not is_retryable(error)
+        if hopeless or retry.attempts == 1 or time.monotonic() >= deadline:
             raise
     left = max(0.05, deadline - time.monotonic())
     rest = replace(retry, attempts=retry.attempts - 1, total_seconds=min(retry.total_seconds, left))

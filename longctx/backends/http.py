@@ -54,6 +54,7 @@ __all__ = [
     "post_events",
     "redacted",
     "split_base_url",
+    "timed_out",
 ]
 
 #: The header that carries the id of each request (vLLM takes it as its own request id).
@@ -328,6 +329,11 @@ def connection_refused(error: BaseException) -> bool:
     return isinstance(error.__cause__, httpx2.ConnectError)
 
 
+def timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a request that got no answer within its bound (the server stayed silent)."""
+    return isinstance(error.__cause__, httpx2.TimeoutException)
+
+
 def _json(response: httpx2.Response, exchange: Exchange) -> Any:
     try:
         return response.json()
@@ -441,7 +447,10 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
 async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
     """:func:`post_events` over an async client (the transport is all that differs)."""
     exchange, headers = post.exchange()
-    with _stream_errors(exchange), PROCESS.get(Waits).waiting(exchange.url, _stall_bound(client.timeout)) as wait:
+    with (
+        _stream_errors(exchange),
+        PROCESS.get(Waits).waiting(exchange.url, _stall_bound(client.timeout)) as wait,
+    ):
         async with client.stream("POST", exchange.url, json=post.body, headers=headers) as response:
             if response.status_code >= 400:
                 await response.aread()

@@ -235,9 +235,10 @@ class EngineProfile:
         return tuple(sorted(found, key=lambda finding: finding.severity != "warning"))
 
     def caching_fix(self, observed: Mapping[str, Any]) -> str | None:
-        """The launch flag that turns prefix caching on, where ``observed`` settings have it off; else None."""
+        """The launch flag that turns prefix caching on where ``observed`` settings have it off; else None."""
         return next(
-            (finding.flag for finding in self.advise(observed) if finding.setting == self.caching_setting), None
+            (finding.flag for finding in self.advise(observed) if finding.setting == self.caching_setting),
+            None,
         )
 
     def tiers_for(self, version: str | None) -> CacheTiers | None:

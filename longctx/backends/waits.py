@@ -29,7 +29,7 @@ def seconds_text(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Wait:
-    """One request waiting for its answer: where, since when (``time.monotonic``), and its bound in seconds."""
+    """A request waiting for its answer: where, since when (``time.monotonic``), its bound in seconds."""
 
     url: str
     since: float

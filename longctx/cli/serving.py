@@ -135,7 +135,7 @@ def doctor(
         sys.exit(exit_code(failure))
     if caching_off:
         # The one fact that decides every saving: said last, on stderr, and in the exit code.
-        note(f"longctx: error: prefix caching is OFF on {', '.join(caching_off)}: no request can reuse a prefix")
+        note(f"longctx: error: prefix caching is OFF on {', '.join(caching_off)}: no request reuses a prefix")
         sys.exit(EXIT_NO_PREFIX_CACHE)
 
 

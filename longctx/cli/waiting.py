@@ -75,7 +75,11 @@ def watching_waits(
             current = oldest if oldest is not None and now - oldest.since >= SHOW_AFTER else None
             if live is not None and (current is not None or shown is not None):
                 live(current)
-            if plain is not None and current is not None and (current != shown or now - said_at >= REPEAT_EVERY):
+            if (
+                plain is not None
+                and current is not None
+                and (current != shown or now - said_at >= REPEAT_EVERY)
+            ):
                 plain(current.describe(now))
                 said_at = now
             shown = current

@@ -225,7 +225,7 @@ class JobResult:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL: the same keys for every answer, asked or reused (``error``: when set)."""
+        """One line of the results JSONL: the same keys for every answer, asked or reused (and ``error``)."""
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),

@@ -49,7 +49,10 @@ def job_report(store: Store, job_id: str) -> SavingsReport:
     packs = sorted({store.sessions.session(branch).parent_id or branch for branch in branches})
     ids = sorted({*packs, *(child.id for pack in packs for child in store.sessions.children(pack))})
     records = store.sessions.requests(session_ids=ids)
-    questions = {turn.session_id: turn.question for key, turn in store.sessions.answered_under(job_prefix(job_id)).items()}
+    questions = {
+        turn.session_id: turn.question
+        for key, turn in store.sessions.answered_under(job_prefix(job_id)).items()
+    }
     return build_report(
         records,
         title=f"job {job_id}: {len(answers)} items over {len(packs)} pack sessions",
@@ -59,5 +62,7 @@ def job_report(store: Store, job_id: str) -> SavingsReport:
 
 def answer_request(store: Store, session_id: str) -> RequestRecord | None:
     """The request that answered the sibling branch ``session_id`` (its usage, its replica); None if gone."""
-    found = [record for record in store.sessions.requests(session_ids=[session_id]) if record.purpose != "warm"]
+    found = [
+        record for record in store.sessions.requests(session_ids=[session_id]) if record.purpose != "warm"
+    ]
     return found[-1] if found else None

@@ -36,8 +36,8 @@ from longctx.citations import Grounding
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import answers, siblings
+from longctx.report import Prices, SavingsReport, build_report
+from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
@@ -51,7 +51,7 @@ from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
 from longctx.verification import counters
 from longctx.verification.canary import (
@@ -83,18 +83,10 @@ def served_settings(request: RequestOptions, backend: Backend) -> dict[str, Any]
     settings = {**request.to_dict(), "base_urls": urls, "model": info.model}
     if info.prefix_caching is False:
         # Kept with the session, so its report (read back at any time) can say why nothing was cached.
-        settings["prefix_caching_off"] = info.profile.caching_fix(info.settings) or "prefix caching on"
+        settings[reporting.CACHING_OFF_SETTING] = (
+            info.profile.caching_fix(info.settings) or "prefix caching on"
+        )
     return settings
-
-
-def _sibling_questions(records: Sequence[RequestRecord], branches: Sequence[str], store: Store) -> dict[str, str]:
-    """The question each sibling request answered (request id to question): a branch's one turn."""
-    first: dict[str, str] = {}
-    for branch in branches:
-        turns = store.sessions.turns(branch)
-        if turns:
-            first[branch] = turns[0].question
-    return {r.id: first[r.session_id] for r in records if r.purpose == "sibling" and r.session_id in first}
 
 
 class Conversation(ABC):
@@ -770,24 +762,11 @@ class Session(Conversation):
         ]
         notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
         turns = [*self._turns, *(turn for branch in ids[1:] for turn in self.store.sessions.turns(branch))]
-        fallback_rate = None
-        if cold_prefill_rate(records) is None and records:
-            # Every request of this session hit the cache; the rate a hit
-            # saves is measured on earlier cold requests to the same model:
-            # those made before this session's first, so a stored report reads
-            # the same however many sessions came after it.
-            servers = sorted({(r.base_url, r.model) for r in records})
-            began = min(r.started_at for r in records)
-            earlier = [
-                r
-                for url, model in servers
-                for r in self.store.sessions.requests(base_url=url, model=model)
-                if r.started_at < began
-            ]
-            fallback_rate = cold_prefill_rate(earlier)
-            if fallback_rate is not None:
-                notes.append("cold prefill rate measured on earlier requests to the same server and model")
-        notes += self._caching_off_notes(records)
+        fallback_rate = reporting.earlier_cold_rate(self.store, records)
+        if fallback_rate is not None:
+            notes.append("cold prefill rate measured on earlier requests to the same server and model")
+        settings = self._record.settings if self._record is not None else {}
+        notes += reporting.caching_off_notes(settings, records)
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
@@ -796,17 +775,8 @@ class Session(Conversation):
             notes=notes,
             cold_rate=fallback_rate,
             citations=answers.cited_answers(turns, self.source_roots()),
-            questions=_sibling_questions(records, ids[1:], self.store),
+            questions=reporting.sibling_questions(records, ids[1:], self.store),
         )
-
-    def _caching_off_notes(self, records: Sequence[RequestRecord]) -> list[str]:
-        """Why nothing was cached, when nothing was and the server said its prefix caching was off."""
-        fix = self._record.settings.get("prefix_caching_off") if self._record is not None else None
-        prompt = sum(r.usage.prompt_tokens or 0 for r in records)
-        cached = [r.usage.cached_tokens for r in records if r.usage.cached_tokens is not None]
-        if fix is None or not prompt or not cached or any(cached):
-            return []
-        return [f"0% cached: the server reported prefix caching OFF when this session began: restart it with {fix}"]
 
     def branch_ids(self) -> list[str]:
         """Ids of the sessions branched from this one (siblings and forks)."""

@@ -451,8 +451,8 @@ class ServerOptions(OptionFields):
     ``LONGCTX_MODEL``, then the server's only model); ``api_key`` a bearer
     token (default ``LONGCTX_API_KEY``; never printed, never stored).
     ``stall_timeout`` bounds the wait for any byte of a response (the first
-    comes after prefill, so keep it above the longest prefill);
-    ``timeout`` bounds a whole request. The environment is read when a
+    comes after prefill, so keep it above the longest prefill); ``timeout``
+    a whole request with its retries, and the first contact. The environment is read when a
     connection is made, not when the options are built.
 
     ``affinity_headers`` names the headers that carry each request's
@@ -494,11 +494,17 @@ class ServerOptions(OptionFields):
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
     )
     timeout: float = option(
-        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
-    )
+        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
+        flag="--timeout", metavar="SECONDS",
+        help="Give up on a request, its retries and the first contact included, after this many seconds"
+        " (default {default:g}; env LONGCTX_TIMEOUT).",
+    )  # fmt: skip
     stall_timeout: float = option(
-        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
-    )
+        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
+        flag="--stall-timeout", metavar="SECONDS",
+        help="Give up on a request after this many seconds without a byte from the server; keep it above"
+        " the longest prefill (default {default:g}; env LONGCTX_STALL_TIMEOUT).",
+    )  # fmt: skip
     affinity_headers: Sequence[str] | None = option(None, value_type="strings", load=stored_optional_tuple)
     replica_retry_seconds: float = option(
         DEFAULT_REPLICA_RETRY_SECONDS, value_type="float", minimum=0, load=float

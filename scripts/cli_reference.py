@@ -71,6 +71,18 @@ the file (`file://`), plain text otherwise. `--json` holds them under
 `examples/cited_answer.sh` shows one; why a line range and a quote:
 [api.md](api.md#grounded-answers-citetrue).
 
+## A server that does not answer: --timeout, --stall-timeout
+
+Every command that talks to a server says, within a second, what it waits
+on while the server is silent: `waiting for http://gpu-box:8000/v1/models
+(3 s, gives up after 60 s)`, in the live status line on a terminal, as a
+plain line on stderr otherwise (every 10 s while the same request waits;
+nothing with `--quiet` or `--json`). `--stall-timeout` (`LONGCTX_STALL_TIMEOUT`)
+bounds the silence of one request, `--timeout` (`LONGCTX_TIMEOUT`) a
+request with its retries, and the first contact with the server; past
+either the command gives up with exit code 3. A URL where nothing listens
+(connection refused) is said at once, without retries.
+
 ## Exit codes
 
 | code | meaning |

@@ -321,6 +321,7 @@ VLLM = EngineProfile(
     ),
     # The flag has no trace in vLLM's settings: a probe's answer stands for it.
     reporting_setting="enable_prompt_tokens_details",
+    caching_setting="enable_prefix_caching",
     recipe=RecipeSwitches(
         launch=("vllm", "serve", "{model}"),
         tensor_parallel="--tensor-parallel-size",
@@ -403,6 +404,7 @@ SGLANG = EngineProfile(
         Check("suggestion", "enable_metrics", _false, "--enable-metrics", _COUNTERS),
         Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES),
     ),
+    caching_setting="disable_radix_cache",
     recipe=RecipeSwitches(
         launch=("python", "-m", "sglang.launch_server", "--model-path", "{model}"),
         tensor_parallel="--tp-size",

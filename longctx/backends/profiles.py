@@ -185,6 +185,8 @@ class EngineProfile:
     report (None: no counters). ``reporting_setting`` is the setting a
     probe's answer on cached-token reporting fills in (the server does not
     say it); ``doctor_note`` is said of every server of the engine.
+    ``caching_setting`` is the setting that turns prefix caching on or off
+    (its check's flag is the fix :meth:`caching_fix` names).
     """
 
     name: str
@@ -210,6 +212,7 @@ class EngineProfile:
     dispatch: tuple[Measured, ...] = ()
     checks: tuple[Check, ...] = ()
     reporting_setting: str | None = None
+    caching_setting: str | None = None
     doctor_note: Finding | None = None
     recipe: RecipeSwitches | None = None
 
@@ -230,6 +233,13 @@ class EngineProfile:
         """The findings of the profile's checks on ``observed`` settings, warnings first."""
         found = [finding for check in self.checks if (finding := check.finding(observed)) is not None]
         return tuple(sorted(found, key=lambda finding: finding.severity != "warning"))
+
+    def caching_fix(self, observed: Mapping[str, Any]) -> str | None:
+        """The launch flag that turns prefix caching on where ``observed`` settings have it off; else None."""
+        return next(
+            (finding.flag for finding in self.advise(observed) if finding.setting == self.caching_setting),
+            None,
+        )
 
     def tiers_for(self, version: str | None) -> CacheTiers | None:
         """The tier metrics of ``version`` (the newest known when it is unknown); None before the first."""

@@ -53,6 +53,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
     "EXIT_ITEMS_FAILED",
+    "EXIT_NO_PREFIX_CACHE",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -86,6 +87,7 @@ EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
+EXIT_NO_PREFIX_CACHE = 11
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -103,6 +105,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
     EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
     " (`doctor --canary`; the evidence is printed)",
+    EXIT_NO_PREFIX_CACHE: "`longctx doctor`: a server reports prefix caching off, so no request reuses"
+    " a prefix (the flag to add is printed)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -287,12 +291,26 @@ def _console() -> Any:
 
 @contextmanager
 def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A status line on stderr while work runs (silent with ``--quiet`` or ``--json``)."""
+    """A status line on stderr while work runs (silent with ``--quiet`` or ``--json``).
+
+    A request to a server that stays silent is shown within a second (what
+    it waits on, for how long, when it gives up: :mod:`longctx.cli.waiting`):
+    in the live line on a terminal, as plain lines otherwise.
+    """
     if not enabled:
         yield lambda message: None
         return
-    with _console().status("starting") as status:
-        yield status.update
+    from longctx.cli.waiting import StatusLine, watching_waits
+
+    console = _console()
+    if not console.is_terminal:
+        with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
+            yield lambda message: None
+        return
+    with console.status("starting") as status:
+        line = StatusLine(status.update)
+        with watching_waits(live=line.wait):
+            yield line.say
 
 
 @contextmanager
@@ -303,14 +321,19 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], Non
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from longctx.cli.waiting import watching_waits
+
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
-    with Progress(*columns, console=_console(), transient=True) as bar:
+    console = _console()
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("starting", total=total)
 
         def update(done: int, message: str) -> None:
             bar.update(task, completed=done, description=message)
 
-        yield update
+        # A silent server is said above the bar (or as plain lines off a terminal).
+        with watching_waits(plain=lambda line: console.print(f"longctx: {line}", markup=False)):
+            yield update
 
 
 def note(message: str, *, quiet: bool = False) -> None:

@@ -114,7 +114,8 @@ def job(
                 # Closed before it is counted: an answer arriving meanwhile would add a line the
                 # message does not count (seen: "the 2 done so far" over a file of 3 lines).
                 partial.close()
-                written = f"; the {partial.lines} done so far are in {output}"
+                # With nothing done the file was never made: it is not named.
+                written = f"; the {partial.lines} done so far are in {output}" if partial.lines else ""
             click.echo(
                 f"longctx: job {work.id}: {work.answered} of {len(items)} items answered and stored"
                 f"{written}; run the same command again to ask the rest",

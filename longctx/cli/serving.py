@@ -11,7 +11,16 @@ from typing import Any
 import click
 
 from longctx.backends.engines import recipe_engines, recipe_host_tiers
-from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
+from longctx.cli.app import (
+    EXIT_NO_PREFIX_CACHE,
+    emit_json,
+    exit_code,
+    main,
+    note,
+    progress,
+    runtime,
+    server_options,
+)
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
@@ -75,7 +84,9 @@ def doctor(
     Several replica URLs are checked one by one; a replica that fails is
     reported in one line and the others are still checked. With
     --canary each is also asked a probe cold and from its cache; a
-    cached answer that diverges prints both outputs and exits with 10.
+    cached answer that diverges prints both outputs and exits with 10. A
+    server that reports prefix caching off exits with 11: nothing longctx
+    sends can be reused there.
     """
     # Imported here: recipe and plan never connect to a server.
     from longctx.verification.canary import CanaryOptions, canary
@@ -88,17 +99,20 @@ def doctor(
     reports: list[dict[str, Any]] = []
     texts: list[str] = []
     failure: LongctxError | None = None
+    caching_off: list[str] = []
     for target in targets:
         url = ", ".join(target.base_urls()) if given is None else "the given server"
         try:
-            backend = runtime().connect(target)
-            try:
-                diagnosis = diagnose(
-                    backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
-                )
-                result = canary(backend, options=canary_options) if canary_options else None
-            finally:
-                runtime().release(backend)
+            with progress(not as_json) as say:
+                say(f"checking {url}")
+                backend = runtime().connect(target)
+                try:
+                    diagnosis = diagnose(
+                        backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
+                    )
+                    result = canary(backend, options=canary_options) if canary_options else None
+                finally:
+                    runtime().release(backend)
         except LongctxError as error:
             failure = failure or error
             line = _one_line(error)
@@ -107,6 +121,7 @@ def doctor(
             continue
         reports.append({"url": url, **diagnosis.to_dict()})
         texts.append(diagnosis.to_text())
+        caching_off.extend(diagnosis.caching_off)
         if result is not None:
             reports[-1]["canary"] = result.to_dict()
             reports[-1]["ok"] = reports[-1]["ok"] and not result.diverged
@@ -119,6 +134,10 @@ def doctor(
         click.echo("\n".join(texts))
     if failure is not None:
         sys.exit(exit_code(failure))
+    if caching_off:
+        # The one fact that decides every saving: said last, on stderr, and in the exit code.
+        note(f"longctx: error: prefix caching is OFF on {', '.join(caching_off)}: no request reuses a prefix")
+        sys.exit(EXIT_NO_PREFIX_CACHE)
 
 
 def _one_line(error: LongctxError) -> str:

@@ -16,7 +16,7 @@ from longctx.store import SessionRecord, Store
 
 
 @main.command()
-@click.argument("session_id", required=False)
+@click.argument("session_id", metavar="[SESSION_ID | JOB_ID]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 @click.option("--markdown", is_flag=True, help="Markdown on stdout.")
 @click.option(
@@ -26,7 +26,14 @@ from longctx.store import SessionRecord, Store
     help="Write a self-contained HTML page with the chart.",
 )
 def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str | None) -> None:
-    """The savings report of a session (default: the latest), its siblings included."""
+    """The savings report of a session (default: the latest), its siblings included.
+
+    SESSION_ID may be a job's id (as `longctx job` prints it): the report
+    then sums every pack of the job; so does the default when the latest
+    session is one of a job's packs.
+    """
+    from longctx.jobs.stored import job_of_session, job_report  # a layer above the sessions
+
     with runtime().open_store() as store:
         if session_id is None:
             sessions = store.sessions.sessions()
@@ -36,7 +43,13 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
                     f"no session is stored yet in {store.path}: ask a question first (longctx ask)",
                 )
             session_id = sessions[0].id
-        result = resume(session_id, store=store).report()
+            job_id = job_of_session(store, session_id)
+            result = job_report(store, job_id) if job_id else resume(session_id, store=store).report()
+        else:
+            try:
+                result = resume(session_id, store=store).report()
+            except SessionNotFound:
+                result = job_report(store, session_id)  # a job's id, else no such session or job
     if html_file:
         save_text(html_file, result.to_page())
         note(f"wrote {html_file}")

@@ -9,7 +9,10 @@
   pack's fingerprint, the model, the server, the options that shape it),
   and why an item is asked again;
 - :mod:`~longctx.jobs.residency`: where a pack's KV probably is now (GPU,
-  host tier, gone), so a job visits the cheapest packs first.
+  host tier, gone), so a job visits the cheapest packs first;
+- :mod:`~longctx.jobs.stored`: a job as the store keeps it: its report by
+  the id the job printed, whether a session is one of a job's, what a
+  reused answer cost and where.
 """
 
 from __future__ import annotations

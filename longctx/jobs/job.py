@@ -42,6 +42,7 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
+from longctx.jobs.stored import answer_request
 from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
@@ -204,8 +205,9 @@ class JobResult:
     under the same facts (not asked again: see
     :mod:`longctx.jobs.keys`); ``asked_because`` says why an item
     was asked in this run (``"new"``: nothing was stored for it; else what
-    changed since its stored answer, or that the run was fresh); ``usage``
-    and ``replica`` are set for answers asked in this run.
+    changed since its stored answer, or that the run was fresh; None for a
+    reused answer); ``usage`` and ``replica`` are those of the request that
+    answered it (in an earlier run, for a reused answer).
     """
 
     index: int
@@ -223,21 +225,18 @@ class JobResult:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL (``error``, ``usage``, ``replica``, ``asked_because``: when set)."""
+        """One line of the results JSONL: the same keys for every answer, asked or reused (and ``error``)."""
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),
             "answer": self.answer,
             "session_id": self.session_id,
             "resumed": self.resumed,
-        }
-        optional = {
-            "error": self.error,
             "usage": self.usage.to_dict() if self.usage is not None else None,
             "replica": self.replica,
             "asked_because": self.asked_because,
         }
-        return data | {name: value for name, value in optional.items() if value is not None}
+        return data | ({"error": self.error} if self.error is not None else {})
 
 
 @dataclass(frozen=True)
@@ -658,10 +657,12 @@ class Job:
                 full.fingerprint, server, [r.api_url for r in backend.replicas], self.request
             )
             for index in pack.indices:
-                decision = decide(store, facts, self._stored.get(index, []), fresh=self.options.fresh)
+                decision = decide(
+                    store, facts, self._stored.get(index, []), fresh=self.options.fresh,
+                    question=self.items[index].question,
+                )  # fmt: skip
                 if decision.reuse is not None:
-                    self._settle(pack, JobResult(index, self.items[index], decision.reuse.turn.answer,
-                                                 decision.reuse.turn.session_id, resumed=True))  # fmt: skip
+                    self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
                     pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
         except LongctxError as error:
@@ -743,6 +744,16 @@ class Job:
                 self._answered, len(self.items), self._packs_done, self._packs_total, self._in_flight, message
             )
         self._on_progress(progress)
+
+
+def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobResult:
+    """The result of an item answered by an earlier run: its answer, and what that request cost and where."""
+    request = answer_request(store, turn.session_id)
+    return JobResult(
+        index, item, turn.answer, turn.session_id, resumed=True,
+        usage=request.usage if request is not None else None,
+        replica=request.base_url if request is not None else None,
+    )  # fmt: skip
 
 
 def _name(pack: _Pack) -> str:

@@ -143,14 +143,19 @@ class Decision:
     reason: str | None = None
 
 
-def decide(store: Store, facts: AnswerFacts, stored: Sequence[StoredAnswer], *, fresh: bool) -> Decision:
-    """Reuse the latest answer stored under ``facts``; otherwise say why the item is asked.
+def decide(
+    store: Store, facts: AnswerFacts, stored: Sequence[StoredAnswer], *, fresh: bool, question: str
+) -> Decision:
+    """Reuse the latest answer stored under ``facts`` for ``question``; otherwise say why the item is asked.
 
     ``fresh`` asks it whatever is stored. The reason of an item with an
     older answer names what changed since (or ``the server changed`` when
     only the engine or its version can have: those are not kept in the
-    session's record).
+    session's record). An answer stored at the item's index for another
+    question is another item's (a job file edited, or a file of the failed
+    items run under the same ``--job-id``): never reused, never compared.
     """
+    stored = [answer for answer in stored if answer.turn.question == question]
     if not stored:
         return Decision(None, NEW)
     if fresh:

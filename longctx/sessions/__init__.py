@@ -12,6 +12,8 @@
 - :mod:`~longctx.sessions.warm`: the warm start, the pack prefilled while the first
   question is typed;
 - :mod:`~longctx.sessions.reuse`: how much of the previous answer a turn read from the cache;
+- :mod:`~longctx.sessions.reporting`: what a session's report reads from the store besides its
+  requests (the cold rate measured before it, the siblings' questions, why nothing was cached);
 - :mod:`~longctx.sessions.token_history`: earlier answers sent back as the token ids
   the model generated;
 - :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,

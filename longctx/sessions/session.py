@@ -36,8 +36,8 @@ from longctx.citations import Grounding
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import answers, siblings
+from longctx.report import Prices, SavingsReport, build_report
+from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
@@ -79,7 +79,14 @@ def affinity_key(fingerprint: str | None, session_id: str) -> str:
 def served_settings(request: RequestOptions, backend: Backend) -> dict[str, Any]:
     """The settings every stored session keeps: its request options, and the servers and model it used."""
     urls = [replica.api_url for replica in backend.replicas]
-    return {**request.to_dict(), "base_urls": urls, "model": backend.info.model}
+    info = backend.info
+    settings = {**request.to_dict(), "base_urls": urls, "model": info.model}
+    if info.prefix_caching is False:
+        # Kept with the session, so its report (read back at any time) can say why nothing was cached.
+        settings[reporting.CACHING_OFF_SETTING] = (
+            info.profile.caching_fix(info.settings) or "prefix caching on"
+        )
+    return settings
 
 
 class Conversation(ABC):
@@ -755,17 +762,11 @@ class Session(Conversation):
         ]
         notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
         turns = [*self._turns, *(turn for branch in ids[1:] for turn in self.store.sessions.turns(branch))]
-        fallback_rate = None
-        if cold_prefill_rate(records) is None and records:
-            # Every request of this session hit the cache; the rate a hit
-            # saves is measured on earlier cold requests to the same model.
-            servers = sorted({(r.base_url, r.model) for r in records})
-            earlier = [
-                r for url, model in servers for r in self.store.sessions.requests(base_url=url, model=model)
-            ]
-            fallback_rate = cold_prefill_rate(earlier)
-            if fallback_rate is not None:
-                notes.append("cold prefill rate measured on earlier requests to the same server and model")
+        fallback_rate = reporting.earlier_cold_rate(self.store, records)
+        if fallback_rate is not None:
+            notes.append("cold prefill rate measured on earlier requests to the same server and model")
+        settings = self._record.settings if self._record is not None else {}
+        notes += reporting.caching_off_notes(settings, records)
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
@@ -774,6 +775,7 @@ class Session(Conversation):
             notes=notes,
             cold_rate=fallback_rate,
             citations=answers.cited_answers(turns, self.source_roots()),
+            questions=reporting.sibling_questions(records, ids[1:], self.store),
         )
 
     def branch_ids(self) -> list[str]:

@@ -281,8 +281,9 @@ def check_sources(paths: Paths) -> None:
     :class:`~longctx.errors.InputError` for a folder holding no file at all
     (``.git`` aside): the path given is as unusable as a missing one (CLI
     exit 5), where a folder whose files were all skipped is
-    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips). Sessions call it on first use before they connect, and
-    the CLI before it opens a backend, so such a mistake fails at once rather
+    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips).
+    Sessions call it on first use before they connect, and the CLI before
+    it opens a backend, so such a mistake fails at once rather
     than after a server was tried. What passes may still give no document
     (every file ignored or skipped): :func:`load_corpus` says so.
     """

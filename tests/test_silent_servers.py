@@ -167,7 +167,7 @@ def test_the_timeouts_are_flags_and_settings(monkeypatch: pytest.MonkeyPatch) ->
     for command in ("ask", "batch", "chat", "doctor", "job", "pack"):
         shown = CliRunner().invoke(main, [command, "--help"]).output
         assert "--timeout SECONDS" in shown and "--stall-timeout SECONDS" in shown, command
-    from longctx.config import setting
+    from longctx.settings import setting
 
     monkeypatch.setenv("LONGCTX_STALL_TIMEOUT", "7")
     found = setting(ServerOptions, "stall_timeout")

@@ -1,0 +1,230 @@
+"""``longctx chat`` and ``longctx ask`` in a real terminal (a pty, through pexpect), as a person uses them.
+
+Against the fake engine over HTTP (tests/fake_http.py), which can hold an
+answer after its first word: the first piece is seen on the screen while
+the rest is not sent yet. One test drives the chat against the real vLLM.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import pytest
+from corpus_fixtures import committed_repo
+from fake_engine import FakeEngine
+from fake_http import FakeHttpServer
+
+from longctx import cli
+from longctx.backends.base import Backend, connect
+from longctx.store import Store
+from longctx.testing import LocalServer
+
+ENTRY_POINT = Path(sys.executable).parent / "longctx"
+ANSWER = "Streamed answers arrive word by word until the last"
+UP_ARROW = "\x1b[A"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def repository(tmp_path: Path) -> Path:
+    files = {"main.py": "def main():\n    return 0\n", "NOTES.md": f"# notes {uuid.uuid4()}\n"}
+    return committed_repo(tmp_path / "project", files)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeHttpServer]:
+    fake = FakeEngine(engine="generic", answer=ANSWER, block=1)
+    served = FakeHttpServer(fake)
+    yield served
+    served.hold.set()
+    served.close()
+
+
+def spawn(*args: str, home: Path, base_url: str, timeout: float = 20) -> pexpect.spawn:
+    """``longctx ARGS`` in a terminal of its own (stdin, stdout and stderr all the pty)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
+    environment.update(
+        {"LONGCTX_HOME": str(home), "LONGCTX_INSTANT_RETRIES": "1", "LONGCTX_BASE_URL": base_url,
+         "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "40"}
+    )  # fmt: skip
+    return pexpect.spawn(
+        str(ENTRY_POINT), list(args), env=environment, encoding="utf-8", timeout=timeout, dimensions=(40, 160)
+    )
+
+
+def ended(child: pexpect.spawn) -> int:
+    """The exit status once the process is gone (its remaining output read)."""
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus if child.exitstatus is not None else 128 + (child.signalstatus or 0)
+
+
+def last_question(server: FakeHttpServer) -> str:
+    content = server.chat_requests()[-1]["messages"][-1]["content"]
+    return content if isinstance(content, str) else content[-1]["text"]
+
+
+def test_the_chat_shows_a_spinner_then_the_answer_as_it_streams(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    child.expect("/help for commands")
+    server.hold.clear()  # the server sends the first word, then waits
+    child.sendline("What does main return?")
+    child.expect("waiting for the first token")
+    child.expect("Streamed")
+    assert server.first_piece_sent.is_set() and "the last" not in child.before
+    server.hold.set()
+    child.expect("the last")
+    child.expect(r"\[turn 1: ")  # numbered as the report numbers it
+    child.sendline("/quit")
+    assert ended(child) == cli.EXIT_OK
+
+
+def test_chat_commands_are_answered_in_the_chat_and_never_reach_the_model(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    child.expect("/help for commands")
+    child.sendline("What does main return?")
+    child.expect(r"\[turn 1: ")
+    asked = len(server.chat_requests())
+    child.sendline("/help")
+    child.expect("chat commands")
+    child.expect("/report")
+    child.sendline("/history")
+    child.expect(re.escape("[turn 1] > What does main return?"))
+    child.expect("Streamed answers")
+    child.sendline("/tokens")
+    child.expect("prompt tokens")
+    child.sendline("/report")
+    child.expect("cached tokens")
+    child.sendline("/what")
+    child.expect("unknown command /what")
+    assert len(server.chat_requests()) == asked  # none of them went to the model
+    child.sendline("//etc/hosts: what is it?")  # the escape: a question that starts with /
+    child.expect(r"\[turn 2: ")
+    assert last_question(server).endswith("/etc/hosts: what is it?")
+    child.sendline("/exit")
+    assert ended(child) == cli.EXIT_OK
+    with Store.open(home) as store:
+        session = store.sessions.sessions()[0]
+        questions = [turn.question for turn in store.sessions.turns(session.id)]
+    assert questions == ["What does main return?", "/etc/hosts: what is it?"]
+
+
+def test_ctrl_d_ends_the_chat(repository: Path, home: Path, server: FakeHttpServer) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    child.expect("/help for commands")
+    child.sendeof()
+    child.expect("no question asked")
+    assert ended(child) == cli.EXIT_OK
+
+
+def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_chat(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    child.expect("/help for commands")
+    child.sendline("First question?")
+    child.expect(r"\[turn 1: ")
+    server.stop()
+    child.sendline("Which file holds main?")
+    child.expect("the server went away")
+    child.sendcontrol("c")
+    child.expect(re.escape("not answered, kept: Which file holds main?"))
+    child.expect(r"resume with: longctx chat --session (\w+)")
+    session_id = child.match.group(1)
+    assert ended(child) == cli.EXIT_INTERRUPTED
+    server.start()
+    resumed = spawn("chat", "--session", session_id, "--no-warm-start", home=home, base_url=server.base_url)
+    # The earlier turns first, then the prompt; Up offers the question that was not answered.
+    resumed.expect(re.escape("[turn 1] > First question?"))
+    resumed.expect("Streamed answers")
+    resumed.expect("/help for commands")
+    resumed.send(UP_ARROW)
+    resumed.expect("Which file holds main")
+    resumed.send("\r")
+    resumed.expect(r"\[turn 2: ")
+    assert last_question(server).endswith("Which file holds main?")
+    resumed.sendline("/quit")
+    assert ended(resumed) == cli.EXIT_OK
+
+
+def test_ask_streams_on_a_terminal_and_not_with_no_stream(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    server.hold.clear()
+    child = spawn("ask", str(repository), "What does main return?", home=home, base_url=server.base_url)
+    child.expect("waiting for the first token")
+    child.expect("Streamed")
+    assert "the last" not in child.before
+    server.hold.set()
+    child.expect("the last")
+    child.expect("prompt tokens")
+    assert ended(child) == cli.EXIT_OK
+    server.first_piece_sent.clear()
+    server.hold.clear()
+    whole = spawn(
+        "ask", str(repository), "And now?", "--no-stream", home=home, base_url=server.base_url, timeout=3
+    )
+    with pytest.raises(pexpect.TIMEOUT):
+        whole.expect("Streamed")  # nothing is shown before the whole answer is in
+    server.hold.set()
+    whole.expect(ANSWER)
+    assert ended(whole) == cli.EXIT_OK
+
+
+# -- against the real vLLM server ----------------------------------------------------
+
+
+def _queried(backend: Backend, url: str) -> int:
+    """Prompt tokens the server has looked up in its cache, once the count has settled."""
+    previous = -1
+    while True:
+        reading = backend.counters([url]).get(url)
+        assert reading is not None and reading.queries is not None
+        if reading.queries == previous:
+            return previous
+        previous = reading.queries
+        time.sleep(0.5)
+
+
+@pytest.mark.vllm
+def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_server: LocalServer) -> None:
+    with connect(vllm_server.api_base) as backend:
+        url = backend.servers[0].api_url
+        child = spawn(
+            "chat", str(repository), "--max-tokens", "12", "--no-warm-start",
+            home=home, base_url=vllm_server.api_base, timeout=120,
+        )  # fmt: skip
+        child.expect("/help for commands")
+        child.sendline("What does main return?")
+        child.expect("waiting for the first token")
+        child.expect(r"\[turn 1: (.*) cached")
+        before = _queried(backend, url)
+        child.sendline("/help")
+        child.expect("chat commands")
+        child.sendline("/history")
+        child.expect(re.escape("[turn 1] > What does main return?"))
+        child.sendline("/tokens")
+        child.expect("prompt tokens")
+        time.sleep(1)
+        assert _queried(backend, url) == before  # the commands sent the server nothing
+        child.sendline("/quit")
+        assert ended(child) == cli.EXIT_OK
+    with Store.open(home) as store:
+        session = store.sessions.sessions()[0]
+        (turn,) = store.sessions.turns(session.id)
+    assert turn.answer.split()[0] in child.before + child.after or turn.answer == ""

@@ -63,6 +63,11 @@ def spawn(*args: str, home: Path, base_url: str, timeout: float = 20) -> pexpect
     )
 
 
+def ready(child: pexpect.spawn) -> None:
+    """Until the chat's first prompt is shown (a key sent before could be lost as the terminal is set up)."""
+    child.expect(r"empty line to end\r\n> ")
+
+
 def ended(child: pexpect.spawn) -> int:
     """The exit status once the process is gone (its remaining output read)."""
     child.expect(pexpect.EOF)
@@ -79,7 +84,7 @@ def test_the_chat_shows_a_spinner_then_the_answer_as_it_streams(
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
-    child.expect("/help for commands")
+    ready(child)
     server.hold.clear()  # the server sends the first word, then waits
     child.sendline("What does main return?")
     child.expect("waiting for the first token")
@@ -96,7 +101,7 @@ def test_chat_commands_are_answered_in_the_chat_and_never_reach_the_model(
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
-    child.expect("/help for commands")
+    ready(child)
     child.sendline("What does main return?")
     child.expect(r"\[turn 1: ")
     asked = len(server.chat_requests())
@@ -126,7 +131,7 @@ def test_chat_commands_are_answered_in_the_chat_and_never_reach_the_model(
 
 def test_ctrl_d_ends_the_chat(repository: Path, home: Path, server: FakeHttpServer) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
-    child.expect("/help for commands")
+    ready(child)
     child.sendeof()
     child.expect("no question asked")
     assert ended(child) == cli.EXIT_OK
@@ -136,7 +141,7 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
-    child.expect("/help for commands")
+    ready(child)
     child.sendline("First question?")
     child.expect(r"\[turn 1: ")
     server.stop()
@@ -152,7 +157,7 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     # The earlier turns first, then the prompt; Up offers the question that was not answered.
     resumed.expect(re.escape("[turn 1] > First question?"))
     resumed.expect("Streamed answers")
-    resumed.expect("/help for commands")
+    ready(resumed)
     resumed.send(UP_ARROW)
     resumed.expect("Which file holds main")
     resumed.send("\r")
@@ -209,7 +214,7 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
             "chat", str(repository), "--max-tokens", "12", "--no-warm-start",
             home=home, base_url=vllm_server.api_base, timeout=120,
         )  # fmt: skip
-        child.expect("/help for commands")
+        ready(child)
         child.sendline("What does main return?")
         child.expect("waiting for the first token")
         child.expect(r"\[turn 1: (.*) cached")

@@ -7,7 +7,9 @@ whole once it is complete, so a script reads exactly the stored text plus a
 newline. The spinner is drawn only when stderr is a terminal.
 
 A Ctrl-C while the answer streams closes the stream (which ends the
-request), ends the line and is raised on: the command decides what to say.
+request and stores no turn: see :mod:`longctx.sessions.streams`), ends the
+line, says the answer is not stored, and is raised on: the command says
+what the session holds.
 """
 
 from __future__ import annotations
@@ -16,24 +18,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import click
 
 if TYPE_CHECKING:
     from longctx.sessions.answers import Answer
     from longctx.sessions.session import Conversation
-
-
-class _Stream(Protocol):
-    """What the printer needs of ``Conversation.stream``'s result: its pieces, then the stored answer."""
-
-    def __iter__(self) -> Iterator[str]: ...
-
-    @property
-    def answer(self) -> Answer: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,27 +97,6 @@ def spinning(enabled: bool, message: str) -> Iterator[Spinner]:
         spinner.stop()
 
 
-class _WholeAnswer:
-    """A stream of one piece, the whole answer: for a session kind that cannot stream."""
-
-    def __init__(self, answer: Answer) -> None:
-        self.answer = answer
-
-    def __iter__(self) -> Iterator[str]:
-        yield self.answer.text
-
-    def close(self) -> None:
-        """Nothing to stop: the request is done."""
-
-
-def _opened_stream(session: Conversation, question: str, options: dict[str, Any]) -> _Stream:
-    stream = getattr(session, "stream", None)
-    if stream is None:
-        return _WholeAnswer(session.ask(question, **options))
-    result: _Stream = stream(question, **options)
-    return result
-
-
 def print_answer(
     session: Conversation, question: str, printing: Printing, **options: Any
 ) -> PrintedAnswer:
@@ -143,7 +113,7 @@ def print_answer(
             click.echo(answer.text)
         return PrintedAnswer(answer, streamed=False)
     spinner = Spinner(printing.spinner, "waiting for the first token").start()
-    stream = _opened_stream(session, question, options)
+    stream = session.stream(question, **options)
     written = False
     try:
         for piece in stream:
@@ -152,11 +122,14 @@ def print_answer(
                 sys.stdout.write(piece)
                 sys.stdout.flush()
                 written = True
-    except BaseException:
+    except BaseException as error:
         spinner.stop()
         stream.close()
         if written:  # the cut answer's line is ended before what the command says next
             click.echo()
+        if isinstance(error, KeyboardInterrupt):
+            # What a stopped stream keeps: nothing (longctx.sessions.streams), so the history is whole.
+            click.echo("longctx: the answer was stopped before its end and is not stored", err=True)
         raise
     spinner.stop()
     click.echo()

@@ -167,6 +167,26 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     assert ended(resumed) == cli.EXIT_OK
 
 
+def test_ctrl_c_in_a_streamed_answer_exits_130_and_keeps_the_history_and_the_question(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    ready(child)
+    child.sendline("First question?")
+    child.expect(r"\[turn 1: ")
+    server.hold.clear()
+    child.sendline("Second question?")
+    child.expect("Streamed")
+    child.sendcontrol("c")
+    child.expect("stopped before its end and is not stored")
+    child.expect(re.escape("not answered, kept: Second question?"))
+    child.expect(r"session (\w+) has 1 turns stored; resume with: longctx chat --session")
+    session_id = child.match.group(1)
+    assert ended(child) == cli.EXIT_INTERRUPTED
+    with Store.open(home) as store:
+        assert [turn.question for turn in store.sessions.turns(session_id)] == ["First question?"]
+
+
 def test_ask_streams_on_a_terminal_and_not_with_no_stream(
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
@@ -208,16 +228,17 @@ def _queried(backend: Backend, url: str) -> int:
 
 @pytest.mark.vllm
 def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_server: LocalServer) -> None:
-    with connect(vllm_server.api_base) as backend:
+    base_url = vllm_server.api_base
+    with connect(base_url) as backend:
         url = backend.servers[0].api_url
         child = spawn(
-            "chat", str(repository), "--max-tokens", "12", "--no-warm-start",
-            home=home, base_url=vllm_server.api_base, timeout=120,
+            "chat", str(repository), "--max-tokens", "12", "--no-warm-start", home=home, base_url=base_url,
+            timeout=120,
         )  # fmt: skip
         ready(child)
         child.sendline("What does main return?")
         child.expect("waiting for the first token")
-        child.expect(r"\[turn 1: (.*) cached")
+        child.expect(r"\[turn 1: .* cached")
         before = _queried(backend, url)
         child.sendline("/help")
         child.expect("chat commands")
@@ -230,6 +251,34 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
         child.sendline("/quit")
         assert ended(child) == cli.EXIT_OK
     with Store.open(home) as store:
-        session = store.sessions.sessions()[0]
-        (turn,) = store.sessions.turns(session.id)
-    assert turn.answer.split()[0] in child.before + child.after or turn.answer == ""
+        session_id = store.sessions.sessions()[0].id
+    # A long answer stopped by Ctrl-C while it streams: exit 130, the session as it was.
+    long = spawn(
+        "chat", "--session", session_id, "--max-tokens", "4000", home=home, base_url=base_url, timeout=120
+    )
+    ready(long)
+    long.sendline("Explain every line, at length.")
+    long.expect("waiting for the first token")
+    time.sleep(1.5)
+    long.sendcontrol("c")
+    long.expect("stopped before its end and is not stored")
+    long.expect(f"session {session_id} has 1 turns stored")
+    assert ended(long) == cli.EXIT_INTERRUPTED
+    # The next turn reads the earlier prefix from the cache.
+    again = spawn(
+        "chat", "--session", session_id, "--max-tokens", "4", home=home, base_url=base_url, timeout=120
+    )
+    ready(again)
+    again.sendline("And the notes?")
+    again.expect(r"\[turn 2: ")
+    again.sendline("/quit")
+    assert ended(again) == cli.EXIT_OK
+    with Store.open(home) as store:
+        first, second = [r for r in store.sessions.requests(session_ids=[session_id]) if r.purpose == "turn"]
+        assert [turn.question for turn in store.sessions.turns(session_id)] == [
+            "What does main return?",
+            "And the notes?",
+        ]
+    assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
+    block = 128  # vLLM's CPU build caches whole blocks of 128 tokens
+    assert second.usage.cached_tokens >= first.usage.prompt_tokens - first.usage.prompt_tokens % block

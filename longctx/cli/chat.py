@@ -21,6 +21,7 @@ server is back.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -84,15 +85,13 @@ class _Input:
         self._history = history
         if self.interactive and sys.stdout.isatty():
             try:
-                import readline  # noqa: PLC0415 - only a terminal needs line editing
+                import readline  # only a terminal needs line editing
             except ImportError:  # a Python built without it: plain lines
                 readline = None  # type: ignore[assignment]
             self._readline = readline
         if self._readline is not None and history is not None and history.exists():
-            try:
+            with contextlib.suppress(OSError):  # an unreadable history is no reason not to chat
                 self._readline.read_history_file(history)
-            except OSError:
-                pass  # an unreadable history is no reason not to chat
 
     def read(self) -> str | None:
         """The next line, stripped; None at the end of input (Ctrl-D)."""
@@ -207,7 +206,7 @@ def _command(chat: _Chat, line: str) -> str | None:
         return line
     if line.startswith("//"):
         return line[1:]
-    name = line.split()[0].lower()
+    name = line.split(maxsplit=1)[0].lower()
     if name in ("/quit", "/exit"):
         return _QUIT
     handler = {
@@ -304,8 +303,12 @@ def _ask_through_outages(chat: _Chat, question: str) -> Answer:
             wait = min(wait * 2, _OUTAGE_MAX_WAIT)
             continue
         if tries:
-            chat.say(f"longctx: the server is back; asked again after {tries} failed tr{'ies' if tries > 1 else 'y'}")
+            chat.say(f"longctx: the server is back; asked again after {_tries(tries)}")
         return answer
+
+
+def _tries(count: int) -> str:
+    return f"{count} failed tr{'ies' if count > 1 else 'y'}"
 
 
 def _went_away(chat: _Chat, error: ServerUnreachable) -> None:
@@ -320,10 +323,10 @@ def _went_away(chat: _Chat, error: ServerUnreachable) -> None:
 
 
 def _count_down(update: Callable[[str], None], wait: float, tries: int) -> None:
-    """Wait ``wait`` seconds, the status line saying how long is left (a test replaces :func:`_wait`)."""
-    update(f"the server is away: {tries} tr{'ies' if tries > 1 else 'y'} failed; asking again in {wait:.0f} s")
+    """Wait ``wait`` seconds, the status line saying when the next try goes (a test replaces ``_wait``)."""
+    update(f"the server is away ({_tries(tries)}); asking again in {wait:.0f} s")
     _wait(wait)
-    update(f"the server is away: {tries} tr{'ies' if tries > 1 else 'y'} failed; asking again now")
+    update(f"the server is away ({_tries(tries)}); asking again now")
 
 
 def _after_answer(chat: _Chat, answer: Answer) -> None:

@@ -84,7 +84,9 @@ class _Questions:
     request: RequestOptions
 
     @contextmanager
-    def opened(self, session_id: str | None = None, *, progress_until_open: bool = False) -> Iterator[_Opened]:
+    def opened(
+        self, session_id: str | None = None, *, progress_until_open: bool = False
+    ) -> Iterator[_Opened]:
         """The store, the progress line and the session (over the paths, or ``session_id``'s stored batch).
 
         ``progress_until_open``: the progress line ends once the session is
@@ -261,6 +263,11 @@ def ask(
     request: RequestOptions,
 ) -> None:
     """Ask QUESTION about PATHS; the answer goes to stdout.
+
+    On a terminal the answer is printed as it streams, a spinner on stderr
+    until its first token (--no-stream: printed whole once done; --json:
+    never streamed). Ctrl-C while it streams stops the request (exit 130):
+    a stopped answer is not stored.
 
     The session is stored: continue it with `longctx chat --session ID`
     (a --shard session: in Python, `ShardedSession.resume`).
@@ -474,19 +481,36 @@ def chat(
 ) -> None:
     """Chat about PATHS: one question per line on stdin, answers on stdout.
 
-    Every completed turn is stored at once; resume with --session ID after
-    an interruption. A server that goes away is said so and tried again,
-    waiting longer each time, until it is back (the session goes on) or
-    Ctrl-C (which prints the id to resume). End with an empty line or end
-    of input. Files changed
-    between turns are appended to the next question (--no-follow-changes
-    turns that off). The pack (and history) is prefilled in the background
-    while the first question is typed (--no-warm-start turns that off).
-    --token-history sends earlier answers as the token ids the model
-    generated, so each turn reads the previous answer from the cache. With
-    --session, --max-tokens, --follow-changes, --warm-start and
-    --token-history apply to the resumed session, server options say where it is served,
-    and PATHS, the pack options and another --cache-salt are refused.
+    On a terminal the answer is printed as it streams, a spinner on stderr
+    until its first token (--no-stream: printed whole); from a script each
+    answer is one block on stdout (--json: one JSON line a turn). Turns are
+    numbered from 1, as in the report.
+
+    A line that starts with / is a chat command, never sent to the model:
+    /help, /history (the turns so far), /tokens (tokens so far, cached and
+    not), /report (the savings report so far), /quit or /exit (as do Ctrl-D
+    and an empty line). An unknown /command is an error; start a question
+    with // to send one that begins with / (the first / is dropped).
+
+    Every completed turn is stored at once; resume with --session ID, which
+    shows the earlier turns first (the last 3 in full). Ctrl-C ends the chat
+    (exit 130) and prints the id to resume; an answer stopped while it
+    streams is not stored. A question not answered (Ctrl-C, or a failure) is
+    printed as kept, and on a terminal stays in the chat's input history
+    (chat_history beside the store): the Up arrow in the next chat offers it.
+    A server that goes away is said so once and the same question is asked
+    again, waiting longer each time (one status line on a terminal), until
+    it is back (the session goes on) or Ctrl-C.
+
+    Files changed between turns are appended to the next question
+    (--no-follow-changes turns that off). The pack (and history) is
+    prefilled in the background while the first question is typed
+    (--no-warm-start turns that off). --token-history sends earlier answers
+    as the token ids the model generated, so each turn reads the previous
+    answer from the cache. With --session, --max-tokens, --follow-changes,
+    --warm-start and --token-history apply to the resumed session, server
+    options say where it is served, and PATHS, the pack options and another
+    --cache-salt are refused.
     """
     with runtime().open_store() as store:
         if session_id:

@@ -97,9 +97,7 @@ def spinning(enabled: bool, message: str) -> Iterator[Spinner]:
         spinner.stop()
 
 
-def print_answer(
-    session: Conversation, question: str, printing: Printing, **options: Any
-) -> PrintedAnswer:
+def print_answer(session: Conversation, question: str, printing: Printing, **options: Any) -> PrintedAnswer:
     """Ask ``question`` of ``session`` and show the answer as ``printing`` says; the stored answer.
 
     ``options`` are the ask's own (``max_tokens``, ``cite``). A Ctrl-C or

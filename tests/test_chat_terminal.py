@@ -7,6 +7,7 @@ the rest is not sent yet. One test drives the chat against the real vLLM.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pexpect
 import pytest
+from click.testing import CliRunner, Result
 from corpus_fixtures import committed_repo
 from fake_engine import FakeEngine
 from fake_http import FakeHttpServer
 
 from longctx import cli
 from longctx.backends.base import Backend, connect
+from longctx.cli import Runtime, main
 from longctx.store import Store
 from longctx.testing import LocalServer
 
@@ -152,6 +155,7 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     child.expect(r"resume with: longctx chat --session (\w+)")
     session_id = child.match.group(1)
     assert ended(child) == cli.EXIT_INTERRUPTED
+    assert (home / "chat_history").stat().st_mode & 0o777 == 0o600  # questions are private
     server.start()
     resumed = spawn("chat", "--session", session_id, "--no-warm-start", home=home, base_url=server.base_url)
     # The earlier turns first, then the prompt; Up offers the question that was not answered.
@@ -282,3 +286,28 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
     assert first.usage.prompt_tokens is not None and second.usage.cached_tokens is not None
     block = 128  # vLLM's CPU build caches whole blocks of 128 tokens
     assert second.usage.cached_tokens >= first.usage.prompt_tokens - first.usage.prompt_tokens % block
+
+
+# -- from a script (CliRunner, the fake engine in process) ----------------------------
+
+
+def test_a_resumed_chat_shows_the_last_turns_in_full_and_the_earlier_ones_in_a_line(repository: Path) -> None:
+    fake = FakeEngine(engine="generic", block=1, answer="line one\nline two")
+    backend = connect("http://fake-engine:8000/v1", transport=fake.transport())
+
+    def invoke(*args: str, stdin: str) -> Result:
+        return CliRunner().invoke(main, list(args), obj=Runtime(backend=backend), input=stdin)
+
+    first = invoke("chat", str(repository), "--json", "--no-warm-start", stdin="q1?\nq2?\nq3?\nq4?\n\n")
+    assert first.exit_code == cli.EXIT_OK, first.output
+    session_id = json.loads(first.stdout.splitlines()[0])["session_id"]
+    asked = len(fake.chat_bodies)
+    resumed = invoke("chat", "--session", session_id, "--no-warm-start", stdin="/history\n/nope\n\n")
+    assert resumed.exit_code == cli.EXIT_OK, resumed.output
+    assert len(fake.chat_bodies) == asked  # the commands sent nothing
+    shown = resumed.stderr.split("4 earlier turns")[0]
+    assert "[turn 1] > q1?\n    line one line two\n" in shown  # one line
+    for number in (2, 3, 4):  # the last three in full
+        assert f"[turn {number}] > q{number}?\nline one\nline two\n" in shown
+    assert "[turn 4] > q4?" in resumed.stderr.split("4 earlier turns")[1]  # /history
+    assert "unknown command /nope" in resumed.stderr

@@ -51,6 +51,11 @@ class FakeHttpServer:
 
     close = stop
 
+    def hold_after_first_piece(self) -> None:
+        """The next streamed answer stops after its first word until ``hold`` is set."""
+        self.first_piece_sent.clear()
+        self.hold.clear()
+
     def chat_requests(self, *, answers_only: bool = True) -> list[dict[str, Any]]:
         """The chat requests served (``answers_only``: without the one-token warm starts)."""
         bodies = list(self.fake.chat_bodies)

@@ -88,7 +88,7 @@ def test_the_chat_shows_a_spinner_then_the_answer_as_it_streams(
 ) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
     ready(child)
-    server.hold.clear()  # the server sends the first word, then waits
+    server.hold_after_first_piece()  # the server sends the first word, then waits
     child.sendline("What does main return?")
     child.expect("waiting for the first token")
     child.expect("Streamed")
@@ -178,7 +178,7 @@ def test_ctrl_c_in_a_streamed_answer_exits_130_and_keeps_the_history_and_the_que
     ready(child)
     child.sendline("First question?")
     child.expect(r"\[turn 1: ")
-    server.hold.clear()
+    server.hold_after_first_piece()
     child.sendline("Second question?")
     child.expect("Streamed")
     child.sendcontrol("c")
@@ -194,7 +194,7 @@ def test_ctrl_c_in_a_streamed_answer_exits_130_and_keeps_the_history_and_the_que
 def test_ask_streams_on_a_terminal_and_not_with_no_stream(
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
-    server.hold.clear()
+    server.hold_after_first_piece()
     child = spawn("ask", str(repository), "What does main return?", home=home, base_url=server.base_url)
     child.expect("waiting for the first token")
     child.expect("Streamed")
@@ -203,8 +203,7 @@ def test_ask_streams_on_a_terminal_and_not_with_no_stream(
     child.expect("the last")
     child.expect("prompt tokens")
     assert ended(child) == cli.EXIT_OK
-    server.first_piece_sent.clear()
-    server.hold.clear()
+    server.hold_after_first_piece()
     whole = spawn(
         "ask", str(repository), "And now?", "--no-stream", home=home, base_url=server.base_url, timeout=3
     )

@@ -29,6 +29,8 @@ from longctx.exports import lazy_exports
 # only by code that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",
+    "AnswerStream": "longctx.sessions",
+    "AsyncAnswerStream": "longctx.sessions",
     "Backend": "longctx.backends.base",
     "BackendError": "longctx.errors",
     "Batch": "longctx.sessions",
@@ -114,6 +116,7 @@ _EXPORTS: dict[str, str] = {
     "SourceError": "longctx.errors",
     "Store": "longctx.store",
     "StoreError": "longctx.errors",
+    "StreamIncomplete": "longctx.errors",
     "StoredPack": "longctx.store",
     "TiktokenFileTokenizer": "longctx.tokens",
     "Tokenizer": "longctx.tokens",
@@ -178,6 +181,7 @@ if TYPE_CHECKING:
     from longctx.errors import SessionNotFound as SessionNotFound
     from longctx.errors import SourceError as SourceError
     from longctx.errors import StoreError as StoreError
+    from longctx.errors import StreamIncomplete as StreamIncomplete
     from longctx.errors import TokenizerError as TokenizerError
     from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
     from longctx.jobs.job import Job as Job
@@ -211,6 +215,8 @@ if TYPE_CHECKING:
     from longctx.serving.doctor import Diagnosis as Diagnosis
     from longctx.serving.doctor import diagnose as diagnose
     from longctx.sessions import Answer as Answer
+    from longctx.sessions import AnswerStream as AnswerStream
+    from longctx.sessions import AsyncAnswerStream as AsyncAnswerStream
     from longctx.sessions import Batch as Batch
     from longctx.sessions import Conversation as Conversation
     from longctx.sessions import DocSession as DocSession

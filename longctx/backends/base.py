@@ -179,6 +179,14 @@ def rendezvous_order(key: str, urls: Sequence[str]) -> list[str]:
     return sorted(urls, key=lambda url: hashlib.sha256(f"{url}\0{key}".encode()).digest(), reverse=True)
 
 
+def _dropped_midway(error: ServerUnreachable) -> BackendError:
+    """The error of a streamed answer cut off after its first piece: not retried (no retry takes it back)."""
+    return BackendError(
+        f"the answer's stream broke after its first piece went out, so it is not retried: {error}",
+        url=error.url, request_id=error.request_id, server_request_id=error.server_request_id,
+    )  # fmt: skip
+
+
 class Backend:
     """One model served by one server or several replicas.
 
@@ -279,18 +287,29 @@ class Backend:
         assert replica.chat is not None
         return replica.chat
 
-    def delivery(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Plan[Sent]:
+    def delivery(
+        self, request: ChatRequest, *, streamed: bool = False, **hooks: Unpack[DeliveryHooks]
+    ) -> Plan[Sent]:
         """The plan that sends ``request`` with the retry policy, failing over between replicas.
 
         Carried out by :func:`~longctx.drivers.run` or :func:`~longctx.drivers.arun`
         (:meth:`complete` and :meth:`acomplete` do that); raises the last error.
-        See :class:`DeliveryHooks` for what hears of its progress.
+        See :class:`DeliveryHooks` for what hears of its progress. ``streamed``:
+        its request step hands out the answer's text as it comes (carried out
+        by :func:`~longctx.drivers.stream`); once a piece of an answer went
+        out, a stream that drops is not retried (the text handed out cannot be
+        taken back): it raises a :class:`~longctx.errors.BackendError`.
         """
-        on_first_token, on_admitted = hooks.get("on_first_token"), hooks.get("on_admitted")
-        on_away = hooks.get("on_away")
+        on_admitted, on_away = hooks.get("on_admitted"), hooks.get("on_away")
         stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
         home = self._order(stamped.affinity_key)[0].api_url if on_away and len(self._replicas) > 1 else None
         failovers = [0]
+        answering = [False]  # a token of this attempt arrived (and, streamed, may have been handed out)
+
+        def on_first_token() -> None:
+            answering[0] = True
+            if (heard := hooks.get("on_first_token")) is not None:
+                heard()
 
         def attempt() -> Plan[tuple[Completion, _Replica]]:
             tried: set[str] = set()
@@ -310,8 +329,11 @@ class Backend:
                     if on_away is not None and home is not None and replica.api_url != home:
                         yield Io(partial(on_away, replica.api_url))
                     outgoing = self._with_body_affinity(stamped, replica)
-                    completion = yield chat.sending(outgoing, on_first_token, on_admitted)
+                    answering[0] = False
+                    completion = yield chat.sending(outgoing, on_first_token, on_admitted, streamed=streamed)
                 except ServerUnreachable as error:
+                    if streamed and answering[0]:
+                        raise _dropped_midway(error) from error
                     if len(self._replicas) > 1:
                         replica.mark_down(error, self.retry_seconds)
                     if len(tried) == len(self._replicas):

@@ -3,6 +3,8 @@
 - :mod:`~longctx.sessions.session`: :class:`Conversation` (the interface),
   :class:`Session` (a conversation over a pack: turns, siblings, forks);
 - :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
+- :mod:`~longctx.sessions.streams`: an answer as it arrives, :class:`AnswerStream`,
+  :class:`AsyncAnswerStream` (what is kept of one stopped midway);
 - :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);
 - :mod:`~longctx.sessions.resources`: the backend and store a session uses, and which it owns;
 - :mod:`~longctx.sessions.siblings`: how sibling questions go out (the dispatch
@@ -34,10 +36,13 @@ from longctx.sessions.resources import Resources
 from longctx.sessions.session import Conversation, Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
+from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 from longctx.store import Store
 
 __all__ = [
     "Answer",
+    "AnswerStream",
+    "AsyncAnswerStream",
     "Batch",
     "Conversation",
     "CorpusSession",

@@ -24,6 +24,7 @@ __all__ = [
     "THINK_END",
     "Answer",
     "AskManyOptions",
+    "AskOptions",
     "Batch",
     "Committed",
     "answer_bound",
@@ -137,6 +138,17 @@ class Committed:
     turn: TurnRecord
     request: RequestRecord
     answer: Answer
+
+
+class AskOptions(TypedDict, total=False):
+    """The keywords of ``ask``, which ``stream`` and ``astream`` take too.
+
+    ``max_tokens``: the answer's bound (default: the request options').
+    ``cite``: ask for citations, each checked against the pack (:mod:`longctx.citations`).
+    """
+
+    max_tokens: int | None
+    cite: bool
 
 
 class AskManyOptions(TypedDict, total=False):

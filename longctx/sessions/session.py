@@ -41,6 +41,7 @@ from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
+    AskOptions,
     Batch,
     Committed,
     committed_records,
@@ -49,6 +50,7 @@ from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.recording import Recording, branch_record, stored_pack
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
+from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
@@ -172,13 +174,14 @@ class Conversation(ABC):
 
     @abstractmethod
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
-    ) -> Plan[Answer]:
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False,
+        streamed: bool = False,
+    ) -> Plan[Answer]:  # fmt: skip
         """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
 
         :meth:`ask` and :meth:`aask` carry it out; so can a caller that
         composes turns (a sharded session's map step runs its shards' plans
-        side by side). See :mod:`longctx.drivers`.
+        side by side). See :mod:`longctx.drivers`. ``streamed``: its answer's text comes as it arrives.
         """
 
     @abstractmethod
@@ -192,6 +195,14 @@ class Conversation(ABC):
     async def aask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
         """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
         return await arun(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
+
+    def stream(self, question: str, **options: Unpack[AskOptions]) -> AnswerStream:
+        """:meth:`ask` (its keywords too), the text handed out as it arrives: see :class:`AnswerStream`."""
+        return AnswerStream(self.plan_ask(question, streamed=True, **options))
+
+    def astream(self, question: str, **options: Unpack[AskOptions]) -> AsyncAnswerStream:
+        """:meth:`stream` on the running event loop: ``async for text in stream``."""
+        return AsyncAnswerStream(self.plan_ask(question, streamed=True, **options))
 
     def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
@@ -514,8 +525,9 @@ class Session(Conversation):
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
-    ) -> Plan[Answer]:
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False,
+        streamed: bool = False,
+    ) -> Plan[Answer]:  # fmt: skip
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
         One turn at a time (a turn's request is built from the history the
@@ -536,7 +548,7 @@ class Session(Conversation):
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
             )
             with (yield Io(opened)) as snapshot:
-                sent = yield from self.backend.delivery(request, on_away=snapshot.follow)
+                sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
                 commit = partial(self._commit_turn, sent, question, purpose, changes, grounding)
                 committed: Committed = yield Io(commit)
                 self._token_history.answered(request, sent.completion, len(self._turns))

@@ -218,7 +218,13 @@ class ShardedSession(Conversation):
     # -- questions ----------------------------------------------------------
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
+        self,
+        question: str,
+        *,
+        max_tokens: int | None = None,
+        purpose: str = "turn",
+        cite: bool = False,
+        streamed: bool = False,
     ) -> Plan[Answer]:
         """Every shard at once as its own turn (map), then one request that combines their answers (reduce).
 
@@ -226,6 +232,8 @@ class ShardedSession(Conversation):
         here each map request is ``map I/N`` and the combining one ``reduce``.
         ``cite`` is refused: the combined answer is written from the shards'
         answers, not from a pack its citations could be checked in.
+        ``streamed``: the combining request hands its text out as it comes
+        (one shard's answer, which needs no combining, streams itself).
         """
         self._resources.check_open()
         checked_question(question)
@@ -233,6 +241,11 @@ class ShardedSession(Conversation):
         max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
         shards = yield Io(lambda: self.shards)
         count = len(shards)
+        if count == 1 and streamed:
+            only: Answer = yield from shards[0].plan_ask(
+                question, max_tokens=max_tokens, purpose="map 1/1", streamed=True
+            )
+            return dataclasses.replace(only, shard_answers=(only,))
         plans = [
             partial(shard.plan_ask, question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
             for index, shard in enumerate(shards, start=1)
@@ -240,17 +253,25 @@ class ShardedSession(Conversation):
         partial_answers = _values(
             (yield Fanout(plans, min(count, self.request.concurrency or DEFAULT_CONCURRENCY)))
         )
-        return (yield from self._reduced(question, partial_answers, max_tokens))
+        return (yield from self._reduced(question, partial_answers, max_tokens, streamed=streamed))
 
     def _reduced(
-        self, question: str, partial_answers: tuple[Answer, ...], max_tokens: int | None
+        self,
+        question: str,
+        partial_answers: tuple[Answer, ...],
+        max_tokens: int | None,
+        *,
+        streamed: bool = False,
     ) -> Plan[Answer]:
         if len(partial_answers) == 1:
             return dataclasses.replace(partial_answers[0], shard_answers=partial_answers)
         reducer: Session = yield Io(partial(self.reducer.fork, at=0))
         self._reductions.append(reducer)
         combined = yield from reducer.plan_ask(
-            _reduce_prompt(question, partial_answers), max_tokens=max_tokens, purpose="reduce"
+            _reduce_prompt(question, partial_answers),
+            max_tokens=max_tokens,
+            purpose="reduce",
+            streamed=streamed,
         )
         return dataclasses.replace(combined, question=question, shard_answers=partial_answers)
 

@@ -203,6 +203,9 @@ class EngineProfile:
     tiers: tuple[CacheTiers, ...] = ()
     chat_id_switches: tuple[str, ...] = ()
     completions_id_switches: tuple[str, ...] = ()
+    #: Whether ``/v1/completions`` takes ``prompt`` as a list of token ids (sessions then send the
+    #: pack as ids: longctx.sessions.prompt_ids).
+    takes_prompt_ids: bool = False
     #: Body fields that make the engine say per request where its cached tokens came from.
     tier_detail_switches: tuple[str, ...] = ()
     #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).

@@ -11,12 +11,10 @@ Two ways to send an earlier answer, chosen per session:
   ``sessions-answer-reuse``). The turns ask the server for every prompt's
   and answer's ids.
 - **text** (the default of the token-id prompts, :mod:`longctx.sessions.prompt_ids`):
-  the answer's text re-tokenised, exactly as the server tokenizes the same
-  conversation sent as chat messages. The prompt is the text path's, token
-  for token; only the server's rendering and tokenizing are saved. An answer
-  with whitespace at either end (which a template may trim, or which could
-  merge with the template's tokens) sends the turn as text; so does a
-  template that fails the check below.
+  the answer's text as the template renders it, tokenized in its place
+  (below), exactly as the server tokenizes the same conversation sent as
+  chat messages. The prompt is the text path's, token for token; only the
+  server's rendering and tokenizing of the whole are saved.
 
 A later turn's ids: the previous turn's prompt ids, the previous answer, then
 the chat template's glue (the end of the assistant message and the next user
@@ -26,9 +24,10 @@ and ``[system, user, assistant "", user (new message)]``, each with the
 generation prompt; the second less the first is the glue, provided the first
 is a prefix of the second (otherwise the turn goes out as text). A generated
 answer that ended with the token the glue starts with (the end-of-turn token)
-does not get it twice. For text answers the rule (prompt, the answer's own
-tokens, glue) is checked once per session against the server's tokenization
-of a probe conversation.
+does not get it twice. A text answer goes in the assistant message of the
+second conversation instead of "": the difference is then the answer as the
+template renders it and the glue, tokenized together in context (a small
+request: the system message and two short user messages, not the pack).
 
 The turn goes out as text when the engine has no tokenize route, when a
 turn's ids are missing, when the previous answer had reasoning the template
@@ -56,10 +55,6 @@ FirstMessages = Callable[[], list[dict[str, str]]]
 FirstIds = Callable[[ServerTokenizer], "Sequence[int] | None"]
 """The first turn's prompt ids where known without tokenizing its messages (the pack's stored ids)."""
 
-# A probe conversation for the text answers' rule: an answer that starts and ends with a letter.
-_PROBE_QUESTIONS = ("Which module parses the flags?", "And the tests?")
-_PROBE_ANSWER = "It is cli/flags.py, beside the app"
-
 
 @dataclass(frozen=True)
 class HistoryIds:
@@ -70,16 +65,18 @@ class HistoryIds:
 
 
 def glue_ids(
-    tokenizer: ServerTokenizer, system: str | None, previous_user: str, user: str
+    tokenizer: ServerTokenizer, system: str | None, previous_user: str, user: str, answer: str = ""
 ) -> list[int] | None:
-    """The template's tokens between an assistant answer and the next generation prompt, with ``user``.
+    """The template's tokens after a generation prompt through the next one: ``answer``, then ``user``.
 
-    None when the template does not render the shorter conversation as a
-    prefix of the longer one (the glue is then not well defined).
+    With ``answer`` empty, the glue between an answer and the next
+    generation prompt. None when the template does not render the shorter
+    conversation as a prefix of the longer one (the glue is then not well
+    defined, or the answer's first token merges with the generation prompt).
     """
     head = [{"role": "system", "content": system}] if system is not None else []
     before = [*head, {"role": "user", "content": previous_user}]
-    after = [*before, {"role": "assistant", "content": ""}, {"role": "user", "content": user}]
+    after = [*before, {"role": "assistant", "content": answer}, {"role": "user", "content": user}]
     short, long = tokenizer.tokenize_messages(before), tokenizer.tokenize_messages(after)
     if long[: len(short)] != short:
         return None
@@ -102,7 +99,6 @@ class TokenHistory:
         self._first_ids = first_ids
         self._prompt: list[int] | None = None
         self._prompt_turns = -1  # how many turns the cached prompt follows
-        self._text_rule: str | bool | None = False  # False: not checked yet; None: holds; str: why not
 
     def request(
         self,
@@ -135,7 +131,7 @@ class TokenHistory:
         """:meth:`request`, with the reason where the turn stays text.
 
         ``generated``: earlier answers as the ids the model generated
-        (else as their text, re-tokenised).
+        (else as their text, tokenized where the template renders it).
         """
         tokenizer = self._tokenizer()
         if tokenizer is None:
@@ -143,23 +139,17 @@ class TokenHistory:
         asking = dataclasses.replace(request, token_ids=True) if generated else request
         if not turns:
             return HistoryIds(asking, "the first turn")
-        piece = _generated_piece if generated else _text_piece(tokenizer)
-        if any(piece(turn) is None for turn in turns):
-            return HistoryIds(asking, _missing(generated))
-        if not generated and (broken := self._text_rule_fails(tokenizer, system)):
-            return HistoryIds(asking, broken)
+        if generated and not all(_reusable(turn) for turn in turns):
+            return HistoryIds(asking, _MISSING)
+        turn = _Splice(tokenizer, system, generated)
         if self._prompt is None or self._prompt_turns != len(turns) - 1:
-            self._prompt = _rebuilt(
-                tokenizer, system, turns, first_messages, piece=piece, first_ids=self._first_ids
-            )
+            known = self._first_ids(tokenizer) if self._first_ids is not None else None
+            self._prompt = _rebuilt(turn, turns, first_messages, known)
             self._prompt_turns = len(turns) - 1
-        glue = glue_ids(tokenizer, system, turns[-1].question, user)
-        if self._prompt is None or not glue:
-            return HistoryIds(asking, "the chat template's glue between turns is not a prefix rule")
-        answer = piece(turns[-1])
-        assert answer is not None
-        ids = _glued([*self._prompt, *answer], glue, drop_repeat=generated)
-        return HistoryIds(dataclasses.replace(asking, prompt_ids=tuple(ids)))
+        following = turn.after(self._prompt, turns[-1], user) if self._prompt is not None else None
+        if following is None:
+            return HistoryIds(asking, _NO_PREFIX_RULE)
+        return HistoryIds(dataclasses.replace(asking, prompt_ids=tuple(following)))
 
     def answered(self, request: ChatRequest, completion: Completion, turns: int) -> None:
         """Take in the answer that made the conversation ``turns`` turns long (its prompt's ids)."""
@@ -169,79 +159,47 @@ class TokenHistory:
             return
         self._prompt, self._prompt_turns = list(prompt), turns - 1
 
-    def _text_rule_fails(self, tokenizer: ServerTokenizer, system: str | None) -> str | None:
-        """Why text answers cannot be spliced in as their own tokens on this template (None: they can)."""
-        if self._text_rule is False:
-            self._text_rule = _check_text_rule(tokenizer, system)
-        return self._text_rule if isinstance(self._text_rule, str) else None
+
+_MISSING = "an earlier answer's generated ids are missing (or its reasoning is dropped by the template)"
+_NO_PREFIX_RULE = "the chat template does not render a conversation as a prefix of its continuation"
 
 
-def _missing(generated: bool) -> str:
-    if generated:
-        return "an earlier answer's generated ids are missing (or its reasoning is dropped by the template)"
-    return "an earlier answer starts or ends with whitespace (the template may trim it)"
-
-
-def _generated_piece(turn: TurnRecord) -> Sequence[int] | None:
+def _reusable(turn: TurnRecord) -> bool:
     # Reasoning the template drops from history would stay in the ids.
-    return turn.answer_ids if turn.history_answer == turn.answer else None
+    return turn.answer_ids is not None and turn.history_answer == turn.answer
 
 
-def _text_piece(tokenizer: ServerTokenizer) -> Callable[[TurnRecord], Sequence[int] | None]:
-    """An answer's text as its own tokens; None where edge whitespace could be trimmed or merge."""
-    found: dict[str, list[int]] = {}
+class _Splice:
+    """One way of continuing a prompt's ids with its answer and the next user message."""
 
-    def piece(turn: TurnRecord) -> Sequence[int] | None:
-        text = turn.history_answer
-        if not text or text != text.strip():
-            return None
-        if text not in found:
-            found[text] = tokenizer.encode(text)
-        return found[text]
+    def __init__(self, tokenizer: ServerTokenizer, system: str | None, generated: bool) -> None:
+        self.tokenizer, self.system, self.generated = tokenizer, system, generated
 
-    return piece
-
-
-def _check_text_rule(tokenizer: ServerTokenizer, system: str | None) -> str | None:
-    """Whether prompt + the answer's tokens + glue gives the server's own tokens of a probe conversation."""
-    head = [{"role": "system", "content": system}] if system is not None else []
-    first, second = _PROBE_QUESTIONS
-    before = [*head, {"role": "user", "content": first}]
-    whole = [*before, {"role": "assistant", "content": _PROBE_ANSWER}, {"role": "user", "content": second}]
-    glue = glue_ids(tokenizer, system, first, second)
-    if glue is None:
-        return "the chat template's glue between turns is not a prefix rule"
-    spliced = [*tokenizer.tokenize_messages(before), *tokenizer.encode(_PROBE_ANSWER), *glue]
-    if spliced != tokenizer.tokenize_messages(whole):
-        return "the chat template renders an answer otherwise than its own tokens between the turns"
-    return None
+    def after(self, prompt: Sequence[int], turn: TurnRecord, user: str) -> list[int] | None:
+        """``prompt`` (what ``turn`` answered), its answer, then ``user`` and the generation prompt."""
+        if self.generated:
+            assert turn.answer_ids is not None
+            glue = glue_ids(self.tokenizer, self.system, turn.question, user)
+            return _glued([*prompt, *turn.answer_ids], glue) if glue else None
+        # The answer's text as the template renders it (trimmed or not), tokenized in its place.
+        rendered = glue_ids(self.tokenizer, self.system, turn.question, user, answer=turn.history_answer)
+        return [*prompt, *rendered] if rendered else None
 
 
-def _glued(ids: Sequence[int], glue: Sequence[int], *, drop_repeat: bool = True) -> list[int]:
-    """``ids`` then ``glue``, less its first token where a generated answer already ended with it."""
-    return [*ids, *(glue[1:] if drop_repeat and ids and ids[-1] == glue[0] else glue)]
+def _glued(ids: Sequence[int], glue: Sequence[int]) -> list[int]:
+    """``ids`` then ``glue``, less its first token where the answer already ended with it (end of turn)."""
+    return [*ids, *(glue[1:] if ids and ids[-1] == glue[0] else glue)]
 
 
 def _rebuilt(
-    tokenizer: ServerTokenizer,
-    system: str | None,
-    turns: Sequence[TurnRecord],
-    first_messages: FirstMessages,
-    *,
-    piece: Callable[[TurnRecord], Sequence[int] | None],
-    first_ids: FirstIds | None,
+    splice: _Splice, turns: Sequence[TurnRecord], first_messages: FirstMessages, first: Sequence[int] | None
 ) -> list[int] | None:
     """The ids of the last prompt of ``turns`` (a resumed session): first prompt, then answers and glue."""
-    known = first_ids(tokenizer) if first_ids is not None else None
-    ids = list(known) if known is not None else tokenizer.tokenize_messages(first_messages())
-    generated = piece is _generated_piece
+    ids: list[int] | None = list(first) if first is not None else None
+    if ids is None:
+        ids = splice.tokenizer.tokenize_messages(first_messages())
     for index, turn in enumerate(turns[1:], start=1):
-        answer = piece(turns[index - 1])
-        assert answer is not None
-        glue = glue_ids(
-            tokenizer, system, turns[index - 1].question, turn.preamble + turn.question + turn.instruction
-        )
-        if not glue:
+        ids = splice.after(ids, turns[index - 1], turn.preamble + turn.question + turn.instruction)
+        if ids is None:
             return None
-        ids = _glued([*ids, *answer], glue, drop_repeat=generated)
     return ids

@@ -108,6 +108,11 @@ class RecipeSwitches:
     mla_note: str = ""
     #: The host tiers a recipe can add, by name (``recipe_for(host_tier=...)``).
     host_tiers: Mapping[str, HostTierRecipe] = field(default_factory=dict)
+    #: Launch flags that cut a cached follow-up's remaining per-token work in the engine (block
+    #: hashing, the id list), with the measurement that chose them: filled from
+    #: benchmarks/gpu/followup_probe.py runs (``--server-label``), empty until one shows a gain.
+    followup_switches: tuple[str, ...] = ()
+    followup_source: str = ""
 
 
 @dataclass(frozen=True)

@@ -302,12 +302,9 @@ class RequestOptions(OptionFields):
     each earlier answer as the ids the model generated, so the next turn
     reads the whole previous answer from the cache even where re-tokenising
     its text gives other tokens (see :mod:`longctx.sessions.token_history`).
-    ``prompt_ids`` (on by default) sends each request's prompt as the token
-    ids the server would make of its messages, where the engine takes them
-    and they are exact, so the server does not render and tokenize the pack
-    again on every request (see :mod:`longctx.sessions.prompt_ids`); off, or
-    where they cannot be used (the usage's ``prompt_form`` says why), chat
-    messages. ``counter_check`` (on by default) reads the serving replica's
+    ``prompt_ids`` (on) sends the prompt as the exact token ids the server
+    would make of it, where it takes them (:mod:`longctx.sessions.prompt_ids`).
+    ``counter_check`` (on by default) reads the serving replica's
     prefix-cache counter around each call and compares its growth with the
     cached tokens the responses reported; a job over many packs
     (:mod:`longctx.jobs.job`) turns it off for its sessions and checks
@@ -411,9 +408,8 @@ class RequestOptions(OptionFields):
     )  # fmt: skip
     prompt_ids: bool = option(
         True, value_type="bool", load=bool, on_resume=True, flag="--prompt-ids/--text-prompts",
-        show_default=True,
-        help="Send the pack as token ids where the server takes them and they are exact (vLLM, SGLang);"
-        " --text-prompts sends chat messages always.",
+        show_default=True, help="Send the pack as exact token ids where the server takes them (vLLM,"
+        " SGLang); --text-prompts sends chat messages always.",
     )  # fmt: skip
     offload_prefix_only: bool = option(
         False, value_type="bool", load=bool, on_resume=True,

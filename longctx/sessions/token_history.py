@@ -47,7 +47,7 @@ from longctx.backends.chat import ChatRequest, Completion
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.store import TurnRecord
 
-__all__ = ["HistoryIds", "TokenHistory", "glue_ids"]
+__all__ = ["FirstIds", "FirstMessages", "HistoryIds", "TokenHistory", "glue_ids"]
 
 FirstMessages = Callable[[], list[dict[str, str]]]
 """The messages of the first turn's request (pack and first question): a resumed session's ids start there."""

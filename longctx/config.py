@@ -306,6 +306,8 @@ class RequestOptions(OptionFields):
     each earlier answer as the ids the model generated, so the next turn
     reads the whole previous answer from the cache even where re-tokenising
     its text gives other tokens (see :mod:`longctx.sessions.token_history`).
+    ``prompt_ids`` (on) sends the prompt as the exact token ids the server
+    would make of it, where it takes them (:mod:`longctx.sessions.prompt_ids`).
     ``counter_check`` (on by default) reads the serving replica's
     prefix-cache counter around each call and compares its growth with the
     cached tokens the responses reported; a job over many packs
@@ -407,6 +409,11 @@ class RequestOptions(OptionFields):
         show_default=True, group="token_history",
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
+    )  # fmt: skip
+    prompt_ids: bool = option(
+        True, value_type="bool", load=bool, on_resume=True, flag="--prompt-ids/--text-prompts",
+        show_default=True, help="Send the pack as exact token ids where the server takes them (vLLM,"
+        " SGLang); --text-prompts sends chat messages always.",
     )  # fmt: skip
     offload_prefix_only: bool = option(
         False, value_type="bool", load=bool, on_resume=True,

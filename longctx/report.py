@@ -578,6 +578,16 @@ def cold_prefill_rate(records: Iterable[RequestRecord]) -> float | None:
     return tokens / seconds if seconds > 0 else None
 
 
+def _text_prompt_notes(records: Sequence[RequestRecord]) -> list[str]:
+    """Why requests went as chat text where token ids were wanted (``prompt_form``), once per reason."""
+    reasons: dict[str, int] = {}
+    for record in records:
+        form = record.usage.prompt_form or ""
+        if form.startswith("text: "):
+            reasons[form[len("text: ") :]] = reasons.get(form[len("text: ") :], 0) + 1
+    return [f"{count} request(s) sent as chat text, not token ids: {why}" for why, count in reasons.items()]
+
+
 def build_report(
     records: Sequence[RequestRecord],
     *,
@@ -607,6 +617,7 @@ def build_report(
         missing_notes = [f"{len(records) - len(reported)} request(s) did not report cached tokens: {missing}"]
     else:
         missing_notes = []
+    missing_notes += _text_prompt_notes(records)
     engines = sorted({r.engine for r in records}) or ["unknown"]
     models = sorted({r.model for r in records}) or ["unknown"]
     return SavingsReport(

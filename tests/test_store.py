@@ -28,6 +28,7 @@ EXPORTED = {
     "SessionRecord",
     "Store",
     "StoredPack",
+    "StoredPackIds",
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",

@@ -214,7 +214,30 @@ def test_a_database_of_version_12_keeps_its_turns_and_gains_their_citations(tmp_
         turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, instruction="\n\ncite", citations=cited)
         store.sessions.commit_turn(turn, request)
         assert store.sessions.turns("s")[1] == turn
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 13 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_13_keeps_its_requests_and_gains_prompt_ids(tmp_path: Path) -> None:
+    """Migration 14: an old request went as text as asked (no prompt form); packs' ids get a table."""
+    from longctx.store import StoredPackIds
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        13,
+        _SESSION_ROW,
+        "INSERT INTO requests (id, session_id, purpose, started_at, base_url, engine, model, attempts)"
+        " VALUES ('r', 's', 'turn', 0, 'http://x/v1', 'vllm', 'm', 1)",
+    )
+    with Store.open(home) as store:
+        (old,) = store.sessions.requests(session_ids=["s"])
+        assert old.usage.prompt_form is None
+        assert store.caches.pack_ids("server:vllm:m:abc", "fp") is None
+        ids = StoredPackIds((1, 2, 70_000, 2**31 - 1), (5, 6))
+        store.caches.save_pack_ids("server:vllm:m:abc", "fp", ids)
+        assert store.caches.pack_ids("server:vllm:m:abc", "fp") == ids
+        assert store.caches.pack_ids("server:vllm:m:other", "fp") is None  # another tokenizer: none
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 14 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -345,6 +345,10 @@ class Backend:
         outcome = yield from retried(attempt, self.retry, on_retry=hooks.get("on_retry"))
         completion, replica = outcome.value
         assert replica.info is not None
+        reason = stamped.text_reason
+        form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
+        if form:
+            completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
 
     def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:

@@ -81,6 +81,9 @@ class ChatRequest:
     #: Offload at most this many prompt tokens to the server's host tier (the shared pack), where
     #: the engine takes a per-request cap; None: no cap.
     offload_tokens: int | None = None
+    #: Why this request goes as chat messages where token ids were wanted (kept with its usage as
+    #: ``prompt_form``; longctx.sessions.prompt_ids); None: ids, or text as asked.
+    text_reason: str | None = None
 
 
 @dataclass(frozen=True)

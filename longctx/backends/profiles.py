@@ -108,6 +108,11 @@ class RecipeSwitches:
     mla_note: str = ""
     #: The host tiers a recipe can add, by name (``recipe_for(host_tier=...)``).
     host_tiers: Mapping[str, HostTierRecipe] = field(default_factory=dict)
+    #: Launch flags that cut a cached follow-up's remaining per-token work in the engine (block
+    #: hashing, the id list), with the measurement that chose them: filled from
+    #: benchmarks/gpu/followup_probe.py runs (``--server-label``), empty until one shows a gain.
+    followup_switches: tuple[str, ...] = ()
+    followup_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -205,6 +210,9 @@ class EngineProfile:
     tiers: tuple[CacheTiers, ...] = ()
     chat_id_switches: tuple[str, ...] = ()
     completions_id_switches: tuple[str, ...] = ()
+    #: Whether ``/v1/completions`` takes ``prompt`` as a list of token ids (sessions then send the
+    #: pack as ids: longctx.sessions.prompt_ids).
+    takes_prompt_ids: bool = False
     #: Body fields that make the engine say per request where its cached tokens came from.
     tier_detail_switches: tuple[str, ...] = ()
     #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).

@@ -430,6 +430,9 @@ def _generic(
     if context is not None:
         argv += [switches.context, str(context)]
     argv += switches.switches
+    if switches.followup_switches:
+        argv += switches.followup_switches
+        notes.append(f"{' '.join(switches.followup_switches)}: {switches.followup_source}")
     if trust_remote_code:
         argv.append("--trust-remote-code")
     notes += switches.notes

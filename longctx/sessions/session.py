@@ -47,11 +47,11 @@ from longctx.sessions.answers import (
     committed_records,
 )
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
+from longctx.sessions.prompt_ids import PromptIds
 from longctx.sessions.recording import Recording, branch_record, stored_pack
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
-from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
@@ -284,7 +284,8 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
-        self._token_history = TokenHistory(self._history_tokenizer)
+        self._tokenizers: dict[str, ServerTokenizer] = {}  # by replica: each asks its identity once
+        self._prompt_ids = PromptIds(lambda: self.store, self._history_tokenizer)
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see verification/counters.py).
@@ -542,7 +543,7 @@ class Session(Conversation):
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
             grounding = answers.grounding(cite, self.pack, self._turns, changes)
             request = self._chat_request(question, self._turns, max_tokens, changes, grounding)
-            request = yield Io(partial(self._in_token_history, request))
+            request = yield Io(partial(self._as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
@@ -551,7 +552,7 @@ class Session(Conversation):
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
                 commit = partial(self._commit_turn, sent, question, purpose, changes, grounding)
                 committed: Committed = yield Io(commit)
-                self._token_history.answered(request, sent.completion, len(self._turns))
+                self._prompt_ids.history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
                 yield from self.plan_canary()
@@ -589,14 +590,19 @@ class Session(Conversation):
         """:meth:`plan_canary` on the running event loop."""
         return await arun(self.plan_canary(options))
 
-    def _in_token_history(self, request: ChatRequest) -> ChatRequest:
-        """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
-        if not self.request.token_history:
+    def _as_ids(self, request: ChatRequest, history: Sequence[TurnRecord]) -> ChatRequest:
+        """``request`` (after ``history``) as token ids where asked for and exact, else why not.
+
+        See :meth:`PromptIds.request <longctx.sessions.prompt_ids.PromptIds.request>`.
+        """
+        options, pack = self.request, self.pack
+        if not (options.prompt_ids or options.token_history) or (pack is None and not history):
             return request
-        pack, turns = self.pack, self._turns
-        return self._token_history.request(
-            request, turns, system=pack.system if pack is not None else None,
-            user=request.messages[-1]["content"],
+        server = self.backend.server_for(request.affinity_key)
+        routed = bool(self.backend.router_policy) or self.backend.router(server.api_url) is not None
+        turns = list(history)
+        return self._prompt_ids.request(
+            request, turns, server=server, routed=routed, pack=pack, options=options,
             first_messages=lambda: self.messages(
                 turns[0].question + turns[0].instruction, history=(), preamble=turns[0].preamble
             ),
@@ -604,7 +610,11 @@ class Session(Conversation):
 
     def _history_tokenizer(self) -> ServerTokenizer | None:
         server = self.backend.server_for(self.affinity_key)
-        return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
+        if not server.profile.tokenizes:
+            return None
+        if server.api_url not in self._tokenizers:
+            self._tokenizers[server.api_url] = self.backend.tokenizer(self.affinity_key)
+        return self._tokenizers[server.api_url]
 
     def _commit_turn(
         self, sent: Sent, question: str, purpose: str, changes: Changes | None, grounding: Grounding | None
@@ -636,7 +646,10 @@ class Session(Conversation):
         if self.warming is not None:
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
-        requests = [self._chat_request(q, history, max_tokens, changes, grounding) for q in questions]
+        requests = [
+            self._as_ids(self._chat_request(q, history, max_tokens, changes, grounding), history)
+            for q in questions
+        ]
         record = self._opened()
         batch_id = uuid.uuid4().hex[:16]
         return siblings.SiblingBatch(tuple(requests), tuple(questions), batch_id, record.id, grounding)

@@ -45,6 +45,7 @@ from longctx.store.records import (
     RequestRecord,
     SessionRecord,
     StoredPack,
+    StoredPackIds,
     StoredPackSnapshot,
     TurnRecord,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "SnapshotTexts",
     "Store",
     "StoredPack",
+    "StoredPackIds",
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",

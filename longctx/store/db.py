@@ -222,6 +222,22 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN instruction TEXT NOT NULL DEFAULT '';
     ALTER TABLE turns ADD COLUMN citations_json TEXT;
     """,
+    # 14: prompts sent as token ids (longctx.sessions.prompt_ids): a pack's
+    # token ids up to where the question starts, and the chat template's ids
+    # after a user message, per pack and server tokenizer identity (int32
+    # little-endian blobs); and how each request's prompt went ('ids', or
+    # 'text: why' where ids were wanted). NULL: text, as asked, or a row from before.
+    """
+    CREATE TABLE prompt_ids (
+        tokenizer TEXT NOT NULL,
+        pack_fingerprint TEXT NOT NULL,
+        head BLOB NOT NULL,
+        after_user BLOB NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (tokenizer, pack_fingerprint)
+    ) WITHOUT ROWID;
+    ALTER TABLE requests ADD COLUMN prompt_form TEXT;
+    """,
 )
 
 

@@ -34,8 +34,8 @@ from longctx.errors import BackendError, ConfigError
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, stored_answers
+from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import CorpusSessionOptions
-from longctx.sessions.session import Conversation
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 

@@ -24,7 +24,7 @@ import click
 
 if TYPE_CHECKING:
     from longctx.sessions.answers import Answer
-    from longctx.sessions.session import Conversation
+    from longctx.sessions.conversation import Conversation
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ the window (:func:`longctx.packing.build_shards`), each a stable prefix of its
 own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
-answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
+answers (reduce). It is a :class:`~longctx.sessions.conversation.Conversation`
 like any session; its answer is the reduce one, with the shards' answers in
 :attr:`Answer.shard_answers <longctx.sessions.answers.Answer.shard_answers>`.
 
@@ -38,6 +38,7 @@ from longctx.sessions.answers import (
     checked_concurrency,
     checked_question,
 )
+from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
@@ -47,7 +48,7 @@ from longctx.sessions.corpus import (
     shards_for_server,
 )
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Conversation, Session, served_settings
+from longctx.sessions.session import Session, served_settings
 from longctx.store import SessionRecord
 from longctx.verification.counters import stored_check
 

@@ -1,7 +1,7 @@
 """Streamed answers: a question's text handed out as it arrives, then the stored :class:`Answer`.
 
-:meth:`Conversation.stream <longctx.sessions.session.Conversation.stream>` gives an
-:class:`AnswerStream`, :meth:`~longctx.sessions.session.Conversation.astream` an
+:meth:`Conversation.stream <longctx.sessions.conversation.Conversation.stream>` gives an
+:class:`AnswerStream`, :meth:`~longctx.sessions.conversation.Conversation.astream` an
 :class:`AsyncAnswerStream`. Both carry out the same plan :meth:`ask` does (the
 turn's request marked ``streamed``), through :func:`longctx.drivers.stream` or
 :func:`longctx.drivers.astream`: one body, the pieces of the request step passed

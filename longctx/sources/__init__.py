@@ -14,7 +14,8 @@ more Skip. :mod:`longctx.corpus` puts the pieces together.
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;
 - :mod:`~longctx.sources.notebook`: Jupyter notebooks to text;
 - :mod:`~longctx.sources.pdf`: PDFs to text, through pypdf;
-- :mod:`~longctx.sources.secrets`: credential detection.
+- :mod:`~longctx.sources.secrets`: credential detection;
+- :mod:`~longctx.sources.special_tokens`: special-token spellings broken in document text.
 """
 
 from __future__ import annotations

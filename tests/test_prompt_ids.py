@@ -14,7 +14,7 @@ from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import GENERIC, VLLM
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions
-from longctx.sessions.prompt_ids import PromptIds, pack_ids
+from longctx.sessions.prompt_ids import PACK_IDS_PENDING, PromptIds, pack_ids
 from longctx.store import Store, StoredPack, TurnRecord
 
 END = 2
@@ -87,7 +87,12 @@ def _ask(ids: PromptIds, content: str, turns: Sequence[TurnRecord] = (), **optio
 def test_the_first_prompt_is_the_servers_own_tokens_of_the_messages(tmp_path: Path) -> None:
     tokenizer = ChatMLChars()
     with Store.open(tmp_path) as store:
-        request = _ask(_ids(store, tokenizer), PACK.prefix + "Where is main?")
+        ids = _ids(store, tokenizer)
+        # The pack's first request goes as text, its ids made beside it; the next one as ids.
+        first = _ask(ids, PACK.prefix + "Where is main?")
+        assert first.prompt_ids is None and first.text_reason == PACK_IDS_PENDING
+        ids.wait()
+        request = _ask(ids, PACK.prefix + "Where is main?")
         assert request.prompt_ids == tuple(tokenizer.tokenize_messages(request.messages))
         assert request.text_reason is None
         # Kept in the store by pack and tokenizer identity: a new session does not tokenize the pack.

@@ -19,7 +19,7 @@ from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
 from longctx.config import RequestOptions
 from longctx.sessions import Session
-from longctx.sessions.prompt_ids import PromptIds
+from longctx.sessions.prompt_ids import PACK_IDS_PENDING, PromptIds
 from longctx.store import Store, StoredPack, TurnRecord
 from longctx.testing import LocalServer, TinyModel
 
@@ -53,7 +53,11 @@ def _sent_ids(
     tokenizer = backend.tokenizer()
     records = [TurnRecord("s", i, q, a, a, None, None, 0.0) for i, (q, a) in enumerate(turns)]
     messages = _messages(pack, turns, question)
-    request = PromptIds(lambda: store, lambda: tokenizer).request(
+    prompts = PromptIds(lambda: store, lambda: tokenizer)
+    # The pack's ids are made on first need (beside a request that goes as text); then they are used.
+    prompts.ids(tokenizer, pack)
+    prompts.wait()
+    request = prompts.request(
         ChatRequest(messages=tuple(messages)), records, server=backend.info, routed=False, pack=pack,
         options=RequestOptions(), first_messages=lambda: _messages(pack, [], turns[0][0]),
     )  # fmt: skip
@@ -89,6 +93,11 @@ def test_sessions_send_ids_and_cache_what_the_text_path_caches(
         assert answers[-1].usage.prompt_tokens == len(tokenize_messages(engine_server, tiny_model, third))
         answers += session.ask_many(["Where is help?", "Where are errors?"]).answers
         rows = store.sessions.requests(session_ids=[session.id, *session.branch_ids()])
-        assert {row.usage.prompt_form for row in rows} == ({"ids"} if ids else {None})
+        forms = [row.usage.prompt_form for row in rows]
+        if ids:
+            # The first request went as text while the pack's ids were made beside it; the rest as ids.
+            assert forms[0] == f"text: {PACK_IDS_PENDING}" and set(forms[1:]) == {"ids"}, forms
+        else:
+            assert set(forms) == {None}
         seen[ids] = [value for a in answers for value in (a.usage.prompt_tokens, a.usage.cached_tokens)]
     assert seen[True] == seen[False]

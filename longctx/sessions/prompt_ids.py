@@ -23,6 +23,11 @@ have made of the same messages:
   character, so no token spans the boundary (a tail with whitespace at
   either end goes as text).
 
+A pack's ids are made off the request's path: the first request over a pack
+whose ids neither the session nor the store holds goes as text (as it would
+have: the server tokenizes it once either way) while a thread asks the
+server for the pack's ids, so a batch of siblings or a job's first visit to
+a pack waits for no extra tokenization; the requests after it go as ids.
 Each pack's ids are checked when made: the server's tokens of the pack with
 a probe question must end with the probe's tokens and the template's, else
 the pack goes as text. Later turns go through
@@ -37,6 +42,7 @@ tokenize route, chat-only request fields, a template the rule does not cover.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
@@ -44,11 +50,22 @@ from longctx.backends.base import ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions
-from longctx.errors import TokenizerError
+from longctx.errors import LongctxError, TokenizerError
 from longctx.sessions.token_history import FirstMessages, HistoryIds, TokenHistory
 from longctx.store import Store, StoredPack, StoredPackIds, TurnRecord
 
-__all__ = ["CHAT_ONLY_FIELDS", "PACK_PROBE", "PromptIds", "chat_only_reason", "pack_ids", "tail_reason"]
+__all__ = [
+    "CHAT_ONLY_FIELDS",
+    "PACK_IDS_PENDING",
+    "PACK_PROBE",
+    "PromptIds",
+    "chat_only_reason",
+    "pack_ids",
+    "tail_reason",
+]
+
+PACK_IDS_PENDING: Final = "the pack's token ids are being made beside this request, which goes as text"
+"""Why a pack's first request goes as text: its ids are made off the request's path."""
 
 PACK_PROBE: Final = "Which file comes first?"
 """The question a pack's ids are checked with when they are made."""
@@ -131,6 +148,8 @@ class PromptIds:
         self._store = store
         self._tokenizer = tokenizer
         self._packs: dict[tuple[str, str], StoredPackIds | str] = {}
+        self._making: dict[tuple[str, str], threading.Thread] = {}
+        self._lock = threading.Lock()
         self._failed: str | None = None  # why the server could not tokenize: text from then on
         self.history = TokenHistory(tokenizer, self._first_turn_ids)
         # The pack and first turn of the request being made (what _first_turn_ids rebuilds from).
@@ -214,17 +233,46 @@ class PromptIds:
         return self.first(asking, tokenizer, pack)
 
     def ids(self, tokenizer: ServerTokenizer, pack: StoredPack) -> StoredPackIds | str:
-        """The pack's ids under ``tokenizer``: from this object, else the store, else made and stored."""
-        identity = tokenizer.identity
-        key = (identity, pack.fingerprint)
-        if key not in self._packs:
-            found: StoredPackIds | str | None = self._store().caches.pack_ids(identity, pack.fingerprint)
-            if found is None:
-                found = pack_ids(tokenizer, pack.system, pack.prefix)
-                if not isinstance(found, str):
-                    self._store().caches.save_pack_ids(identity, pack.fingerprint, found)
-            self._packs[key] = found
-        return self._packs[key]
+        """The pack's ids under ``tokenizer``: from this object, else the store; else why not yet.
+
+        Ids neither holds are made in a thread (:meth:`wait` waits for it),
+        and this request is told to go as text.
+        """
+        key = (tokenizer.identity, pack.fingerprint)
+        with self._lock:
+            known = self._packs.get(key)
+            if known is not None:
+                return known
+            if key not in self._making:
+                stored = self._store().caches.pack_ids(*key)
+                if stored is not None:
+                    self._packs[key] = stored
+                    return stored
+                self._making[key] = thread = threading.Thread(
+                    target=self._make, args=(tokenizer, pack, key), name="longctx-pack-ids", daemon=True
+                )
+                thread.start()
+        return PACK_IDS_PENDING
+
+    def _make(self, tokenizer: ServerTokenizer, pack: StoredPack, key: tuple[str, str]) -> None:
+        made: StoredPackIds | str = "the pack's token ids could not be made"
+        try:
+            made = pack_ids(tokenizer, pack.system, pack.prefix)
+            if not isinstance(made, str):
+                self._store().caches.save_pack_ids(*key, made)
+        except LongctxError as error:  # the session may close meanwhile: text from then on, said why
+            made = f"the pack's token ids could not be made: {error}"
+        finally:
+            with self._lock:
+                self._packs[key] = made
+                del self._making[key]
+
+    def wait(self) -> None:
+        """Wait for the pack ids being made (they write to the store) before the store closes."""
+        with self._lock:
+            making = list(self._making.values())
+        for thread in making:
+            thread.join()
 
     def _first_turn_ids(self, tokenizer: ServerTokenizer) -> list[int] | None:
         """The first turn's prompt ids from the pack's ids (None: the history tokenizes its messages)."""

@@ -287,6 +287,7 @@ class Session(Conversation):
         # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
+        self._prompt_ids.wait()
         self.settle_checks()
 
     def settle_checks(self) -> None:

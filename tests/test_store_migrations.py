@@ -214,7 +214,28 @@ def test_a_database_of_version_12_keeps_its_turns_and_gains_their_citations(tmp_
         turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, instruction="\n\ncite", citations=cited)
         store.sessions.commit_turn(turn, request)
         assert store.sessions.turns("s")[1] == turn
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 13 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answer_keys(tmp_path: Path) -> None:
+    """The job leases' migration: an old store's answers stay reusable, and items can be leased."""
+    from longctx.store import LeaseHolder
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        len(MIGRATIONS) - 1,
+        _SESSION_ROW,
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
+        "INSERT INTO answer_keys (key, session_id, position) VALUES ('job:j:0:d:n', 's', 0)",
+    )
+    with Store.open(home) as store:
+        holder = LeaseHolder.this_process("run")
+        claims = store.leases.take(["job:j:0:d", "job:j:1:d"], holder, 60)
+        assert [claim.state for claim in claims] == ["answered", "taken"]
+        assert list(store.leases.holders("job:j:")) == ["job:j:1:d"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ sharing one connection (:mod:`longctx.store.db`):
   PDF texts, last-commit times, special tokens, pack snapshot rows;
 - ``store.blobs`` (:class:`~longctx.store.blobs.SnapshotTexts`): the pack
   snapshot texts, files beside the database, mapped when read;
+- ``store.leases`` (:class:`~longctx.store.leases.ItemLeases`): the job items
+  runs are asking now, one owner each;
 - ``store.database`` (:class:`~longctx.store.db.Database`): the connection
   the parts share (transactions, migrations).
 
@@ -38,6 +40,7 @@ from longctx.config import default_home
 from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
+from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
 from longctx.store.records import (
     CounterCheckRecord,
     CounterSkip,
@@ -56,6 +59,9 @@ __all__ = [
     "CounterCheckRecord",
     "CounterSkip",
     "Database",
+    "ItemLeases",
+    "LeaseClaim",
+    "LeaseHolder",
     "Opening",
     "RequestRecord",
     "SessionLog",
@@ -76,7 +82,7 @@ class Store:
     ``Store(path)`` names the database file ``path`` and does no I/O: the
     database is opened (created if needed) on first use. Whoever opens a
     store closes it, or uses it as a context manager. What it keeps is in
-    its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs` (see the
+    its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs`, :attr:`leases` (see the
     module's docstring), all over :attr:`database`.
     """
 
@@ -89,6 +95,8 @@ class Store:
         """Token counts, PDF texts, last-commit times, special tokens, pack snapshot rows."""
         self.sessions = SessionLog(self.database)
         """Sessions, turns, requests, counter checks, answer keys, and the packs they were asked over."""
+        self.leases = ItemLeases(self.database)
+        """The job items runs are asking now: one owner each."""
 
     @property
     def path(self) -> Path:

@@ -222,6 +222,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN instruction TEXT NOT NULL DEFAULT '';
     ALTER TABLE turns ADD COLUMN citations_json TEXT;
     """,
+    # 15: who is asking a job's item now (longctx.store.leases), so two runs
+    # of one job never ask one item twice. A lease is the item's key without its nonce, the run that holds it
+    # (its id, process id and host) and when it lapses unless renewed.
+    """
+    CREATE TABLE job_leases (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        taken_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX job_leases_by_run ON job_leases(run_id);
+    """,
 )
 
 

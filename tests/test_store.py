@@ -27,6 +27,9 @@ EXPORTED = {
     "SessionLog",
     "SnapshotTexts",
     "Opening",  # a new session with what it did before its first turn (sessions/recording.py)
+    "PruneResult",  # store.sessions.prune: `longctx sessions prune`
+    "PruneRule",
+    "PrunedTree",
     "RequestRecord",
     "SessionRecord",
     "Store",

@@ -15,6 +15,7 @@ sharing one connection (:mod:`longctx.store.db`):
 
 - ``store.sessions`` (:class:`~longctx.store.sessions.SessionLog`): sessions,
   turns, requests, counter checks, answer keys, and the packs they were asked over;
+  old ones pruned by :mod:`~longctx.store.pruning` (by age, count or size, never one in use);
 - ``store.caches`` (:class:`~longctx.store.caches.ContentCaches`): token counts,
   PDF texts, last-commit times, special tokens, pack snapshot rows;
 - ``store.blobs`` (:class:`~longctx.store.blobs.SnapshotTexts`): the pack
@@ -41,6 +42,7 @@ from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
+from longctx.store.pruning import PrunedTree, PruneResult, PruneRule
 from longctx.store.records import (
     CounterCheckRecord,
     CounterSkip,
@@ -63,6 +65,9 @@ __all__ = [
     "LeaseClaim",
     "LeaseHolder",
     "Opening",
+    "PruneResult",
+    "PruneRule",
+    "PrunedTree",
     "RequestRecord",
     "SessionLog",
     "SessionRecord",

@@ -327,6 +327,19 @@ class Database:
                     raise store_failure(error, self.path, "writing to") from error
                 raise
 
+    def vacuum(self) -> None:
+        """Give the space of deleted rows back to the disk: VACUUM, then a checkpoint that empties the log.
+
+        Needs free space for a copy of the database; a failure is a
+        :class:`StoreError` and changes nothing stored.
+        """
+        with self._lock:
+            try:
+                self._connection.execute("VACUUM")
+                self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as error:
+                raise store_failure(error, self.path, "compacting") from error
+
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
         with self._lock:

@@ -59,7 +59,9 @@ def measure(turns: int, answer_chars: int, pack_chars: int) -> dict[str, float]:
         with_pack = _size(home)
         prompt = pack_chars // 4
         for position in range(turns):
-            store.sessions.commit_turn(_turn(chat.id, position, answer_chars), _request(chat.id, position, prompt))
+            store.sessions.commit_turn(
+                _turn(chat.id, position, answer_chars), _request(chat.id, position, prompt)
+            )
         with_chat = _size(home)
         for index in range(turns):
             sibling = SessionRecord(f"sibling-{index:06d}", time.time(), "sibling", "repo", pack.fingerprint,

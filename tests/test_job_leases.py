@@ -62,7 +62,9 @@ def make_items(root: Path, packs: int = 2, questions: int = 3) -> list[JobItem]:
 
 def dead_pid() -> int:
     """The id of a process of this host that has ended."""
-    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
     return int(ended.stdout)
 
 
@@ -113,7 +115,9 @@ def test_two_runs_at_once_ask_every_item_exactly_once(tmp_path: Path) -> None:
         start.wait()
         # Each run with its own connection and store, as two processes have.
         with connect(FAKE, transport=fake.transport()) as backend, Store.open(tmp_path / "home") as store:
-            reports.append(Job(items, backend=backend, store=store, options=JobOptions(packs_in_flight=1)).run())
+            reports.append(
+                Job(items, backend=backend, store=store, options=JobOptions(packs_in_flight=1)).run()
+            )
 
     runs = [threading.Thread(target=run) for _ in range(2)]
     for thread in runs:
@@ -126,7 +130,9 @@ def test_two_runs_at_once_ask_every_item_exactly_once(tmp_path: Path) -> None:
         assert not report.failed and [r.answer for r in report.results] == [fake.answer] * len(items)
     # Every item asked by one run; the other took its answer (stored, or as it was stored).
     assert sum(report.asked for report in reports) == len(items)
-    assert [sum(not r.resumed for r in results) for results in zip(*(rep.results for rep in reports))] == [1] * 9
+    assert [
+        sum(not r.resumed for r in results) for results in zip(*(rep.results for rep in reports), strict=True)
+    ] == [1] * 9
 
 
 def test_a_run_waits_for_the_answers_another_run_is_asking_and_names_it(tmp_path: Path) -> None:
@@ -146,11 +152,15 @@ def test_a_run_waits_for_the_answers_another_run_is_asking_and_names_it(tmp_path
     assert first_asking.wait(10)
     messages: list[str] = []
     with connect(FAKE, transport=fake.transport()) as backend, Store.open(tmp_path / "home") as store:
-        second = Job(items, backend=backend, store=store, on_progress=lambda p: messages.append(p.message)).run()
+        second = Job(
+            items, backend=backend, store=store, on_progress=lambda p: messages.append(p.message)
+        ).run()
     first.join()
     assert len(fake.chat_bodies) == 2
     assert second.asked == 0 and second.resumed == 2 and not second.failed
-    assert all(r.asked_by and f"pid {os.getpid()} on {socket.gethostname()}" in r.asked_by for r in second.results)
+    assert all(
+        r.asked_by and f"pid {os.getpid()} on {socket.gethostname()}" in r.asked_by for r in second.results
+    )
     assert any("is being asked by run" in message for message in messages), messages
     assert "2 asked by another run" in second.summary_line()
     assert reports["first"].asked == 2
@@ -214,7 +224,10 @@ def over_http(fake: FakeEngine) -> Iterator[str]:
             length = int(self.headers.get("Content-Length") or 0)
             content = self.rfile.read(length) if length else b""
             request = httpx2.Request(
-                self.command, f"http://fake-engine:8000{self.path}", headers=dict(self.headers), content=content
+                self.command,
+                f"http://fake-engine:8000{self.path}",
+                headers=dict(self.headers),
+                content=content,
             )
             response = fake.handle(request)
             body = response.read()
@@ -252,7 +265,9 @@ def test_two_job_processes_at_once_ask_every_item_exactly_once(tmp_path: Path) -
     with over_http(fake) as url:
         command = [str(ENTRY_POINT), "job", str(job_file), "--base-url", url, "--packs-in-flight", "1"]
         runs = [
-            subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+            subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment
+            )
             for _ in range(2)
         ]
         outputs = [run.communicate(timeout=120) for run in runs]
@@ -263,8 +278,9 @@ def test_two_job_processes_at_once_ask_every_item_exactly_once(tmp_path: Path) -
     for results in lines:
         assert [line["answer"] for line in results] == [fake.answer] * len(items)
     # Each item asked by one process; the other took its answer.
-    assert [sum(not line["resumed"] for line in pair) for pair in zip(*lines)] == [1] * len(items)
+    assert [sum(not line["resumed"] for line in pair) for pair in zip(*lines, strict=True)] == [1] * len(
+        items
+    )
     with Store.open(tmp_path / "home") as store:
         assert len(store.sessions.answered_under(f"job:{Job(items).id}:")) == len(items)
         assert store.leases.holders() == {}
-

@@ -28,8 +28,8 @@ from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, SessionClosed
-from longctx.jobs.room import KvRoom
 from longctx.jobs.keys import AnswerFacts
+from longctx.jobs.room import KvRoom
 from longctx.sessions import RepoSession
 from longctx.store import Store
 

@@ -154,7 +154,9 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
     assert sibling_turns == len(items)
 
 
-def test_two_job_commands_at_once_ask_every_item_exactly_once(vllm_server: LocalServer, tmp_path: Path) -> None:
+def test_two_job_commands_at_once_ask_every_item_exactly_once(
+    vllm_server: LocalServer, tmp_path: Path
+) -> None:
     """Two runs of one job file at the same time, one store: each item has one owner (its lease)."""
     folders = make_folders(tmp_path / "packs", 2, lines=60)
     items = interleaved(folders, 3)
@@ -174,7 +176,9 @@ def test_two_job_commands_at_once_ask_every_item_exactly_once(vllm_server: Local
     for results in lines:
         assert all(line["answer"] and "error" not in line for line in results), results
     # Each item asked by one process; the other took its answer from the store.
-    assert [sum(not line["resumed"] for line in pair) for pair in zip(*lines, strict=True)] == [1] * len(items)
+    assert [sum(not line["resumed"] for line in pair) for pair in zip(*lines, strict=True)] == [1] * len(
+        items
+    )
     with Store.open(home) as store:
         assert len(store.sessions.answered_under(f"job:{Job(items).id}:")) == len(items)
         # Every request either process sent is in the store (jobs send no warm start): one per item.

@@ -37,7 +37,9 @@ def add_turns(store: Store, session_id: str, count: int, *, answer_bytes: int = 
             Usage(100, 0, None, 10, None, None), 1,
         )  # fmt: skip
         answer = f"answer {position} " + "x" * answer_bytes
-        turn = TurnRecord(session_id, position, f"question {position}?", answer, answer, None, request.id, 0.0)
+        turn = TurnRecord(
+            session_id, position, f"question {position}?", answer, answer, None, request.id, 0.0
+        )
         store.sessions.commit_turn(turn, request)
 
 

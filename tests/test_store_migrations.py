@@ -217,7 +217,9 @@ def test_a_database_of_version_12_keeps_its_turns_and_gains_their_citations(tmp_
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
-def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answer_keys(tmp_path: Path) -> None:
+def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answer_keys(
+    tmp_path: Path,
+) -> None:
     """The job leases' migration: an old store's answers stay reusable, and items can be leased."""
     from longctx.store import LeaseHolder
 

@@ -1,4 +1,4 @@
-"""``longctx sessions prune`` and store.sessions.prune: by age, count or size, a dry run, never a session in use."""
+"""``longctx sessions prune`` (store.sessions.prune): by age, count or size, a dry run, never one in use."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import pytest
 from click.testing import CliRunner
 
 from longctx.cli import main
-from longctx.store import DATABASE_NAME, PruneRule, RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import (
+    DATABASE_NAME,
+    PruneRule,
+    RequestRecord,
+    SessionRecord,
+    Store,
+    StoredPack,
+    TurnRecord,
+)
 from longctx.store.records import CounterCheckRecord, Opening
 from longctx.usage import Usage
 
@@ -22,7 +30,7 @@ def add_session(
     store: Store, session_id: str, *, age_days: float, turns: int = 2, answer_bytes: int = 1000,
     parent: str | None = None, pack: str | None = None,
 ) -> None:  # fmt: skip
-    """A session used ``age_days`` ago, with ``turns`` turns, their requests, a counter check and answer keys."""
+    """A session used ``age_days`` ago: ``turns`` turns, their requests and answer keys, a counter check."""
     when = time.time() - age_days * DAY
     stored_pack = StoredPack(pack, "1", "system", "p" * 20_000, {}) if pack else None
     record = SessionRecord(session_id, when, "sibling" if parent else "session", session_id, pack, parent, 0)
@@ -98,7 +106,9 @@ def test_a_dry_run_deletes_nothing(home: Path) -> None:
     assert count(home, "turns") == 8 and len(before) > 0
 
 
-def test_the_command_takes_durations_and_sizes_and_prints_the_ids(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_command_takes_durations_and_sizes_and_prints_the_ids(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("LONGCTX_HOME", str(home))
     runner = CliRunner()
     dry = runner.invoke(main, ["sessions", "prune", "--older-than", "30d", "--dry-run"])

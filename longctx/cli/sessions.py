@@ -162,7 +162,9 @@ def _short_source(source: str) -> str:
     "--older-than",
     help="Delete sessions last used longer ago than this: 30d, 12h, 90m, 2w (a bare number: days).",
 )
-@click.option("--keep", type=click.IntRange(min=0), help="Keep the N most recently used sessions, delete the rest.")
+@click.option(
+    "--keep", type=click.IntRange(min=0), help="Keep the N most recently used sessions, delete the rest."
+)
 @click.option(
     "--max-size",
     help="Delete the least recently used sessions until the rest hold at most this: 100MB, 1.5GB, 500KiB.",
@@ -206,13 +208,16 @@ def sessions_prune(
         click.echo("\n".join(tree.session_ids))
     verb = "would delete" if dry_run else "deleted"
     sessions_count = sum(len(tree.session_ids) for tree in result.pruned)
-    note(
+    summary = (
         f"{verb} {len(result.pruned)} session(s) ({sessions_count} with their branches, "
         f"{sum(tree.turns for tree in result.pruned)} turns, about {_size(result.freed_bytes)}); "
         f"kept {result.kept}, {result.in_use} in use"
-        + ("" if dry_run else f"; the store went from {_size(result.file_bytes_before)} to "
-           f"{_size(result.file_bytes_after)}")  # fmt: skip
     )
+    if not dry_run:
+        summary += (
+            f"; the store went from {_size(result.file_bytes_before)} to {_size(result.file_bytes_after)}"
+        )
+    note(summary)
     for line in result.notes:
         note(line)
 
@@ -234,7 +239,9 @@ def _bytes(text: str) -> int:
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match[2].upper() if match else ""
     if match is None or unit not in _SIZE_UNITS:
-        raise click.BadParameter(f"{text!r} is not a size such as 100MB, 1.5GB, 500KiB", param_hint="--max-size")
+        raise click.BadParameter(
+            f"{text!r} is not a size such as 100MB, 1.5GB, 500KiB", param_hint="--max-size"
+        )
     return int(float(match[1]) * _SIZE_UNITS[unit])
 
 

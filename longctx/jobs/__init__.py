@@ -9,7 +9,11 @@
   pack's fingerprint, the model, the server, the options that shape it),
   and why an item is asked again;
 - :mod:`~longctx.jobs.residency`: where a pack's KV probably is now (GPU,
-  host tier, gone), so a job visits the cheapest packs first.
+  host tier, gone), so a job visits the cheapest packs first;
+- :mod:`~longctx.jobs.room`: the KV tokens each replica has left for the
+  packs in flight;
+- :mod:`~longctx.jobs.ownership`: one owner per item, so two runs of one
+  job at once never ask an item twice (leases in the store).
 """
 
 from __future__ import annotations

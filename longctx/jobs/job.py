@@ -45,8 +45,8 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.jobs.ownership import ItemOwnership
-from longctx.jobs.room import KvRoom
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
+from longctx.jobs.room import KvRoom
 from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
@@ -726,7 +726,9 @@ class Job:
             turn = owners.answer_of(leases[index]) if claimed.state == "answered" else None
             if claimed.state == "held" and claimed.holder is not None:
                 del pack.asking[index]
-                self._tell(f"item {index} is being asked by {claimed.holder.describe()}: waiting for its answer")
+                self._tell(
+                    f"item {index} is being asked by {claimed.holder.describe()}: waiting for its answer"
+                )
             elif turn is not None:
                 del pack.asking[index]
                 self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,

@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 from longctx.errors import LongctxError
@@ -99,7 +100,7 @@ class ItemOwnership:
         return max(stored, key=lambda turn: turn.created_at) if stored else None
 
     def poll(self, wait: float) -> Polled:
-        """After ``wait`` seconds, what became of the deferred items (those settled leave :attr:`deferred`)."""
+        """After ``wait`` s, what became of the deferred items; those settled leave :attr:`deferred`."""
         time.sleep(wait)
         with self._lock:
             waiting = list(self.deferred.values())
@@ -129,10 +130,9 @@ class ItemOwnership:
         self._stop.set()
         if self._renewing is not None:
             self._renewing.join()
-        try:
+        # A store that cannot be written: the leases lapse after self.seconds, then another run takes them.
+        with suppress(LongctxError):
             self._store.leases.release(self.holder.run_id)
-        except LongctxError:
-            pass  # the leases lapse after self.seconds: another run takes them over then
 
     def _renew(self) -> None:
         # A third of the lease: two renewals may fail (a store locked a while) before one lapses.

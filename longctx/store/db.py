@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
@@ -417,10 +417,9 @@ def _roll_back(connection: sqlite3.Connection) -> None:
     """Undo the open transaction, if any; a rollback that fails (the disk gone) leaves SQLite to undo it."""
     if not connection.in_transaction:
         return
-    try:
+    # Failing, the journal undoes it when the connection closes or the next one opens.
+    with suppress(sqlite3.Error):
         connection.execute("ROLLBACK")
-    except sqlite3.Error:
-        pass  # the journal undoes it when the connection closes or the next one opens
 
 
 def _statements(script: str) -> Iterator[str]:

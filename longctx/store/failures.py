@@ -31,7 +31,7 @@ _NEARLY_FULL_BYTES: Final = 64 << 10
 
 
 def store_failure(error: sqlite3.Error | OSError, path: Path, doing: str) -> StoreError:
-    """The :class:`StoreError` for ``error``, met while ``doing`` (``opening``, ``reading``, ``writing to``) ``path``.
+    """The :class:`StoreError` for ``error``, met ``doing`` (``opening``, ``reading``, ...) ``path``.
 
     The message names the file, what went wrong in words, that nothing
     already stored was lost, and the command or setting that fixes it.

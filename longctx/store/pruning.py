@@ -190,10 +190,10 @@ def _trees(database: Database) -> list[_Tree]:
             f"SELECT session_id, count(*) AS n, {last} AS last FROM {table}"
             " WHERE session_id IS NOT NULL GROUP BY session_id"
         ):
-            tree = tree_of.get(row["session_id"])
-            if tree is not None:
-                tree.bytes += row["n"] * bytes_per_row
-                tree.last_used = max(tree.last_used, row["last"])
+            owner = tree_of.get(row["session_id"])
+            if owner is not None:
+                owner.bytes += row["n"] * bytes_per_row
+                owner.last_used = max(owner.last_used, row["last"])
     users: dict[str, int] = {}
     for tree in trees.values():
         for fingerprint in tree.packs:

@@ -165,7 +165,7 @@ def test_exit_code_other_longctx_error(tmp_path: Path) -> None:
     blocker.write_text("")
     result = run("sessions", "list", home=blocker / "inside")
     assert result.returncode == cli.EXIT_ERROR
-    assert "cannot open the longctx database" in result.stderr
+    assert "opening the longctx store" in result.stderr and "failed" in result.stderr
 
 
 def test_ask_with_the_question_forgotten_or_a_second_path_as_question_says_so(

@@ -237,7 +237,30 @@ def test_a_database_of_version_13_keeps_its_requests_and_gains_prompt_ids(tmp_pa
         store.caches.save_pack_ids("server:vllm:m:abc", "fp", ids)
         assert store.caches.pack_ids("server:vllm:m:abc", "fp") == ids
         assert store.caches.pack_ids("server:vllm:m:other", "fp") is None  # another tokenizer: none
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 14 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answer_keys(
+    tmp_path: Path,
+) -> None:
+    """The job leases' migration: an old store's answers stay reusable, and items can be leased."""
+    from longctx.store import LeaseHolder
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        len(MIGRATIONS) - 1,
+        _SESSION_ROW,
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
+        "INSERT INTO answer_keys (key, session_id, position) VALUES ('job:j:0:d:n', 's', 0)",
+    )
+    with Store.open(home) as store:
+        holder = LeaseHolder.this_process("run")
+        claims = store.leases.take(["job:j:0:d", "job:j:1:d"], holder, 60)
+        assert [claim.state for claim in claims] == ["answered", "taken"]
+        assert list(store.leases.holders("job:j:")) == ["job:j:1:d"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

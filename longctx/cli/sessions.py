@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import time
 from typing import Any
 
@@ -12,7 +14,7 @@ from longctx.cli.app import emit_json, main, note, runtime
 from longctx.errors import SessionNotFound
 from longctx.outputs import save_text
 from longctx.sessions import Session, resume
-from longctx.store import SessionRecord, Store
+from longctx.store import PruneRule, SessionRecord, Store
 
 
 @main.command()
@@ -171,27 +173,93 @@ def _short_source(source: str) -> str:
 @sessions.command("prune")
 @click.option(
     "--older-than",
-    "days",
-    type=click.FloatRange(min=0),
-    help="Also delete sessions created more than this many days ago.",
+    help="Delete sessions last used longer ago than this: 30d, 12h, 90m, 2w (a bare number: days).",
+)
+@click.option(
+    "--keep", type=click.IntRange(min=0), help="Keep the N most recently used sessions, delete the rest."
+)
+@click.option(
+    "--max-size",
+    help="Delete the least recently used sessions until the rest hold at most this: 100MB, 1.5GB, 500KiB.",
+)
+@click.option(
+    "--in-use-within",
+    default="1h",
+    show_default=True,
+    help="Sessions used this recently count as in use (a chat, a job) and are never deleted.",
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-def sessions_prune(days: float | None, dry_run: bool) -> None:
-    """Delete empty sessions (no turn, no branch), and with --older-than DAYS the old ones."""
-    cutoff = time.time() - days * 86400 if days is not None else None
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+def sessions_prune(
+    older_than: str | None,
+    keep: int | None,
+    max_size: str | None,
+    in_use_within: str,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Delete empty sessions, and old ones by age, count or size; then compact the store.
+
+    A session goes with its branches (a batch's siblings, forks), its turns,
+    requests and counter checks; packs no session uses any more go too, and
+    the file is vacuumed. Always deleted: empty sessions (no turn, no
+    branch). Never deleted: a session used within --in-use-within. Prints
+    the ids deleted, one a line; the summary goes to stderr.
+    """
+    rule = PruneRule(
+        older_than_seconds=None if older_than is None else _seconds(older_than, "--older-than"),
+        keep=keep,
+        max_bytes=None if max_size is None else _bytes(max_size),
+        in_use_seconds=_seconds(in_use_within, "--in-use-within"),
+    )
     with runtime().open_store() as store:
-        doomed = [
-            record
-            for record in store.sessions.sessions(include_branches=True)
-            if (cutoff is not None and record.created_at < cutoff)
-            or (not store.sessions.turns(record.id) and not store.sessions.children(record.id))
-        ]
-        if not dry_run:
-            for record in doomed:
-                store.sessions.delete_session(record.id)
-    for record in doomed:
-        click.echo(record.id)
-    note(f"{'would delete' if dry_run else 'deleted'} {len(doomed)} session(s)")
+        result = store.sessions.prune(rule, dry_run=dry_run)
+    if as_json:
+        emit_json(dataclasses.asdict(result) | {"freed_bytes": result.freed_bytes})
+        return
+    for tree in result.pruned:
+        click.echo("\n".join(tree.session_ids))
+    verb = "would delete" if dry_run else "deleted"
+    sessions_count = sum(len(tree.session_ids) for tree in result.pruned)
+    summary = (
+        f"{verb} {len(result.pruned)} session(s) ({sessions_count} with their branches, "
+        f"{sum(tree.turns for tree in result.pruned)} turns, about {_size(result.freed_bytes)}); "
+        f"kept {result.kept}, {result.in_use} in use"
+    )
+    if not dry_run:
+        summary += (
+            f"; the store went from {_size(result.file_bytes_before)} to {_size(result.file_bytes_after)}"
+        )
+    note(summary)
+    for line in result.notes:
+        note(line)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _seconds(text: str, flag: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` in seconds; a bare number is days."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if match is None:
+        raise click.BadParameter(f"{text!r} is not a duration such as 30d, 12h, 90m", param_hint=flag)
+    return float(match[1]) * _DURATION_UNITS[match[2] or "d"]
+
+
+def _bytes(text: str) -> int:
+    """``100MB``, ``1.5GB``, ``500KiB`` in bytes; a bare number is bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match[2].upper() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise click.BadParameter(
+            f"{text!r} is not a size such as 100MB, 1.5GB, 500KiB", param_hint="--max-size"
+        )
+    return int(float(match[1]) * _SIZE_UNITS[unit])
+
+
+def _size(count: int) -> str:
+    return f"{count / 10**6:.1f} MB" if count >= 10**5 else f"{count / 10**3:.1f} kB"
 
 
 @sessions.command("show")

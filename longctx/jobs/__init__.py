@@ -12,7 +12,11 @@
   host tier, gone), so a job visits the cheapest packs first;
 - :mod:`~longctx.jobs.stored`: a job as the store keeps it: its report by
   the id the job printed, whether a session is one of a job's, what a
-  reused answer cost and where.
+  reused answer cost and where;
+- :mod:`~longctx.jobs.room`: the KV tokens each replica has left for the
+  packs in flight;
+- :mod:`~longctx.jobs.ownership`: one owner per item, so two runs of one
+  job at once never ask an item twice (leases in the store).
 """
 
 from __future__ import annotations

@@ -19,7 +19,9 @@ scheduled for the cache, not in the order given:
 
 Every answer is stored in the transaction of its turn under a key made of
 everything that shapes it (:mod:`longctx.jobs.keys`), so a run
-after a crash or Ctrl-C asks only what has no answer yet. The job checks the
+after a crash or Ctrl-C asks only what has no answer yet. Each item has one
+owner (:mod:`longctx.jobs.ownership`): two runs of one job at once never ask
+one item twice; an item another run is asking is taken from it when stored. The job checks the
 servers' own cache counters once over the whole run (per-call checks would
 be blurred by the packs running beside each call).
 """
@@ -30,6 +32,7 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -41,8 +44,10 @@ from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
+from longctx.jobs.ownership import ItemOwnership
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
 from longctx.jobs.stored import answer_request
+from longctx.jobs.room import KvRoom
 from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
@@ -184,6 +189,9 @@ class JobOptions(OptionFields):
     the host tier of each server URL in tokens, where the server does not
     say (vLLM gives its size in GiB: ``longctx plan --host-memory`` turns it
     into tokens); it orders the packs, it never adds room in flight.
+    ``lease_seconds`` is how long an item stays this run's after its last
+    renewal (renewed every third of it while the run lives): a run killed
+    on another host holds its items that long (on this host, none).
     """
 
     kv_tokens: int | None = option(None, value_type="int", minimum=1)
@@ -192,6 +200,7 @@ class JobOptions(OptionFields):
     packs_in_flight: int | None = option(None, value_type="int", minimum=1)
     job_id: str | None = option(None, value_type="str", check=not_blank)
     fresh: bool = option(False, value_type="bool")
+    lease_seconds: float = option(60.0, value_type="float", minimum=0, minimum_open=True)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -208,6 +217,11 @@ class JobResult:
     changed since its stored answer, or that the run was fresh; None for a
     reused answer); ``usage`` and ``replica`` are those of the request that
     answered it (in an earlier run, for a reused answer).
+
+
+    changed since its stored answer, or that the run was fresh); ``usage``
+    and ``replica`` are set for answers asked in this run. ``asked_by``
+    names the other run that asked it while this one ran (then ``resumed``).
     """
 
     index: int
@@ -219,6 +233,7 @@ class JobResult:
     usage: Usage | None = None
     replica: str | None = None
     asked_because: str | None = None
+    asked_by: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -235,6 +250,7 @@ class JobResult:
             "usage": self.usage.to_dict() if self.usage is not None else None,
             "replica": self.replica,
             "asked_because": self.asked_because,
+            "asked_by": self.asked_by,
         }
         return data | ({"error": self.error} if self.error is not None else {})
 
@@ -312,6 +328,9 @@ class JobReport:
             f"job {self.job_id}: {answered} of {len(self.results)} answered over {self.packs} packs",
             f"{self.resumed} from an earlier run",
         ]
+        elsewhere = sum(result.asked_by is not None for result in self.results)
+        if elsewhere:
+            parts[-1] = f"{self.resumed - elsewhere} from an earlier run, {elsewhere} asked by another run"
         again = self.asked_again
         if again:
             why = ", ".join(f"{count} because {reason}" for reason, count in again.items())
@@ -358,39 +377,6 @@ class _Pack:
     # The items to ask (those without an answer stored under their facts): their new key and why.
     asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     results: dict[int, JobResult] = field(default_factory=dict)
-
-
-class _Room:
-    """The KV tokens each replica URL has left for packs in flight, under one condition."""
-
-    def __init__(self, capacity: dict[str, int | None], share: float, limit: int) -> None:
-        self._capacity = {url: None if size is None else int(size * share) for url, size in capacity.items()}
-        self._claimed: Counter[str] = Counter()
-        self._running: Counter[str] = Counter()
-        self.limit = limit
-
-    @property
-    def in_flight(self) -> int:
-        return self._running.total()
-
-    def fits(self, url: str, claim: int) -> bool:
-        """Whether a pack claiming ``claim`` tokens may start on ``url`` now."""
-        if self.in_flight >= self.limit:
-            return False
-        if self._running[url] == 0:
-            return True  # a replica always takes one pack, however large
-        capacity = self._capacity.get(url)
-        if capacity is None:
-            return False  # unknown size: one pack at a time
-        return self._claimed[url] + claim <= capacity
-
-    def take(self, url: str, claim: int) -> None:
-        self._running[url] += 1
-        self._claimed[url] += claim
-
-    def give_back(self, url: str, claim: int) -> None:
-        self._running[url] -= 1
-        self._claimed[url] -= claim
 
 
 def _checked_items(items: Iterable[JobItem]) -> tuple[JobItem, ...]:
@@ -486,6 +472,8 @@ class Job:
         self._canaries: list[CanaryResult] = []
         # The run's one counter window (empty when it checks nothing).
         self._window = CounterSnapshot()
+        # The leases of the run's items (made when it starts).
+        self._owners: ItemOwnership | None = None
 
     @property
     def id(self) -> str:
@@ -525,12 +513,17 @@ class Job:
         try:
             return self._run()
         finally:
+            if self._owners is not None:
+                self._owners.close()
             self._resources.close()
 
     def _run(self) -> JobReport:
         store, backend = self._resources.store, self._resources.backend
         packs = self._packs()
         self._stored = stored_for_job(store, self.id)
+        # A fresh run takes another run's answer only if it was made after this run began.
+        since = time.time() if self.options.fresh else 0.0
+        self._owners = ItemOwnership(store, self.options.lease_seconds, answered_since=since)
         self._answered, self._packs_done, self._packs_total = 0, 0, len(packs)
         earlier = sum(len(answers) for answers in self._stored.values())
         self._tell(f"reading {len(packs)} packs ({earlier} answers stored by earlier runs)")
@@ -540,6 +533,7 @@ class Job:
         with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
             self._window = snapshot
             self._schedule(packs, backend)
+            self._take_from_others(packs, backend)
             results = {index: result for pack in packs for index, result in pack.results.items()}
             served = [result.session_id for result in results.values() if result.usage is not None]
             records = store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
@@ -563,7 +557,7 @@ class Job:
         urls = [replica.api_url for replica in backend.replicas]
         limit = self.options.packs_in_flight or 2 * len(urls)
         sizes = self._sizes(backend, urls)
-        room = _Room({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
+        room = KvRoom({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
         waiting = self._cheapest_first(pending, sizes)  # packs not read yet
         ready: list[_Pack] = []  # read and counted, waiting for room on their replica
         reading: dict[Future[_Pack], _Pack] = {}
@@ -665,6 +659,7 @@ class Job:
                     self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
                     pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
+            self._claim(pack)
         except LongctxError as error:
             session.close()
             for index in pack.indices:
@@ -686,8 +681,8 @@ class Job:
 
     def _ask(self, pack: _Pack) -> None:
         """Ask the pack's unanswered questions as siblings; each answer is stored under its item's key."""
-        session = pack.session
-        assert session is not None
+        session, owners = pack.session, self._owners
+        assert session is not None and owners is not None
         indices = list(pack.asking)
         # Answers come back as they finish: the first item still waiting with that question is its.
         waiting: dict[str, deque[int]] = {}
@@ -697,6 +692,7 @@ class Job:
         def answered(answer: Answer) -> None:
             with self._lock:
                 index = waiting[answer.question].popleft()
+            owners.release([_lease_of(pack.asking[index][0])])
             self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
                                          usage=answer.usage, replica=pack.replica,
                                          asked_because=pack.asking[index][1]))  # fmt: skip
@@ -718,8 +714,52 @@ class Job:
                     because = pack.asking[index][1]
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
+        finally:
+            # The items that failed are free for another run (the answered ones were given back).
+            owners.release([_lease_of(key) for key, _ in pack.asking.values()])
         # The server may have read the pack before a failure too: it is the most recent either way.
         PROCESS.get(Residency).touch(pack.replica, pack.key, pack.prefix_tokens)
+
+    # -- one owner per item -------------------------------------------------------
+
+    def _claim(self, pack: _Pack) -> None:
+        """Take the leases of the pack's items to ask; leave out those another run asks or has answered."""
+        owners = self._owners
+        assert owners is not None
+        leases = {index: _lease_of(key) for index, (key, _) in pack.asking.items()}
+        for index, claimed in owners.claim(leases).items():
+            turn = owners.answer_of(leases[index]) if claimed.state == "answered" else None
+            if claimed.state == "held" and claimed.holder is not None:
+                del pack.asking[index]
+                self._tell(
+                    f"item {index} is being asked by {claimed.holder.describe()}: waiting for its answer"
+                )
+            elif turn is not None:
+                del pack.asking[index]
+                self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
+                                             resumed=True, asked_by="another run"))  # fmt: skip
+
+    def _take_from_others(self, packs: list[_Pack], backend: Backend) -> None:
+        """Wait for the items other runs were asking: take their answers, or ask those they left."""
+        owners = self._owners
+        assert owners is not None
+        pack_of = {index: pack for pack in packs for index in pack.indices}
+        while owners.deferred:
+            self._tell(f"waiting for {len(owners.deferred)} items another run is asking")
+            polled = owners.poll(min(1.0, owners.seconds / 3))
+            for index, (turn, holder) in polled.answered.items():
+                self._settle(pack_of[index], JobResult(index, self.items[index], turn.answer, turn.session_id,
+                                                       resumed=True, asked_by=holder.describe()))  # fmt: skip
+            again: dict[tuple[str, ...], _Pack] = {}
+            for item in polled.taken_over:
+                key = pack_of[item.index].key
+                again.setdefault(key, _Pack(key, [])).indices.append(item.index)
+            if again:
+                self._tell(f"asking {len(polled.taken_over)} items another run left unanswered")
+                self._packs_total += len(again)
+                self._schedule(list(again.values()), backend)
+                for retried in again.values():
+                    pack_of[retried.indices[0]].results.update(retried.results)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:
         """Item ``result.index`` is done: keep its result and tell ``on_result``."""
@@ -754,6 +794,11 @@ def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobRes
         usage=request.usage if request is not None else None,
         replica=request.base_url if request is not None else None,
     )  # fmt: skip
+
+
+def _lease_of(answer_key: str) -> str:
+    """The lease key of an item's answer key: the key without its nonce (:func:`keys.item_lease_key`)."""
+    return answer_key.rsplit(":", 1)[0]
 
 
 def _name(pack: _Pack) -> str:

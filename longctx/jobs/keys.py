@@ -41,6 +41,7 @@ __all__ = [
     "StoredAnswer",
     "decide",
     "item_key",
+    "item_lease_key",
     "job_prefix",
     "stored_for_job",
 ]
@@ -105,9 +106,18 @@ def job_prefix(job_id: str) -> str:
     return f"job:{job_id}:"
 
 
+def item_lease_key(job_id: str, index: int, facts: AnswerFacts) -> str:
+    """Item ``index`` under ``facts``, whoever asks it: its answer keys without their nonce.
+
+    Two runs asking the same item under the same facts share this key, so
+    one lease on it (:mod:`longctx.store.leases`) gives the item one owner.
+    """
+    return f"{job_prefix(job_id)}{index}:{facts.digest}"
+
+
 def item_key(job_id: str, index: int, facts: AnswerFacts) -> str:
     """A new key for item ``index``'s answer under ``facts`` (never one an earlier answer has)."""
-    return f"{job_prefix(job_id)}{index}:{facts.digest}:{uuid.uuid4().hex[:8]}"
+    return f"{item_lease_key(job_id, index, facts)}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)

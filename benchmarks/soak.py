@@ -45,6 +45,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -367,8 +368,12 @@ class SmallDisk:
         (self.path / "ballast").unlink(missing_ok=True)
 
     def close(self) -> None:
-        if self.mounted:
-            subprocess.run(["umount", str(self.path)], capture_output=True, check=False)
+        """Unmount it; a file still open in it (a client's) makes that lazy, never leaves it mounted."""
+        if (
+            self.mounted
+            and subprocess.run(["umount", str(self.path)], capture_output=True, check=False).returncode
+        ):
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
 
 
 def run_full_disk(load: Workload, disk: SmallDisk) -> tuple[ClientRun, str]:
@@ -412,7 +417,7 @@ def _batch_session(item: Unfinished) -> str | None:
     if not database.exists():
         return None
     prefix = f"[{item.client}]"
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         row = connection.execute(
             "SELECT s.parent_id FROM turns t JOIN sessions s ON s.id = t.session_id"
             " WHERE substr(t.question, 1, ?) = ? LIMIT 1",
@@ -426,7 +431,7 @@ def stored_questions(home: Path, prefix: str) -> int:
     database = home / "longctx.db"
     if not database.exists():
         return 0
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         row = connection.execute(
             "SELECT COUNT(DISTINCT question) FROM turns WHERE substr(question, 1, ?) = ?",
             (len(prefix), prefix),
@@ -442,7 +447,7 @@ def _batch_session(item: Unfinished) -> str | None:
     if not database.exists():
         return None
     prefix = f"[{item.client}]"
-    with sqlite3.connect(database) as connection:
+    with closing(sqlite3.connect(database)) as connection, connection:
         row = connection.execute(
             "SELECT s.parent_id FROM turns t JOIN sessions s ON s.id = t.session_id"
             " WHERE substr(t.question, 1, ?) = ? LIMIT 1",

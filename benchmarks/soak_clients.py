@@ -28,6 +28,7 @@ import termios
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,7 +89,10 @@ def stored_under(home: Path, prefix: str) -> int:
     if not database.exists():
         return 0
     try:
-        with sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5) as connection:
+        with (
+            closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True, timeout=5)) as connection,
+            connection,
+        ):
             row = connection.execute(
                 "SELECT COUNT(*) FROM turns WHERE substr(question, 1, ?) = ?", (len(prefix), prefix)
             ).fetchone()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sqlite3
 import sys
 import time
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ from longctx.testing.fleet import Fleet
 def _store_with(home: Path, turns: list[tuple[str, int, str, str]], empty_session: str | None = None) -> None:
     """A store holding ``turns`` (session, position, question, answer), each with its request."""
     Store.open(home).close()
-    with sqlite3.connect(home / "longctx.db") as connection:
+    with closing(sqlite3.connect(home / "longctx.db")) as connection, connection:
         for session in {turn[0] for turn in turns} | ({empty_session} if empty_session else set()):
             connection.execute(
                 "INSERT INTO sessions (id, created_at, kind, title, settings_json)"
@@ -86,7 +87,7 @@ def test_the_checker_counts_a_job_item_answered_twice_apart_and_finds_a_gap_and_
     home = tmp_path / "home"
     _store_with(home, [("s1", 0, "[job-0a] q", "x"), ("s2", 0, "[job-0a] q", "y"), ("s3", 0, "a", "b"),
                        ("s3", 2, "c", "d")])  # fmt: skip
-    with sqlite3.connect(home / "longctx.db") as connection:
+    with closing(sqlite3.connect(home / "longctx.db")) as connection, connection:
         connection.execute("INSERT INTO answer_keys (key, session_id, position) VALUES ('job:j:0', 's3', 5)")
     findings = check_store(home, [Told("job-0a", "[job-0a] q", "y", "s2")], job_questions=["[job-0a] q"])
     assert findings.lost == [] and findings.stored_twice == []
@@ -100,7 +101,7 @@ def test_the_checker_counts_a_job_item_answered_twice_apart_and_finds_a_gap_and_
 def test_the_checker_reads_a_damaged_store_as_broken(tmp_path: Path) -> None:
     home = tmp_path / "home"
     _store_with(home, [(f"s{n}", 0, f"question {n}", "answer " * 200) for n in range(40)])
-    with sqlite3.connect(home / "longctx.db") as connection:
+    with closing(sqlite3.connect(home / "longctx.db")) as connection, connection:
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         root = connection.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'turns'").fetchone()[0]
         page = connection.execute("PRAGMA page_size").fetchone()[0]
@@ -128,6 +129,7 @@ def test_a_short_soak_loses_nothing_and_every_ctrl_c_leaves_in_time(
     print(f"\nsoak: {time.monotonic() - started:.0f} s in all")
     for name, value in figures(result):
         print(f"  {name}: {value}")
+    print(f"  full disk: {result.disk_full}")
     assert result.problems() == []
     # Every fault landed: a replica killed, SIGINT and SIGKILL sent, a store's disk full.
     applied = {run.applied for run in result.runs}

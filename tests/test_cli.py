@@ -276,7 +276,10 @@ def test_exit_code_server_error(repository: Path, home: Path, vllm_server: Local
     proxy = FaultProxy("127.0.0.1", vllm_server.port)
     proxy.faults.extend(["503"] * 10)
     try:
-        result = run("ask", str(repository), "overloaded?", "--base-url", proxy.base_url, home=home)
+        # --text-prompts: the faults are for the question's request, not the pack's /tokenize calls.
+        result = run(
+            "ask", str(repository), "overloaded?", "--base-url", proxy.base_url, "--text-prompts", home=home
+        )
     finally:
         proxy.close()
     assert result.returncode == cli.EXIT_SERVER, result.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,6 +91,9 @@ class _InterruptingAtOnce(FakeEngine):
 
     def chat(self, request: httpx2.Request) -> httpx2.Response:
         os.kill(os.getpid(), signal.SIGINT)
+        # Held back, so no answer arrives before the interrupt is handled on the main thread (the
+        # siblings' requests run on others): on a busy machine one was stored first.
+        time.sleep(2.0)
         return super().chat(request)
 
 

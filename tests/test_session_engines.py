@@ -287,7 +287,10 @@ def test_faults_are_retried_without_losing_or_duplicating_turns(
             ServerOptions(proxy.base_url, stall_timeout=3.0),
             retry=RetryPolicy(attempts=8, initial_wait=0.1, max_wait=1.0),
         )
-        session = Session(backend, text_pack(20_000), store=store, request=RequestOptions(max_tokens=32))
+        # Text prompts: with token ids the pack's /tokenize calls would go through the proxy too and
+        # take faults meant for the turns (the ids path's own fallbacks are tested in test_prompt_ids).
+        options = RequestOptions(max_tokens=32, prompt_ids=False)
+        session = Session(backend, text_pack(20_000), store=store, request=options)
         proxy.faults.extend(["drop", "503", "429:1", "stall", "cut"])
         started = time.monotonic()
         first = session.ask("first, through every fault")

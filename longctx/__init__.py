@@ -69,6 +69,9 @@ _EXPORTS: dict[str, str] = {
     "Finding": "longctx.serving.advice",
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
+    "InvalidAnswer": "longctx.errors",
+    "AnswerSchema": "longctx.schemas",
+    "answer_schema": "longctx.schemas",
     "Limits": "longctx.config",
     "Job": "longctx.jobs.job",
     "JobItem": "longctx.jobs.job",
@@ -167,6 +170,7 @@ if TYPE_CHECKING:
     from longctx.errors import EmptyCorpus as EmptyCorpus
     from longctx.errors import InputError as InputError
     from longctx.errors import InsufficientMemory as InsufficientMemory
+    from longctx.errors import InvalidAnswer as InvalidAnswer
     from longctx.errors import LongctxError as LongctxError
     from longctx.errors import OutputError as OutputError
     from longctx.errors import PackError as PackError
@@ -207,6 +211,8 @@ if TYPE_CHECKING:
     from longctx.report import RequestLine as RequestLine
     from longctx.report import SavingsReport as SavingsReport
     from longctx.retry import RetryPolicy as RetryPolicy
+    from longctx.schemas import AnswerSchema as AnswerSchema
+    from longctx.schemas import answer_schema as answer_schema
     from longctx.serving.advice import Finding as Finding
     from longctx.serving.doctor import Diagnosis as Diagnosis
     from longctx.serving.doctor import diagnose as diagnose

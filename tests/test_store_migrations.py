@@ -214,7 +214,32 @@ def test_a_database_of_version_12_keeps_its_turns_and_gains_their_citations(tmp_
         turn = TurnRecord("s", 1, "q2?", "b.", "b.", None, "r", 0.0, instruction="\n\ncite", citations=cited)
         store.sessions.commit_turn(turn, request)
         assert store.sessions.turns("s")[1] == turn
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 13 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_13_keeps_its_turns_and_gains_their_schema(tmp_path: Path) -> None:
+    """Migration 14: an old turn was asked without a schema; a new one keeps its schema's stored form."""
+    from longctx.store import RequestRecord, TurnRecord
+    from longctx.usage import Usage
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        13,
+        _SESSION_ROW,
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
+    )
+    with Store.open(home) as store:
+        (old,) = store.sessions.turns("s")
+        assert old.schema is None
+        usage = Usage(10, 0, None, 3, None, None)
+        request = RequestRecord("r", "s", None, "turn", 0.0, "http://x/v1", "vllm", "m", usage, 1)
+        schema = {"name": "answer", "schema": {"type": "object"}, "multi": False}
+        turn = TurnRecord("s", 1, "q2?", "{}", "{}", None, "r", 0.0, schema=schema)
+        store.sessions.commit_turn(turn, request)
+        assert store.sessions.turns("s")[1] == turn
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 14 == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from longctx.errors import (
     ContextOverflow,
     EmptyCorpus,
     InputError,
+    InvalidAnswer,
     LongctxError,
     ServerUnreachable,
     SessionNotFound,
@@ -51,6 +52,7 @@ __all__ = [
     "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
+    "EXIT_INVALID_ANSWER",
     "EXIT_INTERRUPTED",
     "EXIT_ITEMS_FAILED",
     "EXIT_NO_SESSION",
@@ -85,6 +87,7 @@ EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
+EXIT_INVALID_ANSWER = 11
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -102,6 +105,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
     EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
     " (`doctor --canary`; the evidence is printed)",
+    EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
+    " (the raw answer is printed on stderr)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -114,6 +119,8 @@ def exit_code(error: LongctxError) -> int:
         return EXIT_NO_SESSION
     if isinstance(error, CanaryDiverged):
         return EXIT_CANARY
+    if isinstance(error, InvalidAnswer):
+        return EXIT_INVALID_ANSWER
     if isinstance(error, ConfigError):
         return EXIT_USAGE
     if isinstance(error, ServerUnreachable):
@@ -140,9 +147,13 @@ def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
     "message", "exit_code"}}``), so a script reading stdout always gets JSON.
     """
     code = exit_code(error)
+    raw = {"text": error.text} if isinstance(error, InvalidAnswer) else {}  # the answer it refused
     if as_json:
-        emit_json({"error": {"type": type(error).__name__, "message": error.describe(), "exit_code": code}})
+        failure = {"type": type(error).__name__, "message": error.describe(), "exit_code": code, **raw}
+        emit_json({"error": failure})
     click.echo(f"longctx: error: {error.describe()}", err=True)
+    if raw and not as_json:
+        click.echo(f"longctx: the answer as it came:\n{raw['text']}", err=True)
     sys.exit(code)
 
 

@@ -40,6 +40,7 @@ from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rat
 from longctx.sessions import answers, siblings
 from longctx.sessions.answers import (
     Answer,
+    Asking,
     AskManyOptions,
     Batch,
     Committed,
@@ -165,26 +166,26 @@ class Conversation(ABC):
 
     @abstractmethod
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", **how: Unpack[Asking]
     ) -> Plan[Answer]:
         """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
 
         :meth:`ask` and :meth:`aask` carry it out; so can a caller that
         composes turns (a sharded session's map step runs its shards' plans
-        side by side). See :mod:`longctx.drivers`.
+        side by side). See :mod:`longctx.drivers`; ``how``: :class:`Asking` (cite, schema).
         """
 
     @abstractmethod
     def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """The plan of a batch of sibling ``questions`` from the current point (see :meth:`ask_many`)."""
 
-    def ask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
-        """Ask ``question`` as the next turn, stored once answered (``cite``: :mod:`longctx.citations`)."""
-        return run(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
+    def ask(self, question: str, *, max_tokens: int | None = None, **how: Unpack[Asking]) -> Answer:
+        """Ask ``question`` as the next turn, stored once answered (``how``: ``cite``, ``schema``: Asking)."""
+        return run(self.plan_ask(question, max_tokens=max_tokens, **how))
 
-    async def aask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
+    async def aask(self, question: str, *, max_tokens: int | None = None, **how: Unpack[Asking]) -> Answer:
         """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
-        return await arun(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
+        return await arun(self.plan_ask(question, max_tokens=max_tokens, **how))
 
     def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
         """Ask sibling ``questions`` from the current point; each becomes a branch.
@@ -507,7 +508,7 @@ class Session(Conversation):
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False
+        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", **how: Unpack[Asking]
     ) -> Plan[Answer]:
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
@@ -517,12 +518,14 @@ class Session(Conversation):
         self._resources.check_open()
         answers.checked_question(question)
         max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
+        cite, schema = answers.asked_how(how, "ask")
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-            grounding = answers.grounding(cite, self.pack, self._turns, changes)
-            request = self._chat_request(question, self._turns, max_tokens, changes, grounding)
+            asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
+            request = self._chat_request(question, self._turns, max_tokens, changes, asked.grounding)
+            request = yield Io(partial(answers.constrained, request, schema, self.backend))
             request = yield Io(partial(self._in_token_history, request))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
@@ -530,7 +533,7 @@ class Session(Conversation):
             )
             with (yield Io(opened)) as snapshot:
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow)
-                commit = partial(self._commit_turn, sent, question, purpose, changes, grounding)
+                commit = partial(self._commit_turn, sent, question, purpose, changes, asked)
                 committed: Committed = yield Io(commit)
                 self._token_history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
@@ -588,14 +591,14 @@ class Session(Conversation):
         return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
 
     def _commit_turn(
-        self, sent: Sent, question: str, purpose: str, changes: Changes | None, grounding: Grounding | None
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: answers.Asked
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         record = self._opened()
         inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
             sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
-            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, grounding=grounding,
+            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, asked=asked,
         )  # fmt: skip
         with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
@@ -610,17 +613,18 @@ class Session(Conversation):
         max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
-        grounding: Grounding | None = None,
+        asked: answers.Asked,
     ) -> siblings.SiblingBatch:
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
         if self.warming is not None:
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
-        requests = [self._chat_request(q, history, max_tokens, changes, grounding) for q in questions]
+        requests = [self._chat_request(q, history, max_tokens, changes, asked.grounding) for q in questions]
         record = self._opened()
+        constrained = tuple(answers.constrained(request, asked.schema, self.backend) for request in requests)
         batch_id = uuid.uuid4().hex[:16]
-        return siblings.SiblingBatch(tuple(requests), tuple(questions), batch_id, record.id, grounding)
+        return siblings.SiblingBatch(constrained, tuple(questions), batch_id, record.id, asked)
 
     def _commit_sibling(
         self,
@@ -635,7 +639,7 @@ class Session(Conversation):
         committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling",
             batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
-            grounding=batch.grounding,
+            asked=batch.asked,
         )  # fmt: skip
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.
@@ -667,8 +671,9 @@ class Session(Conversation):
         concurrency = answers.checked_concurrency(options.get("concurrency"))
         keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        grounding = answers.grounding(options.get("cite"), self.pack, self._turns, changes)
-        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, grounding))
+        cite, schema = answers.asked_how(options, "ask_many")
+        asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
+        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
         dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
         with (yield Io(opened)) as snapshot:

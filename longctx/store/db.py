@@ -222,6 +222,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN instruction TEXT NOT NULL DEFAULT '';
     ALTER TABLE turns ADD COLUMN citations_json TEXT;
     """,
+    # 14: typed answers (longctx.schemas): the schema a question was asked with, as JSON
+    # ({"name", "schema", "multi"}). NULL: asked without one.
+    """
+    ALTER TABLE turns ADD COLUMN schema_json TEXT;
+    """,
 )
 
 

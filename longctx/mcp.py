@@ -48,7 +48,7 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,7 @@ from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ContextOverflow, LongctxError
 from longctx.report import SavingsReport
 from longctx.roots import AllowedRoots, resolved_path
+from longctx.schemas import json_value
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.corpus import server_budget
 from longctx.store import Store
@@ -97,7 +98,8 @@ class AskResult:
     ``cached_tokens`` of ``prompt_tokens`` were read from the server's prefix
     cache (None: the server did not say, ``cached_reason`` says why);
     ``pack_tokens`` is the size of the pack every request of the source
-    starts with.
+    starts with. ``data``: the validated JSON value of an answer asked with a
+    ``schema`` (None without one).
     """
 
     answer: str
@@ -110,6 +112,7 @@ class AskResult:
     pack_tokens: int | None
     cached_reason: str | None
     summary: str
+    data: Any = None
 
 
 @dataclass(frozen=True)
@@ -302,12 +305,16 @@ class Toolbox:
         *,
         max_tokens: int | None = None,
         new_conversation: bool = False,
+        schema: Mapping[str, Any] | str | None = None,
     ) -> AskResult:
-        """Ask ``question`` as the next turn of the source's conversation (or of a new one from the pack)."""
+        """Ask ``question`` as the next turn of the source's conversation (or of a new one from the pack).
+
+        ``schema`` (a JSON Schema object or a concise spec: :mod:`longctx.schemas`) types the answer.
+        """
         try:
             source = self._source(paths)
             conversation = self._conversation(source, new=new_conversation)
-            answer = conversation.ask(question, max_tokens=max_tokens)
+            answer = conversation.ask(question, max_tokens=max_tokens, schema=schema)
         except LongctxError as error:
             raise _tool_error(error) from None
         usage = answer.usage
@@ -322,6 +329,7 @@ class Toolbox:
             pack_tokens=source.root.full_pack.total_tokens,
             cached_reason=usage.cached_reason,
             summary=usage.summary_line(),
+            data=json_value(answer.data),
         )
 
     def _conversation(self, source: _Source, *, new: bool) -> Session:
@@ -511,14 +519,22 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
 
     @server.tool()
     def ask(
-        path: str | list[str], question: str, max_tokens: int | None = None, new_conversation: bool = False
+        path: str | list[str],
+        question: str,
+        max_tokens: int | None = None,
+        new_conversation: bool = False,
+        schema: dict[str, Any] | str | None = None,
     ) -> AskResult:
         """Ask a question about a repository, folder or documents (absolute paths; one path or several).
 
         Follow-up questions about the same path continue the conversation, reading the pack and the
         earlier turns from the model server's cache. new_conversation=true starts over from the pack.
+        schema (a JSON Schema object, or a spec such as "name, age int, bio: their biography") makes
+        the answer JSON that satisfies it, returned parsed in data.
         """
-        return toolbox.ask(path, question, max_tokens=max_tokens, new_conversation=new_conversation)
+        return toolbox.ask(
+            path, question, max_tokens=max_tokens, new_conversation=new_conversation, schema=schema
+        )
 
     @server.tool()
     def ask_many(path: str | list[str], questions: list[str], max_tokens: int | None = None) -> AskManyResult:

@@ -27,6 +27,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from longctx.errors import ConfigError, InvalidAnswer
@@ -34,7 +35,15 @@ from longctx.errors import ConfigError, InvalidAnswer
 if TYPE_CHECKING:
     from longctx.backends.base import ServerInfo
 
-__all__ = ["CONCISE_TYPES", "AnswerSchema", "SchemaSpec", "answer_schema", "concise_schema", "json_value"]
+__all__ = [
+    "CONCISE_TYPES",
+    "AnswerSchema",
+    "SchemaSpec",
+    "answer_schema",
+    "concise_schema",
+    "json_value",
+    "schema_argument",
+]
 
 CONCISE_TYPES: Final[Mapping[str, str]] = {
     "str": "string",
@@ -172,6 +181,25 @@ def answer_schema(spec: SchemaSpec, *, multi: bool = False) -> AnswerSchema:
         "schema must be a pydantic model class, a JSON Schema dict or a concise spec string"
         f" ('name, age int, bio: their biography'), not {type(spec).__name__}"
     )
+
+
+def schema_argument(text: str, *, multi: bool = False) -> AnswerSchema:
+    """The schema a command line gives (``--schema FILE|SPEC``): a JSON Schema file if ``text`` names one,
+    else the concise spec.
+
+    Raises :class:`~longctx.errors.ConfigError` for a file that cannot be
+    read or holds no JSON (naming it), or a spec :func:`answer_schema` refuses.
+    """
+    path = Path(text)
+    if text.endswith(".json") or path.is_file():
+        try:
+            loaded = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as error:
+            raise ConfigError(f"cannot read the schema file {text}: {error.strerror or error}") from error
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ConfigError(f"the schema file {text} holds no JSON: {error}") from error
+        return answer_schema(loaded, multi=multi)
+    return answer_schema(text, multi=multi)
 
 
 def concise_schema(spec: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
+from longctx.schemas import AnswerSchema, schema_argument
 
 if TYPE_CHECKING:
     from longctx.backends.base import Backend
@@ -52,8 +53,8 @@ __all__ = [
     "EXIT_CODES",
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
-    "EXIT_INVALID_ANSWER",
     "EXIT_INTERRUPTED",
+    "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
     "EXIT_NO_SESSION",
     "EXIT_OK",
@@ -66,6 +67,7 @@ __all__ = [
     "corpus_options",
     "emit_json",
     "exit_code",
+    "given_schema",
     "main",
     "note",
     "output_options",
@@ -73,6 +75,7 @@ __all__ = [
     "progress_bar",
     "request_options",
     "runtime",
+    "schema_options",
     "server_options",
 ]
 
@@ -402,3 +405,29 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.version_option(package_name="longctx-sdk", prog_name="longctx")
 def main() -> None:
     """Cache-friendly questions over codebases and documents, on vLLM and SGLang."""
+
+
+def schema_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--schema FILE|SPEC`` and ``--schema-multi``: each answer is JSON decoded to a schema, validated."""
+    function = click.option(
+        "--schema-multi",
+        is_flag=True,
+        help='With --schema: the answer is a list of such objects ({"items": [...]}).',
+    )(function)
+    return click.option(
+        "--schema",
+        "schema_text",
+        metavar="FILE|SPEC",
+        help="Answer in JSON that satisfies a schema: a JSON Schema file, or a concise spec such as "
+        "'name, age int, bio: their biography' (types str, int, float, bool; newlines may separate "
+        "fields). The server constrains decoding to it; an answer that is cut or invalid fails (exit 11).",
+    )(function)
+
+
+def given_schema(text: str | None, multi: bool) -> AnswerSchema | None:
+    """The schema ``--schema`` gave (None without); ``--schema-multi`` alone is refused."""
+    if text is None:
+        if multi:
+            raise ConfigError("--schema-multi needs --schema FILE|SPEC")
+        return None
+    return schema_argument(text, multi=multi)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from typing import IO
 
 import click
@@ -12,11 +13,13 @@ import click
 from longctx.cli.app import (
     EXIT_ITEMS_FAILED,
     corpus_options,
+    given_schema,
     main,
     note,
     progress_bar,
     request_options,
     runtime,
+    schema_options,
     server_options,
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
@@ -55,6 +58,7 @@ from longctx.outputs import save_text
 @corpus_options
 @server_options
 @request_options(concurrency=True)
+@schema_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
 def job(
     job_file: str,
@@ -64,6 +68,8 @@ def job(
     packs_in_flight: int | None,
     job_id: str | None,
     fresh: bool,
+    schema_text: str | None,
+    schema_multi: bool,
     quiet: bool,
     server: ServerOptions,
     corpus: CorpusOptions,
@@ -80,12 +86,17 @@ def job(
     pack's files, the model, the server, --max-tokens, --temperature,
     --seed): those items are asked again and the summary says why; --fresh
     asks everything again. Results are JSONL in item order, one line per item
-    with its answer or its error; exit 9 when some item failed.
+    with its answer or its error; exit 9 when some item failed. An item's
+    "schema" (a JSON Schema object or a concise spec), else --schema, types
+    its answer: the result line carries its validated "data".
     """
     if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         # Refused before the job runs, not after an hour of answers.
         raise OutputError("its folder does not exist", path=output)
     items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
+    schema = given_schema(schema_text, schema_multi)
+    if schema is not None:  # the items' own schemas win
+        items = tuple(item if item.schema is not None else replace(item, schema=schema) for item in items)
     options = JobOptions(
         kv_tokens=kv_tokens,
         host_kv_tokens=host_kv_tokens,

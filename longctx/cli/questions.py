@@ -18,12 +18,14 @@ from longctx.citations import file_link
 from longctx.cli.app import (
     corpus_options,
     emit_json,
+    given_schema,
     main,
     note,
     output_options,
     progress,
     request_options,
     runtime,
+    schema_options,
     server_options,
 )
 from longctx.cli.flags import flags_of
@@ -221,12 +223,15 @@ def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[t
 @request_options()
 @shard_option
 @cite_option
+@schema_options
 @output_options
 def ask(
     arguments: tuple[str, ...],
     question_option: str | None,
     shard: bool,
     cite: bool,
+    schema_text: str | None,
+    schema_multi: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -239,11 +244,12 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
+    schema = given_schema(schema_text, schema_multi)  # refused here, before any file is read
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened() as opened:
         opened.say("waiting for the answer")
         with opened.session as session:
-            answer = session.ask(question, cite=cite)
+            answer = session.ask(question, cite=cite, schema=schema)
             if not as_json:
                 # Printed before the report, which waits for the server's counters to settle.
                 click.echo(answer.text)
@@ -271,6 +277,7 @@ def ask(
 @request_options(concurrency=True)
 @shard_option
 @cite_option
+@schema_options
 @output_options
 def batch(
     paths: tuple[str, ...],
@@ -278,6 +285,8 @@ def batch(
     session_id: str | None,
     shard: bool,
     cite: bool,
+    schema_text: str | None,
+    schema_multi: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -295,6 +304,7 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
+    schema = given_schema(schema_text, schema_multi)
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened(session_id) as opened:
         session, say = opened.session, opened.say
@@ -309,7 +319,9 @@ def batch(
         reuse = not isinstance(session, ShardedSession)
         with session:
             try:
-                result = session.ask_many(questions, on_answer=answered, reuse_answered=reuse, cite=cite)
+                result = session.ask_many(
+                    questions, on_answer=answered, reuse_answered=reuse, cite=cite, schema=schema
+                )
             except (KeyboardInterrupt, BackendError) as error:
                 # Closing the connection ends the requests in flight; the
                 # answers printed are those already stored.
@@ -401,9 +413,10 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
     accepted = _APPLIED_ON_RESUME | (_BATCH_ON_RESUME if batch else set())
     for name, parameter in given.items():
         flag = "/".join(getattr(parameter, "opts", []) or [name])
-        # --cite is how this run asks, not what the stored session is.
+        # --cite and --schema are how this run asks, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite")
+            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema_text")
+            or name == "schema_multi"
             or name in _SERVER_ON_RESUME
         ):
             continue

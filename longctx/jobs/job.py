@@ -46,7 +46,8 @@ from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
-from longctx.sessions.answers import Answer
+from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema, json_value
+from longctx.sessions.answers import Answer, stored_data
 from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
@@ -65,7 +66,7 @@ __all__ = [
     "read_job",
 ]
 
-_ITEM_KEYS = frozenset({"paths", "question", "id"})
+_ITEM_KEYS = frozenset({"paths", "question", "id", "schema"})
 
 # The room one sibling takes in the KV cache beyond the shared prefix, on top
 # of its answer: the question and the chat template's turn markers.
@@ -74,11 +75,17 @@ _QUESTION_ROOM_TOKENS = 256
 
 @dataclass(frozen=True)
 class JobItem:
-    """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result."""
+    """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result.
+
+    ``schema``: the answer is typed (:mod:`longctx.schemas`: a JSON Schema
+    dict or a concise spec in a JSONL line; in Python also a pydantic model
+    class); it is part of the answer's key, so a changed schema asks again.
+    """
 
     paths: tuple[str, ...]
     question: str
     id: str | None = None
+    schema: SchemaSpec | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
@@ -88,6 +95,13 @@ class JobItem:
             raise TypeError(f"a job item's question must be a str, not {type(self.question).__name__}")
         if not self.question.strip():
             raise ConfigError("a job item's question is empty")
+        if self.schema is not None:
+            answer_schema(self.schema)  # refused here, before any pack is read
+
+    @property
+    def answer_schema(self) -> AnswerSchema | None:
+        """The item's :class:`~longctx.schemas.AnswerSchema` (None: a plain answer)."""
+        return None if self.schema is None else answer_schema(self.schema)
 
     @property
     def pack_key(self) -> tuple[str, ...]:
@@ -96,7 +110,7 @@ class JobItem:
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "a job item") -> JobItem:
-        """An item from ``{"paths": str | [str, ...], "question": str, "id"?: str}``.
+        """An item from ``{"paths": str | [str, ...], "question": str, "id"?: str, "schema"?: dict | str}``.
 
         Raises :class:`~longctx.errors.ConfigError` naming ``where`` and the
         problem: not an object, a missing or unknown key, a wrong type.
@@ -107,7 +121,7 @@ class JobItem:
         unknown = sorted(set(data) - _ITEM_KEYS)
         if unknown:
             names = ", ".join(map(repr, unknown))
-            raise ConfigError(f"{where}: unknown key {names} (known: id, paths, question)")
+            raise ConfigError(f"{where}: unknown key {names} (known: id, paths, question, schema)")
         for key in ("paths", "question"):
             if key not in data:
                 raise ConfigError(f"{where}: missing {key!r}")
@@ -121,8 +135,11 @@ class JobItem:
             raise ConfigError(f"{where}: 'question' must be a string")
         if item_id is not None and not isinstance(item_id, (str, int)):
             raise ConfigError(f"{where}: 'id' must be a string or a number")
+        schema = data.get("schema")
+        if schema is not None and not isinstance(schema, (dict, str)):
+            raise ConfigError(f"{where}: 'schema' must be a JSON Schema object or a concise spec string")
         try:
-            return cls(tuple(paths), question, None if item_id is None else str(item_id))
+            return cls(tuple(paths), question, None if item_id is None else str(item_id), schema)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from error
 
@@ -130,6 +147,9 @@ class JobItem:
         data: dict[str, Any] = {"paths": list(self.paths), "question": self.question}
         if self.id is not None:
             data["id"] = self.id
+        shape = self.answer_schema
+        if shape is not None:
+            data["schema"] = shape.json_schema
         return data
 
 
@@ -205,7 +225,8 @@ class JobResult:
     :mod:`longctx.jobs.keys`); ``asked_because`` says why an item
     was asked in this run (``"new"``: nothing was stored for it; else what
     changed since its stored answer, or that the run was fresh); ``usage``
-    and ``replica`` are set for answers asked in this run.
+    and ``replica`` are set for answers asked in this run. ``data``: the
+    validated value of an item asked with a schema (as JSON values).
     """
 
     index: int
@@ -217,6 +238,7 @@ class JobResult:
     usage: Usage | None = None
     replica: str | None = None
     asked_because: str | None = None
+    data: Any = None
 
     @property
     def ok(self) -> bool:
@@ -231,6 +253,8 @@ class JobResult:
             "session_id": self.session_id,
             "resumed": self.resumed,
         }
+        if self.item.schema is not None and self.error is None:
+            data["data"] = self.data
         optional = {
             "error": self.error,
             "usage": self.usage.to_dict() if self.usage is not None else None,
@@ -658,12 +682,14 @@ class Job:
                 full.fingerprint, server, [r.api_url for r in backend.replicas], self.request
             )
             for index in pack.indices:
-                decision = decide(store, facts, self._stored.get(index, []), fresh=self.options.fresh)
+                item_facts = facts.with_schema(self.items[index].answer_schema)
+                decision = decide(store, item_facts, self._stored.get(index, []), fresh=self.options.fresh)
                 if decision.reuse is not None:
-                    self._settle(pack, JobResult(index, self.items[index], decision.reuse.turn.answer,
-                                                 decision.reuse.turn.session_id, resumed=True))  # fmt: skip
+                    turn = decision.reuse.turn
+                    self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
+                                                 resumed=True, data=stored_data(turn)))  # fmt: skip
                 else:
-                    pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
+                    pack.asking[index] = (item_key(self.id, index, item_facts), decision.reason)
         except LongctxError as error:
             session.close()
             for index in pack.indices:
@@ -698,16 +724,19 @@ class Job:
                 index = waiting[answer.question].popleft()
             self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
                                          usage=answer.usage, replica=pack.replica,
-                                         asked_because=pack.asking[index][1]))  # fmt: skip
+                                         asked_because=pack.asking[index][1],
+                                         data=json_value(answer.data)))  # fmt: skip
             self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
 
-        questions = [self.items[index].question for index in indices]
-        keys = [pack.asking[index][0] for index in indices]
         # A replica back since the run began is not in its window yet: the pack's hits count there.
         self._window.follow(pack.replica)
         try:
             with session:
-                session.ask_many(questions, keys=keys, on_answer=answered)
+                for group in _by_schema(self.items, indices):  # one batch of siblings per schema
+                    questions = [self.items[index].question for index in group]
+                    keys = [pack.asking[index][0] for index in group]
+                    schema = self.items[group[0]].answer_schema
+                    session.ask_many(questions, keys=keys, on_answer=answered, schema=schema)
                 with self._lock:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
@@ -743,6 +772,15 @@ class Job:
                 self._answered, len(self.items), self._packs_done, self._packs_total, self._in_flight, message
             )
         self._on_progress(progress)
+
+
+def _by_schema(items: Sequence[JobItem], indices: Sequence[int]) -> list[list[int]]:
+    """``indices`` grouped by their items' schema (the plain ones first), each group in input order."""
+    groups: dict[str, list[int]] = {}
+    for index in indices:
+        shape = items[index].answer_schema
+        groups.setdefault("" if shape is None else shape.digest, []).append(index)
+    return [groups[digest] for digest in sorted(groups)]
 
 
 def _name(pack: _Pack) -> str:

@@ -16,7 +16,7 @@ from fake_engine import FakeEngine
 from pydantic import BaseModel
 
 from longctx import AnswerSchema, InvalidAnswer, Job, JobItem, answer_schema, read_job
-from longctx.backends.base import Backend, ServerInfo, connect
+from longctx.backends.base import Backend, ServerInfo
 from longctx.backends.chat import ChatClient, ChatRequest
 from longctx.backends.engines import GENERIC, SGLANG, VLLM
 from longctx.backends.profiles import SchemaForm
@@ -120,7 +120,7 @@ def test_schema_argument_reads_a_file_or_a_spec(tmp_path: Path) -> None:
 def test_a_valid_answer_becomes_the_models_instance_or_the_parsed_json() -> None:
     assert answer_schema(Person).validated(PERSON, "stop") == Person(name="Ada", age=36)
     assert answer_schema("name, age int").validated(PERSON, "stop") == {"name": "Ada", "age": 36}
-    people = answer_schema(Person, multi=True).validated('{"items": [%s, %s]}' % (PERSON, PERSON), "stop")
+    people = answer_schema(Person, multi=True).validated(f'{{"items": [{PERSON}, {PERSON}]}}', "stop")
     assert people == [Person(name="Ada", age=36)] * 2
 
 
@@ -158,9 +158,9 @@ def test_every_engine_takes_the_schema_as_response_format(profile: object) -> No
 
 
 def test_a_server_that_cannot_constrain_decoding_is_refused_before_sending() -> None:
-    with pytest.raises(ConfigError, match="grammar_backend='none'.*--grammar-backend xgrammar"):
+    with pytest.raises(ConfigError, match=r"grammar_backend='none'.*--grammar-backend xgrammar"):
         answer_schema(Person).request_fields(_info(SGLANG, "0.5.23", {"grammar_backend": "none"}))
-    with pytest.raises(ConfigError, match="vLLM 0.5.4 at .* cannot constrain an answer to a schema"):
+    with pytest.raises(ConfigError, match=r"vLLM 0\.5\.4 at .* cannot constrain an answer to a schema"):
         answer_schema(Person).request_fields(_info(VLLM, "0.5.4"))
 
 

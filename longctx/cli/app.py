@@ -36,11 +36,11 @@ from longctx.errors import (
     ServerUnreachable,
     SessionNotFound,
 )
-from longctx.schemas import AnswerSchema, schema_argument
 
 if TYPE_CHECKING:
     from longctx.backends.base import Backend
     from longctx.config import ServerOptions
+    from longctx.schemas import AnswerSchema
     from longctx.store import Store
 
 # Only what `longctx --help` needs is imported at the top: the option objects,
@@ -408,24 +408,47 @@ def main() -> None:
 
 
 def schema_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--schema FILE|SPEC`` and ``--schema-multi``: each answer is JSON decoded to a schema, validated."""
+    """``--schema FILE|SPEC`` and ``--schema-multi``: the command gets ``schema``, an AnswerSchema or None.
+
+    Read as the command line is parsed: a spec or file it refuses is a usage
+    error (exit 2) before any path is read.
+    """
+
+    def multi(context: click.Context, _: click.Parameter, value: bool) -> bool:
+        context.meta[_SCHEMA_MULTI] = value
+        return value
+
+    def schema(context: click.Context, _: click.Parameter, value: str | None) -> AnswerSchema | None:
+        try:
+            return given_schema(value, bool(context.meta.get(_SCHEMA_MULTI)))
+        except ConfigError as error:
+            raise click.BadParameter(error.message) from None
+
     function = click.option(
         "--schema-multi",
         is_flag=True,
+        is_eager=True,  # read before --schema, which it shapes
+        expose_value=False,
+        callback=multi,
         help='With --schema: the answer is a list of such objects ({"items": [...]}).',
     )(function)
     return click.option(
         "--schema",
-        "schema_text",
         metavar="FILE|SPEC",
+        callback=schema,
         help="Answer in JSON that satisfies a schema: a JSON Schema file, or a concise spec such as "
         "'name, age int, bio: their biography' (types str, int, float, bool; newlines may separate "
         "fields). The server constrains decoding to it; an answer that is cut or invalid fails (exit 11).",
     )(function)
 
 
+_SCHEMA_MULTI: Final = "longctx.schema_multi"  # the context's meta key: --schema-multi was given
+
+
 def given_schema(text: str | None, multi: bool) -> AnswerSchema | None:
     """The schema ``--schema`` gave (None without); ``--schema-multi`` alone is refused."""
+    from longctx.schemas import schema_argument  # here: `longctx --help` loads no JSON
+
     if text is None:
         if multi:
             raise ConfigError("--schema-multi needs --schema FILE|SPEC")

@@ -6,14 +6,13 @@ import json
 import os
 import threading
 from dataclasses import replace
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import click
 
 from longctx.cli.app import (
     EXIT_ITEMS_FAILED,
     corpus_options,
-    given_schema,
     main,
     note,
     progress_bar,
@@ -24,8 +23,11 @@ from longctx.cli.app import (
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
-from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult, read_job
+from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobResult, read_job
 from longctx.outputs import save_text
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
 
 
 @main.command()
@@ -68,8 +70,7 @@ def job(
     packs_in_flight: int | None,
     job_id: str | None,
     fresh: bool,
-    schema_text: str | None,
-    schema_multi: bool,
+    schema: AnswerSchema | None,
     quiet: bool,
     server: ServerOptions,
     corpus: CorpusOptions,
@@ -86,17 +87,12 @@ def job(
     pack's files, the model, the server, --max-tokens, --temperature,
     --seed): those items are asked again and the summary says why; --fresh
     asks everything again. Results are JSONL in item order, one line per item
-    with its answer or its error; exit 9 when some item failed. An item's
-    "schema" (a JSON Schema object or a concise spec), else --schema, types
-    its answer: the result line carries its validated "data".
+    with its answer (its "data" when typed) or its error; exit 9 when some item failed.
     """
     if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         # Refused before the job runs, not after an hour of answers.
         raise OutputError("its folder does not exist", path=output)
-    items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
-    schema = given_schema(schema_text, schema_multi)
-    if schema is not None:  # the items' own schemas win
-        items = tuple(item if item.schema is not None else replace(item, schema=schema) for item in items)
+    items = _read_items(job_file, schema)
     options = JobOptions(
         kv_tokens=kv_tokens,
         host_kv_tokens=host_kv_tokens,
@@ -146,6 +142,14 @@ def job(
         note(f"item {failed.index}: {failed.error}", quiet=quiet)
     if report.failed:
         raise SystemExit(EXIT_ITEMS_FAILED)
+
+
+def _read_items(job_file: str, schema: AnswerSchema | None) -> tuple[JobItem, ...]:
+    """The items of ``job_file`` ('-': stdin), each without a schema of its own typed by ``--schema``."""
+    items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
+    if schema is None:
+        return items
+    return tuple(item if item.schema is not None else replace(item, schema=schema) for item in items)
 
 
 class _PartialResults:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -18,7 +18,6 @@ from longctx.citations import file_link
 from longctx.cli.app import (
     corpus_options,
     emit_json,
-    given_schema,
     main,
     note,
     output_options,
@@ -40,6 +39,9 @@ from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import Conversation
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
 
 
 def _options(
@@ -230,8 +232,7 @@ def ask(
     question_option: str | None,
     shard: bool,
     cite: bool,
-    schema_text: str | None,
-    schema_multi: bool,
+    schema: AnswerSchema | None,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -244,7 +245,6 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
-    schema = given_schema(schema_text, schema_multi)  # refused here, before any file is read
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened() as opened:
         opened.say("waiting for the answer")
@@ -285,8 +285,7 @@ def batch(
     session_id: str | None,
     shard: bool,
     cite: bool,
-    schema_text: str | None,
-    schema_multi: bool,
+    schema: AnswerSchema | None,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -304,7 +303,6 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
-    schema = given_schema(schema_text, schema_multi)
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened(session_id) as opened:
         session, say = opened.session, opened.say
@@ -415,8 +413,7 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
         flag = "/".join(getattr(parameter, "opts", []) or [name])
         # --cite and --schema are how this run asks, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema_text")
-            or name == "schema_multi"
+            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema")
             or name in _SERVER_ON_RESUME
         ):
             continue

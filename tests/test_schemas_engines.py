@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
+from engine_helpers import whitespace_ban
 from pydantic import BaseModel, ConfigDict, Field
-from tokenizers import Tokenizer
 
 from longctx.backends.base import Backend, connect
 from longctx.config import RequestOptions
@@ -76,10 +76,9 @@ def small_pack() -> StoredPack:
 @pytest.fixture(scope="module")
 def no_whitespace(longctx_harness: EngineHarness) -> dict[str, Any]:
     """The request field that bans the tiny model's whitespace-only tokens (see the module docstring)."""
-    tokenizer = Tokenizer.from_file(str(longctx_harness.model().path / "tokenizer.json"))
-    blank = [i for i in range(tokenizer.get_vocab_size()) if (t := tokenizer.decode([i])) and not t.strip()]
-    assert blank, "the tiny model has whitespace tokens"
-    return {"logit_bias": dict.fromkeys(map(str, blank), -100)}
+    ban = whitespace_ban(longctx_harness.model())
+    assert ban["logit_bias"], "the tiny model has whitespace tokens"
+    return ban
 
 
 @pytest.fixture

@@ -58,7 +58,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.errors import ContextOverflow, LongctxError
+from longctx.errors import ContextOverflow, InvalidAnswer, LongctxError
 from longctx.report import SavingsReport
 from longctx.roots import AllowedRoots, resolved_path
 from longctx.schemas import json_value
@@ -232,6 +232,8 @@ def _tool_error(error: LongctxError) -> ToolError:
         message = f"{path}: {message}"
     if isinstance(error, ContextOverflow):
         message += " (ask again with new_conversation=true to start over from the pack, which stays cached)"
+    if isinstance(error, InvalidAnswer):
+        message += f" (the answer as it came: {error.text[:2000]!r})"
     return ToolError(f"{type(error).__name__}: {message}")
 
 

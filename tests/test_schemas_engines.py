@@ -92,7 +92,7 @@ def test_a_typed_sibling_reads_the_plain_prefix_and_its_data_validates(
     backend: Backend, tmp_path: Path, no_whitespace: dict[str, Any]
 ) -> None:
     store = Store.open(tmp_path / "home")
-    request = RequestOptions(max_tokens=64, extra_body=no_whitespace)
+    request = RequestOptions(max_tokens=64, temperature=0.0, extra_body=no_whitespace)
     session = Session(backend, small_pack(), store=store, request=request)
     session.ask_many(["Alpha: what does wrap do?"])  # cold: prefills the pack
     plain = session.ask_many(["Beta: name a pet."])[0]
@@ -109,7 +109,7 @@ def test_a_typed_turn_is_a_model_instance_and_the_next_turn_reads_it_from_the_ca
     backend: Backend, tmp_path: Path, no_whitespace: dict[str, Any]
 ) -> None:
     store = Store.open(tmp_path / "home")
-    request = RequestOptions(max_tokens=64, extra_body=no_whitespace)
+    request = RequestOptions(max_tokens=64, temperature=0.0, extra_body=no_whitespace)
     session = Session(backend, small_pack(), store=store, request=request)
     first = session.ask("Name a pet.", schema=Pet)
     assert isinstance(first.data, Pet), first.text

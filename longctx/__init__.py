@@ -29,6 +29,8 @@ from longctx.exports import lazy_exports
 # only by code that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",
+    "AnswerStream": "longctx.sessions",
+    "AsyncAnswerStream": "longctx.sessions",
     "Backend": "longctx.backends.base",
     "BackendError": "longctx.errors",
     "Batch": "longctx.sessions",
@@ -74,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "answer_schema": "longctx.schemas",
     "Limits": "longctx.config",
     "Job": "longctx.jobs.job",
-    "JobItem": "longctx.jobs.job",
+    "JobItem": "longctx.jobs.items",
     "JobOptions": "longctx.jobs.job",
     "JobProgress": "longctx.jobs.job",
     "JobReport": "longctx.jobs.job",
@@ -117,6 +119,7 @@ _EXPORTS: dict[str, str] = {
     "SourceError": "longctx.errors",
     "Store": "longctx.store",
     "StoreError": "longctx.errors",
+    "StreamIncomplete": "longctx.errors",
     "StoredPack": "longctx.store",
     "TiktokenFileTokenizer": "longctx.tokens",
     "Tokenizer": "longctx.tokens",
@@ -132,7 +135,7 @@ _EXPORTS: dict[str, str] = {
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
     "pack": "longctx.packing",
-    "read_job": "longctx.jobs.job",
+    "read_job": "longctx.jobs.items",
     "resume": "longctx.sessions",
     "tokenizer_from_model_dir": "longctx.tokens",
 }
@@ -182,15 +185,16 @@ if TYPE_CHECKING:
     from longctx.errors import SessionNotFound as SessionNotFound
     from longctx.errors import SourceError as SourceError
     from longctx.errors import StoreError as StoreError
+    from longctx.errors import StreamIncomplete as StreamIncomplete
     from longctx.errors import TokenizerError as TokenizerError
     from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
+    from longctx.jobs.items import JobItem as JobItem
+    from longctx.jobs.items import read_job as read_job
     from longctx.jobs.job import Job as Job
-    from longctx.jobs.job import JobItem as JobItem
     from longctx.jobs.job import JobOptions as JobOptions
     from longctx.jobs.job import JobProgress as JobProgress
     from longctx.jobs.job import JobReport as JobReport
     from longctx.jobs.job import JobResult as JobResult
-    from longctx.jobs.job import read_job as read_job
     from longctx.outputs import Saved as Saved
     from longctx.packing import BoundaryCheck as BoundaryCheck
     from longctx.packing import Budget as Budget
@@ -217,6 +221,8 @@ if TYPE_CHECKING:
     from longctx.serving.doctor import Diagnosis as Diagnosis
     from longctx.serving.doctor import diagnose as diagnose
     from longctx.sessions import Answer as Answer
+    from longctx.sessions import AnswerStream as AnswerStream
+    from longctx.sessions import AsyncAnswerStream as AsyncAnswerStream
     from longctx.sessions import Batch as Batch
     from longctx.sessions import Conversation as Conversation
     from longctx.sessions import DocSession as DocSession

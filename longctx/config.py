@@ -17,10 +17,9 @@ command-line flag with the flag's help text; ``to_dict``, ``from_dict``, the
 validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
 
 An explicit value (an argument, a flag) wins over the environment, which
-wins over the project file (``.longctx.toml``, :func:`project_config_file`),
-which wins over the user file (:func:`user_config_file`), which wins over
-the default (:func:`setting`; every option with a flag can be set so, as
-``LONGCTX_<NAME>`` or a key of that name). Among them:
+wins over the project file (``.longctx.toml``), which wins over the user
+file, which wins over the default (:mod:`longctx.settings`; every option with
+a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
   comma-separated list names several replicas of one model;
@@ -34,7 +33,6 @@ the default (:func:`setting`; every option with a flag can be set so, as
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,7 +49,8 @@ from longctx.option_checks import (
     stored_optional_tuple,
     stored_tuple,
 )
-from longctx.options import OptionFields, option, option_spec
+from longctx.options import OptionFields, option
+from longctx.settings import settable, setting
 
 __all__ = [
     "AFFINITY_BODY_FIELD",
@@ -67,23 +66,17 @@ __all__ = [
     "DISPATCHES",
     "ECHOED_HEADERS",
     "ORDERINGS",
-    "PROJECT_CONFIG_NAME",
     "CorpusOptions",
     "Limits",
     "RequestOptions",
     "ServerOptions",
-    "Setting",
     "configured_base_url",
     "default_home",
     "instant_retries_requested",
-    "project_config_file",
     "resolve_affinity_headers",
     "resolve_api_key",
     "resolve_base_urls",
     "resolve_model",
-    "settable_keys",
-    "setting",
-    "user_config_file",
 ]
 
 DEFAULT_BASE_URL: Final = "http://127.0.0.1:8000/v1"
@@ -203,6 +196,7 @@ class Limits(OptionFields):
         self._check_fields()
 
 
+@settable
 @dataclass(frozen=True, slots=True)
 class CorpusOptions(OptionFields):
     """What a corpus is made of: the same options give the same documents in the same order.
@@ -219,7 +213,8 @@ class CorpusOptions(OptionFields):
     spellings: broken in document text (see
     :mod:`longctx.sources.special_tokens`) beside the common chat formats'
     control spellings, which are always broken; sessions fill it from the
-    server.
+    server. ``default_ignores`` leaves out of a folder outside git the folders tools
+    make (:data:`longctx.sources.files.DEFAULT_IGNORED_FOLDERS`, virtual environments).
     """
 
     ordering: str | None = option(
@@ -267,6 +262,14 @@ class CorpusOptions(OptionFields):
         help="Largest share of a repository's tracked bytes kept as earlier copies of changed files,"
         " so that commits change only the pack's tail (0: no layering).",
     )
+    default_ignores: bool = option(
+        True,
+        value_type="bool",
+        load=bool,
+        flag="--default-ignores/--no-default-ignores",
+        show_default=True,
+        help="Outside git, skip the folders tools make (.venv, node_modules, __pycache__, .tox...).",
+    )
     # Not stored: sessions learn them from the server each time.
     special_tokens: tuple[str, ...] = option(
         (), value_type="strings", check=spellings, stored=False
@@ -276,6 +279,7 @@ class CorpusOptions(OptionFields):
         self._check_fields()
 
 
+@settable
 @dataclass(frozen=True)
 class RequestOptions(OptionFields):
     """How a session makes each request.
@@ -302,6 +306,8 @@ class RequestOptions(OptionFields):
     each earlier answer as the ids the model generated, so the next turn
     reads the whole previous answer from the cache even where re-tokenising
     its text gives other tokens (see :mod:`longctx.sessions.token_history`).
+    ``prompt_ids`` (on) sends the prompt as the exact token ids the server
+    would make of it, where it takes them (:mod:`longctx.sessions.prompt_ids`).
     ``counter_check`` (on by default) reads the serving replica's
     prefix-cache counter around each call and compares its growth with the
     cached tokens the responses reported; a job over many packs
@@ -404,6 +410,11 @@ class RequestOptions(OptionFields):
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
     )  # fmt: skip
+    prompt_ids: bool = option(
+        True, value_type="bool", load=bool, on_resume=True, flag="--prompt-ids/--text-prompts",
+        show_default=True, help="Send the pack as exact token ids where the server takes them (vLLM,"
+        " SGLang); --text-prompts sends chat messages always.",
+    )  # fmt: skip
     offload_prefix_only: bool = option(
         False, value_type="bool", load=bool, on_resume=True,
         flag="--offload-prefix-only/--no-offload-prefix-only", show_default=True,
@@ -432,6 +443,7 @@ class RequestOptions(OptionFields):
         self._check_fields()
 
 
+@settable
 @dataclass(frozen=True)
 class ServerOptions(OptionFields):
     """Where the server is and how long to wait for it.
@@ -442,8 +454,8 @@ class ServerOptions(OptionFields):
     ``LONGCTX_MODEL``, then the server's only model); ``api_key`` a bearer
     token (default ``LONGCTX_API_KEY``; never printed, never stored).
     ``stall_timeout`` bounds the wait for any byte of a response (the first
-    comes after prefill, so keep it above the longest prefill);
-    ``timeout`` bounds a whole request. The environment is read when a
+    comes after prefill, so keep it above the longest prefill); ``timeout``
+    a whole request with its retries, and the first contact. The environment is read when a
     connection is made, not when the options are built.
 
     ``affinity_headers`` names the headers that carry each request's
@@ -485,11 +497,17 @@ class ServerOptions(OptionFields):
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
     )
     timeout: float = option(
-        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
-    )
+        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
+        flag="--timeout", metavar="SECONDS",
+        help="Give up on a request, its retries and the first contact included, after this many seconds"
+        " (default {default:g}; env LONGCTX_TIMEOUT).",
+    )  # fmt: skip
     stall_timeout: float = option(
-        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float
-    )
+        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
+        flag="--stall-timeout", metavar="SECONDS",
+        help="Give up on a request after this many seconds without a byte from the server; keep it above"
+        " the longest prefill (default {default:g}; env LONGCTX_STALL_TIMEOUT).",
+    )  # fmt: skip
     affinity_headers: Sequence[str] | None = option(None, value_type="strings", load=stored_optional_tuple)
     replica_retry_seconds: float = option(
         DEFAULT_REPLICA_RETRY_SECONDS, value_type="float", minimum=0, load=float
@@ -591,201 +609,3 @@ def default_home() -> Path:
     import platformdirs
 
     return Path(platformdirs.user_data_dir("longctx", appauthor=False))
-
-
-# -- settings: an option's value from the environment (and the config files) ----------
-
-
-@dataclass(frozen=True)
-class Setting:
-    """A value configured for an option outside the call, and where it was found.
-
-    ``source`` names it as a user would look for it: ``LONGCTX_MAX_TOKENS``.
-    """
-
-    value: Any
-    source: str
-
-
-def environment_variable(name: str) -> str:
-    """The variable that sets the option ``name``: ``LONGCTX_`` and its name in capitals."""
-    return f"LONGCTX_{name.upper()}"
-
-
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off"})
-
-
-def setting(options: type[OptionFields], name: str) -> Setting | None:
-    """The value configured for the field ``name`` of ``options``; None when nothing sets it.
-
-    In this order, the first that sets it wins: ``LONGCTX_<NAME>``, the
-    project file (:func:`project_config_file`), the user file
-    (:func:`user_config_file`); a flag or an argument, where there is one,
-    wins over all three. A variable's text is converted by the field's type
-    (a number, a switch as ``1/0``, ``true/false``, ``yes/no``, ``on/off``,
-    a repeatable flag as a comma-separated list); a file's value must
-    already have the type (a TOML integer, string, boolean, list of strings).
-    Either is checked by the field's own rule
-    (:meth:`~longctx.options.OptionFields.checked`), so a bad value raises the
-    :class:`~longctx.errors.ConfigError` the API and the flag raise, prefixed
-    with where it was found (``LONGCTX_MAX_TOKENS: ...``, ``/path/.longctx.toml:
-    max_tokens: ...``).
-    """
-    field = _field(options, name)
-    variable = environment_variable(name)
-    text = os.environ.get(variable, "").strip()
-    if text:
-        return Setting(_checked(options, field, _from_text(field, text, variable), variable), variable)
-    for path in (project_config_file(), user_config_file()):
-        if path is None:
-            continue
-        values = _file_values(path)
-        if name in values:
-            source = f"{path}: {name}"
-            value = _checked(options, field, _from_toml(field, values[name], source), source)
-            return Setting(value, source)
-    return None
-
-
-PROJECT_CONFIG_NAME: Final = ".longctx.toml"
-"""The project file's name, looked for from the current folder up (:func:`project_config_file`)."""
-
-
-def user_config_file() -> Path | None:
-    """The user's config file: ``$LONGCTX_CONFIG`` if set, else ``config.toml`` in the user config folder.
-
-    The folder is the platform's (``platformdirs.user_config_dir("longctx")``:
-    ``~/.config/longctx`` on Linux, ``~/Library/Application Support/longctx``
-    on macOS, ``%LOCALAPPDATA%\\longctx`` on Windows). None when the file does
-    not exist.
-    """
-    configured = os.environ.get("LONGCTX_CONFIG")
-    if configured is not None:
-        path = Path(configured).expanduser() if configured.strip() else None
-    else:
-        import platformdirs  # imported here: only a command that reads settings needs it
-
-        path = Path(platformdirs.user_config_dir("longctx", appauthor=False)) / "config.toml"
-    return path if path is not None and path.is_file() else None
-
-
-def project_config_file(start: Path | None = None) -> Path | None:
-    """The nearest ``.longctx.toml`` from ``start`` (the current folder) up; None if there is none.
-
-    The search stops after the first folder that holds ``.git`` (the
-    repository's root) or is the home folder, so a file above the project
-    or outside the user's home is never read.
-    """
-    folder = (start or Path.cwd()).resolve()
-    home = Path.home().resolve()
-    while True:
-        candidate = folder / PROJECT_CONFIG_NAME
-        if candidate.is_file():
-            return candidate
-        if folder == home or (folder / ".git").exists() or folder.parent == folder:
-            return None
-        folder = folder.parent
-
-
-_FILE_CACHE: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
-
-
-def _file_values(path: Path) -> dict[str, Any]:
-    """The keys of the config file ``path`` (parsed once per version of the file); unknown keys refused."""
-    stat = path.stat()
-    version = (stat.st_mtime_ns, stat.st_size)
-    cached = _FILE_CACHE.get(path)
-    if cached is not None and cached[0] == version:
-        return cached[1]
-    import tomllib  # imported here: most runs have no config file
-
-    try:
-        values = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(f"{path}: not a valid TOML file: {error}") from None
-    known = settable_keys()
-    for key in values:
-        if key not in known:
-            raise ConfigError(f"{path}: unknown key {key!r}; the keys are {', '.join(sorted(known))}")
-    _FILE_CACHE[path] = (version, values)
-    return values
-
-
-def settable_keys() -> dict[str, type[OptionFields]]:
-    """Every option a config file or ``LONGCTX_<NAME>`` may set (those with a flag), and its class."""
-    keys: dict[str, type[OptionFields]] = {}
-
-    def walk(options: type[OptionFields]) -> None:
-        for field in dataclasses.fields(options):  # type: ignore[arg-type]
-            spec = option_spec(field)
-            if spec.nested is not None:
-                walk(spec.nested)
-            elif spec.flag is not None:
-                keys[field.name] = options
-
-    for options in (ServerOptions, RequestOptions, CorpusOptions):
-        walk(options)
-    return keys
-
-
-def _from_toml(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
-    spec = option_spec(field)
-    if spec.multiple:
-        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-            raise ConfigError(f"{source}: must be a list of strings, not {value!r}")
-        return tuple(value)
-    if field.name == "base_url" and isinstance(value, list):
-        return tuple(value)  # several replicas
-    expected: tuple[type, ...]
-    if _is_switch(field):
-        expected, kind = (bool,), "true or false"
-    elif spec.value_type == "int":
-        expected, kind = (int,), "an integer"
-    elif spec.value_type == "float":
-        expected, kind = (int, float), "a number"
-    else:
-        expected, kind = (str,), "a string"
-    if not isinstance(value, expected) or (bool not in expected and isinstance(value, bool)):
-        raise ConfigError(f"{source}: must be {kind}, not {value!r}")
-    return value
-
-
-def _field(options: type[OptionFields], name: str) -> dataclasses.Field[Any]:
-    for field in dataclasses.fields(options):  # type: ignore[arg-type]
-        if field.name == name:
-            return field
-    raise TypeError(f"{options.__name__} has no option {name!r}")
-
-
-def _is_switch(field: dataclasses.Field[Any]) -> bool:
-    return field.type in ("bool", bool)
-
-
-def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
-    spec = option_spec(field)
-    if spec.multiple:
-        return tuple(part.strip() for part in text.split(",") if part.strip())
-    if _is_switch(field):
-        if text.lower() in _TRUE:
-            return True
-        if text.lower() in _FALSE:
-            return False
-        raise ConfigError(
-            f"{source}: {field.name} is a switch: 1 or 0 (true/false, yes/no, on/off), not {text!r}"
-        )
-    convert = {"int": int, "float": float}.get(spec.value_type or "")
-    if convert is None:
-        return text
-    try:
-        return convert(text)
-    except ValueError:
-        kind = "an integer" if convert is int else "a number"
-        raise ConfigError(f"{source}: {field.name} must be {kind}, not {text!r}") from None
-
-
-def _checked(options: type[OptionFields], field: dataclasses.Field[Any], value: Any, source: str) -> Any:
-    try:
-        return options.checked(field.name, value)
-    except ConfigError as error:
-        raise ConfigError(f"{source}: {error}") from None

@@ -256,7 +256,7 @@ def _label(path: str) -> str:
     return name or "root"
 
 
-def _load_source(path: str, max_stale_share: float, store: Store | None) -> Listing:
+def _load_source(path: str, max_stale_share: float, store: Store | None, *, default_ignores: bool) -> Listing:
     if os.path.isdir(path):
         repository = find_repository(path)
         if repository is not None and not is_ignored_by_git(repository):
@@ -268,7 +268,7 @@ def _load_source(path: str, max_stale_share: float, store: Store | None) -> List
             )
         if repository is not None:
             logger.info("%s is ignored by git; reading it as a plain folder", _label(path))
-        return list_folder(path)
+        return list_folder(path, default_ignores=default_ignores)
     return list_single_file(path)
 
 
@@ -278,9 +278,12 @@ def check_sources(paths: Paths) -> None:
     Raises :class:`~longctx.errors.InputError` for no path or a path that
     does not exist (a mistyped PDF too), a file that cannot be read;
     :class:`~longctx.errors.SourceError` for a folder that cannot be listed;
-    :class:`~longctx.errors.EmptyCorpus` for a folder holding no file at all
-    (``.git`` aside). Sessions call it on first use before they connect, and
-    the CLI before it opens a backend, so such a mistake fails at once rather
+    :class:`~longctx.errors.InputError` for a folder holding no file at all
+    (``.git`` aside): the path given is as unusable as a missing one (CLI
+    exit 5), where a folder whose files were all skipped is
+    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips).
+    Sessions call it on first use before they connect, and the CLI before
+    it opens a backend, so such a mistake fails at once rather
     than after a server was tried. What passes may still give no document
     (every file ignored or skipped): :func:`load_corpus` says so.
     """
@@ -293,7 +296,7 @@ def check_sources(paths: Paths) -> None:
             raise InputError("no such file or folder", path=path)
         if os.path.isdir(path):
             if not _holds_a_file(path):
-                raise EmptyCorpus(f"nothing to pack in {display_path(path)}: the folder holds no file")
+                raise InputError("nothing to pack: the folder holds no file", path=path)
         elif not os.access(path, os.R_OK):
             raise InputError("cannot read file: permission denied", path=path)
 
@@ -349,7 +352,9 @@ def load_corpus(
     ``max_stale_share`` of the base's tracked bytes (0 turns layering off). ``include`` / ``exclude`` are
     gitignore-style patterns matched against paths relative to each
     argument. Credentials are skipped unless ``allow_secrets``; even then
-    the manifest notes them. With a ``store``, the text
+    the manifest notes them. Outside git, the folders tools make
+    (``.venv``, ``node_modules``, ``__pycache__``...) are one
+    ``ignored-by-default`` entry each unless ``default_ignores`` is off. With a ``store``, the text
     of a PDF read before is taken from it rather than extracted again (see
     :mod:`longctx.sources.pdf`), and so are a repository's last-commit times
     as of a commit already walked (see :mod:`longctx.sources.repo`).
@@ -417,7 +422,9 @@ def _load(
     ordering, limits, allow_secrets = options.ordering, options.limits, options.allow_secrets
     globs = GlobFilter(options.include, options.exclude)
     stale_share = 0 if ordering == "path" else options.max_stale_share
-    sources = _load_sources(_distinct_paths(paths), stale_share, store)
+    sources = _load_sources(
+        _distinct_paths(paths), stale_share, store, default_ignores=options.default_ignores
+    )
     several = len(sources) > 1
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
@@ -549,7 +556,9 @@ def _same_work_tree(inner: str, outer: str) -> bool:
     return outer_top is None or inner_top == outer_top
 
 
-def _load_sources(paths: list[str], max_stale_share: float, store: Store | None) -> list[_Source]:
+def _load_sources(
+    paths: list[str], max_stale_share: float, store: Store | None, *, default_ignores: bool
+) -> list[_Source]:
     """List each path, labelled by its base name (``-2``, ``-3``... for repeats, in argument order)."""
     sources: list[_Source] = []
     used: set[str] = set()
@@ -559,7 +568,8 @@ def _load_sources(paths: list[str], max_stale_share: float, store: Store | None)
         while label in used:
             label, number = f"{base}-{number}", number + 1
         used.add(label)
-        sources.append(_Source(label, not os.path.isdir(path), _load_source(path, max_stale_share, store)))
+        listing = _load_source(path, max_stale_share, store, default_ignores=default_ignores)
+        sources.append(_Source(label, not os.path.isdir(path), listing))
     return sources
 
 

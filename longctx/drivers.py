@@ -9,6 +9,13 @@ retries and failover: each is written once, as a plan, and carried out by
 - :func:`run`, which performs each step in the calling thread (blocking), or
 - :func:`arun`, which awaits each step on the running event loop.
 
+A plan whose answer is read as it comes is carried out by :func:`stream`
+or :func:`astream` instead: they do what :func:`run` and :func:`arun` do,
+and pass on the pieces of each step that hands some out (an :class:`Io`
+with ``pieces``: a streamed answer's text) as they arrive, then the plan's
+value as :class:`Done`. Steps inside a :class:`Fanout` never hand pieces
+out: only the plan's own steps are streamed.
+
 Only the lowest steps know both forms (:class:`Io` holds a blocking call
 and, where a native one exists, an awaitable one: the HTTP transport);
 blocking work without an async form goes to a worker thread under
@@ -22,15 +29,45 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Fanout", "Gate", "Io", "Plan", "Result", "arun", "run", "sleep"]
+__all__ = [
+    "Done",
+    "Fanout",
+    "Gate",
+    "Io",
+    "Pieces",
+    "Plan",
+    "Result",
+    "arun",
+    "astream",
+    "run",
+    "sleep",
+    "stream",
+]
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Pieces(Protocol[T_co]):
+    """The work of a step that hands pieces out as they come, then has its value.
+
+    Iterate :meth:`each` (blocking) or :meth:`aeach` (awaiting) to the end,
+    then read :attr:`value`. Leaving either early (``close()``) stops the
+    work: a streamed answer's connection is closed.
+    """
+
+    def each(self) -> Generator[str, None, None]: ...
+
+    def aeach(self) -> AsyncGenerator[str, None]: ...
+
+    @property
+    def value(self) -> T_co: ...
 
 
 @dataclass(frozen=True)
@@ -39,11 +76,15 @@ class Io(Generic[T]):
 
     Without ``acall`` the async driver runs ``call`` in a worker thread, so
     a plan may yield any blocking work (a store write, a discovery request)
-    without stalling an event loop.
+    without stalling an event loop. ``pieces``, when given, is the same work
+    as it comes (:class:`Pieces`): :func:`stream` and :func:`astream` use it
+    to pass its pieces on; :func:`run` and :func:`arun` call ``call`` or
+    ``acall`` as for any step.
     """
 
     call: Callable[[], T]
     acall: Callable[[], Awaitable[T]] | None = None
+    pieces: Callable[[], Pieces[T]] | None = None
 
 
 Step = Any  # an Io or a Fanout
@@ -54,6 +95,13 @@ Plan = Generator[Step, Any, T]
 def sleep(seconds: float) -> Io[None]:
     """The step that waits ``seconds`` (a retry's back-off)."""
     return Io(partial(time.sleep, seconds), partial(asyncio.sleep, seconds))
+
+
+@dataclass(frozen=True)
+class Done(Generic[T]):
+    """The last item :func:`stream` and :func:`astream` hand out: the plan's value."""
+
+    value: T
 
 
 @dataclass(frozen=True)
@@ -171,6 +219,67 @@ async def arun(plan: Plan[T]) -> T:
         stepper.resume(await _aoutcome(stepper.step))
     result: T = stepper.value
     return result
+
+
+def stream(plan: Plan[T]) -> Generator[str | Done[T], None, None]:
+    """Carry ``plan`` out in this thread, handing out each piece its steps hand out, then :class:`Done`.
+
+    Closing the generator early (``close()``, or dropping it) stops the step
+    in progress and throws :class:`GeneratorExit` into the plan, so its
+    ``finally`` blocks run (steps it still yields then run without handing
+    anything out). An error of the plan propagates; ``Done`` then never comes.
+    """
+    stepper = _Stepper(plan)
+    while not stepper.done:
+        step = stepper.step
+        if isinstance(step, Io) and step.pieces is not None:
+            source = step.pieces()
+            pieces = source.each()
+            try:
+                # Handed out from this frame, so that a close() meanwhile is caught below
+                # and reaches the plan.
+                yield from pieces
+                outcome: Result[Any] = Result(value=source.value)
+            except BaseException as error:  # noqa: BLE001 - thrown into the plan, which decides
+                outcome = Result(error=error)
+            finally:
+                pieces.close()  # left early: the work stops (a streamed answer's connection closes)
+        else:
+            outcome = _outcome(step)
+        if isinstance(outcome.error, GeneratorExit):
+            stepper.resume(outcome)
+            while not stepper.done:  # the plan's cleanup, when it yields steps
+                stepper.resume(_outcome(stepper.step))
+            return  # the plan swallowed the exit and returned: the consumer left all the same
+        stepper.resume(outcome)
+    yield Done(stepper.value)
+
+
+async def astream(plan: Plan[T]) -> AsyncGenerator[str | Done[T], None]:
+    """:func:`stream` on the running event loop (``aclose()`` or a cancellation stops it)."""
+    stepper = _Stepper(plan)
+    while not stepper.done:
+        step = stepper.step
+        if isinstance(step, Io) and step.pieces is not None:
+            source = step.pieces()
+            pieces = source.aeach()
+            try:
+                async for piece in pieces:
+                    yield piece
+                outcome: Result[Any] = Result(value=source.value)
+            except BaseException as error:  # noqa: BLE001 - thrown into the plan, which decides
+                outcome = Result(error=error)
+            finally:
+                await pieces.aclose()
+        else:
+            outcome = await _aoutcome(step)
+        if isinstance(outcome.error, GeneratorExit):
+            stepper.resume(outcome)
+            while not stepper.done:
+                stepper.resume(await _aoutcome(stepper.step))
+            return
+        stepper.resume(outcome)
+    yield Done(stepper.value)
 
 
 def _outcome(step: Step) -> Result[Any]:

@@ -22,6 +22,7 @@ without repeating secrets.
     ├── SessionClosed          a session (or a job that has run) used after close
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
     ├── InvalidAnswer          an answer asked with a schema is cut, not JSON or refused (.text keeps it)
+    ├── StreamIncomplete       a streamed answer read before its end, or stopped before it (.text)
     └── BackendError           talking to a server failed
         ├── ServerUnreachable  no connection, or it dropped
         ├── ServerError        the server answered with an error status (a fault)
@@ -58,6 +59,7 @@ __all__ = [
     "SessionNotFound",
     "SourceError",
     "StoreError",
+    "StreamIncomplete",
     "TokenizerError",
     "UnsupportedArchitecture",
 ]
@@ -241,6 +243,19 @@ class InvalidAnswer(LongctxError):
         super().__init__(message)
         self.text = text
         self.finish_reason = finish_reason
+
+
+class StreamIncomplete(LongctxError):
+    """A streamed answer's :attr:`~longctx.sessions.streams.AnswerStream.answer` read before its end.
+
+    Either the stream is still going (iterate it to the end first), or it
+    stopped before the end (closed, left, interrupted, or failed): then no
+    turn was stored. ``text`` is the answer's text that arrived before.
+    """
+
+    def __init__(self, message: str, *, text: str) -> None:
+        super().__init__(message)
+        self.text = text
 
 
 class ServerContext(TypedDict, total=False):

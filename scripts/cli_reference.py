@@ -84,11 +84,23 @@ the schema (a request field, never the prompt: the cached prefix is the
 plain question's); longctx validates the answer again. The answer is printed
 as it came (JSON); `--json` adds `data` (the validated value) and `schema`.
 An answer cut at `--max-tokens`, not JSON, or refused by the schema exits
-11 with the reason and the raw answer on stderr, and is not stored. A job
+12 with the reason and the raw answer on stderr, and is not stored. A job
 item may carry its own `"schema"` (a JSON Schema object or a concise spec;
 `--schema` types the items without one); its result line carries `data`,
 and a changed schema asks the item again. See
 [api.md](api.md#typed-answers-schema).
+
+## A server that does not answer: --timeout, --stall-timeout
+
+Every command that talks to a server says, within a second, what it waits
+on while the server is silent: `waiting for http://gpu-box:8000/v1/models
+(3 s, gives up after 60 s)`, in the live status line on a terminal, as a
+plain line on stderr otherwise (every 10 s while the same request waits;
+nothing with `--quiet` or `--json`). `--stall-timeout` (`LONGCTX_STALL_TIMEOUT`)
+bounds the silence of one request, `--timeout` (`LONGCTX_TIMEOUT`) a
+request with its retries, and the first contact with the server; past
+either the command gives up with exit code 3. A URL where nothing listens
+(connection refused) is said at once, without retries.
 
 ## Exit codes
 

@@ -256,6 +256,7 @@ def build_adversarial_repository(base: Path) -> AdversarialRepository:
     plant("notes.txt", b"looks like text\x00but has a NUL\n", ("skipped", "binary"))
     plant("picture.png", "this .png holds text\n", included)
     plant("data/latin1.txt", b"caf\xe9 cr\xe8me\n", included)
+    plant("data/stray.txt", "naïve\n".encode() + b"\xff\n", included)
     plant("docs/bom8.md", codecs.BOM_UTF8 + "# Títle\n".encode(), included)
     plant("docs/utf16le.txt", codecs.BOM_UTF16_LE + "utf-16 le ✓\n".encode("utf-16-le"), included)
     plant("docs/utf16be.txt", codecs.BOM_UTF16_BE + "utf-16 be ✓\n".encode("utf-16-be"), included)

@@ -165,7 +165,7 @@ def test_exit_code_other_longctx_error(tmp_path: Path) -> None:
     blocker.write_text("")
     result = run("sessions", "list", home=blocker / "inside")
     assert result.returncode == cli.EXIT_ERROR
-    assert "cannot open the longctx database" in result.stderr
+    assert "opening the longctx store" in result.stderr and "failed" in result.stderr
 
 
 def test_ask_with_the_question_forgotten_or_a_second_path_as_question_says_so(
@@ -202,7 +202,7 @@ def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
     )
     plan = run("plan", "--config", str(config), "--gpu-memory", "80", "--weights", "16", "--json", home=home)
     assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 131072
+    assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 65536  # fp8, the KV cache `recipe` launches
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
     bad = run("plan", "--config", str(broken), home=home)

@@ -72,9 +72,14 @@ def test_every_skip_has_a_reason_and_the_manifest_is_in_byte_order(corpus: Corpu
 def test_decoding_results(corpus: Corpus) -> None:
     by_path = {document.path: document for document in corpus.documents}
     latin = by_path["data/latin1.txt"]
-    assert latin.lossy and latin.text == "caf\ufffd cr\ufffdme\n"
+    assert not latin.lossy and latin.text == "café crème\n"  # its encoding detected
     latin_entry = corpus.manifest.get("data/latin1.txt")
-    assert latin_entry is not None and latin_entry.lossy
+    assert latin_entry is not None and not latin_entry.lossy
+    assert latin_entry.notes == ("decoded from cp1252 (detected: not valid UTF-8)",)
+    stray = by_path["data/stray.txt"]  # UTF-8 with one bad byte stays UTF-8
+    assert stray.lossy and stray.text == "naïve\n\ufffd\n"
+    stray_entry = corpus.manifest.get("data/stray.txt")
+    assert stray_entry is not None and stray_entry.lossy
     assert by_path["docs/bom8.md"].text == "# Títle\n"
     assert by_path["docs/utf16le.txt"].text == "utf-16 le ✓\n"
     assert by_path["docs/utf16be.txt"].text == "utf-16 be ✓\n"

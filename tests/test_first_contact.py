@@ -65,7 +65,7 @@ def test_a_lossily_decoded_file_is_named_on_the_summary_line(tmp_path: Path) -> 
     source = tmp_path / "src"
     source.mkdir()
     (source / "good.txt").write_text("fine\n")
-    (source / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1"))
+    (source / "latin1.txt").write_bytes("naïve café\n".encode() + b"\xff\n")  # UTF-8, one stray byte
     result = CliRunner().invoke(
         main, ["pack", str(source), "--tokenizer", "estimate", "-o", str(tmp_path / "p.txt")]
     )

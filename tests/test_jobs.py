@@ -28,8 +28,8 @@ from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, SessionClosed
-from longctx.jobs.job import _Room
 from longctx.jobs.keys import AnswerFacts
+from longctx.jobs.room import KvRoom
 from longctx.sessions import RepoSession
 from longctx.store import Store
 
@@ -192,7 +192,7 @@ def test_answer_keys_are_refused_when_already_answered_or_given_twice(
 
 
 def test_room_admits_by_kv_tokens_per_replica() -> None:
-    room = _Room({"a": 1000, "b": None}, share=0.9, limit=10)
+    room = KvRoom({"a": 1000, "b": None}, share=0.9, limit=10)
     assert room.fits("a", 5000)  # a replica always takes one pack, however large
     room.take("a", 600)
     assert not room.fits("a", 400) and room.fits("a", 300)  # 900 of 1000 may be claimed
@@ -200,7 +200,7 @@ def test_room_admits_by_kv_tokens_per_replica() -> None:
     assert not room.fits("b", 1)  # size unknown: one pack at a time
     room.give_back("a", 600)
     assert room.fits("a", 900) and room.in_flight == 1
-    full = _Room({"a": None, "b": None}, share=1.0, limit=1)
+    full = KvRoom({"a": None, "b": None}, share=1.0, limit=1)
     full.take("a", 1)
     assert not full.fits("b", 1)  # packs_in_flight bounds them all
 

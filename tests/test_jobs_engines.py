@@ -152,3 +152,35 @@ def test_a_killed_job_command_resumes_without_asking_an_answer_twice(
         )
     # Every turn stored belongs to one item: a request the kill cut off left nothing.
     assert sibling_turns == len(items)
+
+
+def test_two_job_commands_at_once_ask_every_item_exactly_once(
+    vllm_server: LocalServer, tmp_path: Path
+) -> None:
+    """Two runs of one job file at the same time, one store: each item has one owner (its lease)."""
+    folders = make_folders(tmp_path / "packs", 2, lines=60)
+    items = interleaved(folders, 3)
+    job_file = tmp_path / "job.jsonl"
+    job_file.write_text("".join(json.dumps(item.to_dict()) + "\n" for item in items))
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
+    env.update({"LONGCTX_HOME": str(home), "LONGCTX_BASE_URL": vllm_server.api_base})
+    command = [str(ENTRY_POINT), "job", str(job_file), "--max-tokens", "16", "--packs-in-flight", "1", "-q"]
+    runs = [
+        subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [run.communicate(timeout=600) for run in runs]
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    lines = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
+    for results in lines:
+        assert all(line["answer"] and "error" not in line for line in results), results
+    # Each item asked by one process; the other took its answer from the store.
+    assert [sum(not line["resumed"] for line in pair) for pair in zip(*lines, strict=True)] == [1] * len(
+        items
+    )
+    with Store.open(home) as store:
+        assert len(store.sessions.answered_under(f"job:{Job(items).id}:")) == len(items)
+        # Every request either process sent is in the store (jobs send no warm start): one per item.
+        assert len(store.sessions.requests()) == len(items)
+        assert store.leases.holders() == {}

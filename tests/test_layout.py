@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ LIBRARY_HOMES = {
     "mcp": ("longctx/mcp.py",),
     "jsonschema": ("longctx/schemas.py",),
     "llm": ("longctx/llm_plugin.py",),
+    "charset_normalizer": ("longctx/sources/decoding.py",),
 }
 
 
@@ -297,10 +299,12 @@ ENVIRONMENT_READERS = {
 }
 
 
-def test_config_is_the_only_reader_of_longctx_settings() -> None:
+def test_config_and_settings_are_the_only_readers_of_longctx_settings() -> None:
     strays: list[str] = []
     for name in MODULES:
-        if name in ("longctx.config", *ENVIRONMENT_READERS) or name.startswith("longctx.testing"):
+        if name in ("longctx.config", "longctx.settings", *ENVIRONMENT_READERS) or name.startswith(
+            "longctx.testing"
+        ):
             continue
         for node in ast.walk(_tree(name)):
             text = ast.unparse(node) if isinstance(node, (ast.Attribute, ast.keyword)) else ""
@@ -309,3 +313,49 @@ def test_config_is_the_only_reader_of_longctx_settings() -> None:
             elif isinstance(node, ast.keyword) and node.arg in ("envvar", "auto_envvar_prefix"):
                 strays.append(f"{name}:{node.lineno} gives click {node.arg}")
     assert not strays, strays
+
+
+def _package_docstring_misses(package: Path) -> list[str]:
+    """The modules of ``package`` its ``__init__`` docstring does not name (``module`` or ``module.py``)."""
+    docstring = ast.get_docstring(ast.parse((package / "__init__.py").read_text())) or ""
+    named = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", docstring))
+    modules = sorted(
+        path.stem if path.is_file() else path.name
+        for path in package.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()
+    )
+    return [module for module in modules if module not in named]
+
+
+def test_every_package_docstring_names_each_of_its_modules() -> None:
+    # The top package's docstring is the public API's; docs/architecture.md is its map (below).
+    packages = [
+        path.parent for path in sorted(Path("longctx").rglob("__init__.py")) if path.parent.name != "longctx"
+    ]
+    assert len(packages) > 5
+    missing = {str(package): misses for package in packages if (misses := _package_docstring_misses(package))}
+    assert not missing, missing
+
+
+def test_the_architecture_map_names_every_top_level_module_and_package() -> None:
+    text = Path("docs/architecture.md").read_text()
+    tops = [
+        path for path in Path("longctx").iterdir() if path.suffix == ".py" or (path / "__init__.py").is_file()
+    ]
+    unnamed = [
+        path.name
+        for path in tops
+        if path.name not in ("__init__.py", "__main__.py")
+        and f"`{path.name}`" not in text
+        and f"`{path.name}/`" not in text
+    ]
+    assert not unnamed, unnamed
+
+
+def test_the_package_docstring_check_finds_an_unnamed_module(tmp_path: Path) -> None:
+    package = tmp_path / "room"
+    package.mkdir()
+    (package / "__init__.py").write_text('"""A room: :mod:`room.named` holds one thing."""\n')
+    (package / "named.py").write_text("")
+    (package / "stray.py").write_text("")
+    assert _package_docstring_misses(package) == ["stray"]

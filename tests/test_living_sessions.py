@@ -289,7 +289,9 @@ def test_sessions_list_shows_time_source_size_and_siblings_and_prune_removes_emp
     assert dry.stdout.split() == [empty.id] and len(home.sessions.sessions()) == 3
     assert invoke(backend, "sessions", "prune").stdout.split() == [empty.id]
     assert len(home.sessions.sessions()) == 2
-    old = invoke(backend, "sessions", "prune", "--older-than", "0")
+    # Just used: in use, unless told that nothing is.
+    assert invoke(backend, "sessions", "prune", "--older-than", "0").stdout == ""
+    old = invoke(backend, "sessions", "prune", "--older-than", "0", "--in-use-within", "0s")
     assert len(old.stdout.split()) == 2 + 2 and home.sessions.sessions() == []
 
 

@@ -137,6 +137,33 @@ def test_an_unreachable_server_is_a_tool_error_with_the_message(tmp_path: Path, 
     asyncio.run(scenario())
 
 
+def test_ask_streams_the_answer_as_progress_and_returns_the_same_result(
+    vllm_server: LocalServer, tmp_path: Path, home: Path
+) -> None:
+    """A client with a progress token hears the text so far; one without gets the result alone."""
+    repository = make_repository(tmp_path / "repo", ("bisect.py",))
+    env = {"LONGCTX_HOME": str(home), "LONGCTX_BASE_URL": vllm_server.api_base}
+    heard: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, message))
+
+    async def scenario() -> None:
+        async with mcp_client(env, "--max-tokens", "48", cwd=tmp_path) as client:
+            arguments = {"path": str(repository), "question": "What does insort do?"}
+            streamed = data_of(await client.call_tool("ask", arguments, progress_callback=on_progress))
+            assert heard, "no progress notification"
+            answer = streamed["answer"]
+            for progress, message in heard:
+                assert message is not None and answer.startswith(message), (message, answer)
+                assert progress == len(message)
+            assert [progress for progress, _ in heard] == sorted({progress for progress, _ in heard})
+            plain = data_of(await client.call_tool("ask", {**arguments, "new_conversation": True}))
+            assert set(plain) == set(streamed) and plain["turn"] == streamed["turn"] == 0
+
+    asyncio.run(scenario())
+
+
 def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, home: Path) -> None:
     repository = make_repository(tmp_path / "repo")
     other = make_repository(tmp_path / "other", ("colorsys.py",))

@@ -62,11 +62,11 @@ def test_a_new_field_is_a_flag_a_check_and_a_stored_key() -> None:
             max_tokens=7, temperature=0.5, seed=3, cache_salt="tenant", concurrency=2, dispatch="lead",
             reserved_question_tokens=10, extra_body={"top_p": 0.9}, follow_changes=False,
             warm_start=True, counter_check=False, token_history=True, offload_prefix_only=True,
-            canary_every=5, prompt_cache_key="k",
+            canary_every=5, prompt_cache_key="k", prompt_ids=False,
         ),
         CorpusOptions(
             ordering="path", include=("*.py",), exclude=("tests/",), limits=Limits(max_files=9),
-            allow_secrets=True, max_stale_share=0.5,
+            allow_secrets=True, max_stale_share=0.5, default_ignores=False,
         ),
         ServerOptions(
             base_url=("http://a:1/v1", "http://b:2/v1"), model="m", timeout=9.0, stall_timeout=8.0,

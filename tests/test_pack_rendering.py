@@ -172,6 +172,23 @@ def test_listing_holds_skipped_paths_of_the_manifest() -> None:
     assert "[skipped: secret] id_rsa\n" in listing
 
 
+def test_a_folders_many_skipped_files_of_one_reason_are_one_line() -> None:
+    """Thousands of compiled files in one folder cost one line; five or fewer are listed one by one."""
+    compiled = [ListingEntry(f"test/m{number}.pyc", "binary") for number in range(2498)]
+    few = [ListingEntry(f"test/img{number}.png", "too-large") for number in range(5)]
+    mixed = [ListingEntry(f"data/blob{number}{('.a', '.b')[number % 2]}", "binary") for number in range(9)]
+    others = [ListingEntry("test/a.py"), ListingEntry(".env", "secret")]
+    listing = render_listing([*compiled, *few, *mixed, *others])
+    assert listing == (
+        "</documents>\n<listing>\n"
+        "[skipped: secret] .env\n"
+        "data/\n  [skipped: binary, 9 files] *\n"
+        "test/\n  [skipped: binary, 2498 files] *.pyc\n  a.py\n"
+        + "".join(f"  [skipped: too-large] img{number}.png\n" for number in range(5))
+        + "</listing>\n"
+    )
+
+
 def test_lone_surrogates_in_text_become_replacement_characters() -> None:
     pack = build_pack(corpus_of([document("a.txt", "bad \udce9 byte\n")]))
     assert "bad \ufffd byte" in pack.prefix

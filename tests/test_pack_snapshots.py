@@ -437,7 +437,7 @@ def test_a_damaged_stored_manifest_is_a_clear_error_when_read(repo: Path, store:
 def test_a_reused_packs_summary_line_is_the_built_ones_without_decoding_the_manifest(
     repo: Path, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (repo / "latin1.txt").write_bytes("caf\xe9\n".encode("latin-1"))  # decoded with U+FFFD: named on the line
+    (repo / "latin1.txt").write_bytes("café\n".encode() + b"\xff")  # decoded with U+FFFD: named on the line
     (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))  # skipped: binary
     git(repo, "add", "-A")
     commit(repo, "third", when=T0 + 200)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from serving_configs import LLAMA_GQA
+from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
 
 from longctx.cli import EXIT_OK, EXIT_USAGE, main
 from longctx.serving import kv_layout_from_config, plan_capacity
@@ -34,8 +34,8 @@ def config(tmp_path: Path) -> Path:
 def test_plan_without_memory_prints_bytes_per_token_and_per_sequence(config: Path) -> None:
     result = invoke("plan", "--config", str(config), "--context", "8192", "--context", "32768")
     assert result.exit_code == EXIT_OK, result.output
-    layout = kv_layout_from_config(LLAMA_GQA)
-    assert f"per token held      : {layout.token_bytes(1):,} bytes" in result.stdout
+    layout = kv_layout_from_config(LLAMA_GQA, kv_cache_dtype="fp8")  # what `recipe` launches
+    assert f"per token held      : {layout.token_bytes(1):,} bytes (full attention)\n" in result.stdout
     assert "Bytes per sequence at a given context:" in result.stdout
     assert "KV memory           : not given" in result.stdout
     data = json.loads(invoke("plan", "--config", str(config), "--context", "8192", "--json").stdout)
@@ -125,3 +125,24 @@ def test_plan_needs_exactly_one_of_config_and_model(config: Path) -> None:
         assert result.exit_code == EXIT_USAGE
     assert "--config" in neither.stderr and "--model" in neither.stderr
     assert "no-such-model" in unknown.stderr and "Qwen/Qwen3-8B" in unknown.stderr
+
+
+def test_plan_assumes_the_kv_cache_recipe_launches_and_says_so(config: Path) -> None:
+    recipe = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(config))
+    assert "--kv-cache-dtype fp8" in recipe.stdout
+    planned = invoke("plan", "--config", str(config))
+    assert "KV cache fp8, model limit" in planned.stdout
+    assert "KV cache fp8, as `longctx recipe` launches it" in planned.stderr
+    own = invoke("plan", "--config", str(config), "--kv-cache-dtype", "auto")
+    assert "KV cache bf16" in own.stdout and own.stderr == ""
+    fp8, bf16 = (kv_layout_from_config(LLAMA_GQA, kv_cache_dtype=t).token_bytes(1) for t in ("fp8", "bf16"))
+    assert f"per token held      : {fp8:,} bytes" in planned.stdout
+    assert f"per token held      : {bf16:,} bytes" in own.stdout
+
+
+def test_plan_names_only_the_growing_layer_kinds_the_model_has(config: Path, tmp_path: Path) -> None:
+    planned = invoke("plan", "--config", str(config))
+    assert "bytes (full attention)\n" in planned.stdout and "MLA" not in planned.stdout
+    mla = tmp_path / "mla.json"
+    mla.write_text(json.dumps(DEEPSEEK_MLA))
+    assert "bytes (MLA)\n" in invoke("plan", "--config", str(mla)).stdout

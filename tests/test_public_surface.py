@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 PUBLIC = {
     "Answer",
+    "AnswerStream",
+    "AsyncAnswerStream",
+    "StreamIncomplete",
     "Backend",
     "BackendError",
     "Batch",

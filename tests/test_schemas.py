@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
+import httpx2
 import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
@@ -184,6 +186,29 @@ def test_the_constraint_wins_over_the_extra_body_and_leaves_the_messages(fake: F
     assert body["messages"] == [{"role": "user", "content": "q"}]
 
 
+def test_a_schemad_request_sent_as_token_ids_carries_its_constraint_to_completions() -> None:
+    """A prompt of token ids goes to ``/v1/completions``; the schema's field goes with it."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        seen.append((request.url.path, json.loads(request.content)))
+        answered = {"index": 0, "text": PERSON, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12}
+        events = [{"id": "c", "choices": [answered]}, {"id": "c", "choices": [], "usage": usage}]
+        stream = "".join(f"data: {json.dumps(event)}\n\n" for event in events) + "data: [DONE]\n\n"
+        return httpx2.Response(200, text=stream, headers={"content-type": "text/event-stream"})
+
+    fields = answer_schema(Person).request_fields(_info(VLLM, "0.32.0"))
+    client = ChatClient(URL, "m", profile=VLLM, transport=httpx2.MockTransport(handle))
+    request = ChatRequest(
+        messages=({"role": "user", "content": "q"},), prompt_ids=(1, 2, 3), constraint=fields
+    )
+    assert client.complete(request).text == PERSON
+    ((path, body),) = seen
+    assert path == "/v1/completions" and body["prompt"] == [1, 2, 3] and "messages" not in body
+    assert body["response_format"] == fields["response_format"]
+
+
 # -- sessions, against the fake engine -----------------------------------------------------
 
 
@@ -257,6 +282,21 @@ def test_aask_types_its_answer_too(backend: Backend, store: Store) -> None:
     assert asyncio.run(asked()) == Person(name="Ada", age=36)
 
 
+def test_a_streamed_answer_is_typed_too_and_an_invalid_one_raises_from_the_stream(
+    backend: Backend, fake: FakeEngine, store: Store
+) -> None:
+    session = Session(backend, PACK, store=store)
+    with session.stream("Who?", schema=Person) as answer_stream:
+        assert "".join(answer_stream) == PERSON
+    assert "response_format" in fake.chat_bodies[-1]
+    assert answer_stream.answer.data == Person(name="Ada", age=36)
+    fake.answer = '{"name": "Ada"}'
+    cut = session.stream("Who else?", schema=Person)
+    with pytest.raises(InvalidAnswer, match="'age' is a required property"), cut:
+        list(cut)
+    assert len(session.turns) == 1  # the invalid answer is not stored
+
+
 def test_cite_with_a_schema_an_unknown_keyword_and_shards_are_refused(
     backend: Backend, store: Store, tmp_path: Path
 ) -> None:
@@ -284,7 +324,7 @@ def folder(tmp_path: Path) -> Path:
     return root
 
 
-def test_ask_schema_json_holds_the_data_and_an_invalid_answer_exits_11(
+def test_ask_schema_json_holds_the_data_and_an_invalid_answer_exits_12(
     backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path
 ) -> None:
     result = _cli(backend, "ask", str(folder), "Who?", "--schema", "name, age int", "--json")

@@ -166,3 +166,19 @@ def test_serving_package_exports_resolve() -> None:
     assert sorted(serving.__all__) == sorted(set(serving.__all__))
     for name in serving.__all__:
         assert getattr(serving, name) is not None
+
+
+def test_a_measured_follow_up_switch_enters_the_generic_recipe_with_its_source() -> None:
+    """The slot the follow-up probe's results fill: empty (nothing claimed) until a run shows a gain."""
+    import dataclasses
+
+    from longctx.backends.engines import VLLM, registered
+
+    assert VLLM.recipe is not None and VLLM.recipe.followup_switches == ()
+    measured = dataclasses.replace(
+        VLLM.recipe, followup_switches=("--prefix-caching-hash-algo", "xxhash"), followup_source="probe X"
+    )
+    with registered(dataclasses.replace(VLLM, recipe=measured)):
+        recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=LLAMA_GQA)
+    assert recipe.argv[-2:] == ("--prefix-caching-hash-algo", "xxhash")
+    assert any(note.endswith("probe X") for note in recipe.notes)

@@ -45,7 +45,7 @@ def test_a_nul_byte_after_the_first_8_kib_does_not_make_a_file_binary() -> None:
         (codecs.BOM_UTF16_LE + "héllo €".encode("utf-16-le"), "héllo €", "utf-16-le", False),
         (codecs.BOM_UTF16_BE + "héllo €".encode("utf-16-be"), "héllo €", "utf-16-be", False),
         (codecs.BOM_UTF32_LE + "x".encode("utf-32-le"), "x", "utf-32-le", False),
-        (b"caf\xe9\n", "caf\ufffd\n", "utf-8", True),
+        ("naïve\n".encode() + b"\xe9\n", "naïve\n\ufffd\n", "utf-8", True),  # UTF-8, a stray byte
         (codecs.BOM_UTF16_LE + b"a\x00\x00\xd8", "a\ufffd", "utf-16-le", True),  # lone surrogate
     ],
 )
@@ -79,6 +79,9 @@ _MARKS = {
 )
 def test_decoding_never_raises_and_is_faithful_unless_lossy(data: bytes) -> None:
     decoded = decode_text(data)
+    if decoded.detected:
+        assert not decoded.lossy and decoded.text == data.decode(decoded.encoding)
+        return
     mark, codec = _MARKS[decoded.encoding]
     assert data.startswith(mark)
     if decoded.lossy:
@@ -103,3 +106,36 @@ def test_normalised_text_has_no_carriage_return_and_is_stable(text: str) -> None
     assert "\r" not in once
     assert normalise_newlines(once) == once
     assert once.count("\n") == text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "codec", "encoding"),
+    [
+        ("café naïve, crème brûlée, à la façon de ma grand-mère\n", "latin-1", "cp1252"),
+        ("\u201cSmart quotes\u201d \u2013 and a dash, from Word\n", "cp1252", "cp1252"),
+        ("Привет, как дела? Всё хорошо.\n", "cp1251", "cp1251"),
+        ("データの読み込み\n", "shift_jis", "cp932"),
+    ],
+)
+def test_text_that_is_not_utf8_is_decoded_in_its_detected_encoding(
+    text: str, codec: str, encoding: str
+) -> None:
+    decoded = decode_text(text.encode(codec))
+    assert (decoded.text, decoded.encoding, decoded.lossy, decoded.detected) == (text, encoding, False, True)
+
+
+def test_valid_utf8_never_loads_the_detector() -> None:
+    """UTF-8, nearly every file, costs one decode: charset-normalizer is imported only for the rest."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from longctx.sources.decoding import decode_text\n"
+        "decode_text('héllo wörld\\n'.encode() * 100)\n"
+        "print('charset_normalizer' in sys.modules)\n"
+        "decode_text(b'caf\\xe9 cr\\xe8me\\n')\n"
+        "print('charset_normalizer' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]

@@ -270,3 +270,44 @@ def test_a_link_passed_directly_is_followed_and_named_by_the_link(tmp_path: Path
     os.symlink(secret_target, innocent)
     entry = load_corpus([innocent, link]).manifest.get("settings.txt")
     assert entry is not None and (entry.reason, entry.notes) == ("secret", ("file name matches dotenv-file",))
+
+
+def test_outside_git_the_folders_tools_make_are_one_entry_each_unless_asked_for(tmp_path: Path) -> None:
+    _write(tmp_path, "app.py", "print('app')\n")
+    _write(tmp_path, ".venv/lib/site.py")
+    _write(tmp_path, "env/pyvenv.cfg", "home = /usr/bin\n")  # a virtual environment by another name
+    _write(tmp_path, "env/lib/os.py")
+    _write(tmp_path, "web/node_modules/left-pad/index.js")
+    _write(tmp_path, "pkg/__pycache__/mod.cpython-311.pyc", b"\x00\x01")
+    _write(tmp_path, "pkg/mod.py")
+    _write(tmp_path, ".tox/py311/log.txt")
+    _write(tmp_path, "venv/__init__.py")  # a package named venv (the stdlib has one) is content
+    corpus = load_corpus(tmp_path)
+    default = "ignored-by-default"
+    assert _statuses(corpus) == {
+        ".tox/": ("skipped", default),
+        ".venv/": ("skipped", default),
+        "app.py": ("included", None),
+        "env/": ("skipped", default),
+        "pkg/__pycache__/": ("skipped", default),
+        "pkg/mod.py": ("included", None),
+        "venv/__init__.py": ("included", None),
+        "web/node_modules/": ("skipped", default),
+    }
+    entry = corpus.manifest.get(".venv/")
+    assert entry is not None and "--no-default-ignores" in entry.notes[0]
+    everything = load_corpus(tmp_path, CorpusOptions(default_ignores=False))
+    assert {entry.path for entry in everything.manifest.included} >= {
+        ".venv/lib/site.py",
+        "env/lib/os.py",
+        "web/node_modules/left-pad/index.js",
+        ".tox/py311/log.txt",
+    }
+    assert everything.manifest.get("pkg/__pycache__/mod.cpython-311.pyc") is not None
+
+
+def test_a_gitignore_that_already_ignores_a_tool_folder_keeps_it_out_of_the_manifest(tmp_path: Path) -> None:
+    _write(tmp_path, ".gitignore", "node_modules/\n")
+    _write(tmp_path, "node_modules/x.js")
+    _write(tmp_path, "a.py")
+    assert _statuses(load_corpus(tmp_path)) == {".gitignore": ("included", None), "a.py": ("included", None)}

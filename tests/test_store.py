@@ -21,13 +21,20 @@ EXPORTED = {
     "CounterCheckRecord",
     "CounterSkip",  # why a call got no counter check, kept for the report of a resumed session
     "Database",
+    "ItemLeases",  # store.leases: one owner per job item
+    "LeaseClaim",
+    "LeaseHolder",
     "SessionLog",
     "SnapshotTexts",
     "Opening",  # a new session with what it did before its first turn (sessions/recording.py)
+    "PruneResult",  # store.sessions.prune: `longctx sessions prune`
+    "PruneRule",
+    "PrunedTree",
     "RequestRecord",
     "SessionRecord",
     "Store",
     "StoredPack",
+    "StoredPackIds",
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",

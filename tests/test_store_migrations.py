@@ -217,15 +217,59 @@ def test_a_database_of_version_12_keeps_its_turns_and_gains_their_citations(tmp_
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
-def test_a_database_of_version_13_keeps_its_turns_and_gains_their_schema(tmp_path: Path) -> None:
-    """Migration 14: an old turn was asked without a schema; a new one keeps its schema's stored form."""
+def test_a_database_of_version_13_keeps_its_requests_and_gains_prompt_ids(tmp_path: Path) -> None:
+    """Migration 14: an old request went as text as asked (no prompt form); packs' ids get a table."""
+    from longctx.store import StoredPackIds
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        13,
+        _SESSION_ROW,
+        "INSERT INTO requests (id, session_id, purpose, started_at, base_url, engine, model, attempts)"
+        " VALUES ('r', 's', 'turn', 0, 'http://x/v1', 'vllm', 'm', 1)",
+    )
+    with Store.open(home) as store:
+        (old,) = store.sessions.requests(session_ids=["s"])
+        assert old.usage.prompt_form is None
+        assert store.caches.pack_ids("server:vllm:m:abc", "fp") is None
+        ids = StoredPackIds((1, 2, 70_000, 2**31 - 1), (5, 6))
+        store.caches.save_pack_ids("server:vllm:m:abc", "fp", ids)
+        assert store.caches.pack_ids("server:vllm:m:abc", "fp") == ids
+        assert store.caches.pack_ids("server:vllm:m:other", "fp") is None  # another tokenizer: none
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_14_gains_job_leases_and_keeps_its_answer_keys(tmp_path: Path) -> None:
+    """Migration 15 (job leases): an old store's answers stay reusable, and items can be leased."""
+    from longctx.store import LeaseHolder
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        14,
+        _SESSION_ROW,
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
+        "INSERT INTO answer_keys (key, session_id, position) VALUES ('job:j:0:d:n', 's', 0)",
+    )
+    with Store.open(home) as store:
+        holder = LeaseHolder.this_process("run")
+        claims = store.leases.take(["job:j:0:d", "job:j:1:d"], holder, 60)
+        assert [claim.state for claim in claims] == ["answered", "taken"]
+        assert list(store.leases.holders("job:j:")) == ["job:j:1:d"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_15_keeps_its_turns_and_gains_their_schema(tmp_path: Path) -> None:
+    """Migration 16: an old turn was asked without a schema; a new one keeps its schema's stored form."""
     from longctx.store import RequestRecord, TurnRecord
     from longctx.usage import Usage
 
     home = tmp_path / "home"
     path = _database_at(
         home,
-        13,
+        15,
         _SESSION_ROW,
         "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
         " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
@@ -239,7 +283,7 @@ def test_a_database_of_version_13_keeps_its_turns_and_gains_their_schema(tmp_pat
         turn = TurnRecord("s", 1, "q2?", "{}", "{}", None, "r", 0.0, schema=schema)
         store.sessions.commit_turn(turn, request)
         assert store.sessions.turns("s")[1] == turn
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 14 == len(MIGRATIONS)
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
 def test_a_database_from_a_later_longctx_is_refused_with_a_clear_error(tmp_path: Path) -> None:

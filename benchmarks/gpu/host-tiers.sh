@@ -28,7 +28,9 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH=$REPO:/tmp/site:/tmp/site-lm PATH=/tmp/site/bin:/tmp/site-lm/bin:$PATH HF_HUB_OFFLINE=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0
 PIDS=""
-trap 'curl -sf http://127.0.0.1:8080/metrics > "$OUT/lmcache-metrics-end.txt" 2>/dev/null; curl -sf http://127.0.0.1:$PORT/metrics 2>/dev/null | grep -E "^vllm:(kv_offload|prompt_tokens_by_source|prompt_tokens_cached_by_source|external_prefix|prefix_cache_hits)" > "$OUT/tiers-$VARIANT-metrics.txt"; for p in $PIDS; do kill -TERM -- "-$p" 2>/dev/null; done; cp /tmp/vllm-$PORT.log "$OUT/vllm-tiers-$VARIANT.log" 2>/dev/null; cp /tmp/lmcache-server.log "$OUT"/ 2>/dev/null || true' EXIT
+# shellcheck source=tiers-finish.sh
+. "$HERE"/tiers-finish.sh
+trap tiers_finish EXIT
 case $VARIANT in
   native) TIER="--kv-offloading-backend native --kv-offloading-size $GIB" ;;
   lmcache)

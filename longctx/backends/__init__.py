@@ -1,1 +1,15 @@
-"""Talking to inference servers: vLLM, SGLang, or any OpenAI-compatible one."""
+"""Talking to inference servers: vLLM, SGLang, or any OpenAI-compatible one.
+
+- :mod:`~longctx.backends.base`: :class:`Backend` and ``connect``: one server or
+  replicas, discovery, delivery with retries and failover;
+- :mod:`~longctx.backends.http`: the only httpx2 import: JSON, text and server-sent events;
+- :mod:`~longctx.backends.chat`: the chat and completion requests, streamed and accumulated;
+- :mod:`~longctx.backends.profiles`: what longctx knows of an engine or a router, as data;
+- :mod:`~longctx.backends.engines`: the registry: the engine and router profiles, the one
+  module that names them;
+- :mod:`~longctx.backends.metrics`: Prometheus text;
+- :mod:`~longctx.backends.tiers`: cache tiers below the GPU and their counters;
+- :mod:`~longctx.backends.tokenizer`: the server's tokenizer;
+- :mod:`~longctx.backends.routers`: a router in front, found on its worker list;
+- :mod:`~longctx.backends.waits`: the requests waiting on a silent server, for a caller to show.
+"""

@@ -21,7 +21,14 @@ from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.engines import GENERIC, identify, profiles
-from longctx.backends.http import AsyncTransport, HttpEndpoint, Transport, split_base_url
+from longctx.backends.http import (
+    AsyncTransport,
+    HttpEndpoint,
+    Transport,
+    connection_refused,
+    split_base_url,
+    timed_out,
+)
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
@@ -30,7 +37,7 @@ from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
-from longctx.retry import OnRetry, RetryPolicy, call_with_retry, retried
+from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
@@ -172,6 +179,14 @@ def rendezvous_order(key: str, urls: Sequence[str]) -> list[str]:
     return sorted(urls, key=lambda url: hashlib.sha256(f"{url}\0{key}".encode()).digest(), reverse=True)
 
 
+def _dropped_midway(error: ServerUnreachable) -> BackendError:
+    """The error of a streamed answer cut off after its first piece: not retried (no retry takes it back)."""
+    return BackendError(
+        f"the answer's stream broke after its first piece went out, so it is not retried: {error}",
+        url=error.url, request_id=error.request_id, server_request_id=error.server_request_id,
+    )  # fmt: skip
+
+
 class Backend:
     """One model served by one server or several replicas.
 
@@ -272,18 +287,29 @@ class Backend:
         assert replica.chat is not None
         return replica.chat
 
-    def delivery(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Plan[Sent]:
+    def delivery(
+        self, request: ChatRequest, *, streamed: bool = False, **hooks: Unpack[DeliveryHooks]
+    ) -> Plan[Sent]:
         """The plan that sends ``request`` with the retry policy, failing over between replicas.
 
         Carried out by :func:`~longctx.drivers.run` or :func:`~longctx.drivers.arun`
         (:meth:`complete` and :meth:`acomplete` do that); raises the last error.
-        See :class:`DeliveryHooks` for what hears of its progress.
+        See :class:`DeliveryHooks` for what hears of its progress. ``streamed``:
+        its request step hands out the answer's text as it comes (carried out
+        by :func:`~longctx.drivers.stream`); once a piece of an answer went
+        out, a stream that drops is not retried (the text handed out cannot be
+        taken back): it raises a :class:`~longctx.errors.BackendError`.
         """
-        on_first_token, on_admitted = hooks.get("on_first_token"), hooks.get("on_admitted")
-        on_away = hooks.get("on_away")
+        on_admitted, on_away = hooks.get("on_admitted"), hooks.get("on_away")
         stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
         home = self._order(stamped.affinity_key)[0].api_url if on_away and len(self._replicas) > 1 else None
         failovers = [0]
+        answering = [False]  # a token of this attempt arrived (and, streamed, may have been handed out)
+
+        def on_first_token() -> None:
+            answering[0] = True
+            if (heard := hooks.get("on_first_token")) is not None:
+                heard()
 
         def attempt() -> Plan[tuple[Completion, _Replica]]:
             tried: set[str] = set()
@@ -303,8 +329,11 @@ class Backend:
                     if on_away is not None and home is not None and replica.api_url != home:
                         yield Io(partial(on_away, replica.api_url))
                     outgoing = self._with_body_affinity(stamped, replica)
-                    completion = yield chat.sending(outgoing, on_first_token, on_admitted)
+                    answering[0] = False
+                    completion = yield chat.sending(outgoing, on_first_token, on_admitted, streamed=streamed)
                 except ServerUnreachable as error:
+                    if streamed and answering[0]:
+                        raise _dropped_midway(error) from error
                     if len(self._replicas) > 1:
                         replica.mark_down(error, self.retry_seconds)
                     if len(tried) == len(self._replicas):
@@ -316,6 +345,10 @@ class Backend:
         outcome = yield from retried(attempt, self.retry, on_retry=hooks.get("on_retry"))
         completion, replica = outcome.value
         assert replica.info is not None
+        reason = stamped.text_reason
+        form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
+        if form:
+            completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
 
     def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:
@@ -501,15 +534,51 @@ def _any_engine_counters(endpoint: HttpEndpoint, model: str) -> CacheCounters | 
     return None
 
 
+# The longest one discovery request waits for its answer (a server's facts are small and quick).
+_DISCOVERY_TIMEOUT = 60.0
+
+
+def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOptions) -> Any:
+    """The server's model listing, asked within ``options.timeout`` in all, retries included.
+
+    A connection refused (nothing listens) fails at once: retrying it only
+    delays the one line that says so. So does a server that accepted the
+    connection and said nothing within the bound (a listing is small: a
+    silent server is hung, and asking again would multiply the wait the
+    user was told). What is retried is what a starting server answers
+    (a 503, a dropped connection), never past ``options.timeout``.
+    """
+    deadline = time.monotonic() + options.timeout
+
+    def listing() -> Any:
+        left = deadline - time.monotonic()
+        return endpoint.get_json("/v1/models", timeout=max(0.05, min(endpoint.timeout, left)))
+
+    try:
+        return listing()
+    except BackendError as error:
+        hopeless = connection_refused(error) or timed_out(error) or not is_retryable(error)
+        if hopeless or retry.attempts == 1 or time.monotonic() >= deadline:
+            raise
+    left = max(0.05, deadline - time.monotonic())
+    rest = replace(retry, attempts=retry.attempts - 1, total_seconds=min(retry.total_seconds, left))
+    return call_with_retry(listing, rest).value
+
+
 def _discover(
     base_url: str,
+    options: ServerOptions,
     model: str | None,
-    api_key: str | None,
     retry: RetryPolicy,
     transport: Transport | None,
 ) -> tuple[ServerInfo, HttpEndpoint]:
-    endpoint = HttpEndpoint(base_url, api_key=api_key, transport=transport, timeout=60.0)
-    listing = call_with_retry(lambda: endpoint.get_json("/v1/models"), retry).value
+    endpoint = HttpEndpoint(
+        base_url,
+        api_key=options.resolved_api_key(),
+        transport=transport,
+        timeout=min(_DISCOVERY_TIMEOUT, options.stall_timeout, options.timeout),
+    )
+    listing = _first_contact(endpoint, retry, options)
     entries = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(entries, list) or not entries:
         raise BackendError(f"{endpoint.api_url}/models lists no models", url=endpoint.api_url)
@@ -552,7 +621,8 @@ def connect(
     :class:`ConfigError` when the model is not served.
     """
     options = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
-    policy = retry or RetryPolicy()
+    # The user's bound on a request holds for its retries too.
+    policy = retry or RetryPolicy(total_seconds=min(RetryPolicy.total_seconds, options.timeout))
     urls = options.base_urls()
     key = options.resolved_api_key()
     headers = options.resolved_affinity_headers()
@@ -562,7 +632,7 @@ def connect(
     chosen: list[str | None] = [options.resolved_model()]
 
     def open_replica(url: str) -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
-        info, endpoint = _discover(url, chosen[0], key, discovery, transport)
+        info, endpoint = _discover(url, options, chosen[0], discovery, transport)
         chosen[0] = chosen[0] or info.model
         chat = ChatClient(
             info.api_url,

@@ -24,7 +24,7 @@ ids are noted there).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -84,6 +84,9 @@ class ChatRequest:
     #: Body fields that constrain decoding (an answer schema's, in the form the engine profile
     #: says: :meth:`longctx.schemas.AnswerSchema.request_fields`); they never touch the prompt.
     constraint: Mapping[str, Any] = field(default_factory=dict)
+    #: Why this request goes as chat messages where token ids were wanted (kept with its usage as
+    #: ``prompt_form``; longctx.sessions.prompt_ids); None: ids, or text as asked.
+    text_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,9 @@ class _Accumulator:
         self.tier_details: dict[str, Any] | None = None
         self.logprobs: list[TokenLogprob] | None = None
 
-    def add(self, chunk: dict[str, Any]) -> None:
+    def add(self, chunk: dict[str, Any]) -> str:
+        """Take in one chunk; the answer's text it adds ("" for none)."""
+        added = ""
         if chunk.get("usage") is not None:
             self.usage = chunk["usage"]
         self._add_ids(chunk)
@@ -161,10 +166,12 @@ class _Accumulator:
                     self.on_first_token()
             if content:
                 self.text.append(content)
+                added += content
             if thought:
                 self.reasoning.append(str(thought))
             if choice.get("finish_reason"):
                 self.finish_reason = choice["finish_reason"]
+        return added
 
     def _add_ids(self, chunk: dict[str, Any]) -> None:
         prompt = chunk.get("prompt_token_ids")
@@ -258,6 +265,53 @@ def _tier_split(details: Mapping[str, Any] | None) -> tuple[int | None, int | No
     )
 
 
+class _Read:
+    """One attempt's stream read as it comes: the answer's text piece by piece, then the completion.
+
+    The one body of both modes' reading (:class:`longctx.drivers.Pieces`):
+    a plain step reads it to the end, a streamed one hands its pieces on.
+    """
+
+    def __init__(self, chat: ChatClient, post: EventPost, on_first_token: Callable[[], None] | None) -> None:
+        self._chat = chat
+        self._post = post
+        self._on_first_token = on_first_token
+        self._completion: Completion | None = None
+
+    def _accumulator(self) -> _Accumulator:
+        return _Accumulator(time.perf_counter(), self._chat.profile.missing_report, self._on_first_token)
+
+    def each(self) -> Generator[str, None, None]:
+        accumulator = self._accumulator()
+        for chunk in post_events(self._chat._sync, self._post):
+            if added := accumulator.add(chunk):
+                yield added
+        self._completion = accumulator.finish()
+
+    async def aeach(self) -> AsyncGenerator[str, None]:
+        accumulator = self._accumulator()
+        async for chunk in apost_events(self._chat._async, self._post):
+            if added := accumulator.add(chunk):
+                yield added
+        self._completion = accumulator.finish()
+
+    @property
+    def value(self) -> Completion:
+        if self._completion is None:
+            raise RuntimeError("the stream was not read to its end")
+        return self._completion
+
+    def read(self) -> Completion:
+        for _ in self.each():
+            pass
+        return self.value
+
+    async def aread(self) -> Completion:
+        async for _ in self.aeach():
+            pass
+        return self.value
+
+
 class ChatClient:
     """Streaming chat against one server, sync and async; one attempt per call."""
 
@@ -342,6 +396,8 @@ class ChatClient:
         request: ChatRequest,
         on_first_token: Callable[[], None] | None = None,
         on_admitted: Callable[[], None] | None = None,
+        *,
+        streamed: bool = False,
     ) -> Io[Completion]:
         """The step that sends ``request`` once and reads the whole stream (one attempt).
 
@@ -350,6 +406,8 @@ class ChatClient:
         tokenized the prompt, just before the request enters its scheduler).
         ``on_first_token`` is called when the first token arrives: the
         server has then prefilled (and cached) the whole prompt.
+        ``streamed``: the step also hands out the answer's text as it comes
+        (its ``pieces``, for :func:`longctx.drivers.stream`).
         """
         body, headers = self._arguments(request)
         route = "completions" if request.prompt_ids is not None else "chat/completions"
@@ -362,19 +420,10 @@ class ChatClient:
             request_id=request.request_id,  # sent as X-Request-Id, named by the request's errors
         )
 
-        def call() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
-            for chunk in post_events(self._sync, post):
-                accumulator.add(chunk)
-            return accumulator.finish()
+        def read() -> _Read:
+            return _Read(self, post, on_first_token)
 
-        async def acall() -> Completion:
-            accumulator = _Accumulator(time.perf_counter(), self.profile.missing_report, on_first_token)
-            async for chunk in apost_events(self._async, post):
-                accumulator.add(chunk)
-            return accumulator.finish()
-
-        return Io(call, acall)
+        return Io(lambda: read().read(), lambda: read().aread(), read if streamed else None)
 
     def complete(
         self,

@@ -304,6 +304,8 @@ VLLM = EngineProfile(
     # return_token_ids on both routes: prompt_token_ids in the first chunk, token_ids per choice.
     chat_id_switches=("return_token_ids",),
     completions_id_switches=("return_token_ids",),
+    # /v1/completions takes prompt as a list of ids (0.24.0 on the H200, 0.32.0 on the CPU).
+    takes_prompt_ids=True,
     # docs/benchmarks.md "siblings-dispatch" (benchmarks/siblings.py, the CPU build of the test
     # suite) and vLLM 0.24.0 on one H200 (8 at once 8.15 s against 9.7-11.2 s lead-first, before
     # 2026-12-01; "gpu-siblings" of 2026-12-01: auto 10.79 s against lead 13.47 s at 126k). vLLM v1
@@ -327,6 +329,7 @@ VLLM = EngineProfile(
     ),
     # The flag has no trace in vLLM's settings: a probe's answer stands for it.
     reporting_setting="enable_prompt_tokens_details",
+    caching_setting="enable_prefix_caching",
     recipe=RecipeSwitches(
         launch=("vllm", "serve", "{model}"),
         tensor_parallel="--tensor-parallel-size",
@@ -391,6 +394,9 @@ SGLANG = EngineProfile(
     # ids come in the last chunk's sglext.
     chat_id_switches=("return_input_ids_in_sglext", "return_output_ids_in_sglext"),
     completions_id_switches=("return_token_ids",),
+    # /v1/completions takes prompt as a list of ids (0.5.17 on the H200, 0.5.23 on the CPU; its
+    # /generate takes input_ids too, but answers in its own format).
+    takes_prompt_ids=True,
     # docs/benchmarks.md "gpu-siblings-sglang" (H200, SGLang 0.5.17: fcfs, page 1, triton
     # attention, 99.7k-token pack): admitted 24.6 s, lead 25.4 s, together 26.2 s; the fastest
     # plain client (lead then 7) 24.8 s. SGLang does not share a prefix still being prefilled:
@@ -419,6 +425,7 @@ SGLANG = EngineProfile(
         Check("suggestion", "enable_metrics", _false, "--enable-metrics", _COUNTERS),
         Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES),
     ),
+    caching_setting="disable_radix_cache",
     recipe=RecipeSwitches(
         launch=("python", "-m", "sglang.launch_server", "--model-path", "{model}"),
         tensor_parallel="--tp-size",

@@ -32,7 +32,9 @@ from typing import Any
 
 import httpx2
 
+from longctx.backends.waits import Waits, seconds_text
 from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
+from longctx.process_state import PROCESS
 from longctx.retry import parse_retry_after
 
 __all__ = [
@@ -43,6 +45,7 @@ __all__ = [
     "HttpEndpoint",
     "Transport",
     "apost_events",
+    "connection_refused",
     "credentials_in",
     "error_from_response",
     "make_async_client",
@@ -51,6 +54,7 @@ __all__ = [
     "post_events",
     "redacted",
     "split_base_url",
+    "timed_out",
 ]
 
 #: The header that carries the id of each request (vLLM takes it as its own request id).
@@ -259,6 +263,7 @@ class HttpEndpoint:
         transport: Transport | None = None,
     ) -> None:
         self.root_url, self.api_url = split_base_url(base_url)
+        self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx2.Client(
             timeout=timeout, transport=transport, headers=headers, verify=tls_context()
@@ -275,14 +280,23 @@ class HttpEndpoint:
         self, method: str, path: str, body: Any | None = None, timeout: float | None = None
     ) -> tuple[httpx2.Response, Exchange]:
         exchange = Exchange.new(self.url(path), secrets=credentials_in(self.client.headers))
+        bound = timeout or self.timeout
         try:
-            response = self.client.request(
-                method,
-                exchange.url,
-                json=body,
-                timeout=timeout or self.client.timeout,
-                headers={REQUEST_ID_HEADER: exchange.request_id},
-            )
+            with PROCESS.get(Waits).waiting(exchange.url, bound):
+                response = self.client.request(
+                    method,
+                    exchange.url,
+                    json=body,
+                    timeout=bound,
+                    headers={REQUEST_ID_HEADER: exchange.request_id},
+                )
+        except httpx2.TimeoutException as error:
+            raise exchange.error(
+                ServerUnreachable,
+                f"no answer from {exchange.url} within {seconds_text(bound)} s: the server"
+                f"{' accepted the connection but' if not isinstance(error, httpx2.ConnectTimeout) else ''}"
+                " sent nothing (raise --timeout / --stall-timeout to wait longer)",
+            ) from error
         except httpx2.TransportError as error:
             raise unreachable(exchange, error) from error
         if response.status_code >= 400:
@@ -304,6 +318,20 @@ class HttpEndpoint:
             return self.client.get(self.url(path), timeout=timeout).status_code
         except httpx2.TransportError:
             return None
+
+
+def connection_refused(error: BaseException) -> bool:
+    """Whether ``error`` is a connection that could not be made at all (refused, no such host).
+
+    Nothing listens there: another attempt a second later would fail the same way,
+    so first contact says so at once instead of retrying.
+    """
+    return isinstance(error.__cause__, httpx2.ConnectError)
+
+
+def timed_out(error: BaseException) -> bool:
+    """Whether ``error`` is a request that got no answer within its bound (the server stayed silent)."""
+    return isinstance(error.__cause__, httpx2.TimeoutException)
 
 
 def _json(response: httpx2.Response, exchange: Exchange) -> Any:
@@ -402,33 +430,54 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
     """
     exchange, headers = post.exchange()
     url = exchange.url
-    with _stream_errors(exchange), client.stream("POST", url, json=post.body, headers=headers) as response:
+    with (
+        _stream_errors(exchange),
+        PROCESS.get(Waits).waiting(url, _stall_bound(client.timeout)) as wait,
+        client.stream("POST", url, json=post.body, headers=headers) as response,
+    ):
         if response.status_code >= 400:
             response.read()
         _opened(response, exchange, post)
-        yield from filter(None, (_event(line, exchange) for line in response.iter_lines()))
+        for line in response.iter_lines():
+            if (event := _event(line, exchange)) is not None:
+                wait.end()  # the first event: the server is answering
+                yield event
 
 
 async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
     """:func:`post_events` over an async client (the transport is all that differs)."""
     exchange, headers = post.exchange()
-    with _stream_errors(exchange):
+    with (
+        _stream_errors(exchange),
+        PROCESS.get(Waits).waiting(exchange.url, _stall_bound(client.timeout)) as wait,
+    ):
         async with client.stream("POST", exchange.url, json=post.body, headers=headers) as response:
             if response.status_code >= 400:
                 await response.aread()
             _opened(response, exchange, post)
             async for line in response.aiter_lines():
                 if (event := _event(line, exchange)) is not None:
+                    wait.end()
                     yield event
+
+
+def _stall_bound(timeout: httpx2.Timeout) -> float:
+    """How long a streamed answer may stay silent: the read timeout (else the whole request's)."""
+    return float(timeout.read or timeout.connect or 0.0)
 
 
 def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> httpx2.Client:
     """An httpx2 client for streamed answers: ``stall_timeout`` bounds the wait for each read."""
     return httpx2.Client(
-        timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0),
+        timeout=_timeouts(timeout, stall_timeout),
         transport=transport,
         verify=tls_context(),
     )
+
+
+def _timeouts(timeout: float, stall_timeout: float) -> httpx2.Timeout:
+    # A connection that is not made within half a minute (or the user's bounds) will not be.
+    return httpx2.Timeout(timeout, read=stall_timeout, connect=min(30.0, stall_timeout, timeout))
 
 
 def make_async_client(
@@ -436,7 +485,7 @@ def make_async_client(
 ) -> httpx2.AsyncClient:
     """The async twin of :func:`make_client`."""
     return httpx2.AsyncClient(
-        timeout=httpx2.Timeout(timeout, read=stall_timeout, connect=30.0),
+        timeout=_timeouts(timeout, stall_timeout),
         transport=transport,
         verify=tls_context(),
     )

@@ -109,6 +109,11 @@ class RecipeSwitches:
     mla_note: str = ""
     #: The host tiers a recipe can add, by name (``recipe_for(host_tier=...)``).
     host_tiers: Mapping[str, HostTierRecipe] = field(default_factory=dict)
+    #: Launch flags that cut a cached follow-up's remaining per-token work in the engine (block
+    #: hashing, the id list), with the measurement that chose them: filled from
+    #: benchmarks/gpu/followup_probe.py runs (``--server-label``), empty until one shows a gain.
+    followup_switches: tuple[str, ...] = ()
+    followup_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,8 @@ class EngineProfile:
     report (None: no counters). ``reporting_setting`` is the setting a
     probe's answer on cached-token reporting fills in (the server does not
     say it); ``doctor_note`` is said of every server of the engine.
+    ``caching_setting`` is the setting that turns prefix caching on or off
+    (its check's flag is the fix :meth:`caching_fix` names).
     """
 
     name: str
@@ -242,6 +249,9 @@ class EngineProfile:
     tiers: tuple[CacheTiers, ...] = ()
     chat_id_switches: tuple[str, ...] = ()
     completions_id_switches: tuple[str, ...] = ()
+    #: Whether ``/v1/completions`` takes ``prompt`` as a list of token ids (sessions then send the
+    #: pack as ids: longctx.sessions.prompt_ids).
+    takes_prompt_ids: bool = False
     #: Body fields that make the engine say per request where its cached tokens came from.
     tier_detail_switches: tuple[str, ...] = ()
     #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).
@@ -249,6 +259,7 @@ class EngineProfile:
     dispatch: tuple[Measured, ...] = ()
     checks: tuple[Check, ...] = ()
     reporting_setting: str | None = None
+    caching_setting: str | None = None
     doctor_note: Finding | None = None
     recipe: RecipeSwitches | None = None
     #: How a request constrains its answer to a JSON Schema, by version (oldest first); () : it cannot.
@@ -271,6 +282,13 @@ class EngineProfile:
         """The findings of the profile's checks on ``observed`` settings, warnings first."""
         found = [finding for check in self.checks if (finding := check.finding(observed)) is not None]
         return tuple(sorted(found, key=lambda finding: finding.severity != "warning"))
+
+    def caching_fix(self, observed: Mapping[str, Any]) -> str | None:
+        """The launch flag that turns prefix caching on where ``observed`` settings have it off; else None."""
+        return next(
+            (finding.flag for finding in self.advise(observed) if finding.setting == self.caching_setting),
+            None,
+        )
 
     def tiers_for(self, version: str | None) -> CacheTiers | None:
         """The tier metrics of ``version`` (the newest known when it is unknown); None before the first."""

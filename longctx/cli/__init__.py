@@ -1,6 +1,19 @@
 """The ``longctx`` command: a thin layer over the public API (see :mod:`longctx.cli.app`).
 
-Each command group is one module, imported when one of its commands is run.
+Each command group is one module, imported when one of its commands is run:
+
+- :mod:`~longctx.cli.app`: the group, the one error boundary, exit codes, shared options;
+- :mod:`~longctx.cli.flags`: an option object's flags, made from its fields;
+- :mod:`~longctx.cli.waiting`: what a command waits on while a server is silent;
+- :mod:`~longctx.cli.streaming`: an answer shown as it arrives, a spinner until then;
+- :mod:`~longctx.cli.packing`: ``pack``;
+- :mod:`~longctx.cli.questions`: ``ask``, ``batch``, ``chat``;
+- :mod:`~longctx.cli.chat`: the chat loop and its slash commands;
+- :mod:`~longctx.cli.jobs`: ``job``;
+- :mod:`~longctx.cli.sessions`: ``sessions``, ``report``;
+- :mod:`~longctx.cli.serving`: ``doctor``, ``plan``, ``recipe``, ``canary``;
+- :mod:`~longctx.cli.serve`: ``serve --cpu-demo``;
+- :mod:`~longctx.cli.mcp`: ``mcp``, the MCP server.
 """
 
 from __future__ import annotations

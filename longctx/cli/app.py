@@ -56,6 +56,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
+    "EXIT_NO_PREFIX_CACHE",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -68,6 +69,7 @@ __all__ = [
     "emit_json",
     "exit_code",
     "given_schema",
+    "json_option",
     "main",
     "note",
     "output_options",
@@ -90,7 +92,8 @@ EXIT_NO_SESSION = 7
 EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
-EXIT_INVALID_ANSWER = 11
+EXIT_NO_PREFIX_CACHE = 11
+EXIT_INVALID_ANSWER = 12
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -108,6 +111,8 @@ EXIT_CODES: dict[int, str] = {
     EXIT_ITEMS_FAILED: "`longctx job` ran, but some items have no answer (their result lines carry `error`)",
     EXIT_CANARY: "the cache canary found a cached answer that differs from a cold one"
     " (`doctor --canary`; the evidence is printed)",
+    EXIT_NO_PREFIX_CACHE: "`longctx doctor`: a server reports prefix caching off, so no request reuses"
+    " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
@@ -174,6 +179,7 @@ COMMAND_MODULES: dict[str, str] = {
     "plan": "longctx.cli.serving",
     "mcp": "longctx.cli.mcp",
     "job": "longctx.cli.jobs",
+    "serve": "longctx.cli.serve",
 }
 
 
@@ -191,6 +197,7 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "plan": "KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.",
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
+    "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
 }
 
 
@@ -298,12 +305,26 @@ def _console() -> Any:
 
 @contextmanager
 def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    """A status line on stderr while work runs (silent with ``--quiet`` or ``--json``)."""
+    """A status line on stderr while work runs (silent with ``--quiet`` or ``--json``).
+
+    A request to a server that stays silent is shown within a second (what
+    it waits on, for how long, when it gives up: :mod:`longctx.cli.waiting`):
+    in the live line on a terminal, as plain lines otherwise.
+    """
     if not enabled:
         yield lambda message: None
         return
-    with _console().status("starting") as status:
-        yield status.update
+    from longctx.cli.waiting import StatusLine, watching_waits
+
+    console = _console()
+    if not console.is_terminal:
+        with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
+            yield lambda message: None
+        return
+    with console.status("starting") as status:
+        line = StatusLine(status.update)
+        with watching_waits(live=line.wait):
+            yield line.say
 
 
 @contextmanager
@@ -314,14 +335,19 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], Non
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from longctx.cli.waiting import watching_waits
+
     columns = (BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"))
-    with Progress(*columns, console=_console(), transient=True) as bar:
+    console = _console()
+    with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("starting", total=total)
 
         def update(done: int, message: str) -> None:
             bar.update(task, completed=done, description=message)
 
-        yield update
+        # A silent server is said above the bar (or as plain lines off a terminal).
+        with watching_waits(plain=lambda line: console.print(f"longctx: {line}", markup=False)):
+            yield update
 
 
 def note(message: str, *, quiet: bool = False) -> None:
@@ -382,6 +408,11 @@ def _remember_json(context: click.Context, parameter: click.Parameter, value: bo
     return value
 
 
+def json_option(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--json`` (as ``as_json``): with it, an error is JSON on stdout too (see :func:`_fail`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text, callback=_remember_json)
+
+
 def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--json`` and ``--quiet``."""
     return _apply(
@@ -438,7 +469,7 @@ def schema_options(function: Callable[..., Any]) -> Callable[..., Any]:
         callback=schema,
         help="Answer in JSON that satisfies a schema: a JSON Schema file, or a concise spec such as "
         "'name, age int, bio: their biography' (types str, int, float, bool; newlines may separate "
-        "fields). The server constrains decoding to it; an answer that is cut or invalid fails (exit 11).",
+        "fields). The server constrains decoding to it; an answer that is cut or invalid fails (exit 12).",
     )(function)
 
 

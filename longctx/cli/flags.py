@@ -18,9 +18,9 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from longctx.config import setting
 from longctx.errors import ConfigError
 from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
+from longctx.settings import setting
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
 
@@ -131,7 +131,7 @@ def options_from_flags(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator giving a command the flags of ``options`` and passing them on as one object, ``keyword=``.
 
-    A flag left out takes the value :func:`longctx.config.setting` finds
+    A flag left out takes the value :func:`longctx.settings.setting` finds
     (``LONGCTX_<NAME>``, then the config files), checked by the field's own
     rule; a flag left at a ``cli_default`` of None with nothing configured is
     not passed, so the field's own default holds (the limits' flags). Fields without a flag (or of

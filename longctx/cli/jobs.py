@@ -23,7 +23,8 @@ from longctx.cli.app import (
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
-from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobResult, read_job
+from longctx.jobs.items import JobItem, read_job
+from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult
 from longctx.outputs import save_text
 
 if TYPE_CHECKING:
@@ -116,17 +117,7 @@ def job(
         try:
             report = work.run()
         except KeyboardInterrupt:
-            written = ""
-            if partial is not None:
-                # Closed before it is counted: an answer arriving meanwhile would add a line the
-                # message does not count (seen: "the 2 done so far" over a file of 3 lines).
-                partial.close()
-                written = f"; the {partial.lines} done so far are in {output}"
-            click.echo(
-                f"longctx: job {work.id}: {work.answered} of {len(items)} items answered and stored"
-                f"{written}; run the same command again to ask the rest",
-                err=True,
-            )
+            _say_interrupted(work, len(items), partial, output)
             raise
         finally:
             if partial is not None:
@@ -142,6 +133,22 @@ def job(
         note(f"item {failed.index}: {failed.error}", quiet=quiet)
     if report.failed:
         raise SystemExit(EXIT_ITEMS_FAILED)
+
+
+def _say_interrupted(work: Job, total: int, partial: _PartialResults | None, output: str | None) -> None:
+    """Say on stderr, after Ctrl-C, what the job stored and where the lines done so far are."""
+    written = ""
+    if partial is not None:
+        # Closed before it is counted: an answer arriving meanwhile would add a line the
+        # message does not count (seen: "the 2 done so far" over a file of 3 lines).
+        partial.close()
+        # With nothing done the file was never made: it is not named.
+        written = f"; the {partial.lines} done so far are in {output}" if partial.lines else ""
+    click.echo(
+        f"longctx: job {work.id}: {work.answered} of {total} items answered and stored"
+        f"{written}; run the same command again to ask the rest",
+        err=True,
+    )
 
 
 def _read_items(job_file: str, schema: AnswerSchema | None) -> tuple[JobItem, ...]:

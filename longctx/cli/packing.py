@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from longctx.cli.app import corpus_options, emit_json, main, note, runtime, server_options
+from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
 from longctx.config import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
@@ -32,12 +32,7 @@ from longctx.tokens import Tokenizer, offline_tokenizer
     help="Write the pack here instead of stdout: whole or not at all, and a file that already holds "
     "exactly this pack is left as it is.",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print the pack's summary and manifest as JSON instead of the pack (to --output if given).",
-)
+@json_option("Print the pack's summary and manifest as JSON instead of the pack (to --output); errors too.")
 @click.option("--quiet", "-q", is_flag=True, help="No summary on stderr.")
 def pack(
     paths: tuple[str, ...],

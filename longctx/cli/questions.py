@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import shlex
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
@@ -27,16 +26,17 @@ from longctx.cli.app import (
     schema_options,
     server_options,
 )
+from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
+from longctx.cli.streaming import Printing, print_answer
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import check_sources
-from longctx.errors import BackendError, ConfigError, ServerUnreachable
+from longctx.errors import BackendError, ConfigError
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, stored_answers
+from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import CorpusSessionOptions
-from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import Conversation
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 
@@ -76,6 +76,19 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
     return session
 
 
+def _note_skipped(session: Conversation, paths: Sequence[str], *, quiet: bool) -> None:
+    """One line on stderr: how many paths the pack left out, why, and the command that lists them."""
+    if not isinstance(session, RepoSession):
+        return
+    by_reason = session.corpus.manifest.skipped_by_reason()
+    if not by_reason:
+        return
+    count = sum(by_reason.values())
+    reasons = ", ".join(f"{number} {reason}" for reason, number in by_reason.items())
+    command = shlex.join(["longctx", "pack", *paths, "--json"])
+    note(f"skipped {count} path{'s' if count != 1 else ''} ({reasons}); list them: {command}", quiet=quiet)
+
+
 @dataclass(frozen=True)
 class _Questions:
     """What ``ask`` and ``batch`` were given besides their questions: the session to open, how to speak."""
@@ -89,10 +102,27 @@ class _Questions:
     request: RequestOptions
 
     @contextmanager
-    def opened(self, session_id: str | None = None) -> Iterator[_Opened]:
-        """The store, the progress line and the session (over the paths, or ``session_id``'s stored batch)."""
-        with runtime().open_store() as store, progress(not (self.quiet or self.as_json)) as say:
-            yield _Opened(store, say, self._session(store, say, session_id))
+    def opened(
+        self, session_id: str | None = None, *, progress_until_open: bool = False
+    ) -> Iterator[_Opened]:
+        """The store, the progress line and the session (over the paths, or ``session_id``'s stored batch).
+
+        ``progress_until_open``: the progress line ends once the session is
+        open (the answer's own spinner follows); its later messages are dropped.
+        """
+        with runtime().open_store() as store, ExitStack() as shown:
+            say = shown.enter_context(progress(not (self.quiet or self.as_json)))
+            showing = [say]
+
+            def relay(message: str) -> None:
+                for target in showing:
+                    target(message)
+
+            session = self._session(store, relay, session_id)
+            if progress_until_open:
+                showing.clear()
+                shown.close()
+            yield _Opened(store, relay, session)
 
     def _session(self, store: Store, say: Callable[[str], None], session_id: str | None) -> Conversation:
         if session_id:
@@ -102,7 +132,10 @@ class _Questions:
             _resumed(session, self.request, self.quiet, batch=True)
             return session
         if self.paths:
-            return _open(self.shard, self.paths, _options(store, self.server, self.corpus, self.request, say))
+            options = _options(store, self.server, self.corpus, self.request, say)
+            opened = _open(self.shard, self.paths, options)
+            _note_skipped(opened, self.paths, quiet=self.quiet)
+            return opened
         raise ConfigError("give PATHS to pack, or --session ID to finish a stored batch")
 
     def finish(
@@ -179,6 +212,17 @@ def shard_option(function: Callable[..., Any]) -> Callable[..., Any]:
     )(function)
 
 
+def stream_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--stream/--no-stream``: the answer printed as it streams on a terminal."""
+    return click.option(
+        "--stream/--no-stream",
+        default=True,
+        show_default=True,
+        help="On a terminal, print the answer as it streams (a spinner until its first token); "
+        "--no-stream prints it whole once done. Never streamed into --json, or into a pipe.",
+    )(function)
+
+
 def cite_option(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--cite``: each answer cites where it rests, and each citation is checked against the pack."""
     return click.option(
@@ -226,6 +270,7 @@ def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[t
 @shard_option
 @cite_option
 @schema_options
+@stream_option
 @output_options
 def ask(
     arguments: tuple[str, ...],
@@ -233,6 +278,7 @@ def ask(
     shard: bool,
     cite: bool,
     schema: AnswerSchema | None,
+    stream: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -241,20 +287,27 @@ def ask(
 ) -> None:
     """Ask QUESTION about PATHS; the answer goes to stdout.
 
+    On a terminal the answer is printed as it streams, a spinner on stderr
+    until its first token (--no-stream: printed whole once done; --json:
+    never streamed). Ctrl-C while it streams stops the request (exit 130):
+    a stopped answer is not stored.
+
     The session is stored: continue it with `longctx chat --session ID`
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
-    with given.opened() as opened:
-        opened.say("waiting for the answer")
-        with opened.session as session:
-            answer = session.ask(question, cite=cite, schema=schema)
-            if not as_json:
-                # Printed before the report, which waits for the server's counters to settle.
-                click.echo(answer.text)
-                _echo_citations(answer, session.source_roots())
-            report = session.report()
+    printing = Printing.for_terminal(stream=stream, as_json=as_json, quiet=quiet)
+    with given.opened(progress_until_open=True) as opened, opened.session as session:
+        try:
+            # Printed before the report, which waits for the server's counters to settle.
+            answer = print_answer(session, question, printing, cite=cite, schema=schema).answer
+        except KeyboardInterrupt:
+            say_stored(session)
+            raise
+        if not as_json:
+            _echo_citations(answer, session.source_roots())
+        report = session.report()
     given.finish(session, report, answer.to_dict())
 
 
@@ -411,9 +464,9 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
     accepted = _APPLIED_ON_RESUME | (_BATCH_ON_RESUME if batch else set())
     for name, parameter in given.items():
         flag = "/".join(getattr(parameter, "opts", []) or [name])
-        # --cite and --schema are how this run asks, not what the stored session is.
+        # --cite, --schema and --stream are how this run asks and prints, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema")
+            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema", "stream")
             or name in _SERVER_ON_RESUME
         ):
             continue
@@ -441,10 +494,12 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
 @corpus_options
 @server_options
 @request_options(**dict.fromkeys(GROUPS, True))
+@stream_option
 @output_options
 def chat(
     paths: tuple[str, ...],
     session_id: str | None,
+    stream: bool,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -453,19 +508,36 @@ def chat(
 ) -> None:
     """Chat about PATHS: one question per line on stdin, answers on stdout.
 
-    Every completed turn is stored at once; resume with --session ID after
-    an interruption. A server that goes away is said so and tried again,
-    waiting longer each time, until it is back (the session goes on) or
-    Ctrl-C (which prints the id to resume). End with an empty line or end
-    of input. Files changed
-    between turns are appended to the next question (--no-follow-changes
-    turns that off). The pack (and history) is prefilled in the background
-    while the first question is typed (--no-warm-start turns that off).
-    --token-history sends earlier answers as the token ids the model
-    generated, so each turn reads the previous answer from the cache. With
-    --session, --max-tokens, --follow-changes, --warm-start and
-    --token-history apply to the resumed session, server options say where it is served,
-    and PATHS, the pack options and another --cache-salt are refused.
+    On a terminal the answer is printed as it streams, a spinner on stderr
+    until its first token (--no-stream: printed whole); from a script each
+    answer is one block on stdout (--json: one JSON line a turn). Turns are
+    numbered from 1, as in the report.
+
+    A line that starts with / is a chat command, never sent to the model:
+    /help, /history (the turns so far), /tokens (tokens so far, cached and
+    not), /report (the savings report so far), /quit or /exit (as do Ctrl-D
+    and an empty line). An unknown /command is an error; start a question
+    with // to send one that begins with / (the first / is dropped).
+
+    Every completed turn is stored at once; resume with --session ID, which
+    shows the earlier turns first (the last 3 in full). Ctrl-C ends the chat
+    (exit 130) and prints the id to resume; an answer stopped while it
+    streams is not stored. A question not answered (Ctrl-C, or a failure) is
+    printed as kept, and on a terminal stays in the chat's input history
+    (chat_history beside the store): the Up arrow in the next chat offers it.
+    A server that goes away is said so once and the same question is asked
+    again, waiting longer each time (one status line on a terminal), until
+    it is back (the session goes on) or Ctrl-C.
+
+    Files changed between turns are appended to the next question
+    (--no-follow-changes turns that off). The pack (and history) is
+    prefilled in the background while the first question is typed
+    (--no-warm-start turns that off). --token-history sends earlier answers
+    as the token ids the model generated, so each turn reads the previous
+    answer from the cache. With --session, --max-tokens, --follow-changes,
+    --warm-start and --token-history apply to the resumed session, server
+    options say where it is served, and PATHS, the pack options and another
+    --cache-salt are refused.
     """
     with runtime().open_store() as store:
         if session_id:
@@ -474,101 +546,8 @@ def chat(
         elif paths:
             with progress(not (quiet or as_json)) as say:
                 session = _open_repo(paths, _options(store, server, corpus, request, say))
+            _note_skipped(session, paths, quiet=quiet)
         else:
             raise ConfigError("give PATHS to pack, or --session ID to resume")
         with session:
-            _converse(session, as_json=as_json, quiet=quiet)
-
-
-def _converse(session: Session, *, as_json: bool, quiet: bool) -> None:
-    try:
-        _turns(session, as_json=as_json, quiet=quiet)
-    except KeyboardInterrupt:
-        if session.turns:
-            resume = f"resume with: longctx chat --session {session.id}"
-            click.echo(
-                f"longctx: session {session.id} has {len(session.turns)} turns stored; {resume}", err=True
-            )
-        else:
-            click.echo("longctx: no turn was answered, so no session was stored", err=True)
-        raise
-
-
-# The waits between tries of a question whose server went away: doubling from the first, capped.
-_OUTAGE_FIRST_WAIT = 2.0
-_OUTAGE_MAX_WAIT = 30.0
-
-
-def _wait(seconds: float) -> None:
-    """The pause between tries of a chat turn whose server went away (a test replaces it)."""
-    time.sleep(seconds)
-
-
-def _ask_through_outages(session: Session, question: str) -> Answer:
-    """Ask ``question``; while the server cannot be reached, say so and try again, waiting longer each time.
-
-    Each try is a whole turn with its own retries; a failed one stores
-    nothing, so the turn that succeeds is the only one. Ctrl-C stops the
-    waiting (see :func:`_converse`); the session keeps its stored turns.
-    """
-    wait = _OUTAGE_FIRST_WAIT
-    while True:
-        try:
-            return session.ask(question)
-        except ServerUnreachable as error:
-            kept = f"session {session.id} is kept" if session.turns else "nothing is lost"
-            click.echo(
-                f"longctx: the server went away ({str(error).splitlines()[0]}); {kept}. Trying again in "
-                f"{wait:.0f} s until it is back; Ctrl-C to quit"
-                + (f" (resume with: longctx chat --session {session.id})" if session.turns else ""),
-                err=True,
-            )
-            _wait(wait)
-            wait = min(wait * 2, _OUTAGE_MAX_WAIT)
-
-
-def _turns(session: Session, *, as_json: bool, quiet: bool) -> None:
-    note(f"session {session.id} ({len(session.turns)} earlier turns); empty line to end", quiet=quiet)
-    interactive = sys.stdin.isatty()
-    warm_noted = False
-    previous: Answer | None = None
-    while True:
-        if interactive:
-            click.echo("> ", err=True, nl=False)
-        question = sys.stdin.readline().strip()
-        if not question:
-            break
-        answer = _ask_through_outages(session, question)
-        warm_noted = warm_noted or _note_warm_start(session, quiet=quiet)
-        if as_json:
-            click.echo(json.dumps(answer.to_dict(), sort_keys=True))
-        else:
-            click.echo(answer.text)
-        appended = f"; {answer.appended.summary_line()}" if answer.appended is not None else ""
-        reuse = answer_reuse(previous.usage, answer.usage) if previous is not None else None
-        reused = f"; {reuse.summary_line()}" if reuse is not None and reuse.answer_tokens else ""
-        note(f"[turn {answer.turn}: {answer.usage.summary_line()}{reused}{appended}]", quiet=quiet)
-        previous = answer
-    if session.warming is not None:
-        # Its line is said before the session ends; with no turn, its request is never stored.
-        session.warming.wait()
-        if not warm_noted:
-            _note_warm_start(session, quiet=quiet)
-    if not session.turns and not session.branch_ids():
-        # Nothing was asked: a new session was never stored (sessions/recording.py);
-        # a resumed one that is empty (stored by an older longctx) goes too.
-        if session.id in {record.id for record in session.store.sessions.sessions()}:
-            session.store.sessions.delete_session(session.id)
-        note("no question asked: the session is not kept", quiet=quiet)
-        return
-    note(f"session {session.id}: {session.report().summary_line()}", quiet=quiet)
-
-
-def _note_warm_start(session: Session, *, quiet: bool) -> bool:
-    """Say what the warm start did, if it is done; True once said."""
-    warming = session.warming
-    result = warming.result if warming is not None else None
-    if result is None:
-        return False
-    note(f"[{result.summary_line()}]", quiet=quiet)
-    return True
+            converse(session, ChatOutput(as_json=as_json, quiet=quiet, stream=stream))

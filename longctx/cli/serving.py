@@ -11,13 +11,23 @@ from typing import Any
 import click
 
 from longctx.backends.engines import recipe_engines, recipe_host_tiers
-from longctx.cli.app import emit_json, exit_code, main, note, runtime, server_options
+from longctx.cli.app import (
+    EXIT_NO_PREFIX_CACHE,
+    emit_json,
+    exit_code,
+    main,
+    note,
+    progress,
+    runtime,
+    server_options,
+)
 from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
 from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
 from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
+from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPE
 
 # The planner's argument names, as `plan`'s flags: its errors name what the user typed.
 _PLAN_FLAGS = {
@@ -73,8 +83,10 @@ def doctor(
 
     Several replica URLs are checked one by one; a replica that fails is
     reported in one line and the others are still checked. With
-    ``--canary`` each is also asked a probe cold and from its cache; a
-    cached answer that diverges prints both outputs and exits with 10.
+    --canary each is also asked a probe cold and from its cache; a
+    cached answer that diverges prints both outputs and exits with 10. A
+    server that reports prefix caching off exits with 11: nothing longctx
+    sends can be reused there.
     """
     # Imported here: recipe and plan never connect to a server.
     from longctx.verification.canary import CanaryOptions, canary
@@ -87,17 +99,20 @@ def doctor(
     reports: list[dict[str, Any]] = []
     texts: list[str] = []
     failure: LongctxError | None = None
+    caching_off: list[str] = []
     for target in targets:
         url = ", ".join(target.base_urls()) if given is None else "the given server"
         try:
-            backend = runtime().connect(target)
-            try:
-                diagnosis = diagnose(
-                    backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
-                )
-                result = canary(backend, options=canary_options) if canary_options else None
-            finally:
-                runtime().release(backend)
+            with progress(not as_json) as say:
+                say(f"checking {url}")
+                backend = runtime().connect(target)
+                try:
+                    diagnosis = diagnose(
+                        backend, probe=not no_probe, request=RequestOptions(cache_salt=cache_salt)
+                    )
+                    result = canary(backend, options=canary_options) if canary_options else None
+                finally:
+                    runtime().release(backend)
         except LongctxError as error:
             failure = failure or error
             line = _one_line(error)
@@ -106,6 +121,7 @@ def doctor(
             continue
         reports.append({"url": url, **diagnosis.to_dict()})
         texts.append(diagnosis.to_text())
+        caching_off.extend(diagnosis.caching_off)
         if result is not None:
             reports[-1]["canary"] = result.to_dict()
             reports[-1]["ok"] = reports[-1]["ok"] and not result.diverged
@@ -118,6 +134,10 @@ def doctor(
         click.echo("\n".join(texts))
     if failure is not None:
         sys.exit(exit_code(failure))
+    if caching_off:
+        # The one fact that decides every saving: said last, on stderr, and in the exit code.
+        note(f"longctx: error: prefix caching is OFF on {', '.join(caching_off)}: no request reuses a prefix")
+        sys.exit(EXIT_NO_PREFIX_CACHE)
 
 
 def _one_line(error: LongctxError) -> str:
@@ -192,7 +212,12 @@ def recipe(
 )
 @click.option("--model", help="A popular long-context model by name, instead of --config (see `recipe`).")
 @click.option(
-    "--kv-cache-dtype", type=click.Choice(["auto", "bf16", "fp16", "fp8"]), default="auto", show_default=True
+    "--kv-cache-dtype",
+    type=click.Choice(["recipe", "auto", "bf16", "fp16", "fp8"]),
+    default="recipe",
+    show_default=True,
+    help="recipe: the KV cache `longctx recipe` launches (fp8); auto: the model's own type"
+    " (the engines' default when the server is started without --kv-cache-dtype).",
 )
 @click.option("--gpus", type=int, default=1, show_default=True)
 @click.option("--gpu-memory", type=float, help="GiB per GPU.")
@@ -246,6 +271,9 @@ def plan(
     Without --gpu-memory and --weights (or a measured --kv-memory) it gives
     the bytes per token and per sequence only.
     """
+    if kv_cache_dtype == "recipe":
+        kv_cache_dtype = RECIPE_KV_CACHE_DTYPE
+        note(f"KV cache {kv_cache_dtype}, as `longctx recipe` launches it (auto: the model's own type)")
     layout = kv_layout_from_config(_plan_config(config_path, model), kv_cache_dtype=kv_cache_dtype)
     try:
         result = plan_capacity(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import time
 from typing import Any
 
@@ -12,11 +14,11 @@ from longctx.cli.app import emit_json, main, note, runtime
 from longctx.errors import SessionNotFound
 from longctx.outputs import save_text
 from longctx.sessions import Session, resume
-from longctx.store import SessionRecord, Store
+from longctx.store import PruneRule, SessionRecord, Store
 
 
 @main.command()
-@click.argument("session_id", required=False)
+@click.argument("session_id", metavar="[SESSION_ID | JOB_ID]", required=False)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 @click.option("--markdown", is_flag=True, help="Markdown on stdout.")
 @click.option(
@@ -26,7 +28,14 @@ from longctx.store import SessionRecord, Store
     help="Write a self-contained HTML page with the chart.",
 )
 def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str | None) -> None:
-    """The savings report of a session (default: the latest), its siblings included."""
+    """The savings report of a session (default: the latest), its siblings included.
+
+    SESSION_ID may be a job's id (as `longctx job` prints it): the report
+    then sums every pack of the job; so does the default when the latest
+    session is one of a job's packs.
+    """
+    from longctx.jobs.stored import job_of_session, job_report  # a layer above the sessions
+
     with runtime().open_store() as store:
         if session_id is None:
             sessions = store.sessions.sessions()
@@ -36,7 +45,13 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
                     f"no session is stored yet in {store.path}: ask a question first (longctx ask)",
                 )
             session_id = sessions[0].id
-        result = resume(session_id, store=store).report()
+            job_id = job_of_session(store, session_id)
+            result = job_report(store, job_id) if job_id else resume(session_id, store=store).report()
+        else:
+            try:
+                result = resume(session_id, store=store).report()
+            except SessionNotFound:
+                result = job_report(store, session_id)  # a job's id, else no such session or job
     if html_file:
         save_text(html_file, result.to_page())
         note(f"wrote {html_file}")
@@ -53,22 +68,43 @@ def sessions() -> None:
     """List, show and delete stored sessions."""
 
 
+_DEFAULT_LIMIT = 20
+
+
 @sessions.command("list")
 @click.option("--all", "show_all", is_flag=True, help="Include sibling branches, under their batch.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=_DEFAULT_LIMIT,
+    show_default=True,
+    help="At most this many sessions, the newest (0: all).",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
-def sessions_list(show_all: bool, as_json: bool) -> None:
-    """Stored sessions, newest first: when, over what, how large, and their siblings."""
+def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
+    """Stored sessions, newest first: when, what kind, over what, how large, and their siblings.
+
+    Each row's kind: session (ask, chat), batch (siblings under one
+    prefix), fork, sibling (with --all), sharded (map-reduce) or job (a
+    pack of `longctx job`).
+    """
     with runtime().open_store() as store:
-        rows = [_listed(store, record) for record in store.sessions.sessions()]
+        records = store.sessions.sessions()
+        shown = records[:limit] if limit else records
+        rows = [_listed(store, record) for record in shown]
         children = {
             row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
         }
+        for row in rows:
+            row["kind"] = _kind(row, children[row["id"]])
         where = store.path
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
     if not rows:
         note(f"no sessions stored in {where}")
+    if len(shown) < len(records):
+        note(f"the newest {len(shown)} of {len(records)} sessions; --limit 0 lists them all")
     for row in rows:
         click.echo(_list_line(row, len(children[row["id"]])))
         if show_all:
@@ -92,6 +128,17 @@ def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
         "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
         "first_question": turns[0].question if turns else None,
     }
+
+
+def _kind(row: dict[str, Any], children: list[dict[str, Any]]) -> str:
+    """What a listed session is: its stored kind, or for a plain one a batch or a job's pack."""
+    if row["kind"] != "session":
+        return str(row["kind"])  # fork, sibling, sharded
+    if row["title"].startswith("job "):  # a job names its sessions "job ID: pack"
+        return "job"
+    if not row["turns"] and any(child["kind"] == "sibling" for child in children):
+        return "batch"
+    return "session"
 
 
 def _list_line(row: dict[str, Any], branches: int) -> str:
@@ -126,27 +173,93 @@ def _short_source(source: str) -> str:
 @sessions.command("prune")
 @click.option(
     "--older-than",
-    "days",
-    type=click.FloatRange(min=0),
-    help="Also delete sessions created more than this many days ago.",
+    help="Delete sessions last used longer ago than this: 30d, 12h, 90m, 2w (a bare number: days).",
+)
+@click.option(
+    "--keep", type=click.IntRange(min=0), help="Keep the N most recently used sessions, delete the rest."
+)
+@click.option(
+    "--max-size",
+    help="Delete the least recently used sessions until the rest hold at most this: 100MB, 1.5GB, 500KiB.",
+)
+@click.option(
+    "--in-use-within",
+    default="1h",
+    show_default=True,
+    help="Sessions used this recently count as in use (a chat, a job) and are never deleted.",
 )
 @click.option("--dry-run", is_flag=True, help="Only list what would be deleted.")
-def sessions_prune(days: float | None, dry_run: bool) -> None:
-    """Delete empty sessions (no turn, no branch), and with --older-than DAYS the old ones."""
-    cutoff = time.time() - days * 86400 if days is not None else None
+@click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
+def sessions_prune(
+    older_than: str | None,
+    keep: int | None,
+    max_size: str | None,
+    in_use_within: str,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Delete empty sessions, and old ones by age, count or size; then compact the store.
+
+    A session goes with its branches (a batch's siblings, forks), its turns,
+    requests and counter checks; packs no session uses any more go too, and
+    the file is vacuumed. Always deleted: empty sessions (no turn, no
+    branch). Never deleted: a session used within --in-use-within. Prints
+    the ids deleted, one a line; the summary goes to stderr.
+    """
+    rule = PruneRule(
+        older_than_seconds=None if older_than is None else _seconds(older_than, "--older-than"),
+        keep=keep,
+        max_bytes=None if max_size is None else _bytes(max_size),
+        in_use_seconds=_seconds(in_use_within, "--in-use-within"),
+    )
     with runtime().open_store() as store:
-        doomed = [
-            record
-            for record in store.sessions.sessions(include_branches=True)
-            if (cutoff is not None and record.created_at < cutoff)
-            or (not store.sessions.turns(record.id) and not store.sessions.children(record.id))
-        ]
-        if not dry_run:
-            for record in doomed:
-                store.sessions.delete_session(record.id)
-    for record in doomed:
-        click.echo(record.id)
-    note(f"{'would delete' if dry_run else 'deleted'} {len(doomed)} session(s)")
+        result = store.sessions.prune(rule, dry_run=dry_run)
+    if as_json:
+        emit_json(dataclasses.asdict(result) | {"freed_bytes": result.freed_bytes})
+        return
+    for tree in result.pruned:
+        click.echo("\n".join(tree.session_ids))
+    verb = "would delete" if dry_run else "deleted"
+    sessions_count = sum(len(tree.session_ids) for tree in result.pruned)
+    summary = (
+        f"{verb} {len(result.pruned)} session(s) ({sessions_count} with their branches, "
+        f"{sum(tree.turns for tree in result.pruned)} turns, about {_size(result.freed_bytes)}); "
+        f"kept {result.kept}, {result.in_use} in use"
+    )
+    if not dry_run:
+        summary += (
+            f"; the store went from {_size(result.file_bytes_before)} to {_size(result.file_bytes_after)}"
+        )
+    note(summary)
+    for line in result.notes:
+        note(line)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def _seconds(text: str, flag: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` in seconds; a bare number is days."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*", text)
+    if match is None:
+        raise click.BadParameter(f"{text!r} is not a duration such as 30d, 12h, 90m", param_hint=flag)
+    return float(match[1]) * _DURATION_UNITS[match[2] or "d"]
+
+
+def _bytes(text: str) -> int:
+    """``100MB``, ``1.5GB``, ``500KiB`` in bytes; a bare number is bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match[2].upper() if match else ""
+    if match is None or unit not in _SIZE_UNITS:
+        raise click.BadParameter(
+            f"{text!r} is not a size such as 100MB, 1.5GB, 500KiB", param_hint="--max-size"
+        )
+    return int(float(match[1]) * _SIZE_UNITS[unit])
+
+
+def _size(count: int) -> str:
+    return f"{count / 10**6:.1f} MB" if count >= 10**5 else f"{count / 10**3:.1f} kB"
 
 
 @sessions.command("show")

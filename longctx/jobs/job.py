@@ -1,7 +1,8 @@
 """Jobs larger than the cache: many packs, many questions, each pack prefilled once.
 
-A :class:`Job` is a list of :class:`JobItem` (the paths of one pack and a
-question about it), read from JSONL by :func:`read_job` or made in Python;
+A :class:`Job` is a list of :class:`~longctx.jobs.items.JobItem` (the paths of
+one pack and a question about it), read from JSONL by
+:func:`~longctx.jobs.items.read_job` or made in Python;
 docs/api.md ("Jobs over many packs") says what a run gives back. It is
 scheduled for the cache, not in the order given:
 
@@ -19,7 +20,9 @@ scheduled for the cache, not in the order given:
 
 Every answer is stored in the transaction of its turn under a key made of
 everything that shapes it (:mod:`longctx.jobs.keys`), so a run
-after a crash or Ctrl-C asks only what has no answer yet. The job checks the
+after a crash or Ctrl-C asks only what has no answer yet. Each item has one
+owner (:mod:`longctx.jobs.ownership`): two runs of one job at once never ask
+one item twice; an item another run is asking is taken from it when stored. The job checks the
 servers' own cache counters once over the whole run (per-call checks would
 be blurred by the packs running beside each call).
 """
@@ -30,25 +33,29 @@ import hashlib
 import json
 import os
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
+from longctx.jobs.items import JobItem
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
+from longctx.jobs.ownership import ItemOwnership
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
+from longctx.jobs.room import KvRoom
+from longctx.jobs.stored import answer_request
 from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
-from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema, json_value
+from longctx.schemas import json_value
 from longctx.sessions.answers import Answer, stored_data
-from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
+from longctx.sessions.corpus import CorpusSession, RepoSession
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -58,132 +65,15 @@ from longctx.verification.counters import CounterSnapshot, combine_checks
 
 __all__ = [
     "Job",
-    "JobItem",
     "JobOptions",
     "JobProgress",
     "JobReport",
     "JobResult",
-    "read_job",
 ]
-
-_ITEM_KEYS = frozenset({"paths", "question", "id", "schema"})
 
 # The room one sibling takes in the KV cache beyond the shared prefix, on top
 # of its answer: the question and the chat template's turn markers.
 _QUESTION_ROOM_TOKENS = 256
-
-
-@dataclass(frozen=True)
-class JobItem:
-    """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result.
-
-    ``schema``: the answer is typed (:mod:`longctx.schemas`: a JSON Schema
-    dict or a concise spec in a JSONL line; in Python also a pydantic model
-    class); it is part of the answer's key, so a changed schema asks again.
-    """
-
-    paths: tuple[str, ...]
-    question: str
-    id: str | None = None
-    schema: SchemaSpec | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
-        if not self.paths or any(not path for path in self.paths):
-            raise ConfigError("a job item needs at least one path, and no empty one")
-        if not isinstance(self.question, str):
-            raise TypeError(f"a job item's question must be a str, not {type(self.question).__name__}")
-        if not self.question.strip():
-            raise ConfigError("a job item's question is empty")
-        if self.schema is not None:
-            answer_schema(self.schema)  # refused here, before any pack is read
-
-    @property
-    def answer_schema(self) -> AnswerSchema | None:
-        """The item's :class:`~longctx.schemas.AnswerSchema` (None: a plain answer)."""
-        return None if self.schema is None else answer_schema(self.schema)
-
-    @property
-    def pack_key(self) -> tuple[str, ...]:
-        """The absolute paths: items with the same key share one pack."""
-        return tuple(os.path.abspath(path) for path in self.paths)
-
-    @classmethod
-    def from_dict(cls, data: Any, *, where: str = "a job item") -> JobItem:
-        """An item from ``{"paths": str | [str, ...], "question": str, "id"?: str, "schema"?: dict | str}``.
-
-        Raises :class:`~longctx.errors.ConfigError` naming ``where`` and the
-        problem: not an object, a missing or unknown key, a wrong type.
-        """
-        if not isinstance(data, dict):
-            kind = type(data).__name__
-            raise ConfigError(f"{where}: expected an object with paths and question, got {kind}")
-        unknown = sorted(set(data) - _ITEM_KEYS)
-        if unknown:
-            names = ", ".join(map(repr, unknown))
-            raise ConfigError(f"{where}: unknown key {names} (known: id, paths, question, schema)")
-        for key in ("paths", "question"):
-            if key not in data:
-                raise ConfigError(f"{where}: missing {key!r}")
-        paths = data["paths"]
-        if isinstance(paths, str):
-            paths = [paths]
-        if not isinstance(paths, list) or not all(isinstance(path, str) for path in paths):
-            raise ConfigError(f"{where}: 'paths' must be a string or a list of strings")
-        question, item_id = data["question"], data.get("id")
-        if not isinstance(question, str):
-            raise ConfigError(f"{where}: 'question' must be a string")
-        if item_id is not None and not isinstance(item_id, (str, int)):
-            raise ConfigError(f"{where}: 'id' must be a string or a number")
-        schema = data.get("schema")
-        if schema is not None and not isinstance(schema, (dict, str)):
-            raise ConfigError(f"{where}: 'schema' must be a JSON Schema object or a concise spec string")
-        try:
-            return cls(tuple(paths), question, None if item_id is None else str(item_id), schema)
-        except ConfigError as error:
-            raise ConfigError(f"{where}: {error}") from error
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"paths": list(self.paths), "question": self.question}
-        if self.id is not None:
-            data["id"] = self.id
-        shape = self.answer_schema
-        if shape is not None:
-            data["schema"] = shape.json_schema
-        return data
-
-
-def read_job(source: str | os.PathLike[str] | IO[str]) -> tuple[JobItem, ...]:
-    """The items of a JSONL file (a path, or an open text file such as stdin), in order.
-
-    Each non-blank line is one :meth:`JobItem.from_dict` object. Raises
-    :class:`~longctx.errors.ConfigError` naming the file and line of the
-    first bad one, or when the file holds no item.
-    """
-    if isinstance(source, (str, os.PathLike)):
-        name = os.fspath(source)
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"cannot read the job file {name}: {error.strerror or error}") from error
-        except UnicodeDecodeError as error:
-            raise ConfigError(f"the job file {name} is not UTF-8 text: {error}") from error
-    else:
-        name = getattr(source, "name", "<job>")
-        text = source.read()
-    items: list[JobItem] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{name} line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{where}: not JSON ({error.msg} at column {error.colno})") from error
-        items.append(JobItem.from_dict(data, where=where))
-    if not items:
-        raise ConfigError(f"the job file {name} holds no items")
-    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -203,6 +93,9 @@ class JobOptions(OptionFields):
     the host tier of each server URL in tokens, where the server does not
     say (vLLM gives its size in GiB: ``longctx plan --host-memory`` turns it
     into tokens); it orders the packs, it never adds room in flight.
+    ``lease_seconds`` is how long an item stays this run's after its last
+    renewal (renewed every third of it while the run lives): a run killed
+    on another host holds its items that long (on this host, none).
     """
 
     kv_tokens: int | None = option(None, value_type="int", minimum=1)
@@ -211,6 +104,7 @@ class JobOptions(OptionFields):
     packs_in_flight: int | None = option(None, value_type="int", minimum=1)
     job_id: str | None = option(None, value_type="str", check=not_blank)
     fresh: bool = option(False, value_type="bool")
+    lease_seconds: float = option(60.0, value_type="float", minimum=0, minimum_open=True)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -224,9 +118,11 @@ class JobResult:
     under the same facts (not asked again: see
     :mod:`longctx.jobs.keys`); ``asked_because`` says why an item
     was asked in this run (``"new"``: nothing was stored for it; else what
-    changed since its stored answer, or that the run was fresh); ``usage``
-    and ``replica`` are set for answers asked in this run. ``data``: the
-    validated value of an item asked with a schema (as JSON values).
+    changed since its stored answer, or that the run was fresh; None for a
+    reused answer); ``usage`` and ``replica`` are those of the request that
+    answered it (in an earlier run, for a reused answer). ``asked_by``
+    names the other run that asked it while this one ran (then ``resumed``).
+    ``data``: the validated value of an item asked with a schema (as JSON values).
     """
 
     index: int
@@ -238,6 +134,7 @@ class JobResult:
     usage: Usage | None = None
     replica: str | None = None
     asked_because: str | None = None
+    asked_by: str | None = None
     data: Any = None
 
     @property
@@ -245,23 +142,24 @@ class JobResult:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL (``error``, ``usage``, ``replica``, ``asked_because``: when set)."""
+        """One line of the results JSONL: the same keys for every answer, asked or reused (and ``error``).
+
+        An item asked with a schema has ``data`` too (unless it failed).
+        """
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),
             "answer": self.answer,
             "session_id": self.session_id,
             "resumed": self.resumed,
-        }
-        if self.item.schema is not None and self.error is None:
-            data["data"] = self.data
-        optional = {
-            "error": self.error,
             "usage": self.usage.to_dict() if self.usage is not None else None,
             "replica": self.replica,
             "asked_because": self.asked_because,
+            "asked_by": self.asked_by,
         }
-        return data | {name: value for name, value in optional.items() if value is not None}
+        if self.item.schema is not None and self.error is None:
+            data["data"] = self.data
+        return data | ({"error": self.error} if self.error is not None else {})
 
 
 @dataclass(frozen=True)
@@ -337,6 +235,9 @@ class JobReport:
             f"job {self.job_id}: {answered} of {len(self.results)} answered over {self.packs} packs",
             f"{self.resumed} from an earlier run",
         ]
+        elsewhere = sum(result.asked_by is not None for result in self.results)
+        if elsewhere:
+            parts[-1] = f"{self.resumed - elsewhere} from an earlier run, {elsewhere} asked by another run"
         again = self.asked_again
         if again:
             why = ", ".join(f"{count} because {reason}" for reason, count in again.items())
@@ -383,39 +284,6 @@ class _Pack:
     # The items to ask (those without an answer stored under their facts): their new key and why.
     asking: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     results: dict[int, JobResult] = field(default_factory=dict)
-
-
-class _Room:
-    """The KV tokens each replica URL has left for packs in flight, under one condition."""
-
-    def __init__(self, capacity: dict[str, int | None], share: float, limit: int) -> None:
-        self._capacity = {url: None if size is None else int(size * share) for url, size in capacity.items()}
-        self._claimed: Counter[str] = Counter()
-        self._running: Counter[str] = Counter()
-        self.limit = limit
-
-    @property
-    def in_flight(self) -> int:
-        return self._running.total()
-
-    def fits(self, url: str, claim: int) -> bool:
-        """Whether a pack claiming ``claim`` tokens may start on ``url`` now."""
-        if self.in_flight >= self.limit:
-            return False
-        if self._running[url] == 0:
-            return True  # a replica always takes one pack, however large
-        capacity = self._capacity.get(url)
-        if capacity is None:
-            return False  # unknown size: one pack at a time
-        return self._claimed[url] + claim <= capacity
-
-    def take(self, url: str, claim: int) -> None:
-        self._running[url] += 1
-        self._claimed[url] += claim
-
-    def give_back(self, url: str, claim: int) -> None:
-        self._running[url] -= 1
-        self._claimed[url] -= claim
 
 
 def _checked_items(items: Iterable[JobItem]) -> tuple[JobItem, ...]:
@@ -511,6 +379,8 @@ class Job:
         self._canaries: list[CanaryResult] = []
         # The run's one counter window (empty when it checks nothing).
         self._window = CounterSnapshot()
+        # The leases of the run's items (made when it starts).
+        self._owners: ItemOwnership | None = None
 
     @property
     def id(self) -> str:
@@ -550,12 +420,17 @@ class Job:
         try:
             return self._run()
         finally:
+            if self._owners is not None:
+                self._owners.close()
             self._resources.close()
 
     def _run(self) -> JobReport:
         store, backend = self._resources.store, self._resources.backend
         packs = self._packs()
         self._stored = stored_for_job(store, self.id)
+        # A fresh run takes another run's answer only if it was made after this run began.
+        since = time.time() if self.options.fresh else 0.0
+        self._owners = ItemOwnership(store, self.options.lease_seconds, answered_since=since)
         self._answered, self._packs_done, self._packs_total = 0, 0, len(packs)
         earlier = sum(len(answers) for answers in self._stored.values())
         self._tell(f"reading {len(packs)} packs ({earlier} answers stored by earlier runs)")
@@ -565,6 +440,7 @@ class Job:
         with CounterSnapshot.take_all(backend) if checking else CounterSnapshot() as snapshot:
             self._window = snapshot
             self._schedule(packs, backend)
+            self._take_from_others(packs, backend)
             results = {index: result for pack in packs for index, result in pack.results.items()}
             served = [result.session_id for result in results.values() if result.usage is not None]
             records = store.sessions.requests(session_ids=[sid for sid in served if sid]) if served else []
@@ -588,7 +464,7 @@ class Job:
         urls = [replica.api_url for replica in backend.replicas]
         limit = self.options.packs_in_flight or 2 * len(urls)
         sizes = self._sizes(backend, urls)
-        room = _Room({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
+        room = KvRoom({url: gpu for url, (gpu, _) in sizes.items()}, self.options.kv_share, limit)
         waiting = self._cheapest_first(pending, sizes)  # packs not read yet
         ready: list[_Pack] = []  # read and counted, waiting for room on their replica
         reading: dict[Future[_Pack], _Pack] = {}
@@ -683,13 +559,15 @@ class Job:
             )
             for index in pack.indices:
                 item_facts = facts.with_schema(self.items[index].answer_schema)
-                decision = decide(store, item_facts, self._stored.get(index, []), fresh=self.options.fresh)
+                decision = decide(
+                    store, item_facts, self._stored.get(index, []), fresh=self.options.fresh,
+                    question=self.items[index].question,
+                )  # fmt: skip
                 if decision.reuse is not None:
-                    turn = decision.reuse.turn
-                    self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                                 resumed=True, data=stored_data(turn)))  # fmt: skip
+                    self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
                     pack.asking[index] = (item_key(self.id, index, item_facts), decision.reason)
+            self._claim(pack)
         except LongctxError as error:
             session.close()
             for index in pack.indices:
@@ -711,8 +589,8 @@ class Job:
 
     def _ask(self, pack: _Pack) -> None:
         """Ask the pack's unanswered questions as siblings; each answer is stored under its item's key."""
-        session = pack.session
-        assert session is not None
+        session, owners = pack.session, self._owners
+        assert session is not None and owners is not None
         indices = list(pack.asking)
         # Answers come back as they finish: the first item still waiting with that question is its.
         waiting: dict[str, deque[int]] = {}
@@ -722,6 +600,7 @@ class Job:
         def answered(answer: Answer) -> None:
             with self._lock:
                 index = waiting[answer.question].popleft()
+            owners.release([_lease_of(pack.asking[index][0])])
             self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
                                          usage=answer.usage, replica=pack.replica,
                                          asked_because=pack.asking[index][1],
@@ -746,8 +625,54 @@ class Job:
                     because = pack.asking[index][1]
                     self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
                                                  replica=pack.replica, asked_because=because))  # fmt: skip
+        finally:
+            # The items that failed are free for another run (the answered ones were given back).
+            owners.release([_lease_of(key) for key, _ in pack.asking.values()])
         # The server may have read the pack before a failure too: it is the most recent either way.
         PROCESS.get(Residency).touch(pack.replica, pack.key, pack.prefix_tokens)
+
+    # -- one owner per item -------------------------------------------------------
+
+    def _claim(self, pack: _Pack) -> None:
+        """Take the leases of the pack's items to ask; leave out those another run asks or has answered."""
+        owners = self._owners
+        assert owners is not None
+        leases = {index: _lease_of(key) for index, (key, _) in pack.asking.items()}
+        for index, claimed in owners.claim(leases).items():
+            turn = owners.answer_of(leases[index]) if claimed.state == "answered" else None
+            if claimed.state == "held" and claimed.holder is not None:
+                del pack.asking[index]
+                self._tell(
+                    f"item {index} is being asked by {claimed.holder.describe()}: waiting for its answer"
+                )
+            elif turn is not None:
+                del pack.asking[index]
+                self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
+                                             resumed=True, asked_by="another run",
+                                             data=stored_data(turn)))  # fmt: skip
+
+    def _take_from_others(self, packs: list[_Pack], backend: Backend) -> None:
+        """Wait for the items other runs were asking: take their answers, or ask those they left."""
+        owners = self._owners
+        assert owners is not None
+        pack_of = {index: pack for pack in packs for index in pack.indices}
+        while owners.deferred:
+            self._tell(f"waiting for {len(owners.deferred)} items another run is asking")
+            polled = owners.poll(min(1.0, owners.seconds / 3))
+            for index, (turn, holder) in polled.answered.items():
+                self._settle(pack_of[index], JobResult(index, self.items[index], turn.answer, turn.session_id,
+                                                       resumed=True, asked_by=holder.describe(),
+                                                       data=stored_data(turn)))  # fmt: skip
+            again: dict[tuple[str, ...], _Pack] = {}
+            for item in polled.taken_over:
+                key = pack_of[item.index].key
+                again.setdefault(key, _Pack(key, [])).indices.append(item.index)
+            if again:
+                self._tell(f"asking {len(polled.taken_over)} items another run left unanswered")
+                self._packs_total += len(again)
+                self._schedule(list(again.values()), backend)
+                for retried in again.values():
+                    pack_of[retried.indices[0]].results.update(retried.results)
 
     def _settle(self, pack: _Pack, result: JobResult) -> None:
         """Item ``result.index`` is done: keep its result and tell ``on_result``."""
@@ -781,6 +706,21 @@ def _by_schema(items: Sequence[JobItem], indices: Sequence[int]) -> list[list[in
         shape = items[index].answer_schema
         groups.setdefault("" if shape is None else shape.digest, []).append(index)
     return [groups[digest] for digest in sorted(groups)]
+
+
+def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobResult:
+    """The result of an item answered by an earlier run: its answer, and what that request cost and where."""
+    request = answer_request(store, turn.session_id)
+    return JobResult(
+        index, item, turn.answer, turn.session_id, resumed=True,
+        usage=request.usage if request is not None else None,
+        replica=request.base_url if request is not None else None, data=stored_data(turn),
+    )  # fmt: skip
+
+
+def _lease_of(answer_key: str) -> str:
+    """The lease key of an item's answer key: the key without its nonce (:func:`keys.item_lease_key`)."""
+    return answer_key.rsplit(":", 1)[0]
 
 
 def _name(pack: _Pack) -> str:

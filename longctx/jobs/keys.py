@@ -43,6 +43,7 @@ __all__ = [
     "StoredAnswer",
     "decide",
     "item_key",
+    "item_lease_key",
     "job_prefix",
     "stored_for_job",
 ]
@@ -114,9 +115,18 @@ def job_prefix(job_id: str) -> str:
     return f"job:{job_id}:"
 
 
+def item_lease_key(job_id: str, index: int, facts: AnswerFacts) -> str:
+    """Item ``index`` under ``facts``, whoever asks it: its answer keys without their nonce.
+
+    Two runs asking the same item under the same facts share this key, so
+    one lease on it (:mod:`longctx.store.leases`) gives the item one owner.
+    """
+    return f"{job_prefix(job_id)}{index}:{facts.digest}"
+
+
 def item_key(job_id: str, index: int, facts: AnswerFacts) -> str:
     """A new key for item ``index``'s answer under ``facts`` (never one an earlier answer has)."""
-    return f"{job_prefix(job_id)}{index}:{facts.digest}:{uuid.uuid4().hex[:8]}"
+    return f"{item_lease_key(job_id, index, facts)}:{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
@@ -152,14 +162,19 @@ class Decision:
     reason: str | None = None
 
 
-def decide(store: Store, facts: AnswerFacts, stored: Sequence[StoredAnswer], *, fresh: bool) -> Decision:
-    """Reuse the latest answer stored under ``facts``; otherwise say why the item is asked.
+def decide(
+    store: Store, facts: AnswerFacts, stored: Sequence[StoredAnswer], *, fresh: bool, question: str
+) -> Decision:
+    """Reuse the latest answer stored under ``facts`` for ``question``; otherwise say why the item is asked.
 
     ``fresh`` asks it whatever is stored. The reason of an item with an
     older answer names what changed since (or ``the server changed`` when
     only the engine or its version can have: those are not kept in the
-    session's record).
+    session's record). An answer stored at the item's index for another
+    question is another item's (a job file edited, or a file of the failed
+    items run under the same ``--job-id``): never reused, never compared.
     """
+    stored = [answer for answer in stored if answer.turn.question == question]
     if not stored:
         return Decision(None, NEW)
     if fresh:

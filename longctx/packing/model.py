@@ -432,7 +432,7 @@ class PackResult:
                 f", {earlier_tokens:,} tokens)" if tokens is not None else ")"
             )
         return (
-            f"packed {len(built.documents)} documents{earlier_text}"
+            f"packed {len(built.documents)} document{'' if len(built.documents) == 1 else 's'}{earlier_text}"
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
             + (f"; {self.layer_note}" if self.layer_note else "")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -42,7 +43,7 @@ __all__ = [
     "render_path",
 ]
 
-FORMAT_VERSION: Final = "longctx-pack/3"
+FORMAT_VERSION: Final = "longctx-pack/4"
 """Version of the byte format; bumped on any change to the bytes a pack renders."""
 
 SYSTEM_HEADER: Final = (
@@ -70,7 +71,9 @@ SYSTEM_HEADER: Final = (
     "\n"
     'The listing shows each folder as a line ending in "/", with its entries below it indented by two '
     "more spaces. An entry that was not packed starts with the reason in brackets, such as "
-    '"[skipped: binary]"; a packed PDF with pages that hold no text (scans, images) starts with them, '
+    '"[skipped: binary]"; more than five files of one folder skipped for one reason are one line '
+    'that counts them, such as "[skipped: binary, 2498 files] *.pyc"; a packed PDF with pages that '
+    "hold no text (scans, images) starts with them, "
     'such as "[no text on pages 2, 5]". A listing with a part number covers only the documents of that '
     "part of a larger collection.\n"
     "\n"
@@ -229,7 +232,8 @@ class ListingEntry:
 
     A path ending in ``/`` is a folder entry (a submodule, an unlistable
     folder). ``note`` is for a packed path whose text lacks something (a
-    PDF's pages without text), written in brackets before its name.
+    PDF's pages without text), written in brackets before its name; on a
+    skipped entry it follows the reason (a group's count).
     """
 
     path: str
@@ -237,14 +241,52 @@ class ListingEntry:
     note: str | None = None
 
 
+_GROUPED_AFTER: Final = 5
+"""A folder's skipped files of one reason are listed one by one up to this many, else as one line."""
+
+
+def _grouped_skips(entries: Iterable[ListingEntry]) -> list[ListingEntry]:
+    """``entries`` with each folder's skipped files of one reason, when more than five, as one entry.
+
+    The entry's name is ``*`` and the files' common extension (``*.pyc``),
+    or ``*`` alone, and its note counts them: thousands of compiled files
+    cost one line, not thousands.
+    """
+    kept = list(entries)
+    groups: dict[tuple[str, str], list[str]] = {}
+    for entry in kept:
+        if entry.skipped_reason is not None and not entry.path.endswith("/"):
+            folder, name = posixpath.split(entry.path)
+            groups.setdefault((folder, entry.skipped_reason), []).append(name)
+    large = {key: names for key, names in groups.items() if len(names) > _GROUPED_AFTER}
+    if not large:
+        return kept
+    kept = [
+        entry
+        for entry in kept
+        if entry.skipped_reason is None
+        or entry.path.endswith("/")
+        or (posixpath.dirname(entry.path), entry.skipped_reason) not in large
+    ]
+    for (folder, reason), names in large.items():
+        suffixes = {posixpath.splitext(name)[1] for name in names}
+        pattern = "*" + (suffixes.pop() if len(suffixes) == 1 else "")
+        path = f"{folder}/{pattern}" if folder else pattern
+        kept.append(ListingEntry(path, reason, note=f"{len(names)} files"))
+    return kept
+
+
 def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) -> str:
     """The listing section: ``</documents>``, then the tree of ``entries`` in path-byte order.
 
     Folders are lines ending in ``/``; their entries follow, indented by two
-    more spaces. ``part`` (1-based) is written for a shard of a larger
-    collection.
+    more spaces. More than five files of one folder skipped for one reason
+    are one line (``[skipped: binary, 2498 files] *.pyc``). ``part``
+    (1-based) is written for a shard of a larger collection.
     """
-    ordered = sorted(entries, key=lambda entry: (path_sort_key(entry.path), entry.skipped_reason or ""))
+    ordered = sorted(
+        _grouped_skips(entries), key=lambda entry: (path_sort_key(entry.path), entry.skipped_reason or "")
+    )
     opening = "<listing>" if part is None else f'<listing part="{part}">'
     lines = ["</documents>", opening]
     open_folders: list[str] = []
@@ -260,7 +302,8 @@ def render_listing(entries: Iterable[ListingEntry], *, part: int | None = None) 
             lines.append(f"{'  ' * len(open_folders)}{render_path(folder)}/")
             open_folders.append(folder)
         if entry.skipped_reason is not None:
-            note = f"[skipped: {entry.skipped_reason}] "
+            count = "" if entry.note is None else f", {entry.note}"
+            note = f"[skipped: {entry.skipped_reason}{count}] "
         else:
             note = "" if entry.note is None else f"[{entry.note}] "
         lines.append(f"{'  ' * len(open_folders)}{note}{render_path(name)}{'/' if is_folder else ''}")

@@ -215,6 +215,7 @@ def snapshot_key(
             list(options.exclude),
             [options.limits.max_file_bytes, options.limits.max_total_bytes, options.limits.max_files],
             options.allow_secrets,
+            options.default_ignores,
             None if tokenizer is None else tokenizer.identity,
             options.max_stale_share,
             list(options.special_tokens),

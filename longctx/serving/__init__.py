@@ -5,6 +5,9 @@
 - :mod:`longctx.serving.plan`: how much context at how much concurrency fits.
 - :mod:`longctx.serving.recipes`: launch commands for vLLM and SGLang.
 - :mod:`longctx.serving.advice`: flags to add to a running server.
+- :mod:`longctx.serving.tiers`: the planner's host tier.
+- :mod:`longctx.serving.doctor`: a backend's servers checked.
+- :mod:`longctx.serving.families`: popular long-context models by name.
 
 The CLI (``longctx recipe``, ``longctx plan``, ``longctx doctor``) is a thin
 layer over the names exported here.

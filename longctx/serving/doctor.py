@@ -32,6 +32,11 @@ class Diagnosis:
     def ok(self) -> bool:
         return not any(finding.severity == "warning" for finding in self.findings)
 
+    @property
+    def caching_off(self) -> tuple[str, ...]:
+        """The servers (API URLs) that report prefix caching off: nothing longctx sends is reused there."""
+        return tuple(info.api_url for info in self.servers if info.prefix_caching is False)
+
     def to_text(self) -> str:
         lines = []
         if len(self.replicas) > 1:

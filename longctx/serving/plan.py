@@ -181,7 +181,7 @@ class CapacityPlan:
         else:
             kv_line += "  (measured, as given)"
         lines.append(kv_line)
-        lines.append(f"  per token held      : {self.token_bytes_per_gpu:,} bytes (full attention and MLA)")
+        lines.append(f"  per token held      : {self.token_bytes_per_gpu:,} bytes ({self._growing_layers()})")
         if self.window_token_bytes_per_gpu:
             lines.append(
                 f"  per window token    : {self.window_token_bytes_per_gpu:,} bytes (sliding-window layers)"
@@ -191,6 +191,13 @@ class CapacityPlan:
                 f"  per sequence, fixed : {_format_bytes(self.state_bytes_per_gpu)} (linear-attention state)"
             )
         return lines
+
+    def _growing_layers(self) -> str:
+        """The kinds of layer whose KV grows with the context, among those this model has."""
+        kinds = {group.kind for group in self.layout.groups}
+        named = [name for kind, name in ((LayerKind.ATTENTION, "full attention"), (LayerKind.MLA, "MLA"))
+                 if kind in kinds]  # fmt: skip
+        return " and ".join(named) or "no layer grows with the context"
 
     def _at_context_table(self) -> list[str]:
         """The first answer: how many sequences fit at each context (without a memory figure, their bytes)."""

@@ -31,6 +31,7 @@ from longctx.serving.kv import LayerKind, kv_layout_from_config
 __all__ = [
     "ENGINES",
     "KIMI_K3_NVFP4",
+    "RECIPE_KV_CACHE_DTYPE",
     "Mount",
     "Recipe",
     "catalogue_models",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 ENGINES = recipe_engines()
+
+RECIPE_KV_CACHE_DTYPE = "fp8"
+"""The KV cache type every recipe launches (catalogue and generic): ``longctx plan`` assumes it too."""
 """The engines with a recipe at import (the CLI's choices); :func:`recipe_for` asks the registry."""
 
 KIMI_K3_NVFP4 = "nvidia/Kimi-K3-NVFP4"
@@ -398,7 +402,7 @@ def _generic(
     config: Mapping[str, Any],
 ) -> Recipe:
     # Reading the layout validates the config (and that gpus can split its heads).
-    layout = kv_layout_from_config(config, kv_cache_dtype="fp8")
+    layout = kv_layout_from_config(config, kv_cache_dtype=RECIPE_KV_CACHE_DTYPE)
     layout.token_bytes(gpus)
     layout.state_bytes(gpus)
     context = max_model_len or layout.max_context
@@ -426,6 +430,9 @@ def _generic(
     if context is not None:
         argv += [switches.context, str(context)]
     argv += switches.switches
+    if switches.followup_switches:
+        argv += switches.followup_switches
+        notes.append(f"{' '.join(switches.followup_switches)}: {switches.followup_source}")
     if trust_remote_code:
         argv.append("--trust-remote-code")
     notes += switches.notes

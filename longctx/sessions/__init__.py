@@ -1,8 +1,10 @@
 """Sessions: conversations over a pack, behind one interface.
 
-- :mod:`~longctx.sessions.session`: :class:`Conversation` (the interface),
-  :class:`Session` (a conversation over a pack: turns, siblings, forks);
+- :mod:`~longctx.sessions.conversation`: :class:`Conversation`, the interface every kind implements;
+- :mod:`~longctx.sessions.session`: :class:`Session` (a conversation over a pack: turns, siblings, forks);
 - :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
+- :mod:`~longctx.sessions.streams`: an answer as it arrives, :class:`AnswerStream`,
+  :class:`AsyncAnswerStream` (what is kept of one stopped midway);
 - :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);
 - :mod:`~longctx.sessions.resources`: the backend and store a session uses, and which it owns;
 - :mod:`~longctx.sessions.siblings`: how sibling questions go out (the dispatch
@@ -12,6 +14,10 @@
 - :mod:`~longctx.sessions.warm`: the warm start, the pack prefilled while the first
   question is typed;
 - :mod:`~longctx.sessions.reuse`: how much of the previous answer a turn read from the cache;
+- :mod:`~longctx.sessions.reporting`: what a session's report reads from the store besides its
+  requests (the cold rate measured before it, the siblings' questions, why nothing was cached);
+- :mod:`~longctx.sessions.prompt_ids`: prompts as the exact token ids the server would make
+  of them (the pack's once per pack and tokenizer), or why a request went as text;
 - :mod:`~longctx.sessions.token_history`: earlier answers sent back as the token ids
   the model generated;
 - :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,
@@ -27,15 +33,19 @@ from __future__ import annotations
 
 from longctx.backends.base import Backend
 from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Conversation, Session
+from longctx.sessions.session import Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
+from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 from longctx.store import Store
 
 __all__ = [
     "Answer",
+    "AnswerStream",
+    "AsyncAnswerStream",
     "Batch",
     "Conversation",
     "CorpusSession",

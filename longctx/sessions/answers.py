@@ -27,8 +27,8 @@ __all__ = [
     "THINK_END",
     "Answer",
     "AskManyOptions",
+    "AskOptions",
     "Asked",
-    "Asking",
     "Batch",
     "Committed",
     "answer_bound",
@@ -155,16 +155,19 @@ class Committed:
     answer: Answer
 
 
-class Asking(TypedDict, total=False):
-    """The keywords of ``ask`` (and ``ask_many``) that say what is asked for beyond an answer's text.
+class AskOptions(TypedDict, total=False):
+    """The keywords of ``ask``, which ``aask``, ``stream``, ``astream`` and ``plan_ask`` take too.
 
+    ``max_tokens``: the answer's bound (default: the request options').
     ``cite``: the answer cites where it rests, each citation checked against
     the pack (:mod:`longctx.citations`). ``schema``: the answer is decoded to
     a JSON Schema and validated, its value in :attr:`Answer.data`
     (:mod:`longctx.schemas`: a pydantic model class, a JSON Schema dict, a
     concise spec or an :class:`~longctx.schemas.AnswerSchema`). Not both.
+    ``ask_many`` takes them too (:class:`AskManyOptions`).
     """
 
+    max_tokens: int | None
     cite: bool
     schema: SchemaSpec | None
 
@@ -178,14 +181,14 @@ class Asked:
 
 
 def asked_how(options: Mapping[str, Any], where: str) -> tuple[bool, AnswerSchema | None]:
-    """``cite`` and the :class:`AnswerSchema` of ``options`` (:class:`Asking`), checked before sending.
+    """``cite`` and the :class:`AnswerSchema` of ``options`` (:class:`AskOptions`), checked before sending.
 
     An unknown keyword is a :class:`TypeError` naming ``where``; a schema
     that is none, or ``cite`` with a schema (a cited answer ends in prose
     sources, which no JSON answer can), a :class:`~longctx.errors.ConfigError`.
     """
     if where == "ask":
-        refuse_unknown(options, Asking, where)
+        refuse_unknown(options, AskOptions, where)
     cite, spec = bool(options.get("cite", False)), options.get("schema")
     if spec is None:
         return cite, None
@@ -194,7 +197,7 @@ def asked_how(options: Mapping[str, Any], where: str) -> tuple[bool, AnswerSchem
     return cite, answer_schema(spec)
 
 
-class AskManyOptions(Asking, total=False):
+class AskManyOptions(AskOptions, total=False):
     """The keywords of ``ask_many`` on every session kind.
 
     ``max_tokens``: the answer's bound (default: the request options').
@@ -207,10 +210,9 @@ class AskManyOptions(Asking, total=False):
     ``keys``, each question's key is :func:`~longctx.sessions.siblings.batch_keys`'
     for this session, so a batch stopped by Ctrl-C or a dead server is
     finished by asking the same questions again with ``reuse_answered``).
-    ``cite`` and ``schema`` (:class:`Asking`) hold for every question.
+    ``cite`` and ``schema`` (:class:`AskOptions`) hold for every question.
     """
 
-    max_tokens: int | None
     concurrency: int | None
     on_answer: Callable[[Answer], None] | None
     keys: Sequence[str] | None

@@ -20,11 +20,9 @@ one replica.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
@@ -36,21 +34,22 @@ from longctx.citations import Grounding
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.report import Prices, SavingsReport, build_report, cold_prefill_rate
-from longctx.sessions import answers, siblings
+from longctx.report import Prices, SavingsReport, build_report
+from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
     Answer,
-    Asking,
     AskManyOptions,
+    AskOptions,
     Batch,
     Committed,
     committed_records,
 )
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
+from longctx.sessions.conversation import Conversation
+from longctx.sessions.prompt_ids import PromptIds
 from longctx.sessions.recording import Recording, branch_record, stored_pack
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
-from longctx.sessions.token_history import TokenHistory
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens import EstimateTokenizer
@@ -67,7 +66,7 @@ from longctx.verification.counters import CounterSnapshot, PendingCheck
 if TYPE_CHECKING:
     from longctx.packing import Pack
 
-__all__ = ["Conversation", "Session", "affinity_key", "served_settings"]
+__all__ = ["Session", "affinity_key", "served_settings"]
 
 _RESTORED_AS: dict[str, type[Session]] = {}
 
@@ -80,152 +79,14 @@ def affinity_key(fingerprint: str | None, session_id: str) -> str:
 def served_settings(request: RequestOptions, backend: Backend) -> dict[str, Any]:
     """The settings every stored session keeps: its request options, and the servers and model it used."""
     urls = [replica.api_url for replica in backend.replicas]
-    return {**request.to_dict(), "base_urls": urls, "model": backend.info.model}
-
-
-class Conversation(ABC):
-    """What every session offers: questions, siblings, forks, reports, a lifecycle.
-
-    :class:`Session` (and :class:`~longctx.sessions.corpus.RepoSession` /
-    :class:`~longctx.sessions.corpus.DocSession` built on it) and
-    :class:`~longctx.sessions.sharded.ShardedSession` implement it, so code
-    that takes a session works with either.
-    """
-
-    # Set by each kind's constructor: what it uses and owns, its stored record
-    # once recorded, the id it will be recorded under, and the title asked for.
-    _resources: Resources
-    _record: SessionRecord | None
-    _new_id: str
-    _title: str | None
-    _default_title = "session"
-
-    @property
-    def id(self) -> str:
-        """The session's id in the store (``longctx report ID``), known before it is recorded."""
-        return self._record.id if self._record is not None else self._new_id
-
-    @property
-    def title(self) -> str:
-        if self._record is not None:
-            return self._record.title
-        return self._title or self._default_title
-
-    @property
-    def store(self) -> Store:
-        """The store the session lives in (the default one, opened on first use, unless given)."""
-        return self._resources.store
-
-    @property
-    def backend(self) -> Backend:
-        """The connection to the server, made on first use unless one was given."""
-        return self._resources.backend
-
-    @classmethod
-    def resume(cls, session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Self:
-        """The stored session ``session_id`` with every committed turn.
-
-        Without ``backend``, the session connects to the server(s) it used
-        when it first needs one (reading its turns or report needs none).
-        Without ``store`` it opens the default one, and closes it in
-        :meth:`close`. Raises :class:`~longctx.errors.SessionNotFound` for an
-        unknown id, and what :meth:`restore` raises.
-        """
-        with Resources.for_resume(backend, store) as resources:
-            return cls.restore(resources.store.sessions.session(session_id), resources)
-
-    @classmethod
-    @abstractmethod
-    def restore(cls, record: SessionRecord, resources: Resources) -> Self:
-        """A session object of this kind for a stored ``record`` over ``resources``; writes nothing."""
-
-    def close(self) -> None:
-        """Close the connection and the store if this session opened them; idempotent.
-
-        From then on every call that would reach the server or the store
-        raises :class:`~longctx.errors.SessionClosed` (so do the forks and
-        branches that share what was closed); ``id``, ``title`` and
-        ``turns`` can still be read.
-        """
-        self._finish()
-        self._resources.close()
-
-    async def aclose(self) -> None:
-        """:meth:`close` for async code (``async with``): also closes the connections ``aask`` opened.
-
-        An async client's connections belong to the event loop that opened
-        them, so only a coroutine on it can close them. What the session
-        waits for first (a warm start, counter checks) is waited for in a
-        thread, not on the loop.
-        """
-        await asyncio.to_thread(self._finish)
-        await self._resources.aclose()
-
-    def _finish(self) -> None:  # noqa: B027 - most kinds run nothing in the background
-        """Wait for the work still running in the background that needs the connection or the store."""
-
-    @abstractmethod
-    def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", **how: Unpack[Asking]
-    ) -> Plan[Answer]:
-        """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
-
-        :meth:`ask` and :meth:`aask` carry it out; so can a caller that
-        composes turns (a sharded session's map step runs its shards' plans
-        side by side). See :mod:`longctx.drivers`; ``how``: :class:`Asking` (cite, schema).
-        """
-
-    @abstractmethod
-    def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
-        """The plan of a batch of sibling ``questions`` from the current point (see :meth:`ask_many`)."""
-
-    def ask(self, question: str, *, max_tokens: int | None = None, **how: Unpack[Asking]) -> Answer:
-        """Ask ``question`` as the next turn, stored once answered (``how``: ``cite``, ``schema``: Asking)."""
-        return run(self.plan_ask(question, max_tokens=max_tokens, **how))
-
-    async def aask(self, question: str, *, max_tokens: int | None = None, **how: Unpack[Asking]) -> Answer:
-        """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
-        return await arun(self.plan_ask(question, max_tokens=max_tokens, **how))
-
-    def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
-        """Ask sibling ``questions`` from the current point; each becomes a branch.
-
-        They go out as the request options' ``dispatch`` says (``auto``: what
-        was measured fastest for the server's engine; see
-        :mod:`longctx.sessions.siblings`); the batch report's ``dispatch``
-        says which was used. Answers come back in question order. A question
-        that fails after its retries raises once the others are done; the
-        answered ones are stored. ``options``: :class:`AskManyOptions`.
-        """
-        return run(self.plan_ask_many(questions, **options))
-
-    async def aask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:
-        """:meth:`ask_many` on the running event loop."""
-        return await arun(self.plan_ask_many(questions, **options))
-
-    def source_roots(self) -> tuple[str, ...]:
-        """The absolute paths the pack was made from, where known: a citation's file is looked for there."""
-        return ()
-
-    @abstractmethod
-    def fork(self, at: int | None = None, *, title: str | None = None) -> Conversation:
-        """A new session sharing this one's first ``at`` turns (all by default)."""
-
-    @abstractmethod
-    def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
-        """Savings over every request of this session (and of its branches)."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self.__enter__()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+    info = backend.info
+    settings = {**request.to_dict(), "base_urls": urls, "model": info.model}
+    if info.prefix_caching is False:
+        # Kept with the session, so its report (read back at any time) can say why nothing was cached.
+        settings[reporting.CACHING_OFF_SETTING] = (
+            info.profile.caching_fix(info.settings) or "prefix caching on"
+        )
+    return settings
 
 
 class Session(Conversation):
@@ -267,7 +128,8 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
-        self._token_history = TokenHistory(self._history_tokenizer)
+        self._tokenizers: dict[str, ServerTokenizer] = {}  # by replica: each asks its identity once
+        self._prompt_ids = PromptIds(lambda: self.store, self._history_tokenizer)
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see verification/counters.py).
@@ -426,6 +288,7 @@ class Session(Conversation):
         # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
+        self._prompt_ids.wait()
         self.settle_checks()
 
     def settle_checks(self) -> None:
@@ -508,7 +371,7 @@ class Session(Conversation):
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", **how: Unpack[Asking]
+        self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
     ) -> Plan[Answer]:
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
@@ -517,8 +380,9 @@ class Session(Conversation):
         """
         self._resources.check_open()
         answers.checked_question(question)
-        max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
-        cite, schema = answers.asked_how(how, "ask")
+        # Refused here, before anything is sent.
+        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
+        cite, schema = answers.asked_how(options, "ask")
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
@@ -526,16 +390,16 @@ class Session(Conversation):
             asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
             request = self._chat_request(question, self._turns, max_tokens, changes, asked.grounding)
             request = yield Io(partial(answers.constrained, request, schema, self.backend))
-            request = yield Io(partial(self._in_token_history, request))
+            request = yield Io(partial(self._as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
             )
             with (yield Io(opened)) as snapshot:
-                sent = yield from self.backend.delivery(request, on_away=snapshot.follow)
+                sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
                 commit = partial(self._commit_turn, sent, question, purpose, changes, asked)
                 committed: Committed = yield Io(commit)
-                self._token_history.answered(request, sent.completion, len(self._turns))
+                self._prompt_ids.history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
                 yield from self.plan_canary()
@@ -573,14 +437,19 @@ class Session(Conversation):
         """:meth:`plan_canary` on the running event loop."""
         return await arun(self.plan_canary(options))
 
-    def _in_token_history(self, request: ChatRequest) -> ChatRequest:
-        """The turn's request as token ids, when asked for (RequestOptions.token_history) and possible."""
-        if not self.request.token_history:
+    def _as_ids(self, request: ChatRequest, history: Sequence[TurnRecord]) -> ChatRequest:
+        """``request`` (after ``history``) as token ids where asked for and exact, else why not.
+
+        See :meth:`PromptIds.request <longctx.sessions.prompt_ids.PromptIds.request>`.
+        """
+        options, pack = self.request, self.pack
+        if not (options.prompt_ids or options.token_history) or (pack is None and not history):
             return request
-        pack, turns = self.pack, self._turns
-        return self._token_history.request(
-            request, turns, system=pack.system if pack is not None else None,
-            user=request.messages[-1]["content"],
+        server = self.backend.server_for(request.affinity_key)
+        routed = bool(self.backend.router_policy) or self.backend.router(server.api_url) is not None
+        turns = list(history)
+        return self._prompt_ids.request(
+            request, turns, server=server, routed=routed, pack=pack, options=options,
             first_messages=lambda: self.messages(
                 turns[0].question + turns[0].instruction, history=(), preamble=turns[0].preamble
             ),
@@ -588,7 +457,11 @@ class Session(Conversation):
 
     def _history_tokenizer(self) -> ServerTokenizer | None:
         server = self.backend.server_for(self.affinity_key)
-        return self.backend.tokenizer(self.affinity_key) if server.profile.tokenizes else None
+        if not server.profile.tokenizes:
+            return None
+        if server.api_url not in self._tokenizers:
+            self._tokenizers[server.api_url] = self.backend.tokenizer(self.affinity_key)
+        return self._tokenizers[server.api_url]
 
     def _commit_turn(
         self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: answers.Asked
@@ -620,7 +493,10 @@ class Session(Conversation):
         if self.warming is not None:
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
-        requests = [self._chat_request(q, history, max_tokens, changes, asked.grounding) for q in questions]
+        requests = [
+            self._as_ids(self._chat_request(q, history, max_tokens, changes, asked.grounding), history)
+            for q in questions
+        ]
         record = self._opened()
         constrained = tuple(answers.constrained(request, asked.schema, self.backend) for request in requests)
         batch_id = uuid.uuid4().hex[:16]
@@ -760,17 +636,11 @@ class Session(Conversation):
         ]
         notes += reuse_notes([r for r in records if r.session_id == self.id and r.purpose == "turn"])
         turns = [*self._turns, *(turn for branch in ids[1:] for turn in self.store.sessions.turns(branch))]
-        fallback_rate = None
-        if cold_prefill_rate(records) is None and records:
-            # Every request of this session hit the cache; the rate a hit
-            # saves is measured on earlier cold requests to the same model.
-            servers = sorted({(r.base_url, r.model) for r in records})
-            earlier = [
-                r for url, model in servers for r in self.store.sessions.requests(base_url=url, model=model)
-            ]
-            fallback_rate = cold_prefill_rate(earlier)
-            if fallback_rate is not None:
-                notes.append("cold prefill rate measured on earlier requests to the same server and model")
+        fallback_rate = reporting.earlier_cold_rate(self.store, records)
+        if fallback_rate is not None:
+            notes.append("cold prefill rate measured on earlier requests to the same server and model")
+        settings = self._record.settings if self._record is not None else {}
+        notes += reporting.caching_off_notes(settings, records)
         return build_report(
             records,
             title=f"session {self.id}: {self.title}",
@@ -779,6 +649,7 @@ class Session(Conversation):
             notes=notes,
             cold_rate=fallback_rate,
             citations=answers.cited_answers(turns, self.source_roots()),
+            questions=reporting.sibling_questions(records, ids[1:], self.store),
         )
 
     def branch_ids(self) -> list[str]:

@@ -5,7 +5,7 @@ the window (:func:`longctx.packing.build_shards`), each a stable prefix of its
 own. A question goes to every shard at once as a turn of that shard's own
 session (map), so a follow-up question to the same shard reuses the
 shard's cached prefix and history; then one request combines the shard
-answers (reduce). It is a :class:`~longctx.sessions.session.Conversation`
+answers (reduce). It is a :class:`~longctx.sessions.conversation.Conversation`
 like any session; its answer is the reduce one, with the shards' answers in
 :attr:`Answer.shard_answers <longctx.sessions.answers.Answer.shard_answers>`.
 
@@ -31,8 +31,8 @@ from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions.answers import (
     Answer,
-    Asking,
     AskManyOptions,
+    AskOptions,
     Batch,
     answer_bound,
     asked_how,
@@ -40,6 +40,7 @@ from longctx.sessions.answers import (
     checked_concurrency,
     checked_question,
 )
+from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import (
     CorpusSessionOptions,
     Paths,
@@ -49,7 +50,7 @@ from longctx.sessions.corpus import (
     shards_for_server,
 )
 from longctx.sessions.resources import Resources
-from longctx.sessions.session import Conversation, Session, served_settings
+from longctx.sessions.session import Session, served_settings
 from longctx.store import SessionRecord
 from longctx.verification.counters import stored_check
 
@@ -220,7 +221,7 @@ class ShardedSession(Conversation):
     # -- questions ----------------------------------------------------------
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", **how: Unpack[Asking]
+        self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
     ) -> Plan[Answer]:
         """Every shard at once as its own turn (map), then one request that combines their answers (reduce).
 
@@ -228,13 +229,21 @@ class ShardedSession(Conversation):
         here each map request is ``map I/N`` and the combining one ``reduce``.
         ``cite`` is refused: the combined answer is written from the shards'
         answers, not from a pack its citations could be checked in; so is ``schema``.
+        ``streamed``: the combining request hands its text out as it comes
+        (one shard's answer, which needs no combining, streams itself).
         """
         self._resources.check_open()
         checked_question(question)
-        _refuse_asking(how, "ask")
-        max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
+        _refuse_asking(options, "ask")
+        # Refused before any shard is asked.
+        max_tokens = answer_bound(self.request, options.get("max_tokens"))
         shards = yield Io(lambda: self.shards)
         count = len(shards)
+        if count == 1 and streamed:
+            only: Answer = yield from shards[0].plan_ask(
+                question, max_tokens=max_tokens, purpose="map 1/1", streamed=True
+            )
+            return dataclasses.replace(only, shard_answers=(only,))
         plans = [
             partial(shard.plan_ask, question, max_tokens=max_tokens, purpose=f"map {index}/{count}")
             for index, shard in enumerate(shards, start=1)
@@ -242,17 +251,25 @@ class ShardedSession(Conversation):
         partial_answers = _values(
             (yield Fanout(plans, min(count, self.request.concurrency or DEFAULT_CONCURRENCY)))
         )
-        return (yield from self._reduced(question, partial_answers, max_tokens))
+        return (yield from self._reduced(question, partial_answers, max_tokens, streamed=streamed))
 
     def _reduced(
-        self, question: str, partial_answers: tuple[Answer, ...], max_tokens: int | None
+        self,
+        question: str,
+        partial_answers: tuple[Answer, ...],
+        max_tokens: int | None,
+        *,
+        streamed: bool = False,
     ) -> Plan[Answer]:
         if len(partial_answers) == 1:
             return dataclasses.replace(partial_answers[0], shard_answers=partial_answers)
         reducer: Session = yield Io(partial(self.reducer.fork, at=0))
         self._reductions.append(reducer)
         combined = yield from reducer.plan_ask(
-            _reduce_prompt(question, partial_answers), max_tokens=max_tokens, purpose="reduce"
+            _reduce_prompt(question, partial_answers),
+            max_tokens=max_tokens,
+            purpose="reduce",
+            streamed=streamed,
         )
         return dataclasses.replace(combined, question=question, shard_answers=partial_answers)
 

@@ -84,7 +84,10 @@ class WarmResult:
             return f"warm start failed ({self.failed}); the first question prefills the pack"
         assert self.usage is not None
         why = f"; {self.why}" if self.why else ""
-        return f"warm start: pack prefilled ({self.usage.summary_line()}){why}"
+        # "unknown" alone reads as a longctx fault: the reason names the server's missing switch.
+        unknown = self.usage.cached_tokens is None and self.usage.cached_reason
+        missing = f": {self.usage.cached_reason}" if unknown else ""
+        return f"warm start: pack prefilled ({self.usage.summary_line()}{missing}){why}"
 
 
 class WarmStart:

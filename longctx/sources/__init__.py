@@ -14,7 +14,8 @@ more Skip. :mod:`longctx.corpus` puts the pieces together.
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;
 - :mod:`~longctx.sources.notebook`: Jupyter notebooks to text;
 - :mod:`~longctx.sources.pdf`: PDFs to text, through pypdf;
-- :mod:`~longctx.sources.secrets`: credential detection.
+- :mod:`~longctx.sources.secrets`: credential detection;
+- :mod:`~longctx.sources.special_tokens`: special-token spellings broken in document text.
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ class SkipReason(StrEnum):
     """Dropped by an ``include`` / ``exclude`` pattern of the caller."""
     NOT_A_REGULAR_FILE = "not-a-regular-file"
     """A FIFO, socket, device, or (in a repository) a link to a directory."""
+    IGNORED_BY_DEFAULT = "ignored-by-default"
+    """A folder outside git that tools made (``.venv``, ``node_modules``...), not entered;
+    ``CorpusOptions.default_ignores`` off packs it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,13 @@ A folder is walked with ``os.scandir``. What it considers:
   repositories and are not read here.
 - Entries named ``.git`` (a repository's data, or the ``.git`` file of a
   worktree) are never content and are not listed.
+- Folders that hold what tools made rather than what people wrote
+  (:data:`DEFAULT_IGNORED_FOLDERS`: ``.venv``, ``node_modules``,
+  ``__pycache__``...; and any folder holding a ``pyvenv.cfg``, a virtual
+  environment whatever its name) are not entered unless
+  ``default_ignores`` is off: each is one ``ignored-by-default`` entry of the
+  manifest, its path ending in ``/``. A git repository needs no such list:
+  its own ignore files say what is not content.
 - A symbolic link to a folder inside the root is followed: its files are
   listed under the link's path, so they may appear twice (under the real
   folder too). A link to a folder above it (a loop) is listed as
@@ -38,6 +45,7 @@ from longctx.ignore import IgnoreRules
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 
 __all__ = [
+    "DEFAULT_IGNORED_FOLDERS",
     "IGNORE_FILE_NAMES",
     "display_path",
     "filesystem_path",
@@ -49,6 +57,29 @@ __all__ = [
 
 IGNORE_FILE_NAMES: tuple[str, ...] = (".gitignore", ".longctxignore")
 """Ignore files read in every folder, in increasing order of precedence."""
+
+DEFAULT_IGNORED_FOLDERS: frozenset[str] = frozenset(
+    {
+        ".venv",  # virtual environments (any folder with a pyvenv.cfg counts too)
+        "node_modules",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hg",
+        ".svn",
+    }
+)
+"""Folder names a plain folder's walk does not enter by default: environments, caches, other VCS data.
+
+Kept to names no one gives a folder of their own writing (``build`` and
+``dist`` are left out: in many projects they are sources). repomix and
+gitingest skip these by default too.
+"""
+
+_VENV_MARKER: Final = "pyvenv.cfg"
 
 logger = logging.getLogger("longctx.sources")
 
@@ -116,10 +147,16 @@ def _read_ignore_files(folder: _PendingFolder, names: set[str], rules: IgnoreRul
             logger.warning("%s: %d invalid pattern(s) ignored", _join(folder.path, name), len(invalid))
 
 
-def list_folder(directory: str) -> Listing:
+def _default_skip(path: str, reason: str) -> Skip:
+    return Skip(path + "/", SkipReason.IGNORED_BY_DEFAULT, (f"{reason}; --no-default-ignores packs it",))
+
+
+def list_folder(directory: str, *, default_ignores: bool = True) -> Listing:
     """List the folder ``directory`` as described in the module docstring.
 
-    Raises :class:`~longctx.errors.SourceError` when ``directory`` itself
+    ``default_ignores`` (on by default) leaves out the folders of
+    :data:`DEFAULT_IGNORED_FOLDERS` and virtual environments, one manifest
+    entry each. Raises :class:`~longctx.errors.SourceError` when ``directory`` itself
     cannot be listed.
     """
     root_real = os.path.realpath(directory)
@@ -145,7 +182,11 @@ def list_folder(directory: str) -> Listing:
                 )
             )
             continue
-        _read_ignore_files(folder, {entry.name for entry in entries}, rules)
+        names = {entry.name for entry in entries}
+        if default_ignores and folder.path and _VENV_MARKER in names:
+            skipped.append(_default_skip(folder.path, "a virtual environment (it holds pyvenv.cfg)"))
+            continue
+        _read_ignore_files(folder, names, rules)
         for entry in entries:
             if entry.name == ".git":
                 continue
@@ -157,6 +198,9 @@ def list_folder(directory: str) -> Listing:
                 is_link = is_dir = False
             if is_dir:
                 if rules.is_ignored(path, is_dir=True):
+                    continue
+                if default_ignores and entry.name in DEFAULT_IGNORED_FOLDERS:
+                    skipped.append(_default_skip(path, "a tool's folder, not written by hand"))
                     continue
                 try:
                     entry_stat = entry.stat(follow_symlinks=False)

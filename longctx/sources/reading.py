@@ -342,6 +342,8 @@ class FileReader:
             text, lossy = normalise_newlines(decoded.text), decoded.lossy
             if lossy:
                 notes.append(f"not valid {decoded.encoding}: undecodable bytes replaced by U+FFFD")
+            elif decoded.detected:
+                notes.append(f"decoded from {decoded.encoding} (detected: not valid UTF-8)")
             elif decoded.encoding != "utf-8":
                 notes.append(f"decoded from {decoded.encoding}")
             if suffix == ".ipynb":

@@ -15,12 +15,19 @@ sharing one connection (:mod:`longctx.store.db`):
 
 - ``store.sessions`` (:class:`~longctx.store.sessions.SessionLog`): sessions,
   turns, requests, counter checks, answer keys, and the packs they were asked over;
+  old ones pruned by :mod:`~longctx.store.pruning` (by age, count or size, never one in use);
 - ``store.caches`` (:class:`~longctx.store.caches.ContentCaches`): token counts,
   PDF texts, last-commit times, special tokens, pack snapshot rows;
 - ``store.blobs`` (:class:`~longctx.store.blobs.SnapshotTexts`): the pack
   snapshot texts, files beside the database, mapped when read;
+- ``store.leases`` (:class:`~longctx.store.leases.ItemLeases`): the job items
+  runs are asking now, one owner each;
 - ``store.database`` (:class:`~longctx.store.db.Database`): the connection
   the parts share (transactions, migrations).
+
+Every failure of the database (a full disk, a read-only, locked or damaged
+file) is one :class:`~longctx.errors.StoreError` naming the file and what to
+do (:mod:`longctx.store.failures`).
 
 Only the user may read the store: :mod:`longctx.store.permissions` creates
 its folders ``0700`` and its files ``0600``, and warns (one line, with the
@@ -38,6 +45,8 @@ from longctx.config import default_home
 from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
+from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
+from longctx.store.pruning import PrunedTree, PruneResult, PruneRule
 from longctx.store.records import (
     CounterCheckRecord,
     CounterSkip,
@@ -45,6 +54,7 @@ from longctx.store.records import (
     RequestRecord,
     SessionRecord,
     StoredPack,
+    StoredPackIds,
     StoredPackSnapshot,
     TurnRecord,
 )
@@ -56,13 +66,20 @@ __all__ = [
     "CounterCheckRecord",
     "CounterSkip",
     "Database",
+    "ItemLeases",
+    "LeaseClaim",
+    "LeaseHolder",
     "Opening",
+    "PruneResult",
+    "PruneRule",
+    "PrunedTree",
     "RequestRecord",
     "SessionLog",
     "SessionRecord",
     "SnapshotTexts",
     "Store",
     "StoredPack",
+    "StoredPackIds",
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",
@@ -76,7 +93,7 @@ class Store:
     ``Store(path)`` names the database file ``path`` and does no I/O: the
     database is opened (created if needed) on first use. Whoever opens a
     store closes it, or uses it as a context manager. What it keeps is in
-    its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs` (see the
+    its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs`, :attr:`leases` (see the
     module's docstring), all over :attr:`database`.
     """
 
@@ -89,6 +106,8 @@ class Store:
         """Token counts, PDF texts, last-commit times, special tokens, pack snapshot rows."""
         self.sessions = SessionLog(self.database)
         """Sessions, turns, requests, counter checks, answer keys, and the packs they were asked over."""
+        self.leases = ItemLeases(self.database)
+        """The job items runs are asking now: one owner each."""
 
     @property
     def path(self) -> Path:

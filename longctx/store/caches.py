@@ -3,7 +3,8 @@
 Token counts by tokenizer and content sha256; extracted texts of PDFs by
 extractor and content sha256; the special-token spellings of a served
 tokenizer by its identity; the last-commit times of a repository's files
-by commit; pack snapshots by slot and repository state. Each value is plain
+by commit; pack snapshots by slot and repository state; a pack's prompt token
+ids by pack and tokenizer identity. Each value is plain
 data: what it means is its producer's business (:mod:`longctx.tokens`,
 :mod:`longctx.sources.pdf`, :mod:`longctx.sources.repo`,
 :mod:`longctx.packing.snapshots`), and the store imports none of them.
@@ -12,14 +13,16 @@ data: what it means is its producer's business (:mod:`longctx.tokens`,
 from __future__ import annotations
 
 import json
+import sys
 import time
+from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from longctx.store.blobs import SnapshotTexts
 from longctx.store.db import Database
-from longctx.store.records import StoredPackSnapshot
+from longctx.store.records import StoredPackIds, StoredPackSnapshot
 
 __all__ = ["ContentCaches"]
 
@@ -65,6 +68,27 @@ class ContentCaches:
             connection.executemany(
                 "INSERT OR REPLACE INTO token_counts (tokenizer, content_sha256, tokens) VALUES (?, ?, ?)",
                 [(tokenizer, digest, tokens) for digest, tokens in counts.items()],
+            )
+
+    # -- a pack's prompt token ids -------------------------------------------
+
+    def pack_ids(self, tokenizer: str, fingerprint: str) -> StoredPackIds | None:
+        """The prompt ids kept for pack ``fingerprint`` under ``tokenizer`` (an identity), or None."""
+        rows = self._database.query(
+            "SELECT head, after_user FROM prompt_ids WHERE tokenizer = ? AND pack_fingerprint = ?",
+            [tokenizer, fingerprint],
+        )
+        if not rows:
+            return None
+        return StoredPackIds(_ids_from(rows[0]["head"]), _ids_from(rows[0]["after_user"]))
+
+    def save_pack_ids(self, tokenizer: str, fingerprint: str, ids: StoredPackIds) -> None:
+        """Remember a pack's prompt ids under ``tokenizer`` (see :mod:`longctx.sessions.prompt_ids`)."""
+        with self._database.transaction() as connection:
+            connection.execute(
+                "INSERT OR REPLACE INTO prompt_ids"
+                " (tokenizer, pack_fingerprint, head, after_user, created_at) VALUES (?, ?, ?, ?, ?)",
+                (tokenizer, fingerprint, _ids_blob(ids.head), _ids_blob(ids.after_user), time.time()),
             )
 
     # -- PDF texts ----------------------------------------------------------
@@ -220,3 +244,19 @@ class ContentCaches:
             section_sizes=sizes,
             manifest_json=row["manifest_json"],
         )
+
+
+def _ids_blob(ids: Sequence[int]) -> bytes:
+    """Token ids as int32, little-endian (4 bytes a token: a 1M-token pack is 4 MB)."""
+    packed = array("i", ids)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _ids_from(blob: bytes) -> tuple[int, ...]:
+    unpacked = array("i")
+    unpacked.frombytes(blob)
+    if sys.byteorder != "little":
+        unpacked.byteswap()
+    return tuple(unpacked)

@@ -12,11 +12,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import StoreError
+from longctx.store.failures import LOCK_WAIT_SECONDS, store_failure
 from longctx.store.permissions import create_private_file, make_private_folder, warn_if_readable_by_others
 
 __all__ = ["DATABASE_NAME", "MIGRATIONS", "Database"]
@@ -222,7 +223,37 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN instruction TEXT NOT NULL DEFAULT '';
     ALTER TABLE turns ADD COLUMN citations_json TEXT;
     """,
-    # 14: typed answers (longctx.schemas): the schema a question was asked with, as JSON
+    # 14: prompts sent as token ids (longctx.sessions.prompt_ids): a pack's
+    # token ids up to where the question starts, and the chat template's ids
+    # after a user message, per pack and server tokenizer identity (int32
+    # little-endian blobs); and how each request's prompt went ('ids', or
+    # 'text: why' where ids were wanted). NULL: text, as asked, or a row from before.
+    """
+    CREATE TABLE prompt_ids (
+        tokenizer TEXT NOT NULL,
+        pack_fingerprint TEXT NOT NULL,
+        head BLOB NOT NULL,
+        after_user BLOB NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (tokenizer, pack_fingerprint)
+    ) WITHOUT ROWID;
+    ALTER TABLE requests ADD COLUMN prompt_form TEXT;
+    """,
+    # 15: who is asking a job's item now (longctx.store.leases), so two runs
+    # of one job never ask one item twice. A lease is the item's key without its nonce, the run that holds it
+    # (its id, process id and host) and when it lapses unless renewed.
+    """
+    CREATE TABLE job_leases (
+        key TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        taken_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX job_leases_by_run ON job_leases(run_id);
+    """,
+    # 16: typed answers (longctx.schemas): the schema a question was asked with, as JSON
     # ({"name", "schema", "multi"}). NULL: asked without one.
     """
     ALTER TABLE turns ADD COLUMN schema_json TEXT;
@@ -240,7 +271,10 @@ class Database:
     or write) creates the file (and its folder) if needed, private to the
     user (:mod:`longctx.store.permissions`: an existing one looser than that
     is warned about, not changed), brings its schema up to date, and raises
-    :class:`StoreError` when either fails.
+    :class:`StoreError` when either fails. Every failure of the database
+    (a full disk, a read-only, locked or damaged file) is a
+    :class:`StoreError` naming the file and what to do
+    (:mod:`longctx.store.failures`); none changes what is stored.
     """
 
     def __init__(self, path: Path) -> None:
@@ -262,10 +296,10 @@ class Database:
                 make_private_folder(self.path.parent)
                 create_private_file(self.path)
                 connection = sqlite3.connect(
-                    self.path, check_same_thread=False, isolation_level=None, timeout=30
+                    self.path, check_same_thread=False, isolation_level=None, timeout=LOCK_WAIT_SECONDS
                 )
             except (OSError, sqlite3.Error) as error:
-                raise StoreError(f"cannot open the longctx database at {self.path}: {error}") from error
+                raise store_failure(error, self.path, "opening") from error
             connection.row_factory = sqlite3.Row
             try:
                 connection.execute("PRAGMA foreign_keys = ON")
@@ -276,7 +310,7 @@ class Database:
                 connection.close()
                 if isinstance(error, StoreError):
                     raise
-                raise StoreError(f"cannot open the longctx database at {self.path}: {error}") from error
+                raise store_failure(error, self.path, "opening") from error
             self._opened = connection
             warn_if_readable_by_others(self.path.parent)
 
@@ -297,16 +331,35 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic unit of writes: all of it is committed, or none."""
+        """One atomic unit of writes: all of it is committed, or none.
+
+        A failure of the database is a :class:`StoreError` naming the file
+        and what to do, but a broken constraint (``sqlite3.IntegrityError``),
+        which is the caller's to explain.
+        """
         with self._lock:
             try:
                 self._connection.execute("BEGIN IMMEDIATE")
                 yield self._connection
                 self._connection.execute("COMMIT")
-            except BaseException:
-                if self._connection.in_transaction:
-                    self._connection.execute("ROLLBACK")
+            except BaseException as error:
+                _roll_back(self._connection)
+                if isinstance(error, sqlite3.Error) and not isinstance(error, sqlite3.IntegrityError):
+                    raise store_failure(error, self.path, "writing to") from error
                 raise
+
+    def vacuum(self) -> None:
+        """Give the space of deleted rows back to the disk: VACUUM, then a checkpoint that empties the log.
+
+        Needs free space for a copy of the database; a failure is a
+        :class:`StoreError` and changes nothing stored.
+        """
+        with self._lock:
+            try:
+                self._connection.execute("VACUUM")
+                self._connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            except sqlite3.Error as error:
+                raise store_failure(error, self.path, "compacting") from error
 
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
@@ -314,7 +367,7 @@ class Database:
             try:
                 return self._connection.execute(sql, parameters).fetchall()
             except sqlite3.Error as error:
-                raise StoreError(f"reading the longctx database {self.path} failed: {error}") from error
+                raise store_failure(error, self.path, "reading") from error
 
 
 # How long an opener keeps trying to switch a fresh database to WAL while others hold it.
@@ -358,7 +411,7 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
     try:
         connection.execute("BEGIN IMMEDIATE")
     except sqlite3.Error as error:
-        raise StoreError(f"cannot lock {path} to update its schema: {error}") from error
+        raise store_failure(error, path, "locking to update the schema of") from error
     number = version
     try:
         # Re-read under the lock: another opener may have migrated meanwhile.
@@ -374,13 +427,20 @@ def _migrate(connection: sqlite3.Connection, path: Path) -> None:
             connection.execute(f"PRAGMA user_version = {number}")
         connection.execute("COMMIT")
     except sqlite3.Error as error:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
-        raise StoreError(f"migrating {path} to schema {number} failed: {error}") from error
+        _roll_back(connection)
+        raise store_failure(error, path, f"migrating to schema {number}") from error
     except BaseException:
-        if connection.in_transaction:
-            connection.execute("ROLLBACK")
+        _roll_back(connection)
         raise
+
+
+def _roll_back(connection: sqlite3.Connection) -> None:
+    """Undo the open transaction, if any; a rollback that fails (the disk gone) leaves SQLite to undo it."""
+    if not connection.in_transaction:
+        return
+    # Failing, the journal undoes it when the connection closes or the next one opens.
+    with suppress(sqlite3.Error):
+        connection.execute("ROLLBACK")
 
 
 def _statements(script: str) -> Iterator[str]:

@@ -28,6 +28,7 @@ __all__ = [
     "RequestRecord",
     "SessionRecord",
     "StoredPack",
+    "StoredPackIds",
     "StoredPackSnapshot",
     "TurnRecord",
     "record_from_row",
@@ -197,6 +198,20 @@ class Opening:
     requests: tuple[RequestRecord, ...] = ()
     counter_checks: tuple[CounterCheckRecord, ...] = ()
     counter_skips: tuple[CounterSkip, ...] = ()
+
+
+@dataclass(frozen=True)
+class StoredPackIds:
+    """A pack's prompt as token ids of one server tokenizer (:mod:`longctx.sessions.prompt_ids`).
+
+    ``head``: the ids of the system message and the first user message up
+    to where the question starts (the pack ends at a fixed delimiter and a
+    blank line); ``after_user``: the chat template's ids after a user
+    message's content through the generation prompt.
+    """
+
+    head: tuple[int, ...]
+    after_user: tuple[int, ...]
 
 
 @dataclass(frozen=True)

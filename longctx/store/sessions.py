@@ -15,6 +15,7 @@ from typing import Any
 
 from longctx.errors import SessionNotFound, StoreError
 from longctx.store.db import Database
+from longctx.store.pruning import PruneResult, PruneRule, prune_sessions
 from longctx.store.records import (
     CounterCheckRecord,
     CounterSkip,
@@ -176,6 +177,13 @@ class SessionLog:
             [len(prefix), prefix],
         )
         return {row["answer_key"]: _turn_record(row) for row in rows}
+
+    def prune(self, rule: PruneRule, *, dry_run: bool = False) -> PruneResult:
+        """Delete the session trees ``rule`` selects, never one in use, and compact the file.
+
+        See :mod:`longctx.store.pruning`; ``dry_run`` says what would go and deletes nothing.
+        """
+        return prune_sessions(self._database, rule, dry_run=dry_run)
 
     # -- requests -----------------------------------------------------------
 

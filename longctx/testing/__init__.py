@@ -19,6 +19,15 @@ The SGLang environment carries two test-harness stand-ins, installed by
 torchvision import beside a CPU torch. They exist only to run SGLang's CPU
 engine on a Llama model in tests.
 
+Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
+:mod:`~longctx.testing.environments` (the engines' virtual environments),
+:mod:`~longctx.testing.model` and ``_model_builder`` (the tiny model),
+:mod:`~longctx.testing.servers` (a server process), :mod:`~longctx.testing.fleet`
+(replicas behind a real router), :mod:`~longctx.testing.pdfs` (real PDFs made on
+the spot), :mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,
+``_locks`` (a file lock for parallel builds), ``_logs`` (a server log's tail) and
+``standins`` (the SGLang stand-ins).
+
 Its errors (:class:`HarnessError` and the four below it) are in
 :mod:`longctx.testing.errors`, exported here: they are the harness's, not
 the product's tree of :mod:`longctx.errors`.

@@ -1,0 +1,145 @@
+"""Who is asking an item now: leases, so two runs of one job never ask one item twice.
+
+A lease names an item (a job's answer key without its nonce: see
+:mod:`longctx.jobs.keys`), the run holding it (its id, process id and host)
+and when it lapses. A run takes its items' leases in one transaction before
+it asks them, renews them while it asks, and gives each back once its answer
+is stored (or the run ends). A lease lapses when its time is up without a
+renewal, or at once when its process, on this host, no longer runs: a run
+killed by SIGKILL or a power cut holds nothing for long. Taking a lease
+looks, in the same transaction, for an answer already stored under the
+item's key, so an item answered by a run that has just let go is not asked
+again.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from longctx.store.db import Database
+
+__all__ = ["ItemLeases", "LeaseClaim", "LeaseHolder"]
+
+
+@dataclass(frozen=True)
+class LeaseHolder:
+    """A run that may hold leases: its id, and the process and host it runs in."""
+
+    run_id: str
+    pid: int
+    host: str
+
+    @classmethod
+    def this_process(cls, run_id: str) -> LeaseHolder:
+        """The holder ``run_id`` of this process on this host."""
+        return cls(run_id, os.getpid(), socket.gethostname())
+
+    def describe(self) -> str:
+        """``run RUN (pid PID on HOST)``: how a message names the other run."""
+        return f"run {self.run_id} (pid {self.pid} on {self.host})"
+
+
+@dataclass(frozen=True)
+class LeaseClaim:
+    """What became of one item's lease when a run tried to take it.
+
+    ``state``: ``taken`` (the run holds it now: ask), ``held`` (another live
+    run holds it: ``holder`` and ``expires_at`` say which and until when),
+    ``answered`` (an answer is stored under the key: reuse it; no lease taken).
+    """
+
+    key: str
+    state: Literal["taken", "held", "answered"]
+    holder: LeaseHolder | None = None
+    expires_at: float | None = None
+
+
+class ItemLeases:
+    """``store.leases``: the job items runs are asking now, one owner each (see the module docstring)."""
+
+    def __init__(self, database: Database) -> None:
+        # No I/O: the database opens on first use.
+        self._database = database
+
+    def take(
+        self, keys: Sequence[str], holder: LeaseHolder, seconds: float, *, answered_since: float = 0.0
+    ) -> list[LeaseClaim]:
+        """Take the lease of each of ``keys`` for ``seconds``, in one transaction; a claim per key, in order.
+
+        A key whose lease another live run holds is not taken (``held``); one
+        with an answer stored under ``KEY:...`` whose turn was made at or after
+        ``answered_since`` is not taken either (``answered``). A lapsed lease,
+        or one of a process of this host that no longer runs, is taken over.
+        ``holder`` taking a lease it holds renews it.
+        """
+        now = time.time()
+        claims: list[LeaseClaim] = []
+        with self._database.transaction() as connection:
+            for key in keys:
+                answered = connection.execute(
+                    "SELECT 1 FROM answer_keys JOIN turns ON turns.session_id = answer_keys.session_id"
+                    " AND turns.position = answer_keys.position"
+                    " WHERE substr(answer_keys.key, 1, ?) = ? AND turns.created_at >= ? LIMIT 1",
+                    (len(key) + 1, key + ":", answered_since),
+                ).fetchone()
+                if answered is not None:
+                    claims.append(LeaseClaim(key, "answered"))
+                    continue
+                row = connection.execute("SELECT * FROM job_leases WHERE key = ?", (key,)).fetchone()
+                if row is not None and row["run_id"] != holder.run_id:
+                    other = LeaseHolder(row["run_id"], row["pid"], row["host"])
+                    if row["expires_at"] > now and _running(other):
+                        claims.append(LeaseClaim(key, "held", other, row["expires_at"]))
+                        continue
+                connection.execute(
+                    "INSERT OR REPLACE INTO job_leases (key, run_id, pid, host, expires_at, taken_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, holder.run_id, holder.pid, holder.host, now + seconds, now),
+                )
+                claims.append(LeaseClaim(key, "taken", holder, now + seconds))
+        return claims
+
+    def renew(self, run_id: str, seconds: float) -> int:
+        """Push back the lapse of every lease ``run_id`` holds to ``seconds`` from now; how many it holds."""
+        with self._database.transaction() as connection:
+            cursor = connection.execute(
+                "UPDATE job_leases SET expires_at = ? WHERE run_id = ?", (time.time() + seconds, run_id)
+            )
+            return cursor.rowcount
+
+    def release(self, run_id: str, keys: Sequence[str] | None = None) -> None:
+        """Give back the leases of ``keys`` (all when None) that ``run_id`` holds; others' are left alone."""
+        with self._database.transaction() as connection:
+            if keys is None:
+                connection.execute("DELETE FROM job_leases WHERE run_id = ?", (run_id,))
+                return
+            connection.executemany(
+                "DELETE FROM job_leases WHERE key = ? AND run_id = ?", [(key, run_id) for key in keys]
+            )
+
+    def holders(self, prefix: str = "") -> dict[str, LeaseHolder]:
+        """The live leases whose key starts with ``prefix``, by key (lapsed ones are left out)."""
+        rows = self._database.query(
+            "SELECT * FROM job_leases WHERE substr(key, 1, ?) = ? AND expires_at > ?",
+            [len(prefix), prefix, time.time()],
+        )
+        held = {row["key"]: LeaseHolder(row["run_id"], row["pid"], row["host"]) for row in rows}
+        return {key: holder for key, holder in held.items() if _running(holder)}
+
+
+def _running(holder: LeaseHolder) -> bool:
+    """Whether ``holder``'s process may still run: always true of another host's (it cannot be asked)."""
+    if holder.host != socket.gethostname():
+        return True
+    try:
+        os.kill(holder.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process of that id runs
+    return True

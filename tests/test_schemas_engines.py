@@ -99,6 +99,8 @@ def test_a_typed_sibling_reads_the_plain_prefix_and_its_data_validates(
     typed = session.ask_many(["Gamma: name a pet."], schema=PET)[0]
     assert plain.usage.cached_tokens is not None and plain.usage.cached_tokens > 0
     assert typed.usage.cached_tokens == plain.usage.cached_tokens  # the schema is no prompt byte
+    # Both went as token ids (/v1/completions), which take the schema's field as chat does.
+    assert plain.usage.prompt_form == typed.usage.prompt_form == "ids", (plain.usage, typed.usage)
     assert typed.finish_reason == "stop", typed.text
     assert set(typed.data) == {"name", "age", "kind"} and typed.data["kind"] in ("cat", "dog")
     (turn,) = store.sessions.turns(typed.session_id)

@@ -71,9 +71,12 @@ _EXPORTS: dict[str, str] = {
     "Finding": "longctx.serving.advice",
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
+    "InvalidAnswer": "longctx.errors",
+    "AnswerSchema": "longctx.schemas",
+    "answer_schema": "longctx.schemas",
     "Limits": "longctx.config",
     "Job": "longctx.jobs.job",
-    "JobItem": "longctx.jobs.job",
+    "JobItem": "longctx.jobs.items",
     "JobOptions": "longctx.jobs.job",
     "JobProgress": "longctx.jobs.job",
     "JobReport": "longctx.jobs.job",
@@ -132,7 +135,7 @@ _EXPORTS: dict[str, str] = {
     "connect": "longctx.backends.base",
     "load_corpus": "longctx.corpus",
     "pack": "longctx.packing",
-    "read_job": "longctx.jobs.job",
+    "read_job": "longctx.jobs.items",
     "resume": "longctx.sessions",
     "tokenizer_from_model_dir": "longctx.tokens",
 }
@@ -170,6 +173,7 @@ if TYPE_CHECKING:
     from longctx.errors import EmptyCorpus as EmptyCorpus
     from longctx.errors import InputError as InputError
     from longctx.errors import InsufficientMemory as InsufficientMemory
+    from longctx.errors import InvalidAnswer as InvalidAnswer
     from longctx.errors import LongctxError as LongctxError
     from longctx.errors import OutputError as OutputError
     from longctx.errors import PackError as PackError
@@ -184,13 +188,13 @@ if TYPE_CHECKING:
     from longctx.errors import StreamIncomplete as StreamIncomplete
     from longctx.errors import TokenizerError as TokenizerError
     from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
+    from longctx.jobs.items import JobItem as JobItem
+    from longctx.jobs.items import read_job as read_job
     from longctx.jobs.job import Job as Job
-    from longctx.jobs.job import JobItem as JobItem
     from longctx.jobs.job import JobOptions as JobOptions
     from longctx.jobs.job import JobProgress as JobProgress
     from longctx.jobs.job import JobReport as JobReport
     from longctx.jobs.job import JobResult as JobResult
-    from longctx.jobs.job import read_job as read_job
     from longctx.outputs import Saved as Saved
     from longctx.packing import BoundaryCheck as BoundaryCheck
     from longctx.packing import Budget as Budget
@@ -211,6 +215,8 @@ if TYPE_CHECKING:
     from longctx.report import RequestLine as RequestLine
     from longctx.report import SavingsReport as SavingsReport
     from longctx.retry import RetryPolicy as RetryPolicy
+    from longctx.schemas import AnswerSchema as AnswerSchema
+    from longctx.schemas import answer_schema as answer_schema
     from longctx.serving.advice import Finding as Finding
     from longctx.serving.doctor import Diagnosis as Diagnosis
     from longctx.serving.doctor import diagnose as diagnose

@@ -21,6 +21,7 @@ without repeating secrets.
     │   └── SessionNotFound    no session with that id
     ├── SessionClosed          a session (or a job that has run) used after close
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
+    ├── InvalidAnswer          an answer asked with a schema is cut, not JSON or refused (.text keeps it)
     ├── StreamIncomplete       a streamed answer read before its end, or stopped before it (.text)
     └── BackendError           talking to a server failed
         ├── ServerUnreachable  no connection, or it dropped
@@ -46,6 +47,7 @@ __all__ = [
     "EmptyCorpus",
     "InputError",
     "InsufficientMemory",
+    "InvalidAnswer",
     "LongctxError",
     "OutputError",
     "PackError",
@@ -226,6 +228,21 @@ class CanaryDiverged(LongctxError):
     def __init__(self, message: str, *, result: object) -> None:
         super().__init__(message)
         self.result = result
+
+
+class InvalidAnswer(LongctxError):
+    """An answer asked with a schema (:mod:`longctx.schemas`) has no valid value.
+
+    It was cut at ``max_tokens`` (``finish_reason`` ``"length"``), is not
+    JSON, or the schema or its model class refused it. ``text`` is the raw
+    answer, ``finish_reason`` the server's. Such an answer is not stored as a
+    turn: the history holds only answers that were what they were asked to be.
+    """
+
+    def __init__(self, message: str, *, text: str, finish_reason: str | None = None) -> None:
+        super().__init__(message)
+        self.text = text
+        self.finish_reason = finish_reason
 
 
 class StreamIncomplete(LongctxError):

@@ -53,7 +53,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -66,9 +66,10 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.errors import ContextOverflow, LongctxError
+from longctx.errors import ContextOverflow, InvalidAnswer, LongctxError
 from longctx.report import SavingsReport
 from longctx.roots import AllowedRoots, resolved_path
+from longctx.schemas import json_value
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.corpus import server_budget
 from longctx.store import Store
@@ -108,7 +109,8 @@ class AskResult:
     ``cached_tokens`` of ``prompt_tokens`` were read from the server's prefix
     cache (None: the server did not say, ``cached_reason`` says why);
     ``pack_tokens`` is the size of the pack every request of the source
-    starts with.
+    starts with. ``data``: the validated JSON value of an answer asked with a
+    ``schema`` (None without one).
     """
 
     answer: str
@@ -121,6 +123,7 @@ class AskResult:
     pack_tokens: int | None
     cached_reason: str | None
     summary: str
+    data: Any = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +243,8 @@ def _tool_error(error: LongctxError) -> ToolError:
         message = f"{path}: {message}"
     if isinstance(error, ContextOverflow):
         message += " (ask again with new_conversation=true to start over from the pack, which stays cached)"
+    if isinstance(error, InvalidAnswer):
+        message += f" (the answer as it came: {error.text[:2000]!r})"
     return ToolError(f"{type(error).__name__}: {message}")
 
 
@@ -313,19 +318,21 @@ class Toolbox:
         *,
         max_tokens: int | None = None,
         new_conversation: bool = False,
+        schema: Mapping[str, Any] | str | None = None,
         on_text: Callable[[str], None] | None = None,
     ) -> AskResult:
         """Ask ``question`` as the next turn of the source's conversation (or of a new one from the pack).
 
+        ``schema`` (a JSON Schema object or a concise spec: :mod:`longctx.schemas`) types the answer.
         ``on_text`` hears the answer's text so far as it streams (the whole text each time).
         """
         try:
             source = self._source(paths)
             conversation = self._conversation(source, new=new_conversation)
             if on_text is None:
-                answer = conversation.ask(question, max_tokens=max_tokens)
+                answer = conversation.ask(question, max_tokens=max_tokens, schema=schema)
             else:
-                with conversation.stream(question, max_tokens=max_tokens) as answer_stream:
+                with conversation.stream(question, max_tokens=max_tokens, schema=schema) as answer_stream:
                     for _ in answer_stream:
                         on_text(answer_stream.text)
                 answer = answer_stream.answer
@@ -343,6 +350,7 @@ class Toolbox:
             pack_tokens=source.root.full_pack.total_tokens,
             cached_reason=usage.cached_reason,
             summary=usage.summary_line(),
+            data=json_value(answer.data),
         )
 
     def _conversation(self, source: _Source, *, new: bool) -> Session:
@@ -550,20 +558,24 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
         path: str | list[str],
         question: str,
         ctx: Context,
+        *,  # the SDK passes every argument by name
         max_tokens: int | None = None,
         new_conversation: bool = False,
+        schema: dict[str, Any] | str | None = None,
     ) -> AskResult:
         """Ask a question about a repository, folder or documents (absolute paths; one path or several).
 
         Follow-up questions about the same path continue the conversation, reading the pack and the
         earlier turns from the model server's cache. new_conversation=true starts over from the pack.
+        schema (a JSON Schema object, or a spec such as "name, age int, bio: their biography") makes
+        the answer JSON that satisfies it, returned parsed in data.
         With a progress token, the answer's text so far comes in progress notifications.
         """
         streamed = ctx.request_context.meta is not None and ctx.request_context.meta.get("progress_token")
         on_text = _ProgressText(ctx) if streamed else None
         return await anyio.to_thread.run_sync(
             partial(toolbox.ask, path, question, max_tokens=max_tokens, new_conversation=new_conversation,
-                    on_text=on_text)
+                    schema=schema, on_text=on_text)
         )  # fmt: skip
 
     @server.tool()

@@ -71,6 +71,25 @@ the file (`file://`), plain text otherwise. `--json` holds them under
 `examples/cited_answer.sh` shows one; why a line range and a quote:
 [api.md](api.md#grounded-answers-citetrue).
 
+## Typed answers: --schema
+
+`longctx ask ... --schema SPEC`, `longctx batch ... --schema SPEC` and
+`longctx job FILE --schema SPEC` make each answer JSON that satisfies a
+schema. SPEC is a JSON Schema file (`person.json`) or the concise spec of
+simonw/llm: `'name, age int, bio: their biography'` (fields separated by
+commas, or by newlines when there are any; types `str` (the default), `int`,
+`float`, `bool`; a description after a colon). `--schema-multi` asks for a
+list of such objects (`{{"items": [...]}}`). The server constrains decoding to
+the schema (a request field, never the prompt: the cached prefix is the
+plain question's); longctx validates the answer again. The answer is printed
+as it came (JSON); `--json` adds `data` (the validated value) and `schema`.
+An answer cut at `--max-tokens`, not JSON, or refused by the schema exits
+12 with the reason and the raw answer on stderr, and is not stored. A job
+item may carry its own `"schema"` (a JSON Schema object or a concise spec;
+`--schema` types the items without one); its result line carries `data`,
+and a changed schema asks the item again. See
+[api.md](api.md#typed-answers-schema).
+
 ## A server that does not answer: --timeout, --stall-timeout
 
 Every command that talks to a server says, within a second, what it waits

@@ -66,3 +66,17 @@ def packs_homed_on(url: str, urls: list[str], count: int) -> tuple[list[StoredPa
         if len(target) < count:
             target.append(pack)
     return mine, others
+
+
+def whitespace_ban(model: TinyModel) -> dict[str, dict[str, int]]:
+    """A ``logit_bias`` body field that bans ``model``'s whitespace-only tokens.
+
+    Under constrained decoding the tiny random-weight model fills JSON with
+    whitespace until max_tokens, and neither engine takes a per-request switch
+    against it (tests/test_schemas_engines.py's docstring has the measurement).
+    """
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model.path / "tokenizer.json"))
+    blank = [i for i in range(tokenizer.get_vocab_size()) if (t := tokenizer.decode([i])) and not t.strip()]
+    return {"logit_bias": dict.fromkeys(map(str, blank), -100)}

@@ -27,7 +27,8 @@ from longctx.cli import main
 from longctx.cli.app import EXIT_BAD_INPUT, Runtime
 from longctx.config import ServerOptions
 from longctx.errors import ConfigError, InputError
-from longctx.jobs.job import Job, JobItem
+from longctx.jobs.items import JobItem
+from longctx.jobs.job import Job
 from longctx.options import VALUE_TYPES, OptionFields, OptionSpec
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.store import Store, StoredPack

@@ -31,6 +31,7 @@ LIBRARY_HOMES = {
     "httpx2": ("longctx/backends/http.py",),
     "click": ("longctx/cli/",),
     "mcp": ("longctx/mcp.py",),
+    "jsonschema": ("longctx/schemas.py",),
     "llm": ("longctx/llm_plugin.py",),
     "charset_normalizer": ("longctx/sources/decoding.py",),
 }

@@ -264,5 +264,13 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                 text_of(empty)
             )
 
+            # A typed question: the schema reaches the session, and an answer cut at max_tokens is a
+            # tool error with the reason (the tiny model's typed answers: tests/test_schemas_engines.py).
+            (ask_tool,) = [tool for tool in listed.tools if tool.name == "ask"]
+            assert "schema" in ask_tool.input_schema["properties"]
+            typed = {"path": str(repository), "question": "Name one.", "schema": "name", "max_tokens": 2}
+            cut = text_of(await client.call_tool("ask", typed))
+            assert "InvalidAnswer: the answer was cut at max_tokens" in cut and "as it came: '{" in cut, cut
+
     asyncio.run(scenario())
     assert os.path.isdir(home)

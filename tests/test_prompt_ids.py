@@ -6,6 +6,7 @@ tokenization, the cached tokens equal the text path's): test_prompt_ids_engines.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
@@ -122,6 +123,21 @@ def test_it_goes_as_text_with_the_reason_where_ids_would_not_be_exact(tmp_path: 
         # Text asked for: no ids, and nothing to explain.
         text = _ask(ids, PACK.prefix + "Where?", prompt_ids=False)
         assert text.prompt_ids is None and text.text_reason is None
+
+
+def test_a_constrained_request_goes_as_ids_and_keeps_its_constraint(tmp_path: Path) -> None:
+    """A typed answer's field (longctx.schemas) is no reason for text: completions take it, so it stays."""
+    constraint = {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}}
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        _ask(ids, PACK.prefix + "Who?")  # the pack's first request goes as text; its ids are made beside it
+        ids.wait()
+        typed = ids.request(
+            dataclasses.replace(_request(PACK.prefix + "Who?"), constraint=constraint), (), server=_server(),
+            routed=False, pack=PACK, options=RequestOptions(), first_messages=lambda: FIRST,
+        )  # fmt: skip
+        assert typed.prompt_ids is not None and typed.text_reason is None
+        assert typed.constraint == constraint
 
 
 def test_pack_ids_are_refused_on_a_template_that_does_not_render_a_question_as_its_own_tokens() -> None:

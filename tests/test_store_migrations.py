@@ -240,16 +240,14 @@ def test_a_database_of_version_13_keeps_its_requests_and_gains_prompt_ids(tmp_pa
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 
-def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answer_keys(
-    tmp_path: Path,
-) -> None:
-    """The job leases' migration: an old store's answers stay reusable, and items can be leased."""
+def test_a_database_of_version_14_gains_job_leases_and_keeps_its_answer_keys(tmp_path: Path) -> None:
+    """Migration 15 (job leases): an old store's answers stay reusable, and items can be leased."""
     from longctx.store import LeaseHolder
 
     home = tmp_path / "home"
     path = _database_at(
         home,
-        len(MIGRATIONS) - 1,
+        14,
         _SESSION_ROW,
         "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
         " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
@@ -260,6 +258,31 @@ def test_a_database_of_the_previous_version_gains_job_leases_and_keeps_its_answe
         claims = store.leases.take(["job:j:0:d", "job:j:1:d"], holder, 60)
         assert [claim.state for claim in claims] == ["answered", "taken"]
         assert list(store.leases.holders("job:j:")) == ["job:j:1:d"]
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+def test_a_database_of_version_15_keeps_its_turns_and_gains_their_schema(tmp_path: Path) -> None:
+    """Migration 16: an old turn was asked without a schema; a new one keeps its schema's stored form."""
+    from longctx.store import RequestRecord, TurnRecord
+    from longctx.usage import Usage
+
+    home = tmp_path / "home"
+    path = _database_at(
+        home,
+        15,
+        _SESSION_ROW,
+        "INSERT INTO turns (session_id, position, question, answer, history_answer, created_at)"
+        " VALUES ('s', 0, 'q?', 'a.', 'a.', 0)",
+    )
+    with Store.open(home) as store:
+        (old,) = store.sessions.turns("s")
+        assert old.schema is None
+        usage = Usage(10, 0, None, 3, None, None)
+        request = RequestRecord("r", "s", None, "turn", 0.0, "http://x/v1", "vllm", "m", usage, 1)
+        schema = {"name": "answer", "schema": {"type": "object"}, "multi": False}
+        turn = TurnRecord("s", 1, "q2?", "{}", "{}", None, "r", 0.0, schema=schema)
+        store.sessions.commit_turn(turn, request)
+        assert store.sessions.turns("s")[1] == turn
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
 
 

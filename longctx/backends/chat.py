@@ -81,6 +81,9 @@ class ChatRequest:
     #: Offload at most this many prompt tokens to the server's host tier (the shared pack), where
     #: the engine takes a per-request cap; None: no cap.
     offload_tokens: int | None = None
+    #: Body fields that constrain decoding (an answer schema's, in the form the engine profile
+    #: says: :meth:`longctx.schemas.AnswerSchema.request_fields`); they never touch the prompt.
+    constraint: Mapping[str, Any] = field(default_factory=dict)
     #: Why this request goes as chat messages where token ids were wanted (kept with its usage as
     #: ``prompt_form``; longctx.sessions.prompt_ids); None: ids, or text as asked.
     text_reason: str | None = None
@@ -343,7 +346,7 @@ class ChatClient:
     def _arguments(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, str]]:
         """The request's body and headers."""
         headers: dict[str, str] = dict(self._headers)
-        body: dict[str, Any] = dict(request.extra_body)
+        body: dict[str, Any] = {**request.extra_body, **request.constraint}
         arguments: dict[str, Any] = {
             "model": self.model,
             "stream": True,

@@ -42,6 +42,7 @@ from longctx.backends.profiles import (
     Measured,
     RecipeSwitches,
     RouterProfile,
+    SchemaForm,
     truth,
 )
 from longctx.backends.tiers import HostTier
@@ -309,6 +310,11 @@ VLLM = EngineProfile(
     # suite) and vLLM 0.24.0 on one H200 (8 at once 8.15 s against 9.7-11.2 s lead-first, before
     # 2026-12-01; "gpu-siblings" of 2026-12-01: auto 10.79 s against lead 13.47 s at 126k). vLLM v1
     # shares an in-flight prefix, so sending together costs no prefill.
+    # Typed answers: response_format json_schema since 0.6 (structured_outputs {"json": ...} takes the
+    # same since 0.10.2). On the CPU build 0.32.0 both constrained the tiny model's answer the same;
+    # its xgrammar backend reads disable_any_whitespace only from the server's
+    # --structured-outputs-config, not from the request.
+    schema_forms=(SchemaForm("0.6.0"),),
     dispatch=(
         Measured(
             "", "together", 8, "benchmarks/siblings.py (CPU) and gpu-siblings (H200, 0.24.0, 2026-12-01)"
@@ -397,6 +403,16 @@ SGLANG = EngineProfile(
     # followers sent together waited for their own. The CPU build (0.5.23) agrees: admitted
     # (30.3 s) ahead of lead (45.8-49.4 s) and together (36-58 s, 98.4% cached). SGLang sends its
     # headers with the first token, so admitted waits about as long as lead. Only fcfs measured.
+    # Typed answers: response_format json_schema (xgrammar by default). A server started with
+    # --grammar-backend none (or whose tokenizer XGrammar refused: it then falls back to none)
+    # would answer in free text: refused before anything is sent.
+    schema_forms=(
+        SchemaForm(
+            "0",
+            disabled_by=("grammar_backend", "none"),
+            fix="start it with --grammar-backend xgrammar",
+        ),
+    ),
     dispatch=(
         Measured(
             "", "admitted", 8, "gpu-siblings-sglang (H200, 0.5.17, fcfs) and benchmarks/siblings.py (CPU)"
@@ -441,6 +457,8 @@ GENERIC = EngineProfile(
     label="OpenAI-compatible",
     missing_report="the server does not report cached tokens (usage.prompt_tokens_details.cached_tokens)",
     # Lead-first: the one strategy that caches whatever the scheduler does with simultaneous arrivals.
+    # OpenAI's form; a server that ignores it answers in free text, which validation refuses.
+    schema_forms=(SchemaForm("0"),),
     dispatch=(
         Measured("", "lead", DEFAULT_CONCURRENCY, "no measurement: lead-first caches on any scheduler"),
     ),

@@ -28,6 +28,7 @@ __all__ = [
     "Measured",
     "RecipeSwitches",
     "RouterProfile",
+    "SchemaForm",
     "truth",
 ]
 
@@ -113,6 +114,44 @@ class RecipeSwitches:
     #: benchmarks/gpu/followup_probe.py runs (``--server-label``), empty until one shows a gain.
     followup_switches: tuple[str, ...] = ()
     followup_source: str = ""
+
+
+@dataclass(frozen=True)
+class SchemaForm:
+    """How requests to versions from ``since`` constrain the answer to a JSON Schema (decoding, not prompt).
+
+    ``body_field`` is the body field: ``response_format`` (OpenAI's
+    ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``)
+    or ``structured_outputs`` (vLLM's ``{"json": schema, **options}``).
+    ``options`` go beside the schema where the field takes them.
+    ``disabled_by`` names a setting (the engine's own name) and the value with
+    which the server cannot constrain decoding, and ``fix`` the flag that
+    turns it on: such a server is refused before anything is sent.
+    """
+
+    since: str
+    body_field: Literal["response_format", "structured_outputs"] = "response_format"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    disabled_by: tuple[str, Any] | None = None
+    fix: str = ""
+
+    def body(self, name: str, schema: Mapping[str, Any]) -> dict[str, Any]:
+        """The body fields of a request whose answer must satisfy ``schema`` (named ``name``)."""
+        if self.body_field == "structured_outputs":
+            return {"structured_outputs": {"json": dict(schema), **self.options}}
+        wrapped = {"name": name, "schema": dict(schema), "strict": True, **self.options}
+        return {"response_format": {"type": "json_schema", "json_schema": wrapped}}
+
+    def refusal(self, settings: Mapping[str, Any]) -> str | None:
+        """Why a server with ``settings`` cannot constrain decoding (with the fix), or None."""
+        if self.disabled_by is None:
+            return None
+        setting, value = self.disabled_by
+        if setting in settings and settings[setting] == value:
+            return (
+                f"it runs with {setting}={value!r}, so it cannot constrain an answer to a schema; {self.fix}"
+            )
+        return None
 
 
 @dataclass(frozen=True)
@@ -223,6 +262,8 @@ class EngineProfile:
     caching_setting: str | None = None
     doctor_note: Finding | None = None
     recipe: RecipeSwitches | None = None
+    #: How a request constrains its answer to a JSON Schema, by version (oldest first); () : it cannot.
+    schema_forms: tuple[SchemaForm, ...] = ()
 
     @property
     def tokenizes(self) -> bool:
@@ -255,6 +296,13 @@ class EngineProfile:
             return self.tiers[-1] if self.tiers else None
         key = _version_key(version)
         return next((t for t in reversed(self.tiers) if key >= _version_key(t.since)), None)
+
+    def schema_form_for(self, version: str | None) -> SchemaForm | None:
+        """How ``version`` takes a schema (the newest known form when unknown); None: it cannot."""
+        if version is None:
+            return self.schema_forms[-1] if self.schema_forms else None
+        key = _version_key(version)
+        return next((f for f in reversed(self.schema_forms) if key >= _version_key(f.since)), None)
 
     def read_counters(self, endpoint: HttpEndpoint, model: str, version: str | None) -> CacheCounters | None:
         """The server's prefix-cache hit counter now, or None where it has none."""

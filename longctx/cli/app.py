@@ -31,6 +31,7 @@ from longctx.errors import (
     ContextOverflow,
     EmptyCorpus,
     InputError,
+    InvalidAnswer,
     LongctxError,
     ServerUnreachable,
     SessionNotFound,
@@ -39,6 +40,7 @@ from longctx.errors import (
 if TYPE_CHECKING:
     from longctx.backends.base import Backend
     from longctx.config import ServerOptions
+    from longctx.schemas import AnswerSchema
     from longctx.store import Store
 
 # Only what `longctx --help` needs is imported at the top: the option objects,
@@ -52,6 +54,7 @@ __all__ = [
     "EXIT_EMPTY_CORPUS",
     "EXIT_ERROR",
     "EXIT_INTERRUPTED",
+    "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
     "EXIT_NO_PREFIX_CACHE",
     "EXIT_NO_SESSION",
@@ -65,6 +68,7 @@ __all__ = [
     "corpus_options",
     "emit_json",
     "exit_code",
+    "given_schema",
     "json_option",
     "main",
     "note",
@@ -73,6 +77,7 @@ __all__ = [
     "progress_bar",
     "request_options",
     "runtime",
+    "schema_options",
     "server_options",
 ]
 
@@ -88,6 +93,7 @@ EXIT_EMPTY_CORPUS = 8
 EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
 EXIT_NO_PREFIX_CACHE = 11
+EXIT_INVALID_ANSWER = 12
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -107,6 +113,8 @@ EXIT_CODES: dict[int, str] = {
     " (`doctor --canary`; the evidence is printed)",
     EXIT_NO_PREFIX_CACHE: "`longctx doctor`: a server reports prefix caching off, so no request reuses"
     " a prefix (the flag to add is printed)",
+    EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
+    " (the raw answer is printed on stderr)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -119,6 +127,8 @@ def exit_code(error: LongctxError) -> int:
         return EXIT_NO_SESSION
     if isinstance(error, CanaryDiverged):
         return EXIT_CANARY
+    if isinstance(error, InvalidAnswer):
+        return EXIT_INVALID_ANSWER
     if isinstance(error, ConfigError):
         return EXIT_USAGE
     if isinstance(error, ServerUnreachable):
@@ -145,9 +155,13 @@ def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
     "message", "exit_code"}}``), so a script reading stdout always gets JSON.
     """
     code = exit_code(error)
+    raw = {"text": error.text} if isinstance(error, InvalidAnswer) else {}  # the answer it refused
     if as_json:
-        emit_json({"error": {"type": type(error).__name__, "message": error.describe(), "exit_code": code}})
+        failure = {"type": type(error).__name__, "message": error.describe(), "exit_code": code, **raw}
+        emit_json({"error": failure})
     click.echo(f"longctx: error: {error.describe()}", err=True)
+    if raw and not as_json:
+        click.echo(f"longctx: the answer as it came:\n{raw['text']}", err=True)
     sys.exit(code)
 
 
@@ -422,3 +436,52 @@ def output_options(function: Callable[..., Any]) -> Callable[..., Any]:
 @click.version_option(package_name="longctx-sdk", prog_name="longctx")
 def main() -> None:
     """Cache-friendly questions over codebases and documents, on vLLM and SGLang."""
+
+
+def schema_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--schema FILE|SPEC`` and ``--schema-multi``: the command gets ``schema``, an AnswerSchema or None.
+
+    Read as the command line is parsed: a spec or file it refuses is a usage
+    error (exit 2) before any path is read.
+    """
+
+    def multi(context: click.Context, _: click.Parameter, value: bool) -> bool:
+        context.meta[_SCHEMA_MULTI] = value
+        return value
+
+    def schema(context: click.Context, _: click.Parameter, value: str | None) -> AnswerSchema | None:
+        try:
+            return given_schema(value, bool(context.meta.get(_SCHEMA_MULTI)))
+        except ConfigError as error:
+            raise click.BadParameter(error.message) from None
+
+    function = click.option(
+        "--schema-multi",
+        is_flag=True,
+        is_eager=True,  # read before --schema, which it shapes
+        expose_value=False,
+        callback=multi,
+        help='With --schema: the answer is a list of such objects ({"items": [...]}).',
+    )(function)
+    return click.option(
+        "--schema",
+        metavar="FILE|SPEC",
+        callback=schema,
+        help="Answer in JSON that satisfies a schema: a JSON Schema file, or a concise spec such as "
+        "'name, age int, bio: their biography' (types str, int, float, bool; newlines may separate "
+        "fields). The server constrains decoding to it; an answer that is cut or invalid fails (exit 12).",
+    )(function)
+
+
+_SCHEMA_MULTI: Final = "longctx.schema_multi"  # the context's meta key: --schema-multi was given
+
+
+def given_schema(text: str | None, multi: bool) -> AnswerSchema | None:
+    """The schema ``--schema`` gave (None without); ``--schema-multi`` alone is refused."""
+    from longctx.schemas import schema_argument  # here: `longctx --help` loads no JSON
+
+    if text is None:
+        if multi:
+            raise ConfigError("--schema-multi needs --schema FILE|SPEC")
+        return None
+    return schema_argument(text, multi=multi)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import IO
+from dataclasses import replace
+from typing import IO, TYPE_CHECKING
 
 import click
 
@@ -17,12 +18,17 @@ from longctx.cli.app import (
     progress_bar,
     request_options,
     runtime,
+    schema_options,
     server_options,
 )
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
-from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult, read_job
+from longctx.jobs.items import JobItem, read_job
+from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult
 from longctx.outputs import save_text
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
 
 
 @main.command()
@@ -55,6 +61,7 @@ from longctx.outputs import save_text
 @corpus_options
 @server_options
 @request_options(concurrency=True)
+@schema_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress or summary on stderr.")
 def job(
     job_file: str,
@@ -64,6 +71,7 @@ def job(
     packs_in_flight: int | None,
     job_id: str | None,
     fresh: bool,
+    schema: AnswerSchema | None,
     quiet: bool,
     server: ServerOptions,
     corpus: CorpusOptions,
@@ -80,12 +88,12 @@ def job(
     pack's files, the model, the server, --max-tokens, --temperature,
     --seed): those items are asked again and the summary says why; --fresh
     asks everything again. Results are JSONL in item order, one line per item
-    with its answer or its error; exit 9 when some item failed.
+    with its answer (its "data" when typed) or its error; exit 9 when some item failed.
     """
     if output and not os.path.isdir(os.path.dirname(os.path.abspath(output))):
         # Refused before the job runs, not after an hour of answers.
         raise OutputError("its folder does not exist", path=output)
-    items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
+    items = _read_items(job_file, schema)
     options = JobOptions(
         kv_tokens=kv_tokens,
         host_kv_tokens=host_kv_tokens,
@@ -109,18 +117,7 @@ def job(
         try:
             report = work.run()
         except KeyboardInterrupt:
-            written = ""
-            if partial is not None:
-                # Closed before it is counted: an answer arriving meanwhile would add a line the
-                # message does not count (seen: "the 2 done so far" over a file of 3 lines).
-                partial.close()
-                # With nothing done the file was never made: it is not named.
-                written = f"; the {partial.lines} done so far are in {output}" if partial.lines else ""
-            click.echo(
-                f"longctx: job {work.id}: {work.answered} of {len(items)} items answered and stored"
-                f"{written}; run the same command again to ask the rest",
-                err=True,
-            )
+            _say_interrupted(work, len(items), partial, output)
             raise
         finally:
             if partial is not None:
@@ -136,6 +133,30 @@ def job(
         note(f"item {failed.index}: {failed.error}", quiet=quiet)
     if report.failed:
         raise SystemExit(EXIT_ITEMS_FAILED)
+
+
+def _say_interrupted(work: Job, total: int, partial: _PartialResults | None, output: str | None) -> None:
+    """Say on stderr, after Ctrl-C, what the job stored and where the lines done so far are."""
+    written = ""
+    if partial is not None:
+        # Closed before it is counted: an answer arriving meanwhile would add a line the
+        # message does not count (seen: "the 2 done so far" over a file of 3 lines).
+        partial.close()
+        # With nothing done the file was never made: it is not named.
+        written = f"; the {partial.lines} done so far are in {output}" if partial.lines else ""
+    click.echo(
+        f"longctx: job {work.id}: {work.answered} of {total} items answered and stored"
+        f"{written}; run the same command again to ask the rest",
+        err=True,
+    )
+
+
+def _read_items(job_file: str, schema: AnswerSchema | None) -> tuple[JobItem, ...]:
+    """The items of ``job_file`` ('-': stdin), each without a schema of its own typed by ``--schema``."""
+    items = read_job(click.open_file(job_file, encoding="utf-8") if job_file == "-" else job_file)
+    if schema is None:
+        return items
+    return tuple(item if item.schema is not None else replace(item, schema=schema) for item in items)
 
 
 class _PartialResults:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,7 @@ from longctx.cli.app import (
     progress,
     request_options,
     runtime,
+    schema_options,
     server_options,
 )
 from longctx.cli.chat import ChatOutput, converse, say_stored
@@ -38,6 +39,9 @@ from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus import CorpusSessionOptions
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
 
 
 def _options(
@@ -265,6 +269,7 @@ def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[t
 @request_options()
 @shard_option
 @cite_option
+@schema_options
 @stream_option
 @output_options
 def ask(
@@ -272,6 +277,7 @@ def ask(
     question_option: str | None,
     shard: bool,
     cite: bool,
+    schema: AnswerSchema | None,
     stream: bool,
     as_json: bool,
     quiet: bool,
@@ -295,7 +301,7 @@ def ask(
     with given.opened(progress_until_open=True) as opened, opened.session as session:
         try:
             # Printed before the report, which waits for the server's counters to settle.
-            answer = print_answer(session, question, printing, cite=cite).answer
+            answer = print_answer(session, question, printing, cite=cite, schema=schema).answer
         except KeyboardInterrupt:
             say_stored(session)
             raise
@@ -324,6 +330,7 @@ def ask(
 @request_options(concurrency=True)
 @shard_option
 @cite_option
+@schema_options
 @output_options
 def batch(
     paths: tuple[str, ...],
@@ -331,6 +338,7 @@ def batch(
     session_id: str | None,
     shard: bool,
     cite: bool,
+    schema: AnswerSchema | None,
     as_json: bool,
     quiet: bool,
     server: ServerOptions,
@@ -362,7 +370,9 @@ def batch(
         reuse = not isinstance(session, ShardedSession)
         with session:
             try:
-                result = session.ask_many(questions, on_answer=answered, reuse_answered=reuse, cite=cite)
+                result = session.ask_many(
+                    questions, on_answer=answered, reuse_answered=reuse, cite=cite, schema=schema
+                )
             except (KeyboardInterrupt, BackendError) as error:
                 # Closing the connection ends the requests in flight; the
                 # answers printed are those already stored.
@@ -454,9 +464,9 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
     accepted = _APPLIED_ON_RESUME | (_BATCH_ON_RESUME if batch else set())
     for name, parameter in given.items():
         flag = "/".join(getattr(parameter, "opts", []) or [name])
-        # --cite and --stream are how this run asks and prints, not what the stored session is.
+        # --cite, --schema and --stream are how this run asks and prints, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "stream")
+            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema", "stream")
             or name in _SERVER_ON_RESUME
         ):
             continue

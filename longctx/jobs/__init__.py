@@ -1,10 +1,12 @@
 """Jobs: many packs and many questions, scheduled for the cache; a layer above the sessions.
 
-- :mod:`~longctx.jobs.job`: :class:`Job` (the items of one run, read from
-  JSONL by :func:`read_job` or made in Python), its options, progress and
-  results: each pack's questions go out as siblings of one session, packs
-  are spread over the replicas and bounded by their KV caches, and a run
-  after a crash asks only what has no answer yet;
+- :mod:`~longctx.jobs.job`: :class:`Job` (the items of one run), its
+  options, progress and results: each pack's questions go out as siblings
+  of one session, packs are spread over the replicas and bounded by their
+  KV caches, and a run after a crash asks only what has no answer yet;
+- :mod:`~longctx.jobs.items`: :class:`JobItem` (one question about one
+  pack, its answer optionally typed by a schema), read from JSONL by
+  :func:`read_job` or made in Python;
 - :mod:`~longctx.jobs.keys`: what a job's stored answer is keyed by (the
   pack's fingerprint, the model, the server, the options that shape it),
   and why an item is asked again;
@@ -21,6 +23,7 @@
 
 from __future__ import annotations
 
-from longctx.jobs.job import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
+from longctx.jobs.items import JobItem, read_job
+from longctx.jobs.job import Job, JobOptions, JobProgress, JobReport, JobResult
 
 __all__ = ["Job", "JobItem", "JobOptions", "JobProgress", "JobReport", "JobResult", "read_job"]

@@ -1,7 +1,8 @@
 """Jobs larger than the cache: many packs, many questions, each pack prefilled once.
 
-A :class:`Job` is a list of :class:`JobItem` (the paths of one pack and a
-question about it), read from JSONL by :func:`read_job` or made in Python;
+A :class:`Job` is a list of :class:`~longctx.jobs.items.JobItem` (the paths of
+one pack and a question about it), read from JSONL by
+:func:`~longctx.jobs.items.read_job` or made in Python;
 docs/api.md ("Jobs over many packs") says what a run gives back. It is
 scheduled for the cache, not in the order given:
 
@@ -37,23 +38,24 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
+from longctx.jobs.items import JobItem
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.jobs.ownership import ItemOwnership
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
-from longctx.jobs.stored import answer_request
 from longctx.jobs.room import KvRoom
+from longctx.jobs.stored import answer_request
 from longctx.option_checks import not_blank
 from longctx.options import OptionFields, option
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
-from longctx.sessions.answers import Answer
-from longctx.sessions.corpus import CorpusSession, RepoSession, as_paths
+from longctx.schemas import json_value
+from longctx.sessions.answers import Answer, stored_data
+from longctx.sessions.corpus import CorpusSession, RepoSession
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -63,113 +65,15 @@ from longctx.verification.counters import CounterSnapshot, combine_checks
 
 __all__ = [
     "Job",
-    "JobItem",
     "JobOptions",
     "JobProgress",
     "JobReport",
     "JobResult",
-    "read_job",
 ]
-
-_ITEM_KEYS = frozenset({"paths", "question", "id"})
 
 # The room one sibling takes in the KV cache beyond the shared prefix, on top
 # of its answer: the question and the chat template's turn markers.
 _QUESTION_ROOM_TOKENS = 256
-
-
-@dataclass(frozen=True)
-class JobItem:
-    """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result."""
-
-    paths: tuple[str, ...]
-    question: str
-    id: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "paths", tuple(os.fspath(path) for path in as_paths(self.paths)))
-        if not self.paths or any(not path for path in self.paths):
-            raise ConfigError("a job item needs at least one path, and no empty one")
-        if not isinstance(self.question, str):
-            raise TypeError(f"a job item's question must be a str, not {type(self.question).__name__}")
-        if not self.question.strip():
-            raise ConfigError("a job item's question is empty")
-
-    @property
-    def pack_key(self) -> tuple[str, ...]:
-        """The absolute paths: items with the same key share one pack."""
-        return tuple(os.path.abspath(path) for path in self.paths)
-
-    @classmethod
-    def from_dict(cls, data: Any, *, where: str = "a job item") -> JobItem:
-        """An item from ``{"paths": str | [str, ...], "question": str, "id"?: str}``.
-
-        Raises :class:`~longctx.errors.ConfigError` naming ``where`` and the
-        problem: not an object, a missing or unknown key, a wrong type.
-        """
-        if not isinstance(data, dict):
-            kind = type(data).__name__
-            raise ConfigError(f"{where}: expected an object with paths and question, got {kind}")
-        unknown = sorted(set(data) - _ITEM_KEYS)
-        if unknown:
-            names = ", ".join(map(repr, unknown))
-            raise ConfigError(f"{where}: unknown key {names} (known: id, paths, question)")
-        for key in ("paths", "question"):
-            if key not in data:
-                raise ConfigError(f"{where}: missing {key!r}")
-        paths = data["paths"]
-        if isinstance(paths, str):
-            paths = [paths]
-        if not isinstance(paths, list) or not all(isinstance(path, str) for path in paths):
-            raise ConfigError(f"{where}: 'paths' must be a string or a list of strings")
-        question, item_id = data["question"], data.get("id")
-        if not isinstance(question, str):
-            raise ConfigError(f"{where}: 'question' must be a string")
-        if item_id is not None and not isinstance(item_id, (str, int)):
-            raise ConfigError(f"{where}: 'id' must be a string or a number")
-        try:
-            return cls(tuple(paths), question, None if item_id is None else str(item_id))
-        except ConfigError as error:
-            raise ConfigError(f"{where}: {error}") from error
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"paths": list(self.paths), "question": self.question}
-        if self.id is not None:
-            data["id"] = self.id
-        return data
-
-
-def read_job(source: str | os.PathLike[str] | IO[str]) -> tuple[JobItem, ...]:
-    """The items of a JSONL file (a path, or an open text file such as stdin), in order.
-
-    Each non-blank line is one :meth:`JobItem.from_dict` object. Raises
-    :class:`~longctx.errors.ConfigError` naming the file and line of the
-    first bad one, or when the file holds no item.
-    """
-    if isinstance(source, (str, os.PathLike)):
-        name = os.fspath(source)
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as error:
-            raise ConfigError(f"cannot read the job file {name}: {error.strerror or error}") from error
-        except UnicodeDecodeError as error:
-            raise ConfigError(f"the job file {name} is not UTF-8 text: {error}") from error
-    else:
-        name = getattr(source, "name", "<job>")
-        text = source.read()
-    items: list[JobItem] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{name} line {number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"{where}: not JSON ({error.msg} at column {error.colno})") from error
-        items.append(JobItem.from_dict(data, where=where))
-    if not items:
-        raise ConfigError(f"the job file {name} holds no items")
-    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -216,12 +120,9 @@ class JobResult:
     was asked in this run (``"new"``: nothing was stored for it; else what
     changed since its stored answer, or that the run was fresh; None for a
     reused answer); ``usage`` and ``replica`` are those of the request that
-    answered it (in an earlier run, for a reused answer).
-
-
-    changed since its stored answer, or that the run was fresh); ``usage``
-    and ``replica`` are set for answers asked in this run. ``asked_by``
+    answered it (in an earlier run, for a reused answer). ``asked_by``
     names the other run that asked it while this one ran (then ``resumed``).
+    ``data``: the validated value of an item asked with a schema (as JSON values).
     """
 
     index: int
@@ -234,13 +135,17 @@ class JobResult:
     replica: str | None = None
     asked_because: str | None = None
     asked_by: str | None = None
+    data: Any = None
 
     @property
     def ok(self) -> bool:
         return self.error is None
 
     def to_dict(self) -> dict[str, Any]:
-        """One line of the results JSONL: the same keys for every answer, asked or reused (and ``error``)."""
+        """One line of the results JSONL: the same keys for every answer, asked or reused (and ``error``).
+
+        An item asked with a schema has ``data`` too (unless it failed).
+        """
         data: dict[str, Any] = {
             "index": self.index,
             **self.item.to_dict(),
@@ -252,6 +157,8 @@ class JobResult:
             "asked_because": self.asked_because,
             "asked_by": self.asked_by,
         }
+        if self.item.schema is not None and self.error is None:
+            data["data"] = self.data
         return data | ({"error": self.error} if self.error is not None else {})
 
 
@@ -651,14 +558,15 @@ class Job:
                 full.fingerprint, server, [r.api_url for r in backend.replicas], self.request
             )
             for index in pack.indices:
+                item_facts = facts.with_schema(self.items[index].answer_schema)
                 decision = decide(
-                    store, facts, self._stored.get(index, []), fresh=self.options.fresh,
+                    store, item_facts, self._stored.get(index, []), fresh=self.options.fresh,
                     question=self.items[index].question,
                 )  # fmt: skip
                 if decision.reuse is not None:
                     self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
-                    pack.asking[index] = (item_key(self.id, index, facts), decision.reason)
+                    pack.asking[index] = (item_key(self.id, index, item_facts), decision.reason)
             self._claim(pack)
         except LongctxError as error:
             session.close()
@@ -695,16 +603,19 @@ class Job:
             owners.release([_lease_of(pack.asking[index][0])])
             self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
                                          usage=answer.usage, replica=pack.replica,
-                                         asked_because=pack.asking[index][1]))  # fmt: skip
+                                         asked_because=pack.asking[index][1],
+                                         data=json_value(answer.data)))  # fmt: skip
             self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
 
-        questions = [self.items[index].question for index in indices]
-        keys = [pack.asking[index][0] for index in indices]
         # A replica back since the run began is not in its window yet: the pack's hits count there.
         self._window.follow(pack.replica)
         try:
             with session:
-                session.ask_many(questions, keys=keys, on_answer=answered)
+                for group in _by_schema(self.items, indices):  # one batch of siblings per schema
+                    questions = [self.items[index].question for index in group]
+                    keys = [pack.asking[index][0] for index in group]
+                    schema = self.items[group[0]].answer_schema
+                    session.ask_many(questions, keys=keys, on_answer=answered, schema=schema)
                 with self._lock:
                     self._canaries.extend(session.canaries.results)
         except LongctxError as error:
@@ -737,7 +648,8 @@ class Job:
             elif turn is not None:
                 del pack.asking[index]
                 self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                             resumed=True, asked_by="another run"))  # fmt: skip
+                                             resumed=True, asked_by="another run",
+                                             data=stored_data(turn)))  # fmt: skip
 
     def _take_from_others(self, packs: list[_Pack], backend: Backend) -> None:
         """Wait for the items other runs were asking: take their answers, or ask those they left."""
@@ -749,7 +661,8 @@ class Job:
             polled = owners.poll(min(1.0, owners.seconds / 3))
             for index, (turn, holder) in polled.answered.items():
                 self._settle(pack_of[index], JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                                       resumed=True, asked_by=holder.describe()))  # fmt: skip
+                                                       resumed=True, asked_by=holder.describe(),
+                                                       data=stored_data(turn)))  # fmt: skip
             again: dict[tuple[str, ...], _Pack] = {}
             for item in polled.taken_over:
                 key = pack_of[item.index].key
@@ -786,13 +699,22 @@ class Job:
         self._on_progress(progress)
 
 
+def _by_schema(items: Sequence[JobItem], indices: Sequence[int]) -> list[list[int]]:
+    """``indices`` grouped by their items' schema (the plain ones first), each group in input order."""
+    groups: dict[str, list[int]] = {}
+    for index in indices:
+        shape = items[index].answer_schema
+        groups.setdefault("" if shape is None else shape.digest, []).append(index)
+    return [groups[digest] for digest in sorted(groups)]
+
+
 def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobResult:
     """The result of an item answered by an earlier run: its answer, and what that request cost and where."""
     request = answer_request(store, turn.session_id)
     return JobResult(
         index, item, turn.answer, turn.session_id, resumed=True,
         usage=request.usage if request is not None else None,
-        replica=request.base_url if request is not None else None,
+        replica=request.base_url if request is not None else None, data=stored_data(turn),
     )  # fmt: skip
 
 

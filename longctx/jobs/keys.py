@@ -4,7 +4,8 @@ An item's answer is reused by a later run of the same job only when
 nothing that shapes it changed: the pack's content (its fingerprint, which
 covers the files and the corpus options), the model, the server that
 answers (engine and version, and the URLs the job was given), and the
-request options that shape an answer (:data:`ANSWER_OPTIONS`). These are an
+request options that shape an answer (:data:`ANSWER_OPTIONS`), and the
+schema the item's answer is typed by, if any. These are an
 item's :class:`AnswerFacts`; their digest is part of the key the answer is
 stored under::
 
@@ -25,12 +26,13 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from longctx.backends.base import ServerInfo
 from longctx.config import RequestOptions
 from longctx.errors import LongctxError
+from longctx.schemas import AnswerSchema
 from longctx.store import Store, TurnRecord
 
 __all__ = [
@@ -62,6 +64,8 @@ class AnswerFacts:
     server: str
     urls: tuple[str, ...]
     options: Mapping[str, Any] = field(default_factory=dict)
+    #: The digest of the schema the answer is typed by (:attr:`AnswerSchema.digest`); None: untyped.
+    schema: str | None = None
 
     @classmethod
     def of(
@@ -77,12 +81,15 @@ class AnswerFacts:
             options={name: options[name] for name in ANSWER_OPTIONS},
         )
 
+    def with_schema(self, schema: AnswerSchema | None) -> AnswerFacts:
+        """These facts for an item typed by ``schema`` (None: untyped)."""
+        return replace(self, schema=None if schema is None else schema.digest)
+
     @property
     def digest(self) -> str:
-        """16 hex digits over every fact, in a canonical form."""
-        canonical = json.dumps(
-            [self.content, self.model, self.server, list(self.urls), dict(self.options)], sort_keys=True
-        )
+        """16 hex digits over every fact, in a canonical form (an untyped answer's as before schemas)."""
+        facts: list[Any] = [self.content, self.model, self.server, list(self.urls), dict(self.options)]
+        canonical = json.dumps(facts + ([self.schema] if self.schema is not None else []), sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
     def changes_from(self, stored: Mapping[str, Any]) -> list[str]:
@@ -98,6 +105,8 @@ class AnswerFacts:
             before, now = (stored.get("options") or {}).get(name), self.options.get(name)
             if before != now:
                 changes.append(f"{name} changed ({before} -> {now})")
+        if stored.get("schema") != self.schema:
+            changes.append("the schema changed")
         return changes
 
 
@@ -195,4 +204,5 @@ def _facts_of(store: Store, turn: TurnRecord) -> dict[str, Any] | None:
         "model": settings.get("model"),
         "urls": settings.get("base_urls") or (),
         "options": {name: settings.get(name) for name in ANSWER_OPTIONS},
+        "schema": None if turn.schema is None else AnswerSchema.from_dict(turn.schema).digest,
     }

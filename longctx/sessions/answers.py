@@ -6,16 +6,19 @@ reasoning model's chat template renders it there.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from longctx.backends.base import Sent
+from longctx.backends.base import Backend, Sent
+from longctx.backends.chat import ChatRequest
 from longctx.citations import CITE_INSTRUCTION, Citation, CitedAnswer, Grounding, file_link
 from longctx.config import RequestOptions
 from longctx.errors import ConfigError
 from longctx.report import SavingsReport
+from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema, json_value
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage
@@ -25,20 +28,24 @@ __all__ = [
     "Answer",
     "AskManyOptions",
     "AskOptions",
+    "Asked",
     "Batch",
     "Committed",
     "answer_bound",
+    "asked_how",
     "check_ask_many",
     "checked_concurrency",
     "checked_question",
     "cited_answers",
     "committed_records",
+    "constrained",
     "grounding",
     "history_form",
     "refuse_unknown",
     "request_record",
     "stored_answers",
     "stored_citations",
+    "stored_data",
 ]
 
 THINK_END = "</think>"
@@ -69,7 +76,10 @@ class Answer:
     fork or a sibling follows (``sessions show`` lists it under that number).
     ``citations``: where the answer says it rests, each checked against the
     pack (see :mod:`longctx.citations`), when asked for with ``cite=True``;
-    None when not asked for.
+    None when not asked for. ``data``: the answer's validated value when it
+    was asked with a ``schema`` (:mod:`longctx.schemas`: a model instance
+    for a pydantic class, a list with ``multi``, else the parsed JSON), and
+    ``schema`` that schema's stored form; None without one.
     """
 
     question: str
@@ -84,6 +94,8 @@ class Answer:
     shard_answers: tuple[Answer, ...] = ()
     appended: Changes | None = None
     citations: tuple[Citation, ...] | None = None
+    data: Any = None
+    schema: Mapping[str, Any] | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -103,6 +115,9 @@ class Answer:
             data["appended"] = [change.describe() for change in self.appended.changes]
         if self.citations is not None:
             data["citations"] = [citation.to_dict() for citation in self.citations]
+        if self.schema is not None:
+            data["data"] = json_value(self.data)
+            data["schema"] = dict(self.schema)
         if self.shard_answers:
             data["shard_answers"] = [answer.to_dict() for answer in self.shard_answers]
         return data
@@ -141,17 +156,48 @@ class Committed:
 
 
 class AskOptions(TypedDict, total=False):
-    """The keywords of ``ask``, which ``stream`` and ``astream`` take too.
+    """The keywords of ``ask``, which ``aask``, ``stream``, ``astream`` and ``plan_ask`` take too.
 
     ``max_tokens``: the answer's bound (default: the request options').
-    ``cite``: ask for citations, each checked against the pack (:mod:`longctx.citations`).
+    ``cite``: the answer cites where it rests, each citation checked against
+    the pack (:mod:`longctx.citations`). ``schema``: the answer is decoded to
+    a JSON Schema and validated, its value in :attr:`Answer.data`
+    (:mod:`longctx.schemas`: a pydantic model class, a JSON Schema dict, a
+    concise spec or an :class:`~longctx.schemas.AnswerSchema`). Not both.
+    ``ask_many`` takes them too (:class:`AskManyOptions`).
     """
 
     max_tokens: int | None
     cite: bool
+    schema: SchemaSpec | None
 
 
-class AskManyOptions(TypedDict, total=False):
+@dataclass(frozen=True)
+class Asked:
+    """What one question asks for beyond its text: its citations checked, its answer typed (None: not)."""
+
+    grounding: Grounding | None = None
+    schema: AnswerSchema | None = None
+
+
+def asked_how(options: Mapping[str, Any], where: str) -> tuple[bool, AnswerSchema | None]:
+    """``cite`` and the :class:`AnswerSchema` of ``options`` (:class:`AskOptions`), checked before sending.
+
+    An unknown keyword is a :class:`TypeError` naming ``where``; a schema
+    that is none, or ``cite`` with a schema (a cited answer ends in prose
+    sources, which no JSON answer can), a :class:`~longctx.errors.ConfigError`.
+    """
+    if where == "ask":
+        refuse_unknown(options, AskOptions, where)
+    cite, spec = bool(options.get("cite", False)), options.get("schema")
+    if spec is None:
+        return cite, None
+    if cite:
+        raise ConfigError("cite and schema cannot be asked together: a cited answer ends in prose sources")
+    return cite, answer_schema(spec)
+
+
+class AskManyOptions(AskOptions, total=False):
     """The keywords of ``ask_many`` on every session kind.
 
     ``max_tokens``: the answer's bound (default: the request options').
@@ -164,18 +210,23 @@ class AskManyOptions(TypedDict, total=False):
     ``keys``, each question's key is :func:`~longctx.sessions.siblings.batch_keys`'
     for this session, so a batch stopped by Ctrl-C or a dead server is
     finished by asking the same questions again with ``reuse_answered``).
+    ``cite`` and ``schema`` (:class:`AskOptions`) hold for every question.
     """
 
-    max_tokens: int | None
     concurrency: int | None
     on_answer: Callable[[Answer], None] | None
     keys: Sequence[str] | None
     reuse_answered: bool
-    cite: bool
 
 
-def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) -> dict[int, Answer]:
-    """The answers ``store`` holds under ``keys`` (one per question), by question index, with their usage."""
+def stored_answers(
+    store: Store, questions: Sequence[str], keys: Sequence[str], schema: AnswerSchema | None = None
+) -> dict[int, Answer]:
+    """The answers ``store`` holds under ``keys`` (one per question), by question index, with their usage.
+
+    An answer stored with a schema has its ``data`` again, made with
+    ``schema``'s model class where it is the same schema.
+    """
     found = store.sessions.answered(keys)
     if not found:
         return {}
@@ -200,6 +251,8 @@ def stored_answers(store: Store, questions: Sequence[str], keys: Sequence[str]) 
             request_id=turn.request_id or "",
             attempts=record.attempts if record is not None else 1,
             citations=stored_citations(turn),
+            data=stored_data(turn, schema),
+            schema=turn.schema,
         )
     return answers
 
@@ -233,6 +286,31 @@ def cited_answers(turns: Sequence[TurnRecord], roots: Sequence[str]) -> tuple[Ci
             links = tuple(file_link(citation.path, roots) for citation in citations)
             entries.append(CitedAnswer(turn.question, turn.position, citations, links))
     return tuple(entries)
+
+
+def stored_data(turn: TurnRecord, schema: AnswerSchema | None = None) -> Any:
+    """The value of ``turn``'s answer, asked with a schema (None without), validated when stored.
+
+    Made with ``schema``'s model class when ``schema`` is the one it was
+    asked with, else the parsed JSON.
+    """
+    if turn.schema is None:
+        return None
+    asked = AnswerSchema.from_dict(turn.schema)
+    same = schema is not None and schema.digest == asked.digest
+    return (schema if same and schema is not None else asked).validated(turn.answer, None)
+
+
+def constrained(request: ChatRequest, schema: AnswerSchema | None, backend: Backend) -> ChatRequest:
+    """``request`` with the body fields that hold its answer to ``schema`` on the server it goes to.
+
+    The prompt is left as it is (the schema costs no cached token); the
+    fields are the engine profile's (:meth:`AnswerSchema.request_fields`).
+    """
+    if schema is None:
+        return request
+    fields = schema.request_fields(backend.server_for(request.affinity_key))
+    return dataclasses.replace(request, constraint=fields)
 
 
 def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -> None:
@@ -327,17 +405,21 @@ def committed_records(
     batch_id: str | None,
     changes: Changes | None = None,
     inherited_turns: int = 0,
-    grounding: Grounding | None = None,
+    asked: Asked | None = None,
 ) -> Committed:
     """The records of one answered request (its turn and its request row), and the answer they make.
 
     ``position`` counts the turns of the session itself (how the turn is
     stored); the answer's ``turn`` adds the ``inherited_turns`` a fork or a
     sibling follows, so that it is the answer's index in ``session.turns``.
-    With ``grounding`` (a cited question) the answer's citations are read
-    and checked, and kept with the turn.
+    ``asked``: with a grounding (a cited question) the answer's citations
+    are read and checked, and kept with the turn; with a schema the answer
+    is validated first: one that is cut, not JSON or refused raises
+    :class:`~longctx.errors.InvalidAnswer` and makes no records.
     """
     completion = sent.completion
+    grounding, schema = (asked.grounding, asked.schema) if asked is not None else (None, None)
+    data = schema.validated(completion.text, completion.finish_reason) if schema is not None else None
     citations = grounding.citations(completion.text) if grounding is not None else None
     now = time.time()
     request = request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, ended_at=now)
@@ -355,6 +437,7 @@ def committed_records(
         answer_ids=completion.token_ids,
         instruction=grounding.instruction if grounding is not None else "",
         citations=None if citations is None else tuple(citation.to_dict() for citation in citations),
+        schema=schema.to_dict() if schema is not None else None,
     )
     answer = Answer(
         question=question,
@@ -368,5 +451,7 @@ def committed_records(
         attempts=sent.attempts,
         appended=changes,
         citations=citations,
+        data=data,
+        schema=turn.schema,
     )
     return Committed(turn, request, answer)

@@ -18,7 +18,7 @@ from typing import Self, Unpack
 from longctx.backends.base import Backend
 from longctx.drivers import Plan, arun, run
 from longctx.report import Prices, SavingsReport
-from longctx.sessions.answers import Answer, AskManyOptions, AskOptions, Batch
+from longctx.sessions.answers import Answer, AskManyOptions, AskOptions, Batch, refuse_unknown
 from longctx.sessions.resources import Resources
 from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 from longctx.store import SessionRecord, Store
@@ -109,34 +109,39 @@ class Conversation(ABC):
 
     @abstractmethod
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False,
-        streamed: bool = False,
-    ) -> Plan[Answer]:  # fmt: skip
+        self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
+    ) -> Plan[Answer]:
         """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
 
         :meth:`ask` and :meth:`aask` carry it out; so can a caller that
         composes turns (a sharded session's map step runs its shards' plans
         side by side). See :mod:`longctx.drivers`. ``streamed``: its answer's text comes as it arrives.
+        ``options``: :class:`AskOptions` (``max_tokens``, ``cite``, ``schema``).
         """
 
     @abstractmethod
     def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """The plan of a batch of sibling ``questions`` from the current point (see :meth:`ask_many`)."""
 
-    def ask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
-        """Ask ``question`` as the next turn, stored once answered (``cite``: :mod:`longctx.citations`)."""
-        return run(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
+    def ask(self, question: str, **options: Unpack[AskOptions]) -> Answer:
+        """Ask ``question`` as the next turn, stored once answered (``options``: :class:`AskOptions`)."""
+        return run(self.plan_ask(question, **options))
 
-    async def aask(self, question: str, *, max_tokens: int | None = None, cite: bool = False) -> Answer:
+    async def aask(self, question: str, **options: Unpack[AskOptions]) -> Answer:
         """:meth:`ask` on the running event loop; as safe: one turn at a time, also against :meth:`ask`."""
-        return await arun(self.plan_ask(question, max_tokens=max_tokens, cite=cite))
+        return await arun(self.plan_ask(question, **options))
 
     def stream(self, question: str, **options: Unpack[AskOptions]) -> AnswerStream:
-        """:meth:`ask` (its keywords too), the text handed out as it arrives: see :class:`AnswerStream`."""
+        """:meth:`ask` (its keywords too), the text handed out as it arrives: see :class:`AnswerStream`.
+
+        An unknown keyword is a :class:`TypeError` here, before anything is iterated.
+        """
+        refuse_unknown(options, AskOptions, "stream")
         return AnswerStream(self.plan_ask(question, streamed=True, **options))
 
     def astream(self, question: str, **options: Unpack[AskOptions]) -> AsyncAnswerStream:
         """:meth:`stream` on the running event loop: ``async for text in stream``."""
+        refuse_unknown(options, AskOptions, "astream")
         return AsyncAnswerStream(self.plan_ask(question, streamed=True, **options))
 
     def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:

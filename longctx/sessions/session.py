@@ -39,6 +39,7 @@ from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
+    AskOptions,
     Batch,
     Committed,
     committed_records,
@@ -370,9 +371,8 @@ class Session(Conversation):
         return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
-        self, question: str, *, max_tokens: int | None = None, purpose: str = "turn", cite: bool = False,
-        streamed: bool = False,
-    ) -> Plan[Answer]:  # fmt: skip
+        self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
+    ) -> Plan[Answer]:
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
         One turn at a time (a turn's request is built from the history the
@@ -380,13 +380,16 @@ class Session(Conversation):
         """
         self._resources.check_open()
         answers.checked_question(question)
-        max_tokens = answers.answer_bound(self.request, max_tokens)  # refused here, before anything is sent
+        # Refused here, before anything is sent.
+        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
+        cite, schema = answers.asked_how(options, "ask")
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-            grounding = answers.grounding(cite, self.pack, self._turns, changes)
-            request = self._chat_request(question, self._turns, max_tokens, changes, grounding)
+            asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
+            request = self._chat_request(question, self._turns, max_tokens, changes, asked.grounding)
+            request = yield Io(partial(answers.constrained, request, schema, self.backend))
             request = yield Io(partial(self._as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
@@ -394,7 +397,7 @@ class Session(Conversation):
             )
             with (yield Io(opened)) as snapshot:
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
-                commit = partial(self._commit_turn, sent, question, purpose, changes, grounding)
+                commit = partial(self._commit_turn, sent, question, purpose, changes, asked)
                 committed: Committed = yield Io(commit)
                 self._prompt_ids.history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
@@ -461,14 +464,14 @@ class Session(Conversation):
         return self._tokenizers[server.api_url]
 
     def _commit_turn(
-        self, sent: Sent, question: str, purpose: str, changes: Changes | None, grounding: Grounding | None
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: answers.Asked
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         record = self._opened()
         inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
             sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
-            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, grounding=grounding,
+            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, asked=asked,
         )  # fmt: skip
         with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
@@ -483,7 +486,7 @@ class Session(Conversation):
         max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
-        grounding: Grounding | None = None,
+        asked: answers.Asked,
     ) -> siblings.SiblingBatch:
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
@@ -491,12 +494,13 @@ class Session(Conversation):
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
         requests = [
-            self._as_ids(self._chat_request(q, history, max_tokens, changes, grounding), history)
+            self._as_ids(self._chat_request(q, history, max_tokens, changes, asked.grounding), history)
             for q in questions
         ]
         record = self._opened()
+        constrained = tuple(answers.constrained(request, asked.schema, self.backend) for request in requests)
         batch_id = uuid.uuid4().hex[:16]
-        return siblings.SiblingBatch(tuple(requests), tuple(questions), batch_id, record.id, grounding)
+        return siblings.SiblingBatch(constrained, tuple(questions), batch_id, record.id, asked)
 
     def _commit_sibling(
         self,
@@ -511,7 +515,7 @@ class Session(Conversation):
         committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling",
             batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
-            grounding=batch.grounding,
+            asked=batch.asked,
         )  # fmt: skip
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.
@@ -543,8 +547,9 @@ class Session(Conversation):
         concurrency = answers.checked_concurrency(options.get("concurrency"))
         keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        grounding = answers.grounding(options.get("cite"), self.pack, self._turns, changes)
-        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, grounding))
+        cite, schema = answers.asked_how(options, "ask_many")
+        asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
+        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
         dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
         with (yield Io(opened)) as snapshot:

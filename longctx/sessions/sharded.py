@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar, Unpack
 
@@ -32,8 +32,10 @@ from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions.answers import (
     Answer,
     AskManyOptions,
+    AskOptions,
     Batch,
     answer_bound,
+    asked_how,
     check_ask_many,
     checked_concurrency,
     checked_question,
@@ -219,27 +221,22 @@ class ShardedSession(Conversation):
     # -- questions ----------------------------------------------------------
 
     def plan_ask(
-        self,
-        question: str,
-        *,
-        max_tokens: int | None = None,
-        purpose: str = "turn",
-        cite: bool = False,
-        streamed: bool = False,
+        self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
     ) -> Plan[Answer]:
         """Every shard at once as its own turn (map), then one request that combines their answers (reduce).
 
         ``purpose`` is recorded only by the session kinds that send one request;
         here each map request is ``map I/N`` and the combining one ``reduce``.
         ``cite`` is refused: the combined answer is written from the shards'
-        answers, not from a pack its citations could be checked in.
+        answers, not from a pack its citations could be checked in; so is ``schema``.
         ``streamed``: the combining request hands its text out as it comes
         (one shard's answer, which needs no combining, streams itself).
         """
         self._resources.check_open()
         checked_question(question)
-        _refuse_cite(cite)
-        max_tokens = answer_bound(self.request, max_tokens)  # refused before any shard is asked
+        _refuse_asking(options, "ask")
+        # Refused before any shard is asked.
+        max_tokens = answer_bound(self.request, options.get("max_tokens"))
         shards = yield Io(lambda: self.shards)
         count = len(shards)
         if count == 1 and streamed:
@@ -284,7 +281,7 @@ class ShardedSession(Conversation):
         """
         self._resources.check_open()
         check_ask_many(self.request, questions, options)
-        _refuse_cite(options.get("cite", False))
+        _refuse_asking(options, "ask_many")
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
         max_tokens = answer_bound(self.request, options.get("max_tokens"))
@@ -372,9 +369,12 @@ class ShardedSession(Conversation):
         return f"<ShardedSession {self.id} {self.title!r}: {shards} shards>"
 
 
-def _refuse_cite(cite: bool) -> None:
+def _refuse_asking(options: Mapping[str, Any], where: str) -> None:
+    cite, schema = asked_how(options, where)
     if cite:
         raise ConfigError(
             "cite is not available over shards: the combined answer rests on the shards' answers, "
             "not on one pack its citations could be checked in; ask without --shard, or without cite"
         )
+    if schema is not None:
+        raise ConfigError("schema is not available over shards: ask without --shard, or without a schema")

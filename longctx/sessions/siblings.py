@@ -33,19 +33,26 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import measured_dispatch
-from longctx.citations import Grounding
 from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 from longctx.report import build_report
-from longctx.sessions.answers import Answer, AskManyOptions, Batch, Committed, stored_answers
+from longctx.sessions.answers import (
+    Answer,
+    Asked,
+    AskManyOptions,
+    Batch,
+    Committed,
+    asked_how,
+    stored_answers,
+)
 
 if TYPE_CHECKING:
     from longctx.store import Store
@@ -106,7 +113,8 @@ def reusing_answers(
     """
     keys = list(options.get("keys") or batch_keys(session_id, questions))
     yield Io(partial(check_keys, store, questions, keys, answered_ok=True))
-    stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys))
+    schema = asked_how(options, "ask_many")[1]  # the stored values made with its model class
+    stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys, schema))
     todo = [index for index in range(len(questions)) if index not in stored]
     note = f"{len(stored)} of {len(questions)} answers stored by an earlier call, not asked again"
     if not todo:
@@ -162,14 +170,14 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
 class SiblingBatch:
     """The requests of one batch of siblings, their questions, and where they are recorded.
 
-    ``grounding``: what a batch asked with ``cite`` checks its answers in (None: not asked).
+    ``asked``: what the batch asked for beyond text (``cite``'s grounding, a schema).
     """
 
     requests: tuple[ChatRequest, ...]
     questions: tuple[str, ...]
     batch_id: str
     session_id: str
-    grounding: Grounding | None = None
+    asked: Asked = field(default_factory=Asked)
 
 
 @dataclass(frozen=True)

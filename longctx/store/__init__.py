@@ -25,6 +25,10 @@ sharing one connection (:mod:`longctx.store.db`):
 - ``store.database`` (:class:`~longctx.store.db.Database`): the connection
   the parts share (transactions, migrations).
 
+Every failure of the database (a full disk, a read-only, locked or damaged
+file) is one :class:`~longctx.errors.StoreError` naming the file and what to
+do (:mod:`longctx.store.failures`).
+
 Only the user may read the store: :mod:`longctx.store.permissions` creates
 its folders ``0700`` and its files ``0600``, and warns (one line, with the
 ``chmod`` that fixes it) about an existing store that is looser.

@@ -253,6 +253,11 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE INDEX job_leases_by_run ON job_leases(run_id);
     """,
+    # 16: typed answers (longctx.schemas): the schema a question was asked with, as JSON
+    # ({"name", "schema", "multi"}). NULL: asked without one.
+    """
+    ALTER TABLE turns ADD COLUMN schema_json TEXT;
+    """,
 )
 
 

@@ -85,6 +85,8 @@ class TurnRecord:
     :data:`~longctx.citations.CITE_INSTRUCTION`); ``citations`` are the
     answer's, checked, when they were asked for (None: not asked for), each
     as :meth:`longctx.citations.Citation.to_dict` writes it (the store keeps plain data).
+    ``schema`` is the answer schema the question was asked with, as
+    :meth:`longctx.schemas.AnswerSchema.to_dict` writes it (None: asked without one).
     """
 
     session_id: str
@@ -100,6 +102,7 @@ class TurnRecord:
     answer_ids: tuple[int, ...] | None = None
     instruction: str = ""
     citations: tuple[Mapping[str, Any], ...] | None = None
+    schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -138,12 +138,13 @@ class SessionLog:
                 connection.execute(
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
                     " request_id, created_at, preamble, file_changes_json, answer_ids_json, instruction,"
-                    " citations_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " citations_json, schema_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
                      turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
                      json.dumps(dict(turn.file_changes), sort_keys=True),
                      None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
-                     turn.instruction, _citations_json(turn)),
+                     turn.instruction, _citations_json(turn),
+                     None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True)),
                 )  # fmt: skip
         except sqlite3.IntegrityError as error:
             raise StoreError(
@@ -303,11 +304,12 @@ def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> N
 
 
 def _turn_record(row: sqlite3.Row) -> TurnRecord:
-    answer_ids, citations = row["answer_ids_json"], row["citations_json"]
+    answer_ids, citations, schema = row["answer_ids_json"], row["citations_json"], row["schema_json"]
     return record_from_row(
         TurnRecord,
         row,
         file_changes=json.loads(row["file_changes_json"]),
+        schema=None if schema is None else json.loads(schema),
         answer_ids=None if answer_ids is None else tuple(json.loads(answer_ids)),
         citations=None if citations is None else tuple(json.loads(citations)),
     )

@@ -89,8 +89,14 @@ def test_reused_result_lines_carry_the_keys_of_new_ones(backend: Backend, tmp_pa
 class _InterruptingAtOnce(FakeEngine):
     """Sends this process SIGINT (a Ctrl-C) on the first chat request, before any answer."""
 
+    interrupted = False
+
     def chat(self, request: httpx2.Request) -> httpx2.Response:
-        os.kill(os.getpid(), signal.SIGINT)
+        # One Ctrl-C, at the first request: a sibling's request arriving later must not interrupt
+        # whatever runs by then (another test).
+        if not self.interrupted:
+            self.interrupted = True
+            os.kill(os.getpid(), signal.SIGINT)
         # Held back, so no answer arrives before the interrupt is handled on the main thread (the
         # siblings' requests run on others): on a busy machine one was stored first.
         time.sleep(2.0)

@@ -196,6 +196,50 @@ def test_another_processs_requests_in_the_window_skip_the_check_and_say_why(
     assert resumed is not None and resumed.matches is None and "other clients' requests" in resumed.note
 
 
+def test_a_window_waits_for_the_server_to_count_its_own_prompts_not_only_enough_hits(store: Store) -> None:
+    """Another client's hits can reach the expected count before the server publishes this call's request.
+
+    Engines publish a request's counts a moment after its response. Here
+    the other client's request is counted at once and the session's only at
+    the second reading after it: read then, the other's shorter prompt
+    looked like no more than the session sent, and its hits like a mismatch.
+    """
+    fake = FakeEngine(block=1)
+    hidden: list[tuple[int, int]] = []  # the session's last request's hits and queries, not published yet
+    reads_after = [0]
+    other_on = [False]
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics" and hidden:
+            reads_after[0] += 1
+            if reads_after[0] == 2:
+                hits, queries = hidden.pop()
+                fake.hits_total, fake.queries_total = fake.hits_total + hits, fake.queries_total + queries
+        if not (other_on[0] and request.url.path.endswith("/chat/completions")):
+            return fake.handle(request)
+        hits, queries = fake.hits_total, fake.queries_total
+        response = fake.handle(request)
+        hidden.append((fake.hits_total - hits, fake.queries_total - queries))
+        fake.hits_total, fake.queries_total = hits, queries
+        messages = json.loads(request.content)["messages"]
+        other = [*messages[:-1], {"role": "user", "content": "other?"}]
+        fake.handle(httpx2.Request("POST", f"{URL}/chat/completions", json={"messages": other}))
+        return response
+
+    session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
+    session.ask("warm the prefix?")
+    session.report()  # its window has settled: the next turn opens one of its own
+    other_on[0] = True
+    session.ask("a question much longer than the other client's, " * 4)
+    check = session.report().counter_check
+    assert reads_after[0] >= 2 and not hidden, (
+        "the window ended before the server counted the session's request"
+    )
+    assert check is not None and check.matches is True, check  # the first turn's
+    assert "other clients' requests reached it in the window" in check.note, check.note
+    assert len(store.sessions.counter_checks([session.id])) == 1
+
+
 def test_without_a_query_counter_another_processs_hits_are_still_a_mismatch(store: Store) -> None:
     """Where the engine counts no queries nothing tells the traffic apart: the check says "more", and why."""
     server = OtherClient("vllm", count_queries=False)

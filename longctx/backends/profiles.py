@@ -320,10 +320,7 @@ class EngineProfile:
             if not any(sample.name.startswith(namespace) for sample in samples):
                 return None
             hits = 0.0
-        queries: float | None = None
-        if self.query_counter:
-            # Created at the first finished request (SGLang), as the hit counter is at the first hit.
-            queries = total(samples, self.query_counter, model=model) or 0.0
+        queries = total(samples, self.query_counter, model=model) if self.query_counter else None
         tiers = self.tiers_for(version)
         counter = self.hit_counter
         reading = read_tiers(samples, tiers, model)

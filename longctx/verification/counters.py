@@ -445,10 +445,13 @@ class _Ledger:
         """Read the counter until it settles; end the period unless a call joined it meanwhile.
 
         Engines publish metrics a moment after the response, so one read
-        right after the last answer can miss the last request. When the
-        responses reported nothing there is nothing to wait for: a short
-        quiet spell is enough, so a server without cached-token reporting
-        does not slow every check by a second.
+        right after the last answer can miss the last request: the read
+        waits for the hits the responses reported and, where the server
+        counts queries, for the prompt tokens they reported (other clients'
+        hits alone can reach the first). When the responses reported
+        nothing there is nothing to wait for: a short quiet spell is enough,
+        so a server without cached-token reporting does not slow every
+        check by a second.
         """
         last: int | None = None
         last_tiers: TierReading | None = None
@@ -460,6 +463,7 @@ class _Ledger:
                     period.settling = False
                     return
                 expected = None if period.unknown else period.before + period.reported
+                asked = _asked(period)
                 if period.left != seen:  # a call joined and left since: wait for its hits too
                     seen, last_change = period.left, time.monotonic()
                     deadline = last_change + SETTLE_TIMEOUT
@@ -473,7 +477,10 @@ class _Ledger:
                 last_tiers, last_queries = reading.tiers, reading.queries
                 now = time.monotonic()
                 # Past the expected value, other traffic is counted too: waiting cannot make it match.
+                # Other clients' hits can reach it before this process's own are published, so
+                # where the server counts queries, they must have counted this process's prompts too.
                 reached = expected is not None and reading.hits >= expected
+                reached = reached and (asked is None or reading.queries is None or reading.queries >= asked)
                 quiet = 1.0 if expected is not None else 0.2
                 done = reached or now - last_change >= quiet or now >= deadline
             if done:
@@ -517,6 +524,16 @@ def _mixed(period: _Period, reading: CacheCounters) -> str | None:
     return None
 
 
+def _asked(period: _Period) -> int | None:
+    """The query counter once it counts the period's requests: its first reading plus their prompt tokens.
+
+    None where it cannot be told (no query counter, a response without its prompt tokens).
+    """
+    if period.before_queries is None or period.prompt_unknown:
+        return None
+    return period.before_queries + period.prompt
+
+
 def _unseen_traffic(period: _Period) -> str | None:
     """Why a settled period gives no check: its server was asked about prompts this process did not send.
 
@@ -529,9 +546,10 @@ def _unseen_traffic(period: _Period) -> str | None:
     lookup that found no room is not either); SGLang 0.5.23 counts each
     finished request's prompt tokens once.
     """
-    if period.before_queries is None or period.after_queries is None or period.prompt_unknown:
+    asked = _asked(period)
+    if asked is None or period.after_queries is None:
         return None
-    unseen = period.after_queries - period.before_queries - period.prompt
+    unseen = period.after_queries - asked
     if unseen <= 0:
         return None
     return (

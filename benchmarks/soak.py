@@ -646,8 +646,6 @@ def figures(result: SoakResult) -> list[tuple[str, str]]:
             "counter checks",
             f"{sum(f.checks_matching for f in findings)} matched, "
             f"{sum(f.checks_skipped for f in findings)} skipped with the reason, "
-            f"{sum(f.checks_other_traffic for f in findings)} found more hits than their responses reported "
-            "and said other clients' traffic may be why (the soak's other clients share the replicas), "
             f"{sum(len(f.false_alarms) for f in findings)} false alarms",
         ),
         ("clients past their bound", str(sum(run.hung for run in result.runs))),

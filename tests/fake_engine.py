@@ -48,6 +48,8 @@ class FakeEngine:
     chat_bodies: list[dict[str, Any]] = field(default_factory=list)
     chat_headers: list[dict[str, str]] = field(default_factory=list)
     hits_total: int = 0
+    #: Prompt tokens of the answered requests: vLLM's prefix-cache queries, SGLang's prompt tokens.
+    queries_total: int = 0
     prompts: list[str] = field(default_factory=list)
     #: "vllm-by-source" (vLLM 0.32's counters), "vllm-024" (vLLM 0.24's, as the H200 run's
     #: /metrics held them: tokens by source and bytes), "vllm-transfers" (a vLLM counting bytes
@@ -132,7 +134,7 @@ class FakeEngine:
                 f'enable_prefix_caching="{enabled}",engine="0",{offload}{model}}} 1.0\n'
                 f'vllm:prefix_cache_hits_total{{engine="0",{model}}} '
                 f"{float(device if self.tiers else self.hits_total)}\n"
-                f'vllm:prefix_cache_queries_total{{engine="0",{model}}} 0.0\n'
+                f'vllm:prefix_cache_queries_total{{engine="0",{model}}} {float(self.queries_total)}\n'
             )
             loaded, stored = (
                 self.host_hits_total * self.bytes_per_token,
@@ -174,13 +176,17 @@ class FakeEngine:
                     f"{float(stored)}\n"
                 )
             return text
+        prompts = f'sglang:prompt_tokens_total{{is_streaming="true",{model}}} {float(self.queries_total)}\n'
         if self.tiers == "sglang-hicache":
-            return (
+            return prompts + (
                 f'sglang:cached_tokens_total{{cache_source="device",{model}}} {float(device)}\n'
                 f'sglang:cached_tokens_total{{cache_source="host",{model}}} {float(self.host_hits_total)}\n'
                 f"sglang:hicache_host_total_tokens{{{model}}} 393216.0\n"
             )
-        return f'sglang:cached_tokens_total{{cache_source="device",{model}}} {float(self.hits_total)}\n'
+        return (
+            prompts
+            + f'sglang:cached_tokens_total{{cache_source="device",{model}}} {float(self.hits_total)}\n'
+        )
 
     def chat(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
@@ -209,6 +215,7 @@ class FakeEngine:
             self.prompts.append(prompt)
             self.salts.append(salt)
             self.hits_total += cached
+            self.queries_total += tokens
             self.host_hits_total += host
             self.stored_tokens_total += tokens - cached
         details: dict[str, Any] | None = {"cached_tokens": cached} if self.report_cached else None

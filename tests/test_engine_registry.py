@@ -293,7 +293,7 @@ class ToyServer:
             return httpx2.Response(
                 200,
                 text=f'toy:hit_tokens_total{{model_name="{model}"}} {hits}\n'
-                f'toy:prompt_tokens_total{{model_name="{model}"}} 0.0\n'
+                f'toy:prompt_tokens_total{{model_name="{model}"}} {float(self.chat.queries_total)}\n'
                 f'toy:hit_tokens_by_tier_total{{model_name="{model}",tier="hbm"}} {hits}\n',
             )
         return self.chat.handle(request)

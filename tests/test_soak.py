@@ -10,7 +10,8 @@ was lost (benchmarks/soak_check.py). The full soak, minutes long, writes
 its figures to docs/benchmarks.md.
 
 The checker itself is tested first, without an engine, on stores with a
-lost answer, an answer stored twice and a session stored without its turn.
+lost answer, an answer stored twice, a session stored without its turn and
+a counter check that found more hits than its responses reported.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from soak import CI_PLAN, VICTIM, figures, run_soak
 from soak_check import check_store
 from soak_clients import Told
 
-from longctx.store import Store
+from longctx.store import CounterCheckRecord, CounterSkip, Store
 from longctx.testing.fleet import Fleet
 
 
@@ -113,6 +114,26 @@ def test_the_checker_reads_a_damaged_store_as_broken(tmp_path: Path) -> None:
     findings = check_store(home, [Told("ask-0", "question 1", "answer " * 200, "s1", 0)])
     assert findings.integrity != "ok"
     assert findings.problems[0].startswith(f"{home}: integrity_check said")
+
+
+def test_the_checker_counts_any_counter_mismatch_as_a_false_alarm_and_a_skip_with_its_reason_apart(
+    tmp_path: Path,
+) -> None:
+    """A check that found "more" hits is a false alarm too: a window other clients reached is skipped."""
+    home = tmp_path / "home"
+    _store_with(home, [(f"s{n}", 0, f"question {n}", "answer") for n in range(3)])
+    counter, url = "vllm:prefix_cache_hits_total", "http://x/v1"
+    with Store.open(home) as store:
+        store.sessions.record(
+            CounterCheckRecord("s0", None, url, counter, before=1000, after=1100, reported=100, requests=1),
+            CounterCheckRecord("s1", None, url, counter, before=1000, after=6220, reported=100, requests=1),
+            CounterSkip("s2", f"no counter check on {url}: other clients' requests reached it in the window"),
+        )
+    findings = check_store(home, [])
+    assert (findings.checks_matching, findings.checks_skipped) == (1, 1)
+    (alarm,) = findings.false_alarms
+    assert alarm.startswith("session s1:") and "5,120 tokens more" in alarm, alarm
+    assert findings.problems == [f"counter check false alarm: {alarm}"]
 
 
 @pytest.mark.vllm

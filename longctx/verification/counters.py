@@ -15,11 +15,17 @@ window (``others_reported``) and the window's id, so a report over several
 calls counts a shared window once. Without this, two sessions asking the
 same server at once (an MCP server's concurrent tool calls) each saw the other's hits and reported a mismatch.
 
-Traffic this process sends without a check (a job's per-call checks are
-off, it checks once around the whole job), a call that failed after the
-server began it (it leaves its window with nothing reported), and other
-clients' traffic are not in the ledger: they show as a mismatch, and the
-note says so.
+Other processes' requests are not in the ledger: a process cannot see
+them. Where the engine counts the prompt tokens its cache was asked about
+(the profile's ``query_counter``: vLLM's prefix-cache queries, SGLang's
+prompt tokens), the window compares that counter's growth with the prompt
+tokens its calls' responses reported; a server asked about more than this
+process sent there was reached by other clients (or by an attempt of this
+process that failed after the server began it), and the window gives no
+check, only a note saying why (:attr:`Settling.skips`, stored like the other
+skips). Where the engine has no such counter, or a response did not say its
+prompt tokens, such traffic shows as a mismatch ("counted N tokens more"),
+and the note names the likely reasons.
 
 Replicas: a call reads only the replica its pack is homed on. A request
 that fails over to another replica makes the call join that replica's
@@ -277,6 +283,9 @@ class _Period:
     counter: str
     before: int
     before_tiers: TierReading | None = None
+    #: The query counter at the start and end of the window (None: the engine has none).
+    before_queries: int | None = None
+    after_queries: int | None = None
     #: The connections of the calls that joined, latest last: the counter is
     #: read through the latest (the first may have been closed by its owner).
     backends: list[Backend] = field(default_factory=list)
@@ -284,6 +293,9 @@ class _Period:
     open: int = 0
     reported: int = 0
     unknown: bool = False  # a call's responses reported no cached tokens: nothing to expect
+    #: The prompt tokens the calls' responses reported (``prompt_unknown``: one did not say).
+    prompt: int = 0
+    prompt_unknown: bool = False
     settling: bool = False
     left: int = 0  # calls that have left: a settle restarts its clock when one more has
     after: int | None = None
@@ -390,7 +402,15 @@ class _Ledger:
         with self._lock:
             # A call that started meanwhile opened one: its reading is older than this call's requests.
             period = self._periods.setdefault(
-                url, _Period(url, reading.counter, reading.hits, reading.tiers, started=reading.started)
+                url,
+                _Period(
+                    url,
+                    reading.counter,
+                    reading.hits,
+                    reading.tiers,
+                    before_queries=reading.queries,
+                    started=reading.started,
+                ),
             )
             period.open += 1
             period.backends.append(backend)
@@ -411,6 +431,9 @@ class _Ledger:
             if share.reported is None and records:
                 period.unknown = True
             period.reported += share.reported or 0
+            prompts = [r.usage.prompt_tokens for r in records]
+            period.prompt += sum(tokens for tokens in prompts if tokens is not None)
+            period.prompt_unknown = period.prompt_unknown or None in prompts
             start = period.open == 0 and not period.settling
             if start:
                 period.settling = True
@@ -422,13 +445,17 @@ class _Ledger:
         """Read the counter until it settles; end the period unless a call joined it meanwhile.
 
         Engines publish metrics a moment after the response, so one read
-        right after the last answer can miss the last request. When the
-        responses reported nothing there is nothing to wait for: a short
-        quiet spell is enough, so a server without cached-token reporting
-        does not slow every check by a second.
+        right after the last answer can miss the last request: the read
+        waits for the hits the responses reported and, where the server
+        counts queries, for the prompt tokens they reported (other clients'
+        hits alone can reach the first). When the responses reported
+        nothing there is nothing to wait for: a short quiet spell is enough,
+        so a server without cached-token reporting does not slow every
+        check by a second.
         """
         last: int | None = None
         last_tiers: TierReading | None = None
+        last_queries: int | None = None
         seen, deadline, last_change = -1, 0.0, 0.0
         while True:
             with self._lock:
@@ -436,6 +463,7 @@ class _Ledger:
                     period.settling = False
                     return
                 expected = None if period.unknown else period.before + period.reported
+                asked = _asked(period)
                 if period.left != seen:  # a call joined and left since: wait for its hits too
                     seen, last_change = period.left, time.monotonic()
                     deadline = last_change + SETTLE_TIMEOUT
@@ -446,10 +474,13 @@ class _Ledger:
             elif reading is not None:
                 if reading.hits != last:
                     last, last_change = reading.hits, time.monotonic()
-                last_tiers = reading.tiers
+                last_tiers, last_queries = reading.tiers, reading.queries
                 now = time.monotonic()
                 # Past the expected value, other traffic is counted too: waiting cannot make it match.
+                # Other clients' hits can reach it before this process's own are published, so
+                # where the server counts queries, they must have counted this process's prompts too.
                 reached = expected is not None and reading.hits >= expected
+                reached = reached and (asked is None or reading.queries is None or reading.queries >= asked)
                 quiet = 1.0 if expected is not None else 0.2
                 done = reached or now - last_change >= quiet or now >= deadline
             if done:
@@ -466,6 +497,9 @@ class _Ledger:
                         )
                     period.after = last
                     period.after_tiers = last_tiers
+                    period.after_queries = last_queries
+                    if last is not None and period.skipped is None:
+                        period.skipped = _unseen_traffic(period)
                     if self._periods.get(period.url) is period:
                         del self._periods[period.url]
                     self._idle.notify_all()
@@ -488,6 +522,41 @@ def _mixed(period: _Period, reading: CacheCounters) -> str | None:
             f" {reading.hits:,}): it was read from two servers (a load balancer), or the server restarted"
         )
     return None
+
+
+def _asked(period: _Period) -> int | None:
+    """The query counter once it counts the period's requests: its first reading plus their prompt tokens.
+
+    None where it cannot be told (no query counter, a response without its prompt tokens).
+    """
+    if period.before_queries is None or period.prompt_unknown:
+        return None
+    return period.before_queries + period.prompt
+
+
+def _unseen_traffic(period: _Period) -> str | None:
+    """Why a settled period gives no check: its server was asked about prompts this process did not send.
+
+    None when it cannot tell (no query counter, a response without its
+    prompt tokens) or the counter grew by no more than the period's calls
+    reported: a counter read a moment early grows by less, never more, so
+    only a larger growth is taken as other traffic. Checked on vLLM 0.32
+    (CPU): its query counter grows by each request's prompt tokens once, at
+    admission (a preempted request's second admission is not counted, a
+    lookup that found no room is not either); SGLang 0.5.23 counts each
+    finished request's prompt tokens once.
+    """
+    asked = _asked(period)
+    if asked is None or period.after_queries is None:
+        return None
+    unseen = period.after_queries - asked
+    if unseen <= 0:
+        return None
+    return (
+        f"no counter check on {period.url}: other clients' requests reached it in the window"
+        f" ({unseen:,} prompt tokens this process did not send, or sent in an attempt that failed"
+        " after the server began it)"
+    )
 
 
 def _read(period: _Period) -> CacheCounters | None:

@@ -79,7 +79,28 @@ class _Course:
         )
 
 
-class AnswerStream:
+class _Streamed:
+    """What both streams show of their course: the text so far, the stored answer, whether it is done."""
+
+    _course: _Course
+
+    @property
+    def text(self) -> str:
+        """The answer's text that arrived so far (all of it once the stream ended)."""
+        return "".join(self._course.pieces)
+
+    @property
+    def answer(self) -> Answer:
+        """The stored answer once the last piece is out; before, :class:`~longctx.errors.StreamIncomplete`."""
+        return self._course.result()
+
+    @property
+    def finished(self) -> bool:
+        """True once the whole answer arrived and was stored."""
+        return self._course.answer is not None
+
+
+class AnswerStream(_Streamed):
     """One question's answer as it arrives: ``for text in stream:`` yields its text, piece by piece.
 
     After the last piece, :attr:`answer` is the stored :class:`Answer`,
@@ -115,21 +136,6 @@ class AnswerStream:
             raise StopIteration
         return piece
 
-    @property
-    def text(self) -> str:
-        """The answer's text that arrived so far (all of it once the stream ended)."""
-        return "".join(self._course.pieces)
-
-    @property
-    def answer(self) -> Answer:
-        """The stored answer once the last piece is out; before, :class:`~longctx.errors.StreamIncomplete`."""
-        return self._course.result()
-
-    @property
-    def finished(self) -> bool:
-        """True once the whole answer arrived and was stored."""
-        return self._course.answer is not None
-
     def close(self) -> None:
         """Stop the request if it is still going (nothing is stored then); idempotent."""
         self._course.closed()
@@ -146,7 +152,7 @@ class AnswerStream:
         self.close()
 
 
-class AsyncAnswerStream:
+class AsyncAnswerStream(_Streamed):
     """:class:`AnswerStream` for async code: ``async for text in stream:``, ``async with``, :meth:`aclose`."""
 
     def __init__(self, plan: Plan[Answer]) -> None:
@@ -172,21 +178,6 @@ class AsyncAnswerStream:
         if piece is None:
             raise StopAsyncIteration
         return piece
-
-    @property
-    def text(self) -> str:
-        """The answer's text that arrived so far (all of it once the stream ended)."""
-        return "".join(self._course.pieces)
-
-    @property
-    def answer(self) -> Answer:
-        """The stored answer once the last piece is out; before, :class:`~longctx.errors.StreamIncomplete`."""
-        return self._course.result()
-
-    @property
-    def finished(self) -> bool:
-        """True once the whole answer arrived and was stored."""
-        return self._course.answer is not None
 
     async def aclose(self) -> None:
         """Stop the request if it is still going (nothing is stored then); idempotent."""

@@ -173,37 +173,30 @@ class PromptIds:
         Where ``prompt_ids`` is on and ids cannot be used, the request says why
         (``text_reason``, kept with its usage). ``routed``: a router is in front.
         """
-        outcome = self._outcome(request, turns, server=server, routed=routed, pack=pack, options=options,
-                                first_messages=first_messages)  # fmt: skip
+        blocked = self._blocked(request, server, routed)
+        if blocked is not None:
+            outcome = HistoryIds(request, blocked)
+        else:
+            try:
+                outcome = self._made(
+                    request, turns, pack=pack, options=options, first_messages=first_messages
+                )
+            except TokenizerError as error:
+                self._failed = f"the server could not tokenize: {error}"
+                outcome = HistoryIds(request, self._failed)
         if outcome.reason is None or not options.prompt_ids:
             return outcome.request
         return dataclasses.replace(outcome.request, text_reason=outcome.reason)
 
-    def _outcome(
-        self,
-        request: ChatRequest,
-        turns: Sequence[TurnRecord],
-        *,
-        server: ServerInfo,
-        routed: bool,
-        pack: StoredPack | None,
-        options: RequestOptions,
-        first_messages: FirstMessages,
-    ) -> HistoryIds:
-        blocked = chat_only_reason(request.extra_body)
+    def _blocked(self, request: ChatRequest, server: ServerInfo, routed: bool) -> str | None:
+        """Why no request of this kind can go as ids here, whatever its pack; None: it may."""
+        if (reason := chat_only_reason(request.extra_body)) is not None:
+            return reason
         if not server.profile.takes_prompt_ids:
-            blocked = f"the {server.profile.label} server takes no token-id prompts"
-        elif routed:
-            blocked = "a router is in front (its routes and tokenizer are not checked)"
-        if blocked is not None:
-            return HistoryIds(request, blocked)
-        if self._failed is not None:
-            return HistoryIds(request, self._failed)
-        try:
-            return self._made(request, turns, pack=pack, options=options, first_messages=first_messages)
-        except TokenizerError as error:
-            self._failed = f"the server could not tokenize: {error}"
-            return HistoryIds(request, self._failed)
+            return f"the {server.profile.label} server takes no token-id prompts"
+        if routed:
+            return "a router is in front (its routes and tokenizer are not checked)"
+        return self._failed
 
     def _made(
         self,

@@ -178,7 +178,7 @@ def test_a_window_over_every_replica_reads_each_counter_once() -> None:
     assert checks is not None and {check.base_url for check in checks} == set(fakes)
 
 
-LEFT_OPEN = '''
+LEFT_OPEN = """
 import counter_settling
 from fake_engine import FakeEngine
 
@@ -196,7 +196,7 @@ def test_closes_its_counter_window():
     backend = connect("http://closed.test/v1", transport=FakeEngine(block=1).transport())
     with CounterSnapshot.take(backend):
         pass
-'''
+"""
 
 
 def test_a_test_whose_counter_checks_do_not_settle_fails_at_teardown(pytester: pytest.Pytester) -> None:

@@ -1,0 +1,160 @@
+"""A counter window's settle and check, read against a fake engine's /metrics that the test moves by hand.
+
+The fake engines of the session tests update their counters at once; real engines publish them a
+moment after the response, their tier counters do not start at zero, and a server can restart or
+a connection be closed while a window is open. These tests open and close the windows directly.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeEngine
+
+from longctx.backends.base import Backend, connect
+from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
+from longctx.usage import Usage
+from longctx.verification import counters
+from longctx.verification.counters import CounterSnapshot, combine_checks, stored_check
+
+URL = "http://windows.test/v1"
+
+
+def record(cached: int | None, url: str = URL) -> RequestRecord:
+    usage = Usage(1000, cached, None, 5, 0.1, 0.2)
+    return RequestRecord("r", "s", None, "ask", 0.0, url, "vllm", "fake-model", usage, 1)
+
+
+def served(fake: FakeEngine) -> Backend:
+    return connect(URL, transport=fake.transport())
+
+
+def one_check(snapshot: CounterSnapshot, *records: RequestRecord) -> CounterCheckRecord:
+    checks = snapshot.close("s", None, records).wait(timeout=15)
+    assert checks is not None, "the window did not settle"
+    (check,) = checks
+    return check
+
+
+def test_a_settle_waits_for_counters_published_after_the_response() -> None:
+    """vLLM and SGLang update /metrics a moment after the answer: the settle reads again until it is in."""
+    fake = FakeEngine(hits_total=1000)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        late = threading.Timer(0.4, lambda: setattr(fake, "hits_total", 1300))
+        late.start()
+        check = one_check(snapshot, record(300))
+        late.join()
+    assert (check.before, check.after, check.reported) == (1000, 1300, 300)
+    assert combine_checks([check]).matches is True  # type: ignore[union-attr]
+
+
+def test_a_settle_stops_once_the_counter_is_quiet_when_it_falls_short() -> None:
+    """A counter that never reaches what was reported is read until quiet, then checked as a shortfall."""
+    fake = FakeEngine(hits_total=50)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total = 80
+        check = one_check(snapshot, record(100))
+    assert (check.before, check.after) == (50, 80)
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is False and "70 tokens fewer" in combined.note
+
+
+def test_tier_counters_count_their_growth_over_the_window_not_their_totals() -> None:
+    """A server that served host hits before the window: only those in the window are the call's."""
+    fake = FakeEngine(tiers="vllm-by-source", block=1, hits_total=5000, host_hits_total=2000)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total += 700
+        fake.host_hits_total += 200
+        check = one_check(snapshot, record(700))
+    assert check.tier_source == "by_source"
+    # Disk and peer hits (external, beyond the host) did not grow: none of the call's.
+    assert check.host_tokens == 200 and check.external_tokens == 0
+    assert check.loaded_bytes == 200 * fake.bytes_per_token
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is True
+    assert (combined.host_tokens, combined.external_tokens) == (200, 0)
+
+
+def test_a_shortfall_with_nothing_loaded_from_the_host_is_reported_not_counted_as_host_hits() -> None:
+    """A server counting bytes only: without bytes back from the host, a shortfall is a mismatch."""
+    fake = FakeEngine(tiers="vllm-transfers", block=1, hits_total=100, host_hits_total=10)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total += 60  # the GPU counter grew by 60; the responses say 100; no bytes came back
+        check = one_check(snapshot, record(100))
+    assert check.tier_source == "transfers" and check.host_tokens == 0 and check.loaded_bytes == 0
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is False and "40 tokens fewer" in combined.note
+
+
+def test_responses_without_cached_token_counts_give_the_server_figure_only() -> None:
+    fake = FakeEngine(hits_total=10)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total = 250
+        check = one_check(snapshot, record(None), record(None))
+    assert (check.before, check.after, check.reported, check.others_reported) == (10, 250, None, None)
+    assert check.requests == 2
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is None and combined.server_delta == 240
+    assert "did not report cached tokens" in combined.note
+
+
+def test_a_window_whose_server_restarted_gives_no_check_and_a_note_kept_for_a_resume(tmp_path: Path) -> None:
+    """Readings of two server processes cannot be compared: no check, and the store keeps why."""
+    fake = FakeEngine(hits_total=500)
+    store = Store.open(tmp_path / "home")
+    store.sessions.create_session(SessionRecord("s", 0.0, "test", "windows", None, None, None))
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.started += 60  # another process answers /metrics now
+        fake.hits_total = 20
+        pending = snapshot.close_into(store, "s", [record(100)])
+        pending.wait(timeout=15)
+    assert pending.error is None
+    assert pending.result is not None and pending.result.matches is None
+    assert "another server process" in pending.result.note
+    assert store.sessions.counter_checks(["s"]) == []
+    [skip] = store.sessions.counter_skips(["s"])
+    assert "another server process" in skip.note
+    resumed = stored_check(store, ["s"])
+    assert resumed is not None and resumed.matches is None and "another server process" in resumed.note
+    store.close()
+
+
+def test_the_counter_is_read_through_an_earlier_connection_when_the_latest_is_closed() -> None:
+    """Two calls on one server with connections of their own: one closed, the other still reads."""
+    fake = FakeEngine(hits_total=0)
+    first, second = served(fake), served(fake)
+    snapshots = CounterSnapshot.take(first), CounterSnapshot.take(second)
+    fake.hits_total = 90
+    second.close()  # its owner closed it before the window settled
+    settling = [snapshot.close("s", None, [record(45)]) for snapshot in snapshots]
+    checks = [settle.wait(timeout=15) for settle in settling]
+    first.close()
+    assert all(found is not None and len(found) == 1 for found in checks), checks
+    assert {(c.before, c.after) for found in checks for c in found or []} == {(0, 90)}
+    assert counters.wait_for_checks(5)
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.3])
+def test_a_call_joining_a_settling_window_is_counted_in_it(wait: float) -> None:
+    """A call that joins while the window settles keeps it open: one window, both calls' hits."""
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        early = CounterSnapshot.take(backend)
+        fake.hits_total = 40
+        first = early.close("s", None, [record(40)])
+        threading.Event().wait(wait)
+        late = CounterSnapshot.take(backend)
+        fake.hits_total = 100
+        second = late.close("s", None, [record(60)])
+        mine, theirs = first.wait(timeout=15), second.wait(timeout=15)
+    assert mine is not None and theirs is not None
+    combined = combine_checks([*mine, *theirs])
+    assert combined is not None and combined.matches is True and combined.server_delta == 100

@@ -8,13 +8,15 @@ a connection be closed while a window is open. These tests open and close the wi
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
+import httpx2
 import pytest
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
-from longctx.store import CounterCheckRecord, RequestRecord, SessionRecord, Store
+from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 from longctx.verification import counters
 from longctx.verification.counters import CounterSnapshot, combine_checks, stored_check
@@ -48,7 +50,8 @@ def test_a_settle_waits_for_counters_published_after_the_response() -> None:
         check = one_check(snapshot, record(300))
         late.join()
     assert (check.before, check.after, check.reported) == (1000, 1300, 300)
-    assert combine_checks([check]).matches is True  # type: ignore[union-attr]
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is True and combined.note == ""
 
 
 def test_a_settle_stops_once_the_counter_is_quiet_when_it_falls_short() -> None:
@@ -78,6 +81,7 @@ def test_tier_counters_count_their_growth_over_the_window_not_their_totals() -> 
     combined = combine_checks([check])
     assert combined is not None and combined.matches is True
     assert (combined.host_tokens, combined.external_tokens) == (200, 0)
+    assert "host memory" not in combined.note  # counted by the server, not inferred
 
 
 def test_a_shortfall_with_nothing_loaded_from_the_host_is_reported_not_counted_as_host_hits() -> None:
@@ -102,6 +106,7 @@ def test_responses_without_cached_token_counts_give_the_server_figure_only() -> 
     assert check.requests == 2
     combined = combine_checks([check])
     assert combined is not None and combined.matches is None and combined.server_delta == 240
+    assert combined.counter == check.counter == "vllm:prefix_cache_hits_total"
     assert "did not report cached tokens" in combined.note
 
 
@@ -158,3 +163,99 @@ def test_a_call_joining_a_settling_window_is_counted_in_it(wait: float) -> None:
     assert mine is not None and theirs is not None
     combined = combine_checks([*mine, *theirs])
     assert combined is not None and combined.matches is True and combined.server_delta == 100
+
+
+def test_host_hits_a_server_counts_in_bytes_only_are_inferred_and_said() -> None:
+    fake = FakeEngine(
+        tiers="vllm-transfers", block=1, hits_total=100, host_hits_total=10, bytes_per_token=1 << 24
+    )
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total += 100
+        fake.host_hits_total += 40  # 40 of the 100 came back from the host: 640 MiB
+        check = one_check(snapshot, record(100))
+    assert (check.host_tokens, check.loaded_bytes) == (40, 40 << 24)
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is True and combined.server_delta == 100
+    assert combined.note.startswith("40 of the tokens came from host memory (0.62 GiB loaded back")
+
+
+def test_a_window_where_another_call_reported_no_counts_has_no_expected_figure() -> None:
+    mine = CounterCheckRecord("s", None, URL, "c", 0, 100, 60, 1, others_reported=None, window_id="w")
+    combined = combine_checks([mine])
+    assert combined is not None and combined.matches is None and combined.reported is None
+
+
+def test_the_stored_check_adds_pending_records_and_keeps_one_calls_only(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    store.sessions.create_session(SessionRecord("s", 0.0, "test", "windows", None, None, None))
+    stored = CounterCheckRecord("s", "b1", URL, "c", 0, 10, 10, 1, window_id="w1")
+    store.sessions.record(stored, CounterSkip("s", "no counter check: stored", "b1"))
+    pending = CounterCheckRecord("s", "b2", URL, "c", 10, 30, 20, 1, window_id="w2")
+    skip = CounterSkip("s", "no counter check: pending", "b2")
+    both = stored_check(store, ["s"], pending=([pending], [skip]))
+    assert both is not None and (both.server_delta, both.reported) == (30, 30)
+    assert "no counter check: stored" in both.note and "no counter check: pending" in both.note
+    second = stored_check(store, ["s"], pending=([pending], [skip]), where=lambda r: r.batch_id == "b2")
+    assert second is not None and (second.server_delta, second.reported) == (20, 20)
+    assert "pending" in second.note and "stored" not in second.note
+    store.close()
+
+
+def test_a_turns_check_is_stored_and_returned_off_the_answers_path(tmp_path: Path) -> None:
+    fake = FakeEngine(hits_total=0)
+    store = Store.open(tmp_path / "home")
+    store.sessions.create_session(SessionRecord("s", 0.0, "test", "windows", None, None, None))
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total = 64
+        pending = snapshot.close_into(store, "s", [record(64)])
+        result = pending.wait(timeout=15)
+        # A call that checked nothing leaves a pending check with no result, at once.
+        idle = CounterSnapshot.around(backend, None, enabled=False).close_into(store, "s", [])
+    assert result is not None and result.matches is True and result.server_delta == 64
+    assert [(c.before, c.after) for c in store.sessions.counter_checks(["s"])] == [(0, 64)]
+    assert idle.wait(timeout=0) is None and idle.result is None
+    store.close()
+
+
+def test_a_check_that_fails_to_store_keeps_the_error_and_a_wait_is_bounded(tmp_path: Path) -> None:
+    fake = FakeEngine(hits_total=0)
+    store = Store.open(tmp_path / "home")
+    with served(fake) as backend:
+        pending = CounterSnapshot.take(backend).close_into(store, "no such session", [record(0)])
+        pending.wait(timeout=15)
+    assert pending.error is not None  # the store refused the row: kept, never raised
+    release = threading.Event()
+
+    def finish() -> None:
+        release.wait(10)
+
+    slow = counters.PendingCheck(finish)
+    started = time.monotonic()
+    assert slow.wait(timeout=0.05) is None
+    assert time.monotonic() - started < 5
+    release.set()
+    store.close()
+
+
+def test_a_request_that_fails_over_is_counted_on_the_replica_it_went_to() -> None:
+    fakes = {url: FakeEngine(block=1, hits_total=5) for url in ("http://one.test/v1", "http://two.test/v1")}
+    routed = httpx2.MockTransport(lambda request: fakes[f"http://{request.url.host}/v1"].handle(request))
+    with connect(list(fakes), transport=routed) as backend:
+        home = backend.server_for(None).api_url
+        away = next(url for url in fakes if url != home)
+        snapshot = CounterSnapshot.take(backend)
+        snapshot.follow(away)
+        snapshot.follow(away)  # joined once
+        fakes[away].hits_total += 30
+        checks = snapshot.close("s", None, [record(30, away)]).wait(timeout=15)
+    assert checks is not None
+    by_url = {check.base_url: check for check in checks}
+    assert set(by_url) == {home, away}
+    assert (by_url[away].before, by_url[away].after, by_url[away].reported) == (5, 35, 30)
+    assert by_url[home].reported is None and by_url[home].requests == 0
+    # A snapshot that checks nothing follows nowhere.
+    quiet = CounterSnapshot()
+    quiet.follow(away)
+    assert quiet.close("s", None, []).wait(timeout=1) == []

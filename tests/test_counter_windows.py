@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx2
@@ -16,6 +17,7 @@ import pytest
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect
+from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 from longctx.verification import counters
@@ -259,3 +261,114 @@ def test_a_request_that_fails_over_is_counted_on_the_replica_it_went_to() -> Non
     quiet = CounterSnapshot()
     quiet.follow(away)
     assert quiet.close("s", None, []).wait(timeout=1) == []
+
+
+def test_more_hits_than_reported_are_counted_as_the_difference() -> None:
+    fake = FakeEngine(hits_total=1000)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total += 150
+        check = one_check(snapshot, record(100))
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is False
+    assert combined.note.startswith("the server counted 50 tokens more than the responses reported")
+
+
+def test_notes_are_joined_with_a_semicolon_and_a_notes_only_check_names_no_counter() -> None:
+    assert combine_checks([]) is None
+    alone = combine_checks([], notes=("no counter check: a", "no counter check: b"))
+    assert alone == CounterCheck(
+        counter="",
+        server_delta=None,
+        reported=None,
+        matches=None,
+        note="no counter check: a; no counter check: b",
+    )
+    short = CounterCheckRecord("s", None, URL, "c", 0, 10, 30, 1)
+    combined = combine_checks([short], notes=("no counter check: b",))
+    assert combined is not None and combined.note.endswith("declare the router); no counter check: b")
+    # Another call's hits and the host tokens a server counts in bytes: both said.
+    shared = CounterCheckRecord(
+        "s", None, URL, "c", 0, 60, 60, 1, others_reported=40, window_id="w",
+        host_tokens=40, loaded_bytes=40 << 24, tier_source="transfers",
+    )  # fmt: skip
+    both = combine_checks([shared])
+    assert both is not None and both.matches is True
+    assert both.note == (
+        "40 of the tokens were cached by other calls of this process in the same window; 40 of the tokens"
+        " came from host memory (0.62 GiB loaded back; the server counts bytes only, so the tokens are the"
+        " responses' cached tokens less its GPU counter)"
+    )
+    mixed = combine_checks([replace(shared, window_id="w2", tier_source="by_source"), shared])
+    assert mixed is not None and mixed.tier_source == "by_source+transfers"
+
+
+def test_bytes_loaded_without_a_shortfall_are_no_host_hits_and_unknown_counts_infer_none() -> None:
+    fake = FakeEngine(tiers="vllm-transfers", block=1, hits_total=100, host_hits_total=10)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total += 100
+        fake.host_hits_total += 5  # bytes came back, but the GPU counter has all the reported hits
+        check = one_check(snapshot, record(95))
+        unknown = CounterSnapshot.take(backend)
+        fake.hits_total += 5
+        fake.host_hits_total += 5
+        no_counts = one_check(unknown, record(None))
+    assert check.host_tokens == 0 and check.loaded_bytes == 5 * fake.bytes_per_token
+    assert no_counts.host_tokens is None and no_counts.tier_source == "transfers"
+    unknown_check = combine_checks([no_counts])
+    assert unknown_check is not None and unknown_check.matches is None
+    assert unknown_check.tier_source == "transfers" and unknown_check.loaded_bytes == 5 * fake.bytes_per_token
+
+
+def test_tier_counters_that_appear_during_the_window_count_from_zero() -> None:
+    fake = FakeEngine(block=1, hits_total=100)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.tiers, fake.host_hits_total = "vllm-by-source", 0
+        fake.hits_total += 30
+        fake.host_hits_total += 10
+        check = one_check(snapshot, record(30))
+    assert check.tier_source == "by_source" and check.host_tokens == 10
+
+
+def test_a_check_keeps_its_batch_and_a_restart_after_a_first_reading_still_gives_no_check() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.hits_total = 50  # short of the 100 reported: the settle reads on
+        restart = threading.Timer(0.3, lambda: setattr(fake, "started", fake.started + 60))
+        restart.start()
+        settling = snapshot.close("s", "batch-1", [record(100)])
+        checks = settling.wait(timeout=15)
+        restart.join()
+        batch = CounterSnapshot.take(backend)
+        fake.hits_total += 20
+        [kept] = batch.close("s", "batch-2", [record(20)]).wait(timeout=15) or []
+    assert checks == [] and "another server process" in " ".join(settling.notes)
+    assert kept.batch_id == "batch-2"
+
+
+def test_a_wait_of_zero_returns_at_once_while_the_window_is_open() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        holder = CounterSnapshot.take(backend)
+        settling = CounterSnapshot.take(backend).close("s", None, [record(0)])
+        started = time.monotonic()
+        assert settling.wait(timeout=0) is None
+        assert time.monotonic() - started < 0.5
+        holder.close("s", None, [])
+        assert settling.wait(timeout=15) is not None
+
+
+def test_a_window_opens_on_the_replica_that_serves_the_affinity_key() -> None:
+    fakes = {url: FakeEngine(block=1) for url in ("http://one.test/v1", "http://two.test/v1")}
+    routed = httpx2.MockTransport(lambda request: fakes[f"http://{request.url.host}/v1"].handle(request))
+    with connect(list(fakes), transport=routed) as backend:
+        default = backend.server_for(None).api_url
+        key = next(f"key{n}" for n in range(100) if backend.server_for(f"key{n}").api_url != default)
+        url = backend.server_for(key).api_url
+        checks = (
+            CounterSnapshot.around(backend, key, enabled=True).close("s", None, [record(0, url)]).wait(15)
+        )
+    assert checks is not None and [check.base_url for check in checks] == [url]

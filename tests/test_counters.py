@@ -134,6 +134,7 @@ def test_a_batch_returns_without_its_check_while_another_call_holds_the_window(
     assert len(batch.answers) == 2
     check = batch.report.counter_check
     assert check is not None and check.matches is None and "still running" in check.note, check
+    assert check.counter == "vllm:prefix_cache_hits_total"
     server.release.set()
     thread.join(10)
     settled = batcher.report().counter_check

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -372,3 +373,75 @@ def test_a_window_opens_on_the_replica_that_serves_the_affinity_key() -> None:
             CounterSnapshot.around(backend, key, enabled=True).close("s", None, [record(0, url)]).wait(15)
         )
     assert checks is not None and [check.base_url for check in checks] == [url]
+
+
+class MetricsHook:
+    """A fake engine whose next /metrics reads run ``actions`` first, one per read, answering as before it."""
+
+    def __init__(self, fake: FakeEngine) -> None:
+        self.fake = fake
+        self.actions: list[Callable[[], None]] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics" and self.actions:
+            answer = self.fake.handle(request)  # what the server says now...
+            self.actions.pop(0)()  # ...then it moves on
+            return answer
+        return self.fake.handle(request)
+
+    def connect(self) -> Backend:
+        return connect(URL, transport=httpx2.MockTransport(self.handle))
+
+
+def test_a_counter_that_moves_after_the_first_read_is_read_again_when_counts_are_unknown() -> None:
+    """No cached-token counts: nothing to expect, so the settle waits for a quiet counter, not one read."""
+    hook = MetricsHook(FakeEngine(hits_total=100))
+    with hook.connect() as backend:
+        snapshot = CounterSnapshot.take(backend)
+        hook.actions.append(lambda: setattr(hook.fake, "hits_total", 180))
+        check = one_check(snapshot, record(None))
+    assert (check.before, check.after) == (100, 180)
+
+
+def test_a_call_that_joins_and_leaves_while_the_settle_reads_is_waited_for() -> None:
+    """The settle's read missed the other call's hits: it reads again until they are in."""
+    hook = MetricsHook(FakeEngine(hits_total=100))
+    with hook.connect() as backend, hook.connect() as other:
+        snapshot = CounterSnapshot.take(backend)
+        hook.fake.hits_total = 130
+        results: list[list[CounterCheckRecord] | None] = []
+
+        def another_call() -> None:
+            # Joins the open period (no read), leaves with 20 reported, and its hits land.
+            joined = CounterSnapshot.take(other)
+            results.append(joined.close("s", None, [record(20)]).wait(timeout=0))
+            hook.fake.hits_total = 150
+
+        hook.actions.append(another_call)
+        check = one_check(snapshot, record(30))
+    assert (check.before, check.after, check.reported, check.others_reported) == (100, 150, 30, 20)
+    assert counters.wait_for_checks(5)
+
+
+def test_a_call_without_counts_in_a_shared_window_leaves_the_others_figure_unknown() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as first, served(fake) as second:
+        silent, counted = CounterSnapshot.take(first), CounterSnapshot.take(second)
+        fake.hits_total = 50
+        silent_settling = silent.close("s", None, [record(None)])
+        [check] = counted.close("s", None, [record(50)]).wait(timeout=15) or []
+        silent_settling.wait(timeout=15)
+    assert check.reported == 50 and check.others_reported is None
+    combined = combine_checks([check])
+    assert combined is not None and combined.matches is None
+
+
+def test_a_server_that_stops_answering_metrics_gives_no_check_and_says_so() -> None:
+    fake = FakeEngine(hits_total=10)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        fake.engine = "generic"  # /metrics is gone
+        settling = snapshot.close("s", None, [record(10)])
+        checks = settling.wait(timeout=15)
+    assert checks == []
+    assert any("could not be read after the window" in note for note in settling.notes)

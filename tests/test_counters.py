@@ -134,6 +134,7 @@ def test_a_batch_returns_without_its_check_while_another_call_holds_the_window(
     assert len(batch.answers) == 2
     check = batch.report.counter_check
     assert check is not None and check.matches is None and "still running" in check.note, check
+    assert check.counter == "vllm:prefix_cache_hits_total"
     server.release.set()
     thread.join(10)
     settled = batcher.report().counter_check
@@ -269,3 +270,36 @@ def test_a_window_over_every_replica_reads_each_counter_once() -> None:
         assert sorted(metrics) == ["one.test", "two.test"]
         checks = snapshot.close("job", None, []).wait(timeout=10)
     assert checks is not None and {check.base_url for check in checks} == set(fakes)
+
+
+LEFT_OPEN = """
+import counter_settling
+from fake_engine import FakeEngine
+
+from longctx.backends.base import connect
+from longctx.verification.counters import CounterSnapshot
+
+
+def test_leaves_its_counter_window_open(monkeypatch):
+    monkeypatch.setattr(counter_settling, "SETTLE_SECONDS", 0.3)
+    backend = connect("http://left-open.test/v1", transport=FakeEngine(block=1).transport())
+    CounterSnapshot.take(backend)  # never closed: its window can never settle
+
+
+def test_closes_its_counter_window():
+    backend = connect("http://closed.test/v1", transport=FakeEngine(block=1).transport())
+    with CounterSnapshot.take(backend):
+        pass
+"""
+
+
+def test_a_test_whose_counter_checks_do_not_settle_fails_at_teardown(pytester: pytest.Pytester) -> None:
+    """The shared teardown fails the test that left a window open, with why, in its bound; not the next."""
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text(encoding="utf-8"))
+    pytester.makepyfile(test_left_open=LEFT_OPEN)
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--timeout=60")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at teardown of test_leaves_its_counter_window_open*", "*did not settle within 0.3 s*"]
+    )
+    assert result.duration < 30

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pack_fixtures import corpus_of, document, parse_prefix
 
@@ -17,6 +19,7 @@ from longctx.packing import (
     render_listing,
     render_path,
 )
+from longctx.packing.rendering import folder_lines, read_documents
 from longctx.sources import SkipReason
 
 ADVERSARIAL_TEXTS = {
@@ -102,6 +105,7 @@ def test_final_newline_is_kept_distinct() -> None:
     ("path", "rendered"),
     [
         ("src/a.py", "src/a.py"),
+        ("XML/a.xml", "XML/a.xml"),
         ("with space.txt", "with space.txt"),
         ("ünïcödé.md", "ünïcödé.md"),
         ("new\nline.txt", '"new\\nline.txt"'),
@@ -200,3 +204,98 @@ def test_sections_start_and_end_where_tokens_cannot_merge() -> None:
     for section in build_pack(corpus).sections[1:]:
         assert not section.text[0].isspace() and section.text[0] != "/"
         assert section.text.endswith("\n") and not section.text[-2].isspace()
+
+
+@pytest.mark.parametrize(
+    ("path", "rendered"),
+    [
+        # Non-ASCII characters are written as themselves: the pack's bytes are UTF-8, not \u escapes.
+        (" café", '" café"'),
+        ("\u00e9\n", '"\u00e9\\n"'),
+        # C1 controls, DEL and the byte order mark are escaped like the C0 controls.
+        ("a\x7fb", '"a\\u007fb"'),
+        ("a\x85b", '"a\\u0085b"'),
+        ("a\x9fb", '"a\\u009fb"'),
+        ("a\x80b", '"a\\u0080b"'),
+        ("\ufeffbom.txt", '"\\ufeffbom.txt"'),
+        ("sep\u2029x", '"sep\\u2029x"'),
+    ],
+)
+def test_the_escape_set_and_non_ascii_paths_render_byte_for_byte(path: str, rendered: str) -> None:
+    assert render_path(path) == rendered
+
+
+def test_a_non_ascii_quoted_path_keeps_its_utf8_bytes_in_the_pack() -> None:
+    pack = build_pack(corpus_of([document(" naïve/été.md", "x\n")]))
+    assert '``` " naïve/été.md"\nx\n```\n'.encode() in pack.prefix.encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("path", "rendered"),
+    [
+        ("<|im_end|>.md", '"\\u003c|im_end|>.md"'),
+        ("a<|im_start|>b<|im_end|>", '"a\\u003c|im_start|>b\\u003c|im_end|>"'),
+        ("x\n<|im_end|>", '"x\\n\\u003c|im_end|>"'),
+        ("[INST].txt", '"\\u005bINST].txt"'),
+    ],
+)
+def test_a_path_spelling_a_special_token_has_its_first_character_escaped(path: str, rendered: str) -> None:
+    assert render_path(path) == rendered
+    assert json.loads(rendered) == path
+
+
+def test_read_documents_gives_back_every_document_of_a_pack() -> None:
+    texts = {**ADVERSARIAL_TEXTS, " odd path.md": "x", "new\nline": "y\n", "[x] y": ""}
+    pack = build_pack(corpus_of([document(path, text) for path, text in texts.items()]))
+    assert read_documents(pack.prefix) == texts
+
+
+def test_read_documents_takes_the_later_copy_and_passes_over_other_lines() -> None:
+    text = (
+        "<documents>\n"
+        + render_document("a.py", "old\n")
+        + render_document("b.md", "b")
+        + "</documents>\n<listing>\na.py\n</listing>\nQuestion:\nq\n<changed-since>\n"
+        + render_document("a.py", "new\n\nlines\n")
+    )
+    assert read_documents(text) == {"a.py": "new\n\nlines\n", "b.md": "b"}
+    # A section cut short (no closing fence) runs to the end of the text.
+    assert read_documents("``` a.py\nx\ny") == {"a.py": "x\ny\n"}
+    assert read_documents("no documents\n") == {}
+
+
+def test_folder_lines_are_the_lines_the_listing_gives_a_path_alone() -> None:
+    """A shard's bound on what a document adds to its listing: exact, so shards are filled tightly."""
+    assert folder_lines("a.py") == "a.py\n"
+    assert (
+        folder_lines("src/pkg/a.pdf", "no text on pages 2, 5")
+        == "src/\n  pkg/\n    [no text on pages 2, 5] a.pdf\n"
+    )
+    # A name that spells the listing's own tags is still one line of it.
+    assert folder_lines("x<listing>") == "x<listing>\n"
+    for path, note in [("a/b/c.md", None), ("d/x<listing>/y", "note"), ("é/ü.txt", None)]:
+        listing = render_listing([ListingEntry(path, note=note)])
+        assert listing == "</documents>\n<listing>\n" + folder_lines(path, note) + "</listing>\n"
+
+
+def test_listing_notes_parts_and_top_level_groups() -> None:
+    entries = [ListingEntry("scan.pdf", note="no text on pages 2, 5")]
+    entries += [ListingEntry(f"m{number}.pyc", "binary") for number in range(6)]
+    entries += [ListingEntry(f"src/mod{number}.py") for number in range(7)]
+    entries += [ListingEntry(f"vendor/lib{number}/", "submodule") for number in range(6)]
+    assert render_listing(entries, part=2) == (
+        '</documents>\n<listing part="2">\n'
+        "[skipped: binary, 6 files] *.pyc\n"
+        "[no text on pages 2, 5] scan.pdf\n"
+        "src/\n"
+        + "".join(f"  mod{number}.py\n" for number in range(7))
+        + "vendor/\n"
+        + "".join(f"  [skipped: submodule] lib{number}/\n" for number in range(6))
+        + "</listing>\n"
+    )
+
+
+def test_one_path_listed_twice_is_ordered_packed_first_whatever_the_input_order() -> None:
+    expected = "</documents>\n<listing>\na.py\n[skipped: binary] a.py\n</listing>\n"
+    assert render_listing([ListingEntry("a.py", "binary"), ListingEntry("a.py")]) == expected
+    assert render_listing([ListingEntry("a.py"), ListingEntry("a.py", "binary")]) == expected

@@ -189,3 +189,88 @@ def test_adversarial_input_scans_in_linear_time(text: str) -> None:
 )
 def test_secret_file_names(name: str, rule: str | None) -> None:
     assert secret_file_rule(name) == rule
+
+
+def test_a_real_key_after_a_published_placeholder_is_still_found() -> None:
+    # The placeholder is skipped, not the rest of the file.
+    real = planted_secrets()["aws-access-key-id"]
+    text = f"example = 'AKIAIOSFODNN7EXAMPLE'\n\nkey_id = '{real}'\n"
+    assert [(f.rule, f.line) for f in find_secrets(text)] == [("aws-access-key-id", 3)]
+
+
+def test_a_file_with_many_keys_gives_the_first_findings_up_to_the_limit() -> None:
+    # Past limit * 4 matches the scan stops: the file is still flagged, with its first ten findings.
+    keys = [f"k{n} = 'AKIA{token(f'many{n}', 16, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567')}'" for n in range(60)]
+    findings = find_secrets("\n".join(keys) + "\n")
+    assert [(f.rule, f.line) for f in findings] == [("aws-access-key-id", line) for line in range(1, 11)]
+    assert len(find_secrets("\n".join(keys), limit=3)) == 3
+
+
+def test_an_assignment_is_found_in_a_file_with_non_ascii_text() -> None:
+    # "İ" lowers to two characters: word positions found in a lowered copy must still be the text's.
+    value = token("unicode", 24)
+    text = f"# café, naïve, 🙂, İİİ\nAPI_TOKEN = '{value}'\nprint('ünïcode İ')\nSecret: {value}\n"
+    assert [(f.rule, f.line) for f in find_secrets(text)] == [
+        ("credential-assignment", 2),
+        ("credential-assignment", 4),
+    ]
+
+
+def test_lines_are_counted_from_a_leading_blank_line() -> None:
+    value = token("leading", 24)
+    text = f"\nAPI_TOKEN = '{value}'\nkey_id = '{planted_secrets()['aws-access-key-id']}'\n"
+    assert [(f.rule, f.line) for f in find_secrets(text)] == [
+        ("credential-assignment", 2),
+        ("aws-access-key-id", 3),
+    ]
+
+
+def test_an_elided_value_is_not_a_credential() -> None:
+    assert find_secrets("api_key = 'sk7Qm2Zp9Xr4Wt8Lv'\n") != ()
+    assert find_secrets("api_key = 'sk7Qm2Zp9Xr4Wt8Lv...'\n") == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "flagged"),
+    [
+        ("kqmwzrxj11223344", True),  # 3.5 bits per character exactly: the threshold is inclusive
+        ("kkqmwzrx11223344", False),  # 3.375 bits: too plain
+        ("kqmwzrxj12abcdef", True),  # two digits
+        ("kqmwzrxj1abcdefg", False),  # one digit: a word with a number, not a credential
+        ("0123456789+/_.~=", False),  # no letter
+    ],
+)
+def test_the_entropy_threshold_and_the_digit_rule(value: str, flagged: bool) -> None:
+    assert bool(find_secrets(f"api_token = '{value}'\n")) is flagged
+
+
+@pytest.mark.parametrize("alphabet", ["0123456789abcdef", "0123456789ABCDEF"])
+@pytest.mark.parametrize("length", [40, 64])
+def test_a_git_object_id_or_a_sha256_is_not_a_credential(alphabet: str, length: int) -> None:
+    digest = token(f"hex{length}", length, alphabet)
+    assert find_secrets(f"release_token = '{digest}'\n") == ()
+    # Any other length of hex is a key like any other (many services' keys are hex).
+    assert find_secrets(f"release_token = '{token('hex48', 48, alphabet)}'\n") != ()
+
+
+@pytest.mark.parametrize(
+    "name", ["key_sha256", "KEY_HASH", "key_digest", "key_checksum", "key_fingerprint", "key_type"]
+)
+def test_a_name_of_a_digest_of_a_key_is_not_a_credential(name: str) -> None:
+    value = token("digest-name", 24)
+    assert find_secrets(f"{name} = '{value}'\n") == ()
+    assert find_secrets(f"key_id = '{value}'\n") != ()
+
+
+@pytest.mark.parametrize(
+    "word", ["example", "Sample", "xxxx", "placeholder", "changeme", "your", "dummy", "REDACTED"]
+)
+def test_a_value_holding_a_placeholder_word_is_not_a_credential(word: str) -> None:
+    value = token("placeholder-word", 20)
+    assert find_secrets(f"api_key = '{value}'\n") != ()
+    assert find_secrets(f"api_key = '{value}{word}'\n") == ()
+
+
+@pytest.mark.parametrize("name", ["tls.server.pem", "backup.2024.key", "my.cert.p12", "a.pem"])
+def test_a_key_file_is_known_by_its_last_suffix(name: str) -> None:
+    assert secret_file_rule(name) == "private-key-file"

@@ -81,6 +81,22 @@ def test_after_the_longest_spelling_the_search_goes_on_past_its_end() -> None:
     assert neutralise("abcd", ("ab", "abc", "cd")) == ("a" + BREAK + "bcd", 1)
 
 
+def test_a_spelling_that_begins_another_is_broken_alone_too() -> None:
+    # A model's spellings "<|tool|>" and "<|tool|>call|>": the shorter ends where the longer goes on,
+    # and written alone it must still be broken.
+    extra = ("<|tool|>", "<|tool|>call|>")
+    text = "a <|tool|> b <|tool|>call|> c"
+    assert neutralise(text, extra) == (text.replace("<|", "<" + BREAK + "|"), 2)
+
+
+def test_extra_spellings_may_come_as_any_iterable() -> None:
+    # CorpusOptions keeps a tuple, but a caller of neutralise may pass the list a tokenizer gave.
+    text = "<think>x</think>"
+    expected = ("<" + BREAK + "think>x<" + BREAK + "/think>", 2)
+    assert neutralise(text, ["<think>", "</think>"]) == expected
+    assert neutralise(text, iter(["<think>", "</think>"])) == expected
+
+
 @pytest.mark.parametrize("spelling", ["<|eot_id|>", "<|start_header_id|>", "[INST]", "<start_of_turn>"])
 def test_other_chat_formats_are_covered(spelling: str) -> None:
     assert spelling in DEFAULT_SPELLINGS

@@ -8,9 +8,9 @@ pack of standard-library text (``followup_probe.pack_text``), each row under its
   its first piece of text. Once with prompts as token ids, once as chat text.
 - ``stream question alone``: the same questions in a session with no pack at all: the floor a cached
   follow-up is held against (the ratio is the row's point).
-- ``batch plain`` and ``batch schema``: ``ask_many`` of 8 questions over the pack, cold, plain and with
-  a schema (the concise spec below, decoded under the engine's constraint); ``--repeats`` rounds,
-  alternating, wall seconds each.
+- ``batch plain`` and ``batch schema``: ``ask_many`` of 8 questions over the pack, cold, with a schema
+  (``SCHEMA``, decoded under the engine's constraint), then plain with max_tokens set to the typed
+  answers' mean length; ``--repeats`` rounds, wall seconds each.
 
 Writes JSON (``--out``) and prints a summary line per row on stderr.
 """
@@ -33,17 +33,47 @@ from followup_probe import FOLLOW_UPS, SYSTEM, WINDOW_ROOM, pack_text
 
 from longctx.backends.base import connect
 from longctx.config import RequestOptions
+from longctx.errors import InvalidAnswer
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 
-SCHEMA = "function: the function to test first, reason: why, confidence int"
+#: Bounded strings and an enum: a random-weight model would otherwise fill a free string until max_tokens.
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "function": {"type": "string", "maxLength": 24},
+        "reason": {"type": "string", "maxLength": 48},
+        "confidence": {"enum": [1, 2, 3, 4, 5]},
+    },
+    "required": ["function", "reason", "confidence"],
+    "additionalProperties": False,
+}
 QUESTIONS = tuple(
     f"Question {n}: which function of these files would you test first, and why?" for n in range(8)
 )
 
 
+#: Body fields every request carries (``--ban-whitespace``: a logit_bias against whitespace-only tokens).
+EXTRA: dict[str, Any] = {}
+
+
 def _request(ids: bool, max_tokens: int) -> RequestOptions:
-    return RequestOptions(max_tokens=max_tokens, temperature=0.0, cache_salt=uuid.uuid4().hex, prompt_ids=ids)
+    return RequestOptions(
+        max_tokens=max_tokens, temperature=0.0, cache_salt=uuid.uuid4().hex, prompt_ids=ids, extra_body=EXTRA
+    )
+
+
+def whitespace_ban(tokenizer_json: Path) -> dict[str, Any]:
+    """A ``logit_bias`` that bans the tokenizer's whitespace-only tokens.
+
+    A random-weight model under a JSON constraint fills the answer with whitespace until max_tokens
+    (measured on both CPU engines); banning those tokens lets it close the JSON. Both batches carry it.
+    """
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    blank = [i for i in range(tokenizer.get_vocab_size()) if (t := tokenizer.decode([i])) and not t.strip()]
+    return {"logit_bias": dict.fromkeys(map(str, blank), -100)}
 
 
 def stream_rows(
@@ -63,15 +93,21 @@ def stream_rows(
     return firsts
 
 
-def batch_seconds(backend: Any, store: Store, pack: StoredPack, schema: str | None) -> dict[str, Any]:
+def batch_seconds(
+    backend: Any, store: Store, pack: StoredPack, schema: dict[str, Any] | None, max_tokens: int
+) -> dict[str, Any]:
     """One cold ``ask_many`` of 8 over ``pack`` (plain, or typed by ``schema``): seconds, and what parsed."""
-    session = Session(backend, pack, store=store, request=_request(True, 96))
+    session = Session(backend, pack, store=store, request=_request(True, max_tokens))
     started = time.perf_counter()
-    batch = session.ask_many(list(QUESTIONS), **({"schema": schema} if schema else {}))
+    try:
+        batch = session.ask_many(list(QUESTIONS), **({"schema": schema} if schema else {}))
+    except InvalidAnswer as error:  # a random-weight model's JSON cut at max_tokens: timed, not typed
+        return {"seconds": time.perf_counter() - started, "typed": None, "invalid": str(error)}
     seconds = time.perf_counter() - started
     typed = sum(answer.data is not None for answer in batch.answers) if schema else None
     cached = [answer.usage.cached_tokens for answer in batch.answers]
-    return {"seconds": seconds, "typed": typed, "cached": cached}
+    generated = [answer.usage.completion_tokens for answer in batch.answers]
+    return {"seconds": seconds, "typed": typed, "cached": cached, "completion_tokens": generated}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--chars-per-token", type=float, default=3.6)
     parser.add_argument("--home", type=Path, default=Path("/tmp/answers-probe"))
+    parser.add_argument("--ban-whitespace", type=Path, help="the served tokenizer.json (see whitespace_ban)")
     parser.add_argument("--out", type=Path, required=True)
     options = parser.parse_args(argv)
+    if options.ban_whitespace:
+        EXTRA.update(whitespace_ban(options.ban_whitespace))
     with connect(options.base_url) as backend, Store.open(options.home / uuid.uuid4().hex) as store:
         info = backend.info
         window = info.context_length or 32768
@@ -101,8 +140,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"[answers] {name}: median {statistics.median(rows[name]):.3f} s", file=sys.stderr, flush=True
             )
         for round_ in range(options.repeats):
-            for kind, schema in (("plain", None), ("schema", SCHEMA)):
-                rows.setdefault(f"batch {kind}", []).append(batch_seconds(backend, store, pack, schema))
+            # The typed batch first; the plain one then generates as many tokens as it did (a random model
+            # rarely stops by itself), so the two differ by the constraint, not by the answers' length.
+            typed = batch_seconds(backend, store, pack, SCHEMA, 96)
+            length = round(statistics.mean(typed.get("completion_tokens") or [96]))
+            rows.setdefault("batch schema", []).append(typed)
+            rows.setdefault("batch plain", []).append(batch_seconds(backend, store, pack, None, length))
             print(f"[answers] batch round {round_}: {rows['batch plain'][-1]['seconds']:.2f} s plain, "
                   f"{rows['batch schema'][-1]['seconds']:.2f} s schema "
                   f"({rows['batch schema'][-1]['typed']}/8 typed)", file=sys.stderr, flush=True)  # fmt: skip

@@ -231,6 +231,9 @@ def cli_batch(repo: Path, base_url: str, home: Path, max_tokens: int, work: Path
     questions.write_text("\n".join(QUESTIONS) + "\n")
     executable = shutil.which("longctx")
     command = [executable] if executable else [sys.executable, "-m", "longctx"]
+    if profiles := os.environ.get("BENCH_CLI_PROFILES"):  # where the new process's time goes, for reading later
+        target = Path(profiles) / f"cli-batch-{uuid.uuid4().hex[:8]}.prof"
+        command = [sys.executable, "-m", "cProfile", "-o", str(target), "-m", "longctx"]
     command += [
         "batch", str(repo), "--questions", str(questions), "--max-tokens", str(max_tokens),
         "--cache-salt", uuid.uuid4().hex, "--json", "--quiet",

@@ -5,6 +5,7 @@
 #   ENGINE: vllm (PARTS from prepare-wheels.sh) or sglang (PARTS from prepare-sglang.sh)
 #   STEP:   probe (install, serve unless one answers on PORT, followup_probe at PACKS) |
 #           api (followup_probe's ask_many and job rows at 100k, answers_probe at 100k) |
+#           batch (bench_gpu's api batch and cli batch at 100k, 3 rounds; then one cli batch under cProfile) |
 #           stop (stop the server this script started)
 # LEN: the window (vLLM 480000, SGLang 131072 by default); PACKS: followup_probe's --packs;
 # VLLM_EXTRA_ARGS / SGLANG_EXTRA_ARGS reach the serve scripts; LABEL names the server's options.
@@ -37,8 +38,15 @@ probe)
     python3 "$HERE"/followup_probe.py --base-url "$URL" --packs "${PACKS:-32000,122000,max}" \
         --server-label "$LABEL" --out "$OUT/followups-$ENGINE-$LABEL.json" ;;
 api)
-    python3 "$HERE"/answers_probe.py --base-url "$URL" --pack 100000 --out "$OUT/answers-$ENGINE.json"
+    python3 "$HERE"/answers_probe.py --base-url "$URL" --pack 100000 --ban-whitespace "$PARTS/tok/tokenizer.json" \
+        --out "$OUT/answers-$ENGINE.json"
     python3 "$HERE"/followup_probe.py --base-url "$URL" --packs 100000 --follow-ups 1 --api-rows \
         --server-label "$LABEL" --out "$OUT/api-$ENGINE.json" ;;
+batch)
+    python3 "$HERE"/bench_gpu.py --base-url "$URL" --contexts 100000 --repeats 3 --only "api batch,cli batch" \
+        --label "$ENGINE-batch" --out "$OUT/batch"
+    mkdir -p "$OUT/profiles"
+    BENCH_CLI_PROFILES=$OUT/profiles python3 "$HERE"/bench_gpu.py --base-url "$URL" --contexts 100000 \
+        --repeats 1 --only "cli batch" --label "$ENGINE-profiled" --out "$OUT/batch" ;;
 *) echo "unknown step $STEP" >&2; exit 2 ;;
 esac

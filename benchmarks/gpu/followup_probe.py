@@ -133,7 +133,9 @@ def messages_for(pack: str, question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": pack + question}]
 
 
-def probe_pack(server: Server, tokenizer: Any, pack: str, follow_ups: int) -> dict[str, Any]:
+def probe_pack(
+    server: Server, tokenizer: Any, pack: str, follow_ups: int, modes: tuple[str, ...] = ("text", "ids")
+) -> dict[str, Any]:
     """One pack's rows: cold, text, ids, question alone; and the server's /tokenize of each follow-up."""
     questions = FOLLOW_UPS[:follow_ups]
     started = time.perf_counter()
@@ -142,7 +144,7 @@ def probe_pack(server: Server, tokenizer: Any, pack: str, follow_ups: int) -> di
     if isinstance(made, str):
         raise SystemExit(f"no ids for this server's template: {made}")
     rows: dict[str, Any] = {"pack_ids_seconds": pack_seconds}
-    for mode in ("text", "ids"):
+    for mode in modes:
         salt = uuid.uuid4().hex
         cold_started = time.perf_counter()
         rows.setdefault("cold", []).append(
@@ -213,6 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow-ups", type=int, default=4)
     parser.add_argument("--chars-per-token", type=float, default=3.6)
     parser.add_argument(
+        "--modes", default="text,ids", help="which follow-ups to time (a server option's run may need ids only)"
+    )
+    parser.add_argument(
         "--server-label", default="default", help="the server's launch options, as named in the output"
     )
     parser.add_argument(
@@ -231,11 +236,12 @@ def main(argv: list[str] | None = None) -> int:
     for size in options.packs.split(","):
         target = window - WINDOW_ROOM if size == "max" else int(size)
         pack = pack_text(target, options.chars_per_token)
-        rows = probe_pack(server, tokenizer, pack, options.follow_ups)
+        modes = tuple(options.modes.split(","))
+        rows = probe_pack(server, tokenizer, pack, options.follow_ups, modes)
         if options.api_rows:
             rows["api"] = api_rows(options.base_url, pack)
         results["packs"][str(rows["prompt_tokens"])] = rows
-        summary = {mode: statistics.median(r["ttft"] for r in rows[mode]) for mode in ("text", "ids")}
+        summary = {mode: statistics.median(r["ttft"] for r in rows[mode]) for mode in modes}
         print(f"[probe] {rows['prompt_tokens']:,} tokens: median TTFT {summary}", file=sys.stderr, flush=True)
         options.out.write_text(json.dumps(results, indent=2))
     backend.close()

@@ -36,7 +36,7 @@ probe)
         fi
     fi
     python3 "$HERE"/followup_probe.py --base-url "$URL" --packs "${PACKS:-32000,122000,max}" \
-        --server-label "$LABEL" --out "$OUT/followups-$ENGINE-$LABEL.json" ;;
+        --modes "${MODES:-text,ids}" --server-label "$LABEL" --out "$OUT/followups-$ENGINE-$LABEL.json" ;;
 api)
     python3 "$HERE"/answers_probe.py --base-url "$URL" --pack 100000 --ban-whitespace "$PARTS/tok/tokenizer.json" \
         --out "$OUT/answers-$ENGINE.json"

@@ -114,6 +114,14 @@ def test_constructing_a_store_does_no_io_and_open_opens(tmp_path: Path) -> None:
     opened.close()
 
 
+def test_a_store_takes_its_folder_as_a_string_and_refuses_other_types_at_once(tmp_path: Path) -> None:
+    with Store.open(str(tmp_path / "text")) as store:  # a str names the folder as a Path does
+        assert store.path == tmp_path / "text" / "longctx.db" and store.path.exists()
+    assert Store(str(tmp_path / "x.db")).path == tmp_path / "x.db"
+    with pytest.raises(TypeError):
+        Store(42)  # type: ignore[arg-type]  # refused when made, not at first use
+
+
 def test_the_store_is_lifecycle_and_parts_over_one_connection(tmp_path: Path) -> None:
     from longctx.store import ContentCaches, Database, SessionLog, SnapshotTexts
 

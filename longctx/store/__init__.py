@@ -39,6 +39,7 @@ knows no source type: what it keeps for the sources is plain data.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from longctx.config import default_home
@@ -97,7 +98,9 @@ class Store:
     module's docstring), all over :attr:`database`.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        # A str is as good as a Path: it names the file; anything else fails here, not at first use.
+        path = Path(path)
         self.database = Database(path)
         """The one connection the parts share (transactions, schema versions)."""
         self.blobs = SnapshotTexts(path.parent / "pack-snapshots")
@@ -115,14 +118,14 @@ class Store:
         return self.database.path
 
     @classmethod
-    def open(cls, home: Path | None = None) -> Store:
-        """Open (creating if needed) the database in ``home`` or :func:`default_home`, now.
+    def open(cls, home: str | os.PathLike[str] | None = None) -> Store:
+        """Open (creating if needed) the database in the folder ``home`` or :func:`default_home`, now.
 
         ``Store(path)`` does no I/O and opens the database on first use;
         this opens it at once, so a database that cannot be used is reported
         here (:class:`~longctx.errors.StoreError`).
         """
-        store = cls((home or default_home()) / DATABASE_NAME)
+        store = cls((default_home() if home is None else Path(home)) / DATABASE_NAME)
         store.connect()
         return store
 

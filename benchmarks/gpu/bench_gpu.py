@@ -231,7 +231,8 @@ def cli_batch(repo: Path, base_url: str, home: Path, max_tokens: int, work: Path
     questions.write_text("\n".join(QUESTIONS) + "\n")
     executable = shutil.which("longctx")
     command = [executable] if executable else [sys.executable, "-m", "longctx"]
-    if profiles := os.environ.get("BENCH_CLI_PROFILES"):  # where the new process's time goes, for reading later
+    # Where the new process's time goes, for reading later.
+    if profiles := os.environ.get("BENCH_CLI_PROFILES"):
         target = Path(profiles) / f"cli-batch-{uuid.uuid4().hex[:8]}.prof"
         command = [sys.executable, "-m", "cProfile", "-o", str(target), "-m", "longctx"]
     command += [

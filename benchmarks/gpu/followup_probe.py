@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow-ups", type=int, default=4)
     parser.add_argument("--chars-per-token", type=float, default=3.6)
     parser.add_argument(
-        "--modes", default="text,ids", help="which follow-ups to time (a server option's run may need ids only)"
+        "--modes",
+        default="text,ids",
+        help="which follow-ups to time (a server option's run may need ids only)",
     )
     parser.add_argument(
         "--server-label", default="default", help="the server's launch options, as named in the output"

@@ -108,7 +108,9 @@ def answers_table(found: dict[str, Any]) -> list[str]:
         "|---|---:|---:|",
     ]
     for name in ("stream follow-up ids", "stream follow-up text", "stream question alone"):
-        lines.append(f"| {name[len('stream '):]} | {spread(rows[name])} | {statistics.median(rows[name]) / floor:.2f}x |")
+        lines.append(
+            f"| {name[len('stream ') :]} | {spread(rows[name])} | {statistics.median(rows[name]) / floor:.2f}x |"
+        )
     lines += ["", "| round | typed batch of 8 | plain batch of 8 (as long) | typed / plain | typed answers |",
               "|---:|---:|---:|---:|---:|"]  # fmt: skip
     for index, (typed, plain) in enumerate(zip(rows["batch schema"], rows["batch plain"], strict=True)):

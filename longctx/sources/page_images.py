@@ -31,18 +31,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from longctx.config import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.documents import ImagePart
 from longctx.sources.png import encode_gray_png
 
 __all__ = [
-    "DEFAULT_PAGE_IMAGE_SIDE",
     "RenderedPage",
     "render_pages",
     "renderer_identity",
 ]
 
-DEFAULT_PAGE_IMAGE_SIDE: Final = 1120
-"""The longer side of a rendered page in pixels (40 patches of 28: see the module docstring)."""
 
 _WHITE: Final = b"\xff"
 

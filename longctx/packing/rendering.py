@@ -87,7 +87,7 @@ SYSTEM_HEADER: Final = (
 """The system message: fixed instructions, no time, no ids, no paths of this machine."""
 
 IMAGES_FORMAT_VERSION: Final = "longctx-pack/5"
-"""Version of the byte format of a pack that holds images; a pack without images keeps :data:`FORMAT_VERSION`."""
+"""The byte format's version for a pack that holds images; one without keeps :data:`FORMAT_VERSION`."""
 
 _IMAGES_PARAGRAPH: Final = (
     "Some documents are images: the fence of such a document holds an image instead of text. A path "

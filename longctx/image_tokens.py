@@ -108,7 +108,8 @@ class PatchImageCounter:
                 raise ConfigError(f"cannot read the processor config {path}: {error}") from None
             if not isinstance(config, Mapping):
                 raise ConfigError(f"the processor config {path} is not a JSON object")
-        size = config.get("size") if isinstance(config.get("size"), Mapping) else {}
+        given = config.get("size")
+        size: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
         return cls(
             patch_size=int(config.get("patch_size", _QWEN2_VL_PATCH)),
             merge_size=int(config.get("merge_size", _QWEN2_VL_MERGE)),

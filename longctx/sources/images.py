@@ -100,11 +100,13 @@ def page_image_documents(
     """The images of ``parent``'s PDF pages that ``rules`` send as images (``data``: the PDF's bytes)."""
     unusable = {page.number: page.reason for page in extracted.unusable_pages}
     if rules.pdf_pages == "text":
-        notes = tuple(
-            f"page {number}: no usable text layer ({reason}); pdf_pages='auto' sends it as an image"
-            for number, reason in unusable.items()
+        return ImageDocuments(
+            (),
+            tuple(
+                f"page {number}: no usable text layer ({reason}); pdf_pages='auto' sends it as an image"
+                for number, reason in unusable.items()
+            ),
         )
-        return ImageDocuments((), notes)
     if rules.pdf_pages == "images":
         asked = {number: "asked: pdf_pages='images'" for number in range(1, extracted.page_count + 1)}
     else:

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from longctx.image_parts import PlacedImage
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
 
@@ -175,13 +176,19 @@ class CounterSkip:
 
 @dataclass(frozen=True)
 class StoredPack:
-    """What a session needs of its pack to resume without the original files."""
+    """What a session needs of its pack to resume without the original files.
+
+    ``images`` are the pack's images in place (a pack of format
+    ``longctx-pack/5``): held in memory, not in the store, so a session
+    resumed from the store sends their placeholder lines as text.
+    """
 
     fingerprint: str
     format_version: str
     system: str
     prefix: str
     summary: Mapping[str, Any]
+    images: tuple[PlacedImage, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -233,14 +233,7 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
             additive = whole[0] == sum(counts[1:])
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
-    documents_digest = given.documents_digest
-    if documents_digest is None or images:
-        fingerprint = pack_fingerprint(system, (_as_str(text) for text in texts[1:]), version)
-    else:
-        for text in (listing, BOUNDARY):
-            documents_digest.update(text.encode("utf-8"))
-        documents_digest.update(b"\0")
-        fingerprint = documents_digest.hexdigest()
+    fingerprint = _pack_fingerprint(given, texts, version if images else None)
     image_tokens, image_counter, images_estimated = counter.image_tokens([placed.image for placed in images])
     return Pack(
         format_version=version,
@@ -258,6 +251,19 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
         image_tokens=image_tokens,
         image_counter=image_counter,
     )
+
+
+def _pack_fingerprint(given: Sections, texts: Sequence[str | memoryview], images_version: str | None) -> str:
+    """The fingerprint of the pack of ``texts`` (header first); ``images_version`` for a pack with images."""
+    documents_digest = given.documents_digest
+    if images_version is not None:  # its header is not the one the builder's digest started with
+        return pack_fingerprint(_as_str(texts[0]), (_as_str(text) for text in texts[1:]), images_version)
+    if documents_digest is None:
+        return pack_fingerprint(_as_str(texts[0]), (_as_str(text) for text in texts[1:]))
+    for text in (given.listing, BOUNDARY):
+        documents_digest.update(text.encode("utf-8"))
+    documents_digest.update(b"\0")
+    return documents_digest.hexdigest()
 
 
 def _as_str(text: str | memoryview) -> str:

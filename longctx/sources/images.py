@@ -3,13 +3,14 @@
 Three things can go as images, for a vision-language model:
 
 - **PDF pages** (``ImageRules.pdf_pages``): ``"text"`` (the default) sends
-  text only, as before; ``"auto"`` renders each page whose text layer is
-  not usable (:mod:`longctx.sources.text_layer`) and sends its image after
-  the PDF's text; ``"images"`` renders every page. The PDF's text document
-  is the same in every mode (a page sent as an image keeps what text it
-  has, which helps exact quotes). With ``"text"``, the manifest still names
-  each page whose text layer is not usable, so the user learns what the
-  model does not see.
+  text only, as before (a page without text is noted ``no extractable
+  text`` in the manifest and the listing); ``"auto"`` renders each page
+  whose text layer is not usable (:mod:`longctx.sources.text_layer`) and
+  sends its image after the PDF's text; ``"images"`` renders every page.
+  The PDF's text document is the same in every mode (a page sent as an
+  image keeps what text it has, which helps exact quotes). The manifest
+  entry of the PDF notes each page sent as an image and why, and each page
+  that was not (blank, or PDFium could not render it).
 - **image outputs of notebooks** (``image/png``, ``image/jpeg``) and
 - **image files** (``.png``, ``.jpg``, ``.jpeg``) of a folder or repository,
   both when ``ImageRules.image_files`` (off by default; such files are
@@ -100,13 +101,7 @@ def page_image_documents(
     """The images of ``parent``'s PDF pages that ``rules`` send as images (``data``: the PDF's bytes)."""
     unusable = {page.number: page.reason for page in extracted.unusable_pages}
     if rules.pdf_pages == "text":
-        return ImageDocuments(
-            (),
-            tuple(
-                f"page {number}: no usable text layer ({reason}); pdf_pages='auto' sends it as an image"
-                for number, reason in unusable.items()
-            ),
-        )
+        return ImageDocuments()
     if rules.pdf_pages == "images":
         asked = {number: "asked: pdf_pages='images'" for number in range(1, extracted.page_count + 1)}
     else:

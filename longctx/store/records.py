@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from longctx.image_parts import PlacedImage
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
 
@@ -179,8 +178,10 @@ class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
     ``images`` are the pack's images in place (a pack of format
-    ``longctx-pack/5``): held in memory, not in the store, so a session
-    resumed from the store sends their placeholder lines as text.
+    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values,
+    which the store, keeping plain data, does not import): held in memory,
+    not in the store, so a session resumed from the store sends their
+    placeholder lines as text.
     """
 
     fingerprint: str
@@ -188,7 +189,7 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
-    images: tuple[PlacedImage, ...] = field(default=(), repr=False, compare=False)
+    images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -335,3 +335,20 @@ def test_the_counter_from_a_processor_config(tmp_path: Path) -> None:
     assert (counter.max_pixels, counter.estimated) == (200704, False)
     assert not PatchImageCounter.from_processor_config({"max_pixels": 1003520}).estimated
     assert estimate_image_counter().estimated
+
+
+def test_a_session_sends_the_images_in_its_first_user_message(tmp_path: Path) -> None:
+    from fake_engine import FakeEngine
+
+    from longctx.backends.base import connect
+    from longctx.config import ServerOptions
+    from longctx.sessions import Session
+    from longctx.store import Store
+
+    pack = build_pack(load_corpus(_folder(tmp_path), CorpusOptions(pdf_pages="auto")))
+    fake = FakeEngine(context_length=4_000_000)  # it counts the data URLs' characters as tokens
+    backend = connect(ServerOptions(base_url="http://fake/v1"), transport=fake.transport())
+    with Store.open(tmp_path / "store") as store, backend:
+        Session(backend, pack, store=store).ask("Total?")
+    content = fake.chat_bodies[0]["messages"][1]["content"]
+    assert content == pack.user_parts("Total?")

@@ -149,8 +149,8 @@ text layer, images of every page."""
 DEFAULT_PAGE_IMAGE_SIDE: Final = 1120
 """The longer side, in pixels, of a PDF page rendered as an image.
 
-40 patches of 28 pixels: a US Letter page renders to 866 x 1120, 1,240
-image tokens for a Qwen2-VL-style processor (A4: 792 x 1120, 1,160), inside
+40 patches of 28 pixels: a US Letter page renders to 866 x 1120, 1,242
+image tokens for a Qwen2-VL-style processor (A4: 792 x 1120, 1,122), inside
 the 1,280-token budget such models' cards suggest per document image; body
 text of 10 points has an x-height of about 7 pixels. The measurement that
 chose it is in ``docs/benchmarks.md`` (page images).

@@ -6,7 +6,7 @@ pages (``CorpusOptions.pdf_pages="auto"``), or for every page
 (``"images"``). It is rendered by PDFium, in grayscale, scaled so that its
 longer side is ``side`` pixels (``CorpusOptions.page_image_side``; the
 default, 1120, is chosen in ``docs/benchmarks.md``: a US Letter page is
-868 x 1120, 1,240 image tokens for a Qwen2-VL-style processor), and encoded
+866 x 1120, 1,242 image tokens for a Qwen2-VL-style processor), and encoded
 by :func:`longctx.sources.png.encode_gray_png`, so the PNG is a pure
 function of the PDF, the page, the side and the renderer: the same bytes on
 any machine with the same pypdfium2 wheel. pypdfium2 ships its own PDFium
@@ -17,7 +17,7 @@ A page whose image is blank (every pixel white) is not sent: it carries
 nothing a text layer would not. A page PDFium cannot load or render is
 noted with PDFium's message and sent as nothing.
 
-Rendering and encoding cost about 30 ms a page (``docs/benchmarks.md``),
+Rendering and encoding cost about 12 ms a page at the default side (``docs/benchmarks.md``),
 less than reading the text layer, and a page's PNG is about a megabyte: pages
 are rendered each time, not kept in the store.
 """

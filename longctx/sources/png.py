@@ -9,7 +9,7 @@ machine to the next although its pixels do not. A stored block is fully
 specified by the format (a header byte, the length and its complement, the
 bytes), and the two checksums (CRC-32 per chunk, Adler-32 of the stream)
 are defined functions, so the file is a pure function of the pixels. The
-price is size: one byte per pixel plus one per row (a 868 x 1120 page is
+price is size: one byte per pixel plus one per row (an 866 x 1120 page is
 about 0.97 MB, 1.3 MB as base64 in a request); an engine decodes the
 image and hashes its pixels for its prefix cache, so size costs transfer
 time only, never cache hits.

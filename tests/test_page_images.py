@@ -352,3 +352,15 @@ def test_a_session_sends_the_images_in_its_first_user_message(tmp_path: Path) ->
         Session(backend, pack, store=store).ask("Total?")
     content = fake.chat_bodies[0]["messages"][1]["content"]
     assert content == pack.user_parts("Total?")
+
+
+def test_the_pages_to_render_come_back_from_the_store_with_a_kept_text(tmp_path: Path) -> None:
+    from longctx.store import Store
+
+    folder = _folder(tmp_path)
+    with Store.open(tmp_path / "store") as store:
+        first = load_corpus(folder, CorpusOptions(pdf_pages="auto"), store=store)
+        again = load_corpus(folder, CorpusOptions(pdf_pages="auto"), store=store)
+    assert [document.path for document in again.documents] == [document.path for document in first.documents]
+    assert again.manifest == first.manifest
+    assert "scan.pdf#page=1" in [document.path for document in again.documents]

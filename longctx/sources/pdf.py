@@ -150,7 +150,8 @@ def extractor_identity() -> str:
                 code.update(source.read())
         except OSError:  # no source beside the code (a frozen build): never reuse
             code.update(os.urandom(16))
-    return f"pypdf {pypdf_version}; fonttools {fonttools_version}; code {code.hexdigest()[:16]}"
+    # "pages judged": the record holds each page's text-layer verdict (kept since store migration 17).
+    return f"pypdf {pypdf_version}; fonttools {fonttools_version}; pages judged; code {code.hexdigest()[:16]}"
 
 
 def extract_pdf_cached(data: bytes, content_sha256: str, cache: PdfTextCache | None) -> PdfText | PdfFailure:

@@ -59,6 +59,7 @@ __all__ = [
     "DEFAULT_CONCURRENCY",
     "DEFAULT_MAX_STALE_SHARE",
     "DEFAULT_MAX_TOKENS",
+    "DEFAULT_PAGE_IMAGE_SIDE",
     "DEFAULT_REPLICA_RETRY_SECONDS",
     "DEFAULT_RESERVED_QUESTION_TOKENS",
     "DEFAULT_STALL_TIMEOUT_SECONDS",
@@ -66,6 +67,7 @@ __all__ = [
     "DISPATCHES",
     "ECHOED_HEADERS",
     "ORDERINGS",
+    "PDF_PAGE_MODES",
     "CorpusOptions",
     "Limits",
     "RequestOptions",
@@ -139,6 +141,20 @@ commit falls back to a fresh pack (see :mod:`longctx.sources.history`).
 
 ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 """The ordering policies :class:`CorpusOptions` accepts."""
+
+PDF_PAGE_MODES: Final[tuple[str, ...]] = ("text", "auto", "images")
+"""How a PDF's pages go (:mod:`longctx.sources.images`): text only, images of pages without a usable
+text layer, images of every page."""
+
+DEFAULT_PAGE_IMAGE_SIDE: Final = 1120
+"""The longer side, in pixels, of a PDF page rendered as an image.
+
+40 patches of 28 pixels: a US Letter page renders to 866 x 1120, 1,242
+image tokens for a Qwen2-VL-style processor (A4: 792 x 1120, 1,122), inside
+the 1,280-token budget such models' cards suggest per document image; body
+text of 10 points has an x-height of about 7 pixels. The measurement that
+chose it is in ``docs/benchmarks.md`` (page images).
+"""
 
 _MIB: Final = 1024 * 1024
 
@@ -215,6 +231,13 @@ class CorpusOptions(OptionFields):
     control spellings, which are always broken; sessions fill it from the
     server. ``default_ignores`` leaves out of a folder outside git the folders tools
     make (:data:`longctx.sources.files.DEFAULT_IGNORED_FOLDERS`, virtual environments).
+
+    Images, for vision-language models (:mod:`longctx.sources.images`):
+    ``pdf_pages`` is ``"text"`` (text only), ``"auto"`` (each page whose text
+    layer is not usable also goes as an image) or ``"images"`` (every page
+    also goes as an image), rendered with the longer side
+    ``page_image_side`` pixels; ``image_files`` sends image files (png, jpg)
+    and notebooks' image outputs as images.
     """
 
     ordering: str | None = option(
@@ -269,6 +292,34 @@ class CorpusOptions(OptionFields):
         flag="--default-ignores/--no-default-ignores",
         show_default=True,
         help="Outside git, skip the folders tools make (.venv, node_modules, __pycache__, .tox...).",
+    )
+    pdf_pages: str = option(
+        "text",
+        value_type="str",
+        load=str,
+        flag="--pdf-pages",
+        choices=PDF_PAGE_MODES,
+        show_default=True,
+        help="How PDF pages go: text only; auto: pages without a usable text layer also as images;"
+        " images: every page also as an image (vision-language models).",
+    )
+    page_image_side: int = option(
+        DEFAULT_PAGE_IMAGE_SIDE,
+        value_type="int",
+        load=int,
+        flag="--page-image-side",
+        minimum=56,
+        maximum=8192,
+        show_default=True,
+        help="Longer side in pixels of a PDF page sent as an image.",
+    )
+    image_files: bool = option(
+        False,
+        value_type="bool",
+        load=bool,
+        flag="--image-files/--no-image-files",
+        show_default=True,
+        help="Send image files (png, jpg) and notebooks' image outputs as images (vision-language models).",
     )
     # Not stored: sessions learn them from the server each time.
     special_tokens: tuple[str, ...] = option(

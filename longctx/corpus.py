@@ -459,6 +459,7 @@ def _load(
         pdf_cache=None if store is None else store.caches,
         special_tokens=options.special_tokens,
         on_text=on_text,
+        image_rules=(options.pdf_pages, options.page_image_side, options.image_files),
     )
 
     entries.sort(key=lambda entry: (path_sort_key(entry.path), entry.status))
@@ -584,6 +585,7 @@ def _read_in_order(
     pdf_cache: PdfTextCache | None,
     special_tokens: tuple[str, ...] = (),
     on_text: Callable[[str, int], None] | None = None,
+    image_rules: tuple[str, int, bool] | None = None,
 ) -> tuple[tuple[Document, ...], int]:
     """Read the ordered candidates until a corpus limit stops it; append an entry for each to ``entries``.
 
@@ -594,6 +596,7 @@ def _read_in_order(
     # needs this module's manifest but reads no file, and the readers'
     # imports (secret patterns, PDF and notebook support) are a tenth of
     # its import time.
+    from longctx.sources.images import ImageRules
     from longctx.sources.reading import FileReader
 
     reading = _Reading(limits, entries, on_document, on_text, keep=keep)
@@ -603,6 +606,7 @@ def _read_in_order(
         pdf_cache=pdf_cache,
         special_tokens=special_tokens,
         on_text=None if on_text is None else reading.told,
+        image_rules=None if image_rules is None else ImageRules(*image_rules),
     )
     for candidate in candidates:
         if reading.stop is None and reading.included >= limits.max_files:
@@ -664,6 +668,11 @@ class _Reading:
         self.entries.append(_included_entry(result))
         if self.on_document is not None:
             self.on_document(document)
+        for image in result.attachments:  # a PDF's pages, a notebook's outputs: in its entry's notes
+            if self.keep:
+                self.documents.append(image)
+            if self.on_document is not None:
+                self.on_document(image)
 
     def add_earlier(self, result: Included | Skip) -> None:
         """Take a copy the base had (no manifest entry), unless a limit or the current rules stop it."""

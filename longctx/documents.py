@@ -8,15 +8,43 @@ manifest, packer), so that two machines always agree on it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+from dataclasses import dataclass, field
 from typing import Final, Literal, get_args
 
-__all__ = ["DOCUMENT_KINDS", "Document", "DocumentKind", "path_sort_key"]
+__all__ = ["DOCUMENT_KINDS", "Document", "DocumentKind", "ImagePart", "path_sort_key"]
 
-DocumentKind = Literal["code", "text", "markdown", "notebook", "pdf"]
+DocumentKind = Literal["code", "text", "markdown", "notebook", "pdf", "image"]
 """What a document holds; the packer may use it to label the fence."""
 
 DOCUMENT_KINDS: Final[tuple[str, ...]] = get_args(DocumentKind)
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """The image an ``image`` document stands for: its encoded bytes and what they are.
+
+    ``data`` is the image file as sent (a rendered page is a PNG made by
+    :mod:`longctx.sources.png`, byte-identical on every machine; an image
+    file or a notebook output is sent as its own bytes); ``sha256`` is the
+    digest of ``data``. ``source`` says where it came from (``page 3 of
+    5``, ``cell 4, output 1``, ``file``) and ``reason`` why it goes as an
+    image (``no usable text layer: 0 characters``, ``asked``, ``image
+    file``...). ``width`` and ``height`` are in pixels: what an image's
+    token count is computed from.
+    """
+
+    media_type: str
+    data: bytes = field(repr=False)
+    sha256: str
+    width: int
+    height: int
+    source: str
+    reason: str
+
+    def data_url(self) -> str:
+        """``data`` as a ``data:`` URL, what an OpenAI ``image_url`` content part carries."""
+        return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +77,14 @@ class Document:
     ``dirty`` (modified in the working tree, staged, or untracked) are known
     only for files of a git repository; they drive the ``stability`` order.
 
+    An ``image`` document (``kind == "image"``, ``image`` set) stands for
+    one image: a page of a PDF rendered because its text layer is not
+    usable (or because every page was asked for), an image output of a
+    notebook, an image file. Its ``text`` is one placeholder line naming the
+    image and its digest (what the pack's text form and its fingerprint
+    hold); a request sends the image itself in that line's place. It follows
+    the document it belongs to (a PDF's pages after the PDF's text).
+
     ``layer`` and ``earlier`` come from a layered repository listing
     (:mod:`longctx.sources.history`): layer 0 holds the base commit's files,
     layer 1 the files changed or added since; an ``earlier`` document is
@@ -66,6 +102,7 @@ class Document:
     dirty: bool = False
     layer: int | None = None
     earlier: bool = False
+    image: ImagePart | None = None
 
 
 def path_sort_key(path: str) -> bytes:

@@ -26,6 +26,7 @@ MAX_FUNCTION_LINES = 80
 LIBRARY_HOMES = {
     "git": ("longctx/sources/git.py",),
     "pypdf": ("longctx/sources/pdf.py",),
+    "pypdfium2": ("longctx/sources/page_images.py",),
     "tiktoken": ("longctx/tokens.py",),
     "tenacity": ("longctx/retry.py",),
     "httpx2": ("longctx/backends/http.py",),

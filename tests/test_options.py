@@ -66,7 +66,8 @@ def test_a_new_field_is_a_flag_a_check_and_a_stored_key() -> None:
         ),
         CorpusOptions(
             ordering="path", include=("*.py",), exclude=("tests/",), limits=Limits(max_files=9),
-            allow_secrets=True, max_stale_share=0.5, default_ignores=False,
+            allow_secrets=True, max_stale_share=0.5, default_ignores=False, pdf_pages="auto",
+            page_image_side=560, image_files=True,
         ),
         ServerOptions(
             base_url=("http://a:1/v1", "http://b:2/v1"), model="m", timeout=9.0, stall_timeout=8.0,

@@ -171,3 +171,20 @@ def test_a_later_turn_is_the_servers_tokens_of_the_conversation_with_answers_as_
         spaced = [turns[0], _turn(1, "q1?", "  Then b.\n")]
         request = _ask(_ids(store, trimming), "q2?", spaced)
         assert request.prompt_ids == tuple(trimming.tokenize_messages(messages))
+
+
+def test_a_prompt_with_images_goes_as_chat_with_the_reason(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        parts = [
+            {"type": "text", "text": PACK.prefix},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AA=="}},
+            {"type": "text", "text": "What does the page say?"},
+        ]
+        messages = ({"role": "system", "content": PACK.system}, {"role": "user", "content": parts})
+        request = ids.request(
+            ChatRequest(messages=messages), (), server=_server(), routed=False, pack=PACK,
+            options=RequestOptions(), first_messages=list,
+        )  # fmt: skip
+        assert request.prompt_ids is None
+        assert request.text_reason == "the prompt holds images (token ids cannot carry them)"

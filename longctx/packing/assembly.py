@@ -24,12 +24,16 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from longctx.corpus import CorpusOutline
-from longctx.documents import Document
+from longctx.documents import Document, ImagePart
+from longctx.image_parts import PlacedImage
+from longctx.image_tokens import ImageTokenCounter, estimate_image_counter
 from longctx.packing.model import Pack, Section, pack_fingerprint, section_fingerprint
 from longctx.packing.rendering import (
     BOUNDARY,
     DOCUMENTS_OPENING,
     FORMAT_VERSION,
+    IMAGES_FORMAT_VERSION,
+    IMAGES_SYSTEM_HEADER,
     SYSTEM_HEADER,
     ListingEntry,
     render_document,
@@ -44,6 +48,7 @@ __all__ = [
     "clean_text",
     "document_section_texts",
     "included_notes",
+    "is_listed",
     "skipped_entries",
 ]
 
@@ -63,6 +68,11 @@ def clean_text(text: str) -> str:
     return text
 
 
+def is_listed(document: Document) -> bool:
+    """Whether ``document`` has its own line in the listing: not a PDF page's or a notebook output's image."""
+    return document.image is None or document.image.source == "file"
+
+
 def document_section_texts(documents: Sequence[Document]) -> list[str]:
     """Each document rendered as its pack section, in the order given."""
     return [render_document(document.path, clean_text(document.text)) for document in documents]
@@ -75,11 +85,21 @@ class PackCounter:
     Without a tokenizer nothing is counted (:meth:`counts` is None); the
     template overhead is measured only with the server's own tokenizer
     (a :class:`~longctx.tokens.TemplateTokenizer`), once per system message.
+    Images are counted by ``image_counter``, or by the documented estimate
+    (:func:`~longctx.image_tokens.estimate_image_counter`) when none is given.
     """
 
     tokenizer: Tokenizer | None
     store: Store | None
+    image_counter: ImageTokenCounter | None = None
     _overheads: dict[str, int] = field(default_factory=dict)
+
+    def image_tokens(self, images: Sequence[ImagePart]) -> tuple[int | None, str | None, bool]:
+        """What ``images`` cost: (tokens, counter identity, estimated); no tokens without a tokenizer."""
+        if self.tokenizer is None or not images:
+            return None, None, False
+        counter = self.image_counter or estimate_image_counter()
+        return sum(counter.count_images(images)), counter.identity, counter.estimated
 
     def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
         """The token count of each text (``digests``: their fingerprints); None without a tokenizer."""
@@ -123,8 +143,10 @@ class Sections:
     theirs already (a builder counted and hashed them as they came).
     ``documents_digest``, when given, is :func:`~longctx.packing.model.pack_digest_start` already
     fed with the opening and the documents' UTF-8 bytes; :func:`assemble`
-    finishes it, so it serves one pack. ``stored_text`` is the store's copy
-    of every section's UTF-8, for a pack written as it was built.
+    finishes it, so it serves one pack (not one with images: their header
+    differs, so their fingerprint is worked out afresh). ``stored_text`` is the store's copy
+    of every section's UTF-8, for a pack written as it was built. ``images``
+    are the image documents' sections: (index in ``document_texts``, image).
     """
 
     document_texts: Sequence[str | memoryview]
@@ -135,14 +157,39 @@ class Sections:
     document_fingerprints: Sequence[str] | None = None
     documents_digest: hashlib._Hash | None = None
     stored_text: StoredText | None = None
+    images: Sequence[tuple[int, ImagePart]] = ()
+
+
+def _placed(given: Sections) -> tuple[PlacedImage, ...]:
+    """Each image of ``given`` at its placeholder line: the line after its section's opening fence."""
+    placed: list[PlacedImage] = []
+    offsets = {index: image for index, image in given.images}
+    start = len(DOCUMENTS_OPENING)
+    for index, text in enumerate(given.document_texts):
+        section = _as_str(text)
+        image = offsets.get(index)
+        if image is not None:
+            line_start = section.index("\n") + 1
+            line_end = section.index("\n", line_start) + 1
+            placed.append(PlacedImage(start + line_start, line_end - line_start, image))
+        start += len(section)
+    return tuple(placed)
 
 
 def assemble(given: Sections, counter: PackCounter) -> Pack:
-    """The pack of ``given``'s document sections and listing, counted through ``counter``."""
+    """The pack of ``given``'s document sections and listing, counted through ``counter``.
+
+    A pack with images gets the images' system message and format version
+    (``longctx-pack/5``); one without is exactly as it always was.
+    """
     listing = given.listing
+    images = _placed(given)
+    system, version = (
+        (IMAGES_SYSTEM_HEADER, IMAGES_FORMAT_VERSION) if images else (SYSTEM_HEADER, FORMAT_VERSION)
+    )
     names = ["header", "opening", *given.names, "listing", "boundary"]
     texts: list[str | memoryview] = [
-        SYSTEM_HEADER,
+        system,
         DOCUMENTS_OPENING,
         *given.document_texts,
         listing,
@@ -152,7 +199,7 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
     if document_fingerprints is None:
         document_fingerprints = [section_fingerprint(_as_str(text)) for text in given.document_texts]
     fingerprints = [
-        section_fingerprint(SYSTEM_HEADER),
+        section_fingerprint(system),
         section_fingerprint(DOCUMENTS_OPENING),
         *document_fingerprints,
         section_fingerprint(listing),
@@ -186,27 +233,37 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
             additive = whole[0] == sum(counts[1:])
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
-    documents_digest = given.documents_digest
-    if documents_digest is None:
-        fingerprint = pack_fingerprint(SYSTEM_HEADER, (_as_str(text) for text in texts[1:]))
-    else:
-        for text in (listing, BOUNDARY):
-            documents_digest.update(text.encode("utf-8"))
-        documents_digest.update(b"\0")
-        fingerprint = documents_digest.hexdigest()
+    fingerprint = _pack_fingerprint(given, texts, version if images else None)
+    image_tokens, image_counter, images_estimated = counter.image_tokens([placed.image for placed in images])
     return Pack(
-        format_version=FORMAT_VERSION,
-        system=SYSTEM_HEADER,
+        format_version=version,
+        system=system,
         sections=sections,
         fingerprint=fingerprint,
         tokenizer=None if tokenizer is None else tokenizer.identity,
-        estimated=bool(tokenizer is not None and tokenizer.estimated),
+        estimated=bool(tokenizer is not None and (tokenizer.estimated or images_estimated)),
         prefix_tokens=prefix_tokens,
-        template_overhead_tokens=counter.template_overhead(SYSTEM_HEADER),
+        template_overhead_tokens=counter.template_overhead(system),
         part=given.part,
         sections_additive=additive,
         _stored_text=given.stored_text,
+        images=images,
+        image_tokens=image_tokens,
+        image_counter=image_counter,
     )
+
+
+def _pack_fingerprint(given: Sections, texts: Sequence[str | memoryview], images_version: str | None) -> str:
+    """The fingerprint of the pack of ``texts`` (header first); ``images_version`` for a pack with images."""
+    documents_digest = given.documents_digest
+    if images_version is not None:  # its header is not the one the builder's digest started with
+        return pack_fingerprint(_as_str(texts[0]), (_as_str(text) for text in texts[1:]), images_version)
+    if documents_digest is None:
+        return pack_fingerprint(_as_str(texts[0]), (_as_str(text) for text in texts[1:]))
+    for text in (given.listing, BOUNDARY):
+        documents_digest.update(text.encode("utf-8"))
+    documents_digest.update(b"\0")
+    return documents_digest.hexdigest()
 
 
 def _as_str(text: str | memoryview) -> str:

@@ -17,12 +17,14 @@ from typing import Final
 from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
+from longctx.image_tokens import ImageTokenCounter
 from longctx.packing.assembly import (
     PackCounter,
     Sections,
     assemble,
     document_section_texts,
     included_notes,
+    is_listed,
     skipped_entries,
 )
 from longctx.packing.counting import count_texts
@@ -174,6 +176,7 @@ def build_shards(
     budget: Budget,
     tokenizer: Tokenizer | None = None,
     store: Store | None = None,
+    image_counter: ImageTokenCounter | None = None,
 ) -> ShardedPack:
     """Split ``corpus`` into packs that each fit ``budget``, filled greedily in corpus order.
 
@@ -188,10 +191,11 @@ def build_shards(
     documented estimate is used.
 
     Raises :class:`~longctx.errors.BudgetError` naming a document that alone
-    does not fit (longctx does not cut documents).
+    does not fit (longctx does not cut documents). An image document costs
+    its text and its image (counted by ``image_counter``, else the estimate).
     """
     tokenizer = tokenizer or EstimateTokenizer()
-    counter = PackCounter(tokenizer, store)
+    counter = PackCounter(tokenizer, store, image_counter)
     # Shards hold the current files once each: the earlier copies of a
     # layered corpus serve one pack's prefix, not a split.
     documents = tuple(document for document in corpus.documents if not document.earlier)
@@ -201,6 +205,11 @@ def build_shards(
         )  # a document that alone cannot fit, before counting
     texts = document_section_texts(documents)
     counts = count_texts(tokenizer, texts, [section_fingerprint(text) for text in texts], store)
+    # What each document costs a shard: its text, and its image where it is one.
+    costs = [
+        tokens + (counter.image_tokens([document.image])[0] or 0 if document.image is not None else 0)
+        for document, tokens in zip(documents, counts, strict=True)
+    ]
     skipped = skipped_entries(corpus)
     notes = included_notes(corpus)
     chains = cached_counts(
@@ -208,9 +217,9 @@ def build_shards(
     )
     empty = assemble(Sections([], [], render_listing(skipped, part=1), part=1), counter)
     fixed = empty.total_tokens or 0  # header, opening, listing tags and skipped paths, boundary, template
-    _refuse_what_cannot_fit(documents, counts, chains, fixed=fixed, budget=budget)
+    _refuse_what_cannot_fit(documents, costs, chains, fixed=fixed, budget=budget)
     maker = _ShardMaker(documents, texts, counts, counter, notes)
-    groups = _greedy_groups(counts, chains, budget.prompt_budget - fixed)
+    groups = _greedy_groups(costs, chains, budget.prompt_budget - fixed)
     shards = _fill_shards(maker, groups, skipped, budget)
     digest = hashlib.sha256("\n".join(shard.fingerprint for shard in shards).encode()).hexdigest()
     return ShardedPack(shards=tuple(shards), budget=budget, fingerprint=digest)
@@ -300,12 +309,19 @@ class _ShardMaker:
 
     def shard(self, start: int, stop: int, skipped: list[ListingEntry], part: int | None) -> Pack:
         """The pack of documents ``start`` to ``stop`` (half-open), listing them and ``skipped``."""
-        paths = [document.path for document in self.documents[start:stop]]
+        documents = self.documents[start:stop]
+        paths = [document.path for document in documents if is_listed(document)]
         listing = render_listing(
             [*(ListingEntry(path, note=self.notes.get(path)) for path in paths), *skipped], part=part
         )
-        names = [DOCUMENT_PREFIX + path for path in paths]
+        names = [DOCUMENT_PREFIX + document.path for document in documents]
+        images = [(index, document.image) for index, document in enumerate(documents) if document.image]
         sections = Sections(
-            self.texts[start:stop], names, listing, part=part, document_counts=self.counts[start:stop]
+            self.texts[start:stop],
+            names,
+            listing,
+            part=part,
+            document_counts=self.counts[start:stop],
+            images=images,
         )
         return assemble(sections, self.counter)

@@ -23,7 +23,8 @@ from typing import Final
 
 from longctx.config import CorpusOptions
 from longctx.corpus import Corpus, CorpusOutline, stream_corpus
-from longctx.documents import Document
+from longctx.documents import Document, ImagePart
+from longctx.image_tokens import ImageTokenCounter
 from longctx.packing import snapshots
 from longctx.packing.assembly import (
     PackCounter,
@@ -31,6 +32,7 @@ from longctx.packing.assembly import (
     assemble,
     clean_text,
     included_notes,
+    is_listed,
     skipped_entries,
 )
 from longctx.packing.budget import LowerBound, character_sizes, check_budget, check_lower_bound
@@ -75,8 +77,10 @@ class _PackBuilder:
         tokenizer: Tokenizer | None,
         store: Store | None,
         snapshot: snapshots.SnapshotWriter | None = None,
+        image_counter: ImageTokenCounter | None = None,
     ) -> None:
-        self.counter = PackCounter(tokenizer, store)
+        self.counter = PackCounter(tokenizer, store, image_counter)
+        self.images: list[tuple[int, ImagePart]] = []  # (index among the document sections, image)
         self.snapshot = snapshot
         self.section_counter = None if tokenizer is None else SectionCounter(tokenizer, store)
         self.names: list[str] = []
@@ -107,11 +111,14 @@ class _PackBuilder:
         except UnicodeEncodeError:
             text = render_document(document.path, clean_text(document.text))
             data = text.encode("utf-8")
+        if document.image is not None:
+            self.images.append((len(self.names), document.image))
         if document.earlier:
             self._add_section(EARLIER_PREFIX + document.path, text, data)
         else:
             self._add_section(DOCUMENT_PREFIX + document.path, text, data)
-            self.paths.append(document.path)
+            if is_listed(document):
+                self.paths.append(document.path)
 
     def _add_section(self, name: str, text: str, data: bytes) -> None:
         fingerprint = hashlib.sha256(data).hexdigest()
@@ -151,6 +158,7 @@ class _PackBuilder:
             document_fingerprints=self.fingerprints,
             documents_digest=self.digest,
             stored_text=stored,
+            images=self.images,
         )
         return assemble(sections, self.counter)
 
@@ -165,6 +173,7 @@ def build_pack(
     tokenizer: Tokenizer | None = None,
     store: Store | None = None,
     budget: Budget | None = None,
+    image_counter: ImageTokenCounter | None = None,
 ) -> Pack:
     """Render ``corpus`` as one pack, counted with ``tokenizer`` and checked against ``budget``.
 
@@ -177,11 +186,13 @@ def build_pack(
     template's tokens exceed ``budget.prompt_budget``, before any count when
     the characters alone prove it (:func:`~longctx.packing.budget.check_lower_bound`); the error names the
     largest files and folders (see :func:`~longctx.packing.budget.build_shards` for the alternative).
+    Images (a corpus's ``image`` documents) are counted by ``image_counter``,
+    or by the documented estimate (:mod:`longctx.image_tokens`), whenever the text is counted.
     """
     if budget is not None:
         check_lower_bound(character_sizes(corpus.documents), budget)  # before any tokenizer is asked
         tokenizer = tokenizer or EstimateTokenizer()
-    builder = _PackBuilder(tokenizer, store)
+    builder = _PackBuilder(tokenizer, store, image_counter=image_counter)
     try:
         for document in corpus.documents:
             builder.add(document)
@@ -213,6 +224,7 @@ def pack(
     store: Store | None = None,
     budget: Budget | None = None,
     reuse: bool = True,
+    image_counter: ImageTokenCounter | None = None,
 ) -> PackResult:
     """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
 
@@ -223,13 +235,15 @@ def pack(
     pack with the same options (same commit, same changed, staged and
     untracked files with the same content, see :mod:`longctx.packing.snapshots`) is
     not read again: its pack and manifest come back from the store
-    (``reused`` is True). Raises what those two functions raise.
+    (``reused`` is True); not a pack that may hold images (``options`` asking for
+    page images or image files): the store keeps text, not image bytes.
+    Raises what those two functions raise.
     """
     options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
     if budget is not None and tokenizer is None:
         tokenizer = EstimateTokenizer()
     key: snapshots.SnapshotKey | None = None
-    if store is not None and reuse:
+    if store is not None and reuse and not _may_hold_images(options):
         key = snapshots.snapshot_key(paths, options, tokenizer)
     if key is not None and store is not None:
         stored = snapshots.load_snapshot(store, key)
@@ -245,7 +259,7 @@ def pack(
             )
     # The snapshot's text is written as the documents are rendered.
     writer = None if key is None or store is None else snapshots.SnapshotWriter(store, key)
-    builder = _PackBuilder(tokenizer, store, writer)
+    builder = _PackBuilder(tokenizer, store, writer, image_counter)
     if (
         key is not None
         and store is not None
@@ -279,3 +293,8 @@ def pack(
     if budget is not None:
         check_budget(built, budget)
     return PackResult(built, corpus.manifest, corpus.ordering, reused=False, layer_note=corpus.layer_note)
+
+
+def _may_hold_images(options: CorpusOptions) -> bool:
+    """Whether ``options`` may put images in a pack (page images, image files)."""
+    return options.pdf_pages != "text" or options.image_files

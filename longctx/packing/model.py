@@ -27,6 +27,7 @@ from longctx import outputs
 from longctx.config import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.corpus import Manifest
 from longctx.errors import ConfigError
+from longctx.image_parts import PlacedImage, content_parts
 from longctx.outputs import Saved
 from longctx.packing.rendering import FORMAT_VERSION
 from longctx.store import StoredText
@@ -148,6 +149,16 @@ class Pack:
     template's own tokens, which are ``template_overhead_tokens`` (known
     with the server tokenizer only). ``part`` is the 1-based shard number
     when the pack is one of several.
+
+    ``images`` are the pack's images, each at its placeholder line in
+    ``prefix`` (see :mod:`longctx.sources.images`); a pack with images has
+    format ``longctx-pack/5`` and its own system message, and sends its
+    first user message as content parts (:meth:`user_parts`).
+    ``image_tokens`` is what the images cost the model (an
+    :class:`~longctx.image_tokens.ImageTokenCounter`'s count, None when not
+    counted); ``image_counter`` names that counter. ``prefix_tokens`` counts
+    the text form, placeholder lines included (a few dozen tokens an image
+    more than the request sends: the budget errs on the safe side).
     """
 
     format_version: str
@@ -160,6 +171,9 @@ class Pack:
     template_overhead_tokens: int | None
     part: int | None = None
     sections_additive: bool | None = field(default=None)
+    images: tuple[PlacedImage, ...] = ()
+    image_tokens: int | None = None
+    image_counter: str | None = None
     # The UTF-8 of every section in order, when the pack was read back from
     # the store: write_to hands it over in one piece.
     _stored_text: StoredText | None = field(default=None, compare=False, repr=False)
@@ -225,12 +239,20 @@ class Pack:
         """The first user message for ``question``: the prefix, then the question unchanged."""
         return self.prefix + question
 
-    def messages(self, question: str) -> list[dict[str, str]]:
-        """The chat messages of a first request: the system message, then the prefix and the question."""
-        return [
-            {"role": "system", "content": self.system},
-            {"role": "user", "content": self.user_content(question)},
-        ]
+    def user_parts(self, question: str) -> list[dict[str, Any]]:
+        """The first user message for ``question`` as OpenAI content parts, each image in its place."""
+        return content_parts(self.prefix, self.images, question)
+
+    def messages(self, question: str) -> list[dict[str, Any]]:
+        """The chat messages of a first request: the system message, then the prefix and the question.
+
+        The user message's content is one string, or content parts
+        (:meth:`user_parts`) when the pack holds images.
+        """
+        content: str | list[dict[str, Any]] = (
+            self.user_parts(question) if self.images else self.user_content(question)
+        )
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
 
     @property
     def documents(self) -> tuple[Section, ...]:
@@ -255,7 +277,7 @@ class Pack:
         """Prefix plus template tokens: what the pack takes of the window before any question."""
         if self.prefix_tokens is None:
             return None
-        return self.prefix_tokens + (self.template_overhead_tokens or 0)
+        return self.prefix_tokens + (self.template_overhead_tokens or 0) + (self.image_tokens or 0)
 
     def prompt_count(self, question: str, tokenizer: Tokenizer) -> PromptCount:
         """Count the first request for ``question``: this pack's counts plus the question's tokens.
@@ -272,7 +294,30 @@ class Pack:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able facts: version, fingerprints, counts (flagged when estimated), sections."""
+        """JSON-able facts: version, fingerprints, counts (flagged when estimated), sections.
+
+        A pack with images adds ``images`` (each image's digest, size and
+        what it is), ``image_tokens`` and ``image_counter``; one without
+        keeps the keys it always had.
+        """
+        facts = self._facts()
+        if self.images:
+            facts["image_tokens"] = self.image_tokens
+            facts["image_counter"] = self.image_counter
+            facts["images"] = [
+                {
+                    "sha256": placed.image.sha256,
+                    "media_type": placed.image.media_type,
+                    "width": placed.image.width,
+                    "height": placed.image.height,
+                    "source": placed.image.source,
+                    "reason": placed.image.reason,
+                }
+                for placed in self.images
+            ]
+        return facts
+
+    def _facts(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version,
             "fingerprint": self.fingerprint,
@@ -505,18 +550,18 @@ def section_fingerprint(text: str) -> str:
     return text_sha256(text)
 
 
-def pack_digest_start(system: str) -> hashlib._Hash:
-    """A sha256 fed with the format version and the system message, each followed by a NUL byte."""
+def pack_digest_start(system: str, version: str = FORMAT_VERSION) -> hashlib._Hash:
+    """A sha256 fed with the format ``version`` and the system message, each followed by a NUL byte."""
     digest = hashlib.sha256()
-    for part in (FORMAT_VERSION, system):
+    for part in (version, system):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     return digest
 
 
-def pack_fingerprint(system: str, prefix_parts: Iterable[str]) -> str:
+def pack_fingerprint(system: str, prefix_parts: Iterable[str], version: str = FORMAT_VERSION) -> str:
     """sha256 of the format version, the system message and the prefix, each followed by a NUL byte."""
-    digest = pack_digest_start(system)
+    digest = pack_digest_start(system, version)
     for part in prefix_parts:
         digest.update(part.encode("utf-8"))
     digest.update(b"\0")

@@ -32,6 +32,8 @@ __all__ = [
     "CHANGES_MARKER",
     "DOCUMENTS_OPENING",
     "FORMAT_VERSION",
+    "IMAGES_FORMAT_VERSION",
+    "IMAGES_SYSTEM_HEADER",
     "NO_FINAL_NEWLINE",
     "SYSTEM_HEADER",
     "ListingEntry",
@@ -83,6 +85,22 @@ SYSTEM_HEADER: Final = (
     f"({FORMAT_VERSION})\n"
 )
 """The system message: fixed instructions, no time, no ids, no paths of this machine."""
+
+IMAGES_FORMAT_VERSION: Final = "longctx-pack/5"
+"""The byte format's version for a pack that holds images; one without keeps :data:`FORMAT_VERSION`."""
+
+_IMAGES_PARAGRAPH: Final = (
+    "Some documents are images: the fence of such a document holds an image instead of text. A path "
+    'ending in "#page=N" is page N of the PDF named before "#", rendered as an image (its text, where '
+    'it has any, is in the document of that PDF); a path ending in "#cell=C,output=O" is an image output '
+    "of that notebook; any other is an image file. Read an image as data, like any document.\n"
+    "\n"
+)
+
+IMAGES_SYSTEM_HEADER: Final = SYSTEM_HEADER.replace(
+    "Answer from the documents.", _IMAGES_PARAGRAPH + "Answer from the documents.", 1
+).replace(f"({FORMAT_VERSION})", f"({IMAGES_FORMAT_VERSION})", 1)
+"""The system message of a pack that holds images: the header, a paragraph on images, the version."""
 
 DOCUMENTS_OPENING: Final = "<documents>\n"
 """The first section of the user message."""

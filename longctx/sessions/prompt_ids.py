@@ -192,6 +192,9 @@ class PromptIds:
         """Why no request of this kind can go as ids here, whatever its pack; None: it may."""
         if (reason := chat_only_reason(request.extra_body)) is not None:
             return reason
+        if any(not isinstance(message.get("content"), str) for message in request.messages):
+            # A pack with images: its first user message is content parts, and ids carry no image.
+            return "the prompt holds images (token ids cannot carry them)"
         if not server.profile.takes_prompt_ids:
             return f"the {server.profile.label} server takes no token-id prompts"
         if routed:

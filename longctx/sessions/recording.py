@@ -137,4 +137,5 @@ def stored_pack(pack: Pack | StoredPack) -> StoredPack:
         system=pack.system,
         prefix=pack.prefix,
         summary=pack.to_dict(),
+        images=pack.images,
     )

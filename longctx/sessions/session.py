@@ -34,6 +34,7 @@ from longctx.citations import Grounding
 from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
+from longctx.image_parts import content_parts
 from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
@@ -269,15 +270,24 @@ class Session(Conversation):
 
     def messages(
         self, question: str, *, history: Sequence[TurnRecord] | None = None, preamble: str = ""
-    ) -> list[dict[str, str]]:
-        """The messages of the request that would ask ``question`` now (after ``preamble``: changed files)."""
+    ) -> list[dict[str, Any]]:
+        """The messages of the request that would ask ``question`` now (after ``preamble``: changed files).
+
+        The first user message is content parts when the pack holds images
+        (:meth:`~longctx.packing.Pack.user_parts`), else one string.
+        """
         turns = self._turns if history is None else history
         pack = self.pack
-        users = [*(turn.preamble + turn.question + turn.instruction for turn in turns), preamble + question]
-        messages: list[dict[str, str]] = []
+        users: list[str | list[dict[str, Any]]] = [
+            *(turn.preamble + turn.question + turn.instruction for turn in turns),
+            preamble + question,
+        ]
+        messages: list[dict[str, Any]] = []
         if pack is not None:
             messages.append({"role": "system", "content": pack.system})
-            users[0] = pack.prefix + users[0]  # the documents open the first user message
+            first = str(users[0])
+            # The documents open the first user message, each image in its place.
+            users[0] = content_parts(pack.prefix, pack.images, first) if pack.images else pack.prefix + first
         for user, turn in zip(users, turns, strict=False):
             messages.append({"role": "user", "content": user})
             messages.append({"role": "assistant", "content": turn.history_answer})

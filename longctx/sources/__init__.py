@@ -14,6 +14,10 @@ more Skip. :mod:`longctx.corpus` puts the pieces together.
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;
 - :mod:`~longctx.sources.notebook`: Jupyter notebooks to text;
 - :mod:`~longctx.sources.pdf`: PDFs to text, through pypdf;
+- :mod:`~longctx.sources.text_layer`: whether a PDF page's text layer is usable;
+- :mod:`~longctx.sources.page_images`: PDF pages to images, through pypdfium2;
+- :mod:`~longctx.sources.png`: a PNG encoder whose bytes are the same everywhere, image headers;
+- :mod:`~longctx.sources.images`: what goes as an image, and the image documents;
 - :mod:`~longctx.sources.secrets`: credential detection;
 - :mod:`~longctx.sources.special_tokens`: special-token spellings broken in document text.
 """

@@ -46,12 +46,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
 from longctx.sources.decoding import normalise_newlines
+from longctx.sources.text_layer import judge_page
 
 __all__ = [
     "PAGE_MARKER",
     "PdfFailure",
     "PdfText",
     "PdfTextCache",
+    "UnusablePage",
     "extract_pdf",
     "extract_pdf_cached",
     "extractor_identity",
@@ -68,12 +70,26 @@ logger = logging.getLogger("longctx.sources")
 
 
 @dataclass(frozen=True, slots=True)
+class UnusablePage:
+    """A page whose text layer is not usable (:func:`~longctx.sources.text_layer.judge_page`), and why."""
+
+    number: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class PdfText:
-    """The text of a readable PDF, with page markers; ``notes`` name empty pages and the like."""
+    """The text of a readable PDF, with page markers; ``notes`` name empty pages and the like.
+
+    ``unusable_pages`` are the pages whose text layer the rule of
+    :mod:`longctx.sources.text_layer` finds not usable, in page order:
+    the pages that go as images when the corpus asks for that.
+    """
 
     text: str
     page_count: int
     notes: tuple[str, ...]
+    unusable_pages: tuple[UnusablePage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,12 +115,18 @@ class PdfTextCache(Protocol):
 
 def _as_record(extracted: PdfText) -> dict[str, Any]:
     """``extracted`` as a :class:`PdfTextCache` keeps it."""
-    return {"text": extracted.text, "page_count": extracted.page_count, "notes": list(extracted.notes)}
+    return {
+        "text": extracted.text,
+        "page_count": extracted.page_count,
+        "notes": list(extracted.notes),
+        "unusable_pages": [[page.number, page.reason] for page in extracted.unusable_pages],
+    }
 
 
 def _from_record(record: Mapping[str, Any]) -> PdfText:
     """The :class:`PdfText` a :class:`PdfTextCache` record was made from."""
-    return PdfText(record["text"], record["page_count"], tuple(record["notes"]))
+    unusable = tuple(UnusablePage(number, reason) for number, reason in record.get("unusable_pages", ()))
+    return PdfText(record["text"], record["page_count"], tuple(record["notes"]), unusable)
 
 
 @functools.cache
@@ -122,13 +144,14 @@ def extractor_identity() -> str:
         fonttools_version = "none"
     code = hashlib.sha256()
     folder = os.path.dirname(os.path.abspath(__file__))
-    for name in ("pdf.py", "decoding.py"):
+    for name in ("pdf.py", "decoding.py", "text_layer.py"):
         try:
             with open(os.path.join(folder, name), "rb") as source:
                 code.update(source.read())
         except OSError:  # no source beside the code (a frozen build): never reuse
             code.update(os.urandom(16))
-    return f"pypdf {pypdf_version}; fonttools {fonttools_version}; code {code.hexdigest()[:16]}"
+    # "pages judged": the record holds each page's text-layer verdict (kept since store migration 17).
+    return f"pypdf {pypdf_version}; fonttools {fonttools_version}; pages judged; code {code.hexdigest()[:16]}"
 
 
 def extract_pdf_cached(data: bytes, content_sha256: str, cache: PdfTextCache | None) -> PdfText | PdfFailure:
@@ -217,7 +240,7 @@ def extract_pdf(data: bytes) -> PdfText | PdfFailure:
         extracted = _extract(data)
     if isinstance(extracted, PdfText) and collector.messages:
         notes = (*extracted.notes, *_pypdf_notes(list(collector.messages)))
-        return PdfText(extracted.text, extracted.page_count, notes)
+        return PdfText(extracted.text, extracted.page_count, notes, extracted.unusable_pages)
     return extracted
 
 
@@ -253,6 +276,7 @@ def _extract(data: bytes) -> PdfText | PdfFailure:
         return PdfFailure("corrupt", _message(error))
 
     parts: list[str] = []
+    unusable: list[UnusablePage] = []
     empty_pages = controls = 0
     for number in range(1, count + 1):
         parts.append(page_marker(number, count) + "\n")
@@ -260,10 +284,14 @@ def _extract(data: bytes) -> PdfText | PdfFailure:
             page_text = pages[number - 1].extract_text()
         except Exception as error:  # noqa: BLE001 - one bad page must not lose the others
             notes.append(f"page {number}: text extraction failed ({_message(error)})")
+            unusable.append(UnusablePage(number, "text extraction failed"))
             continue
         body, replaced = _CONTROLS.subn("\ufffd", normalise_newlines(page_text))
         body = body.strip("\n")
         controls += replaced
+        verdict = judge_page(body, *_page_size(pages[number - 1]))
+        if not verdict.usable:
+            unusable.append(UnusablePage(number, verdict.reason or "not usable"))
         if not body.strip():
             empty_pages += 1
             notes.append(f"page {number}: no extractable text")
@@ -274,4 +302,16 @@ def _extract(data: bytes) -> PdfText | PdfFailure:
     if count == 0:
         notes.append("no pages")
     logger.debug("pdf: %d pages, %d without text", count, empty_pages)
-    return PdfText("".join(parts), count, tuple(notes))
+    return PdfText("".join(parts), count, tuple(notes), tuple(unusable))
+
+
+_LETTER: Final = (612.0, 792.0)
+
+
+def _page_size(page: Any) -> tuple[float, float]:
+    """The page's media box in points; US Letter when the box cannot be read (a damaged page)."""
+    try:
+        box = page.mediabox
+        return abs(float(box.width)), abs(float(box.height))
+    except Exception:  # noqa: BLE001 - pypdf raises many kinds on a damaged box
+        return _LETTER

@@ -17,8 +17,12 @@ fails decides the skip reason):
    ``binary`` and the rest is not read.
 6. A Git LFS pointer: ``lfs-pointer``.
 7. PDF (by ``.pdf`` extension or ``%PDF-`` header): text per page, or
-   ``encrypted`` / ``corrupt``. Otherwise decoded text (``lossy`` when bytes
-   were replaced); a ``.ipynb`` is rendered, or ``corrupt``.
+   ``encrypted`` / ``corrupt``; with the image rules, its pages as images
+   after it (:mod:`longctx.sources.images`). An image file (``.png``,
+   ``.jpg``) when the rules send image files: an image document (a file
+   that is no readable PNG or JPEG is ``binary``). Otherwise decoded text
+   (``lossy`` when bytes were replaced); a ``.ipynb`` is rendered, or
+   ``corrupt``, its image outputs after it when the rules send them.
    The text's length is then told to the caller's ``on_text``, if any,
    which may raise to stop the load there (a pack's budget does when the
    characters already prove the pack cannot fit): the steps below are the
@@ -49,8 +53,16 @@ from longctx.documents import Document
 from longctx.sources import Candidate, Skip, SkipReason
 from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
+from longctx.sources.images import (
+    IMAGE_FILE_SUFFIXES,
+    ImageDocuments,
+    ImageRules,
+    image_file_document,
+    notebook_image_documents,
+    page_image_documents,
+)
 from longctx.sources.notebook import NotebookError, render_notebook
-from longctx.sources.pdf import PdfFailure, PdfTextCache, extract_pdf_cached
+from longctx.sources.pdf import PdfFailure, PdfText, PdfTextCache, extract_pdf_cached
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
 from longctx.sources.special_tokens import neutralise
 
@@ -98,10 +110,16 @@ _OPEN_FLAGS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class Included:
-    """A candidate that made it into the corpus, with the notes for its manifest entry."""
+    """A candidate that made it into the corpus, with the notes for its manifest entry.
+
+    ``attachments`` are the image documents that follow ``document`` in the
+    corpus (a PDF's pages, a notebook's image outputs: see
+    :mod:`longctx.sources.images`); they share its manifest entry.
+    """
 
     document: Document
     notes: tuple[str, ...] = ()
+    attachments: tuple[Document, ...] = ()
 
 
 # Files up to this size are read whole before the binary check (the check
@@ -209,8 +227,10 @@ class FileReader:
         pdf_cache: PdfTextCache | None = None,
         special_tokens: tuple[str, ...] = (),
         on_text: Callable[[str, int, int], None] | None = None,
+        image_rules: ImageRules | None = None,
     ) -> None:
         self.max_file_bytes = max_file_bytes
+        self.image_rules = image_rules or ImageRules()
         self.allow_secrets = allow_secrets
         self.special_tokens = special_tokens
         self.on_text = on_text
@@ -287,7 +307,9 @@ class FileReader:
             return Skip(path, SkipReason.TOO_LARGE, (f"{size} bytes; the limit is {max_file_bytes}",), size)
         suffix = posixpath.splitext(names[0].lower())[1]
         try:
-            data = _read_bytes(location, max_file_bytes, may_be_pdf=suffix == ".pdf")
+            data = _read_bytes(
+                location, max_file_bytes, may_be_pdf=suffix == ".pdf" or self._is_image(suffix)
+            )
         except _NotRegular:
             return Skip(
                 path, SkipReason.NOT_A_REGULAR_FILE, ("changed into something else while read",), size
@@ -300,6 +322,9 @@ class FileReader:
         if size > max_file_bytes:
             return Skip(path, SkipReason.TOO_LARGE, (f"grew past the limit of {max_file_bytes} bytes",), size)
         return self._read_content(candidate, data, names, notes)
+
+    def _is_image(self, suffix: str) -> bool:
+        return self.image_rules.image_files and suffix in IMAGE_FILE_SUFFIXES
 
     def _read_earlier_copy(self, candidate: Candidate) -> Included | Skip:
         """Read the base's bytes of a changed file (``candidate.content``), by the rules of a file on disk."""
@@ -327,14 +352,19 @@ class FileReader:
         if _is_lfs_pointer(data):
             return Skip(path, SkipReason.LFS_POINTER, ("the content is stored in Git LFS",), size)
 
+        if self._is_image(suffix) and not data.startswith(_PDF_HEADER):
+            return self._read_image(candidate, data, notes)
         lossy = False
+        extracted: PdfText | None = None
+        notebook_json: str | None = None
         content_sha256: str | None = None  # worked out once, here for a PDF (its cache key), else below
         if suffix == ".pdf" or data.startswith(_PDF_HEADER):
             content_sha256 = hashlib.sha256(data).hexdigest()
-            extracted = extract_pdf_cached(data, content_sha256, self.pdf_cache)
-            if isinstance(extracted, PdfFailure):
-                reason = SkipReason.ENCRYPTED if extracted.reason == "encrypted" else SkipReason.CORRUPT
-                return Skip(path, reason, (redact_if_secret(extracted.message),), size)
+            read = extract_pdf_cached(data, content_sha256, self.pdf_cache)
+            if isinstance(read, PdfFailure):
+                reason = SkipReason.ENCRYPTED if read.reason == "encrypted" else SkipReason.CORRUPT
+                return Skip(path, reason, (redact_if_secret(read.message),), size)
+            extracted = read
             text, kind = extracted.text, "pdf"
             notes.extend(redact_if_secret(note) for note in extracted.notes)
         else:
@@ -347,6 +377,7 @@ class FileReader:
             elif decoded.encoding != "utf-8":
                 notes.append(f"decoded from {decoded.encoding}")
             if suffix == ".ipynb":
+                notebook_json = text
                 try:
                     text = render_notebook(text)
                 except NotebookError as error:
@@ -380,4 +411,37 @@ class FileReader:
             layer=candidate.layer,
             earlier=candidate.earlier,
         )
-        return Included(document, tuple(notes))
+        images = self._images_of(document, data, extracted, notebook_json)
+        return Included(document, (*notes, *images.notes), images.documents)
+
+    def _images_of(
+        self, document: Document, data: bytes, extracted: PdfText | None, notebook_json: str | None
+    ) -> ImageDocuments:
+        """The image documents that follow ``document`` under the image rules (none for an earlier copy)."""
+        if document.earlier:  # the base's copy: its text is packed for the prefix's sake, not its pages
+            return ImageDocuments()
+        if extracted is not None:
+            return page_image_documents(document, data, extracted, self.image_rules)
+        if notebook_json is not None and self.image_rules.image_files:
+            return notebook_image_documents(document, notebook_json)
+        return ImageDocuments()
+
+    def _read_image(self, candidate: Candidate, data: bytes, notes: list[str]) -> Included | Skip:
+        """An image file as an image document, or ``binary`` when it is no readable PNG or JPEG."""
+        parent = Document(
+            path=candidate.path,
+            text="",
+            kind="image",
+            sha256=hashlib.sha256(data).hexdigest(),
+            size_bytes=len(data),
+            last_commit_time=candidate.last_commit_time,
+            dirty=candidate.dirty,
+            layer=candidate.layer,
+            earlier=candidate.earlier,
+        )
+        document = image_file_document(parent, data)
+        if document is None:
+            return Skip(candidate.path, SkipReason.BINARY, ("not a readable PNG or JPEG",), len(data))
+        image = document.image
+        assert image is not None
+        return Included(document, (*notes, f"sent as an image ({image.width}x{image.height})"))

@@ -96,12 +96,14 @@ class ContentCaches:
     def pdf_text(self, extractor: str, content_sha256: str) -> dict[str, Any] | None:
         """The text kept for this content by this extractor, or None.
 
-        The record is ``{"text": str, "page_count": int, "notes": list[str]}``,
-        as given to :meth:`save_pdf_text`; what it means is the extractor's
-        business (:mod:`longctx.sources.pdf`), not the store's.
+        The record is ``{"text": str, "page_count": int, "notes": list[str],
+        "unusable_pages": list[[int, str]]}``, as given to :meth:`save_pdf_text`;
+        what it means is the extractor's business (:mod:`longctx.sources.pdf`),
+        not the store's.
         """
         rows = self._database.query(
-            "SELECT text, page_count, notes_json FROM pdf_texts WHERE extractor = ? AND content_sha256 = ?",
+            "SELECT text, page_count, notes_json, unusable_pages_json FROM pdf_texts"
+            " WHERE extractor = ? AND content_sha256 = ?",
             [extractor, content_sha256],
         )
         if not rows:
@@ -111,6 +113,7 @@ class ContentCaches:
             "text": bytes(row["text"]).decode("utf-8", "surrogatepass"),
             "page_count": row["page_count"],
             "notes": json.loads(row["notes_json"]),
+            "unusable_pages": json.loads(row["unusable_pages_json"]),
         }
 
     def save_pdf_text(self, extractor: str, content_sha256: str, record: Mapping[str, Any]) -> None:
@@ -122,9 +125,10 @@ class ContentCaches:
         with self._database.transaction() as connection:
             connection.execute(
                 "INSERT OR REPLACE INTO pdf_texts (extractor, content_sha256, text, page_count,"
-                " notes_json, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                " notes_json, unusable_pages_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (extractor, content_sha256, str(record["text"]).encode("utf-8", "surrogatepass"),
-                 int(record["page_count"]), json.dumps(list(record["notes"])), time.time()),
+                 int(record["page_count"]), json.dumps(list(record["notes"])),
+                 json.dumps([list(page) for page in record.get("unusable_pages", ())]), time.time()),
             )  # fmt: skip
 
     # -- last-commit times -------------------------------------------------

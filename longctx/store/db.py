@@ -258,6 +258,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE turns ADD COLUMN schema_json TEXT;
     """,
+    # 17: a PDF text's pages whose text layer is not usable (longctx.sources.text_layer), as JSON
+    # [[page, reason], ...]: the pages that go as images when asked. Rows kept before it hold
+    # none, but their extractor identity is older than any that reads this column.
+    """
+    ALTER TABLE pdf_texts ADD COLUMN unusable_pages_json TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 
 

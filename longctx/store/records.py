@@ -175,13 +175,21 @@ class CounterSkip:
 
 @dataclass(frozen=True)
 class StoredPack:
-    """What a session needs of its pack to resume without the original files."""
+    """What a session needs of its pack to resume without the original files.
+
+    ``images`` are the pack's images in place (a pack of format
+    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values,
+    which the store, keeping plain data, does not import): held in memory,
+    not in the store, so a session resumed from the store sends their
+    placeholder lines as text.
+    """
 
     fingerprint: str
     format_version: str
     system: str
     prefix: str
     summary: Mapping[str, Any]
+    images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

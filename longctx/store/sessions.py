@@ -52,7 +52,7 @@ class SessionLog:
         rows = self._database.query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
         if not rows:
             return None
-        return record_from_row(StoredPack, rows[0], summary=json.loads(rows[0]["summary_json"]))
+        return record_from_row(StoredPack, rows[0], summary=json.loads(rows[0]["summary_json"]), images=())
 
     # -- sessions -----------------------------------------------------------
 

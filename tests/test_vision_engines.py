@@ -34,7 +34,8 @@ def png(width: int, height: int, seed: int) -> EncodedImage:
     raw = b"".join(b"\x00" + row[y % 3 :] + row[: y % 3] for y in range(height))
 
     def chunk(kind: bytes, payload: bytes) -> bytes:
-        return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", zlib.crc32(kind + payload))
+        checksum = struct.pack(">I", zlib.crc32(kind + payload))
+        return struct.pack(">I", len(payload)) + kind + payload + checksum
 
     data = (
         b"\x89PNG\r\n\x1a\n"
@@ -76,7 +77,8 @@ def check_counts_and_cache(server: LocalServer, seed: int) -> None:
     second = chat(server, page, "On which day?")
     other = chat(server, png(300, 400, seed + 1), "Who pays the rent?")
     # The engine prefills the image part as the tokens counted.
-    assert first["prompt_tokens"] - chat(server, None, "Who pays the rent?")["prompt_tokens"] == counted.tokens
+    text_alone = chat(server, None, "Who pays the rent?")
+    assert first["prompt_tokens"] - text_alone["prompt_tokens"] == counted.tokens
     # Where the image ends: the text before it is a dozen tokens; the prefix cached for the second
     # question reaches past it, into the document.
     image_end = 20 + PAGE_TOKENS

@@ -66,9 +66,12 @@ _EXPORTS: dict[str, str] = {
     "DocSession": "longctx.sessions",
     "Document": "longctx.documents",
     "EmptyCorpus": "longctx.errors",
+    "EncodedImage": "longctx.backends.images",
     "EstimateTokenizer": "longctx.tokens",
     "FileChange": "longctx.sessions.changes",
     "Finding": "longctx.serving.advice",
+    "ImageCounter": "longctx.backends.images",
+    "ImageTokens": "longctx.backends.images",
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "InvalidAnswer": "longctx.errors",
@@ -133,6 +136,7 @@ _EXPORTS: dict[str, str] = {
     "check_cache_boundary": "longctx.packing",
     "compare_packs": "longctx.packing",
     "connect": "longctx.backends.base",
+    "count_image_tokens": "longctx.backends.images",
     "load_corpus": "longctx.corpus",
     "pack": "longctx.packing",
     "read_job": "longctx.jobs.items",
@@ -148,6 +152,10 @@ if TYPE_CHECKING:
     from longctx.backends.base import ServerInfo as ServerInfo
     from longctx.backends.base import connect as connect
     from longctx.backends.chat import ChatRequest as ChatRequest
+    from longctx.backends.images import EncodedImage as EncodedImage
+    from longctx.backends.images import ImageCounter as ImageCounter
+    from longctx.backends.images import ImageTokens as ImageTokens
+    from longctx.backends.images import count_image_tokens as count_image_tokens
     from longctx.backends.metrics import Sample as Sample
     from longctx.backends.profiles import CacheCounters as CacheCounters
     from longctx.backends.routers import RouterInfo as RouterInfo

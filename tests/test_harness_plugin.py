@@ -118,3 +118,42 @@ def test_server_fixtures_carry_the_engine_marker(pytester: pytest.Pytester) -> N
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-m", "vllm")
     result.assert_outcomes(passed=1, deselected=1)
     result.stdout.fnmatch_lines(["*real-engine tests*", "vllm: 1 passed"])
+
+
+def test_extra_servers_tests_run_last_grouped_and_each_server_stops_after_its_last(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(
+        INNER_CONFTEST
+        + textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.hookimpl(trylast=True)
+            def pytest_collection_finish(session):
+                guard = session.config.pluginmanager.get_plugin("longctx-engine-guard")
+                print("ORDER", [item.name for item in session.items])
+                print("STOPS", sorted((k.split("::")[-1], v) for k, v in guard.stop_after.items()))
+            """
+        )
+    )
+    pytester.makepyfile(
+        """
+        def test_fleet(vllm_fleet): pass
+        def test_vllm_vision(vllm_vision_server): pass
+        def test_no_report(sglang_without_cache_report): pass
+        def test_sglang_vision_1(sglang_vision_server): pass
+        def test_shared(vllm_server): pass
+        def test_sglang_vision_2(sglang_vision_server): pass
+        def test_unit(): pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q", "-s")
+    result.stdout.fnmatch_lines(
+        [
+            "ORDER ['test_unit', 'test_shared', 'test_no_report', 'test_sglang_vision_1', "
+            "'test_sglang_vision_2', 'test_vllm_vision', 'test_fleet']",
+            "STOPS [('test_no_report', ['sglang-without-cache-report']), "
+            "('test_sglang_vision_2', ['sglang-vision']), ('test_vllm_vision', ['vllm-vision'])]",
+        ]
+    )

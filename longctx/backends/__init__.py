@@ -10,6 +10,7 @@
 - :mod:`~longctx.backends.metrics`: Prometheus text;
 - :mod:`~longctx.backends.tiers`: cache tiers below the GPU and their counters;
 - :mod:`~longctx.backends.tokenizer`: the server's tokenizer;
+- :mod:`~longctx.backends.images`: whether the served model takes images, and each image's tokens;
 - :mod:`~longctx.backends.routers`: a router in front, found on its worker list;
 - :mod:`~longctx.backends.waits`: the requests waiting on a silent server, for a caller to show.
 """

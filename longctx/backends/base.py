@@ -29,6 +29,7 @@ from longctx.backends.http import (
     split_base_url,
     timed_out,
 )
+from longctx.backends.images import ImageCounter
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
@@ -152,6 +153,7 @@ class _Replica:
         self.router_asked = False
         self.workers: dict[str, HttpEndpoint] = {}
         self.counter_note: str | None = None  # why its workers' counters could not be read
+        self.images: ImageCounter | None = None  # its image counts, once asked
 
     @property
     def up(self) -> bool:
@@ -382,6 +384,16 @@ class Backend:
             labels = " and ".join(profile.label for profile in profiles() if profile.tokenizes)
             raise ConfigError(f"only {labels} servers offer a tokenize endpoint")
         return ServerTokenizer(endpoint, info.profile, info.model)
+
+    def image_counter(self, affinity_key: str | None = None) -> ImageCounter:
+        """The image questions to the key's replica (:mod:`longctx.backends.images`), its counts cached."""
+        replica = self._serving(affinity_key)
+        info, endpoint = replica.info, replica.endpoint
+        assert info is not None and endpoint is not None
+        with replica.lock:
+            if replica.images is None or replica.images.endpoint is not endpoint:
+                replica.images = ImageCounter(endpoint, info.profile, info.model)
+            return replica.images
 
     def counters(self, urls: Iterable[str] | None = None) -> dict[str, CacheCounters | None]:
         """The prefix-cache hit counter of each replica up now (None where it has none).

@@ -13,6 +13,10 @@ needs), checked against vLLM 0.32 (CPU) and SGLang 0.5.23 in the test suite:
   ``kv_cache_size_tokens``) and the counters
   ``vllm:prefix_cache_hits_total`` / ``vllm:prefix_cache_queries_total``;
   cached tokens appear in responses only with ``--enable-prompt-tokens-details``;
+- images: SGLang's ``GET /model_info`` says ``has_image_understanding``; vLLM's
+  ``/tokenize`` with chat messages expands an image part to its tokens (a
+  text-only model answers 400), SGLang's leaves one placeholder
+  (:mod:`longctx.backends.images` counts with what each offers);
 - SGLang: ``GET /server_info`` (older name ``/get_server_info``) has the flat
   server arguments and ``max_total_num_tokens`` (the KV pool); counters need ``--enable-metrics``
   (``sglang:cached_tokens_total``); cached tokens in OpenAI responses need
@@ -327,6 +331,10 @@ VLLM = EngineProfile(
         Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
         Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES),
     ),
+    # Images (0.32.0 CPU, tiny Qwen2-VL, 2026-12-06): /tokenize with chat messages expands an image
+    # part to its tokens (154 for a 300 x 400 PNG, plus <|vision_start|> and <|vision_end|>) and
+    # answers a text-only model 400 "... is not a multimodal model"; /v1/models says nothing of it.
+    tokenize_expands_images=True,
     # The flag has no trace in vLLM's settings: a probe's answer stands for it.
     reporting_setting="enable_prompt_tokens_details",
     caching_setting="enable_prefix_caching",
@@ -370,6 +378,10 @@ SGLANG = EngineProfile(
     probe_path="/server_info",
     discover=_discover_sglang,
     context_setting="context_length",
+    # Images (0.5.23 CPU, tiny Qwen2-VL, 2026-12-06): /model_info says has_image_understanding;
+    # /v1/tokenize leaves an image part as one <|image_pad|>, so a one-token request counts it (its
+    # usage also has prompt_tokens_details.image_tokens, the pads alone).
+    image_flag=("/model_info", "has_image_understanding"),
     # The bare /tokenize 404s on 0.5.23; this route takes a list of texts.
     tokenize_path="/v1/tokenize",
     tokenize_batches=True,

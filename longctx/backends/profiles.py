@@ -264,6 +264,13 @@ class EngineProfile:
     recipe: RecipeSwitches | None = None
     #: How a request constrains its answer to a JSON Schema, by version (oldest first); () : it cannot.
     schema_forms: tuple[SchemaForm, ...] = ()
+    #: Where the server says whether its model takes images: a GET route and the boolean key of its
+    #: JSON answer. None: no such route; where the tokenize route takes images (below), a probe asks.
+    image_flag: tuple[str, str] | None = None
+    #: Whether the tokenize route, given chat messages, expands an image part to all of the image's
+    #: tokens (so it counts an image without running the model); else an image's tokens are the
+    #: prompt tokens of a one-token chat request less those of the same request without the image.
+    tokenize_expands_images: bool = False
 
     @property
     def tokenizes(self) -> bool:

@@ -23,8 +23,10 @@ Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
 :mod:`~longctx.testing.environments` (the engines' virtual environments),
 :mod:`~longctx.testing.model` and ``_model_builder`` (the tiny model),
 :mod:`~longctx.testing.servers` (a server process), :mod:`~longctx.testing.fleet`
-(replicas behind a real router), :mod:`~longctx.testing.pdfs` (real PDFs made on
-the spot), :mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,
+(replicas behind a real router), :mod:`~longctx.testing.vision` (each engine
+serving the tiny vision model, built by ``_vision_model_builder``),
+:mod:`~longctx.testing.pdfs` (real PDFs made on the spot),
+:mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,
 ``_locks`` (a file lock for parallel builds), ``_logs`` (a server log's tail) and
 ``standins`` (the SGLang stand-ins).
 

@@ -80,7 +80,12 @@ def training_files() -> list[Path]:
     return chosen
 
 
-def build_tokenizer(out: Path) -> None:
+def train_tokenizer(out: Path, special_tokens: list[str]) -> None:
+    """Train the byte-level BPE on the standard library and save ``out/tokenizer.json``.
+
+    The special tokens take the first ids, in the order given. The tiny
+    vision model's builder trains its tokenizer here too, with its own list.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # type: ignore[import-not-found,unused-ignore]
 
     tokenizer = Tokenizer(models.BPE())
@@ -88,7 +93,7 @@ def build_tokenizer(out: Path) -> None:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=VOCAB_SIZE,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -99,6 +104,10 @@ def build_tokenizer(out: Path) -> None:
 
     tokenizer.train_from_iterator(texts(), trainer)
     tokenizer.save(str(out / "tokenizer.json"))
+
+
+def build_tokenizer(out: Path) -> None:
+    train_tokenizer(out, SPECIAL_TOKENS)
 
     (out / "tokenizer_config.json").write_text(
         json.dumps(

@@ -33,6 +33,7 @@ from longctx.testing.errors import EnvironmentBuildError
 __all__ = [
     "ENGINE_SPECS",
     "ROUTER_SPEC",
+    "VISION_SPECS",
     "EngineEnvironment",
     "EnvironmentSpec",
     "ensure_environment",
@@ -246,6 +247,83 @@ ROUTER_SPEC = EnvironmentSpec(
 """The routers the fleet tests put in front of the replicas (longctx.testing.fleet)."""
 
 ENGINE_SPECS: dict[str, EnvironmentSpec] = {"vllm": VLLM_SPEC, "sglang": SGLANG_SPEC}
+
+# Torch ops that SGLang 0.5.23's multimodal processor module looks up at import time on a CPU (its
+# Qwen 3.5 and Qwen 4 models, imported beside Qwen2-VL's): declared so that the import succeeds;
+# none runs for a Qwen2-VL model, and each raises if one ever does.
+_SGL_KERNEL_VISION_OPS = """
+
+# longctx test harness, vision servers only: ops SGLang looks up at import time.
+_LONGCTX_VISION_LIBRARY = torch.library.Library("sgl_kernel", "DEF")
+
+
+def _longctx_declare_missing_op(name):
+    _LONGCTX_VISION_LIBRARY.define(f"{name}(Tensor x) -> Tensor")
+
+    def missing(*args, **kwargs):
+        raise NotImplementedError(f"sgl_kernel::{name} is not provided by longctx's test-harness stand-in")
+
+    _LONGCTX_VISION_LIBRARY.impl(name, missing, "CompositeExplicitAutograd")
+
+
+for _name in (
+    "fused_sigmoid_mul_cpu",
+    "fused_qk_gemma_rmsnorm_cpu",
+    "fused_qk_gemma_rmsnorm_with_gate_cpu",
+    "fused_qkvzba_split_reshape_cat_contiguous_cpu",
+):
+    _longctx_declare_missing_op(_name)
+"""
+
+
+def _overlay_on(base: EnvironmentSpec) -> Callable[[EngineEnvironment], None]:
+    """A step that puts ``base``'s packages (a sibling environment) behind the overlay's own."""
+
+    def link(env: EngineEnvironment) -> None:
+        below = EngineEnvironment(base.name, env.root.parent / base.name)
+        if not environment_is_complete(below.root, base):
+            raise EnvironmentBuildError(f"the {base.name} environment under {below.root} is not complete")
+        # addsitedir, not a bare path: the base's own .pth files are read too.
+        line = f"import site; site.addsitedir({str(below.site_packages)!r})\n"
+        (env.site_packages / f"zz-longctx-{base.name}.pth").write_text(line)
+
+    link.__name__ = link.__qualname__ = f"overlay_on_{base.name}"
+    return link
+
+
+def _install_sgl_kernel_vision_standin(env: EngineEnvironment) -> None:
+    """The ``sgl_kernel`` stand-in with the import-time ops of SGLang's multimodal processors declared."""
+    _install_sgl_kernel_standin(env)
+    init = env.site_packages / "sgl_kernel" / "__init__.py"
+    init.write_text(init.read_text() + _SGL_KERNEL_VISION_OPS)
+
+
+# The vision servers' environments: thin overlays on the engines' (a venv whose .pth adds the
+# engine environment's packages behind its own), so the servers of the text tests run exactly as
+# before and the overlays cost seconds to build. vLLM 0.32's Qwen2-VL imports transformers'
+# torchvision image processor; SGLang's multimodal processors import Qwen models whose CPU ops the
+# sgl_kernel stand-in lacks.
+VLLM_VISION_SPEC = EnvironmentSpec(
+    name="vllm-vision",
+    steps=(
+        _pip("--no-deps", "torchvision==0.28.0"),
+        _overlay_on(VLLM_SPEC),
+        _patch_torchvision_fake_registrations,
+    ),
+    check=("{python}", "-c", "import torchvision.transforms, vllm.model_executor.models.qwen2_vl"),
+    digest_extra=(VLLM_SPEC.digest(), _TORCHVISION_GUARD),
+)
+
+SGLANG_VISION_SPEC = EnvironmentSpec(
+    name="sglang-vision",
+    steps=(_overlay_on(SGLANG_SPEC), _install_sgl_kernel_vision_standin),
+    check=("{python}", "-c", "import sglang.srt.multimodal.processors.qwen_vl"),
+    digest_extra=(SGLANG_SPEC.digest(), _SGL_KERNEL_VISION_OPS),
+    with_pip=False,
+)
+
+VISION_SPECS: dict[str, EnvironmentSpec] = {"vllm": VLLM_VISION_SPEC, "sglang": SGLANG_VISION_SPEC}
+"""The vision servers' overlay environments, by engine (built on the engine's own)."""
 
 
 def environment_is_complete(root: Path, spec: EnvironmentSpec) -> bool:

@@ -6,7 +6,9 @@ Enable it in a ``conftest.py``::
 
 Fixtures (session scope): ``vllm_server``, ``sglang_server``, ``engine_server``
 (parametrised over both engines), ``vllm_fleet`` (two vLLM replicas),
-``sglang_without_cache_report``, ``tiny_model``, ``vllm_python`` and
+``sglang_without_cache_report``, ``vllm_vision_server`` and
+``sglang_vision_server`` (the tiny Qwen2-VL, :mod:`longctx.testing.vision`),
+``tiny_model``, ``vllm_python`` and
 ``sglang_python`` (the engines' interpreters), ``longctx_harness``.
 
 Markers: ``vllm`` and ``sglang``. A test that uses a server fixture gets the
@@ -14,8 +16,10 @@ engine's marker automatically, so ``-m vllm`` selects it. As soon as
 collection ends, the servers the selected tests need start booting in the
 background, and the tests that need no server run first, meanwhile. Every
 server starts once per session, whichever modules use it: the extra ones (a
-fleet's second replica, SGLang without cache reporting) boot after the
-shared two, while the tests run, and the tests that need them run last.
+fleet's second replica, SGLang without cache reporting, the vision servers)
+boot after the shared two, while the tests run, and the tests that need them
+run last, each extra's together; all but the fleet's are stopped after their
+last test.
 
 Rules that keep the real-engine tests honest:
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -42,6 +46,7 @@ from longctx.testing.fleet import Fleet, prepare_replicas
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import TinyModel
 from longctx.testing.servers import LocalServer, start_sglang
+from longctx.testing.vision import VISION_SERVERS, start_vision_server
 
 _HARNESS_KEY = pytest.StashKey[EngineHarness]()
 _SERVER_FIXTURES = {
@@ -50,15 +55,30 @@ _SERVER_FIXTURES = {
     "engine_server": (),
     "vllm_fleet": ("vllm",),
     "sglang_without_cache_report": ("sglang",),
+    "vllm_vision_server": ("vllm",),
+    "sglang_vision_server": ("sglang",),
 }
-# Fixtures whose servers are the harness's extras: booted after the shared ones.
-_EXTRA_FIXTURES = ("vllm_fleet", "sglang_without_cache_report")
 _NO_CACHE_REPORT = "sglang-without-cache-report"
 
 
 def _start_sglang_without_cache_report(harness: EngineHarness) -> LocalServer:
     env = harness.environment("sglang")
     return start_sglang(env, harness.model(), harness.base_dir, cache_report=False)
+
+
+def _vision_starter(engine: str) -> Callable[[EngineHarness], LocalServer]:
+    return lambda harness: start_vision_server(harness, engine)
+
+
+# Extras stopped after their last test (they hold a core and memory): by fixture, the server's name
+# and starter, in the order their tests run. The fleet's replica runs to the end.
+_STOPPED_EXTRAS: dict[str, tuple[str, Callable[[EngineHarness], LocalServer]]] = {
+    "sglang_without_cache_report": (_NO_CACHE_REPORT, _start_sglang_without_cache_report),
+    "sglang_vision_server": (VISION_SERVERS["sglang"], _vision_starter("sglang")),
+    "vllm_vision_server": (VISION_SERVERS["vllm"], _vision_starter("vllm")),
+}
+# Fixtures whose servers are the harness's extras: booted after the shared ones.
+_EXTRA_FIXTURES = (*_STOPPED_EXTRAS, "vllm_fleet")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -103,7 +123,8 @@ class _EngineGuard:
         # and a test parametrised with the string "vllm" is no engine test.
         self.engines_by_test: dict[str, set[str]] = {}
         self.allow_skips = os.environ.get("LONGCTX_ALLOW_ENGINE_SKIPS") == "1"
-        self.last_no_report_test: str | None = None
+        # The extra servers to stop after a test, by its node id.
+        self.stop_after: dict[str, list[str]] = {}
 
     # Before pytest's own "-m" selection, which must see the engine markers.
     @pytest.hookimpl(tryfirst=True)
@@ -123,16 +144,24 @@ class _EngineGuard:
             return set(_EXTRA_FIXTURES) & set(getattr(item, "fixturenames", ()))
 
         engine_items = [item for item in session.items if item.nodeid in self.engines_by_test]
-        no_report = [item for item in engine_items if "sglang_without_cache_report" in extras(item)]
+        groups: list[list[pytest.Item]] = []
+        placed: set[str] = set()
+        # Each stopped extra's tests together, SGLang's first: each is stopped after its last
+        # test, before the next group's (and the fleet's) tests need the cores.
+        for fixture in (*_STOPPED_EXTRAS, "vllm_fleet"):
+            group = [item for item in engine_items if fixture in extras(item) and item.nodeid not in placed]
+            placed.update(item.nodeid for item in group)
+            groups.append(group)
         session.items[:] = [
             *(item for item in session.items if item.nodeid not in self.engines_by_test),
             *(item for item in engine_items if not extras(item)),
-            # Each extra's tests together, SGLang's first: it is stopped after
-            # its last test, before the fleet's tests need the cores.
-            *no_report,
-            *(item for item in engine_items if extras(item) and item not in no_report),
+            *(item for group in groups for item in group),
         ]
-        self.last_no_report_test = no_report[-1].nodeid if no_report else None
+        self.stop_after = {}
+        for fixture, (name, _) in _STOPPED_EXTRAS.items():
+            users = [item for item in session.items if fixture in extras(item)]
+            if users:
+                self.stop_after.setdefault(users[-1].nodeid, []).append(name)
         if session.config.option.collectonly:
             return
         needed: set[str] = set()
@@ -144,9 +173,10 @@ class _EngineGuard:
         for engine in ENGINES:
             if engine in needed:
                 self.harness.prepare(engine)
-        # Queued behind the shared servers' boots (submitted after them).
-        if "sglang_without_cache_report" in wanted:
-            self.harness.prepare_extra(_NO_CACHE_REPORT, _start_sglang_without_cache_report)
+        # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
+        for fixture, (name, start) in _STOPPED_EXTRAS.items():
+            if fixture in wanted:
+                self.harness.prepare_extra(name, start)
         if "vllm_fleet" in wanted:
             prepare_replicas(self.harness)
 
@@ -174,8 +204,9 @@ class _EngineGuard:
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if report.when == "teardown" and report.nodeid == self.last_no_report_test:
-            self.harness.stop_extra(_NO_CACHE_REPORT)  # no later test needs it
+        if report.when == "teardown":
+            for name in self.stop_after.get(report.nodeid, ()):
+                self.harness.stop_extra(name)  # no later test needs it
         engines = sorted(self.engines_by_test.get(report.nodeid, ()))
         if not engines or (report.when != "call" and report.passed):
             return
@@ -279,3 +310,17 @@ def sglang_without_cache_report(longctx_harness: EngineHarness) -> LocalServer:
     server flag, so this is a server of its own, booted in the background.
     """
     return longctx_harness.extra_server(_NO_CACHE_REPORT, _start_sglang_without_cache_report)
+
+
+@pytest.fixture(scope="session")
+def vllm_vision_server(longctx_harness: EngineHarness) -> LocalServer:
+    """vLLM (CPU) serving the tiny Qwen2-VL, images in chat requests; stopped after its last test."""
+    name, start = _STOPPED_EXTRAS["vllm_vision_server"]
+    return longctx_harness.extra_server(name, start)
+
+
+@pytest.fixture(scope="session")
+def sglang_vision_server(longctx_harness: EngineHarness) -> LocalServer:
+    """SGLang (CPU) serving the tiny Qwen2-VL, images in chat requests; stopped after its last test."""
+    name, start = _STOPPED_EXTRAS["sglang_vision_server"]
+    return longctx_harness.extra_server(name, start)

@@ -361,10 +361,14 @@ def start_vllm(
     port: int | None = None,
     extra_args: Sequence[str] = (),
     ready_timeout: float = 600.0,
+    name: str = "vllm",
 ) -> LocalServer:
-    """Start vLLM (CPU build) on ``model``, ready when a chat completion succeeds."""
+    """Start vLLM (CPU build) on ``model``, ready when a chat completion succeeds.
+
+    ``name`` names the server and its log file (``{name}-{port}.log``).
+    """
     return start_server(
-        "vllm",
+        name,
         vllm_command(env, model, extra_args),
         log_dir=base_dir / "logs",
         ready=_engine_ready("/health", model),
@@ -389,10 +393,14 @@ def start_sglang(
     extra_args: Sequence[str] = (),
     ready_timeout: float = 600.0,
     cache_report: bool = True,
+    name: str = "sglang",
 ) -> LocalServer:
-    """Start SGLang's CPU engine on ``model``, ready when a chat completion succeeds."""
+    """Start SGLang's CPU engine on ``model``, ready when a chat completion succeeds.
+
+    ``name`` names the server and its log file (``{name}-{port}.log``).
+    """
     return start_server(
-        "sglang",
+        name,
         sglang_command(env, model, extra_args, cache_report=cache_report),
         log_dir=base_dir / "logs",
         ready=_engine_ready("/health", model),

@@ -480,8 +480,21 @@ class PackResult:
             f"packed {len(built.documents)} document{'' if len(built.documents) == 1 else 's'}{earlier_text}"
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
+            + self._images_text()
             + (f"; {self.layer_note}" if self.layer_note else "")
             + self._lossy_text(summary.lossy_paths)
+        )
+
+    def _images_text(self) -> str:
+        # Said on the line: the images' tokens are part of what the pack costs, and how sure that is.
+        built = self.pack
+        if not built.images:
+            return ""
+        count = len(built.images)
+        tokens = "not counted" if built.image_tokens is None else f"{built.image_tokens:,} tokens"
+        return (
+            f"; {count} image{'' if count == 1 else 's'}: {tokens}"
+            + (f", {built.image_counter}" if built.image_counter else "")
         )
 
     @staticmethod

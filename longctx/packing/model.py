@@ -492,9 +492,8 @@ class PackResult:
             return ""
         count = len(built.images)
         tokens = "not counted" if built.image_tokens is None else f"{built.image_tokens:,} tokens"
-        return (
-            f"; {count} image{'' if count == 1 else 's'}: {tokens}"
-            + (f", {built.image_counter}" if built.image_counter else "")
+        return f"; {count} image{'' if count == 1 else 's'}: {tokens}" + (
+            f", {built.image_counter}" if built.image_counter else ""
         )
 
     @staticmethod

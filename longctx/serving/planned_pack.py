@@ -37,7 +37,7 @@ class PlannedPack:
 
     @classmethod
     def from_summary(cls, summary: Mapping[str, Any], source: str = "the pack") -> PlannedPack:
-        """The context of ``summary``: a pack's ``to_dict()``, or ``longctx pack --json``'s (``{"pack": ...}``).
+        """The context of ``summary``: a pack's ``to_dict()``, or what ``longctx pack --json`` writes.
 
         Raises :class:`~longctx.errors.ConfigError` naming ``source`` when it is no
         pack summary or its tokens were not counted.
@@ -67,7 +67,9 @@ class PlannedPack:
         except (OSError, ValueError) as error:
             raise ConfigError(f"cannot read the pack summary {os.fspath(path)}: {error}") from None
         if not isinstance(summary, Mapping):
-            raise ConfigError(f"{os.fspath(path)} is not a pack's summary (write one with `longctx pack --json`)")
+            raise ConfigError(
+                f"{os.fspath(path)} is not a pack's summary (write one with `longctx pack --json`)"
+            )
         return cls.from_summary(summary, os.fspath(path))
 
     def line(self) -> str:

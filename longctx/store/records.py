@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from longctx.image_parts import PlacedImage
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
 
@@ -178,10 +179,9 @@ class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
     ``images`` are the pack's images in place (a pack of format
-    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values,
-    which the store, keeping plain data, does not import): held in memory,
-    not in the store, so a session resumed from the store sends their
-    placeholder lines as text.
+    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values):
+    the store keeps their bytes (one copy per sha256), so a session resumed
+    from the store sends the same images.
     """
 
     fingerprint: str
@@ -189,7 +189,7 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
-    images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    images: tuple[PlacedImage, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)

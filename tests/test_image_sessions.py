@@ -75,7 +75,9 @@ def test_a_doc_session_counts_its_images_through_the_server(
 def test_pack_offline_says_the_images_are_estimated(folder: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(
-        main, ["pack", str(folder), "--pdf-pages", "auto", "--json"], env={"LONGCTX_HOME": str(tmp_path / "h")}
+        main,
+        ["pack", str(folder), "--pdf-pages", "auto", "--json"],
+        env={"LONGCTX_HOME": str(tmp_path / "h")},
     )
     assert result.exit_code == 0, result.output
     assert f"1 image: 1,242 tokens, {ESTIMATED}" in result.stderr
@@ -113,3 +115,16 @@ def test_a_store_that_lost_or_damaged_the_image_bytes_is_refused(
     with pytest.raises(StoreError, match="holds 1 images but the store keeps 0"):
         Session.resume(session.id, backend, store=store)
     database.close()
+
+
+def test_pack_with_reuse_says_a_pack_with_images_is_packed_from_the_files(folder: Path, store: Store) -> None:
+    from longctx.packing import pack
+    from longctx.packing.build import IMAGES_NOT_REUSED
+
+    first = pack(folder, CorpusOptions(pdf_pages="auto"), store=store)
+    again = pack(folder, CorpusOptions(pdf_pages="auto"), store=store)
+    assert not again.reused and again.reuse_note == IMAGES_NOT_REUSED
+    assert IMAGES_NOT_REUSED in again.summary_line() and again.to_dict()["reuse_note"] == IMAGES_NOT_REUSED
+    assert again.pack.fingerprint == first.pack.fingerprint and len(again.pack.images) == 1
+    assert pack(folder, CorpusOptions(pdf_pages="auto"), store=store, reuse=False).reuse_note is None
+    assert pack(folder, store=store).reuse_note is None

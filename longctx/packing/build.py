@@ -235,8 +235,10 @@ def pack(
     pack with the same options (same commit, same changed, staged and
     untracked files with the same content, see :mod:`longctx.packing.snapshots`) is
     not read again: its pack and manifest come back from the store
-    (``reused`` is True); not a pack that may hold images (``options`` asking for
-    page images or image files): the store keeps text, not image bytes.
+    (``reused`` is True). A pack that may hold images (``options`` asking for
+    page images or image files) is not kept as a snapshot: it is packed from
+    the files each time, and with ``reuse`` the result's ``reuse_note`` says so
+    (its line and JSON too), rather than the store being skipped in silence.
     Raises what those two functions raise.
     """
     options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
@@ -292,7 +294,19 @@ def pack(
         writer.keep(built, corpus)
     if budget is not None:
         check_budget(built, budget)
-    return PackResult(built, corpus.manifest, corpus.ordering, reused=False, layer_note=corpus.layer_note)
+    return PackResult(
+        built,
+        corpus.manifest,
+        corpus.ordering,
+        reused=False,
+        layer_note=corpus.layer_note,
+        reuse_note=IMAGES_NOT_REUSED if store is not None and reuse and _may_hold_images(options) else None,
+    )
+
+
+# Why a pack that may hold images is never read back from a snapshot: snapshots keep the
+# pack's text, and an image pack's images are rendered from the files.
+IMAGES_NOT_REUSED: Final = "not reused from the store: a pack that may hold images is packed from the files"
 
 
 def _may_hold_images(options: CorpusOptions) -> bool:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from corpus_fixtures import make_scanned_pdf
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend
@@ -27,13 +26,14 @@ from longctx.image_tokens import ESTIMATED, SERVER_COUNTED
 from longctx.sessions import DocSession, Session
 from longctx.store import Store
 from longctx.store.db import DATABASE_NAME
+from longctx.testing.pdfs import scanned_pdf
 
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
     root = tmp_path / "docs"
     root.mkdir()
-    (root / "scan.pdf").write_bytes(make_scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
+    (root / "scan.pdf").write_bytes(scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
     (root / "notes.txt").write_text("plain notes\n")
     return root
 

@@ -235,10 +235,8 @@ def pack(
     pack with the same options (same commit, same changed, staged and
     untracked files with the same content, see :mod:`longctx.packing.snapshots`) is
     not read again: its pack and manifest come back from the store
-    (``reused`` is True). A pack that may hold images (``options`` asking for
-    page images or image files) is not kept as a snapshot: it is packed from
-    the files each time, and with ``reuse`` the result's ``reuse_note`` says so
-    (its line and JSON too), rather than the store being skipped in silence.
+    (``reused`` is True); not a pack that may hold images (``options`` asking for
+    images): it is packed from the files, and its ``reuse_note`` says so.
     Raises what those two functions raise.
     """
     options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
@@ -294,13 +292,19 @@ def pack(
         writer.keep(built, corpus)
     if budget is not None:
         check_budget(built, budget)
+    images_note = store is not None and reuse and _may_hold_images(options)
+    return _built_result(built, corpus, IMAGES_NOT_REUSED if images_note else None)
+
+
+def _built_result(built: Pack, corpus: CorpusOutline, reuse_note: str | None) -> PackResult:
+    """The result of a pack built from the files (not reused), with why it was not reused, if asked."""
     return PackResult(
         built,
         corpus.manifest,
         corpus.ordering,
         reused=False,
         layer_note=corpus.layer_note,
-        reuse_note=IMAGES_NOT_REUSED if store is not None and reuse and _may_hold_images(options) else None,
+        reuse_note=reuse_note,
     )
 
 

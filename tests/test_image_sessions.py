@@ -110,6 +110,9 @@ def test_a_store_that_lost_or_damaged_the_image_bytes_is_refused(
         database.execute("UPDATE image_blobs SET data = x'00'")
     with pytest.raises(StoreError, match="are missing from the store or damaged"):
         Session.resume(session.id, backend, store=store)
+    # A listing reads the pack's summary only: it still works.
+    fingerprint = store.sessions.session(session.id).pack_fingerprint
+    assert fingerprint is not None and store.sessions.pack(fingerprint, images=False) is not None
     with database:
         database.execute("DELETE FROM pack_images")
     with pytest.raises(StoreError, match="holds 1 images but the store keeps 0"):

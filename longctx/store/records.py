@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from longctx.image_parts import PlacedImage
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
 
@@ -28,6 +27,7 @@ __all__ = [
     "Opening",
     "RequestRecord",
     "SessionRecord",
+    "StoredImage",
     "StoredPack",
     "StoredPackIds",
     "StoredPackSnapshot",
@@ -179,9 +179,11 @@ class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
     ``images`` are the pack's images in place (a pack of format
-    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values):
-    the store keeps their bytes (one copy per sha256), so a session resumed
-    from the store sends the same images.
+    ``longctx-pack/5``): :class:`longctx.image_parts.PlacedImage` values
+    in a session (the store, keeping plain data, does not import them), a
+    :class:`StoredImage` each as read back from the store, which keeps their
+    bytes (one copy per sha256) so a session resumed from it sends the same
+    images (:func:`longctx.sessions.recording.placed_images`).
     """
 
     fingerprint: str
@@ -189,7 +191,27 @@ class StoredPack:
     system: str
     prefix: str
     summary: Mapping[str, Any]
-    images: tuple[PlacedImage, ...] = field(default=(), repr=False, compare=False)
+    images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """An image of a stored pack: ``length`` characters from ``offset`` of its prefix, and what it is.
+
+    The fields of a :class:`longctx.image_parts.PlacedImage` and its
+    :class:`longctx.documents.ImagePart`, flat; ``data`` was checked against
+    ``sha256`` when it was read.
+    """
+
+    offset: int
+    length: int
+    media_type: str
+    data: bytes = field(repr=False)
+    sha256: str
+    width: int
+    height: int
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True)

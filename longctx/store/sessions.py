@@ -14,9 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from longctx.documents import ImagePart
 from longctx.errors import SessionNotFound, StoreError
-from longctx.image_parts import PlacedImage
 from longctx.store.db import Database
 from longctx.store.pruning import PruneResult, PruneRule, prune_sessions
 from longctx.store.records import (
@@ -25,6 +23,7 @@ from longctx.store.records import (
     Opening,
     RequestRecord,
     SessionRecord,
+    StoredImage,
     StoredPack,
     TurnRecord,
     record_from_row,
@@ -50,9 +49,10 @@ class SessionLog:
 
     # -- packs --------------------------------------------------------------
 
-    def pack(self, fingerprint: str) -> StoredPack | None:
-        """The pack kept under ``fingerprint``, its images with their bytes, or None.
+    def pack(self, fingerprint: str, *, images: bool = True) -> StoredPack | None:
+        """The pack kept under ``fingerprint``, with its images (:class:`StoredImage`), or None.
 
+        ``images`` False leaves them out (a listing needs the summary only).
         Raises :class:`StoreError` when an image's bytes are missing or no
         longer match their sha256 (a pack that would send other images, or
         placeholders, is not given back).
@@ -61,10 +61,10 @@ class SessionLog:
         if not rows:
             return None
         summary = json.loads(rows[0]["summary_json"])
-        images = self._pack_images(fingerprint, len(summary.get("images") or ()))
-        return record_from_row(StoredPack, rows[0], summary=summary, images=images)
+        placed = self._pack_images(fingerprint, len(summary.get("images") or ())) if images else ()
+        return record_from_row(StoredPack, rows[0], summary=summary, images=placed)
 
-    def _pack_images(self, fingerprint: str, expected: int) -> tuple[PlacedImage, ...]:
+    def _pack_images(self, fingerprint: str, expected: int) -> tuple[StoredImage, ...]:
         """The images of pack ``fingerprint`` in place, checked against their digests and count."""
         rows = self._database.query(
             "SELECT pack_images.*, image_blobs.data AS data FROM pack_images"
@@ -81,16 +81,19 @@ class SessionLog:
                     f" (sha256 {row['sha256'][:16]}) are missing from the store or damaged;"
                     " the session cannot send the same images"
                 )
-            image = ImagePart(
-                row["media_type"],
-                bytes(data),
-                row["sha256"],
-                row["width"],
-                row["height"],
-                row["source"],
-                row["reason"],
+            placed.append(
+                StoredImage(
+                    offset=row["start"],
+                    length=row["length"],
+                    media_type=row["media_type"],
+                    data=bytes(data),
+                    sha256=row["sha256"],
+                    width=row["width"],
+                    height=row["height"],
+                    source=row["source"],
+                    reason=row["reason"],
+                )
             )
-            placed.append(PlacedImage(row["start"], row["length"], image))
         if expected != len(placed):
             raise StoreError(
                 f"pack {fingerprint[:16]} holds {expected} images but the store keeps {len(placed)}"

@@ -72,6 +72,11 @@ _EXPORTS: dict[str, str] = {
     "Finding": "longctx.serving.advice",
     "ImageCounter": "longctx.backends.images",
     "ImageTokens": "longctx.backends.images",
+    "ImagePart": "longctx.documents",
+    "ImageTokenCounter": "longctx.image_tokens",
+    "PatchImageCounter": "longctx.image_tokens",
+    "estimate_image_counter": "longctx.image_tokens",
+    "PlacedImage": "longctx.image_parts",
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "InvalidAnswer": "longctx.errors",
@@ -173,6 +178,7 @@ if TYPE_CHECKING:
     from longctx.corpus import ManifestEntry as ManifestEntry
     from longctx.corpus import load_corpus as load_corpus
     from longctx.documents import Document as Document
+    from longctx.documents import ImagePart as ImagePart
     from longctx.errors import BackendError as BackendError
     from longctx.errors import BudgetError as BudgetError
     from longctx.errors import CanaryDiverged as CanaryDiverged
@@ -196,6 +202,10 @@ if TYPE_CHECKING:
     from longctx.errors import StreamIncomplete as StreamIncomplete
     from longctx.errors import TokenizerError as TokenizerError
     from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
+    from longctx.image_parts import PlacedImage as PlacedImage
+    from longctx.image_tokens import ImageTokenCounter as ImageTokenCounter
+    from longctx.image_tokens import PatchImageCounter as PatchImageCounter
+    from longctx.image_tokens import estimate_image_counter as estimate_image_counter
     from longctx.jobs.items import JobItem as JobItem
     from longctx.jobs.items import read_job as read_job
     from longctx.jobs.job import Job as Job

@@ -3,8 +3,9 @@
 :class:`ImageTokenCounter` is what a pack's budget asks: images in, one
 count each out. Three kinds satisfy it:
 
-- the server's own count (exact: the served model's processor; a backend
-  provides it);
+- the server's own count (exact: the served model's processor;
+  :meth:`longctx.backends.base.Backend.image_counter`, whose identity starts
+  with :data:`SERVER_COUNTED`);
 - :class:`PatchImageCounter` built from the model's processor config
   (``preprocessor_config.json`` of a Qwen2-VL / Qwen2.5-VL-style model:
   ``patch_size``, ``merge_size``, ``min_pixels``, ``max_pixels``), which
@@ -33,7 +34,12 @@ from typing import Any, Final, Protocol, runtime_checkable
 from longctx.documents import ImagePart
 from longctx.errors import ConfigError
 
-__all__ = ["ImageTokenCounter", "PatchImageCounter", "estimate_image_counter"]
+__all__ = ["ESTIMATED", "SERVER_COUNTED", "ImageTokenCounter", "PatchImageCounter", "estimate_image_counter"]
+
+# How a pack's image tokens were counted, as its summary and the CLI say it: the start of a
+# counter's identity.
+SERVER_COUNTED: Final = "counted by the server"
+ESTIMATED: Final = "estimated: Qwen2-VL formula, default processor"
 
 _QWEN2_VL_PATCH: Final = 14
 _QWEN2_VL_MERGE: Final = 2
@@ -83,6 +89,8 @@ class PatchImageCounter:
 
     @property
     def identity(self) -> str:
+        if self.estimated and self.source == ESTIMATED:
+            return ESTIMATED
         return (
             f"patches {self.patch_size}x{self.merge_size} pixels {self.min_pixels}-{self.max_pixels}"
             f" ({self.source})"
@@ -144,4 +152,4 @@ class PatchImageCounter:
 
 def estimate_image_counter() -> PatchImageCounter:
     """The documented estimate: Qwen2-VL's processor defaults, flagged ``estimated``."""
-    return PatchImageCounter(estimated=True, source="estimate: Qwen2-VL defaults")
+    return PatchImageCounter(estimated=True, source=ESTIMATED)

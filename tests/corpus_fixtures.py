@@ -11,7 +11,6 @@ import codecs
 import contextlib
 import errno
 import hashlib
-import io
 import os
 import subprocess
 from collections.abc import Iterator, Mapping
@@ -338,62 +337,3 @@ def refusing_to_open(monkeypatch: pytest.MonkeyPatch, locked: Path) -> Iterator[
     with monkeypatch.context() as patch:
         patch.setattr(os, "open", guarded_open)
         yield
-
-
-def make_scanned_pdf(pages: list[str]) -> bytes:
-    """A PDF of image-only pages, like a scan: each text rendered to a picture, no text layer.
-
-    Each text is laid out on a PDF page (:func:`make_pdf`), rendered to a
-    grayscale PNG by longctx's own renderer, and that PNG's pixel stream
-    (PNG's filtered rows in zlib are what a PDF's FlateDecode with PNG
-    predictors reads) drawn over a whole US Letter page.
-    """
-    import struct
-
-    from pypdf import PdfWriter
-    from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject, NumberObject, StreamObject
-
-    from longctx.sources.page_images import render_pages
-
-    writer = PdfWriter()
-    for text in pages:
-        (rendered,) = render_pages(make_pdf([text]), {1: "scan"})
-        assert rendered.image is not None
-        png, width, height = rendered.image.data, rendered.image.width, rendered.image.height
-        stream, offset = b"", 8
-        while offset < len(png):
-            (length,) = struct.unpack(">I", png[offset : offset + 4])
-            if png[offset + 4 : offset + 8] == b"IDAT":
-                stream += png[offset + 8 : offset + 8 + length]
-            offset += 12 + length
-        image = StreamObject()
-        image._data = stream
-        image.update(
-            {
-                NameObject("/Type"): NameObject("/XObject"),
-                NameObject("/Subtype"): NameObject("/Image"),
-                NameObject("/Width"): NumberObject(width),
-                NameObject("/Height"): NumberObject(height),
-                NameObject("/ColorSpace"): NameObject("/DeviceGray"),
-                NameObject("/BitsPerComponent"): NumberObject(8),
-                NameObject("/Filter"): NameObject("/FlateDecode"),
-                NameObject("/DecodeParms"): DictionaryObject(
-                    {
-                        NameObject("/Predictor"): NumberObject(15),
-                        NameObject("/Colors"): NumberObject(1),
-                        NameObject("/BitsPerComponent"): NumberObject(8),
-                        NameObject("/Columns"): NumberObject(width),
-                    }
-                ),
-            }
-        )
-        page = writer.add_blank_page(612, 792)
-        page[NameObject("/Resources")] = DictionaryObject(
-            {NameObject("/XObject"): DictionaryObject({NameObject("/Im1"): writer._add_object(image)})}
-        )
-        content = DecodedStreamObject()
-        content.set_data(b"q 612 0 0 792 0 0 cm /Im1 Do Q")
-        page[NameObject("/Contents")] = writer._add_object(content)
-    buffer = io.BytesIO()
-    writer.write(buffer)
-    return buffer.getvalue()

@@ -226,6 +226,11 @@ class FakeEngine:
             "prompt_tokens_details": details,
         }
         scored = self.scored(body, cached)
+        if not body.get("stream", False):
+            # A plain answer (an image count asks one): the usage in the body.
+            message = {"role": "assistant", "content": self.answer}
+            choice = {"index": 0, "message": message, "finish_reason": "stop", **scored}
+            return httpx2.Response(200, json={"id": "c1", "choices": [choice], "usage": usage})
         chunks = [
             {
                 "id": "c1",

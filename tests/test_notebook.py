@@ -1,4 +1,4 @@
-"""The example notebooks (doc_qa, typed_records), executed against the test suite's vLLM server."""
+"""The example notebooks (doc_qa, typed_records, scanned_pdf), executed against the suite's vLLM servers."""
 
 from __future__ import annotations
 
@@ -60,5 +60,35 @@ def test_the_typed_records_notebook_extracts_validated_records_from_pdfs(
     assert "['Contract', 'Contract', 'Contract']" in results  # each record validated into the model
     assert '"contracts": [' in text
     assert "cut at max_tokens" in text and "finish_reason length" in text
+    html = "".join(output.get("data", {}).get("text/html", "") for output in outputs)
+    assert "longctx-report" in html
+
+
+SCANNED = Path(__file__).resolve().parent.parent / "examples" / "scanned_pdf.ipynb"
+
+
+def test_the_scanned_pdf_notebook_sends_its_page_as_an_image_and_reads_it_from_the_cache(
+    vllm_vision_server: LocalServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LONGCTX_BASE_URL", vllm_vision_server.api_base)
+    monkeypatch.setenv("LONGCTX_EXAMPLE_PAGE_SIDE", "448")  # about 200 image tokens: fast on a CPU
+    notebook = nbformat.read(SCANNED, as_version=4)
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
+
+    outputs = [
+        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
+    ]
+    assert not [output for output in outputs if output.get("output_type") == "error"]
+    text = "".join(output.get("text", "") for output in outputs)
+    assert "invoice.pdf: page 1: sent as an image (no usable text layer: no text layer" in text
+    assert "(counted by the server (" in text
+    image_tokens = int(text.split("1 image(s): ")[1].split()[0].replace(",", ""))
+    assert "text: the prompt holds images (token ids cannot carry them)" in text
+    cached = [
+        int(line.split()[1].replace(",", "")) for line in text.splitlines() if line.startswith("  cached ")
+    ]
+    assert len(cached) == 2 and cached[1] > image_tokens  # the second question: past the image
     html = "".join(output.get("data", {}).get("text/html", "") for output in outputs)
     assert "longctx-report" in html

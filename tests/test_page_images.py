@@ -10,8 +10,9 @@ import struct
 import zlib
 from pathlib import Path
 
+import PIL.Image
 import pytest
-from corpus_fixtures import make_pdf, make_scanned_pdf
+from corpus_fixtures import make_pdf
 
 from longctx.config import CorpusOptions
 from longctx.corpus import load_corpus
@@ -30,6 +31,7 @@ from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText, extract_pdf
 from longctx.sources.png import encode_gray_png, image_size
 from longctx.sources.text_layer import judge_page
+from longctx.testing.pdfs import scanned_pdf
 from longctx.tokens import EstimateTokenizer
 
 LETTER = (612.0, 792.0)
@@ -71,7 +73,7 @@ def test_the_rule_on_real_pdfs() -> None:
         (2, "no text layer"),
         (3, "too little text (7 characters)"),
     ]
-    scanned = extract_pdf(make_scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
+    scanned = extract_pdf(scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
     assert isinstance(scanned, PdfText)
     assert [(page.number, page.reason) for page in scanned.unusable_pages] == [(1, "no text layer")]
     garbled = extract_pdf(make_pdf(["\x00\x01\x02 ab \x03\x04\x05" * 40]))
@@ -107,9 +109,8 @@ def test_the_png_holds_the_pixels_in_stored_blocks() -> None:
 
 
 def test_a_png_decoder_reads_it() -> None:
-    image_module = pytest.importorskip("PIL.Image")
     pixels = bytes(range(256)) * 4
-    decoded = image_module.open(io.BytesIO(encode_gray_png(64, 16, pixels)))
+    decoded = PIL.Image.open(io.BytesIO(encode_gray_png(64, 16, pixels)))
     assert decoded.mode == "L" and decoded.size == (64, 16) and decoded.tobytes() == pixels
 
 
@@ -146,7 +147,7 @@ def _folder(tmp_path: Path) -> Path:
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "report.pdf").write_bytes(make_pdf([BODY, None, "Figure 3"]))
-    (folder / "scan.pdf").write_bytes(make_scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
+    (folder / "scan.pdf").write_bytes(scanned_pdf(["Invoice 4711\nTotal: 4,210 euros"]))
     (folder / "notes.txt").write_text("plain notes\n")
     return folder
 
@@ -276,7 +277,7 @@ def test_a_document_that_spells_a_placeholder_does_not_move_an_image(tmp_path: P
 def test_the_fingerprint_covers_the_image_digests(tmp_path: Path) -> None:
     folder = _folder(tmp_path)
     before = build_pack(load_corpus(folder, CorpusOptions(pdf_pages="auto")))
-    (folder / "scan.pdf").write_bytes(make_scanned_pdf(["Invoice 4712\nTotal: 4,210 euros"]))
+    (folder / "scan.pdf").write_bytes(scanned_pdf(["Invoice 4712\nTotal: 4,210 euros"]))
     after = build_pack(load_corpus(folder, CorpusOptions(pdf_pages="auto")))
     assert before.fingerprint != after.fingerprint
     changed = [

@@ -146,3 +146,33 @@ def test_plan_names_only_the_growing_layer_kinds_the_model_has(config: Path, tmp
     mla = tmp_path / "mla.json"
     mla.write_text(json.dumps(DEEPSEEK_MLA))
     assert "bytes (MLA)\n" in invoke("plan", "--config", str(mla)).stdout
+
+
+def test_plan_for_a_pack_plans_its_whole_context_images_included(config: Path, tmp_path: Path) -> None:
+    summary = {
+        "pack": {
+            "fingerprint": "f" * 64,
+            "total_tokens": 3_000,
+            "prefix_tokens": 2_400,
+            "image_tokens": 560,
+            "image_counter": "estimated: Qwen2-VL formula, default processor",
+            "images": [{"sha256": "a" * 64}, {"sha256": "b" * 64}],
+            "estimated": True,
+        },
+        "manifest": {},
+    }
+    path = tmp_path / "pack.json"
+    path.write_text(json.dumps(summary))
+    result = invoke("plan", "--config", str(config), "--pack", str(path), "--context", "8192")
+    assert result.exit_code == EXIT_OK, result.output
+    assert (
+        "pack ffffffffffffffff: 3,000 tokens, of which 560 for 2 images"
+        " (estimated: Qwen2-VL formula, default processor) (estimated)"
+    ) in result.stderr
+    data = json.loads(invoke("plan", "--config", str(config), "--pack", str(path), "--json").stdout)
+    assert [answer["context_tokens"] for answer in data["at_context"]] == [3_000]
+    assert data["pack"]["image_tokens"] == 560 and data["pack"]["images"] == 2
+    uncounted = tmp_path / "uncounted.json"
+    uncounted.write_text(json.dumps({"fingerprint": "f" * 64, "total_tokens": None}))
+    refused = invoke("plan", "--config", str(config), "--pack", str(uncounted))
+    assert refused.exit_code == EXIT_USAGE and "were not counted" in refused.output

@@ -26,6 +26,7 @@ EXPORTED = {
     "LeaseHolder",
     "SessionLog",
     "SnapshotTexts",
+    "StoredImage",  # a stored pack's image as read back, its bytes checked (sessions/recording.py places it)
     "Opening",  # a new session with what it did before its first turn (sessions/recording.py)
     "PruneResult",  # store.sessions.prune: `longctx sessions prune`
     "PruneRule",

@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, TokenizerError
+from longctx.image_tokens import SERVER_COUNTED
 
 __all__ = [
     "EncodedImage",
@@ -105,7 +106,9 @@ def image_part(image: ImageLike) -> dict[str, Any]:
 class ImageCounter:
     """Image questions to one server (``endpoint``, its ``profile``, the served ``model``); counts cached.
 
-    Thread-safe. Raises :class:`~longctx.errors.TokenizerError` when the
+    An :class:`~longctx.image_tokens.ImageTokenCounter` (``identity``,
+    ``estimated`` False, :meth:`count_images`), so a pack's budget counts
+    its images through the server. Thread-safe. Raises :class:`~longctx.errors.TokenizerError` when the
     server cannot count an image (a text-only model, an unreadable image),
     with the server's answer.
     """
@@ -118,6 +121,20 @@ class ImageCounter:
         self._without_image: int | None = None
         self._takes_images: bool | None = None
         self._lock = threading.Lock()
+
+    @property
+    def identity(self) -> str:
+        """What counts: the server's engine, URL and model, and the route (see the module docstring)."""
+        return f"{SERVER_COUNTED} ({self.profile.label} {self.endpoint.root_url}, {self.model}, {self.route})"
+
+    @property
+    def estimated(self) -> bool:
+        """False: the served model's own processor counts."""
+        return False
+
+    def count_images(self, images: Sequence[ImageLike]) -> list[int]:
+        """Each image's tokens in a prompt, in order (:meth:`count` without the details)."""
+        return [counted.tokens for counted in self.count(images)]
 
     @property
     def route(self) -> Literal["tokenize", "completion"]:

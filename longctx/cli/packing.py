@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+from dataclasses import dataclass
 
 import click
 
 from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
 from longctx.config import CorpusOptions, ServerOptions
+from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
 from longctx.tokens import Tokenizer, offline_tokenizer
@@ -50,8 +53,11 @@ def pack(
     An unchanged repository's pack is reused from the store. Counts go to
     stderr, flagged when estimated.
     """
+    counting = _counting(tokenizer, server)
     with runtime().open_store() as store:
-        result = pack_paths(list(paths), corpus, tokenizer=_tokenizer(tokenizer, server), store=store)
+        result = pack_paths(
+            list(paths), corpus, tokenizer=counting.tokenizer, store=store, image_counter=counting.images
+        )
     saved = None
     if as_json and output:
         # Through the one saving path, like the pack itself.
@@ -71,10 +77,23 @@ def pack(
         )
 
 
-def _tokenizer(choice: str, server: ServerOptions) -> Tokenizer:
+@dataclass(frozen=True)
+class _Counting:
+    """What counts a pack: the text's tokenizer, and the images' counter (None: the estimate)."""
+
+    tokenizer: Tokenizer
+    images: ImageTokenCounter | None
+
+
+def _counting(choice: str, server: ServerOptions) -> _Counting:
+    """The counters ``--tokenizer`` names: the server counts text and images alike, offline a model
+    folder's processor config counts images, else the documented estimate does."""
     if choice == "auto":
         choice = "server" if server.names_a_server() or runtime().backend is not None else "estimate"
     if choice != "server":
-        return offline_tokenizer(choice)
-    # The tokenizer counts through the connection's endpoint: it stays open until the command ends.
-    return runtime().connect(server).tokenizer()
+        processor = os.path.join(choice, "preprocessor_config.json")
+        images = PatchImageCounter.from_processor_config(processor) if os.path.isfile(processor) else None
+        return _Counting(offline_tokenizer(choice), images)
+    # The counters ask through the connection's endpoint: it stays open until the command ends.
+    backend = runtime().connect(server)
+    return _Counting(backend.tokenizer(), backend.image_counter())

@@ -27,6 +27,7 @@ from longctx.serving import kv_layout_from_config, load_model_config, plan_capac
 from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models
 from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
+from longctx.serving.planned_pack import PlannedPack
 from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPE
 
 # The planner's argument names, as `plan`'s flags: its errors name what the user typed.
@@ -250,6 +251,12 @@ def recipe(
     type=float,
     help="GiB of host memory for KV offloading, the whole replica's (vLLM --kv-offloading-size).",
 )
+@click.option(
+    "--pack",
+    "pack_json",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A pack's summary (`longctx pack --json`): plan for its context, image tokens included.",
+)
 @click.option("--json", "as_json", is_flag=True, help="JSON on stdout.")
 def plan(
     config_path: str | None,
@@ -264,13 +271,20 @@ def plan(
     contexts: tuple[int, ...],
     concurrencies: tuple[int, ...],
     host_memory: float | None,
+    pack_json: str | None,
     as_json: bool,
 ) -> None:
     """KV-cache memory per token and sequence, and what fits: longest context, highest concurrency.
 
     Without --gpu-memory and --weights (or a measured --kv-memory) it gives
-    the bytes per token and per sequence only.
+    the bytes per token and per sequence only. With --pack, the pack's whole
+    context (text, template and image tokens, as the pack counted them) is
+    one of the contexts answered for.
     """
+    planned = PlannedPack.read(pack_json) if pack_json is not None else None
+    if planned is not None:
+        contexts = (planned.total_tokens, *contexts)
+        note(planned.line())
     if kv_cache_dtype == "recipe":
         kv_cache_dtype = RECIPE_KV_CACHE_DTYPE
         note(f"KV cache {kv_cache_dtype}, as `longctx recipe` launches it (auto: the model's own type)")
@@ -291,7 +305,7 @@ def plan(
     except ServingConfigError as error:
         raise _naming_flags(error) from None
     if as_json:
-        emit_json(result.to_dict())
+        emit_json({**result.to_dict(), **({"pack": planned.to_dict()} if planned else {})})
     else:
         click.echo(result.to_text())
 

@@ -115,7 +115,7 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
 def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
     """A session's facts for the listing: its time, source, pack size, turns and first question."""
     turns = store.sessions.turns(record.id)
-    pack = store.sessions.pack(record.pack_fingerprint) if record.pack_fingerprint else None
+    pack = store.sessions.pack(record.pack_fingerprint, images=False) if record.pack_fingerprint else None
     living = record.settings.get("living") or {}
     return {
         "id": record.id,

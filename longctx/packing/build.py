@@ -236,7 +236,7 @@ def pack(
     untracked files with the same content, see :mod:`longctx.packing.snapshots`) is
     not read again: its pack and manifest come back from the store
     (``reused`` is True); not a pack that may hold images (``options`` asking for
-    page images or image files): the store keeps text, not image bytes.
+    images): it is packed from the files, and its ``reuse_note`` says so.
     Raises what those two functions raise.
     """
     options = with_tokenizer_specials(options or CorpusOptions(), tokenizer)
@@ -292,7 +292,25 @@ def pack(
         writer.keep(built, corpus)
     if budget is not None:
         check_budget(built, budget)
-    return PackResult(built, corpus.manifest, corpus.ordering, reused=False, layer_note=corpus.layer_note)
+    images_note = store is not None and reuse and _may_hold_images(options)
+    return _built_result(built, corpus, IMAGES_NOT_REUSED if images_note else None)
+
+
+def _built_result(built: Pack, corpus: CorpusOutline, reuse_note: str | None) -> PackResult:
+    """The result of a pack built from the files (not reused), with why it was not reused, if asked."""
+    return PackResult(
+        built,
+        corpus.manifest,
+        corpus.ordering,
+        reused=False,
+        layer_note=corpus.layer_note,
+        reuse_note=reuse_note,
+    )
+
+
+# Why a pack that may hold images is never read back from a snapshot: snapshots keep the
+# pack's text, and an image pack's images are rendered from the files.
+IMAGES_NOT_REUSED: Final = "not reused from the store: a pack that may hold images is packed from the files"
 
 
 def _may_hold_images(options: CorpusOptions) -> bool:

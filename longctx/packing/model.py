@@ -428,7 +428,9 @@ class PackResult:
     :func:`~longctx.corpus.load_corpus` give for the same inputs. ``layer_note``
     says why a repository's pack is layered on its base, or why it starts
     over from a nearer one (see :class:`~longctx.sources.history.LayerPlan`);
-    None when there is nothing to say, and for a reused pack.
+    None when there is nothing to say, and for a reused pack. ``reuse_note``
+    says why a pack that was to be reused from the store was packed from
+    the files instead (a pack with images keeps no snapshot); None otherwise.
     """
 
     pack: Pack
@@ -441,6 +443,7 @@ class PackResult:
     # For a reused pack, what the summary line needs of the manifest, stored
     # with it; None: worked out from the manifest.
     _manifest_summary: ManifestSummary | None = field(default=None, repr=False, compare=False)
+    reuse_note: str | None = None
 
     @cached_property
     def manifest(self) -> Manifest:
@@ -454,6 +457,7 @@ class PackResult:
             "manifest": self.manifest.to_dict(),
             "reused": self.reused,
             "layers": self.layer_note,
+            **({"reuse_note": self.reuse_note} if self.reuse_note else {}),
         }
 
     def summary_line(self) -> str:
@@ -480,8 +484,21 @@ class PackResult:
             f"packed {len(built.documents)} document{'' if len(built.documents) == 1 else 's'}{earlier_text}"
             f"{' (unchanged: reused)' if self.reused else ''}: "
             f"{count_text}; skipped: {skipped_text}; fingerprint {built.fingerprint[:16]}"
+            + self._images_text()
             + (f"; {self.layer_note}" if self.layer_note else "")
+            + (f"; {self.reuse_note}" if self.reuse_note else "")
             + self._lossy_text(summary.lossy_paths)
+        )
+
+    def _images_text(self) -> str:
+        # Said on the line: the images' tokens are part of what the pack costs, and how sure that is.
+        built = self.pack
+        if not built.images:
+            return ""
+        count = len(built.images)
+        tokens = "not counted" if built.image_tokens is None else f"{built.image_tokens:,} tokens"
+        return f"; {count} image{'' if count == 1 else 's'}: {tokens}" + (
+            f", {built.image_counter}" if built.image_counter else ""
         )
 
     @staticmethod

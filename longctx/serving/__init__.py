@@ -3,6 +3,7 @@
 - :mod:`longctx.serving.kv`: the KV-cache layout of a model from its
   ``config.json`` (attention, MLA, sliding-window, linear-attention layers).
 - :mod:`longctx.serving.plan`: how much context at how much concurrency fits.
+- :mod:`longctx.serving.planned_pack`: the context a pack needs (``plan --pack``), images included.
 - :mod:`longctx.serving.recipes`: launch commands for vLLM and SGLang.
 - :mod:`longctx.serving.advice`: flags to add to a running server.
 - :mod:`longctx.serving.tiers`: the planner's host tier.

@@ -107,24 +107,34 @@ def pack_for_server(corpus: Corpus, backend: Backend, *, store: Store, request: 
     """The pack of ``corpus`` counted with the server's own tokenizer and checked against its window.
 
     On a server without a tokenize route (or an unknown window) the
-    documented estimate is used and the pack says ``estimated``. Raises
+    documented estimate is used and the pack says ``estimated``. Images
+    are counted by the server (:meth:`~longctx.backends.base.Backend.image_counter`,
+    asked only when the corpus holds images). Raises
     :class:`~longctx.errors.BudgetError` when it does not fit (see
     :func:`shards_for_server`).
     """
     return build_pack(
-        corpus, tokenizer=_server_tokenizer(backend), store=store, budget=server_budget(backend, request)
+        corpus,
+        tokenizer=_server_tokenizer(backend),
+        store=store,
+        budget=server_budget(backend, request),
+        image_counter=backend.image_counter(),
     )
 
 
 def shards_for_server(
     corpus: Corpus, backend: Backend, *, store: Store, request: RequestOptions
 ) -> tuple[Pack, ...]:
-    """``corpus`` split into packs that each fit the server's window (one when the window is unknown)."""
+    """``corpus`` split into packs that each fit the server's window (one when the window is unknown).
+
+    Images are counted by the server, as in :func:`pack_for_server`.
+    """
     tokenizer = _server_tokenizer(backend)
     budget = server_budget(backend, request)
+    images = backend.image_counter()
     if budget is None:
-        return (build_pack(corpus, tokenizer=tokenizer, store=store),)
-    return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store).shards
+        return (build_pack(corpus, tokenizer=tokenizer, store=store, image_counter=images),)
+    return build_shards(corpus, budget=budget, tokenizer=tokenizer, store=store, image_counter=images).shards
 
 
 class _AsGiven(TypedDict, total=False):

@@ -18,8 +18,11 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from longctx.documents import ImagePart
+from longctx.image_parts import PlacedImage
 from longctx.store import (
     CounterCheckRecord,
     CounterSkip,
@@ -27,13 +30,14 @@ from longctx.store import (
     RequestRecord,
     SessionRecord,
     Store,
+    StoredImage,
     StoredPack,
 )
 
 if TYPE_CHECKING:
     from longctx.packing import Pack
 
-__all__ = ["Recording", "branch_record", "stored_pack"]
+__all__ = ["Recording", "branch_record", "placed_images", "stored_pack"]
 
 
 class Recording:
@@ -139,3 +143,28 @@ def stored_pack(pack: Pack | StoredPack) -> StoredPack:
         summary=pack.to_dict(),
         images=pack.images,
     )
+
+
+def placed_images(pack: StoredPack) -> StoredPack:
+    """``pack`` as read back from the store, its images placed again (``PlacedImage``) for the requests."""
+    if not pack.images:
+        return pack
+    placed = tuple(
+        PlacedImage(
+            image.offset,
+            image.length,
+            ImagePart(
+                image.media_type,
+                image.data,
+                image.sha256,
+                image.width,
+                image.height,
+                image.source,
+                image.reason,
+            ),
+        )
+        if isinstance(image, StoredImage)
+        else image
+        for image in pack.images
+    )
+    return replace(pack, images=placed)

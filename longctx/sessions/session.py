@@ -48,7 +48,7 @@ from longctx.sessions.answers import (
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.prompt_ids import PromptIds
-from longctx.sessions.recording import Recording, branch_record, stored_pack
+from longctx.sessions.recording import Recording, branch_record, placed_images, stored_pack
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
@@ -153,6 +153,7 @@ class Session(Conversation):
             raise StoreError(
                 f"session {record.id} refers to pack {record.pack_fingerprint} missing from the store"
             )
+        pack = placed_images(pack) if pack is not None else None  # the images it sent, sent again
         settings = record.settings
         if resources.given_backend is None:
             # Where the session was served, unless the caller connects it elsewhere.

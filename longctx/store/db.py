@@ -264,6 +264,29 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE pdf_texts ADD COLUMN unusable_pages_json TEXT NOT NULL DEFAULT '[]';
     """,
+    # 18: a pack's images (longctx.image_parts.PlacedImage), so a session resumed from the store
+    # sends the same images: each image's place in the pack's prefix and what it is, its bytes
+    # kept once per sha256 in image_blobs (the database file is private, like the rest).
+    """
+    CREATE TABLE image_blobs (
+        sha256 TEXT PRIMARY KEY,
+        data BLOB NOT NULL
+    );
+    CREATE TABLE pack_images (
+        pack_fingerprint TEXT NOT NULL REFERENCES packs(fingerprint) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        start INTEGER NOT NULL,
+        length INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        media_type TEXT NOT NULL,
+        width INTEGER NOT NULL,
+        height INTEGER NOT NULL,
+        source TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        PRIMARY KEY (pack_fingerprint, position)
+    ) WITHOUT ROWID;
+    CREATE INDEX pack_images_by_sha256 ON pack_images(sha256);
+    """,
 )
 
 

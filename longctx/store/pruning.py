@@ -111,6 +111,8 @@ def prune_sessions(database: Database, rule: PruneRule, *, dry_run: bool = False
                 "DELETE FROM packs WHERE fingerprint NOT IN"
                 " (SELECT pack_fingerprint FROM sessions WHERE pack_fingerprint IS NOT NULL)"
             )
+            # The bytes of images no kept pack places any more.
+            connection.execute("DELETE FROM image_blobs WHERE sha256 NOT IN (SELECT sha256 FROM pack_images)")
         try:
             database.vacuum()
         except StoreError as error:

@@ -27,6 +27,7 @@ __all__ = [
     "Opening",
     "RequestRecord",
     "SessionRecord",
+    "StoredImage",
     "StoredPack",
     "StoredPackIds",
     "StoredPackSnapshot",
@@ -178,10 +179,11 @@ class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
     ``images`` are the pack's images in place (a pack of format
-    ``longctx-pack/5``; :class:`longctx.image_parts.PlacedImage` values,
-    which the store, keeping plain data, does not import): held in memory,
-    not in the store, so a session resumed from the store sends their
-    placeholder lines as text.
+    ``longctx-pack/5``): :class:`longctx.image_parts.PlacedImage` values
+    in a session (the store, keeping plain data, does not import them), a
+    :class:`StoredImage` each as read back from the store, which keeps their
+    bytes (one copy per sha256) so a session resumed from it sends the same
+    images (:func:`longctx.sessions.recording.placed_images`).
     """
 
     fingerprint: str
@@ -190,6 +192,26 @@ class StoredPack:
     prefix: str
     summary: Mapping[str, Any]
     images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class StoredImage:
+    """An image of a stored pack: ``length`` characters from ``offset`` of its prefix, and what it is.
+
+    The fields of a :class:`longctx.image_parts.PlacedImage` and its
+    :class:`longctx.documents.ImagePart`, flat; ``data`` was checked against
+    ``sha256`` when it was read.
+    """
+
+    offset: int
+    length: int
+    media_type: str
+    data: bytes = field(repr=False)
+    sha256: str
+    width: int
+    height: int
+    source: str
+    reason: str
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ holds every completed turn and no half turn.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -22,6 +23,7 @@ from longctx.store.records import (
     Opening,
     RequestRecord,
     SessionRecord,
+    StoredImage,
     StoredPack,
     TurnRecord,
     record_from_row,
@@ -47,12 +49,57 @@ class SessionLog:
 
     # -- packs --------------------------------------------------------------
 
-    def pack(self, fingerprint: str) -> StoredPack | None:
-        """The pack kept under ``fingerprint``, or None."""
+    def pack(self, fingerprint: str, *, images: bool = True) -> StoredPack | None:
+        """The pack kept under ``fingerprint``, with its images (:class:`StoredImage`), or None.
+
+        ``images`` False leaves them out (a listing needs the summary only).
+        Raises :class:`StoreError` when an image's bytes are missing or no
+        longer match their sha256 (a pack that would send other images, or
+        placeholders, is not given back).
+        """
         rows = self._database.query("SELECT * FROM packs WHERE fingerprint = ?", [fingerprint])
         if not rows:
             return None
-        return record_from_row(StoredPack, rows[0], summary=json.loads(rows[0]["summary_json"]), images=())
+        summary = json.loads(rows[0]["summary_json"])
+        placed = self._pack_images(fingerprint, len(summary.get("images") or ())) if images else ()
+        return record_from_row(StoredPack, rows[0], summary=summary, images=placed)
+
+    def _pack_images(self, fingerprint: str, expected: int) -> tuple[StoredImage, ...]:
+        """The images of pack ``fingerprint`` in place, checked against their digests and count."""
+        rows = self._database.query(
+            "SELECT pack_images.*, image_blobs.data AS data FROM pack_images"
+            " LEFT JOIN image_blobs ON image_blobs.sha256 = pack_images.sha256"
+            " WHERE pack_fingerprint = ? ORDER BY position",
+            [fingerprint],
+        )
+        placed = []
+        for row in rows:
+            data = row["data"]
+            if data is None or hashlib.sha256(data).hexdigest() != row["sha256"]:
+                raise StoreError(
+                    f"pack {fingerprint[:16]}: the bytes of its image {row['source']}"
+                    f" (sha256 {row['sha256'][:16]}) are missing from the store or damaged;"
+                    " the session cannot send the same images"
+                )
+            placed.append(
+                StoredImage(
+                    offset=row["start"],
+                    length=row["length"],
+                    media_type=row["media_type"],
+                    data=bytes(data),
+                    sha256=row["sha256"],
+                    width=row["width"],
+                    height=row["height"],
+                    source=row["source"],
+                    reason=row["reason"],
+                )
+            )
+        if expected != len(placed):
+            raise StoreError(
+                f"pack {fingerprint[:16]} holds {expected} images but the store keeps {len(placed)}"
+                " (kept by a longctx that stored no image bytes): pack the files again"
+            )
+        return tuple(placed)
 
     # -- sessions -----------------------------------------------------------
 
@@ -253,6 +300,17 @@ def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
         (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
          json.dumps(pack.summary, sort_keys=True), time.time()),
     )  # fmt: skip
+    for position, placed in enumerate(pack.images):
+        image = placed.image
+        connection.execute(
+            "INSERT OR IGNORE INTO image_blobs (sha256, data) VALUES (?, ?)", (image.sha256, image.data)
+        )
+        connection.execute(
+            "INSERT OR IGNORE INTO pack_images (pack_fingerprint, position, start, length, sha256,"
+            " media_type, width, height, source, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (pack.fingerprint, position, placed.offset, placed.length, image.sha256,
+             image.media_type, image.width, image.height, image.source, image.reason),
+        )  # fmt: skip
 
 
 def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:

@@ -1,19 +1,22 @@
-"""Writing small text PDFs, for tests and examples (pypdf's writing side).
+"""Writing small PDFs, for tests and examples (pypdf's writing side): text, and scans.
 
 longctx reads PDFs in :mod:`longctx.sources.pdf`; tests and the notebook
-example need PDFs to read, made on the spot rather than shipped.
+examples need PDFs to read, made on the spot rather than shipped.
+:func:`scanned_pdf` makes pages with no text layer (a picture of the text,
+like a scanner's), the pages longctx sends as images.
 """
 
 from __future__ import annotations
 
 import io
+import struct
 from collections.abc import Sequence
 from pathlib import Path
 
 from pypdf import PdfWriter
-from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject
+from pypdf.generic import DecodedStreamObject, DictionaryObject, NameObject, NumberObject, StreamObject
 
-__all__ = ["text_pdf", "write_text_pdf"]
+__all__ = ["scanned_pdf", "text_pdf", "write_scanned_pdf", "write_text_pdf"]
 
 
 def _add_text_page(writer: PdfWriter, text: str) -> None:
@@ -61,4 +64,67 @@ def write_text_pdf(path: Path, pages: Sequence[str | None]) -> Path:
     """Write :func:`text_pdf` of ``pages`` to ``path`` (parents created)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text_pdf(pages))
+    return path
+
+
+def scanned_pdf(pages: Sequence[str]) -> bytes:
+    """A PDF of image-only pages, like a scan: each text rendered to a picture, no text layer.
+
+    Each text is laid out on a PDF page (:func:`text_pdf`), rendered to a
+    grayscale PNG by longctx's own renderer, and that PNG's pixel stream
+    (PNG's filtered rows in zlib are what a PDF's FlateDecode with PNG
+    predictors reads) drawn over a whole US Letter page.
+    """
+    # Imported here: rendering needs pypdfium2, which the text PDFs do not.
+    from longctx.sources.page_images import render_pages
+
+    writer = PdfWriter()
+    for text in pages:
+        (rendered,) = render_pages(text_pdf([text]), {1: "scan"})
+        if rendered.image is None:
+            raise ValueError(f"a scanned page needs some text to show, not {text!r}")
+        png, width, height = rendered.image.data, rendered.image.width, rendered.image.height
+        stream, offset = b"", 8
+        while offset < len(png):
+            (length,) = struct.unpack(">I", png[offset : offset + 4])
+            if png[offset + 4 : offset + 8] == b"IDAT":
+                stream += png[offset + 8 : offset + 8 + length]
+            offset += 12 + length
+        image = StreamObject()
+        image._data = stream
+        image.update(
+            {
+                NameObject("/Type"): NameObject("/XObject"),
+                NameObject("/Subtype"): NameObject("/Image"),
+                NameObject("/Width"): NumberObject(width),
+                NameObject("/Height"): NumberObject(height),
+                NameObject("/ColorSpace"): NameObject("/DeviceGray"),
+                NameObject("/BitsPerComponent"): NumberObject(8),
+                NameObject("/Filter"): NameObject("/FlateDecode"),
+                NameObject("/DecodeParms"): DictionaryObject(
+                    {
+                        NameObject("/Predictor"): NumberObject(15),
+                        NameObject("/Colors"): NumberObject(1),
+                        NameObject("/BitsPerComponent"): NumberObject(8),
+                        NameObject("/Columns"): NumberObject(width),
+                    }
+                ),
+            }
+        )
+        page = writer.add_blank_page(612, 792)
+        page[NameObject("/Resources")] = DictionaryObject(
+            {NameObject("/XObject"): DictionaryObject({NameObject("/Im1"): writer._add_object(image)})}
+        )
+        content = DecodedStreamObject()
+        content.set_data(b"q 612 0 0 792 0 0 cm /Im1 Do Q")
+        page[NameObject("/Contents")] = writer._add_object(content)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    return buffer.getvalue()
+
+
+def write_scanned_pdf(path: Path, pages: Sequence[str]) -> Path:
+    """Write :func:`scanned_pdf` of ``pages`` to ``path`` (parents created)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(scanned_pdf(pages))
     return path

@@ -11,7 +11,7 @@ import pytest
 
 import longctx.store
 from longctx.errors import StoreError
-from longctx.store import Store
+from longctx.store import Store, StoredPackIds
 
 STORE_PACKAGE = Path(longctx.store.__file__).parent
 
@@ -121,6 +121,15 @@ def test_a_store_takes_its_folder_as_a_string_and_refuses_other_types_at_once(tm
     assert Store(str(tmp_path / "x.db")).path == tmp_path / "x.db"
     with pytest.raises(TypeError):
         Store(42)  # type: ignore[arg-type]  # refused when made, not at first use
+
+
+def test_a_closed_store_refuses_reads_and_writes_with_a_store_error(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "home")
+    store.close()
+    with pytest.raises(StoreError, match="is closed"):
+        store.caches.save_pack_ids("tokenizer", "f" * 64, StoredPackIds((1, 2), (3,)))
+    with pytest.raises(StoreError, match="is closed"):
+        store.sessions.sessions()
 
 
 def test_the_store_is_lifecycle_and_parts_over_one_connection(tmp_path: Path) -> None:

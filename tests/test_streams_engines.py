@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sysconfig
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,20 +61,21 @@ def test_a_streamed_turn_comes_piece_by_piece_and_reads_the_cache_as_a_plain_one
     Session(backend, pack, store=store, request=STREAMED).ask("Question 0: what is this?")  # the cold prefill
     plain = Session(backend, pack, store=store, request=STREAMED).ask("Question 1: what is this?")
     session = Session(backend, pack, store=store, request=STREAMED)
-    arrivals: list[float] = []
     pieces: list[str] = []
+    finished_at: list[bool] = []  # whether the answer had ended when each piece was handed out
     with session.stream("Question 2: what is this?") as answer_stream:
         for text in answer_stream:
-            arrivals.append(time.perf_counter())
+            finished_at.append(answer_stream.finished)
             pieces.append(text)
     answer = answer_stream.answer
     assert "".join(pieces) == answer.text and answer.usage.completion_tokens == 64
     assert len(pieces) > 10, pieces
-    # 64 tokens decoded on a CPU: the last piece comes well after the first (each token takes ms).
-    assert arrivals[-1] - arrivals[0] > 0.05, arrivals
+    # Each piece is handed out as it is read, before the answer's end (not all at once after it); a
+    # check of the seconds between them would fail on a loaded machine whose reads come in bursts.
+    assert not any(finished_at) and answer_stream.finished, finished_at
     usage = answer.usage
     assert usage.ttft_seconds is not None and usage.total_seconds is not None
-    assert usage.ttft_seconds < usage.total_seconds - 0.05, usage
+    assert usage.ttft_seconds <= usage.total_seconds, usage
     # Both siblings share the warm prefix to the same token: the streamed one reads as much of it.
     assert answer.usage.cached_tokens == plain.usage.cached_tokens, (answer.usage, plain.usage)
     assert plain.usage.cached_tokens is not None and plain.usage.cached_tokens > 0
@@ -121,14 +121,18 @@ def test_the_async_stream_comes_piece_by_piece_and_reads_the_cache(
         # The cold prefill, then the streamed sibling.
         await Session(backend, pack, store=store, request=STREAMED).aask("Question 0: what is this?")
         session = Session(backend, pack, store=store, request=STREAMED)
+        pieces, finished_at = [], []
         async with session.astream("Question 1: what is this?") as answer_stream:
-            pieces = [text async for text in answer_stream]
+            async for text in answer_stream:
+                finished_at.append(answer_stream.finished)
+                pieces.append(text)
+        assert not any(finished_at) and answer_stream.finished, finished_at  # handed out as read
         return answer_stream.answer, pieces
 
     answer, pieces = asyncio.run(conversation())
     assert "".join(pieces) == answer.text and len(pieces) > 10
     usage = answer.usage
     assert usage.ttft_seconds is not None and usage.total_seconds is not None
-    assert usage.ttft_seconds < usage.total_seconds - 0.05, usage
+    assert usage.ttft_seconds <= usage.total_seconds, usage
     assert usage.cached_tokens is not None
     assert usage.cached_tokens >= _block_round(shared, backend.info.cache_block_tokens), (usage, shared)

@@ -357,6 +357,9 @@ class Database:
             self._closed = True
             if self._opened is not None:
                 self._opened.close()
+                # Every later use goes through connect(), which names the closed store: a thread still
+                # writing (a borrowed store's owner closed it) gets a StoreError, not SQLite's error.
+                self._opened = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:

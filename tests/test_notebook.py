@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -15,20 +16,27 @@ from longctx.testing import EngineHarness, LocalServer
 NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "doc_qa.ipynb"
 
 
-def test_the_document_qa_notebook_runs_and_shows_the_report(
-    vllm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("LONGCTX_BASE_URL", vllm_server.api_base)
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    # The kernel inherits this environment: the server above and the test's LONGCTX_HOME.
-    NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
+def executed(path: Path, folder: Path) -> list[dict[str, Any]]:
+    """Every output of ``path``'s code cells, run in ``folder``; a cell that raised fails the test.
 
+    The kernel inherits this environment: the server the test set and its LONGCTX_HOME.
+    """
+    notebook = nbformat.read(path, as_version=4)
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+    ).execute()
     outputs = [
         output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
     ]
     assert not [output for output in outputs if output.get("output_type") == "error"]
+    return outputs
+
+
+def test_the_document_qa_notebook_runs_and_shows_the_report(
+    vllm_server: LocalServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LONGCTX_BASE_URL", vllm_server.api_base)
+    outputs = executed(NOTEBOOK, tmp_path)
     html = "".join(output.get("data", {}).get("text/html", "") for output in outputs)
     assert "longctx-report" in html and "hit rate" in html
     text = "".join(output.get("text", "") for output in outputs)
@@ -46,15 +54,7 @@ def test_the_typed_records_notebook_extracts_validated_records_from_pdfs(
     monkeypatch.setenv("LONGCTX_BASE_URL", vllm_server.api_base)
     # The tiny random-weight model fills constrained JSON with whitespace: banned (a real model needs none).
     monkeypatch.setenv("LONGCTX_EXAMPLE_EXTRA_BODY", json.dumps(whitespace_ban(longctx_harness.model())))
-    notebook = nbformat.read(TYPED, as_version=4)
-    NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-
-    outputs = [
-        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
-    ]
-    assert not [output for output in outputs if output.get("output_type") == "error"]
+    outputs = executed(TYPED, tmp_path)
     text = "".join(output.get("text", "") for output in outputs)
     results = "".join(output.get("data", {}).get("text/plain", "") for output in outputs)
     assert "['Contract', 'Contract', 'Contract']" in results  # each record validated into the model
@@ -72,15 +72,7 @@ def test_the_scanned_pdf_notebook_sends_its_page_as_an_image_and_reads_it_from_t
 ) -> None:
     monkeypatch.setenv("LONGCTX_BASE_URL", vllm_vision_server.api_base)
     monkeypatch.setenv("LONGCTX_EXAMPLE_PAGE_SIDE", "448")  # about 200 image tokens: fast on a CPU
-    notebook = nbformat.read(SCANNED, as_version=4)
-    NotebookClient(
-        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
-
-    outputs = [
-        output for cell in notebook.cells if cell.cell_type == "code" for output in cell.get("outputs", [])
-    ]
-    assert not [output for output in outputs if output.get("output_type") == "error"]
+    outputs = executed(SCANNED, tmp_path)
     text = "".join(output.get("text", "") for output in outputs)
     assert "invoice.pdf: page 1: sent as an image (no usable text layer: no text layer" in text
     assert "(counted by the server (" in text

@@ -188,16 +188,25 @@ def build_weights(out: Path, eos_id: int, pad_id: int) -> None:
     )
 
 
-def main(argv: list[str]) -> int:
+def output_folder(argv: list[str]) -> Path | None:
+    """The ``OUT_DIR`` argument, made, with the tokenizer library held to one thread (None: bad usage).
+
+    Rayon threads make token counting order-dependent; one thread keeps the
+    merges, and so the files, identical between builds.
+    """
     if len(argv) != 2:
         print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
-        return 2
-    # Rayon threads make token counting order-dependent; one thread keeps
-    # merges, and so the files, identical between builds.
+        return None
     os.environ["RAYON_NUM_THREADS"] = "1"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if (out := output_folder(argv)) is None:
+        return 2
     build_tokenizer(out)
     vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
     build_weights(out, eos_id=vocab["<|im_end|>"], pad_id=vocab["<|endoftext|>"])

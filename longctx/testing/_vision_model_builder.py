@@ -28,11 +28,10 @@ Two builds with the same Python and transformers produce byte-identical files.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
-from _model_builder import MAX_POSITIONS, VOCAB_SIZE, train_tokenizer  # type: ignore[import-not-found,unused-ignore]
+from _model_builder import MAX_POSITIONS, VOCAB_SIZE, output_folder, train_tokenizer  # type: ignore[import-not-found,unused-ignore]
 
 SEED = 20261206
 HIDDEN = 128
@@ -213,14 +212,8 @@ def _published_name(name: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
+    if (out := output_folder(argv)) is None:
         return 2
-    # As the tiny Llama's builder: one Rayon thread keeps the BPE merges identical between builds.
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    out = Path(argv[1])
-    out.mkdir(parents=True, exist_ok=True)
     ids = build_tokenizer(out)
     build_processor_config(out)
     config = model_config(ids)

@@ -16,6 +16,8 @@ standard-library files of about that many tokens is packed, then:
 - ``session 5 turns``: five turns of one session, TTFT and cached tokens per turn;
 - ``api batch`` / ``cli batch``: the same 8 through the API (from constructing the
   session, warm store) and through ``longctx batch`` as a new process;
+- ``api batch new process``: the API's batch as a new process too (``benchmarks/batch_one.py``):
+  what ``cli batch`` is held against (the in-process row has its imports and caches warm);
 - ``first question cold`` / ``first question warm``: a new session's first
   question, its TTFT, without and with a warm start (``RequestOptions(warm_start=True)``,
   as ``longctx chat`` opens; the question asked ``--warm-wait`` seconds after
@@ -75,7 +77,7 @@ SETTINGS_SHOWN = (
 ROWS = (
     "ask_many default", "plain all 8 doc-first", "ask_many c8", "plain lead then 7",
     "plain all 8 question-first", "session 5 turns", "first question cold", "first question warm",
-    "api batch", "cli batch",
+    "api batch", "cli batch", "api batch new process",
 )  # fmt: skip
 # Room left in the window for the chat template, the question and the answer.
 WINDOW_ROOM = 4096
@@ -261,6 +263,30 @@ def cli_batch(repo: Path, base_url: str, home: Path, max_tokens: int, work: Path
     }
 
 
+def api_batch_process(repo: Path, base_url: str, home: Path, max_tokens: int, work: Path) -> dict[str, Any]:
+    """``benchmarks/batch_one.py`` as a new process: the API's batch paying the start the CLI pays."""
+    questions = work / "questions.txt"
+    questions.write_text("\n".join(QUESTIONS) + "\n")
+    script = Path(__file__).resolve().parent.parent / "batch_one.py"
+    command = [
+        sys.executable,
+        str(script),
+        str(repo),
+        str(questions),
+        base_url,
+        str(max_tokens),
+        uuid.uuid4().hex,
+    ]
+    started = time.perf_counter()
+    done = subprocess.run(
+        command, env={**os.environ, "LONGCTX_HOME": str(home)}, capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"batch_one.py failed ({done.returncode}): {done.stderr[-2000:]}")
+    return {"wall_s": wall}
+
+
 def five_turns(repo: Path, base_url: str, home: Path, max_tokens: int) -> dict[str, Any]:
     from longctx.config import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
@@ -411,6 +437,7 @@ def run_context(
     for _ in range(repeats):
         record("api batch", lambda: api_batch(repo, base_url, home, max_tokens))
         record("cli batch", lambda: cli_batch(repo, base_url, home, max_tokens, work))
+        record("api batch new process", lambda: api_batch_process(repo, base_url, home, max_tokens, work))
     return context
 
 

@@ -138,6 +138,12 @@ def context_section(context: dict[str, Any], block: int, dispatches: list[str]) 
             f"`longctx batch` {cli:.2f} s against the API's {api:.2f} s (both from start, warm store):"
             f" {cli - api:+.2f} s ({'within' if cli - api <= 0.5 else 'NOT within'} 0.5 s)"
         )
+    if "cli batch" in scenarios and "api batch new process" in scenarios:
+        cli, fresh = median_wall(scenarios["cli batch"]), median_wall(scenarios["api batch new process"])
+        verdicts.append(
+            f"`longctx batch` {cli:.2f} s against the API's {fresh:.2f} s as a new process too"
+            f" (`benchmarks/batch_one.py`): {cli - fresh:+.2f} s"
+        )
     lines += ["", *(f"- {v}" for v in verdicts)]
     session = scenarios.get("session 5 turns")
     if session:

@@ -5,7 +5,8 @@
 #   ENGINE: vllm (PARTS from prepare-wheels.sh) or sglang (PARTS from prepare-sglang.sh)
 #   STEP:   probe (install, serve unless one answers on PORT, followup_probe at PACKS) |
 #           api (followup_probe's ask_many and job rows at 100k, answers_probe at 100k) |
-#           batch (bench_gpu's api batch and cli batch at 100k, 3 rounds; then one cli batch under cProfile) |
+#           batch (bench_gpu's api batch, cli batch and api batch new process at 100k, 3 rounds; then one
+#           cli batch under cProfile) |
 #           stop (stop the server this script started)
 # LEN: the window (vLLM 480000, SGLang 131072 by default); PACKS: followup_probe's --packs;
 # VLLM_EXTRA_ARGS / SGLANG_EXTRA_ARGS reach the serve scripts; LABEL names the server's options.
@@ -43,7 +44,7 @@ api)
     python3 "$HERE"/followup_probe.py --base-url "$URL" --packs 100000 --follow-ups 1 --api-rows \
         --server-label "$LABEL" --out "$OUT/api-$ENGINE.json" ;;
 batch)
-    python3 "$HERE"/bench_gpu.py --base-url "$URL" --contexts 100000 --repeats 3 --only "api batch,cli batch" \
+    python3 "$HERE"/bench_gpu.py --base-url "$URL" --contexts 100000 --repeats 3 --only "api batch,cli batch,api batch new process" \
         --label "$ENGINE-batch" --out "$OUT/batch"
     mkdir -p "$OUT/profiles"
     BENCH_CLI_PROFILES=$OUT/profiles python3 "$HERE"/bench_gpu.py --base-url "$URL" --contexts 100000 \

@@ -46,7 +46,7 @@ from longctx.testing.fleet import Fleet, prepare_replicas
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import TinyModel
 from longctx.testing.servers import LocalServer, start_sglang
-from longctx.testing.vision import VISION_SERVERS, start_vision_server
+from longctx.testing.vision import VISION_SERVERS, prepare_vision_assets, start_vision_server
 
 _HARNESS_KEY = pytest.StashKey[EngineHarness]()
 _SERVER_FIXTURES = {
@@ -59,6 +59,8 @@ _SERVER_FIXTURES = {
     "sglang_vision_server": ("sglang",),
 }
 _NO_CACHE_REPORT = "sglang-without-cache-report"
+# The vision servers' fixtures, each with its engine.
+_VISION_FIXTURES = {"vllm_vision_server": "vllm", "sglang_vision_server": "sglang"}
 
 
 def _start_sglang_without_cache_report(harness: EngineHarness) -> LocalServer:
@@ -173,6 +175,9 @@ class _EngineGuard:
         for engine in ENGINES:
             if engine in needed:
                 self.harness.prepare(engine)
+        vision = [engine for fixture, engine in _VISION_FIXTURES.items() if fixture in wanted]
+        if vision:  # built beside the shared servers' boots, not in the extras' queue behind them
+            prepare_vision_assets(self.harness, vision)
         # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
         for fixture, (name, start) in _STOPPED_EXTRAS.items():
             if fixture in wanted:

@@ -26,7 +26,8 @@ from fake_engine import FakeEngine
 
 from longctx import Job, JobItem, JobOptions, JobReport
 from longctx.backends.base import connect
-from longctx.store import LeaseHolder, Store
+from longctx.store import LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
+from longctx.usage import Usage
 
 FAKE = "http://fake-engine:8000/v1"
 ENTRY_POINT = Path(sys.executable).parent / "longctx"
@@ -99,6 +100,32 @@ def test_a_lease_has_one_holder_until_released_lapsed_or_its_process_is_gone(tmp
         assert store.leases.renew("mine", 60) == 3
         store.leases.release("mine")
         assert store.leases.holders() == {"k2": other}
+
+
+def test_each_claim_names_its_key_and_a_renewal_pushes_back_the_lapse(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "home") as store:
+        mine, away = LeaseHolder.this_process("mine"), LeaseHolder("away", 1, "another-host")
+        store.sessions.create_session(SessionRecord("s", 0.0, "session", "t", None, None, None))
+        request = RequestRecord(
+            "r", "s", None, "turn", 0.0, "u", "vllm", "m", Usage(1, 0, None, 1, None, None), 1
+        )
+        turn = TurnRecord("s", 0, "q?", "a", "a", None, "r", time.time())
+        store.sessions.commit_turn(turn, request, key="job:j:2:d:nonce")
+        store.leases.take(["job:j:1:d"], away, 60)
+        claims = store.leases.take(["job:j:0:d", "job:j:1:d", "job:j:2:d"], mine, 60)
+        assert [(claim.key, claim.state) for claim in claims] == [
+            ("job:j:0:d", "taken"), ("job:j:1:d", "held"), ("job:j:2:d", "answered"),
+        ]  # fmt: skip
+        # An answer made before the run began is not this run's: the item is asked.
+        assert store.leases.take(["job:j:2:d"], mine, 60, answered_since=time.time() + 1)[0].state == "taken"
+
+        store.leases.take(["short"], away, 0.3)
+        assert store.leases.renew("away", 60) == 2
+        time.sleep(0.4)
+        assert store.leases.take(["short"], mine, 60)[0].state == "held"
+        assert store.leases.holders("sh") == {"short": away}
+        assert store.leases.holders("job:j:1") == {"job:j:1:d": away}
+        assert store.leases.renew("nobody", 60) == 0
 
 
 # -- two runs of one job in one process ------------------------------------------------

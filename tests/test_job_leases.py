@@ -22,11 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 from fake_engine import FakeEngine
 
 from longctx import Job, JobItem, JobOptions, JobReport
 from longctx.backends.base import connect
-from longctx.store import LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
+from longctx.store import LeaseClaim, LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
 from longctx.usage import Usage
 
 FAKE = "http://fake-engine:8000/v1"
@@ -111,11 +112,17 @@ def test_each_claim_names_its_key_and_a_renewal_pushes_back_the_lapse(tmp_path: 
         )
         turn = TurnRecord("s", 0, "q?", "a", "a", None, "r", time.time())
         store.sessions.commit_turn(turn, request, key="job:j:2:d:nonce")
-        store.leases.take(["job:j:1:d"], away, 60)
+        (away_claim,) = store.leases.take(["job:j:1:d"], away, 60)
+        before = time.time()
         claims = store.leases.take(["job:j:0:d", "job:j:1:d", "job:j:2:d"], mine, 60)
-        assert [(claim.key, claim.state) for claim in claims] == [
-            ("job:j:0:d", "taken"), ("job:j:1:d", "held"), ("job:j:2:d", "answered"),
-        ]  # fmt: skip
+        after = time.time()
+        assert claims == [
+            LeaseClaim("job:j:0:d", "taken", mine, claims[0].expires_at),
+            LeaseClaim("job:j:1:d", "held", away, away_claim.expires_at),
+            LeaseClaim("job:j:2:d", "answered"),
+        ]
+        assert claims[0].expires_at is not None and before + 60 <= claims[0].expires_at <= after + 60
+        assert away_claim.expires_at is not None and away_claim.expires_at <= before + 60
         # An answer made before the run began is not this run's: the item is asked.
         assert store.leases.take(["job:j:2:d"], mine, 60, answered_since=time.time() + 1)[0].state == "taken"
 
@@ -126,6 +133,41 @@ def test_each_claim_names_its_key_and_a_renewal_pushes_back_the_lapse(tmp_path: 
         assert store.leases.holders("sh") == {"short": away}
         assert store.leases.holders("job:j:1") == {"job:j:1:d": away}
         assert store.leases.renew("nobody", 60) == 0
+
+
+def test_a_holders_process_is_looked_at_never_signalled(tmp_path: Path) -> None:
+    # A child that a stray signal would end (the default action, whatever this process ignores).
+    script = (
+        "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); print(flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    child.stdout.readline()  # its handler is set
+    try:
+        with Store.open(tmp_path / "home") as store:
+            living = LeaseHolder("living", child.pid, socket.gethostname())
+            store.leases.take(["k"], living, 60)
+            assert store.leases.take(["k"], LeaseHolder.this_process("mine"), 60)[0].state == "held"
+            assert store.leases.holders() == {"k": living}
+        time.sleep(0.2)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_lease_of_another_users_process_on_this_host_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_yours(pid: int, signal_number: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    with Store.open(tmp_path / "home") as store:
+        theirs = LeaseHolder("theirs", 4242, socket.gethostname())
+        store.leases.take(["k"], theirs, 60)
+        monkeypatch.setattr(os, "kill", not_yours)
+        assert store.leases.take(["k"], LeaseHolder.this_process("mine"), 60)[0].state == "held"
+        assert store.leases.holders() == {"k": theirs}
 
 
 # -- two runs of one job in one process ------------------------------------------------

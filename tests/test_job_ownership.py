@@ -6,6 +6,7 @@ answer another run stored is a turn under the item's key.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -146,3 +147,14 @@ def test_a_store_that_fails_lets_the_leases_lapse_and_renewing_goes_on(
 
 def _failing_release(run_id: str, keys: object = None) -> None:
     raise StoreError("the disk is gone")
+
+
+def test_the_renewing_thread_is_named_never_keeps_the_process_alive_and_ends_with_the_run(
+    store: Store,
+) -> None:
+    ownership = ItemOwnership(store, 60)
+    ownership.claim({0: "a"})
+    renewing = [thread for thread in threading.enumerate() if thread.name == "longctx-job-leases"]
+    assert len(renewing) == 1 and renewing[0].daemon
+    ownership.close()
+    assert not renewing[0].is_alive()

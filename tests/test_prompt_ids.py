@@ -15,7 +15,14 @@ from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import GENERIC, VLLM
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions
-from longctx.sessions.prompt_ids import PACK_IDS_PENDING, PromptIds, pack_ids
+from longctx.errors import TokenizerError
+from longctx.sessions.prompt_ids import (
+    PACK_IDS_PENDING,
+    PromptIds,
+    chat_only_reason,
+    pack_ids,
+    tail_reason,
+)
 from longctx.store import Store, StoredPack, TurnRecord
 
 END = 2
@@ -171,3 +178,101 @@ def test_a_later_turn_is_the_servers_tokens_of_the_conversation_with_answers_as_
         spaced = [turns[0], _turn(1, "q1?", "  Then b.\n")]
         request = _ask(_ids(store, trimming), "q2?", spaced)
         assert request.prompt_ids == tuple(trimming.tokenize_messages(messages))
+
+
+# -- every reason, word for word; the tokenizer failing; what is asked for ------------------------
+
+
+def test_each_reason_for_text_is_told_whole(tmp_path: Path) -> None:
+    assert tail_reason("Where?") is None
+    for tail in ("", " Where?", "Where?\n"):
+        assert tail_reason(tail) == (
+            "the question starts or ends with whitespace (its tokens could merge with the template's)"
+        )
+    assert chat_only_reason({"top_k": 3}) is None
+    assert chat_only_reason({"tools": [], "tool_choice": "auto", "top_k": 3}) == (
+        "the request sets tool_choice, tools, which a chat request carries"
+    )
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        assert _ask(ids, PACK.prefix + "Where?", profile=GENERIC).text_reason == (
+            f"the {GENERIC.label} server takes no token-id prompts"
+        )
+        assert _ask(ids, PACK.prefix + "Where?", routed=True).text_reason == (
+            "a router is in front (its routes and tokenizer are not checked)"
+        )
+        assert _ask(ids, "no pack here?").text_reason == "the first user message does not start with the pack"
+        untokenized = PromptIds(lambda: store, lambda: None)
+        assert _ask(untokenized, PACK.prefix + "Where?").text_reason == "the server has no tokenize route"
+        merged = _ids(store, MergingW())
+        _ask(merged, PACK.prefix + "Where?")
+        merged.wait()
+        assert _ask(merged, PACK.prefix + "Where?").text_reason == (
+            "the pack's last tokens merge with the question's (no clean boundary)"
+        )
+        assert store.caches.pack_ids("server:stand-in:m:1", "fp1") is None  # a reason is not kept
+
+
+class MergingW(ChatMLChars):
+    """Merges a blank line and a "W" into one token: the template's probes pass, the pack's probe does not."""
+
+    def encode(self, text: str) -> list[int]:
+        ids = super().encode(text.replace("\n\nW", "\x00"))
+        return [1087 if token == 0 else token for token in ids]
+
+
+def test_a_pack_whose_last_tokens_merge_with_the_probe_has_no_clean_boundary() -> None:
+    made = pack_ids(cast(ServerTokenizer, MergingW()), "SYS", PACK.prefix)
+    assert made == "the pack's last tokens merge with the question's (no clean boundary)"
+    assert not isinstance(pack_ids(cast(ServerTokenizer, ChatMLChars()), "SYS", PACK.prefix), str)
+
+
+def test_the_template_check_names_a_template_that_changes_the_question(tmp_path: Path) -> None:
+    class Lowering(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            return super().tokenize_messages([{**m, "content": m["content"].lower()} for m in messages])
+
+    assert pack_ids(cast(ServerTokenizer, Lowering()), "SYS", PACK.prefix) == (
+        "the chat template does not render a question as its own tokens"
+    )
+
+
+def test_a_tokenizer_that_fails_sends_text_from_then_on_saying_why(tmp_path: Path) -> None:
+    class Failing(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            raise TokenizerError("the tokenize route answered 500")
+
+    tokenizer = Failing()
+    turns = [_turn(0, "q0?", "It is a.")]
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, tokenizer)
+        later = _ask(ids, "q1?", turns)
+        reason = "the server could not tokenize: the tokenize route answered 500"
+        assert later.prompt_ids is None and later.text_reason == reason
+        tokenizer.calls.clear()
+        assert _ask(ids, PACK.prefix + "Where?").text_reason == reason
+        assert tokenizer.calls == []  # not asked again
+        # Making the pack's ids fails the same way: said, and the pack goes as text.
+        fresh = _ids(store, tokenizer)
+        assert _ask(fresh, PACK.prefix + "Where?").text_reason == PACK_IDS_PENDING
+        fresh.wait()
+        assert _ask(fresh, PACK.prefix + "Where?").text_reason == (
+            "the pack's token ids could not be made: the tokenize route answered 500"
+        )
+
+
+def test_answer_ids_are_asked_for_with_token_history_and_no_pack_means_plain_text(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        asked = _ask(ids, PACK.prefix + "Where?", token_history=True)
+        assert asked.token_ids is True and asked.text_reason == PACK_IDS_PENDING
+        ids.wait()
+        plain = _ask(ids, PACK.prefix + "Where?")
+        assert plain.token_ids is False and plain.prompt_ids is not None
+        text = _ask(ids, PACK.prefix + "Where?", prompt_ids=False, token_history=True)
+        assert text.prompt_ids is None and text.text_reason is None and text.token_ids is True
+        packless = ids.request(
+            _request("Where?"), (), server=_server(), routed=False, pack=None, options=RequestOptions(),
+            first_messages=lambda: FIRST,
+        )  # fmt: skip
+        assert packless == _request("Where?")

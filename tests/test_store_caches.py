@@ -237,3 +237,19 @@ def test_a_stored_text_copied_to_a_file_that_refuses_sendfile_is_written_whole(
     with (tmp_path / "out2").open("wb") as out:
         assert text.copy_to(out) == len(data)
     assert (tmp_path / "out2").read_bytes() == data
+
+
+def test_without_preadv_or_sendfile_the_text_is_read_and_copied_from_the_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"abcdefghij" * 1000
+    path = tmp_path / "text.txt"
+    path.write_bytes(data)
+    text = StoredText(path)
+    monkeypatch.delattr(os, "preadv")
+    monkeypatch.delattr(os, "sendfile")
+    pieces = [bytes(piece) for piece in text.read_chunks(4096)]
+    assert [len(piece) for piece in pieces] == [4096, 4096, 1808] and b"".join(pieces) == data
+    with (tmp_path / "out").open("wb") as out:
+        assert text.copy_to(out) == len(data)
+    assert (tmp_path / "out").read_bytes() == data

@@ -253,3 +253,42 @@ def test_without_preadv_or_sendfile_the_text_is_read_and_copied_from_the_mapping
     with (tmp_path / "out").open("wb") as out:
         assert text.copy_to(out) == len(data)
     assert (tmp_path / "out").read_bytes() == data
+
+
+def test_a_file_gets_the_text_by_sendfile_and_any_other_stream_from_the_mapping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = b"0123456789" * 500
+    path = tmp_path / "text.txt"
+    path.write_bytes(data)
+    text = StoredText(path)
+    sent: list[int] = []
+    real_sendfile = os.sendfile
+
+    def counting(out: int, source: int, offset: int, count: int) -> int:
+        sent.append(count)
+        return real_sendfile(out, source, offset, count)
+
+    monkeypatch.setattr(os, "sendfile", counting)
+    with (tmp_path / "buffered").open("wb") as buffered:
+        text.copy_to(buffered)
+    assert sent == [len(data)]
+    with (tmp_path / "raw").open("wb", buffering=0) as raw:
+        text.copy_to(raw)
+    assert sent == [len(data)] * 2
+    with (tmp_path / "random").open("w+b") as both:  # a BufferedRandom
+        text.copy_to(both)
+    assert sent == [len(data)] * 3
+    text.copy_to(io.BytesIO())
+    closed = (tmp_path / "closed").open("wb", buffering=0)
+    closed.close()
+    with pytest.raises(ValueError):
+        text.copy_to(closed)  # a closed file is written to, and refuses, as any stream would
+    assert sent == [len(data)] * 3
+
+
+def test_a_text_one_byte_past_a_chunk_reads_whole(tmp_path: Path) -> None:
+    path = tmp_path / "text.txt"
+    path.write_bytes(b"y" * 4097)
+    pieces = [bytes(piece) for piece in StoredText(path).read_chunks(4096)]
+    assert [len(piece) for piece in pieces] == [4096, 1]

@@ -445,3 +445,38 @@ def test_a_server_that_stops_answering_metrics_gives_no_check_and_says_so() -> N
         checks = settling.wait(timeout=15)
     assert checks == []
     assert any("could not be read after the window" in note for note in settling.notes)
+
+
+def test_a_call_that_joins_during_the_settles_last_read_settles_the_window_when_it_leaves() -> None:
+    hook = MetricsHook(FakeEngine(hits_total=0))
+    with hook.connect() as backend, hook.connect() as other:
+        snapshot = CounterSnapshot.take(backend)
+        hook.fake.hits_total = 10
+        joined: list[CounterSnapshot] = []
+        hook.actions.append(lambda: joined.append(CounterSnapshot.take(other)))
+        first = snapshot.close("s", None, [record(10)])
+        assert first.wait(timeout=0.5) is None  # the window is open again
+        hook.fake.hits_total = 25
+        second = joined[0].close("s", None, [record(15)])
+        mine, theirs = first.wait(timeout=15), second.wait(timeout=15)
+    assert mine is not None and theirs is not None
+    combined = combine_checks([*mine, *theirs])
+    assert combined is not None and combined.matches is True and combined.server_delta == 25
+
+
+def test_a_settle_reads_only_the_replica_of_its_window() -> None:
+    fakes = {url: FakeEngine(block=1) for url in ("http://one.test/v1", "http://two.test/v1")}
+    reads: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics":
+            reads.append(request.url.host)
+        return fakes[f"http://{request.url.host}/v1"].handle(request)
+
+    with connect(list(fakes), transport=httpx2.MockTransport(handle)) as backend:
+        home = backend.server_for(None).api_url
+        reads.clear()
+        snapshot = CounterSnapshot.take(backend)
+        checks = snapshot.close("s", None, [record(0, home)]).wait(timeout=15)
+    assert checks is not None and len(checks) == 1
+    assert set(reads) == {home.split("/")[2]}

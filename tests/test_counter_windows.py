@@ -480,3 +480,12 @@ def test_a_settle_reads_only_the_replica_of_its_window() -> None:
         checks = snapshot.close("s", None, [record(0, home)]).wait(timeout=15)
     assert checks is not None and len(checks) == 1
     assert set(reads) == {home.split("/")[2]}
+
+
+def test_a_snapshot_is_closed_once() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        assert snapshot.close("s", None, []).wait(timeout=15) is not None
+        with pytest.raises(RuntimeError, match="^a counter snapshot is closed once$"):
+            snapshot.close("s", None, [])

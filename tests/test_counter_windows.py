@@ -487,5 +487,5 @@ def test_a_snapshot_is_closed_once() -> None:
     with served(fake) as backend:
         snapshot = CounterSnapshot.take(backend)
         assert snapshot.close("s", None, []).wait(timeout=15) is not None
-        with pytest.raises(RuntimeError, match="^a counter snapshot is closed once$"):
+        with pytest.raises(RuntimeError, match=r"^a counter snapshot is closed once$"):
             snapshot.close("s", None, [])

@@ -312,7 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = SCRATCH / slug(module)
         seconds, cut_short, code = 0.0, False, 0
         if args.resume and where.exists():
-            names = refresh(settings, module, where)
+            # Survivors judged equivalent would survive again: only the others are run.
+            names = [name for name in refresh(settings, module, where) if name not in equivalents]
             print(f"{module}: {len(names)} mutants again", file=sys.stderr, flush=True)
             seconds, cut_short, code = run_mutmut(where, args.budget, args.workers, names)
         elif not args.read:

@@ -292,3 +292,19 @@ def test_a_text_one_byte_past_a_chunk_reads_whole(tmp_path: Path) -> None:
     path.write_bytes(b"y" * 4097)
     pieces = [bytes(piece) for piece in StoredText(path).read_chunks(4096)]
     assert [len(piece) for piece in pieces] == [4096, 1]
+
+
+def test_a_sendfile_that_sends_in_pieces_gives_the_whole_text_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = bytes(range(256)) * 20
+    path = tmp_path / "text.txt"
+    path.write_bytes(data)
+    text = StoredText(path)
+    real_sendfile = os.sendfile
+    monkeypatch.setattr(
+        os, "sendfile", lambda out, source, offset, count: real_sendfile(out, source, offset, 1000)
+    )
+    with (tmp_path / "out").open("wb") as out:
+        assert text.copy_to(out) == len(data)
+    assert (tmp_path / "out").read_bytes() == data

@@ -3,6 +3,7 @@ limits on what is kept hold (longctx.store.caches, longctx.store.blobs)."""
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import time
@@ -322,3 +323,20 @@ def test_an_entry_that_cannot_be_removed_is_left_and_a_partial_text_goes_past_an
         "first-s.txt",
         "repo-s.txt",
     ]
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's descriptors in /proc")
+def test_a_stored_text_reads_its_file_as_opened_and_closes_it_when_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "text.txt"
+    path.write_bytes(b"as it was")
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    text = StoredText(path)
+    path.unlink()  # removed by another process's save: what is open still reads
+    path.write_bytes(b"a new text")
+    assert (
+        bytes(text.view) == b"as it was" and b"".join(bytes(p) for p in text.read_chunks(4)) == b"as it was"
+    )
+    del text
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

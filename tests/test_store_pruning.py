@@ -154,7 +154,7 @@ def test_a_tree_is_measured_by_its_rows_text_and_its_own_packs(tmp_path: Path) -
     sessions = (1 + 200) * 2
     turns = (3 + 1000 + 1000 + 80) * 2 + (3 + 10 + 10 + 80)
     rows = 3 * 220 + 2 * 160 + 1 * 120
-    assert tree.root_id == "s" and tree.session_ids == ("s", "b") and tree.turns == 3
+    assert tree.root_id == tree.title == "s" and tree.session_ids == ("s", "b") and tree.turns == 3
     assert tree.bytes == sessions + turns + rows + (6 + 20_000 + 2)
     # A pack two trees use is counted in neither.
     with Store.open(tmp_path / "home") as store:
@@ -250,18 +250,18 @@ def test_by_size_the_newest_fill_the_limit_and_every_older_tree_goes(tmp_path: P
         assert pruned(aged) == [("d3", "older than the limit"), ("d2", "older than the limit")]
 
 
-def test_many_trees_are_deleted_and_the_file_compacted_or_a_note_says_why_not(
+def test_a_thousand_trees_are_deleted_and_the_file_compacted_or_a_note_says_why_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = tmp_path / "home"
     with Store.open(home) as store:
-        for number in range(520):
+        for number in range(1003):
             store.sessions.create_session(
-                SessionRecord(f"e{number:03}", 0.0, "session", "t", None, None, None)
+                SessionRecord(f"e{number:04}", 0.0, "session", "t", None, None, None)
             )
         add_tree(store, "kept", age_days=0)
         result = store.sessions.prune(PruneRule())
-        assert len(result.pruned) == 520 and result.notes == () and not result.dry_run
+        assert len(result.pruned) == 1003 and result.notes == () and not result.dry_run
         assert [record.id for record in store.sessions.sessions()] == ["kept"]
         assert result.file_bytes_after == (home / DATABASE_NAME).stat().st_size + _wal_bytes(home)
         add_tree(store, "old", age_days=40)

@@ -282,3 +282,24 @@ def test_a_thousand_trees_are_deleted_and_the_file_compacted_or_a_note_says_why_
 def _wal_bytes(home: Path) -> int:
     wal = home / f"{DATABASE_NAME}-wal"
     return wal.stat().st_size if wal.exists() else 0
+
+
+def test_a_dry_run_measures_the_file_with_its_write_ahead_log(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with Store.open(home) as store:
+        add_tree(store, "old", age_days=40)
+        wal = _wal_bytes(home)
+        assert wal > 0  # the writes are still in the log
+        result = store.sessions.prune(PruneRule(older_than_seconds=DAY), dry_run=True)
+        assert (
+            result.file_bytes_before == result.file_bytes_after == (home / DATABASE_NAME).stat().st_size + wal
+        )
+
+
+def test_a_session_that_names_itself_as_its_parent_is_its_own_tree(tmp_path: Path) -> None:
+    """A damaged row (no longctx writes one) must not hang the walk up the tree."""
+    with Store.open(tmp_path / "home") as store:
+        store.sessions.create_session(SessionRecord("loop", 0.0, "fork", "loop", None, "loop", 0))
+        add_tree(store, "kept", age_days=0)
+        result = store.sessions.prune(PruneRule(older_than_seconds=DAY, empty=False))
+        assert [(tree.root_id, tree.session_ids) for tree in result.pruned] == [("loop", ("loop",))]

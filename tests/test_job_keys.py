@@ -131,10 +131,11 @@ def store_answer(store: Store, key: str, question: str, when: float, **settings:
 
 
 def test_the_answers_stored_for_a_job_by_item_oldest_first_and_no_other_jobs(store: Store) -> None:
+    store_answer(store, "job:j:other:0:d:n", "q", 5.0)  # job "j:other", whose id starts with j and a colon
     late = store_answer(store, "job:j:0:d1:n1", "q0", 30.0)
     early = store_answer(store, "job:j:0:d2:n2", "q0", 10.0)
     legacy = store_answer(store, "job:j:1", "q1", 20.0)
-    store_answer(store, "job:j:other:0:d:n", "q", 5.0)  # job "j:other", whose id starts with j and a colon
+    store_answer(store, "job:j:x:1:d:n", "q", 5.0)
     store_answer(store, "job:jj:0:d:n", "q", 5.0)
     found = stored_for_job(store, "j")
     assert found == {

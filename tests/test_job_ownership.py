@@ -64,6 +64,8 @@ def test_a_claim_takes_free_items_defers_held_ones_and_leaves_answered_ones(stor
         assert ownership.deferred == {5: Deferred(5, "held", other)}
         assert set(store.leases.holders()) == {"free", "held", "before"}
         assert store.leases.holders()["free"] == ownership.holder
+        ownership.release(["free"])  # answered: given back, the others kept
+        assert set(store.leases.holders()) == {"held", "before"}
     finally:
         ownership.close()
     assert store.leases.holders() == {"held": other}  # closing gave back this run's leases only

@@ -92,18 +92,18 @@ def test_polling_takes_answers_as_stored_and_items_given_back_and_keeps_waiting_
     store.leases.take(["answered", "given-back", "still-held"], other, 60)
     ownership = ItemOwnership(store, 60, answered_since=10.0)
     try:
-        ownership.claim({0: "answered", 1: "given-back", 2: "still-held"})
+        ownership.claim({0: "still-held", 1: "answered", 2: "given-back"})
         assert set(ownership.deferred) == {0, 1, 2}
         stored = answer(store, "answered:n", time.time())
         store.leases.release("other", ["answered", "given-back"])
         started = time.monotonic()
         polled = ownership.poll(0.2)
         assert time.monotonic() - started >= 0.2
-        assert polled == Polled({0: (stored, other)}, (Deferred(1, "given-back", other),))
-        assert set(ownership.deferred) == {2}
+        assert polled == Polled({1: (stored, other)}, (Deferred(2, "given-back", other),))
+        assert set(ownership.deferred) == {0}
         assert store.leases.holders()["given-back"] == ownership.holder
         assert ownership.poll(0) == Polled()  # still held: nothing new, still waited for
-        assert set(ownership.deferred) == {2}
+        assert set(ownership.deferred) == {0}
         ownership.release(["given-back"])
         assert set(store.leases.holders()) == {"still-held"}
     finally:

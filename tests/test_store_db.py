@@ -14,7 +14,7 @@ import pytest
 
 import longctx.store.db
 from longctx.errors import StoreError
-from longctx.store.db import DATABASE_NAME, MIGRATIONS, Database, _statements
+from longctx.store.db import DATABASE_NAME, MIGRATIONS, Database, _roll_back, _statements
 
 
 @pytest.fixture
@@ -85,7 +85,9 @@ def test_a_transaction_is_all_or_nothing_and_its_errors_keep_their_kind(database
 def test_a_failed_read_or_compaction_names_the_file(database: Database) -> None:
     with pytest.raises(StoreError, match=f"reading the longctx store {database.path} failed"):
         database.query("SELECT * FROM no_such_table")
-    compacting = f"compacting the longctx store {database.path} failed"
+    compacting = (
+        f"compacting the longctx store {database.path} failed: cannot VACUUM from within a transaction"
+    )
     with pytest.raises(StoreError, match=compacting), database.transaction():
         database.vacuum()  # VACUUM cannot run inside a transaction
     database.vacuum()
@@ -197,3 +199,23 @@ def test_a_migration_script_is_split_into_its_statements() -> None:
         "ALTER TABLE b ADD COLUMN z",
     ]
     assert list(_statements("\n  \n")) == []
+
+
+def test_a_rollback_that_fails_is_left_to_sqlite_and_none_is_tried_outside_a_transaction() -> None:
+    class Gone:
+        """A connection whose disk went away mid-transaction."""
+
+        def __init__(self, in_transaction: bool) -> None:
+            self.in_transaction = in_transaction
+            self.executed: list[str] = []
+
+        def execute(self, sql: str) -> None:
+            self.executed.append(sql)
+            raise sqlite3.OperationalError("disk I/O error")
+
+    failing = Gone(in_transaction=True)
+    _roll_back(failing)  # type: ignore[arg-type]  # no error: the journal undoes it when the file opens next
+    assert failing.executed == ["ROLLBACK"]
+    idle = Gone(in_transaction=False)
+    _roll_back(idle)  # type: ignore[arg-type]
+    assert idle.executed == []

@@ -219,3 +219,28 @@ def test_a_rollback_that_fails_is_left_to_sqlite_and_none_is_tried_outside_a_tra
     idle = Gone(in_transaction=False)
     _roll_back(idle)  # type: ignore[arg-type]
     assert idle.executed == []
+
+
+def test_a_schema_update_blocked_by_another_writer_past_the_wait_names_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "home" / DATABASE_NAME
+    Database(path).connect()
+    older = sqlite3.connect(path)
+    older.execute(f"PRAGMA user_version = {len(MIGRATIONS) - 1}")  # one migration behind
+    older.commit()
+    older.close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(longctx.store.db, "LOCK_WAIT_SECONDS", 0.05)
+    try:
+        with pytest.raises(StoreError) as caught:
+            Database(path).connect()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    message = str(caught.value)
+    assert message.startswith(
+        f"locking to update the schema of the longctx store {path} failed: another process"
+    )
+    assert "write lock" in message

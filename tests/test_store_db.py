@@ -122,7 +122,9 @@ def test_a_migration_that_fails_leaves_the_schema_as_it_was(
     Database(path).connect()
     broken = (*MIGRATIONS, "CREATE TABLE added (x INTEGER);\nINSERT INTO nowhere VALUES (1);")
     monkeypatch.setattr(longctx.store.db, "MIGRATIONS", broken)
-    with pytest.raises(StoreError, match=f"migrating to schema {len(broken)}"):
+    with pytest.raises(
+        StoreError, match=f"migrating to schema {len(broken)} .* failed: no such table: nowhere"
+    ):
         Database(path).connect()
     connection = sqlite3.connect(path)
     try:

@@ -7,6 +7,8 @@ import logging
 import os
 import sqlite3
 import stat
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -111,8 +113,45 @@ def test_a_closed_database_refuses_to_open_and_closing_again_does_nothing(databa
 def test_a_store_that_cannot_be_created_is_a_store_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "home").write_text("a file where the folder goes")
     path = tmp_path / "home" / DATABASE_NAME
-    with pytest.raises(StoreError, match=f"opening the longctx store {path} failed"):
+    with pytest.raises(StoreError, match=f"opening the longctx store {path} failed: .*Not a directory"):
         Database(path).connect()
+
+
+def test_a_file_that_is_no_database_is_refused_when_opened_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "home" / DATABASE_NAME
+    path.parent.mkdir()
+    path.write_bytes(b"not a database" * 500)
+    with pytest.raises(StoreError) as caught:
+        Database(path).connect()
+    assert str(caught.value).startswith(f"opening the longctx store {path} failed: the file is damaged")
+
+
+def test_the_connection_is_shared_between_threads_and_waits_out_a_lock_only_as_long_as_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(longctx.store.db, "LOCK_WAIT_SECONDS", 0.2)
+    database = Database(tmp_path / "home" / DATABASE_NAME)
+    try:
+        database.connect()
+        found: list[object] = []
+        reader = threading.Thread(target=lambda: found.append(database.query("SELECT 1")[0][0]))
+        reader.start()
+        reader.join()
+        assert found == [1]
+        holder = sqlite3.connect(database.path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        try:
+            with pytest.raises(StoreError, match="write lock"), database.transaction() as connection:
+                connection.execute(
+                    "INSERT INTO commit_times (key, times_json, created_at) VALUES ('a', '{}', 1)"
+                )
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert time.monotonic() - started < 2.0  # the 0.2 s asked for, not SQLite's default 5 s
+    finally:
+        database.close()
 
 
 def test_a_migration_that_fails_leaves_the_schema_as_it_was(
@@ -171,17 +210,22 @@ def test_a_fresh_store_held_by_another_opener_waits_for_wal_then_gives_up_naming
 ) -> None:
     path = tmp_path / "home" / DATABASE_NAME
     path.parent.mkdir()
-    holder = sqlite3.connect(path, isolation_level=None)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN EXCLUSIVE")
     monkeypatch.setattr(longctx.store.db, "_WAL_SWITCH_SECONDS", 0.3)
     monkeypatch.setattr(longctx.store.db, "LOCK_WAIT_SECONDS", 0.05)
     try:
+        started = time.monotonic()
         with pytest.raises(StoreError, match=f"cannot switch {path} to WAL mode: database is locked"):
             Database(path).connect()
+        assert 0.3 <= time.monotonic() - started < 0.9  # tried again and again until the deadline
+        # Let go meanwhile: the opener that waits gets through.
+        threading.Timer(0.1, holder.execute, args=("ROLLBACK",)).start()
+        database = Database(path)
+        database.connect()
     finally:
-        holder.execute("ROLLBACK")
+        time.sleep(0.15)
         holder.close()
-    database = Database(path)
     try:
         assert database.query("PRAGMA journal_mode")[0][0] == "wal"
     finally:

@@ -347,3 +347,17 @@ def test_the_async_client_sends_and_reads_the_same() -> None:
 def test_usage_of_a_completion_is_a_usage() -> None:
     completion = Server().client().complete(ChatRequest(messages=QUESTION))
     assert isinstance(completion.usage, Usage) and completion.text == "answer"
+
+
+def test_the_server_admitting_the_request_and_its_first_token_are_told_in_that_order() -> None:
+    told: list[str] = []
+    completion = (
+        Server()
+        .client()
+        .complete(
+            ChatRequest(messages=QUESTION),
+            on_first_token=lambda: told.append("first token"),
+            on_admitted=lambda: told.append("admitted"),
+        )
+    )
+    assert told == ["admitted", "first token"] and completion.text == "answer"

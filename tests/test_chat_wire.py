@@ -209,7 +209,8 @@ def test_the_answer_reasoning_finish_and_usage_are_read_from_the_stream() -> Non
         and usage.external_cached_tokens is None
     )
     assert firsts == [1]
-    assert 0 <= usage.ttft_seconds <= usage.total_seconds
+    assert usage.ttft_seconds is not None and usage.total_seconds is not None
+    assert 0 <= usage.ttft_seconds < usage.total_seconds  # the first token came before the end
     assert (completion.token_ids, completion.prompt_token_ids, completion.logprobs) == (None, None, None)
 
 
@@ -292,13 +293,13 @@ def test_logprobs_are_read_in_both_routes_forms_alternatives_most_likely_first()
     completions = [
         {"choices": [{"index": 0, "text": "xy", "logprobs": {
             "tokens": ["x", "y"], "token_logprobs": [-0.1, -0.7],
-            "top_logprobs": [{"z": -3.0, "x": -0.1}, None],
+            "top_logprobs": [{"a": -3.0, "x": -0.1}, None],
         }}]},
         {"choices": [{"index": 0, "text": "w", "logprobs": {"tokens": ["w"], "token_logprobs": [-0.2]}}]},
     ]  # fmt: skip
     got = Server(completions).client().complete(ChatRequest(messages=QUESTION, prompt_ids=(1,), logprobs=1))
     assert got.logprobs == (
-        TokenLogprob("x", -0.1, (("x", -0.1), ("z", -3.0))),
+        TokenLogprob("x", -0.1, (("x", -0.1), ("a", -3.0))),
         TokenLogprob("y", -0.7, ()),
         TokenLogprob("w", -0.2, ()),
     )
@@ -361,3 +362,17 @@ def test_the_server_admitting_the_request_and_its_first_token_are_told_in_that_o
         )
     )
     assert told == ["admitted", "first token"] and completion.text == "answer"
+
+
+def test_a_prompt_of_ids_asks_for_ids_by_the_engines_completions_switches() -> None:
+    server = Server([{"choices": [{"index": 0, "text": "ok", "finish_reason": "stop"}]}])
+    server.client(SGLANG).complete(ChatRequest(messages=QUESTION, prompt_ids=(1, 2), token_ids=True))
+    assert server.body == {**STANDARD, "prompt": [1, 2], "return_token_ids": True}
+
+
+def test_log_probabilities_sent_without_their_tokens_score_nothing() -> None:
+    events = [
+        {"choices": [{"index": 0, "text": "x", "logprobs": {"token_logprobs": [-0.1], "tokens": None}}]}
+    ]
+    got = Server(events).client().complete(ChatRequest(messages=QUESTION, prompt_ids=(1,), logprobs=0))
+    assert got.text == "x" and got.logprobs == ()

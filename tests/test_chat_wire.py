@@ -256,6 +256,7 @@ def test_token_ids_are_read_from_each_engines_place() -> None:
     flat = [{"choices": [], "usage": USAGE, "sglext": {"input_ids": [1, 2, 3]}}]
     got = Server(flat).client(SGLANG).complete(ChatRequest(messages=QUESTION))
     assert got.prompt_token_ids == (1, 2, 3) and got.token_ids is None
+    assert got.finish_reason is None and got.text == ""  # no choice finished: no reason given
     odd = [{"choices": [], "usage": USAGE, "sglext": ["not", "a", "dict"]}]
     assert Server(odd).client(SGLANG).complete(ChatRequest(messages=QUESTION)).prompt_token_ids is None
 

@@ -3,6 +3,7 @@
     .venv/bin/python scripts/mutants.py longctx/sources/secrets.py   # one module
     .venv/bin/python scripts/mutants.py --all                        # every module in [tool.longctx.mutants]
     .venv/bin/python scripts/mutants.py --read longctx/sources/secrets.py   # the last run's table again
+    .venv/bin/python scripts/mutants.py --resume longctx/verification/counters.py  # go on with the last run
 
 Needs the ``mutation`` extra (``pip install -e '.[mutation]'``). Not part of ``.ci/run``: a module
 takes minutes (see docs/testing.md, "Mutation testing").
@@ -12,7 +13,8 @@ Each module runs alone, in a fresh scratch copy of the tree under ``.cache/mutan
 pyproject.toml plus ``only_mutate`` set to that module and the test selection set to its tests from
 ``[tool.longctx.mutants]``. One worker by default, ``nice``d, and each module bounded by
 ``--budget`` seconds of wall time: mutants not reached by then are counted as not run, and the
-table says so.
+table says so. ``--resume`` goes on with a module's last run: the tests as they are now, against the
+mutants that run did not kill (survived or not reached), the killed ones kept.
 
 A surviving mutant that a reader judged equivalent (no test can tell it from the original: a
 changed log text, a cache size) is listed in ``scripts/mutants-equivalent.txt``, one line each:
@@ -162,10 +164,41 @@ def prepare(settings: Settings, module: str) -> Path:
     return where
 
 
-def run_mutmut(where: Path, budget: float, workers: int) -> tuple[float, bool, int]:
-    """mutmut in ``where``, stopped after ``budget`` seconds; (seconds, cut short, exit code)."""
+def refresh(settings: Settings, module: str, where: Path) -> list[str]:
+    """The last run's tree with today's tests; the mutants it did not kill, to run again."""
+    shutil.rmtree(where / "tests")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    shutil.copytree(ROOT / "tests", where / "tests", ignore=ignore)
+    (where / "pyproject.toml").write_text(scratch_pyproject(settings, module), encoding="utf-8")
+    meta = where / "mutants" / f"{module}.meta"
+    if not meta.exists():
+        return []
+    from mutmut.stats import status_by_exit_code
+
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    return sorted(name for name, code in codes.items() if status_by_exit_code[code] not in KILLED)
+
+
+def run_mutmut(
+    where: Path, budget: float, workers: int, names: Sequence[str] = ()
+) -> tuple[float, bool, int]:
+    """mutmut in ``where`` (only ``names``, when given), stopped after ``budget`` seconds.
+
+    Returns (seconds, cut short, exit code).
+    """
     env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "MUTANT_UNDER_TEST"}}
-    command = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", str(workers)]
+    command = [
+        "nice",
+        "-n",
+        "10",
+        sys.executable,
+        "-m",
+        "mutmut",
+        "run",
+        "--max-children",
+        str(workers),
+        *names,
+    ]
     start = time.monotonic()
     with (where / "mutmut.log").open("w") as log:
         process = subprocess.Popen(
@@ -266,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=1200.0, help="wall seconds per module (default 1200)")
     parser.add_argument("--workers", type=int, default=1, help="mutants tested at once (default 1)")
     parser.add_argument("--read", action="store_true", help="only read the last run's results")
+    parser.add_argument("--resume", action="store_true", help="run the last run's unkilled mutants again")
     args = parser.parse_args(argv)
     settings = load_settings()
     modules = list(settings.tests) if args.all else args.modules
@@ -277,7 +311,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     for module in modules:
         where = SCRATCH / slug(module)
         seconds, cut_short, code = 0.0, False, 0
-        if not args.read:
+        if args.resume and where.exists():
+            # Survivors judged equivalent would survive again: only the others are run.
+            names = [name for name in refresh(settings, module, where) if name not in equivalents]
+            print(f"{module}: {len(names)} mutants again", file=sys.stderr, flush=True)
+            seconds, cut_short, code = run_mutmut(where, args.budget, args.workers, names)
+        elif not args.read:
             print(
                 f"{module}: mutating, tests {' '.join(settings.tests[module])}", file=sys.stderr, flush=True
             )

@@ -445,3 +445,100 @@ def test_a_server_that_stops_answering_metrics_gives_no_check_and_says_so() -> N
         checks = settling.wait(timeout=15)
     assert checks == []
     assert any("could not be read after the window" in note for note in settling.notes)
+
+
+def test_a_call_that_joins_during_the_settles_last_read_settles_the_window_when_it_leaves() -> None:
+    hook = MetricsHook(FakeEngine(hits_total=0))
+    with hook.connect() as backend, hook.connect() as other:
+        snapshot = CounterSnapshot.take(backend)
+        hook.fake.hits_total = 10
+        joined: list[CounterSnapshot] = []
+        hook.actions.append(lambda: joined.append(CounterSnapshot.take(other)))
+        first = snapshot.close("s", None, [record(10)])
+        assert first.wait(timeout=0.5) is None  # the window is open again
+        hook.fake.hits_total = 25
+        second = joined[0].close("s", None, [record(15)])
+        mine, theirs = first.wait(timeout=15), second.wait(timeout=15)
+    assert mine is not None and theirs is not None
+    combined = combine_checks([*mine, *theirs])
+    assert combined is not None and combined.matches is True and combined.server_delta == 25
+
+
+def test_a_settle_reads_only_the_replica_of_its_window() -> None:
+    fakes = {url: FakeEngine(block=1) for url in ("http://one.test/v1", "http://two.test/v1")}
+    reads: list[str] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics":
+            reads.append(request.url.host)
+        return fakes[f"http://{request.url.host}/v1"].handle(request)
+
+    with connect(list(fakes), transport=httpx2.MockTransport(handle)) as backend:
+        home = backend.server_for(None).api_url
+        reads.clear()
+        snapshot = CounterSnapshot.take(backend)
+        checks = snapshot.close("s", None, [record(0, home)]).wait(timeout=15)
+    assert checks is not None and len(checks) == 1
+    assert set(reads) == {home.split("/")[2]}
+
+
+def test_a_snapshot_is_closed_once() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        assert snapshot.close("s", None, []).wait(timeout=15) is not None
+        with pytest.raises(RuntimeError, match=r"^a counter snapshot is closed once$"):
+            snapshot.close("s", None, [])
+
+
+def test_requests_answered_by_a_replica_the_call_could_not_read_are_named() -> None:
+    fake = FakeEngine(hits_total=0)
+    with served(fake) as backend:
+        snapshot = CounterSnapshot.take(backend)
+        settling = snapshot.close("s", None, [record(0), record(5, "http://elsewhere.test/v1")])
+        assert settling.wait(timeout=15) is not None
+    assert (
+        "no counter check: 1 request(s) answered by http://elsewhere.test/v1, whose counter this call"
+        " could not read" in settling.notes
+    )
+
+
+def test_a_call_joining_an_open_window_reads_no_counter_and_either_connection_reads_it_after() -> None:
+    reads: list[str] = []
+    fake = FakeEngine(hits_total=0)
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/metrics":
+            reads.append(request.url.host)
+        return fake.handle(request)
+
+    first = connect(URL, transport=httpx2.MockTransport(handle))
+    second = connect(URL, transport=httpx2.MockTransport(handle))
+    reads.clear()
+    snapshots = CounterSnapshot.take(first), CounterSnapshot.take(second)
+    assert len(reads) == 1  # the window was open: the second call joined it without a read
+    fake.hits_total = 40
+    first.close()  # the first call's owner closed its connection: the second's reads the counter
+    settling = [snapshot.close("s", None, [record(20)]) for snapshot in snapshots]
+    checks = [settle.wait(timeout=15) for settle in settling]
+    second.close()
+    assert all(found is not None and [(c.before, c.after) for c in found] == [(0, 40)] for found in checks)
+
+
+def test_a_call_opening_the_window_while_another_reads_the_counter_joins_it() -> None:
+    """Two calls start at once: the second to finish its first read joins the window the first opened."""
+    hook = MetricsHook(FakeEngine(hits_total=0))
+    with hook.connect() as backend, hook.connect() as other:
+        opened: list[CounterSnapshot] = []
+        hook.actions.append(lambda: opened.append(CounterSnapshot.take(other)))
+        late = CounterSnapshot.take(backend)  # its read lets the other call open the window first
+        hook.fake.hits_total = 30
+        first = opened[0].close("s", None, [record(10)])
+        second = late.close("s", None, [record(20)])
+        mine, theirs = first.wait(timeout=15), second.wait(timeout=15)
+    assert mine is not None and theirs is not None, (
+        "a call's leaving was not counted: the window never settled"
+    )
+    assert {c.window_id for c in [*mine, *theirs]} == {mine[0].window_id}
+    combined = combine_checks([*mine, *theirs])
+    assert combined is not None and combined.matches is True and combined.server_delta == 30

@@ -303,3 +303,51 @@ def test_a_test_whose_counter_checks_do_not_settle_fails_at_teardown(pytester: p
         ["*ERROR at teardown of test_leaves_its_counter_window_open*", "*did not settle within 0.3 s*"]
     )
     assert result.duration < 30
+
+
+def test_one_prompt_token_more_than_this_process_sent_is_other_traffic(store: Store) -> None:
+    """The boundary: a counter read early grows by less, so any growth past what was sent is another's."""
+    fake = FakeEngine(engine="vllm", block=1)
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        response = fake.handle(request)
+        if request.url.path.endswith("/chat/completions"):
+            fake.queries_total += 1  # another process's one-token prompt, counted in the window
+        return response
+
+    session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
+    session.ask("one?")
+    assert counters.wait_for_checks(10)
+    check = session.report().counter_check
+    assert check is not None and check.matches is None, check
+    assert "(1 prompt tokens this process did not send" in check.note, check.note
+
+
+def test_a_response_without_its_prompt_tokens_cannot_tell_other_traffic_and_is_still_checked(
+    store: Store,
+) -> None:
+    fake = FakeEngine(engine="vllm", block=1)
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        response = fake.handle(request)
+        if not request.url.path.endswith("/chat/completions"):
+            return response
+        events = []
+        for sent in response.text.splitlines():
+            line = sent
+            if sent.startswith("data: {"):
+                event = json.loads(sent[len("data: ") :])
+                if event.get("usage"):
+                    event["usage"].pop("prompt_tokens")
+                line = f"data: {json.dumps(event)}"
+            events.append(line)
+        return httpx2.Response(
+            200, text="\n".join(events) + "\n", headers={"content-type": "text/event-stream"}
+        )
+
+    session = Session(connect(URL, transport=httpx2.MockTransport(handle)), PACK, store=store)
+    session.ask("one?")
+    assert counters.wait_for_checks(10)
+    check = session.report().counter_check
+    assert check is not None and check.matches is True, check
+    assert "other clients' requests" not in (check.note or "")

@@ -22,11 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+import pytest
 from fake_engine import FakeEngine
 
 from longctx import Job, JobItem, JobOptions, JobReport
 from longctx.backends.base import connect
-from longctx.store import LeaseHolder, Store
+from longctx.store import LeaseClaim, LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
+from longctx.usage import Usage
 
 FAKE = "http://fake-engine:8000/v1"
 ENTRY_POINT = Path(sys.executable).parent / "longctx"
@@ -99,6 +101,73 @@ def test_a_lease_has_one_holder_until_released_lapsed_or_its_process_is_gone(tmp
         assert store.leases.renew("mine", 60) == 3
         store.leases.release("mine")
         assert store.leases.holders() == {"k2": other}
+
+
+def test_each_claim_names_its_key_and_a_renewal_pushes_back_the_lapse(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "home") as store:
+        mine, away = LeaseHolder.this_process("mine"), LeaseHolder("away", 1, "another-host")
+        store.sessions.create_session(SessionRecord("s", 0.0, "session", "t", None, None, None))
+        request = RequestRecord(
+            "r", "s", None, "turn", 0.0, "u", "vllm", "m", Usage(1, 0, None, 1, None, None), 1
+        )
+        turn = TurnRecord("s", 0, "q?", "a", "a", None, "r", time.time())
+        store.sessions.commit_turn(turn, request, key="job:j:2:d:nonce")
+        (away_claim,) = store.leases.take(["job:j:1:d"], away, 60)
+        before = time.time()
+        claims = store.leases.take(["job:j:0:d", "job:j:1:d", "job:j:2:d"], mine, 60)
+        after = time.time()
+        assert claims == [
+            LeaseClaim("job:j:0:d", "taken", mine, claims[0].expires_at),
+            LeaseClaim("job:j:1:d", "held", away, away_claim.expires_at),
+            LeaseClaim("job:j:2:d", "answered"),
+        ]
+        assert claims[0].expires_at is not None and before + 60 <= claims[0].expires_at <= after + 60
+        assert away_claim.expires_at is not None and away_claim.expires_at <= before + 60
+        # An answer made before the run began is not this run's: the item is asked.
+        assert store.leases.take(["job:j:2:d"], mine, 60, answered_since=time.time() + 1)[0].state == "taken"
+
+        store.leases.take(["short"], away, 0.3)
+        assert store.leases.renew("away", 60) == 2
+        time.sleep(0.4)
+        assert store.leases.take(["short"], mine, 60)[0].state == "held"
+        assert store.leases.holders("sh") == {"short": away}
+        assert store.leases.holders("job:j:1") == {"job:j:1:d": away}
+        assert store.leases.renew("nobody", 60) == 0
+
+
+def test_a_holders_process_is_looked_at_never_signalled(tmp_path: Path) -> None:
+    # A child that a stray signal would end (the default action, whatever this process ignores).
+    script = (
+        "import signal, time; signal.signal(signal.SIGHUP, signal.SIG_DFL); print(flush=True); time.sleep(30)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert child.stdout is not None
+    child.stdout.readline()  # its handler is set
+    try:
+        with Store.open(tmp_path / "home") as store:
+            living = LeaseHolder("living", child.pid, socket.gethostname())
+            store.leases.take(["k"], living, 60)
+            assert store.leases.take(["k"], LeaseHolder.this_process("mine"), 60)[0].state == "held"
+            assert store.leases.holders() == {"k": living}
+        time.sleep(0.2)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_lease_of_another_users_process_on_this_host_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def not_yours(pid: int, signal_number: int) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    with Store.open(tmp_path / "home") as store:
+        theirs = LeaseHolder("theirs", 4242, socket.gethostname())
+        store.leases.take(["k"], theirs, 60)
+        monkeypatch.setattr(os, "kill", not_yours)
+        assert store.leases.take(["k"], LeaseHolder.this_process("mine"), 60)[0].state == "held"
+        assert store.leases.holders() == {"k": theirs}
 
 
 # -- two runs of one job in one process ------------------------------------------------

@@ -7,15 +7,25 @@ tokenization, the cached tokens equal the text path's): test_prompt_ids_engines.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
+
+import pytest
 
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import GENERIC, VLLM
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.config import RequestOptions
-from longctx.sessions.prompt_ids import PACK_IDS_PENDING, PromptIds, pack_ids
+from longctx.errors import TokenizerError
+from longctx.sessions.prompt_ids import (
+    PACK_IDS_PENDING,
+    PromptIds,
+    chat_only_reason,
+    pack_ids,
+    tail_reason,
+)
 from longctx.store import Store, StoredPack, TurnRecord
 
 END = 2
@@ -188,3 +198,265 @@ def test_a_prompt_with_images_goes_as_chat_with_the_reason(tmp_path: Path) -> No
         )  # fmt: skip
         assert request.prompt_ids is None
         assert request.text_reason == "the prompt holds images (token ids cannot carry them)"
+
+
+# -- every reason, word for word; the tokenizer failing; what is asked for ------------------------
+
+
+def test_each_reason_for_text_is_told_whole(tmp_path: Path) -> None:
+    assert tail_reason("Where?") is None
+    for tail in ("", " Where?", "Where?\n"):
+        assert tail_reason(tail) == (
+            "the question starts or ends with whitespace (its tokens could merge with the template's)"
+        )
+    assert chat_only_reason({"top_k": 3}) is None
+    assert chat_only_reason({"tools": [], "tool_choice": "auto", "top_k": 3}) == (
+        "the request sets tool_choice, tools, which a chat request carries"
+    )
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        assert _ask(ids, PACK.prefix + "Where?", profile=GENERIC).text_reason == (
+            f"the {GENERIC.label} server takes no token-id prompts"
+        )
+        assert _ask(ids, PACK.prefix + "Where?", routed=True).text_reason == (
+            "a router is in front (its routes and tokenizer are not checked)"
+        )
+        assert _ask(ids, "no pack here?").text_reason == "the first user message does not start with the pack"
+        untokenized = PromptIds(lambda: store, lambda: None)
+        assert _ask(untokenized, PACK.prefix + "Where?").text_reason == "the server has no tokenize route"
+        merged = _ids(store, MergingW())
+        _ask(merged, PACK.prefix + "Where?")
+        merged.wait()
+        assert _ask(merged, PACK.prefix + "Where?").text_reason == (
+            "the pack's last tokens merge with the question's (no clean boundary)"
+        )
+        assert store.caches.pack_ids("server:stand-in:m:1", "fp1") is None  # a reason is not kept
+
+
+class MergingW(ChatMLChars):
+    """Merges a blank line and a "W" into one token: the template's probes pass, the pack's probe does not."""
+
+    def encode(self, text: str) -> list[int]:
+        ids = super().encode(text.replace("\n\nW", "\x00"))
+        return [1087 if token == 0 else token for token in ids]
+
+
+def test_a_pack_whose_last_tokens_merge_with_the_probe_has_no_clean_boundary() -> None:
+    made = pack_ids(cast(ServerTokenizer, MergingW()), "SYS", PACK.prefix)
+    assert made == "the pack's last tokens merge with the question's (no clean boundary)"
+    assert not isinstance(pack_ids(cast(ServerTokenizer, ChatMLChars()), "SYS", PACK.prefix), str)
+
+
+def test_the_template_check_names_a_template_that_changes_the_question(tmp_path: Path) -> None:
+    class Lowering(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            return super().tokenize_messages([{**m, "content": m["content"].lower()} for m in messages])
+
+    assert pack_ids(cast(ServerTokenizer, Lowering()), "SYS", PACK.prefix) == (
+        "the chat template does not render a question as its own tokens"
+    )
+
+
+def test_a_tokenizer_that_fails_sends_text_from_then_on_saying_why(tmp_path: Path) -> None:
+    class Failing(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            raise TokenizerError("the tokenize route answered 500")
+
+    tokenizer = Failing()
+    turns = [_turn(0, "q0?", "It is a.")]
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, tokenizer)
+        later = _ask(ids, "q1?", turns)
+        reason = "the server could not tokenize: the tokenize route answered 500"
+        assert later.prompt_ids is None and later.text_reason == reason
+        tokenizer.calls.clear()
+        assert _ask(ids, PACK.prefix + "Where?").text_reason == reason
+        assert tokenizer.calls == []  # not asked again
+        # Making the pack's ids fails the same way: said, and the pack goes as text.
+        fresh = _ids(store, tokenizer)
+        assert _ask(fresh, PACK.prefix + "Where?").text_reason == PACK_IDS_PENDING
+        fresh.wait()
+        assert _ask(fresh, PACK.prefix + "Where?").text_reason == (
+            "the pack's token ids could not be made: the tokenize route answered 500"
+        )
+
+
+def test_answer_ids_are_asked_for_with_token_history_and_no_pack_means_plain_text(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        asked = _ask(ids, PACK.prefix + "Where?", token_history=True)
+        assert asked.token_ids is True and asked.text_reason == PACK_IDS_PENDING
+        ids.wait()
+        plain = _ask(ids, PACK.prefix + "Where?")
+        assert plain.token_ids is False and plain.prompt_ids is not None
+        text = _ask(ids, PACK.prefix + "Where?", prompt_ids=False, token_history=True)
+        assert text.prompt_ids is None and text.text_reason is None and text.token_ids is True
+        packless = ids.request(
+            _request("Where?"), (), server=_server(), routed=False, pack=None, options=RequestOptions(),
+            first_messages=lambda: FIRST,
+        )  # fmt: skip
+        assert packless == _request("Where?")
+
+
+# -- later turns start from the pack's ids; what is made, kept and asked for ------------------------
+
+
+class Recording(ChatMLChars):
+    """Keeps every message content it tokenizes."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.seen: list[str] = []
+
+    def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        self.seen += [message["content"] for message in messages]
+        return super().tokenize_messages(messages)
+
+
+class Numbered(ChatMLChars):
+    """A template that numbers its messages: what comes after a turn depends on the messages before it."""
+
+    def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+        self.calls.append("messages")
+        ids: list[int] = []
+        for index, message in enumerate(messages):
+            ids += [1, *self.encode(f"{index}{message['role']}\n{message['content']}"), END, 10]
+        return [*ids, 1, *self.encode(f"{len(messages)}assistant\n")]
+
+
+def _conversation(*pairs: tuple[str, str], last: str) -> ChatRequest:
+    messages: list[Mapping[str, str]] = [{"role": "system", "content": "SYS"}]
+    for question, answer in pairs:
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return ChatRequest(messages=(*messages, {"role": "user", "content": last}))
+
+
+def _later(ids: PromptIds, request: ChatRequest, turns: Sequence[TurnRecord], **options: Any) -> ChatRequest:
+    return ids.request(
+        request, turns, server=_server(), routed=False, pack=options.pop("pack", PACK),
+        options=RequestOptions(**options), first_messages=lambda: FIRST,
+    )  # fmt: skip
+
+
+def test_a_later_turn_starts_from_the_packs_ids_without_tokenizing_the_pack_again(tmp_path: Path) -> None:
+    for tokenizer in (Recording(), Numbered()):
+        with Store.open(tmp_path / type(tokenizer).__name__) as store:
+            ids = _ids(store, tokenizer)
+            _ask(ids, PACK.prefix + "q0?")
+            ids.wait()
+            request = _conversation((PACK.prefix + "q0?", "It is a."), last="q1?")
+            tokenizer.calls.clear()
+            if isinstance(tokenizer, Recording):
+                tokenizer.seen.clear()
+            later = _later(ids, request, [_turn(0, "q0?", "It is a.")])
+            assert later.prompt_ids == tuple(tokenizer.tokenize_messages(request.messages))
+            if isinstance(tokenizer, Recording):
+                tokenizer.seen = tokenizer.seen[: -len(request.messages)]  # less the check just above
+                assert tokenizer.seen and not any(PACK.prefix in text for text in tokenizer.seen)
+
+
+def test_a_later_turn_without_a_pack_or_with_text_asked_makes_no_pack_ids(tmp_path: Path) -> None:
+    tokenizer = ChatMLChars()
+    request = _conversation((PACK.prefix + "q0?", "It is a."), last="q1?")
+    turns = [_turn(0, "q0?", "It is a.")]
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, tokenizer)
+        packless = _later(ids, request, turns, pack=None)
+        assert packless.prompt_ids == tuple(tokenizer.tokenize_messages(request.messages))
+        text = _later(ids, request, turns, prompt_ids=False, token_history=True)
+        assert text.prompt_ids is None and text.text_reason is None  # no generated ids stored: text
+        ids.wait()
+        assert store.caches.pack_ids(tokenizer.identity, PACK.fingerprint) is None
+
+
+def test_earlier_answers_go_as_their_generated_ids_with_token_history(tmp_path: Path) -> None:
+    tokenizer = ChatMLChars()
+    generated = dataclasses.replace(_turn(0, "q0?", "It is a."), answer_ids=(900, 901, END))
+    request = _conversation((PACK.prefix + "q0?", "It is a."), last="q1?")
+    with Store.open(tmp_path) as store:
+        later = _later(_ids(store, tokenizer), request, [generated], token_history=True)
+    assert later.prompt_ids is not None and later.token_ids is True
+    prompt = list(later.prompt_ids)
+    start = prompt.index(900)
+    assert prompt[start : start + 3] == [900, 901, END]
+
+
+def test_text_asked_for_is_never_explained_even_where_ids_could_not_go(tmp_path: Path) -> None:
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, ChatMLChars())
+        assert _ask(ids, PACK.prefix + "Where?", routed=True, prompt_ids=False).text_reason is None
+        assert _ask(ids, PACK.prefix + "Where?", profile=GENERIC, prompt_ids=False).text_reason is None
+
+
+def test_a_packs_ids_are_read_from_the_store_once_per_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tokenizer = ChatMLChars()
+    with Store.open(tmp_path) as store:
+        first = _ids(store, tokenizer)
+        _ask(first, PACK.prefix + "Where?")
+        first.wait()
+        reads: list[str] = []
+        real = store.caches.pack_ids
+        monkeypatch.setattr(store.caches, "pack_ids", lambda *key: reads.append(key[1]) or real(*key))
+        ids = _ids(store, tokenizer)
+        for question in ("Where?", "What?", "Why?"):
+            assert _ask(ids, PACK.prefix + question).prompt_ids is not None
+        assert reads == ["fp1"]
+
+
+def test_a_packs_ids_are_made_in_a_named_daemon_thread(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    class Slow(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            release.wait(10)
+            return super().tokenize_messages(messages)
+
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, Slow())
+        assert _ask(ids, PACK.prefix + "Where?").text_reason == PACK_IDS_PENDING
+        making = [thread for thread in threading.enumerate() if thread.name == "longctx-pack-ids"]
+        assert len(making) == 1 and making[0].daemon
+        assert _ask(ids, PACK.prefix + "Where?").text_reason == PACK_IDS_PENDING  # one thread per pack
+        release.set()
+        ids.wait()
+        assert not making[0].is_alive()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_pack_whose_ids_fail_unexpectedly_goes_as_text_saying_so(tmp_path: Path) -> None:
+    class Broken(ChatMLChars):
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            raise RuntimeError("a bug")
+
+    with Store.open(tmp_path) as store:
+        ids = _ids(store, Broken())
+        _ask(ids, PACK.prefix + "Where?")
+        ids.wait()
+        assert _ask(ids, PACK.prefix + "Where?").text_reason == "the pack's token ids could not be made"
+
+
+def test_a_template_that_knows_only_its_own_roles_covers_the_pack() -> None:
+    class Strict(ChatMLChars):
+        """Refuses a role it does not know, as some chat templates raise."""
+
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            unknown = [m["role"] for m in messages if m["role"] not in ("system", "user", "assistant")]
+            if unknown:
+                raise TokenizerError(f"the template does not know the roles {unknown}")
+            return super().tokenize_messages(messages)
+
+    made = pack_ids(cast(ServerTokenizer, Strict()), "SYS", PACK.prefix)
+    assert made == pack_ids(cast(ServerTokenizer, ChatMLChars()), "SYS", PACK.prefix)
+
+
+def test_a_template_that_drops_the_documents_leaves_no_pack_to_send_as_ids() -> None:
+    class LastParagraph(ChatMLChars):
+        """Renders only the last paragraph of the last message."""
+
+        def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
+            return [*self.encode(messages[-1]["content"].rsplit("\n\n", 1)[-1]), END]
+
+    made = pack_ids(cast(ServerTokenizer, LastParagraph()), "SYS", PACK.prefix)
+    assert made == "the pack's last tokens merge with the question's (no clean boundary)"

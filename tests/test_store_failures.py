@@ -10,7 +10,9 @@ connection holding ``BEGIN EXCLUSIVE``; a full disk as a size-limited tmpfs
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +24,7 @@ import pytest
 import longctx.store.db
 from longctx.errors import StoreError
 from longctx.store import DATABASE_NAME, RequestRecord, SessionRecord, Store, TurnRecord
+from longctx.store.failures import store_failure
 from longctx.usage import Usage
 
 ENTRY_POINT = Path(sys.executable).parent / "longctx"
@@ -200,3 +203,106 @@ def test_sqlite_full_from_a_page_limit_is_the_same_clear_error(tmp_path: Path) -
             add_turns(store, "s", 20, answer_bytes=4000, start=2)
         assert "full" in str(caught.value) and "nothing already stored was lost" in str(caught.value).lower()
     assert turn_count(home, "s") >= 2
+
+
+# -- each kind from its error code, as the message names it ---------------------------
+
+
+def sqlite_error(name: str) -> sqlite3.OperationalError:
+    """An error as SQLite raises it, with its extended result code's name."""
+    error = sqlite3.OperationalError(f"an error named {name}")
+    error.sqlite_errorname = name
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "the disk holding"),
+        (OSError(errno.EROFS, "Read-only file system"), "the store is read-only"),
+        (OSError(errno.EACCES, "Permission denied"), "the store is read-only"),
+        (sqlite_error("SQLITE_FULL"), "the disk holding"),
+        (sqlite_error("SQLITE_READONLY"), "the store is read-only"),
+        (sqlite_error("SQLITE_READONLY_DBMOVED"), "the store is read-only"),
+        (sqlite_error("SQLITE_BUSY"), "write lock"),
+        (sqlite_error("SQLITE_LOCKED_SHAREDCACHE"), "write lock"),
+        (sqlite_error("SQLITE_CORRUPT"), "damaged"),
+        (sqlite_error("SQLITE_NOTADB"), "damaged"),
+    ],
+)
+def test_each_failure_is_told_by_its_code(tmp_path: Path, error: Exception, words: str) -> None:
+    path = tmp_path / DATABASE_NAME
+    message = str(store_failure(error, path, "writing to"))
+    assert message.startswith(f"writing to the longctx store {path} failed: ")
+    assert words in message
+    kinds = ("the disk holding", "the store is read-only", "write lock", "damaged")
+    assert [kind for kind in kinds if kind in message] == [words]
+
+
+def test_the_full_disk_names_the_folder_and_the_read_only_file_its_chmod(tmp_path: Path) -> None:
+    path = tmp_path / "home" / DATABASE_NAME
+    full = str(store_failure(OSError(errno.ENOSPC, "No space left on device"), path, "writing to"))
+    assert f"the disk holding {path.parent} is full" in full
+    read_only = str(store_failure(sqlite_error("SQLITE_READONLY"), path, "writing to"))
+    assert f"`chmod u+w {path} {path.parent}`" in read_only
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.EIO, "Input/output error"),
+        OSError("no code"),
+        sqlite_error("SQLITE_ERROR"),
+        sqlite3.Error("plain"),
+    ],
+)
+def test_a_failure_of_no_known_kind_is_told_in_its_own_words(tmp_path: Path, error: Exception) -> None:
+    path = tmp_path / DATABASE_NAME
+    assert str(store_failure(error, path, "reading")) == f"reading the longctx store {path} failed: {error}"
+
+
+@pytest.mark.parametrize("name", ["SQLITE_IOERR_WRITE", "SQLITE_CANTOPEN"])
+def test_an_io_error_is_read_only_or_full_only_when_the_folder_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A disk I/O error is what a tmpfs or an overlay may answer for a full or read-only disk."""
+    path = tmp_path / DATABASE_NAME
+    error = sqlite_error(name)
+    # A writable folder on a disk with room: the error as it came.
+    assert str(store_failure(error, path, "writing to")).endswith(f"failed: {error}")
+    # A folder the user may not write: read-only.
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "access", lambda folder, mode: False)
+        assert "the store is read-only" in str(store_failure(error, path, "writing to"))
+    # A folder on a filesystem mounted read-only, though its modes allow writing.
+    real_statvfs = os.statvfs
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "statvfs", lambda folder: _statvfs_with_flag(real_statvfs(folder), os.ST_RDONLY))
+        assert "the store is read-only" in str(store_failure(error, path, "writing to"))
+    # A disk with less than 64 KiB free: full. With exactly 64 KiB, not yet.
+    for free, words in [((64 << 10) - 1, "the disk holding"), (64 << 10, str(error))]:
+        with monkeypatch.context() as patched:
+            patched.setattr(shutil, "disk_usage", lambda folder, free=free: _usage(free))
+            assert words in str(store_failure(error, path, "writing to")), free
+
+
+def test_an_io_error_where_the_folder_cannot_be_looked_at_is_told_as_it_came(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def unreadable(folder: object) -> object:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "statvfs", unreadable)
+    monkeypatch.setattr(shutil, "disk_usage", unreadable)
+    error = sqlite_error("SQLITE_IOERR")
+    assert str(store_failure(error, tmp_path / DATABASE_NAME, "reading")).endswith(f"failed: {error}")
+
+
+def _statvfs_with_flag(real: os.statvfs_result, flag: int) -> os.statvfs_result:
+    values = list(real)
+    values[8] |= flag  # f_flag
+    return os.statvfs_result(values)
+
+
+def _usage(free: int) -> object:
+    return shutil._ntuple_diskusage(1 << 30, (1 << 30) - free, free)  # type: ignore[attr-defined]

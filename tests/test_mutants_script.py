@@ -32,7 +32,11 @@ def test_a_modules_run_mutates_only_it_against_only_its_tests() -> None:
     # The rest of pyproject.toml is kept (pytest's settings apply inside the run too).
     assert narrowed["tool"]["pytest"] == tomllib.loads(settings.pyproject)["tool"]["pytest"]
     for tests in settings.tests.values():
-        assert tests and all((ROOT / path).is_file() for path in tests)
+        # Test files, and ``--deselect FILE::TEST`` pairs leaving out a test that cannot see a mutant.
+        pairs = list(zip(["", *tests[:-1]], tests, strict=True))  # (the argument before, the argument)
+        named = [arg for _, arg in pairs if arg != "--deselect"]
+        assert tests and all((ROOT / arg.split("::", 1)[0]).is_file() for arg in named), tests
+        assert all("::" in arg for before, arg in pairs if before == "--deselect"), tests
 
 
 def test_every_equivalent_names_a_mutated_module_its_line_and_a_reason() -> None:

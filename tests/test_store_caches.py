@@ -3,6 +3,7 @@ limits on what is kept hold (longctx.store.caches, longctx.store.blobs)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import os
@@ -51,7 +52,10 @@ def test_a_pdf_text_keeps_its_lone_surrogates_pages_and_notes(store: Store) -> N
     record = {"text": "page one \ud800 caf\u00e9", "page_count": 3, "notes": ["page 2 has no text"]}
     assert store.caches.pdf_text("pypdf 5", "a" * 64) is None
     store.caches.save_pdf_text("pypdf 5", "a" * 64, record)
-    assert store.caches.pdf_text("pypdf 5", "a" * 64) == record
+    # Read back whole, with the pages found unusable (none given: none).
+    assert store.caches.pdf_text("pypdf 5", "a" * 64) == {**record, "unusable_pages": []}
+    store.caches.save_pdf_text("pypdf 5", "c" * 64, {**record, "unusable_pages": [[2, "no text layer"]]})
+    assert store.caches.pdf_text("pypdf 5", "c" * 64) == {**record, "unusable_pages": [[2, "no text layer"]]}
     assert (
         store.caches.pdf_text("pypdf 6", "a" * 64) is None
         and store.caches.pdf_text("pypdf 5", "b" * 64) is None
@@ -326,17 +330,27 @@ def test_an_entry_that_cannot_be_removed_is_left_and_a_partial_text_goes_past_an
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts this process's descriptors in /proc")
+def _open_on(path: Path) -> list[str]:
+    """This process's descriptors on ``path`` as it was opened (since replaced: Linux adds " (deleted)")."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # a descriptor closed while listed
+            if os.readlink(f"/proc/self/fd/{fd}") == f"{path} (deleted)":
+                found.append(fd)
+    return found
+
+
 def test_a_stored_text_reads_its_file_as_opened_and_closes_it_when_dropped(tmp_path: Path) -> None:
     path = tmp_path / "text.txt"
     path.write_bytes(b"as it was")
-    gc.collect()
-    before = len(os.listdir("/proc/self/fd"))
     text = StoredText(path)
     path.unlink()  # removed by another process's save: what is open still reads
     path.write_bytes(b"a new text")
     assert (
         bytes(text.view) == b"as it was" and b"".join(bytes(p) for p in text.read_chunks(4)) == b"as it was"
     )
+    assert _open_on(path), "the stored text keeps its file open while it lives"
     del text
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == before
+    # The descriptors on the replaced file, not the process's count: other threads open and close theirs.
+    assert not _open_on(path)

@@ -101,7 +101,7 @@ def test_a_closed_database_refuses_to_open_and_closing_again_does_nothing(databa
     database.query("SELECT 1")
     database.close()
     database.close()
-    with pytest.raises(StoreError, match="closed database"):
+    with pytest.raises(StoreError, match="is closed"):
         database.query("SELECT 1")
     never = Database(database.path.with_name("never.db"))
     never.close()

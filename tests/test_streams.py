@@ -357,3 +357,15 @@ def test_a_plan_that_streamed_nothing_hands_its_answer_out_whole() -> None:
     answer_stream = AnswerStream(plan())
     assert list(answer_stream) == ["the whole text"]
     assert answer_stream.answer is answer
+
+
+def test_an_answer_printed_whole_is_the_stored_text_byte_for_byte(capsys: pytest.CaptureFixture[str]) -> None:
+    """Not a terminal, not streamed: click would strip what looks like ANSI; printed as stored."""
+    from types import SimpleNamespace
+
+    from longctx.cli.streaming import Printing, print_answer
+
+    text = "red \x1b[31mtext\x1b[0m and a bell \x07"
+    session = SimpleNamespace(ask=lambda question, **options: SimpleNamespace(text=text))
+    printed = print_answer(session, "q?", Printing(stream=False, spinner=False))  # type: ignore[arg-type]
+    assert printed.answer.text == text and capsys.readouterr().out == text + "\n"

@@ -169,7 +169,7 @@ class _Opened:
 def _echo_answers(answers: Iterable[Answer], roots: Sequence[str] = ()) -> None:
     """Each answer on stdout under its question, in order (its citations after it, when asked for)."""
     for answer in answers:
-        click.echo(f"## {answer.question}\n\n{answer.text}\n")
+        click.echo(f"## {answer.question}\n\n{answer.text}\n", color=True)  # as stored (see print_answer)
         _echo_citations(answer, roots)
 
 

@@ -108,7 +108,9 @@ def print_answer(session: Conversation, question: str, printing: Printing, **opt
         with spinning(printing.spinner, "waiting for the answer"):
             answer = session.ask(question, **options)
         if printing.echo:
-            click.echo(answer.text)
+            # color=True: click strips what looks like an ANSI sequence from output that is no terminal,
+            # and an answer is printed as it is stored, byte for byte, as the streamed path writes it.
+            click.echo(answer.text, color=True)
         return PrintedAnswer(answer, streamed=False)
     spinner = Spinner(printing.spinner, "waiting for the first token").start()
     stream = session.stream(question, **options)

@@ -6,7 +6,6 @@ import base64
 import hashlib
 import io
 import json
-import struct
 import zlib
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from longctx.packing.rendering import (
 )
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText, extract_pdf
-from longctx.sources.png import encode_gray_png, image_size
+from longctx.sources.png import encode_gray_png, image_data, image_size
 from longctx.sources.text_layer import judge_page
 from longctx.testing.pdfs import scanned_pdf
 from longctx.tokens import EstimateTokenizer
@@ -84,21 +83,11 @@ def test_the_rule_on_real_pdfs() -> None:
 # -- the PNG and the renderer ---------------------------------------------------
 
 
-def _idat(png: bytes) -> bytes:
-    stream, offset = b"", 8
-    while offset < len(png):
-        (length,) = struct.unpack(">I", png[offset : offset + 4])
-        if png[offset + 4 : offset + 8] == b"IDAT":
-            stream += png[offset + 8 : offset + 8 + length]
-        offset += 12 + length
-    return stream
-
-
 def test_the_png_holds_the_pixels_in_stored_blocks() -> None:
     width, height = 300, 260  # 78,260 bytes of rows: two stored blocks
     pixels = bytes((x * 7 + y * 3) % 256 for y in range(height) for x in range(width))
     png = encode_gray_png(width, height, pixels)
-    stream = _idat(png)
+    stream = image_data(png)
     rows = zlib.decompress(stream)
     assert rows == b"".join(b"\x00" + pixels[y * width : (y + 1) * width] for y in range(height))
     assert stream[2] == 0  # BTYPE 00 (stored), not final: no compressor chose anything

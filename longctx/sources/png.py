@@ -25,7 +25,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["ImageSize", "encode_gray_png", "image_size"]
+__all__ = ["ImageSize", "encode_gray_png", "image_data", "image_size"]
 
 _SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 _STORED_BLOCK: Final = 65535  # the largest a stored deflate block may hold
@@ -86,6 +86,17 @@ def encode_gray_png(width: int, height: int, pixels: bytes) -> bytes:
 _JPEG_FRAMES: Final = frozenset(
     {0xC0, 0xC1, 0xC2, 0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
 )
+
+
+def image_data(png: bytes) -> bytes:
+    """The zlib stream of a PNG: its IDAT chunks' payloads joined (what a PDF's /FlateDecode image holds)."""
+    stream, offset = b"", 8
+    while offset < len(png):
+        (length,) = struct.unpack(">I", png[offset : offset + 4])
+        if png[offset + 4 : offset + 8] == b"IDAT":
+            stream += png[offset + 8 : offset + 8 + length]
+        offset += 12 + length
+    return stream
 
 
 def image_size(data: bytes) -> ImageSize | None:

@@ -9,7 +9,6 @@ like a scanner's), the pages longctx sends as images.
 from __future__ import annotations
 
 import io
-import struct
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,6 +76,7 @@ def scanned_pdf(pages: Sequence[str]) -> bytes:
     """
     # Imported here: rendering needs pypdfium2, which the text PDFs do not.
     from longctx.sources.page_images import render_pages
+    from longctx.sources.png import image_data
 
     writer = PdfWriter()
     for text in pages:
@@ -84,14 +84,8 @@ def scanned_pdf(pages: Sequence[str]) -> bytes:
         if rendered.image is None:
             raise ValueError(f"a scanned page needs some text to show, not {text!r}")
         png, width, height = rendered.image.data, rendered.image.width, rendered.image.height
-        stream, offset = b"", 8
-        while offset < len(png):
-            (length,) = struct.unpack(">I", png[offset : offset + 4])
-            if png[offset + 4 : offset + 8] == b"IDAT":
-                stream += png[offset + 8 : offset + 8 + length]
-            offset += 12 + length
         image = StreamObject()
-        image._data = stream
+        image._data = image_data(png)
         image.update(
             {
                 NameObject("/Type"): NameObject("/XObject"),

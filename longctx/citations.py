@@ -7,9 +7,11 @@ a ``Sources:`` block, one line per place, ``PATH:START-END "QUOTE"``.
 :func:`read_citations` reads that block (:func:`parse_claims`) and checks
 each line against the exact text of the documents the request carried
 (:func:`verify_claim`): the path is a document there, the lines exist in it,
-and the quote, when given, occurs in those lines (whitespace runs compared
-as one space). A claim that fails is kept, marked unverified with the
-reason. Both steps are pure functions of their arguments.
+and the quote occurs in those lines (whitespace runs compared as one
+space). A claim without a quote is never verified: a path alone checks
+nothing about what the answer says. A claim that fails is kept, marked
+unverified with the reason. Both steps are pure functions of their
+arguments.
 
 Why quotes as well as lines: a model copies a span of its context verbatim
 far more reliably than it counts lines in a long document (the pack carries
@@ -37,6 +39,7 @@ __all__ = [
     "CitationClaim",
     "CitedAnswer",
     "Grounding",
+    "NO_QUOTE",
     "file_link",
     "parse_claims",
     "read_citations",
@@ -63,8 +66,8 @@ class Citation:
     ``start_line`` and ``end_line`` (1-based, inclusive) are None when the
     answer gave none and no quote placed it; ``quote`` is None when it gave
     none. ``verified``: the path is a document of the pack, the lines exist
-    in it, and the quote occurs in them; otherwise ``reason`` says which
-    part failed (it is None for a verified citation).
+    in it, and there is a quote and it occurs in them; otherwise ``reason``
+    says which part failed (it is None for a verified citation).
     """
 
     path: str
@@ -272,7 +275,9 @@ def verify_claim(claim: CitationClaim, documents: Mapping[str, str]) -> Citation
         if end > count:
             return _unverified(claim, f"lines {start}-{end} are past the end of {claim.path} ({count} lines)")
     if claim.quote is None:
-        return Citation(claim.path, start, end, None, verified=True)
+        # A path (and lines) alone is the model's say-so: nothing in it can be checked against the text,
+        # so it never counts as verified ("Sources: secrets.py" named a file the answer never read).
+        return _unverified(claim, NO_QUOTE)
     places = _Words(text).occurrences(claim.quote)
     if not places:
         return _unverified(claim, f"the quote is not in {claim.path}")
@@ -284,6 +289,10 @@ def verify_claim(claim: CitationClaim, documents: Mapping[str, str]) -> Citation
     first, last = places[0]
     where = f"line {first}" if first == last else f"lines {first}-{last}"
     return _unverified(claim, f"the quote is not in lines {start}-{end}: it is at {where}")
+
+
+NO_QUOTE: Final = "no quote: a path and lines alone cannot be checked against the text"
+"""The reason of a citation that names a place without quoting it (never verified)."""
 
 
 def _unverified(claim: CitationClaim, reason: str) -> Citation:

@@ -20,6 +20,7 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend, connect
 from longctx.citations import (
     CITE_INSTRUCTION,
+    NO_QUOTE,
     Citation,
     CitationClaim,
     Grounding,
@@ -129,8 +130,17 @@ def test_crafted_citations_are_checked_against_the_exact_pack_text() -> None:
             "docs/notes.txt", 1, 2, "third line", False, "the quote is not in lines 1-2: it is at line 3"
         ),
         Citation("docs/notes.txt", 1, 1, "not there at all", False, "the quote is not in docs/notes.txt"),
-        Citation("docs/notes.txt", 3, 3, None, verified=True),
+        Citation("docs/notes.txt", 3, 3, None, False, NO_QUOTE),
     )
+
+
+@pytest.mark.parametrize("line", ["secrets.py", "- src/main.py", "- src/main.py:1-5", "src/main.py#L4"])
+def test_a_citation_without_a_quote_is_never_verified(line: str) -> None:
+    """Issue 50: "Sources: secrets.py" (a real model's answer, no quote) was marked verified."""
+    documents = {**DOCUMENTS, "secrets.py": "TOKEN = 'x'\n"}
+    (citation,) = read_citations(f"The answer.\n\nSources: {line}\n", documents)
+    assert not citation.verified
+    assert citation.reason == NO_QUOTE
 
 
 def test_a_quote_without_lines_is_placed_where_it_is() -> None:
@@ -313,7 +323,7 @@ def test_ask_cite_prints_the_citations_after_the_answer(
         "What does main return?" + CITE_INSTRUCTION
     )
     lines = result.stdout.splitlines()
-    at = lines.index("[citations: 2 of 6 verified against the pack]")
+    at = lines.index("[citations: 1 of 6 verified against the pack]")
     assert "\n".join(lines[:at]).strip() == CRAFTED.strip()  # the answer, then its citations
     assert lines[at + 1] == '  src/main.py:4-5 "def main() -> str: return os.getcwd()"  [ok]'
     assert lines[at + 2] == "  src/other.py:1-2  [UNVERIFIED: no document 'src/other.py' in the pack]"
@@ -348,7 +358,7 @@ def test_hyperlinks_need_a_terminal_that_is_not_dumb(
 def test_ask_cite_json_holds_the_citations(backend: Backend, repository: Path) -> None:
     result = _cli(backend, "ask", str(repository), "q?", "--cite", "--json")
     data = json.loads(result.stdout)
-    assert [c["verified"] for c in data["citations"]] == [True, False, False, False, False, True]
+    assert [c["verified"] for c in data["citations"]] == [True, False, False, False, False, False]
     plain = json.loads(_cli(backend, "ask", str(repository), "q?", "--json").stdout)
     assert "citations" not in plain
 
@@ -358,7 +368,7 @@ def test_batch_cite_prints_each_answers_citations(
 ) -> None:
     result = _cli(backend, "batch", str(repository), "--questions", "-", "--cite", "-q", stdin="one?\ntwo?\n")
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("[citations: 2 of 6 verified against the pack]") == 2
+    assert result.stdout.count("[citations: 1 of 6 verified against the pack]") == 2
     assert all(body["messages"][1]["content"].endswith(CITE_INSTRUCTION) for body in fake.chat_bodies)
 
 

@@ -8,6 +8,9 @@ Fixtures (session scope): ``vllm_server``, ``sglang_server``, ``engine_server``
 (parametrised over both engines), ``vllm_fleet`` (two vLLM replicas),
 ``sglang_without_cache_report``, ``vllm_vision_server`` and
 ``sglang_vision_server`` (the tiny Qwen2-VL, :mod:`longctx.testing.vision`),
+``real_vllm_server``, ``real_sglang_server`` and ``real_engine_server``
+(parametrised over both engines: a trained instruct model, for tests of what
+the answers say, :mod:`longctx.testing.real_model`), ``real_model``,
 ``tiny_model``, ``vllm_python`` and
 ``sglang_python`` (the engines' interpreters), ``longctx_harness``.
 
@@ -45,6 +48,8 @@ from longctx.testing.errors import ServerDiedError
 from longctx.testing.fleet import Fleet, prepare_replicas
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import TinyModel
+from longctx.testing.real_model import REAL_SERVERS, prepare_real_model, start_real_server
+from longctx.testing.real_model import real_model as real_model_of
 from longctx.testing.servers import LocalServer, start_sglang
 from longctx.testing.vision import VISION_SERVERS, prepare_vision_assets, start_vision_server
 
@@ -57,7 +62,12 @@ _SERVER_FIXTURES = {
     "sglang_without_cache_report": ("sglang",),
     "vllm_vision_server": ("vllm",),
     "sglang_vision_server": ("sglang",),
+    "real_vllm_server": ("vllm",),
+    "real_sglang_server": ("sglang",),
+    "real_engine_server": (),
 }
+# The real-model servers' fixtures: extras of their own, never the shared tiny-model servers.
+_REAL_FIXTURES = ("real_vllm_server", "real_sglang_server", "real_engine_server")
 _NO_CACHE_REPORT = "sglang-without-cache-report"
 # The vision servers' fixtures, each with its engine.
 _VISION_FIXTURES = {"vllm_vision_server": "vllm", "sglang_vision_server": "sglang"}
@@ -72,9 +82,15 @@ def _vision_starter(engine: str) -> Callable[[EngineHarness], LocalServer]:
     return lambda harness: start_vision_server(harness, engine)
 
 
+def _real_starter(engine: str) -> Callable[[EngineHarness], LocalServer]:
+    return lambda harness: start_real_server(harness, engine)
+
+
 # Extras stopped after their last test (they hold a core and memory): by fixture, the server's name
 # and starter, in the order their tests run. The fleet's replica runs to the end.
 _STOPPED_EXTRAS: dict[str, tuple[str, Callable[[EngineHarness], LocalServer]]] = {
+    "real_vllm_server": (REAL_SERVERS["vllm"], _real_starter("vllm")),
+    "real_sglang_server": (REAL_SERVERS["sglang"], _real_starter("sglang")),
     "sglang_without_cache_report": (_NO_CACHE_REPORT, _start_sglang_without_cache_report),
     "sglang_vision_server": (VISION_SERVERS["sglang"], _vision_starter("sglang")),
     "vllm_vision_server": (VISION_SERVERS["vllm"], _vision_starter("vllm")),
@@ -104,6 +120,16 @@ def pytest_configure(config: pytest.Config) -> None:
 def harness_of(config: pytest.Config) -> EngineHarness:
     """The :class:`EngineHarness` of a pytest run (to ``adopt`` a server, say)."""
     return config.stash[_HARNESS_KEY]
+
+
+def _extras_of(item: pytest.Item) -> set[str]:
+    """The extra servers' fixtures ``item`` uses (``real_engine_server`` counts as its engine's)."""
+    names = set(getattr(item, "fixturenames", ()))
+    extras = set(_EXTRA_FIXTURES) & names
+    callspec = getattr(item, "callspec", None)
+    if "real_engine_server" in names and callspec is not None:
+        extras.add(f"real_{callspec.params['real_engine_server']}_server")
+    return extras
 
 
 def _engines_of(item: pytest.Item) -> set[str]:
@@ -142,9 +168,7 @@ class _EngineGuard:
         # After every selection and reordering: tests that need no server run
         # first, while the servers boot; those that need an extra server
         # last, while it boots.
-        def extras(item: pytest.Item) -> set[str]:
-            return set(_EXTRA_FIXTURES) & set(getattr(item, "fixturenames", ()))
-
+        extras = _extras_of
         engine_items = [item for item in session.items if item.nodeid in self.engines_by_test]
         groups: list[list[pytest.Item]] = []
         placed: set[str] = set()
@@ -169,7 +193,7 @@ class _EngineGuard:
         needed: set[str] = set()
         wanted: set[str] = set()
         for item in session.items:
-            if _SERVER_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            if (_SERVER_FIXTURES.keys() - set(_REAL_FIXTURES)) & set(getattr(item, "fixturenames", ())):
                 needed |= _engines_of(item)
             wanted |= extras(item)
         for engine in ENGINES:
@@ -178,6 +202,8 @@ class _EngineGuard:
         vision = [engine for fixture, engine in _VISION_FIXTURES.items() if fixture in wanted]
         if vision:  # built beside the shared servers' boots, not in the extras' queue behind them
             prepare_vision_assets(self.harness, vision)
+        if wanted & {"real_vllm_server", "real_sglang_server"}:  # downloaded and converted meanwhile too
+            prepare_real_model(self.harness)
         # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
         for fixture, (name, start) in _STOPPED_EXTRAS.items():
             if fixture in wanted:
@@ -328,4 +354,34 @@ def vllm_vision_server(longctx_harness: EngineHarness) -> LocalServer:
 def sglang_vision_server(longctx_harness: EngineHarness) -> LocalServer:
     """SGLang (CPU) serving the tiny Qwen2-VL, images in chat requests; stopped after its last test."""
     name, start = _STOPPED_EXTRAS["sglang_vision_server"]
+    return longctx_harness.extra_server(name, start)
+
+
+@pytest.fixture(scope="session")
+def real_model(longctx_harness: EngineHarness) -> TinyModel:
+    """The trained instruct model's folder (:mod:`longctx.testing.real_model`), converted once."""
+    return real_model_of(longctx_harness)
+
+
+@pytest.fixture(scope="session")
+def real_vllm_server(longctx_harness: EngineHarness) -> LocalServer:
+    """vLLM (CPU, float32) serving the trained instruct model; stopped after its last test."""
+    name, start = _STOPPED_EXTRAS["real_vllm_server"]
+    return longctx_harness.extra_server(name, start)
+
+
+@pytest.fixture(scope="session")
+def real_sglang_server(longctx_harness: EngineHarness) -> LocalServer:
+    """SGLang (CPU, float32) serving the trained instruct model; stopped after its last test."""
+    name, start = _STOPPED_EXTRAS["real_sglang_server"]
+    return longctx_harness.extra_server(name, start)
+
+
+@pytest.fixture(
+    scope="session",
+    params=[pytest.param("vllm", marks=pytest.mark.vllm), pytest.param("sglang", marks=pytest.mark.sglang)],
+)
+def real_engine_server(request: pytest.FixtureRequest, longctx_harness: EngineHarness) -> LocalServer:
+    """Each engine's real-model server in turn: the test runs once per engine."""
+    name, start = _STOPPED_EXTRAS[f"real_{request.param}_server"]
     return longctx_harness.extra_server(name, start)

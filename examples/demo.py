@@ -1,21 +1,27 @@
-"""The longctx demo: ask, batch and chat over a repository on a local vLLM.
+"""The longctx demo: ask, batch and chat over a repository on a local vLLM, with real answers.
 
-Runs the real command line against vLLM's CPU build serving the tiny
-locally-made model (started here unless ``LONGCTX_BASE_URL`` names a
-running server):
+Runs the real command line against vLLM's CPU build serving a trained
+instruct model, Qwen2.5-Coder-0.5B-Instruct (:mod:`longctx.testing.real_model`:
+converted once from the package registry's GGUF parts; no model hub, no GPU),
+started here unless ``LONGCTX_BASE_URL`` names a running server, over a small
+repository with known answers (:mod:`longctx.testing.answer_set`):
 
-1. ``longctx ask . "..."``: one question; the repository is packed and prefilled;
+1. ``longctx ask . "..."``: one question; the repository is packed and
+   prefilled, and the answer is checked against the file that holds it;
 2. ``longctx batch . --questions questions.txt``: four sibling questions
    that share the pack's prefix, read from the server's cache;
 3. ``longctx chat .`` fed three questions by a script: each turn reuses the
-   previous turn's whole prompt;
+   previous turn's whole prompt, and the last one needs the answer before it;
 4. ``longctx report``: the savings, checked against vLLM's own counters.
+
+``--tiny`` serves the random-weight tiny model instead (seconds to build, no
+download; its answers are noise, and every line that shows one says so).
 
 Run it with ``scripts/demo`` from a fresh clone. It exits non-zero if the
 batch or the follow-up turns were not served from the cache. The server is
 built under ``LONGCTX_HARNESS_DIR`` when set (as the test suite's is), else
-``.cache/harness``: the first build is about 3.5 GB. Ctrl-C stops it with one
-line and exit code 130.
+``.cache/harness``: the first build is about 3.5 GB of environment and 0.5 GB
+of model wheels. Ctrl-C stops it with one line and exit code 130.
 """
 
 from __future__ import annotations
@@ -25,25 +31,30 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import urllib.request
 from pathlib import Path
 
 from longctx.testing import EngineHarness, harness_dir
+from longctx.testing.answer_set import write_fact_repository
+from longctx.testing.model import SERVED_MODEL_NAME
+from longctx.testing.real_model import REAL_SERVERS, real_model_spec, start_real_server
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".cache" / "demo"
-FILES = ("textwrap.py", "heapq.py", "shlex.py", "fnmatch.py")
+FIRST = "Which port does the exposure server listen on? Answer with the number."
+FIRST_RIGHT = "8417"  # settings.py: DEFAULT_PORT = 8417
 QUESTIONS = (
-    "What does heapq provide, and how is it implemented?",
-    "Which functions in textwrap would you use to wrap a paragraph?",
-    "How does shlex split a command line?",
-    "Which of these modules would be easiest to test, and why?",
+    "Who is the maintainer of skyline-tools?",
+    "Under which licence is skyline-tools released?",
+    "To which host are finished exposures uploaded?",
+    "In what unit are exposure times given?",
 )
 CHAT = (
-    "Summarise what this repository contains.",
-    "Which module is the largest?",
-    "What would you refactor first?",
+    "Summarise in one sentence what this repository contains.",
+    "Which function of colorsys.py converts RGB to HLS? Give its name only.",
+    "Which function in the same file does the reverse of the function you just named? Give its name only.",
 )
+NOISE = "(random weights: this answer is noise, not a fault of longctx; run without --tiny for real answers)"
 
 
 def say(message: str) -> None:
@@ -51,20 +62,23 @@ def say(message: str) -> None:
 
 
 def make_repository() -> Path:
-    """A small git repository of standard-library modules to ask about."""
+    """A small git repository with known answers (two standard-library modules and a project)."""
     repository = WORK / "repo"
     if repository.exists():
         shutil.rmtree(repository)
-    repository.mkdir(parents=True)
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    for name in FILES:
-        shutil.copy(stdlib / name, repository / name)
-    (repository / "README.md").write_text("# demo\n\nA few modules of the Python standard library.\n")
-    git = ["git", "-c", "user.name=demo", "-c", "user.email=demo@example.invalid"]
-    subprocess.run([*git, "init", "-q"], cwd=repository, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=repository, check=True)
-    subprocess.run([*git, "commit", "-qm", "demo repository"], cwd=repository, check=True)
-    return repository
+    return write_fact_repository(repository)
+
+
+def served_model(base_url: str) -> str:
+    """The name the server serves its model under (its ``/v1/models``); "unknown" if it does not say.
+
+    A server that does not answer is the first question's to report, with longctx's own message.
+    """
+    try:
+        with urllib.request.urlopen(f"{base_url}/models", timeout=30) as response:
+            return str(json.load(response)["data"][0]["id"])
+    except (OSError, ValueError, KeyError, IndexError):
+        return "unknown"
 
 
 def longctx(
@@ -89,25 +103,50 @@ def longctx(
 
 
 def main() -> int:
+    tiny = "--tiny" in sys.argv[1:]
     harness = None
     base_url = os.environ.get("LONGCTX_BASE_URL")
     if not base_url:
         where = harness_dir(ROOT)
-        say(
-            f"Starting vLLM (CPU build) with the tiny model from {where}; a first run builds both there"
-            " (about 3.5 GB, a few minutes; set LONGCTX_HARNESS_DIR to share a build)..."
-        )
         harness = EngineHarness(where, on_progress=lambda m: say(f"  {m}"))
-        base_url = harness.server("vllm").api_base
+        if tiny:
+            say(
+                f"Starting vLLM (CPU build) with the random-weight tiny model from {where} (--tiny: its"
+                " answers are noise); a first run builds both there (about 3.5 GB, a few minutes)..."
+            )
+            base_url = harness.server("vllm").api_base
+        else:
+            spec = real_model_spec()
+            name = getattr(spec, "upstream", str(spec))
+            say(
+                f"Starting vLLM (CPU build) with {name} from {where}; a first run builds the environment"
+                " and converts the model there (about 3.5 GB and 0.5 GB, 4-5 minutes; set"
+                " LONGCTX_HARNESS_DIR to share a build)..."
+            )
+            base_url = harness.extra_server(
+                REAL_SERVERS["vllm"], lambda h: start_real_server(h, "vllm")
+            ).api_base
+    model = served_model(base_url)
+    noise = model == SERVED_MODEL_NAME
     home = WORK / "home"
     shutil.rmtree(home, ignore_errors=True)
     env = {**os.environ, "LONGCTX_BASE_URL": base_url, "LONGCTX_HOME": str(home)}
     try:
         repository = make_repository()
         (WORK / "questions.txt").write_text("\n".join(QUESTIONS) + "\n")
-        say(f"Server: {base_url}; repository: {repository}")
+        say(f"Server: {base_url} ({model}); repository: {repository}")
+        if noise:
+            say(
+                f"This server serves the tiny model with random weights: every answer below is noise. {NOISE}"
+            )
 
-        longctx("ask", ".", "What is in this repository?", "--max-tokens", "32", cwd=repository, env=env)
+        answer = longctx("ask", ".", FIRST, "--max-tokens", "32", cwd=repository, env=env)
+        if noise:
+            say(NOISE)
+        elif FIRST_RIGHT in answer:
+            say(f"(right: settings.py says DEFAULT_PORT = {FIRST_RIGHT})")
+        else:
+            say(f"(not right: settings.py says DEFAULT_PORT = {FIRST_RIGHT})")
         longctx(
             "batch",
             ".",
@@ -118,8 +157,12 @@ def main() -> int:
             cwd=repository,
             env=env,
         )
+        if noise:
+            say(NOISE)
         batch_report = json.loads(longctx("report", "--json", cwd=repository, env=env, show_output=False))
         longctx("chat", ".", "--max-tokens", "32", cwd=repository, env=env, stdin="\n".join(CHAT) + "\n")
+        if noise:
+            say(NOISE)
         chat_report = json.loads(longctx("report", "--json", cwd=repository, env=env, show_output=False))
         longctx("report", cwd=repository, env=env)
     finally:
@@ -137,6 +180,13 @@ def main() -> int:
         say("FAILED: the server did not report cached tokens for the batch and every follow-up turn")
         return 1
     say("The server served the shared prefix from its cache.")
+    say(
+        "\nNext: ask about your own repository. Keep a server running with `longctx serve --cpu-demo`"
+        " (this model, on the CPU), or start vLLM or SGLang on a GPU with the model you use; then\n"
+        "  export LONGCTX_BASE_URL=http://127.0.0.1:PORT/v1\n"
+        '  longctx ask path/to/your/repo "Where is the retry policy defined?"\n'
+        "docs/quickstart.md goes on from here."
+    )
     return 0
 
 

@@ -34,6 +34,10 @@ def test_demo_shows_cached_tokens_for_the_batch_and_follow_ups(vllm_server: Loca
     ).groups()  # type: ignore[union-attr]
     assert int(batch.replace(",", "")) > 0 and int(follow_ups.replace(",", "")) > 0
     assert "hit rate" in output
+    # The suite's server is the random-weight tiny model: every answer shown is labelled as noise.
+    assert "random weights" in output
+    assert output.count("this answer is noise") == 3
+    assert "Next: ask about your own repository" in output
 
 
 def test_the_demo_builds_under_the_harness_dir_and_stops_on_ctrl_c_with_one_line(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_serve_cpu_demo_prints_its_url_answers_and_stops_on_ctrl_c(longctx_harne
     environment["LONGCTX_HARNESS_DIR"] = str(longctx_harness.base_dir)
     environment["PYTHONPATH"] = str(ROOT)
     process = subprocess.Popen(
-        [sys.executable, "-m", "longctx", "serve", "--cpu-demo"],
+        [sys.executable, "-m", "longctx", "serve", "--cpu-demo", "--tiny"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -87,7 +87,10 @@ def test_serve_cpu_demo_prints_its_url_answers_and_stops_on_ctrl_c(longctx_harne
     try:
         assert process.stdout is not None
         url_line = process.stdout.readline()
-        assert url_line.startswith("serving the tiny model at http://127.0.0.1:"), url_line
+        # --tiny: the random-weight model, and the line a person reads says its answers are noise.
+        assert url_line.startswith(
+            "serving the random-weight tiny model (its answers are noise) at http://127.0.0.1:"
+        ), url_line
         export = process.stdout.readline().strip()
         base_url = export.removeprefix("export LONGCTX_BASE_URL=")
         assert export != base_url and base_url == url_line.split(" at ")[1].strip()

@@ -40,31 +40,48 @@ def _harness_base() -> Path:
 @click.option(
     "--cpu-demo",
     is_flag=True,
-    help="vLLM's CPU build with a tiny model made on the spot (no GPU, no download from a model hub):"
-    " for trying longctx, not for real answers.",
+    help="vLLM's CPU build with a small trained instruct model, Qwen2.5-Coder-0.5B-Instruct, converted"
+    " from the package registry's GGUF parts (no GPU, no model hub): real answers, slowly.",
 )
-def serve(cpu_demo: bool) -> None:
+@click.option(
+    "--tiny",
+    is_flag=True,
+    help="With --cpu-demo: the random-weight tiny model instead (no download, quick to build): its answers"
+    " are noise, for trying the mechanics only.",
+)
+def serve(cpu_demo: bool, tiny: bool) -> None:
     """Start a local server to try longctx on; Ctrl-C stops it.
 
-    With --cpu-demo: vLLM (CPU build) serving a tiny model, both built on
-    the first run (about 3.5 GB, a few minutes) under .cache/harness of
-    this checkout, the user's cache folder, or LONGCTX_HARNESS_DIR when set.
+    With --cpu-demo: vLLM (CPU build) serving Qwen2.5-Coder-0.5B-Instruct
+    in float32, the environment built and the model downloaded and
+    converted on the first run (about 3.5 GB and 0.5 GB, a few minutes)
+    under .cache/harness of this checkout, the user's cache folder, or
+    LONGCTX_HARNESS_DIR when set; LONGCTX_REAL_MODEL names another model
+    (docs/testing.md). --tiny serves the random-weight tiny model instead.
     The URL goes to stdout with the line that points longctx at it; every
     other line to stderr.
     """
     if not cpu_demo:
         raise ConfigError("say which server: longctx serve --cpu-demo (the only one for now)")
     from longctx.testing import EngineHarness
+    from longctx.testing.real_model import REAL_SERVERS, start_real_server
 
     base = _harness_base()
-    note(f"starting vLLM (CPU build) with the tiny model from {base}; a first run builds both there")
+    if tiny:
+        what = "the random-weight tiny model (its answers are noise)"
+    else:
+        what = "Qwen2.5-Coder-0.5B-Instruct" if not os.environ.get("LONGCTX_REAL_MODEL") else "the real model"
+    note(f"starting vLLM (CPU build) with {what} from {base}; a first run builds both there")
     harness = EngineHarness(base, on_progress=lambda message: note(f"  {message}"))
     try:
-        server = harness.server("vllm")
+        if tiny:
+            server = harness.server("vllm")
+        else:
+            server = harness.extra_server(REAL_SERVERS["vllm"], lambda h: start_real_server(h, "vllm"))
     except KeyboardInterrupt:
         _interrupted_while_starting(harness)
     try:
-        click.echo(f"serving the tiny model at {server.api_base}")
+        click.echo(f"serving {what} at {server.api_base}")
         click.echo(f"export LONGCTX_BASE_URL={server.api_base}")
         note("Ctrl-C stops it")
         while server.alive():

@@ -41,10 +41,10 @@ from longctx.testing.real_model import REAL_SERVERS, real_model_spec, start_real
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".cache" / "demo"
-FIRST = "Which port does the exposure server listen on? Answer with the number."
-FIRST_RIGHT = "8417"  # settings.py: DEFAULT_PORT = 8417
+FIRST = "Who is the maintainer of skyline-tools?"
+FIRST_RIGHT = "Ingrid Halvorsen"  # README.md: "The maintainer is Ingrid Halvorsen."
 QUESTIONS = (
-    "Who is the maintainer of skyline-tools?",
+    "How many times is a failed upload retried? Answer with the number.",
     "Under which licence is skyline-tools released?",
     "To which host are finished exposures uploaded?",
     "In what unit are exposure times given?",
@@ -62,11 +62,11 @@ def say(message: str) -> None:
 
 
 def make_repository() -> Path:
-    """A small git repository with known answers (two standard-library modules and a project)."""
-    repository = WORK / "repo"
+    """The test suite's repository with known answers (stdlib modules, a project, three notes)."""
+    repository = WORK / "skyline-tools"
     if repository.exists():
         shutil.rmtree(repository)
-    return write_fact_repository(repository)
+    return write_fact_repository(repository, planted=True)
 
 
 def served_model(base_url: str) -> str:
@@ -144,9 +144,9 @@ def main() -> int:
         if noise:
             say(NOISE)
         elif FIRST_RIGHT in answer:
-            say(f"(right: settings.py says DEFAULT_PORT = {FIRST_RIGHT})")
+            say(f"(right: README.md says the maintainer is {FIRST_RIGHT})")
         else:
-            say(f"(not right: settings.py says DEFAULT_PORT = {FIRST_RIGHT})")
+            say(f"(not right: README.md says the maintainer is {FIRST_RIGHT})")
         longctx(
             "batch",
             ".",

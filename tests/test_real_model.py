@@ -33,7 +33,7 @@ def test_the_default_is_a_pinned_candidate_with_its_checksum_and_licence() -> No
 
 
 def test_the_model_is_chosen_by_key_or_by_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert real_model_spec() == CANDIDATES[DEFAULT_MODEL]
+    assert real_model_spec(DEFAULT_MODEL) == CANDIDATES[DEFAULT_MODEL]
     monkeypatch.setenv("LONGCTX_REAL_MODEL", "smollm2-135m-instruct")
     assert real_model_spec() == CANDIDATES["smollm2-135m-instruct"]
     own = tmp_path / "my-model"

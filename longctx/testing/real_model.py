@@ -185,6 +185,9 @@ CANDIDATES: dict[str, RealModelSpec] = {
 }
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 """The candidate the tests, the demo and the benchmarks use unless ``LONGCTX_REAL_MODEL`` says otherwise."""
+# As the process started: a test suite clears LONGCTX_* around each test, while the harness may boot
+# the server on a thread in the middle of one.
+_CHOSEN_AT_START = os.environ.get("LONGCTX_REAL_MODEL")
 
 
 def real_model_spec(choice: str | None = None) -> RealModelSpec | Path:
@@ -193,7 +196,7 @@ def real_model_spec(choice: str | None = None) -> RealModelSpec | Path:
     A candidate's key gives its spec; a folder (with a ``config.json``) gives
     its path, to serve as it is. Raises :class:`HarnessError` for anything else.
     """
-    chosen = choice or os.environ.get("LONGCTX_REAL_MODEL") or DEFAULT_MODEL
+    chosen = choice or os.environ.get("LONGCTX_REAL_MODEL") or _CHOSEN_AT_START or DEFAULT_MODEL
     if chosen in CANDIDATES:
         return CANDIDATES[chosen]
     folder = Path(chosen).expanduser()
@@ -359,7 +362,12 @@ def start_real_server(harness: EngineHarness, engine: str) -> LocalServer:
     model = real_model(harness)
     window = str(_window(model))
     # Later flags win: these replace the shared servers' bfloat16 and 32k window.
-    extra: tuple[str, ...] = ("--dtype", "float32", "--max-model-len" if engine == "vllm" else "--context-length", window)
+    extra: tuple[str, ...] = (
+        "--dtype",
+        "float32",
+        "--max-model-len" if engine == "vllm" else "--context-length",
+        window,
+    )
     if engine == "sglang":
         # SGLang's static share of the memory free at its start must hold the float32 weights (2 GB
         # for the 0.5B) besides the KV cache (bounded by --max-total-tokens): 0.3 of the 6.7 GB a busy

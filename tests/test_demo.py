@@ -36,7 +36,7 @@ def test_demo_shows_cached_tokens_for_the_batch_and_follow_ups(vllm_server: Loca
     assert "hit rate" in output
     # The suite's server is the random-weight tiny model: every answer shown is labelled as noise.
     assert "random weights" in output
-    assert output.count("this answer is noise") == 3
+    assert output.count("this answer is noise") == 4  # the server line, then under the ask, batch and chat
     assert "Next: ask about your own repository" in output
 
 

@@ -130,7 +130,9 @@ def main() -> int:
     noise = model == SERVED_MODEL_NAME
     home = WORK / "home"
     shutil.rmtree(home, ignore_errors=True)
-    env = {**os.environ, "LONGCTX_BASE_URL": base_url, "LONGCTX_HOME": str(home)}
+    # Greedy answers (temperature 0), as the tests ask: with the server's default sampling the 0.5B
+    # model wrote "slkyline-tools" and "ARCHIVE_HOST" where greedy decoding answers right.
+    env = {**os.environ, "LONGCTX_BASE_URL": base_url, "LONGCTX_HOME": str(home), "LONGCTX_TEMPERATURE": "0"}
     try:
         repository = make_repository()
         (WORK / "questions.txt").write_text("\n".join(QUESTIONS) + "\n")

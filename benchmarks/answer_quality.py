@@ -200,6 +200,15 @@ def section(paths: list[Path]) -> str:
             )
         if "canary" in data:
             canaries.append((data["label"], data["canary"]))
+    lines += [
+        "",
+        "`question first` caches nothing across questions (each is a cold prefill of the whole pack), so "
+        "on a CPU it asks the first few questions only (`--question-first-limit`); `timestamp` puts one "
+        "date and time, taken at the start of the run, in the system prompt. Not measured on a CPU: fp8 "
+        "against bf16 KV (the CPU builds have no fp8 KV cache; on a GPU start one server with "
+        "`--kv-cache-dtype fp8` and one without, run this against each with `--json`, then `--drift A B`), "
+        "and 8k/16k/32k packs on vLLM and SGLang on a GPU (`--fillers`).",
+    ]
     for label, found in canaries:
         lines += [
             "",

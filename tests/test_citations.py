@@ -136,7 +136,7 @@ def test_crafted_citations_are_checked_against_the_exact_pack_text() -> None:
 
 @pytest.mark.parametrize("line", ["secrets.py", "- src/main.py", "- src/main.py:1-5", "src/main.py#L4"])
 def test_a_citation_without_a_quote_is_never_verified(line: str) -> None:
-    """Issue 50: "Sources: secrets.py" (a real model's answer, no quote) was marked verified."""
+    """A real model answered "Sources: secrets.py" (no quote), and that was marked verified."""
     documents = {**DOCUMENTS, "secrets.py": "TOKEN = 'x'\n"}
     (citation,) = read_citations(f"The answer.\n\nSources: {line}\n", documents)
     assert not citation.verified

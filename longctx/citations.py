@@ -35,11 +35,11 @@ from longctx.packing.rendering import read_documents
 
 __all__ = [
     "CITE_INSTRUCTION",
+    "NO_QUOTE",
     "Citation",
     "CitationClaim",
     "CitedAnswer",
     "Grounding",
-    "NO_QUOTE",
     "file_link",
     "parse_claims",
     "read_citations",

@@ -20,8 +20,9 @@ from pathlib import Path
 
 def main() -> int:
     gguf_path, out = Path(sys.argv[1]), Path(sys.argv[2])
-    import torch
-    import transformers
+    # The engine's packages: not in longctx's own environment.
+    import torch  # type: ignore[import-not-found]
+    import transformers  # type: ignore[import-not-found]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     started = time.monotonic()

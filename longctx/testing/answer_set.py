@@ -208,7 +208,7 @@ def write_fact_repository(folder: Path, *, filler: int = 0, planted: bool = Fals
 
 def document_order(folder: Path) -> list[str]:
     """The paths of ``folder``'s documents in the order longctx packs them."""
-    from longctx.corpus import load_corpus
+    from longctx import load_corpus
 
     return [document.path for document in load_corpus(folder).documents]
 

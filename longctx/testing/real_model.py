@@ -354,7 +354,7 @@ def _window(model: TinyModel) -> int:
     return min(int(window), 32768) if isinstance(window, int) else 32768
 
 
-def start_real_server(harness: EngineHarness, engine: str) -> LocalServer:
+def start_real_server(harness: EngineHarness, engine: str, *, port: int | None = None) -> LocalServer:
     """Start ``engine``'s server (``"vllm"`` or ``"sglang"``) on the real model, float32; wait till ready."""
     if engine not in REAL_SERVERS:
         raise HarnessError(f"no real-model server for {engine!r}; expected one of {', '.join(REAL_SERVERS)}")
@@ -373,4 +373,6 @@ def start_real_server(harness: EngineHarness, engine: str) -> LocalServer:
         # for the 0.5B) besides the KV cache (bounded by --max-total-tokens): 0.3 of the 6.7 GB a busy
         # machine had free refused to start ("Loaded weights leave no GPU memory for the KV cache").
         extra += ("--mem-fraction-static", "0.6")
-    return _STARTERS[engine](env, model, harness.base_dir, name=REAL_SERVERS[engine], extra_args=extra)
+    return _STARTERS[engine](
+        env, model, harness.base_dir, name=REAL_SERVERS[engine], extra_args=extra, port=port
+    )

@@ -28,7 +28,9 @@ a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
 - ``LONGCTX_AFFINITY_HEADERS``: the headers that carry a request's affinity
   key to a router, comma-separated (default :data:`DEFAULT_AFFINITY_HEADERS`;
   a list starting with ``+`` adds to the default set);
-- ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`).
+- ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`);
+- ``LONGCTX_STORE``: a ``postgresql://`` URL that puts the store on a server
+  shared by many machines (see :mod:`longctx.store.location`).
 """
 
 from __future__ import annotations
@@ -494,6 +496,12 @@ class RequestOptions(OptionFields):
         self._check_fields()
 
 
+def _store_url(value: str | None) -> str | None:
+    from longctx.store.location import checked_store  # imported here: the store imports this module
+
+    return checked_store(value)
+
+
 @settable
 @dataclass(frozen=True)
 class ServerOptions(OptionFields):
@@ -546,6 +554,17 @@ class ServerOptions(OptionFields):
         stored=False,
         flag="--api-key",
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
+    )
+    store: str | None = option(
+        None,
+        value_type="str",
+        check=_store_url,
+        repr=False,
+        stored=False,
+        flag="--store",
+        metavar="URL",
+        help="The store: a postgresql:// URL shared by many machines (env LONGCTX_STORE; default: the"
+        " embedded SQLite file in LONGCTX_HOME); its password is never printed.",
     )
     timeout: float = option(
         DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,

@@ -1,7 +1,13 @@
-"""The embedded SQLite store: sessions, turns, requests, packs, token counts.
+"""The store: sessions, turns, requests, packs, token counts; an embedded SQLite file, or a PostgreSQL server.
 
-One database file, ``longctx.db`` under the longctx home folder
-(``$LONGCTX_HOME``, else the user data folder). Every write is one
+By default one database file, ``longctx.db`` under the longctx home folder
+(``$LONGCTX_HOME``, else the user data folder). With ``LONGCTX_STORE`` (or
+``store`` in ``.longctx.toml``) set to a ``postgresql://`` URL
+(:mod:`longctx.store.location`) the same parts live on that server
+(:mod:`longctx.store.postgres`, its SQL translated in one place,
+:mod:`longctx.store.dialect`), shared by every client machine that names
+it; the files that are a machine's own (pack snapshot texts) stay in its
+home folder. Every write is one
 transaction: a turn and the request that produced it are committed
 together after the response arrived, so after a crash a session holds every
 completed turn and no half turn.
@@ -22,8 +28,9 @@ sharing one connection (:mod:`longctx.store.db`):
   snapshot texts, files beside the database, mapped when read;
 - ``store.leases`` (:class:`~longctx.store.leases.ItemLeases`): the job items
   runs are asking now, one owner each;
-- ``store.database`` (:class:`~longctx.store.db.Database`): the connection
-  the parts share (transactions, migrations).
+- ``store.database`` (:class:`~longctx.store.db.Database`, or
+  :class:`~longctx.store.postgres.PostgresDatabase`): the connection the
+  parts share (transactions, migrations).
 
 Every failure of the database (a full disk, a read-only, locked or damaged
 file) is one :class:`~longctx.errors.StoreError` naming the file and what to
@@ -41,12 +48,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import cast
 
 from longctx.config import default_home
 from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
+from longctx.store.location import checked_store
 from longctx.store.pruning import PrunedTree, PruneResult, PruneRule
 from longctx.store.records import (
     CounterCheckRecord,
@@ -86,6 +95,7 @@ __all__ = [
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",
+    "configured_store",
     "default_home",
 ]
 
@@ -94,40 +104,51 @@ class Store:
     """The longctx database and the files beside it, as parts sharing one connection; thread-safe.
 
     ``Store(path)`` names the database file ``path`` and does no I/O: the
-    database is opened (created if needed) on first use. Whoever opens a
+    database is opened (created if needed) on first use. ``database_url``
+    (a ``postgresql://`` URL) puts the database on that server instead;
+    ``path``'s folder still holds this machine's own files. Whoever opens a
     store closes it, or uses it as a context manager. What it keeps is in
     its parts: :attr:`sessions`, :attr:`caches`, :attr:`blobs`, :attr:`leases` (see the
     module's docstring), all over :attr:`database`.
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, database_url: str | None = None) -> None:
         # A str is as good as a Path: it names the file; anything else fails here, not at first use.
         path = Path(path)
-        self.database = Database(path)
+        self.database = Database(path) if database_url is None else _server_database(database_url, path.parent)
         """The one connection the parts share (transactions, schema versions)."""
         self.blobs = SnapshotTexts(path.parent / "pack-snapshots")
         """The pack snapshot texts: files beside the database, mapped when read."""
         self.caches = ContentCaches(self.database, self.blobs)
         """Token counts, PDF texts, last-commit times, special tokens, pack snapshot rows."""
-        self.sessions = SessionLog(self.database)
-        """Sessions, turns, requests, counter checks, answer keys, and the packs they were asked over."""
         self.leases = ItemLeases(self.database)
         """The job items runs are asking now: one owner each."""
+        self.sessions = SessionLog(self.database, check_key=self.leases.check_held)
+        """Sessions, turns, requests, counter checks, answer keys, and the packs they were asked over."""
 
     @property
     def path(self) -> Path:
-        """The database file."""
+        """The database file (on a server's store: the place in the home folder its own files are beside)."""
         return self.database.path
 
-    @classmethod
-    def open(cls, home: str | os.PathLike[str] | None = None) -> Store:
-        """Open (creating if needed) the database in the folder ``home`` or :func:`default_home`, now.
+    @property
+    def location(self) -> str:
+        """The store as messages name it: the database file, or the server's URL without its password."""
+        return self.database.location
 
+    @classmethod
+    def open(cls, home: str | os.PathLike[str] | None = None, *, database_url: str | None = None) -> Store:
+        """Open (creating if needed) the store, now: in the folder ``home`` or :func:`default_home`.
+
+        The database is the server ``database_url`` names, else the one the
+        ``store`` setting names (``LONGCTX_STORE``, ``.longctx.toml``: see
+        :mod:`longctx.store.location`), else the file in ``home``.
         ``Store(path)`` does no I/O and opens the database on first use;
         this opens it at once, so a database that cannot be used is reported
         here (:class:`~longctx.errors.StoreError`).
         """
-        store = cls((default_home() if home is None else Path(home)) / DATABASE_NAME)
+        url = checked_store(database_url) if database_url is not None else configured_store()
+        store = cls((default_home() if home is None else Path(home)) / DATABASE_NAME, database_url=url)
         store.connect()
         return store
 
@@ -144,3 +165,26 @@ class Store:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def configured_store() -> str | None:
+    """The ``store`` setting (``LONGCTX_STORE``, else a config file): a server's URL, or None for the file."""
+    from longctx.config import ServerOptions
+    from longctx.settings import setting
+
+    found = setting(ServerOptions, "store")
+    return None if found is None else checked_store(found.value)
+
+
+def _server_database(url: str, home: Path) -> Database:
+    """The database on the server ``url`` (psycopg is imported only for a store that needs it)."""
+    try:
+        from longctx.store.postgres import PostgresDatabase
+    except ImportError as error:
+        from longctx.errors import StoreError
+
+        raise StoreError(
+            "a PostgreSQL store needs psycopg 3: pip install 'longctx-sdk[postgresql]'"
+        ) from error
+    # The parts use either database through the same calls (transaction, query, clock, serialize).
+    return cast(Database, PostgresDatabase(url, home))

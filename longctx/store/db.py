@@ -14,13 +14,13 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from longctx.errors import StoreError
 from longctx.store.failures import LOCK_WAIT_SECONDS, store_failure
 from longctx.store.permissions import create_private_file, make_private_folder, warn_if_readable_by_others
 
-__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database"]
+__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database", "split_statements"]
 
 DATABASE_NAME: Final = "longctx.db"
 """The database's file name in the longctx home folder."""
@@ -306,9 +306,16 @@ class Database:
     (:mod:`longctx.store.failures`); none changes what is stored.
     """
 
+    local: ClassVar[bool] = True
+    """One host's store: a lease's holder can be checked by its process (:mod:`longctx.store.leases`)."""
+    conflicts: ClassVar[tuple[type[BaseException], ...]] = (sqlite3.IntegrityError,)
+    """What a broken constraint raises out of :meth:`transaction` (the caller's to explain)."""
+
     def __init__(self, path: Path) -> None:
         # No I/O here: the database is opened by open() or on first use.
         self.path = path
+        self.location = str(path)
+        """The store as messages name it: the database file."""
         self._lock = threading.RLock()
         self._opened: sqlite3.Connection | None = None
         self._closed = False
@@ -393,6 +400,22 @@ class Database:
             except sqlite3.Error as error:
                 raise store_failure(error, self.path, "compacting") from error
 
+    def size_bytes(self) -> int:
+        """The database file and its write-ahead log, in bytes."""
+        total = 0
+        for suffix in ("", "-wal"):
+            path = self.path.with_name(self.path.name + suffix)
+            if path.exists():
+                total += path.stat().st_size
+        return total
+
+    def clock(self, connection: sqlite3.Connection) -> float:
+        """The time now, in seconds since the epoch, by which leases lapse: this host's clock."""
+        return time.time()
+
+    def serialize(self, connection: sqlite3.Connection) -> None:
+        """Nothing: a SQLite transaction (``BEGIN IMMEDIATE``) already has the one write lock."""
+
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
         with self._lock:
@@ -475,7 +498,7 @@ def _roll_back(connection: sqlite3.Connection) -> None:
         connection.execute("ROLLBACK")
 
 
-def _statements(script: str) -> Iterator[str]:
+def split_statements(script: str) -> Iterator[str]:
     """The statements of ``script``, one at a time.
 
     ``executescript`` cannot be used inside the transaction: on Python
@@ -490,3 +513,6 @@ def _statements(script: str) -> Iterator[str]:
             pending = ""
     if pending.strip():
         yield pending.strip()
+
+
+_statements = split_statements  # the name the migrations call (a test interrupts it there)

@@ -213,10 +213,5 @@ def _trees(database: Database) -> list[_Tree]:
 
 
 def _file_bytes(database: Database) -> int:
-    """The database file and its write-ahead log, in bytes."""
-    total = 0
-    for suffix in ("", "-wal"):
-        path = database.path.with_name(database.path.name + suffix)
-        if path.exists():
-            total += path.stat().st_size
-    return total
+    """What the store takes: the database file and its log, or the server's tables."""
+    return database.size_bytes()

@@ -11,7 +11,7 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from longctx.errors import SessionNotFound, StoreError
@@ -43,9 +43,11 @@ class SessionLog:
     connection.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, check_key: Callable[[Any, str], None] | None = None) -> None:
         # No I/O: the database opens on first use.
         self._database = database
+        # Called in an answer's transaction with its key (the store's leases: the item must still be this run's).
+        self._check_key = check_key
 
     # -- packs --------------------------------------------------------------
 
@@ -177,6 +179,8 @@ class SessionLog:
                 if new_session is not None:
                     _insert_session(connection, new_session)
                 if key is not None:
+                    if self._check_key is not None:
+                        self._check_key(connection, key)
                     connection.execute(
                         "INSERT INTO answer_keys (key, session_id, position) VALUES (?, ?, ?)",
                         (key, turn.session_id, turn.position),
@@ -193,7 +197,7 @@ class SessionLog:
                      turn.instruction, _citations_json(turn),
                      None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True)),
                 )  # fmt: skip
-        except sqlite3.IntegrityError as error:
+        except self._database.conflicts as error:
             raise StoreError(
                 f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
             ) from error

@@ -496,7 +496,7 @@ class RequestOptions(OptionFields):
         self._check_fields()
 
 
-def _store_url(value: str | None) -> str | None:
+def _store_url(name: str, value: str | None) -> str | None:
     from longctx.store.location import checked_store  # imported here: the store imports this module
 
     return checked_store(value)

@@ -18,7 +18,8 @@ without repeating secrets.
     ├── OutputError            a result could not be saved to the user's file (.path); the file is as it was
     ├── TokenizerError         no tokenizer, or it failed
     ├── StoreError             the store (SQLite file or PostgreSQL server) failed
-    │   └── SessionNotFound    no session with that id
+    │   ├── SessionNotFound    no session with that id
+    │   └── LeaseLost          a job item's lease lapsed and another run took it: its answer not stored
     ├── SessionClosed          a session (or a job that has run) used after close
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
     ├── InvalidAnswer          an answer asked with a schema is cut, not JSON or refused (.text keeps it)

@@ -15,6 +15,7 @@ run the commands in process against a fake server.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Iterator
@@ -261,6 +262,8 @@ class Runtime:
     def __init__(self, backend: Backend | None = None, open_store: Callable[[], Store] | None = None) -> None:
         self.backend = backend
         self._open_store = open_store
+        # The command's --store (a server's URL), where it was given: it wins over LONGCTX_STORE.
+        self.store_url: str | None = None
 
     def open_store(self) -> Store:
         """The store commands use (the caller closes it)."""
@@ -268,7 +271,7 @@ class Runtime:
             return self._open_store()
         from longctx.store import Store  # imported here: `longctx --help` opens no store
 
-        return Store.open()
+        return Store.open(database_url=self.store_url)
 
     def connect(self, server: ServerOptions) -> Backend:
         """The given backend, else a new connection (the caller closes it)."""
@@ -377,7 +380,13 @@ def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     from longctx.cli.flags import options_from_flags
     from longctx.config import ServerOptions
 
-    return options_from_flags(ServerOptions, "server")(function)
+    @functools.wraps(function)
+    def with_store(*args: Any, server: ServerOptions, **kwargs: Any) -> Any:
+        if server.store is not None:  # --store: the store the command opens
+            runtime().store_url = server.store
+        return function(*args, server=server, **kwargs)
+
+    return options_from_flags(ServerOptions, "server")(with_store)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -42,7 +42,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
             if not sessions:
                 raise SessionNotFound(
                     "(latest)",
-                    f"no session is stored yet in {store.path}: ask a question first (longctx ask)",
+                    f"no session is stored yet in {store.location}: ask a question first (longctx ask)",
                 )
             session_id = sessions[0].id
             job_id = job_of_session(store, session_id)
@@ -97,7 +97,7 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
         }
         for row in rows:
             row["kind"] = _kind(row, children[row["id"]])
-        where = store.path
+        where = store.location
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return

@@ -90,7 +90,7 @@ class Resources:
         with self.lock:
             self.check_open()
             if self._store is None:
-                self._store = Store.open()
+                self._store = Store.open(database_url=self.server.store)
                 self._made.append(self._store)
             return self._store
 

@@ -115,7 +115,9 @@ class Store:
     def __init__(self, path: str | os.PathLike[str], *, database_url: str | None = None) -> None:
         # A str is as good as a Path: it names the file; anything else fails here, not at first use.
         path = Path(path)
-        self.database = Database(path) if database_url is None else _server_database(database_url, path.parent)
+        self.database = (
+            Database(path) if database_url is None else _server_database(database_url, path.parent)
+        )
         """The one connection the parts share (transactions, schema versions)."""
         self.blobs = SnapshotTexts(path.parent / "pack-snapshots")
         """The pack snapshot texts: files beside the database, mapped when read."""

@@ -48,7 +48,7 @@ PRIMARY_KEYS: Final[dict[str, tuple[str, ...]]] = {
     "image_blobs": ("sha256",),
     "pack_images": ("pack_fingerprint", "position"),
 }
-"""Each table's primary key: what an ``INSERT OR REPLACE`` replaces on (a test checks it against the schema)."""
+"""Each table's primary key: what an ``INSERT OR REPLACE`` replaces on (a test checks it on the server)."""
 
 _INSERT_OR: Final = re.compile(
     r"^\s*INSERT\s+OR\s+(IGNORE|REPLACE)\s+INTO\s+(\w+)\s*\(([^)]*)\)", re.IGNORECASE | re.DOTALL

@@ -39,11 +39,14 @@ def checked_store(value: str | None) -> str | None:
         return None
     if not is_database_url(text):
         raise ConfigError(
-            f"store must be a postgresql:// URL (or 'sqlite' for the embedded file), not {redacted_url(text)!r}"
+            f"store must be a postgresql:// URL (or 'sqlite' for the embedded file), "
+            f"not {redacted_url(text)!r}"
         )
     parts = urlsplit(text)
     if not parts.path.strip("/") and not any(key == "dbname" for key, _ in parse_qsl(parts.query)):
-        raise ConfigError(f"the store URL {redacted_url(text)} names no database (postgresql://HOST/DATABASE)")
+        raise ConfigError(
+            f"the store URL {redacted_url(text)} names no database (postgresql://HOST/DATABASE)"
+        )
     return text
 
 

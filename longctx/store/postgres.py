@@ -57,7 +57,7 @@ class Row(dict[str, Any]):
         super().__init__(zip(names, values, strict=True))
         self._values = tuple(values)
 
-    def __getitem__(self, key: str | int) -> Any:  # type: ignore[override]
+    def __getitem__(self, key: str | int) -> Any:
         return self._values[key] if isinstance(key, int) else dict.__getitem__(self, key)
 
 
@@ -73,11 +73,11 @@ class _Connection:
         self._connection = connection
 
     def execute(self, sql: str, parameters: Sequence[Any] = ()) -> Any:
-        return self._connection.execute(postgres_statement(sql), list(parameters))  # type: ignore[arg-type]
+        return self._connection.execute(postgres_statement(sql), list(parameters))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> Any:
         cursor = self._connection.cursor()
-        cursor.executemany(postgres_statement(sql), [list(row) for row in rows])  # type: ignore[arg-type]
+        cursor.executemany(postgres_statement(sql), [list(row) for row in rows])
         return cursor
 
 
@@ -166,7 +166,7 @@ class PostgresDatabase:
         """The rows ``sql`` (SQLite's SQL) selects; a failure is a :class:`StoreError` naming the store."""
         with self._lock:
             try:
-                return self._connection.execute(postgres_statement(sql), list(parameters)).fetchall()  # type: ignore[arg-type]
+                return self._connection.execute(postgres_statement(sql), list(parameters)).fetchall()
             except psycopg.Error as error:
                 raise self._failure(error, "reading") from error
 
@@ -241,7 +241,7 @@ def _migrate(connection: psycopg.Connection[Any], location: str) -> None:
             )
         for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
             for statement in split_statements(script):
-                connection.execute(postgres_migration(statement).replace("%%", "%"))  # type: ignore[arg-type]
+                connection.execute(postgres_migration(statement).replace("%%", "%"))
             connection.execute(f"UPDATE {SCHEMA_TABLE} SET version = {number}")
 
 

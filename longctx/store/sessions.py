@@ -46,7 +46,7 @@ class SessionLog:
     def __init__(self, database: Database, *, check_key: Callable[[Any, str], None] | None = None) -> None:
         # No I/O: the database opens on first use.
         self._database = database
-        # Called in an answer's transaction with its key (the store's leases: the item must still be this run's).
+        # Called in an answer's transaction with its key (the leases: the item must still be this run's).
         self._check_key = check_key
 
     # -- packs --------------------------------------------------------------

@@ -56,11 +56,11 @@ class PostgresServer:
     port: int
     programs: Path
     user: str | None
-    _schemas: count = field(default_factory=lambda: count(1))
+    _schemas: count[int] = field(default_factory=lambda: count(1))
 
     @classmethod
     def start(cls) -> PostgresServer:
-        """initdb into a new temporary folder and start the server on a free loopback port; raises HarnessError.
+        """initdb into a new temporary folder, start the server on a free loopback port; raises HarnessError.
 
         The folder is made here, under the system's temporary folder, so that
         the server's own user can reach it (a test's ``tmp_path`` is private to root).
@@ -74,10 +74,13 @@ class PostgresServer:
             entry = pwd.getpwnam(user)
             os.chown(folder, entry.pw_uid, entry.pw_gid)
         server = cls(folder, _free_port(), programs, user)
-        server._run("initdb", "-D", str(server.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+        server._run(
+            "initdb", "-D", str(server.data), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8"
+        )
         with (server.data / "postgresql.conf").open("a") as conf:
             conf.write(
-                f"listen_addresses = '127.0.0.1'\nport = {server.port}\nunix_socket_directories = '{folder}'\n"
+                f"listen_addresses = '127.0.0.1'\nport = {server.port}\n"
+                f"unix_socket_directories = '{folder}'\n"
                 "fsync = on\nmax_connections = 200\nshared_buffers = 32MB\n"
             )
         # Local (socket) as the superuser without a password; over TCP, the password.
@@ -107,7 +110,9 @@ class PostgresServer:
 
     def begin(self) -> None:
         """Start the server (again) and wait until it answers."""
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.folder / "server.log"), "-w", "-t", "60", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.folder / "server.log"), "-w", "-t", "60", "start"
+        )
 
     def halt(self) -> None:
         """Stop the server at once (every connection cut, as a crash or restart would), keeping its data."""
@@ -142,7 +147,9 @@ class PostgresServer:
             command = ["runuser", "-u", self.user, "--", *command]
         done = subprocess.run(command, capture_output=True, text=True, check=False, cwd="/")
         if done.returncode != 0:
-            raise HarnessError(f"{program} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")
+            raise HarnessError(
+                f"{program} failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}"
+            )
         return done.stdout
 
 
@@ -150,5 +157,3 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-

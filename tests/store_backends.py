@@ -34,7 +34,7 @@ def postgres_url(postgres_server: PostgresServer) -> str:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """``sqlite`` (nothing set), or ``postgresql`` (``LONGCTX_STORE`` names a new schema): the test's store."""
+    """``sqlite`` (nothing set), or ``postgresql`` (``LONGCTX_STORE`` names a new schema)."""
     if request.param == "postgresql":
         monkeypatch.setenv("LONGCTX_STORE", request.getfixturevalue("postgres_url"))
     return str(request.param)

@@ -133,8 +133,8 @@ class PostgresServer:
 
     def sql(self, statement: str, *, database: str = "postgres") -> str:
         """Run ``statement`` as the superuser over the socket; its output."""
-        return self._run("psql", "-h", str(self.folder), "-p", str(self.port), "-U", "postgres", "-d", database,
-                         "-v", "ON_ERROR_STOP=1", "-qAtc", statement)  # fmt: skip
+        connection = ["-h", str(self.folder), "-p", str(self.port), "-U", "postgres", "-d", database]
+        return self._run("psql", *connection, "-v", "ON_ERROR_STOP=1", "-qAtc", statement)
 
     def _own(self, path: Path) -> None:
         if self.user is not None:

@@ -45,8 +45,10 @@ def open_client(home: Path, url: str) -> Store:
 
 
 def turn_and_request(session_id: str, position: int = 0) -> tuple[TurnRecord, RequestRecord]:
-    request = RequestRecord(f"r-{session_id}-{position}", session_id, None, "turn", 1.0, "http://x/v1", "vllm",
-                            "m", Usage(10, 5, None, 2, None, None), 1)  # fmt: skip
+    usage = Usage(10, 5, None, 2, None, None)
+    request = RequestRecord(
+        f"r-{session_id}-{position}", session_id, None, "turn", 1.0, "http://x/v1", "vllm", "m", usage, 1
+    )
     turn = TurnRecord(session_id, position, "q?", "a.", "a.", None, request.id, time.time())
     return turn, request
 
@@ -213,8 +215,12 @@ def test_two_machines_ask_every_item_exactly_once(postgres_url: str, tmp_path: P
         for machine in ("one", "two"):  # separate homes and process trees; one database
             home = tmp_path / machine
             home.mkdir()
-            environment = base | {"HOME": str(home), "LONGCTX_HOME": str(home / "longctx"),
-                                  "LONGCTX_CONFIG": str(home / "none.toml"), "LONGCTX_STORE": postgres_url}  # fmt: skip
+            environment = base | {
+                "HOME": str(home),
+                "LONGCTX_HOME": str(home / "longctx"),
+                "LONGCTX_CONFIG": str(home / "none.toml"),
+                "LONGCTX_STORE": postgres_url,
+            }
             command = [str(ENTRY_POINT), "job", str(job_file), "--base-url", url, "--packs-in-flight", "1"]
             runs.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                          env=environment, cwd=home, start_new_session=True))  # fmt: skip
@@ -312,7 +318,7 @@ def test_sessions_prune_works_on_the_server(postgres_url: str, tmp_path: Path) -
             store.sessions.create_session(
                 SessionRecord(session, 1.0 + number, "session", "t", None, None, None, {})
             )
-            turn, request = turn_and_request(session)
+            _, request = turn_and_request(session)
             store.sessions.commit_turn(
                 TurnRecord(session, 0, "q?", "a.", "a.", None, request.id, 1.0 + number), request
             )

@@ -150,7 +150,7 @@ def test_a_dead_runs_lease_ends_by_time_alone_even_with_its_process_gone_here(
     fake = FakeEngine(engine="generic", block=1)
     items = make_items(tmp_path, packs=1, questions=1)
     ended = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     )
     dead = LeaseHolder("killed", int(ended.stdout), os.uname().nodename)  # a process of "this" host, gone
     with (

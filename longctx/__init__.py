@@ -80,6 +80,7 @@ _EXPORTS: dict[str, str] = {
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "InvalidAnswer": "longctx.errors",
+    "LeaseLost": "longctx.errors",
     "AnswerSchema": "longctx.schemas",
     "answer_schema": "longctx.schemas",
     "Limits": "longctx.config",
@@ -188,6 +189,7 @@ if TYPE_CHECKING:
     from longctx.errors import InputError as InputError
     from longctx.errors import InsufficientMemory as InsufficientMemory
     from longctx.errors import InvalidAnswer as InvalidAnswer
+    from longctx.errors import LeaseLost as LeaseLost
     from longctx.errors import LongctxError as LongctxError
     from longctx.errors import OutputError as OutputError
     from longctx.errors import PackError as PackError

@@ -75,6 +75,7 @@ __all__ = [
     "RequestOptions",
     "ServerOptions",
     "configured_base_url",
+    "configured_store",
     "default_home",
     "instant_retries_requested",
     "resolve_affinity_headers",
@@ -661,6 +662,12 @@ def resolve_affinity_headers(headers: Sequence[str] | None) -> tuple[str, ...]:
 def resolve_api_key(api_key: str | None) -> str | None:
     """The API key: the argument, else the configured one (``LONGCTX_API_KEY``, a file), else None."""
     return api_key or _configured_text(ServerOptions, "api_key")
+
+
+def configured_store() -> str | None:
+    """The store's server URL configured (``LONGCTX_STORE``, a config file's ``store``); None: the file."""
+    found = setting(ServerOptions, "store")
+    return None if found is None or found.value is None else str(found.value)
 
 
 def _configured_text(options: type[OptionFields], name: str) -> str | None:

@@ -63,6 +63,7 @@ PUBLIC = {
     "InputError",
     "InsufficientMemory",
     "InvalidAnswer",
+    "LeaseLost",
     "AnswerSchema",
     "answer_schema",
     "Limits",

@@ -50,7 +50,7 @@ import os
 from pathlib import Path
 from typing import cast
 
-from longctx.config import default_home
+from longctx.config import configured_store, default_home
 from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
@@ -95,7 +95,6 @@ __all__ = [
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",
-    "configured_store",
     "default_home",
 ]
 
@@ -167,15 +166,6 @@ class Store:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def configured_store() -> str | None:
-    """The ``store`` setting (``LONGCTX_STORE``, else a config file): a server's URL, or None for the file."""
-    from longctx.config import ServerOptions
-    from longctx.settings import setting
-
-    found = setting(ServerOptions, "store")
-    return None if found is None else checked_store(found.value)
 
 
 def _server_database(url: str, home: Path) -> Database:

@@ -62,9 +62,12 @@ def client(job_file: str, url: str, lease: float) -> int:
     from longctx import Job, JobOptions, ServerOptions, read_job
     from longctx.errors import LongctxError
 
+    printing = threading.Lock()  # results settle on several threads: one whole line at a time
+
     def told(result: object) -> None:
         line = {"index": result.index, "ok": result.ok, "resumed": result.resumed, "error": result.error}  # type: ignore[attr-defined]
-        print(json.dumps(line), flush=True)
+        with printing:
+            print(json.dumps(line), flush=True)
 
     job = Job(read_job(job_file), server=ServerOptions(base_url=url), on_result=told,
               options=JobOptions(job_id=JOB_ID, lease_seconds=lease, packs_in_flight=2))  # fmt: skip
@@ -309,8 +312,8 @@ def soak(items: int, seed: int, lease: float, answer_seconds: float) -> tuple[Fi
             machine.start(job_file, engine_url, store_url, lease)
 
         plan = [
-            [Fault("A", "sigint", rng.randint(3, 6)), Fault("B", "sigkill", rng.randint(2, 5)),
-             Fault("database", "restart", items // 3)],
+            [Fault("B", "sigkill", rng.randint(2, 5)), Fault("database", "restart", rng.randint(6, 9)),
+             Fault("A", "sigint", rng.randint(3, 6))],
             [Fault("A", "sigkill", rng.randint(2, 5)), Fault("database", "restart", rng.randint(4, 8))],
         ]  # fmt: skip
         log: list[str] = []

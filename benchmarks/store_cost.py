@@ -1,0 +1,159 @@
+"""What the store costs on each backend: the embedded SQLite file against a PostgreSQL server, side by side.
+
+Two figures, each measured on both stores on the same machine in one run:
+
+- per-turn write latency: one ``commit_turn`` (a turn, its request and its
+  answer key, one transaction), ``--turns`` times; median and 95th percentile;
+- a 10,000-item job's store overhead: the store calls a job makes, replayed
+  without a server (``--items`` items in packs of ``--per-pack``): the answers
+  stored before (one read by job prefix), each pack's leases taken in one
+  transaction, each answer committed under its key with its sibling session
+  and request (the lease checked in that transaction), each lease given
+  back, a renewal per pack; total seconds and per item.
+
+The PostgreSQL server is local (loopback TCP, started here with
+``longctx.testing.postgres``, fsync on): a server across a network adds its
+round trip to every statement. Run it:
+
+    python benchmarks/store_cost.py [--turns 500] [--items 10000] [--write]
+
+``--write`` puts the figures in docs/benchmarks.md (section ``store-backends``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from longctx.store import LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
+from longctx.testing.postgres import PostgresServer
+from longctx.usage import Usage
+
+USAGE = Usage(50_000, 49_000, None, 120, 0.05, 0.9)
+
+
+def request_of(session_id: str, position: int) -> RequestRecord:
+    return RequestRecord(f"r-{session_id}-{position}", session_id, None, "turn", time.time(), "http://h/v1",
+                         "vllm", "model", USAGE, 1)  # fmt: skip
+
+
+def turn_of(session_id: str, position: int, request: RequestRecord) -> TurnRecord:
+    answer = "An answer of a few sentences, as a model gives it. " * 6
+    return TurnRecord(
+        session_id, position, f"question {position}?", answer, answer, None, request.id, time.time()
+    )
+
+
+def turn_latencies(store: Store, turns: int) -> list[float]:
+    """Seconds per commit_turn of one session's turns, each with its request and key."""
+    store.sessions.create_session(SessionRecord("chat", time.time(), "session", "t", None, None, None, {}))
+    seconds = []
+    for position in range(turns):
+        request = request_of("chat", position)
+        started = time.perf_counter()
+        store.sessions.commit_turn(turn_of("chat", position, request), request, key=f"chat:{position}")
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def job_overhead(store: Store, items: int, per_pack: int) -> float:
+    """Seconds of the store calls of an ``items``-item job, as a run makes them (see the module docstring)."""
+    holder = LeaseHolder.this_process("bench-run")
+    started = time.perf_counter()
+    store.sessions.answered_under("job:bench:")
+    store.leases.hold_for(holder.run_id, 60)
+    for first in range(0, items, per_pack):
+        pack = f"pack{first // per_pack}"
+        indices = range(first, min(first + per_pack, items))
+        lease_keys = [f"job:bench:{index}:facts" for index in indices]
+        store.leases.take(lease_keys, holder, 60)
+        parent = SessionRecord(pack, time.time(), "session", pack, None, None, None, {})
+        store.sessions.create_session(parent)
+        for index, lease_key in zip(indices, lease_keys, strict=True):
+            sibling = f"{pack}-{index}"
+            request = request_of(sibling, 0)
+            branch = SessionRecord(sibling, time.time(), "sibling", pack, None, pack, 0, {})
+            store.sessions.commit_turn(turn_of(sibling, 0, request), request, new_session=branch,
+                                       key=f"{lease_key}:nonce")  # fmt: skip
+            store.leases.release(holder.run_id, [lease_key])
+        store.leases.renew(holder.run_id, 60)
+    store.leases.release(holder.run_id)
+    store.leases.done_for(holder.run_id)
+    return time.perf_counter() - started
+
+
+def measure(
+    store_of: dict[str, object], turns: int, items: int, per_pack: int
+) -> dict[str, dict[str, float]]:
+    figures: dict[str, dict[str, float]] = {}
+    for name, opener in store_of.items():
+        with opener() as store:  # type: ignore[operator]
+            latencies = sorted(turn_latencies(store, turns))
+            job = job_overhead(store, items, per_pack)
+        figures[name] = {
+            "median_ms": statistics.median(latencies) * 1000,
+            "p95_ms": latencies[int(len(latencies) * 0.95)] * 1000,
+            "job_s": job,
+            "per_item_ms": job / items * 1000,
+        }
+        print(name, {k: round(v, 3) for k, v in figures[name].items()}, file=sys.stderr, flush=True)
+    return figures
+
+
+def section(figures: dict[str, dict[str, float]], args: argparse.Namespace, machine: str) -> str:
+    sqlite, postgres = figures["SQLite"], figures["PostgreSQL"]
+    rows = [
+        ("per-turn write, median", f"{sqlite['median_ms']:.2f} ms", f"{postgres['median_ms']:.2f} ms",
+         postgres["median_ms"] / sqlite["median_ms"]),
+        ("per-turn write, 95th percentile", f"{sqlite['p95_ms']:.2f} ms", f"{postgres['p95_ms']:.2f} ms",
+         postgres["p95_ms"] / sqlite["p95_ms"]),
+        (f"{args.items:,}-item job, store calls in all", f"{sqlite['job_s']:.1f} s", f"{postgres['job_s']:.1f} s",
+         postgres["job_s"] / sqlite["job_s"]),
+        ("the same, per item", f"{sqlite['per_item_ms']:.2f} ms", f"{postgres['per_item_ms']:.2f} ms",
+         postgres["per_item_ms"] / sqlite["per_item_ms"]),
+    ]  # fmt: skip
+    table = "\n".join(f"| {name} | {a} | {b} | {ratio:.1f}x |" for name, a, b, ratio in rows)
+    return (
+        f"The store on each backend, {time.strftime('%Y-%m-%d')}, {machine}; PostgreSQL {args.version} on "
+        f"loopback TCP (fsync on), SQLite in WAL mode; {args.turns} turns, {args.items:,} job items in packs "
+        f"of {args.per_pack} (`benchmarks/store_cost.py`).\n\n"
+        f"| what | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n{table}\n\n"
+        "A job's store calls are a small part of an item's time either way: an answer takes seconds of "
+        "decoding, the store a few milliseconds. A server across a network adds its round trip to each "
+        "of the five to seven statements of an item.\n"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument("--items", type=int, default=10_000)
+    parser.add_argument("--per-pack", type=int, default=10)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="longctx-store-cost-"))
+    server = PostgresServer.start()
+    try:
+        url = server.fresh_url()
+        args.version = server.sql("SHOW server_version").strip().split()[0]
+        figures = measure(
+            {"SQLite": lambda: Store.open(work / "sqlite"), "PostgreSQL": lambda: Store.open(work / "pg", database_url=url)},
+            args.turns, args.items, args.per_pack,
+        )  # fmt: skip
+    finally:
+        server.stop()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench import machine, write_section
+
+    text = section(figures, args, machine())
+    print(text)
+    if args.write:
+        write_section("store-backends", text)
+
+
+if __name__ == "__main__":
+    main()

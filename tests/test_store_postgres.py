@@ -28,7 +28,16 @@ from longctx.backends.base import connect
 from longctx.cli import main
 from longctx.config import ServerOptions
 from longctx.errors import ConfigError, LeaseLost, StoreError
-from longctx.store import LeaseHolder, RequestRecord, SessionRecord, Store, StoredPackIds, TurnRecord
+from longctx.store import (
+    CounterSkip,
+    LeaseHolder,
+    PruneRule,
+    RequestRecord,
+    SessionRecord,
+    Store,
+    StoredPackIds,
+    TurnRecord,
+)
 from longctx.store.db import MIGRATIONS, split_statements
 from longctx.store.dialect import PRIMARY_KEYS, postgres_migration
 from longctx.store.location import checked_store, redacted_url
@@ -332,3 +341,34 @@ def test_sessions_prune_works_on_the_server(postgres_url: str, tmp_path: Path) -
     with open_client(tmp_path / "b", postgres_url) as store:
         assert [s.id for s in store.sessions.sessions()] == ["s2"]
         assert store.sessions.requests(session_ids=["s0", "s1"]) == []
+
+
+def test_a_role_with_the_documented_privileges_alone_reads_writes_and_prunes(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> None:
+    with open_client(tmp_path / "owner", postgres_url):
+        pass  # the owner's first connection creates the tables
+    schema = postgres_url.rsplit("%3D", 1)[1]
+    password = "client-pw-9"
+    postgres_server.sql(f"CREATE ROLE client_{schema} LOGIN PASSWORD '{password}'")
+    for grant in (  # docs/store.md, "Least privileges"
+        f"GRANT CONNECT ON DATABASE longctx TO client_{schema}",
+        f"GRANT USAGE ON SCHEMA {schema} TO client_{schema}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO client_{schema}",
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO client_{schema}",
+    ):
+        postgres_server.sql(grant, database="longctx")
+    client_url = re.sub(r"//longctx:[^@]+@", f"//client_{schema}:{password}@", postgres_url)
+    fake = FakeEngine(engine="generic", block=1)
+    items = make_items(tmp_path, packs=1, questions=2)
+    with (
+        connect(FAKE, transport=fake.transport()) as backend,
+        open_client(tmp_path / "c", client_url) as store,
+    ):
+        assert Job(items, backend=backend, store=store).run().asked == 2
+        store.caches.save_token_counts("t", {"a" * 64: 3})
+        store.sessions.record(CounterSkip(store.sessions.sessions()[0].id, "a note"))
+        pruned = store.sessions.prune(PruneRule(older_than_seconds=0, in_use_seconds=0))
+        assert pruned.pruned and store.sessions.sessions() == []
+    with pytest.raises(StoreError, match="privilege"), open_client(tmp_path / "d", client_url) as store:
+        store.database.query("CREATE TABLE not_allowed (x INTEGER)")

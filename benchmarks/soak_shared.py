@@ -251,7 +251,9 @@ def check(store_url: str, password: str, machines: list[Machine], items: int, as
             " + (SELECT count(*) FROM answer_keys k LEFT JOIN turns t ON t.session_id = k.session_id"
             " AND t.position = k.position WHERE t.session_id IS NULL)"
         ).fetchone()[0]
-        leases = connection.execute("SELECT count(*) FROM job_leases").fetchone()[0]
+        leases = connection.execute(  # live ones: a lapsed row of a killed run holds nothing
+            "SELECT count(*) FROM job_leases WHERE expires_at > extract(epoch FROM clock_timestamp())"
+        ).fetchone()[0]
         tables = [row[0] for row in connection.execute(
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]  # fmt: skip
         rows = "".join(str(connection.execute(f"SELECT * FROM {table}").fetchall()) for table in tables)
@@ -338,7 +340,7 @@ def section(findings: Findings, log: list[str], seconds: float, args: argparse.N
         ("stored twice", str(len(findings.stored_twice))),
         ("answered twice (asked by two runs)", str(len(findings.answered_twice))),
         ("half-written rows", str(findings.half_written)),
-        ("leases left at the end", str(findings.leases_left)),
+        ("live leases left at the end", str(findings.leases_left)),
         ("the URL's password in an output or row", str(len(findings.password_seen))),
         ("requests the server answered", f"{findings.server_asks} (the excess: answers in flight when a"
                                           " client was killed or the database was down, never stored)"),

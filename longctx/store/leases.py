@@ -135,6 +135,8 @@ class ItemLeases:
                     (len(key) + 1, key + ":", answered_since),
                 ).fetchone()
                 if answered is not None:
+                    # A lapsed lease of a run that died after storing the answer: nobody will give it back.
+                    connection.execute("DELETE FROM job_leases WHERE key = ? AND expires_at <= ?", (key, now))
                     claims.append(LeaseClaim(key, "answered"))
                     continue
                 row = connection.execute("SELECT * FROM job_leases WHERE key = ?", (key,)).fetchone()

@@ -20,7 +20,7 @@ from longctx.errors import StoreError
 from longctx.store.failures import LOCK_WAIT_SECONDS, store_failure
 from longctx.store.permissions import create_private_file, make_private_folder, warn_if_readable_by_others
 
-__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database", "split_statements"]
+__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database", "key_range", "split_statements"]
 
 DATABASE_NAME: Final = "longctx.db"
 """The database's file name in the longctx home folder."""
@@ -287,7 +287,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE INDEX pack_images_by_sha256 ON pack_images(sha256);
     """,
+    # 19: answer keys found by prefix (a job's, an item's: longctx.store.leases,
+    # SessionLog.answered_under) through an index in byte order (key_range), not by
+    # reading every key: a 10,000-item job's claims read every key of every item before.
+    """
+    CREATE INDEX answer_keys_in_byte_order ON answer_keys(key COLLATE BINARY);
+    """,
 )
+
+
+def key_range(prefix: str) -> tuple[str, str]:
+    """The keys starting with ``prefix`` (not empty), in byte order: ``low <= key COLLATE BINARY < high``."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 class Database:

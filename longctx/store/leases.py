@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from longctx.errors import LeaseLost
-from longctx.store.db import Database
+from longctx.store.db import Database, key_range
 
 __all__ = ["ItemLeases", "LeaseClaim", "LeaseHolder"]
 
@@ -131,8 +131,9 @@ class ItemLeases:
                 answered = connection.execute(
                     "SELECT 1 FROM answer_keys JOIN turns ON turns.session_id = answer_keys.session_id"
                     " AND turns.position = answer_keys.position"
-                    " WHERE substr(answer_keys.key, 1, ?) = ? AND turns.created_at >= ? LIMIT 1",
-                    (len(key) + 1, key + ":", answered_since),
+                    " WHERE answer_keys.key COLLATE BINARY >= ? AND answer_keys.key COLLATE BINARY < ?"
+                    " AND turns.created_at >= ? LIMIT 1",
+                    (*key_range(key + ":"), answered_since),
                 ).fetchone()
                 if answered is not None:
                     # A lapsed lease of a run that died after storing the answer: nobody will give it back.

@@ -119,13 +119,23 @@ def section(figures: dict[str, dict[str, float]], args: argparse.Namespace, mach
     table = "\n".join(f"| {name} | {a} | {b} | {ratio:.1f}x |" for name, a, b, ratio in rows)
     return (
         f"The store on each backend, {time.strftime('%Y-%m-%d')}, {machine}; PostgreSQL {args.version} on "
-        f"loopback TCP (fsync on), SQLite in WAL mode; {args.turns} turns, {args.items:,} job items in packs "
+        f"loopback TCP (fsync on), SQLite in WAL mode, both on the same disk ({args.disk}); {args.turns} turns, {args.items:,} job items in packs "
         f"of {args.per_pack} (`benchmarks/store_cost.py`).\n\n"
         f"| what | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n{table}\n\n"
         "A job's store calls are a small part of an item's time either way: an answer takes seconds of "
         "decoding, the store a few milliseconds. A server across a network adds its round trip to each "
-        "of the five to seven statements of an item.\n"
+        "of the five to seven statements of an item.\n" + (f"\n{args.note}\n" if args.note else "")
     )
+
+
+def _filesystem(folder: Path) -> str:
+    """The type of the filesystem holding ``folder`` (tmpfs makes every fsync free: say so)."""
+    best = ("", "unknown")
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, point, kind, *_ = line.split()
+        if str(folder).startswith(point) and len(point) > len(best[0]):
+            best = (point, kind)
+    return best[1]
 
 
 def main() -> None:
@@ -134,12 +144,16 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--per-pack", type=int, default=10)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument(
+        "--note", default="", help="a sentence added to the section (an earlier run's figures)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="longctx-store-cost-"))
     server = PostgresServer.start()
     try:
         url = server.fresh_url()
         args.version = server.sql("SHOW server_version").strip().split()[0]
+        args.disk = _filesystem(work)
         figures = measure(
             {"SQLite": lambda: Store.open(work / "sqlite"), "PostgreSQL": lambda: Store.open(work / "pg", database_url=url)},
             args.turns, args.items, args.per_pack,

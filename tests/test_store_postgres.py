@@ -268,6 +268,19 @@ def test_while_the_server_is_down_a_write_fails_clearly_and_the_next_one_after_i
         assert [t.position for t in store.sessions.turns("s")] == [0]
 
 
+def test_after_a_server_restart_the_next_read_and_write_connect_again_at_once(
+    postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
+) -> None:
+    with open_client(tmp_path / "a", postgres_url) as store:
+        store.sessions.create_session(SessionRecord("s", 1.0, "session", "t", None, None, None, {}))
+        postgres_server.restart()  # the client's connection is gone; it does not know yet
+        assert [s.id for s in store.sessions.sessions()] == ["s"]
+        postgres_server.restart()
+        turn, request = turn_and_request("s")
+        store.sessions.commit_turn(turn, request, key="k")
+        assert store.sessions.answered(["k"])["k"].position == 0
+
+
 def test_a_write_cut_in_the_middle_leaves_nothing_of_it(
     postgres_server: PostgresServer, postgres_url: str, tmp_path: Path
 ) -> None:

@@ -149,14 +149,16 @@ class ItemOwnership:
     def _renew(self) -> None:
         # A third of the lease: two renewals may fail (a store locked a while) before one lapses.
         failing_since: float | None = None
+        lapsed = False
         while not self._stop.wait(self.seconds / 3):
             try:
                 self._store.leases.renew(self.holder.run_id, self.seconds)
             except LongctxError as error:
                 if failing_since is None:
-                    failing_since = time.monotonic()
+                    failing_since, lapsed = time.monotonic(), False
                     logger.warning("cannot renew the job's item leases (%s); retrying", error)
-                elif time.monotonic() - failing_since > self.seconds:
+                elif not lapsed and time.monotonic() - failing_since > self.seconds:
+                    lapsed = True
                     logger.warning(
                         "the job's item leases lapsed unrenewed: an answer to an item another run took"
                         " over meanwhile will not be stored"

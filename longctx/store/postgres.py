@@ -153,22 +153,56 @@ class PostgresDatabase:
         a broken constraint (:attr:`conflicts`) is the caller's to explain.
         """
         with self._lock:
-            connection = self._connection
             try:
-                with connection.transaction():
+                with self._begun() as connection:
                     yield _Connection(connection)
             except psycopg.Error as error:
                 if isinstance(error, self.conflicts):
                     raise
                 raise self._failure(error, "writing to") from error
 
+    @contextmanager
+    def _begun(self) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction begun; a connection found dead at BEGIN (the server restarted) is made again, once.
+
+        Nothing but BEGIN was sent on the dead one, so beginning again on a new one repeats nothing.
+        """
+        connection = self._connection
+        transaction = connection.transaction()
+        try:
+            transaction.__enter__()
+        except psycopg.OperationalError:
+            if not (connection.closed or connection.broken):
+                raise
+            self._forget()
+            connection = self._connection
+            transaction = connection.transaction()
+            transaction.__enter__()
+        try:
+            yield connection
+        except BaseException as error:
+            if not transaction.__exit__(type(error), error, error.__traceback__):
+                raise
+        else:
+            transaction.__exit__(None, None, None)
+
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[Row]:
         """The rows ``sql`` (SQLite's SQL) selects; a failure is a :class:`StoreError` naming the store."""
         with self._lock:
-            try:
-                return self._connection.execute(postgres_statement(sql), list(parameters)).fetchall()
-            except psycopg.Error as error:
-                raise self._failure(error, "reading") from error
+            for attempt in (1, 2):  # a read repeats safely: once more on a new connection if the old one died
+                try:
+                    return self._connection.execute(postgres_statement(sql), list(parameters)).fetchall()
+                except psycopg.OperationalError as error:
+                    if (
+                        attempt == 2
+                        or self._opened is None
+                        or not (self._opened.closed or self._opened.broken)
+                    ):
+                        raise self._failure(error, "reading") from error
+                    self._forget()
+                except psycopg.Error as error:
+                    raise self._failure(error, "reading") from error
+            raise AssertionError("unreachable")
 
     def vacuum(self) -> None:
         """Let the server reuse the space of deleted rows (VACUUM of the store's tables; needs no lock)."""

@@ -112,7 +112,11 @@ def serve(engine: object) -> tuple[http.server.ThreadingHTTPServer, str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request: object, client_address: object) -> None:
+            pass  # a client killed mid-request resets its connection: expected here
+
+    httpd = Server(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd, f"http://127.0.0.1:{httpd.server_address[1]}/v1"
 
@@ -162,9 +166,12 @@ class Machine:
     def answered_now(self) -> int:
         return sum(1 for line in self.lines if line["run"] == len(self.exits) and line["ok"])
 
-    def signal(self, number: int) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, number)
+    def signal(self, number: int) -> bool:
+        """Send ``number`` to the run's process group; whether it was still running to get it."""
+        if self.process is None or self.process.poll() is not None:
+            return False
+        os.killpg(self.process.pid, number)
+        return True
 
     def wait(self, bound: float = 300) -> int:
         assert self.process is not None and self._reader is not None
@@ -208,8 +215,11 @@ def run_round(machines: list[Machine], faults: list[Fault], start: object, serve
                 continue
             machine = next(m for m in machines if m.name == fault.target)
             if machine.answered_now() >= fault.after_answers:
-                machine.signal(signal.SIGINT if fault.what == "sigint" else signal.SIGKILL)
-                done.append(f"{fault.what} to machine {machine.name} after {machine.answered_now()} answers")
+                landed = machine.signal(signal.SIGINT if fault.what == "sigint" else signal.SIGKILL)
+                what = "" if landed else " (it had already stopped: not sent)"
+                done.append(
+                    f"{fault.what} to machine {machine.name} after {machine.answered_now()} answers{what}"
+                )
                 pending.remove(fault)
         time.sleep(0.05)
     for machine in machines:
@@ -262,7 +272,7 @@ def check(store_url: str, password: str, machines: list[Machine], items: int, as
                     if line["ok"] and not line["resumed"])  # fmt: skip
     seen = [f"machine {m.name}" for m in machines if password in json.dumps(m.lines) + "".join(m.errors)]
     seen += ["the database rows"] if password in rows else []
-    outage = [e for m in machines for e in m.errors if "cannot be reached" in e or "went away" in e]
+    outage = list(dict.fromkeys(e for m in machines for e in m.errors))  # what the clients said on stderr
     return Findings(
         items=items,
         lost=sorted(set(range(items)) - set(per_item)) + sorted(told - set(per_item)),
@@ -347,7 +357,9 @@ def section(findings: Findings, log: list[str], seconds: float, args: argparse.N
     ]  # fmt: skip
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     rounds = "\n".join(f"- {line}" for line in log)
-    outage = findings.outage_lines[0] if findings.outage_lines else "(no client wrote while it was down)"
+    said = [line for line in findings.outage_lines if "cannot be reached" in line] or findings.outage_lines
+    others = sorted({line.split(" failed: ")[-1][:80] for line in findings.outage_lines} - {""})
+    outage = (said[0] if said else "(nothing)") + "".join(f"\n    (also: {line} ...)" for line in others[1:4])
     return (
         f"Two client machines (own HOME and LONGCTX_HOME, own process trees), one PostgreSQL store, "
         f"{findings.items} job items, leases of {args.lease:g} s, seed {args.seed}; {seconds:.0f} s in all.\n\n"

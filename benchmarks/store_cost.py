@@ -2,6 +2,9 @@
 
 Two figures, each measured on both stores on the same machine in one run:
 
+The two stores take turns (a commit each, a pack each), so a load on the
+machine meanwhile weighs on both alike.
+
 - per-turn write latency: one ``commit_turn`` (a turn, its request and its
   answer key, one transaction), ``--turns`` times; median and 95th percentile;
 - a 10,000-item job's store overhead: the store calls a job makes, replayed
@@ -48,57 +51,74 @@ def turn_of(session_id: str, position: int, request: RequestRecord) -> TurnRecor
     )
 
 
-def turn_latencies(store: Store, turns: int) -> list[float]:
-    """Seconds per commit_turn of one session's turns, each with its request and key."""
-    store.sessions.create_session(SessionRecord("chat", time.time(), "session", "t", None, None, None, {}))
-    seconds = []
+def turn_latencies(stores: dict[str, Store], turns: int) -> dict[str, list[float]]:
+    """Seconds per commit_turn of one session's turns on each store, each with its request and key.
+
+    The stores take turns, one commit each, so a load on the machine meanwhile weighs on both alike.
+    """
+    seconds: dict[str, list[float]] = {name: [] for name in stores}
+    for store in stores.values():
+        store.sessions.create_session(
+            SessionRecord("chat", time.time(), "session", "t", None, None, None, {})
+        )
     for position in range(turns):
-        request = request_of("chat", position)
-        started = time.perf_counter()
-        store.sessions.commit_turn(turn_of("chat", position, request), request, key=f"chat:{position}")
-        seconds.append(time.perf_counter() - started)
+        for name, store in stores.items():
+            request = request_of("chat", position)
+            started = time.perf_counter()
+            store.sessions.commit_turn(turn_of("chat", position, request), request, key=f"chat:{position}")
+            seconds[name].append(time.perf_counter() - started)
     return seconds
 
 
-def job_overhead(store: Store, items: int, per_pack: int) -> float:
-    """Seconds of the store calls of an ``items``-item job, as a run makes them (see the module docstring)."""
+def job_pack(store: Store, holder: LeaseHolder, number: int, indices: range) -> None:
+    """The store calls of one pack of a job's run (see the module docstring)."""
+    pack = f"pack{number}"
+    lease_keys = [f"job:bench:{index}:facts" for index in indices]
+    store.leases.take(lease_keys, holder, 60)
+    store.sessions.create_session(SessionRecord(pack, time.time(), "session", pack, None, None, None, {}))
+    for index, lease_key in zip(indices, lease_keys, strict=True):
+        sibling = f"{pack}-{index}"
+        request = request_of(sibling, 0)
+        branch = SessionRecord(sibling, time.time(), "sibling", pack, None, pack, 0, {})
+        store.sessions.commit_turn(turn_of(sibling, 0, request), request, new_session=branch,
+                                   key=f"{lease_key}:nonce")  # fmt: skip
+        store.leases.release(holder.run_id, [lease_key])
+    store.leases.renew(holder.run_id, 60)
+
+
+def job_overhead(stores: dict[str, Store], items: int, per_pack: int) -> dict[str, float]:
+    """Seconds of the store calls of an ``items``-item job on each store, the stores taking turns by pack."""
     holder = LeaseHolder.this_process("bench-run")
-    started = time.perf_counter()
-    store.sessions.answered_under("job:bench:")
-    store.leases.hold_for(holder.run_id, 60)
+    seconds = dict.fromkeys(stores, 0.0)
+    for name, store in stores.items():
+        started = time.perf_counter()
+        store.sessions.answered_under("job:bench:")
+        store.leases.hold_for(holder.run_id, 60)
+        seconds[name] += time.perf_counter() - started
     for first in range(0, items, per_pack):
-        pack = f"pack{first // per_pack}"
-        indices = range(first, min(first + per_pack, items))
-        lease_keys = [f"job:bench:{index}:facts" for index in indices]
-        store.leases.take(lease_keys, holder, 60)
-        parent = SessionRecord(pack, time.time(), "session", pack, None, None, None, {})
-        store.sessions.create_session(parent)
-        for index, lease_key in zip(indices, lease_keys, strict=True):
-            sibling = f"{pack}-{index}"
-            request = request_of(sibling, 0)
-            branch = SessionRecord(sibling, time.time(), "sibling", pack, None, pack, 0, {})
-            store.sessions.commit_turn(turn_of(sibling, 0, request), request, new_session=branch,
-                                       key=f"{lease_key}:nonce")  # fmt: skip
-            store.leases.release(holder.run_id, [lease_key])
-        store.leases.renew(holder.run_id, 60)
-    store.leases.release(holder.run_id)
-    store.leases.done_for(holder.run_id)
-    return time.perf_counter() - started
+        for name, store in stores.items():
+            started = time.perf_counter()
+            job_pack(store, holder, first // per_pack, range(first, min(first + per_pack, items)))
+            seconds[name] += time.perf_counter() - started
+    for name, store in stores.items():
+        started = time.perf_counter()
+        store.leases.release(holder.run_id)
+        store.leases.done_for(holder.run_id)
+        seconds[name] += time.perf_counter() - started
+    return seconds
 
 
-def measure(
-    store_of: dict[str, object], turns: int, items: int, per_pack: int
-) -> dict[str, dict[str, float]]:
+def measure(stores: dict[str, Store], turns: int, items: int, per_pack: int) -> dict[str, dict[str, float]]:
+    latencies = turn_latencies(stores, turns)
+    jobs = job_overhead(stores, items, per_pack)
     figures: dict[str, dict[str, float]] = {}
-    for name, opener in store_of.items():
-        with opener() as store:  # type: ignore[operator]
-            latencies = sorted(turn_latencies(store, turns))
-            job = job_overhead(store, items, per_pack)
+    for name in stores:
+        ordered = sorted(latencies[name])
         figures[name] = {
-            "median_ms": statistics.median(latencies) * 1000,
-            "p95_ms": latencies[int(len(latencies) * 0.95)] * 1000,
-            "job_s": job,
-            "per_item_ms": job / items * 1000,
+            "median_ms": statistics.median(ordered) * 1000,
+            "p95_ms": ordered[int(len(ordered) * 0.95)] * 1000,
+            "job_s": jobs[name],
+            "per_item_ms": jobs[name] / items * 1000,
         }
         print(name, {k: round(v, 3) for k, v in figures[name].items()}, file=sys.stderr, flush=True)
     return figures
@@ -154,10 +174,10 @@ def main() -> None:
         url = server.fresh_url()
         args.version = server.sql("SHOW server_version").strip().split()[0]
         args.disk = _filesystem(work)
-        figures = measure(
-            {"SQLite": lambda: Store.open(work / "sqlite"), "PostgreSQL": lambda: Store.open(work / "pg", database_url=url)},
-            args.turns, args.items, args.per_pack,
-        )  # fmt: skip
+        with Store.open(work / "sqlite") as sqlite, Store.open(work / "pg", database_url=url) as postgres:
+            figures = measure(
+                {"SQLite": sqlite, "PostgreSQL": postgres}, args.turns, args.items, args.per_pack
+            )
     finally:
         server.stop()
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -385,3 +385,23 @@ def test_a_role_with_the_documented_privileges_alone_reads_writes_and_prunes(
         assert pruned.pruned and store.sessions.sessions() == []
     with pytest.raises(StoreError, match="privilege"), open_client(tmp_path / "d", client_url) as store:
         store.database.query("CREATE TABLE not_allowed (x INTEGER)")
+
+
+def test_the_store_is_chosen_by_option_variable_or_project_file_in_that_order(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / ".longctx.toml").write_text(f'store = "{postgres_url}"\n')
+    monkeypatch.chdir(project)
+    with Store.open(tmp_path / "home") as store:
+        assert store.location == redacted_url(postgres_url)
+    monkeypatch.setenv("LONGCTX_STORE", "sqlite")  # the variable wins over the file
+    with Store.open(tmp_path / "home") as store:
+        assert store.location == str(tmp_path / "home" / "longctx.db")
+        with Store.open(tmp_path / "home", database_url=postgres_url) as chosen:  # the option over both
+            assert chosen.location == redacted_url(postgres_url)
+    monkeypatch.setenv("LONGCTX_STORE", postgres_url.replace("postgresql:", "mysql:"))
+    with pytest.raises(ConfigError, match="LONGCTX_STORE") as refused:
+        Store.open(tmp_path / "home")
+    assert ROLE_PASSWORD not in str(refused.value)

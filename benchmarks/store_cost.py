@@ -108,6 +108,35 @@ def job_overhead(stores: dict[str, Store], items: int, per_pack: int) -> dict[st
     return seconds
 
 
+def real_jobs(stores: dict[str, Store], items: int, per_pack: int, work: Path) -> dict[str, float]:
+    """Wall seconds of a real ``Job`` of ``items`` items on each store, against an in-process stand-in server.
+
+    Everything but the store is the same on both (the packs read and counted, the requests
+    answered at once by ``tests/fake_engine.py``): the difference is the store's.
+    """
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from fake_engine import FakeEngine
+
+    from longctx import Job, JobItem
+    from longctx.backends.base import connect
+
+    folders = []
+    for number in range(-(-items // per_pack)):
+        folder = work / "packs" / f"pack{number}"
+        folder.mkdir(parents=True)
+        (folder / "main.py").write_text(f"def answer():\n    return {number}\n" + "# filler\n" * 30)
+        folders.append(folder)
+    job_items = [JobItem((str(folders[i // per_pack]),), f"question {i}?") for i in range(items)]
+    seconds = {}
+    for name, store in stores.items():
+        fake = FakeEngine(engine="generic", block=1)
+        with connect("http://fake-engine:8000/v1", transport=fake.transport()) as backend:
+            started = time.perf_counter()
+            Job(job_items, backend=backend, store=store).run()
+            seconds[name] = time.perf_counter() - started
+    return seconds
+
+
 def measure(stores: dict[str, Store], turns: int, items: int, per_pack: int) -> dict[str, dict[str, float]]:
     latencies = turn_latencies(stores, turns)
     jobs = job_overhead(stores, items, per_pack)
@@ -136,11 +165,15 @@ def section(figures: dict[str, dict[str, float]], args: argparse.Namespace, mach
         ("the same, per item", f"{sqlite['per_item_ms']:.2f} ms", f"{postgres['per_item_ms']:.2f} ms",
          postgres["per_item_ms"] / sqlite["per_item_ms"]),
     ]  # fmt: skip
+    if "real_job_s" in sqlite:
+        rows.append((f"a real `Job` of {args.real_job:,} items, stand-in server, wall time",
+                     f"{sqlite['real_job_s']:.1f} s", f"{postgres['real_job_s']:.1f} s",
+                     postgres["real_job_s"] / sqlite["real_job_s"]))  # fmt: skip
     table = "\n".join(f"| {name} | {a} | {b} | {ratio:.1f}x |" for name, a, b, ratio in rows)
     return (
         f"The store on each backend, {time.strftime('%Y-%m-%d')}, {machine}; PostgreSQL {args.version} on "
-        f"loopback TCP (fsync on), SQLite in WAL mode, both on the same disk ({args.disk}); {args.turns} turns, {args.items:,} job items in packs "
-        f"of {args.per_pack} (`benchmarks/store_cost.py`).\n\n"
+        f"loopback TCP (fsync on), SQLite in WAL mode, both on the same disk ({args.disk}); "
+        f"{args.turns} turns, {args.items:,} job items in packs of {args.per_pack} (`benchmarks/store_cost.py`).\n\n"
         f"| what | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n{table}\n\n"
         "A job's store calls are a small part of an item's time either way: an answer takes seconds of "
         "decoding, the store a few milliseconds. A server across a network adds its round trip to each "
@@ -163,6 +196,9 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=500)
     parser.add_argument("--items", type=int, default=10_000)
     parser.add_argument("--per-pack", type=int, default=10)
+    parser.add_argument(
+        "--real-job", type=int, default=0, help="also time a real Job of this many items on each"
+    )
     parser.add_argument("--write", action="store_true")
     parser.add_argument(
         "--note", default="", help="a sentence added to the section (an earlier run's figures)"
@@ -175,9 +211,11 @@ def main() -> None:
         args.version = server.sql("SHOW server_version").strip().split()[0]
         args.disk = _filesystem(work)
         with Store.open(work / "sqlite") as sqlite, Store.open(work / "pg", database_url=url) as postgres:
-            figures = measure(
-                {"SQLite": sqlite, "PostgreSQL": postgres}, args.turns, args.items, args.per_pack
-            )
+            stores = {"SQLite": sqlite, "PostgreSQL": postgres}
+            figures = measure(stores, args.turns, args.items, args.per_pack)
+            if args.real_job:
+                for name, seconds in real_jobs(stores, args.real_job, args.per_pack, work).items():
+                    figures[name]["real_job_s"] = seconds
     finally:
         server.stop()
     sys.path.insert(0, str(Path(__file__).resolve().parent))

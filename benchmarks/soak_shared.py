@@ -358,8 +358,11 @@ def section(findings: Findings, log: list[str], seconds: float, args: argparse.N
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     rounds = "\n".join(f"- {line}" for line in log)
     said = [line for line in findings.outage_lines if "cannot be reached" in line] or findings.outage_lines
-    others = sorted({line.split(" failed: ")[-1][:80] for line in findings.outage_lines} - {""})
-    outage = (said[0] if said else "(nothing)") + "".join(f"\n    (also: {line} ...)" for line in others[1:4])
+    first = said[0] if said else "(nothing)"
+    others = [
+        line for line in findings.outage_lines if line.split(" failed: ")[-1] != first.split(" failed: ")[-1]
+    ]
+    outage = first + "".join(f"\n    (also: {line[:160]})" for line in others[:3])
     return (
         f"Two client machines (own HOME and LONGCTX_HOME, own process trees), one PostgreSQL store, "
         f"{findings.items} job items, leases of {args.lease:g} s, seed {args.seed}; {seconds:.0f} s in all.\n\n"

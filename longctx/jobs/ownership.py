@@ -19,8 +19,9 @@ once a process of this host that no longer runs) is taken over and asked.
 A run that could not renew its leases for longer than they last (a store
 out of reach, a machine suspended) may have lost an item it is still
 asking: its answer is then refused in the answer's own transaction
-(:meth:`longctx.store.leases.ItemLeases.check_held`), and the item is
-reported as asked by the run that took it over, never stored twice.
+(:meth:`longctx.store.leases.ItemLeases.check_held`), the item's result
+carries the :class:`~longctx.errors.LeaseLost` error, and the run that took
+it over stores its answer: never stored twice.
 """
 
 from __future__ import annotations

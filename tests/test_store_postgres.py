@@ -431,3 +431,27 @@ def test_the_store_is_chosen_by_option_variable_or_project_file_in_that_order(
     with pytest.raises(ConfigError, match="LONGCTX_STORE") as refused:
         Store.open(tmp_path / "home")
     assert ROLE_PASSWORD not in str(refused.value)
+
+
+def test_a_job_whose_item_was_taken_over_while_it_asked_reports_it_and_stores_nothing(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    fake = SlowEngine(engine="generic", block=1)
+    items = make_items(tmp_path, packs=1, questions=1)
+    with (
+        connect(FAKE, transport=fake.transport()) as backend,
+        open_client(tmp_path / "stalled", postgres_url) as store,
+        open_client(tmp_path / "other", postgres_url) as other,
+    ):
+        job = Job(items, backend=backend, store=store, options=JobOptions(lease_seconds=30))
+        key = _lease_key(job, backend, store, tmp_path)
+
+        def taken_over(count: int) -> None:  # while the run asks: its lease lapses and another run takes it
+            other.database.query("UPDATE job_leases SET expires_at = 0 WHERE key = ? RETURNING key", [key])
+            assert other.leases.take([key], LeaseHolder("other-run", 1, "elsewhere"), 30)[0].state == "taken"
+
+        fake.on_chat = taken_over
+        report = job.run()
+        assert not report.results[0].ok and "other-run" in (report.results[0].error or "")
+        assert store.sessions.answered_under(f"job:{job.id}:") == {}  # nothing of the stalled run's answer
+        assert other.leases.holders()[key].run_id == "other-run"

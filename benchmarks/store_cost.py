@@ -26,6 +26,7 @@ round trip to every statement. Run it:
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -173,6 +174,7 @@ def section(figures: dict[str, dict[str, float]], args: argparse.Namespace, mach
     return (
         f"The store on each backend, {time.strftime('%Y-%m-%d')}, {machine}; PostgreSQL {args.version} on "
         f"loopback TCP (fsync on), SQLite in WAL mode, both on the same disk ({args.disk}); "
+        f"load average {args.load[0]:.1f} when it began and {args.load[1]:.1f} when it ended; "
         f"{args.turns} turns, {args.items:,} job items in packs of {args.per_pack} (`benchmarks/store_cost.py`).\n\n"
         f"| what | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n{table}\n\n"
         "A job's store calls are a small part of an item's time either way: an answer takes seconds of "
@@ -210,12 +212,14 @@ def main() -> None:
         url = server.fresh_url()
         args.version = server.sql("SHOW server_version").strip().split()[0]
         args.disk = _filesystem(work)
+        started_load = os.getloadavg()[0]
         with Store.open(work / "sqlite") as sqlite, Store.open(work / "pg", database_url=url) as postgres:
             stores = {"SQLite": sqlite, "PostgreSQL": postgres}
             figures = measure(stores, args.turns, args.items, args.per_pack)
             if args.real_job:
                 for name, seconds in real_jobs(stores, args.real_job, args.per_pack, work).items():
                     figures[name]["real_job_s"] = seconds
+        args.load = (started_load, os.getloadavg()[0])
     finally:
         server.stop()
     sys.path.insert(0, str(Path(__file__).resolve().parent))

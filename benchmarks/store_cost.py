@@ -179,7 +179,7 @@ def section(figures: dict[str, dict[str, float]], args: argparse.Namespace, mach
         f"| what | SQLite | PostgreSQL | PostgreSQL / SQLite |\n|---|---|---|---|\n{table}\n\n"
         "A job's store calls are a small part of an item's time either way: an answer takes seconds of "
         "decoding, the store a few milliseconds. A server across a network adds its round trip to each "
-        "of the five to seven statements of an item.\n" + (f"\n{args.note}\n" if args.note else "")
+        "statement.\n" + (f"\n{args.note}\n" if args.note else "")
     )
 
 

@@ -124,34 +124,37 @@ class ItemLeases:
         ``holder`` taking a lease it holds renews it.
         """
         claims: list[LeaseClaim] = []
+        unique = list(dict.fromkeys(keys))
         with self._database.transaction() as connection:
             self._database.serialize(connection)
             now = self._database.clock(connection)
+            # Read in a few statements, not three a key: on a server each statement is a round trip.
+            answered = _answered(connection, unique, answered_since)
+            leases = _lease_rows(connection, unique)
+            taking: list[str] = []
             for key in keys:
-                answered = connection.execute(
-                    "SELECT 1 FROM answer_keys JOIN turns ON turns.session_id = answer_keys.session_id"
-                    " AND turns.position = answer_keys.position"
-                    " WHERE answer_keys.key COLLATE BINARY >= ? AND answer_keys.key COLLATE BINARY < ?"
-                    " AND turns.created_at >= ? LIMIT 1",
-                    (*key_range(key + ":"), answered_since),
-                ).fetchone()
-                if answered is not None:
-                    # A lapsed lease of a run that died after storing the answer: nobody will give it back.
-                    connection.execute("DELETE FROM job_leases WHERE key = ? AND expires_at <= ?", (key, now))
+                row = leases.get(key)
+                if key in answered:
                     claims.append(LeaseClaim(key, "answered"))
                     continue
-                row = connection.execute("SELECT * FROM job_leases WHERE key = ?", (key,)).fetchone()
                 if row is not None and row["run_id"] != holder.run_id:
                     other = LeaseHolder(row["run_id"], row["pid"], row["host"])
                     if row["expires_at"] > now and (not self._database.local or _running(other)):
                         claims.append(LeaseClaim(key, "held", other, row["expires_at"]))
                         continue
-                connection.execute(
+                taking.append(key)
+                claims.append(LeaseClaim(key, "taken", holder, now + seconds))
+            # A lapsed lease of a run that died after storing the answer: nobody else will give it back.
+            lapsed = [(key,) for key in answered if key in leases and leases[key]["expires_at"] <= now]
+            if lapsed:
+                connection.executemany("DELETE FROM job_leases WHERE key = ?", lapsed)
+            if taking:
+                connection.executemany(
                     "INSERT OR REPLACE INTO job_leases (key, run_id, pid, host, expires_at, taken_at)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
-                    (key, holder.run_id, holder.pid, holder.host, now + seconds, now),
-                )
-                claims.append(LeaseClaim(key, "taken", holder, now + seconds))
+                    [(key, holder.run_id, holder.pid, holder.host, now + seconds, now)
+                     for key in dict.fromkeys(taking)],
+                )  # fmt: skip
         return claims
 
     def renew(self, run_id: str, seconds: float) -> int:
@@ -182,6 +185,40 @@ class ItemLeases:
             ).fetchall()
         held = {row["key"]: LeaseHolder(row["run_id"], row["pid"], row["host"]) for row in rows}
         return {key: holder for key, holder in held.items() if not self._database.local or _running(holder)}
+
+
+# Keys per statement: two parameters each, far below every SQLite build's limit.
+_CHUNK = 200
+
+
+def _answered(connection: Any, keys: Sequence[str], since: float) -> set[str]:
+    """Those of ``keys`` with an answer stored under ``KEY:...`` whose turn was made at or after ``since``."""
+    found: set[str] = set()
+    for start in range(0, len(keys), _CHUNK):
+        chunk = keys[start : start + _CHUNK]
+        bounds = [bound for key in chunk for bound in key_range(key + ":")]
+        rows = connection.execute(
+            "SELECT DISTINCT wanted.column1 AS low"
+            f" FROM (VALUES {', '.join(['(?, ?)'] * len(chunk))}) AS wanted"
+            " JOIN answer_keys ON answer_keys.key COLLATE BINARY >= wanted.column1"
+            " AND answer_keys.key COLLATE BINARY < wanted.column2"
+            " JOIN turns ON turns.session_id = answer_keys.session_id"
+            " AND turns.position = answer_keys.position WHERE turns.created_at >= ?",
+            (*bounds, since),
+        ).fetchall()
+        found.update(row["low"][:-1] for row in rows)  # the key without the ":" its range starts with
+    return found
+
+
+def _lease_rows(connection: Any, keys: Sequence[str]) -> dict[str, Any]:
+    """The lease rows of ``keys`` (those that have one), by key."""
+    rows: dict[str, Any] = {}
+    for start in range(0, len(keys), _CHUNK):
+        chunk = keys[start : start + _CHUNK]
+        marks = ", ".join("?" * len(chunk))
+        for row in connection.execute(f"SELECT * FROM job_leases WHERE key IN ({marks})", tuple(chunk)):
+            rows[row["key"]] = row
+    return rows
 
 
 def _running(holder: LeaseHolder) -> bool:

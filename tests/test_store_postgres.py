@@ -455,3 +455,28 @@ def test_a_job_whose_item_was_taken_over_while_it_asked_reports_it_and_stores_no
         assert not report.results[0].ok and "other-run" in (report.results[0].error or "")
         assert store.sessions.answered_under(f"job:{job.id}:") == {}  # nothing of the stalled run's answer
         assert other.leases.holders()[key].run_id == "other-run"
+
+
+def test_a_packs_images_stored_by_one_client_read_back_byte_for_byte_on_the_other(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    import hashlib
+
+    from longctx.documents import ImagePart
+    from longctx.image_parts import PlacedImage
+    from longctx.store import Opening, StoredPack
+
+    data = bytes(range(256)) * 40  # every byte value, NUL included: a bytea, not text
+    image = ImagePart("image/png", data, hashlib.sha256(data).hexdigest(), 16, 8, "fig.png", "figure")
+    pack = StoredPack("fp-img", "longctx-pack/5", "system", "prefix [image] rest", {"images": [1, 2]},
+                      images=(PlacedImage(7, 7, image), PlacedImage(15, 4, image)))  # fmt: skip
+    session = SessionRecord("s", 1.0, "session", "t", "fp-img", None, None, {})
+    with (
+        open_client(tmp_path / "one", postgres_url) as one,
+        open_client(tmp_path / "two", postgres_url) as two,
+    ):
+        one.sessions.record_opening(Opening(pack, session))
+        stored = two.sessions.pack("fp-img")
+        assert stored is not None and [(i.offset, i.length) for i in stored.images] == [(7, 7), (15, 4)]
+        assert all(i.data == data and i.sha256 == image.sha256 for i in stored.images)
+        assert two.database.query("SELECT count(*) AS n FROM image_blobs")[0]["n"] == 1  # kept once

@@ -37,6 +37,7 @@ import http.server
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -341,6 +342,7 @@ def soak(items: int, seed: int, lease: float, answer_seconds: float) -> tuple[Fi
     finally:
         httpd.shutdown()
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def section(findings: Findings, log: list[str], seconds: float, args: argparse.Namespace) -> str:

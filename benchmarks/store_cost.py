@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -240,6 +241,7 @@ def main() -> None:
         args.load = (started_load, os.getloadavg()[0])
     finally:
         server.stop()
+        shutil.rmtree(work, ignore_errors=True)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench import machine, write_section
 

@@ -1,0 +1,148 @@
+"""Linting a request log: each request rendered, both engines' caches simulated, every break named.
+
+:func:`lint_requests` is the API behind ``longctx lint``: it renders every
+request exactly (:mod:`longctx.lint.rendering`), replays the log through a
+simulated vLLM block cache and a simulated SGLang radix cache
+(:mod:`longctx.lint.vllm_cache`, :mod:`longctx.lint.sglang_cache`), finds
+each request's ancestor (the earlier request sharing the most tokens) and
+names why they part (:mod:`longctx.lint.causes`). The result is a
+:class:`~longctx.lint.report.LintReport`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from longctx.errors import ConfigError
+from longctx.lint.causes import CAUSES, FIXES, Divergence, classify
+from longctx.lint.logs import LoggedRequest
+from longctx.lint.prefixes import Ancestry
+from longctx.lint.rendering import Rendered, Renderer, render
+from longctx.lint.report import CacheModel, Finding, LintReport, RequestLint
+from longctx.lint.sglang_cache import SglangCache
+from longctx.lint.vllm_cache import VllmCache
+
+__all__ = ["DEFAULT_BLOCK_TOKENS", "kv_tokens_of_plan", "lint_requests"]
+
+DEFAULT_BLOCK_TOKENS = 16
+"""vLLM's block size on a GPU (the CPU build uses 128: ``longctx doctor`` shows a server's)."""
+
+
+def lint_requests(
+    requests: Sequence[LoggedRequest],
+    renderer: Renderer,
+    *,
+    block_tokens: int = DEFAULT_BLOCK_TOKENS,
+    page_tokens: int = 1,
+    kv_tokens: int | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> LintReport:
+    """Lint ``requests`` in their order: cached tokens per request on both engines, and every break.
+
+    ``block_tokens`` is vLLM's block size, ``page_tokens`` SGLang's page
+    size, ``kv_tokens`` the KV cache both simulations hold (None: unbounded;
+    ``longctx plan`` gives it, :func:`kv_tokens_of_plan`).
+    """
+    if block_tokens < 1 or page_tokens < 1:
+        raise ConfigError("the block and page sizes are at least one token")
+    if kv_tokens is not None and kv_tokens < 1:
+        raise ConfigError("the KV budget is at least one token")
+    vllm = VllmCache(block_tokens, None if kv_tokens is None else kv_tokens // block_tokens)
+    sglang = SglangCache(page_tokens, kv_tokens)
+    ancestry = Ancestry()
+    rendered: list[Rendered] = []
+    rows: list[RequestLint] = []
+    for position, request in enumerate(requests):
+        current = render(renderer, request)
+        rendered.append(current)
+        ancestor = ancestry.add(current.tokens)
+        vllm_cached = vllm.send(current.tokens, request.cache_salt)
+        sglang_cached = sglang.send(current.tokens) if request.cache_salt is None else 0
+        divergence: Divergence | None = None
+        ancestor_label: str | None = None
+        if ancestor is not None and ancestor.shared_tokens > 0:
+            old = requests[ancestor.index]
+            ancestor_label = old.label
+            divergence = classify(request, current, old, rendered[ancestor.index], ancestor.shared_tokens)
+        row = RequestLint(
+            index=request.index,
+            label=request.label,
+            line=request.line,
+            prompt_tokens=len(current.tokens),
+            ancestor=ancestor_label,
+            shared_tokens=0 if ancestor is None else ancestor.shared_tokens,
+            cached={"vllm": vllm_cached, "sglang": sglang_cached},
+            reported_cached=request.reported.cached_tokens,
+            cause="first" if divergence is None else divergence.cause,
+            findings=tuple(
+                _findings(request, current, divergence, ancestor_label, (vllm_cached, sglang_cached),
+                          (block_tokens, page_tokens))
+            ),  # fmt: skip
+        )
+        rows.append(row)
+        if on_progress is not None:
+            on_progress(position + 1, len(requests))
+    models = (
+        CacheModel("vllm", block_tokens, kv_tokens, "block hash chain, full blocks, LRU"),
+        CacheModel("sglang", page_tokens, kv_tokens, "radix tree, LRU leaves"),
+    )
+    return LintReport(tuple(rows), models, renderer.identity)
+
+
+def _findings(
+    request: LoggedRequest,
+    rendered: Rendered,
+    divergence: Divergence | None,
+    ancestor: str | None,
+    cached: tuple[int, int],
+    units: tuple[int, int],
+) -> list[Finding]:
+    """The findings of one request: its break, and what each engine lost beside it."""
+    if divergence is None:
+        return []
+    found: list[Finding] = []
+    (vllm_cached, sglang_cached), (block_tokens, page_tokens) = cached, units
+
+    def finding(cause: str, lost: int, engine: str | None = None) -> Finding:
+        return Finding(
+            request=request.label,
+            ancestor=ancestor,
+            cause=cause,
+            severity=CAUSES[cause],
+            engine=engine,
+            token_offset=divergence.token_offset,
+            lost_tokens=lost,
+            part=divergence.part,
+            before=divergence.before,
+            after=divergence.after,
+            ancestor_after=divergence.ancestor_after,
+            fix=FIXES.get(cause),
+        )
+
+    if divergence.severity == "break":
+        found.append(finding(divergence.cause, divergence.lost_tokens))
+    if divergence.cause == "cache_salt":
+        return found
+    reusable = min(divergence.token_offset, len(rendered.tokens) - 1)
+    for engine, cached, unit in (("vllm", vllm_cached, block_tokens), ("sglang", sglang_cached, page_tokens)):
+        whole = reusable - reusable % unit
+        if cached < whole:
+            found.append(finding("evicted", whole - cached, engine))
+    if divergence.cause == "question":
+        whole = reusable - reusable % block_tokens
+        if whole == 0 and reusable > 0:
+            found.append(finding("short_prefix", reusable, "vllm"))
+        elif reusable > whole:
+            found.append(finding("block_straddle", reusable - whole, "vllm"))
+    return found
+
+
+def kv_tokens_of_plan(plan: Any) -> int | None:
+    """The KV tokens one GPU holds in a ``longctx plan`` result (a plan or its JSON dict); None without memory."""
+    data = plan if isinstance(plan, dict) else plan.to_dict()
+    memory, per_token = data.get("kv_memory_per_gpu_bytes"), data.get("token_bytes_per_gpu")
+    if not isinstance(memory, int) or not isinstance(per_token, int) or per_token <= 0:
+        return None
+    return memory // per_token

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,11 @@ class CharRenderer:
 
 
 def chat(*messages: tuple[str, str], **fields: Any) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": role, "content": content} for role, content in messages], **fields}
+    return {
+        "model": "m",
+        "messages": [{"role": role, "content": content} for role, content in messages],
+        **fields,
+    }
 
 
 def lines(*bodies: Mapping[str, Any]) -> list[str]:
@@ -59,11 +63,17 @@ DOC = "A long shared document. " * 20
 def test_reads_chat_completions_batch_and_recorded_lines(tmp_path: Path) -> None:
     log = tmp_path / "log.jsonl"
     recorded = {
-        "kind": "longctx.request", "id": "r1", "started_at": 5.0, "path": "/v1/chat/completions",
+        "kind": "longctx.request",
+        "id": "r1",
+        "started_at": 5.0,
+        "path": "/v1/chat/completions",
         "request": chat(("user", "hi")),
-        "response": {"status": 200, "ttft_seconds": 0.5,
-                     "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}}},
-    }  # fmt: skip
+        "response": {
+            "status": 200,
+            "ttft_seconds": 0.5,
+            "usage": {"prompt_tokens": 9, "prompt_tokens_details": {"cached_tokens": 4}},
+        },
+    }
     log.write_text(
         "\n".join(
             [
@@ -140,7 +150,7 @@ def test_sglang_radix_reuses_any_token_prefix() -> None:
     assert cache.send([1, 2, 3, 4, 5, 6]) == 5  # capped at length - 1
     paged = SglangCache(page_size=4)
     paged.send(list(range(10)))
-    assert paged.cached_tokens(list(range(7)) + [50, 51]) == 4
+    assert paged.cached_tokens([*range(7), 50, 51]) == 4
 
 
 def test_sglang_evicts_least_recently_used_leaves() -> None:
@@ -163,14 +173,34 @@ def cause_of(first: Mapping[str, Any], second: Mapping[str, Any]) -> str:
 
 def test_each_cause_is_named() -> None:
     sys = "You are a helpful assistant for the shop."
-    assert cause_of(chat(("system", f"{sys} Today is 2026-12-05 10:31."), ("user", "q")),
-                    chat(("system", f"{sys} Today is 2026-12-06 09:02."), ("user", "q"))) == "timestamp"  # fmt: skip
-    assert cause_of(chat(("system", f"{sys} Request 3f2a9c1d-1111-4222-8333-444455556666."), ("user", "q")),
-                    chat(("system", f"{sys} Request 9b7e0a2c-1111-4222-8333-444455556666."), ("user", "q"))) == "request_id"  # fmt: skip
-    assert cause_of(chat(("system", f"{sys} The user's name is Ann."), ("user", "q"), user="ann"),
-                    chat(("system", f"{sys} The user's name is Bob."), ("user", "q"))) == "user_in_system"  # fmt: skip
-    assert cause_of(chat(("system", sys + " Be brief."), ("user", "q")),
-                    chat(("system", sys + "  Be brief."), ("user", "q"))) == "whitespace"  # fmt: skip
+    assert (
+        cause_of(
+            chat(("system", f"{sys} Today is 2026-12-05 10:31."), ("user", "q")),
+            chat(("system", f"{sys} Today is 2026-12-06 09:02."), ("user", "q")),
+        )
+        == "timestamp"
+    )
+    assert (
+        cause_of(
+            chat(("system", f"{sys} Request 3f2a9c1d-1111-4222-8333-444455556666."), ("user", "q")),
+            chat(("system", f"{sys} Request 9b7e0a2c-1111-4222-8333-444455556666."), ("user", "q")),
+        )
+        == "request_id"
+    )
+    assert (
+        cause_of(
+            chat(("system", f"{sys} The user's name is Ann."), ("user", "q"), user="ann"),
+            chat(("system", f"{sys} The user's name is Bob."), ("user", "q")),
+        )
+        == "user_in_system"
+    )
+    assert (
+        cause_of(
+            chat(("system", sys + " Be brief."), ("user", "q")),
+            chat(("system", sys + "  Be brief."), ("user", "q")),
+        )
+        == "whitespace"
+    )
     tools_a = [{"type": "function", "function": {"name": "f", "parameters": {"a": 1, "b": 2}}}]
     tools_b = [{"type": "function", "function": {"parameters": {"b": 2, "a": 1}, "name": "f"}}]
     assert cause_of(chat(("user", "q"), tools=tools_a), chat(("user", "q"), tools=tools_b)) == "key_order"
@@ -178,12 +208,26 @@ def test_each_cause_is_named() -> None:
     assert cause_of(chat(("user", "q"), tools=tools_a), chat(("user", "q"), tools=tools_c)) == "tools_changed"
     shots = [("user", "2+2?"), ("assistant", "4"), ("user", "3+3?"), ("assistant", "6")]
     swapped = [shots[2], shots[3], shots[0], shots[1]]
-    assert cause_of(chat(("system", sys), *shots, ("user", "1+1?")),
-                    chat(("system", sys), *swapped, ("user", "1+1?"))) == "volatile_few_shot"  # fmt: skip
-    assert cause_of(chat(("system", sys), ("user", "a"), ("assistant", "b"), ("user", "c")),
-                    chat(("system", sys), ("user", "c"))) == "history_rewritten"  # fmt: skip
-    assert cause_of(chat(("system", sys + " Be nice."), ("user", "q")),
-                    chat(("system", sys + " Be kind."), ("user", "q"))) == "system_changed"  # fmt: skip
+    assert (
+        cause_of(
+            chat(("system", sys), *shots, ("user", "1+1?")), chat(("system", sys), *swapped, ("user", "1+1?"))
+        )
+        == "volatile_few_shot"
+    )
+    assert (
+        cause_of(
+            chat(("system", sys), ("user", "a"), ("assistant", "b"), ("user", "c")),
+            chat(("system", sys), ("user", "c")),
+        )
+        == "history_rewritten"
+    )
+    assert (
+        cause_of(
+            chat(("system", sys + " Be nice."), ("user", "q")),
+            chat(("system", sys + " Be kind."), ("user", "q")),
+        )
+        == "system_changed"
+    )
     assert cause_of(chat(("user", DOC + "Q1?")), chat(("user", DOC + "Q2?"))) == "question"
     first = chat(("user", DOC + "Q1?"))
     turn = chat(("user", DOC + "Q1?"), ("assistant", "A1"), ("user", "Q2?"))
@@ -268,7 +312,9 @@ def test_fail_on_selects_causes() -> None:
         fail_selection("nonsense")
     with pytest.raises(ConfigError, match="unknown cause"):
         fail_selection("question")
-    report = lint(chat(("system", "t=2026-12-05"), ("user", DOC)), chat(("system", "t=2026-12-06"), ("user", DOC)))
+    report = lint(
+        chat(("system", "t=2026-12-05"), ("user", DOC)), chat(("system", "t=2026-12-06"), ("user", DOC))
+    )
     assert [f.cause for f in report.failing(fail_selection("break"))] == ["timestamp"]
     assert report.failing(fail_selection("loss")) == ()
 

@@ -372,6 +372,7 @@ VLLM = EngineProfile(
 
 SGLANG = EngineProfile(
     name="sglang",
+    prefix_cache="radix",
     label="SGLang",
     missing_report="SGLang does not report cached tokens: start it with --enable-cache-report",
     owned_by=("sglang",),

@@ -271,6 +271,9 @@ class EngineProfile:
     #: tokens (so it counts an image without running the model); else an image's tokens are the
     #: prompt tokens of a one-token chat request less those of the same request without the image.
     tokenize_expands_images: bool = False
+    #: How its prefix cache finds a hit (longctx.lint simulates it): ``blocks``, a hash chain over
+    #: full blocks up to the first miss (vLLM); ``radix``, a token radix tree in pages (SGLang).
+    prefix_cache: Literal["blocks", "radix"] = "blocks"
 
     @property
     def tokenizes(self) -> bool:

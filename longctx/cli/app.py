@@ -56,9 +56,11 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
+    "EXIT_LINT_FINDINGS",
     "EXIT_NO_PREFIX_CACHE",
     "EXIT_NO_SESSION",
     "EXIT_OK",
+    "EXIT_REPLAY_MISMATCH",
     "EXIT_SERVER",
     "EXIT_TOO_LONG",
     "EXIT_UNREACHABLE",
@@ -94,6 +96,8 @@ EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
 EXIT_NO_PREFIX_CACHE = 11
 EXIT_INVALID_ANSWER = 12
+EXIT_LINT_FINDINGS = 13
+EXIT_REPLAY_MISMATCH = 14
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -115,6 +119,9 @@ EXIT_CODES: dict[int, str] = {
     " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
+    EXIT_LINT_FINDINGS: "`longctx lint`: a finding of a `--fail-on` cause, or a hit rate under `--min-hit-rate`",
+    EXIT_REPLAY_MISMATCH: "`longctx lint --replay`: the server's cached tokens or counters differ from the simulation,"
+    " or a replayed request failed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -180,6 +187,9 @@ COMMAND_MODULES: dict[str, str] = {
     "mcp": "longctx.cli.mcp",
     "job": "longctx.cli.jobs",
     "serve": "longctx.cli.serve",
+    "lint": "longctx.cli.traffic",
+    "proxy": "longctx.cli.traffic",
+    "retention": "longctx.cli.traffic",
 }
 
 
@@ -198,6 +208,10 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
     "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
+    "lint": "Lint a request log for prefix-cache reuse: cached tokens per request on vLLM and SGLang, every break.",
+    "proxy": "Record an application's requests on their way to a server: point its base URL here.",
+    "retention": "Measure how many packs of --pack-tokens the server really keeps, beside the estimate from its KV"
+    " size.",
 }
 
 

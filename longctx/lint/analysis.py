@@ -12,7 +12,6 @@ names why they part (:mod:`longctx.lint.causes`). The result is a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.errors import ConfigError
@@ -77,9 +76,15 @@ def lint_requests(
             reported_cached=request.reported.cached_tokens,
             cause="first" if divergence is None else divergence.cause,
             findings=tuple(
-                _findings(request, current, divergence, ancestor_label, (vllm_cached, sglang_cached),
-                          (block_tokens, page_tokens))
-            ),  # fmt: skip
+                _findings(
+                    request,
+                    current,
+                    divergence,
+                    ancestor_label,
+                    (vllm_cached, sglang_cached),
+                    (block_tokens, page_tokens),
+                )
+            ),
         )
         rows.append(row)
         if on_progress is not None:
@@ -91,7 +96,7 @@ def lint_requests(
     return LintReport(tuple(rows), models, renderer.identity)
 
 
-def _findings(
+def _findings(  # noqa: PLR0917 - one request's facts, each named at the call
     request: LoggedRequest,
     rendered: Rendered,
     divergence: Divergence | None,
@@ -126,10 +131,10 @@ def _findings(
     if divergence.cause == "cache_salt":
         return found
     reusable = min(divergence.token_offset, len(rendered.tokens) - 1)
-    for engine, cached, unit in (("vllm", vllm_cached, block_tokens), ("sglang", sglang_cached, page_tokens)):
+    for engine, served, unit in (("vllm", vllm_cached, block_tokens), ("sglang", sglang_cached, page_tokens)):
         whole = reusable - reusable % unit
-        if cached < whole:
-            found.append(finding("evicted", whole - cached, engine))
+        if served < whole:
+            found.append(finding("evicted", whole - served, engine))
     if divergence.cause == "question":
         whole = reusable - reusable % block_tokens
         if whole == 0 and reusable > 0:
@@ -140,7 +145,7 @@ def _findings(
 
 
 def kv_tokens_of_plan(plan: Any) -> int | None:
-    """The KV tokens one GPU holds in a ``longctx plan`` result (a plan or its JSON dict); None without memory."""
+    """The KV tokens one GPU holds in a ``longctx plan`` result or its JSON; None without memory."""
     data = plan if isinstance(plan, dict) else plan.to_dict()
     memory, per_token = data.get("kv_memory_per_gpu_bytes"), data.get("token_bytes_per_gpu")
     if not isinstance(memory, int) or not isinstance(per_token, int) or per_token <= 0:

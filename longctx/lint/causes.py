@@ -58,8 +58,12 @@ FIXES: Final[dict[str, str]] = {
     "timestamp": "move the date or time out of the prefix (after the document, in the last message), "
     "or pin it to the day",
     "request_id": "keep request and trace ids out of the prompt (headers or metadata instead)",
-    "user_in_system": "keep the system prompt the same for every user; put the user's name in the last message",
-    "whitespace": "build the prompt with one fixed template; strip or normalise whitespace the same way each time",
+    "user_in_system": (
+        "keep the system prompt the same for every user; put the user's name in the last message"
+    ),
+    "whitespace": (
+        "build the prompt with one fixed template; strip or normalise whitespace the same way each time"
+    ),
     "key_order": "serialise JSON with sorted keys (json.dumps(..., sort_keys=True)) and a fixed tool order",
     "volatile_few_shot": "keep the few-shot examples fixed and in one order; put the varying ones last",
     "system_changed": "keep the system prompt fixed; put what changes in the last user message",
@@ -160,7 +164,7 @@ def classify(
     return divergence(_cause(request, rendered, ancestor, ancestor_rendered, offset, span))
 
 
-def _cause(
+def _cause(  # noqa: PLR0917 - both requests, their renderings and where they part
     request: LoggedRequest,
     rendered: Rendered,
     ancestor: LoggedRequest,
@@ -186,7 +190,9 @@ def _cause(
         return "tools_changed"
     theirs = ancestor_rendered.span_at(offset)
     in_last = span is None or span.message_index is None or span.message_index >= len(request.messages) - 1
-    was_last = theirs is None or theirs.message_index is None or theirs.message_index >= len(ancestor.messages) - 1
+    was_last = (
+        theirs is None or theirs.message_index is None or theirs.message_index >= len(ancestor.messages) - 1
+    )
     if in_last and was_last:
         return "question"
     if span is None or span.message_index is None:

@@ -106,7 +106,9 @@ def requests_from_lines(lines: Iterable[str], *, source: str = "<log>") -> list[
         if request is not None:
             found.append(request)
     if not found:
-        raise InputError(f"{source}: no request in the log (chat bodies, completions bodies, or recorded lines)")
+        raise InputError(
+            f"{source}: no request in the log (chat bodies, completions bodies, or recorded lines)"
+        )
     return found
 
 
@@ -210,4 +212,3 @@ def _part_text(part: Any) -> str:
         url = part["image_url"].get("url", "") if isinstance(part["image_url"], dict) else ""
         return f"<image {len(url)} chars>"
     return json.dumps(part, ensure_ascii=False, sort_keys=False)
-

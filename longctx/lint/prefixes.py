@@ -14,7 +14,10 @@ def common_prefix(left: Sequence[object], right: Sequence[object]) -> int:
     """How many leading items ``left`` and ``right`` share (compared a chunk at a time, then one by one)."""
     limit = min(len(left), len(right))
     position = 0
-    while position + _CHUNK <= limit and left[position : position + _CHUNK] == right[position : position + _CHUNK]:
+    while (
+        position + _CHUNK <= limit
+        and left[position : position + _CHUNK] == right[position : position + _CHUNK]
+    ):
         position += _CHUNK
     while position < limit and left[position] == right[position]:
         position += 1

@@ -115,7 +115,10 @@ class ServerRenderer:
                 return list(request.prompt)
             body: dict[str, Any] = {"prompt": request.prompt or ""}
         else:
-            body = {"messages": [dict(message) for message in request.messages], "add_generation_prompt": True}
+            body = {
+                "messages": [dict(message) for message in request.messages],
+                "add_generation_prompt": True,
+            }
             if request.tools:
                 body["tools"] = [dict(tool) for tool in request.tools]
         path = self.tokenizer.profile.tokenize_path
@@ -152,7 +155,9 @@ class ModelFolderRenderer:
             return self._bos() + self._tokenizer.encode(request.prompt or "")
         return self._tokenizer.encode(self.chat_text(request.messages, request.tools))
 
-    def chat_text(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()) -> str:
+    def chat_text(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> str:
         """The messages through the folder's chat template, with the generation prompt."""
         template = self._compiled()
         arguments: dict[str, Any] = {
@@ -184,7 +189,9 @@ class ModelFolderRenderer:
         if isinstance(source, list):  # named templates: the default one
             source = next((t.get("template") for t in source if t.get("name") == "default"), None)
         if not isinstance(source, str):
-            raise TokenizerError(f"{self.folder} has no chat template (tokenizer_config.json, chat_template.jinja)")
+            raise TokenizerError(
+                f"{self.folder} has no chat template (tokenizer_config.json, chat_template.jinja)"
+            )
         try:
             from jinja2.sandbox import ImmutableSandboxedEnvironment  # optional: chat logs offline only
         except ImportError as error:
@@ -198,8 +205,10 @@ class ModelFolderRenderer:
 
         environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         environment.globals["raise_exception"] = raise_exception
-        environment.globals["strftime_now"] = lambda fmt: time.strftime(fmt)
-        environment.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+        environment.globals["strftime_now"] = time.strftime
+        environment.filters["tojson"] = lambda value, indent=None: json.dumps(
+            value, ensure_ascii=False, indent=indent
+        )
         self._template = environment.from_string(source)
         return self._template
 

@@ -27,7 +27,7 @@ ENGINES: Final = ("vllm", "sglang")
 
 @dataclass(frozen=True)
 class CacheModel:
-    """The cache one simulation stood for: the engine, its block (page) size and KV budget (None: unbounded)."""
+    """The cache one simulation stood for: the engine, block (page) size, KV budget."""
 
     engine: str
     block_tokens: int
@@ -82,7 +82,7 @@ class RequestLint:
 
 
 def fail_selection(spec: str) -> frozenset[str]:
-    """The causes a ``--fail-on`` value names: cause names, ``break``, ``loss`` or ``any``, comma-separated."""
+    """The causes a ``--fail-on`` value names: causes, ``break``, ``loss`` or ``any``, comma-separated."""
     chosen: set[str] = set()
     for word in filter(None, (part.strip() for part in spec.split(","))):
         if word == "any":
@@ -124,7 +124,7 @@ class LintReport:
 
     @property
     def reusable_tokens(self) -> int:
-        """What an unbounded token-level cache would serve: each request's prefix shared with an earlier one."""
+        """What an unbounded token-level cache would serve: each prefix shared with an earlier request."""
         return sum(min(row.shared_tokens, max(row.prompt_tokens - 1, 0)) for row in self.requests)
 
     @property
@@ -152,14 +152,15 @@ class LintReport:
                 "reusable_tokens": self.reusable_tokens,
                 "reported_cached_tokens": self.reported_cached_tokens,
                 **{
-                    engine: {"cached_tokens": self.cached_tokens(engine), "hit_rate": round(self.hit_rate(engine), 4)}
+                    engine: {
+                        "cached_tokens": self.cached_tokens(engine),
+                        "hit_rate": round(self.hit_rate(engine), 4),
+                    }
                     for engine in ENGINES
                 },
                 "causes": dict(sorted(self.causes().items())),
             },
-            "requests": [
-                {**dataclasses.asdict(row), "cached": dict(row.cached)} for row in self.requests
-            ],
+            "requests": [{**dataclasses.asdict(row), "cached": dict(row.cached)} for row in self.requests],
         }
 
     def to_json(self) -> str:
@@ -176,10 +177,14 @@ class LintReport:
                 f"{self.cached_tokens(model.engine):,} cached, {self.hit_rate(model.engine):.1%}"
             )
         reusable = self.reusable_tokens
-        lines.append(f"  shared with an earlier request: {reusable:,} ({reusable / total if total else 0:.1%})")
+        lines.append(
+            f"  shared with an earlier request: {reusable:,} ({reusable / total if total else 0:.1%})"
+        )
         reported = self.reported_cached_tokens
         if reported is not None:
-            lines.append(f"  reported by the server in the log: {reported:,} ({reported / total if total else 0:.1%})")
+            lines.append(
+                f"  reported by the server in the log: {reported:,} ({reported / total if total else 0:.1%})"
+            )
         return lines
 
     def to_text(self) -> str:
@@ -199,8 +204,10 @@ class LintReport:
             for row in self.requests
         ]
         widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
-        lines = ["  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-                 for line in (header, *rows)]  # fmt: skip
+        lines = [
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+            for line in (header, *rows)
+        ]
         findings = self.findings
         if findings:
             lines.append("")
@@ -219,10 +226,16 @@ class LintReport:
             + "".join(
                 f"<td>{escape(str(cell))}</td>"
                 for cell in (
-                    row.label, row.prompt_tokens, row.shared_tokens, row.ancestor or "-", row.cached["vllm"],
-                    row.cached["sglang"], "-" if row.reported_cached is None else row.reported_cached, row.cause,
+                    row.label,
+                    row.prompt_tokens,
+                    row.shared_tokens,
+                    row.ancestor or "-",
+                    row.cached["vllm"],
+                    row.cached["sglang"],
+                    "-" if row.reported_cached is None else row.reported_cached,
+                    row.cause,
                 )
-            )  # fmt: skip
+            )
             + "</tr>"
             for row in self.requests
         )
@@ -237,7 +250,8 @@ class LintReport:
         )
         summary = "".join(f"<li>{escape(line.strip())}</li>" for line in self.summary_lines())
         head = "".join(
-            f"<th>{name}</th>" for name in ("request", "prompt", "shared", "ancestor", "vLLM", "SGLang", "reported", "cause")
+            f"<th>{name}</th>"
+            for name in ("request", "prompt", "shared", "ancestor", "vLLM", "SGLang", "reported", "cause")
         )
         return (
             "<!doctype html><html><head><meta charset='utf-8'><title>longctx lint</title><style>"

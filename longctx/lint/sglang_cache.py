@@ -32,7 +32,7 @@ class _Node:
 
 
 class SglangCache:
-    """The radix cache of one SGLang engine: ``page_size`` tokens a page, ``capacity_tokens`` (None: unbounded)."""
+    """The radix cache of one SGLang engine: ``page_size`` tokens a page, ``capacity_tokens`` held."""
 
     def __init__(self, page_size: int = 1, capacity_tokens: int | None = None) -> None:
         if page_size < 1:

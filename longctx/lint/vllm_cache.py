@@ -24,7 +24,7 @@ __all__ = ["VllmCache"]
 
 
 class VllmCache:
-    """The block cache of one vLLM engine: ``block_size`` tokens a block, ``capacity_blocks`` blocks (None: unbounded)."""
+    """The block cache of one vLLM engine: ``block_size`` tokens a block, ``capacity_blocks`` of them."""
 
     def __init__(self, block_size: int = 16, capacity_blocks: int | None = None) -> None:
         if block_size < 1:

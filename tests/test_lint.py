@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -329,3 +330,43 @@ def test_arguments_are_checked() -> None:
 def test_kv_tokens_of_a_plan() -> None:
     assert kv_tokens_of_plan({"kv_memory_per_gpu_bytes": 1 << 30, "token_bytes_per_gpu": 1 << 17}) == 8192
     assert kv_tokens_of_plan({"kv_memory_per_gpu_bytes": None, "token_bytes_per_gpu": 4}) is None
+
+
+class ToolBlindRenderer(CharRenderer):
+    """A chat template that does not render ``tools`` (as the tiny model's does not)."""
+
+    def tokens(self, request: LoggedRequest) -> list[int]:
+        return super().tokens(dataclasses.replace(request, tools=()))
+
+
+def test_each_break_of_one_prompt_is_named_with_what_it_cost() -> None:
+    def system(minute: int, request: str, user: str) -> str:
+        return (
+            f"Current time: 2026-09-11T08:{minute:02d}:00Z\nRequest id: req_{request}\n"
+            f"user: {user}@example.com\n" + ("You are the support assistant. " * 4)
+        )
+
+    report = lint(
+        chat(("system", system(0, "51706749f3", "customer0")), ("user", "Where is my order?")),
+        chat(("system", system(1, "56448162f3", "customer1")), ("user", "Where is my order?")),
+    )
+    row = report.requests[1]
+    breaks = [f for f in row.findings if f.severity == "break"]
+    assert [f.cause for f in breaks] == ["timestamp", "request_id", "user_in_system"]
+    offsets = [f.token_offset for f in breaks]
+    assert offsets == sorted(offsets) and offsets[0] == row.shared_tokens
+    assert all(f.lost_tokens > 0 for f in breaks)
+    assert row.cause == "timestamp"
+
+
+def test_a_change_the_template_does_not_render_is_no_break() -> None:
+    tools_a = [{"type": "function", "function": {"name": "f", "parameters": {"a": 1, "b": 2}}}]
+    tools_b = [{"type": "function", "function": {"parameters": {"b": 2, "a": 1}, "name": "f"}}]
+    requests = requests_from_lines(lines(chat(("user", DOC + "Q1")), chat(("user", DOC + "Q2"))))
+    requests = [
+        dataclasses.replace(requests[0], tools=tuple(tools_a)),
+        dataclasses.replace(requests[1], tools=tuple(tools_b)),
+    ]
+    report = lint_requests(requests, ToolBlindRenderer(), block_tokens=4)
+    assert report.requests[1].cause == "question"
+    assert all(f.severity != "break" for f in report.findings)

@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from longctx.errors import ConfigError
-from longctx.lint.causes import CAUSES, FIXES, Divergence, classify
+from longctx.lint.causes import CAUSES, FIXES, Divergence
+from longctx.lint.explain import explain
 from longctx.lint.logs import LoggedRequest
 from longctx.lint.prefixes import Ancestry
 from longctx.lint.rendering import Rendered, Renderer, render
@@ -59,12 +60,16 @@ def lint_requests(
         ancestor = ancestry.add(current.tokens)
         vllm_cached = vllm.send(current.tokens, request.cache_salt)
         sglang_cached = sglang.send(current.tokens) if request.cache_salt is None else 0
-        divergence: Divergence | None = None
+        explained: list[Divergence] = []
+        breaks: list[Divergence] = []
         ancestor_label: str | None = None
         if ancestor is not None and ancestor.shared_tokens > 0:
             old = requests[ancestor.index]
             ancestor_label = old.label
-            divergence = classify(request, current, old, rendered[ancestor.index], ancestor.shared_tokens)
+            explained = explain(
+                request, current, old, rendered[ancestor.index], ancestor.shared_tokens, renderer.tokens
+            )
+            breaks = [d for d in explained if d.severity == "break"]
         row = RequestLint(
             index=request.index,
             label=request.label,
@@ -74,12 +79,12 @@ def lint_requests(
             shared_tokens=0 if ancestor is None else ancestor.shared_tokens,
             cached={"vllm": vllm_cached, "sglang": sglang_cached},
             reported_cached=request.reported.cached_tokens,
-            cause="first" if divergence is None else divergence.cause,
+            cause=breaks[0].cause if breaks else explained[-1].cause if explained else "first",
             findings=tuple(
                 _findings(
                     request,
                     current,
-                    divergence,
+                    explained,
                     ancestor_label,
                     (vllm_cached, sglang_cached),
                     (block_tokens, page_tokens),
@@ -99,18 +104,18 @@ def lint_requests(
 def _findings(  # noqa: PLR0917 - one request's facts, each named at the call
     request: LoggedRequest,
     rendered: Rendered,
-    divergence: Divergence | None,
+    explained: Sequence[Divergence],
     ancestor: str | None,
     cached: tuple[int, int],
     units: tuple[int, int],
 ) -> list[Finding]:
-    """The findings of one request: its break, and what each engine lost beside it."""
-    if divergence is None:
+    """The findings of one request: its breaks, and what each engine lost beside them."""
+    if not explained:
         return []
     found: list[Finding] = []
     (vllm_cached, sglang_cached), (block_tokens, page_tokens) = cached, units
 
-    def finding(cause: str, lost: int, engine: str | None = None) -> Finding:
+    def finding(divergence: Divergence, cause: str, lost: int, engine: str | None = None) -> Finding:
         return Finding(
             request=request.label,
             ancestor=ancestor,
@@ -126,21 +131,21 @@ def _findings(  # noqa: PLR0917 - one request's facts, each named at the call
             fix=FIXES.get(cause),
         )
 
-    if divergence.severity == "break":
-        found.append(finding(divergence.cause, divergence.lost_tokens))
-    if divergence.cause == "cache_salt":
+    first = explained[0]
+    found.extend(finding(d, d.cause, d.lost_tokens) for d in explained if d.severity == "break")
+    if first.cause == "cache_salt":
         return found
-    reusable = min(divergence.token_offset, len(rendered.tokens) - 1)
+    reusable = min(first.token_offset, len(rendered.tokens) - 1)
     for engine, served, unit in (("vllm", vllm_cached, block_tokens), ("sglang", sglang_cached, page_tokens)):
         whole = reusable - reusable % unit
         if served < whole:
-            found.append(finding("evicted", whole - served, engine))
-    if divergence.cause == "question":
+            found.append(finding(first, "evicted", whole - served, engine))
+    if first.cause == "question":
         whole = reusable - reusable % block_tokens
         if whole == 0 and reusable > 0:
-            found.append(finding("short_prefix", reusable, "vllm"))
+            found.append(finding(first, "short_prefix", reusable, "vllm"))
         elif reusable > whole:
-            found.append(finding("block_straddle", reusable - whole, "vllm"))
+            found.append(finding(first, "block_straddle", reusable - whole, "vllm"))
     return found
 
 

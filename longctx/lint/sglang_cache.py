@@ -62,11 +62,11 @@ class SglangCache:
             if child is None:
                 break
             shared = self._aligned(common_prefix(child.key, tokens[position:limit]))
-            if touch:
-                child.last_access = now
             position += shared
             if shared < len(child.key):
-                break
+                break  # only a part of it matched: SGLang splits it and touches that part (at the insert)
+            if touch:
+                child.last_access = now
             node = child
         return min(position, limit)
 
@@ -97,11 +97,11 @@ class SglangCache:
                 self.held_tokens += len(leaf.key)
                 return
             shared = self._aligned(common_prefix(child.key, tokens[position:]))
-            child.last_access = now
             if shared < len(child.key):
-                self._split(child, shared)
-            position += shared
+                self._split(child, shared)  # the part past the match keeps its own last use
             node = node.children[page]
+            node.last_access = now
+            position += shared
 
     def _split(self, child: _Node, at: int) -> None:
         parent = child.parent

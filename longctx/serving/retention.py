@@ -50,9 +50,11 @@ class RetentionReport:
     """How many packs of ``pack_tokens`` the server kept, beside the estimate from its KV size.
 
     ``kept_packs`` is measured (None: the server reports no cached tokens,
-    so nothing could be measured); ``estimated_packs`` is the KV cache the
-    server reports (or the one given) over the pack size, as ``longctx plan``
-    and the job scheduler count. ``kv_tokens`` is the measured figure as KV
+    so nothing could be measured): the packs re-sent with at least half their
+    prompt cached before the first that was not (the last may be kept in part:
+    its probe says how much); ``estimated_packs`` is the KV cache the server
+    reports (or the one given) over the packs' mean prompt tokens, as
+    ``longctx plan`` and the job scheduler count. ``kv_tokens`` is the measured figure as KV
     tokens, what :class:`~longctx.jobs.JobOptions` ``kv_tokens`` takes.
     """
 
@@ -175,6 +177,9 @@ def measure_retention(
                 missed = True
         if missed:
             break  # a miss's prefill evicts older packs: what follows measures nothing
+    sizes = [usage.prompt_tokens for usage in cold if usage.prompt_tokens]
+    if reported_kv is not None and sizes:
+        estimate = reported_kv // round(sum(sizes) / len(sizes))  # the packs as the server counted them
     return RetentionReport(
         engine=server.engine,
         pack_tokens=pack_tokens,

@@ -13,7 +13,8 @@ Each command group is one module, imported when one of its commands is run:
 - :mod:`~longctx.cli.sessions`: ``sessions``, ``report``;
 - :mod:`~longctx.cli.serving`: ``doctor``, ``plan``, ``recipe``, ``canary``;
 - :mod:`~longctx.cli.serve`: ``serve --cpu-demo``;
-- :mod:`~longctx.cli.mcp`: ``mcp``, the MCP server.
+- :mod:`~longctx.cli.mcp`: ``mcp``, the MCP server;
+- :mod:`~longctx.cli.traffic`: ``lint``, ``proxy``, ``retention``: other applications' traffic.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -21,6 +22,10 @@ from longctx.cli.app import (
 )
 from longctx.config import ServerOptions
 from longctx.errors import ConfigError, InputError
+
+if TYPE_CHECKING:
+    from longctx.lint import LintReport
+    from longctx.lint.replay import ReplayReport
 
 
 @main.command()
@@ -97,22 +102,13 @@ def lint(
         Renderer,
         ServerRenderer,
         fail_selection,
-        kv_tokens_of_plan,
         lint_requests,
         read_log,
     )
 
     causes = fail_selection(fail_on) if fail_on else frozenset()
     if plan_json is not None:
-        try:
-            planned = kv_tokens_of_plan(json.loads(plan_json.read_text(encoding="utf-8")))
-        except (OSError, ValueError) as error:
-            raise InputError(f"--plan-json: cannot read {plan_json}: {error}") from error
-        if planned is None:
-            raise ConfigError(
-                "--plan-json: the plan has no KV memory (give --gpu-memory and --weights, or --kv-memory)"
-            )
-        kv_tokens = kv_tokens or planned
+        kv_tokens = kv_tokens or _planned_kv_tokens(plan_json)
     if replay and model_dir is not None:
         raise ConfigError("--replay sends the requests to a server: leave out --model-dir")
     requests = read_log(log)
@@ -146,22 +142,14 @@ def lint(
     finally:
         if backend is not None:
             runtime().release(backend)
-    rendered = {"table": report.to_text, "html": report.to_html}.get(output)
-    if output == "json":
-        data = report.to_dict()
-        if replayed is not None:
-            data["replay"] = replayed.to_dict()
-        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-    else:
-        assert rendered is not None
-        text = rendered() + ("" if replayed is None or output == "html" else "\n" + replayed.to_text())
-    if output_path is not None:
-        output_path.write_text(text, encoding="utf-8")
-        note(f"longctx: wrote {output_path}")
-        if replayed is not None and output == "html":
-            note(replayed.to_text().rstrip())
-    else:
-        click.echo(text, nl=False)
+    _emit(report, replayed, output, output_path)
+    _exit_for(report, replayed, causes, min_hit_rate)
+
+
+def _exit_for(
+    report: LintReport, replayed: ReplayReport | None, causes: frozenset[str], min_hit_rate: float | None
+) -> None:
+    """Exit 13 on a finding of ``causes`` or a hit rate under ``min_hit_rate``, 14 on a differing replay."""
     failing = report.failing(causes)
     if failing:
         note(
@@ -169,12 +157,48 @@ def lint(
             f"{', '.join(sorted({f.cause for f in failing}))}"
         )
         sys.exit(EXIT_LINT_FINDINGS)
-    if min_hit_rate is not None and report.hit_rate("vllm") < min_hit_rate:
-        note(f"longctx: hit rate {report.hit_rate('vllm'):.1%} is below --min-hit-rate {min_hit_rate:.1%}")
+    rate = report.hit_rate(report.engines[0])
+    if min_hit_rate is not None and rate < min_hit_rate:
+        note(f"longctx: hit rate {rate:.1%} is below --min-hit-rate {min_hit_rate:.1%}")
         sys.exit(EXIT_LINT_FINDINGS)
     if replayed is not None and not replayed.matches:
         note("longctx: the replay does not match the simulation (see above)")
         sys.exit(EXIT_REPLAY_MISMATCH)
+
+
+def _planned_kv_tokens(plan_json: Path) -> int:
+    """The KV tokens of a ``longctx plan --json`` output."""
+    from longctx.lint import kv_tokens_of_plan
+
+    try:
+        planned = kv_tokens_of_plan(json.loads(plan_json.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as error:
+        raise InputError(f"--plan-json: cannot read {plan_json}: {error}") from error
+    if planned is None:
+        raise ConfigError(
+            "--plan-json: the plan has no KV memory (give --gpu-memory and --weights, or --kv-memory)"
+        )
+    return planned
+
+
+def _emit(report: LintReport, replayed: ReplayReport | None, output: str, output_path: Path | None) -> None:
+    """The report in its format, on stdout or in ``output_path`` (the replay beside it)."""
+    if output == "json":
+        data = report.to_dict()
+        if replayed is not None:
+            data["replay"] = replayed.to_dict()
+        text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    elif output == "html":
+        text = report.to_html()
+    else:
+        text = report.to_text() + ("" if replayed is None else "\n" + replayed.to_text())
+    if output_path is not None:
+        output_path.write_text(text, encoding="utf-8")
+        note(f"longctx: wrote {output_path}")
+        if replayed is not None and output == "html":
+            note(replayed.to_text().rstrip())
+    else:
+        click.echo(text, nl=False)
 
 
 @main.command()

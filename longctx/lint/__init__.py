@@ -10,8 +10,12 @@ Modules:
 - ``vllm_cache``: vLLM's block-hash prefix cache, simulated.
 - ``sglang_cache``: SGLang's radix cache, simulated.
 - ``causes``: why a request parts from its ancestor, and the fix.
+- ``explain``: each break proved by undoing it and tokenizing again.
 - ``analysis``: :func:`lint_requests`, the lint of a log.
 - ``report``: :class:`LintReport` and its renderings.
+- ``replay``: a log replayed against a live server, against its counters.
+- ``recording``: the lines longctx records of an application's requests.
+- ``proxy``: :class:`RecordingProxy`, ``longctx proxy``.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from longctx.backends.engines import profiles
 from longctx.errors import ConfigError
 from longctx.lint.causes import CAUSES, FIXES, Divergence
 from longctx.lint.explain import explain
@@ -24,10 +25,20 @@ from longctx.lint.report import CacheModel, Finding, LintReport, RequestLint
 from longctx.lint.sglang_cache import SglangCache
 from longctx.lint.vllm_cache import VllmCache
 
-__all__ = ["DEFAULT_BLOCK_TOKENS", "kv_tokens_of_plan", "lint_requests"]
+__all__ = ["DEFAULT_BLOCK_TOKENS", "kv_tokens_of_plan", "lint_requests", "simulated_engines"]
 
 DEFAULT_BLOCK_TOKENS = 16
 """vLLM's block size on a GPU (the CPU build uses 128: ``longctx doctor`` shows a server's)."""
+
+
+def simulated_engines() -> tuple[str, str]:
+    """The registered engines simulated: the first with a block cache, the first with a radix tree."""
+
+    def first(kind: str) -> str:
+        found = [p for p in profiles() if p.prefix_cache == kind and p.hit_counter is not None]
+        return found[0].name if found else kind
+
+    return first("blocks"), first("radix")
 
 
 def lint_requests(
@@ -49,6 +60,7 @@ def lint_requests(
         raise ConfigError("the block and page sizes are at least one token")
     if kv_tokens is not None and kv_tokens < 1:
         raise ConfigError("the KV budget is at least one token")
+    blocks_engine, radix_engine = simulated_engines()
     vllm = VllmCache(block_tokens, None if kv_tokens is None else kv_tokens // block_tokens)
     sglang = SglangCache(page_tokens, kv_tokens)
     ancestry = Ancestry()
@@ -59,7 +71,7 @@ def lint_requests(
         rendered.append(current)
         ancestor = ancestry.add(current.tokens)
         vllm_cached = vllm.send(current.tokens, request.cache_salt)
-        sglang_cached = sglang.send(current.tokens) if request.cache_salt is None else 0
+        sglang_cached = sglang.send(current.tokens, request.cache_salt)
         explained: list[Divergence] = []
         breaks: list[Divergence] = []
         ancestor_label: str | None = None
@@ -77,7 +89,7 @@ def lint_requests(
             prompt_tokens=len(current.tokens),
             ancestor=ancestor_label,
             shared_tokens=0 if ancestor is None else ancestor.shared_tokens,
-            cached={"vllm": vllm_cached, "sglang": sglang_cached},
+            cached={blocks_engine: vllm_cached, radix_engine: sglang_cached},
             reported_cached=request.reported.cached_tokens,
             cause=breaks[0].cause if breaks else explained[-1].cause if explained else "first",
             findings=tuple(
@@ -86,8 +98,7 @@ def lint_requests(
                     current,
                     explained,
                     ancestor_label,
-                    (vllm_cached, sglang_cached),
-                    (block_tokens, page_tokens),
+                    ((blocks_engine, vllm_cached, block_tokens), (radix_engine, sglang_cached, page_tokens)),
                 )
             ),
         )
@@ -95,25 +106,24 @@ def lint_requests(
         if on_progress is not None:
             on_progress(position + 1, len(requests))
     models = (
-        CacheModel("vllm", block_tokens, kv_tokens, "block hash chain, full blocks, LRU"),
-        CacheModel("sglang", page_tokens, kv_tokens, "radix tree, LRU leaves"),
+        CacheModel(blocks_engine, "blocks", block_tokens, kv_tokens, "block hash chain, full blocks, LRU"),
+        CacheModel(radix_engine, "radix", page_tokens, kv_tokens, "radix tree, LRU leaves"),
     )
     return LintReport(tuple(rows), models, renderer.identity)
 
 
-def _findings(  # noqa: PLR0917 - one request's facts, each named at the call
+def _findings(
     request: LoggedRequest,
     rendered: Rendered,
     explained: Sequence[Divergence],
     ancestor: str | None,
-    cached: tuple[int, int],
-    units: tuple[int, int],
+    simulations: tuple[tuple[str, int, int], tuple[str, int, int]],
 ) -> list[Finding]:
     """The findings of one request: its breaks, and what each engine lost beside them."""
     if not explained:
         return []
     found: list[Finding] = []
-    (vllm_cached, sglang_cached), (block_tokens, page_tokens) = cached, units
+    blocks = simulations[0]
 
     def finding(divergence: Divergence, cause: str, lost: int, engine: str | None = None) -> Finding:
         return Finding(
@@ -136,16 +146,17 @@ def _findings(  # noqa: PLR0917 - one request's facts, each named at the call
     if first.cause == "cache_salt":
         return found
     reusable = min(first.token_offset, len(rendered.tokens) - 1)
-    for engine, served, unit in (("vllm", vllm_cached, block_tokens), ("sglang", sglang_cached, page_tokens)):
+    for engine, served, unit in simulations:
         whole = reusable - reusable % unit
         if served < whole:
             found.append(finding(first, "evicted", whole - served, engine))
     if first.cause == "question":
+        engine, _, block_tokens = blocks
         whole = reusable - reusable % block_tokens
         if whole == 0 and reusable > 0:
-            found.append(finding(first, "short_prefix", reusable, "vllm"))
+            found.append(finding(first, "short_prefix", reusable, engine))
         elif reusable > whole:
-            found.append(finding(first, "block_straddle", reusable - whole, "vllm"))
+            found.append(finding(first, "block_straddle", reusable - whole, engine))
     return found
 
 

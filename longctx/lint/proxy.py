@@ -41,9 +41,13 @@ from longctx.lint.recording import RequestRecorder, usage_of_events
 from longctx.report import CounterCheck
 from longctx.store import RequestRecord
 from longctx.usage import Usage
-from longctx.verification.counters import SETTLE_TIMEOUT, CounterSnapshot, combine_checks
+from longctx.verification.counters import CounterSnapshot, combine_checks
 
 __all__ = ["RecordingProxy"]
+
+# How long a check waits for the server's counter to settle (a few seconds at most; longer while
+# other calls of this process share the window).
+_CHECK_SECONDS = 15.0
 
 _HOP_BY_HOP: Final = frozenset(
     {
@@ -134,7 +138,7 @@ class RecordingProxy:
         records = [_request_record(line, server.api_url, server.engine, server.model) for line in lines]
         settling = self._snapshot.close("proxy", None, [r for r in records if r is not None])
         self._snapshot = None
-        checks = settling.wait(timeout=SETTLE_TIMEOUT * 3)
+        checks = settling.wait(timeout=_CHECK_SECONDS)
         return combine_checks(checks or [], notes=settling.notes)
 
     # -- forwarding ----------------------------------------------------------------------------

@@ -15,14 +15,12 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from longctx.errors import ConfigError
 from longctx.lint.causes import CAUSES
 
-__all__ = ["ENGINES", "CacheModel", "Finding", "LintReport", "RequestLint", "fail_selection"]
-
-ENGINES: Final = ("vllm", "sglang")
+__all__ = ["CacheModel", "Finding", "LintReport", "RequestLint", "fail_selection"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +28,7 @@ class CacheModel:
     """The cache one simulation stood for: the engine, block (page) size, KV budget."""
 
     engine: str
+    kind: str
     block_tokens: int
     kv_tokens: int | None
     model: str
@@ -106,6 +105,11 @@ class LintReport:
     tokenizer: str
 
     @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines simulated, by name (the block cache's first)."""
+        return tuple(model.engine for model in self.models)
+
+    @property
     def findings(self) -> tuple[Finding, ...]:
         return tuple(finding for row in self.requests for finding in row.findings)
 
@@ -156,7 +160,7 @@ class LintReport:
                         "cached_tokens": self.cached_tokens(engine),
                         "hit_rate": round(self.hit_rate(engine), 4),
                     }
-                    for engine in ENGINES
+                    for engine in self.engines
                 },
                 "causes": dict(sorted(self.causes().items())),
             },
@@ -171,7 +175,7 @@ class LintReport:
         lines = [f"{len(self.requests)} requests, {total:,} prompt tokens ({self.tokenizer})"]
         for model in self.models:
             budget = "unbounded KV" if model.kv_tokens is None else f"KV {model.kv_tokens:,} tokens"
-            unit = "block" if model.engine == "vllm" else "page"
+            unit = "block" if model.kind == "blocks" else "page"
             lines.append(
                 f"  {model.engine:<6} ({unit} {model.block_tokens}, {budget}): "
                 f"{self.cached_tokens(model.engine):,} cached, {self.hit_rate(model.engine):.1%}"
@@ -189,15 +193,14 @@ class LintReport:
 
     def to_text(self) -> str:
         """The table (one row per request), the findings with their fixes, the totals."""
-        header = ("request", "prompt", "shared", "ancestor", "vllm", "sglang", "reported", "cause")
+        header = ("request", "prompt", "shared", "ancestor", *self.engines, "reported", "cause")
         rows = [
             (
                 row.label,
                 f"{row.prompt_tokens:,}",
                 f"{row.shared_tokens:,}",
                 row.ancestor or "-",
-                f"{row.cached['vllm']:,}",
-                f"{row.cached['sglang']:,}",
+                *(f"{row.cached[engine]:,}" for engine in self.engines),
                 "-" if row.reported_cached is None else f"{row.reported_cached:,}",
                 row.cause,
             )
@@ -230,8 +233,7 @@ class LintReport:
                     row.prompt_tokens,
                     row.shared_tokens,
                     row.ancestor or "-",
-                    row.cached["vllm"],
-                    row.cached["sglang"],
+                    *(row.cached[engine] for engine in self.engines),
                     "-" if row.reported_cached is None else row.reported_cached,
                     row.cause,
                 )
@@ -251,7 +253,7 @@ class LintReport:
         summary = "".join(f"<li>{escape(line.strip())}</li>" for line in self.summary_lines())
         head = "".join(
             f"<th>{name}</th>"
-            for name in ("request", "prompt", "shared", "ancestor", "vLLM", "SGLang", "reported", "cause")
+            for name in ("request", "prompt", "shared", "ancestor", *self.engines, "reported", "cause")
         )
         return (
             "<!doctype html><html><head><meta charset='utf-8'><title>longctx lint</title><style>"

@@ -42,6 +42,7 @@ class SglangCache:
         self._clock = itertools.count(1)
         self._root = _Node((), None, 0)
         self.held_tokens = 0
+        self._salted: dict[str, SglangCache] = {}
 
     def _page(self, tokens: Sequence[int], start: int) -> tuple[int, ...]:
         return tuple(tokens[start : start + self.page_size])
@@ -70,8 +71,16 @@ class SglangCache:
             node = child
         return min(position, limit)
 
-    def send(self, tokens: Sequence[int]) -> int:
-        """Run one request: the tokens it finds cached; its whole pages are in the tree afterwards."""
+    def send(self, tokens: Sequence[int], cache_salt: str | None = None) -> int:
+        """Run one request: the tokens it finds cached; its whole pages are in the tree afterwards.
+
+        A ``cache_salt`` puts the request in a tree of its own (SGLang keys the radix tree's root
+        by it, so requests of different salts never share).
+        """
+        if cache_salt is not None:
+            return self._salted.setdefault(
+                cache_salt, SglangCache(self.page_size, self.capacity_tokens)
+            ).send(tokens)
         key = tuple(tokens)
         hit = self._match(key, touch=True)
         stored = key[: self._aligned(len(key))]

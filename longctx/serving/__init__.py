@@ -9,6 +9,7 @@
 - :mod:`longctx.serving.tiers`: the planner's host tier.
 - :mod:`longctx.serving.doctor`: a backend's servers checked.
 - :mod:`longctx.serving.families`: popular long-context models by name.
+- :mod:`longctx.serving.retention`: how many packs a server really keeps, measured.
 
 The CLI (``longctx recipe``, ``longctx plan``, ``longctx doctor``) is a thin
 layer over the names exported here.

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
+from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import connect
+from longctx.config import RequestOptions
 from longctx.lint import ServerRenderer, lint_requests, read_log, requests_from_lines
 from longctx.lint.proxy import RecordingProxy
 from longctx.lint.replay import replay
 from longctx.serving.retention import measure_retention
+from longctx.store import Store
 from longctx.testing.harness import EngineHarness
 from longctx.testing.servers import LocalServer, start_vllm
 
@@ -138,6 +142,38 @@ def small_vllm(longctx_harness: EngineHarness) -> Iterator[LocalServer]:
     server = longctx_harness.extra_server(_SMALL_VLLM, _start_small_vllm)
     yield server
     longctx_harness.stop_extra(_SMALL_VLLM)
+
+
+@pytest.mark.vllm
+def test_a_job_scheduled_by_the_measured_figure_keeps_every_pack_until_its_siblings(
+    small_vllm: LocalServer, tmp_path: Path
+) -> None:
+    """The measured retention, as KV tokens, is what the job scheduler takes (``JobOptions.kv_tokens``)."""
+    with connect(small_vllm.api_base) as backend:
+        measured = measure_retention(backend, 1200, packs=7)
+        assert measured.kv_tokens is not None
+        folders = []
+        for number in range(4):
+            folder = tmp_path / f"pack{number}"
+            folder.mkdir()
+            (folder / "code.py").write_text(
+                "".join(f"def f{number}_{line}(x):\n    return x * {line} + {number}\n" for line in range(90))
+            )
+            folders.append(folder)
+        items = [
+            JobItem((str(f),), f"Question {q}: what does f{q} return?") for q in range(3) for f in folders
+        ]
+        request = RequestOptions(max_tokens=2, temperature=0.0, cache_salt=uuid.uuid4().hex)
+        options = JobOptions(kv_tokens=measured.kv_tokens, packs_in_flight=4)
+        with Store.open(tmp_path / "home") as store:
+            report = Job(items, backend=backend, store=store, request=request, options=options).run()
+    assert not report.failed
+    block = 128
+    for folder in folders:
+        usages = [r.usage for r in report.results if r.item.paths == (str(folder),) and r.usage is not None]
+        cached = sorted(u.cached_tokens or 0 for u in usages)
+        shared = min(u.prompt_tokens or 0 for u in usages) - 40
+        assert all(c >= shared - shared % block - block for c in cached[1:]), (folder.name, cached)
 
 
 @pytest.mark.vllm

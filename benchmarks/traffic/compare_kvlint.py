@@ -22,7 +22,9 @@ def row(ours_path: Path, theirs_path: Path) -> str:
         r["prompt_tokens"] == k["prompt_tokens"] for r, k in zip(requests, sims["vllm"], strict=True)
     )
     same = {
-        engine: sum(r["cached"][engine] == k["cached_tokens"] for r, k in zip(requests, sims[engine], strict=True))
+        engine: sum(
+            r["cached"][engine] == k["cached_tokens"] for r, k in zip(requests, sims[engine], strict=True)
+        )
         for engine in ("vllm", "sglang")
     }
     total = sum(r["prompt_tokens"] for r in requests)
@@ -47,8 +49,10 @@ def row(ours_path: Path, theirs_path: Path) -> str:
 
 if __name__ == "__main__":
     arguments = [Path(a) for a in sys.argv[1:]]
-    print("| log | requests | prompt tokens: longctx / kvlint | vLLM hit rate (requests equal) "
-          "| SGLang hit rate (requests equal) | longctx findings | kvlint findings (requests) |")
+    print(
+        "| log | requests | prompt tokens: longctx / kvlint | vLLM hit rate (requests equal) "
+        "| SGLang hit rate (requests equal) | longctx findings | kvlint findings (requests) |"
+    )
     print("|---|---:|---:|---:|---:|---|---|")
     for ours, theirs in zip(arguments[::2], arguments[1::2], strict=True):
         print(row(ours, theirs))

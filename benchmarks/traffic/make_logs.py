@@ -41,7 +41,9 @@ def main(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     source = Path(__file__).resolve().parents[2] / "longctx" / "lint"
     built = pack([source], CorpusOptions()).pack
-    write(folder / "longctx-siblings.jsonl", [{"model": "m", "messages": built.messages(q)} for q in QUESTIONS])
+    write(
+        folder / "longctx-siblings.jsonl", [{"model": "m", "messages": built.messages(q)} for q in QUESTIONS]
+    )
     files = []
     for root, _, names in os.walk(source):
         for name in names:
@@ -55,7 +57,10 @@ def main(folder: Path) -> None:
     messages: list[dict[str, object]] = [{"role": "user", "content": "Find where retries are configured."}]
     agent = []
     for turn in range(6):
-        system = {"role": "system", "content": f"You are a coding agent.\nCurrent time: 2026-12-06T08:{turn:02d}:00Z"}
+        system = {
+            "role": "system",
+            "content": f"You are a coding agent.\nCurrent time: 2026-12-06T08:{turn:02d}:00Z",
+        }
         agent.append({"model": "m", "messages": [system, *messages]})
         messages = [
             *messages,
@@ -66,13 +71,20 @@ def main(folder: Path) -> None:
     parameters = {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer"}}}
     tools = []
     for turn in range(4):
-        function = {"name": "read_file", "description": "Read a file of the repository.", "parameters": parameters}
+        function = {
+            "name": "read_file",
+            "description": "Read a file of the repository.",
+            "parameters": parameters,
+        }
         ordered = dict(sorted(function.items(), reverse=bool(turn % 2)))
         tools.append(
             {
                 "model": "m",
                 "tools": [{"type": "function", "function": ordered}],
-                "messages": [{"role": "system", "content": "You read code. " * 40}, {"role": "user", "content": f"Q{turn}"}],
+                "messages": [
+                    {"role": "system", "content": "You read code. " * 40},
+                    {"role": "user", "content": f"Q{turn}"},
+                ],
             }
         )
     write(folder / "tool-order.jsonl", tools)

@@ -55,7 +55,7 @@ class RetentionReport:
     its probe says how much); ``estimated_packs`` is the KV cache the server
     reports (or the one given) over the packs' mean prompt tokens, as
     ``longctx plan`` and the job scheduler count. ``kv_tokens`` is the measured figure as KV
-    tokens, what :class:`~longctx.jobs.JobOptions` ``kv_tokens`` takes.
+    tokens (the cached tokens of the packs kept), what :class:`~longctx.jobs.JobOptions` ``kv_tokens`` takes.
     """
 
     engine: str
@@ -69,12 +69,10 @@ class RetentionReport:
 
     @property
     def kv_tokens(self) -> int | None:
-        """The KV tokens the measured packs held (``kept_packs`` x their mean size); None if unmeasured."""
+        """The KV tokens the kept packs were found to hold (their cached tokens summed); None if unmeasured."""
         if self.kept_packs is None:
             return None
-        sizes = [p.prompt_tokens for p in self.probes if p.prompt_tokens]
-        mean = sum(sizes) / len(sizes) if sizes else self.pack_tokens
-        return max(1, int(self.kept_packs * mean))
+        return max(1, sum(p.cached_tokens or 0 for p in self.probes if p.kept))
 
     @property
     def saturated(self) -> bool:

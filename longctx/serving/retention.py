@@ -69,7 +69,7 @@ class RetentionReport:
 
     @property
     def kv_tokens(self) -> int | None:
-        """The KV tokens the kept packs were found to hold (their cached tokens summed); None if unmeasured."""
+        """The KV tokens the kept packs were found to hold (their cached tokens); None if unmeasured."""
         if self.kept_packs is None:
             return None
         return max(1, sum(p.cached_tokens or 0 for p in self.probes if p.kept))

@@ -60,6 +60,50 @@ def test_lint_and_replay_agree_with_the_server(engine_server: LocalServer, tmp_p
     assert replayed.matches
 
 
+def test_replay_beside_another_clients_traffic_is_no_false_error(vllm_server: LocalServer) -> None:
+    """Another client on the server meanwhile: the counter check says so instead of a mismatch."""
+    import threading
+    import urllib.request
+
+    stop = threading.Event()
+
+    def other_client() -> None:
+        body = json.dumps(
+            {
+                "model": "tiny-llama",
+                "prompt": DOC + "other client",
+                "max_tokens": 1,
+                "cache_salt": uuid.uuid4().hex,
+            }
+        ).encode()
+        while not stop.is_set():
+            request = urllib.request.Request(
+                vllm_server.api_base + "/completions", data=body, headers={"Content-Type": "application/json"}
+            )
+            with urllib.request.urlopen(request, timeout=60) as response:
+                response.read()
+
+    log = [
+        chat("You answer questions about code.", DOC + f"Q{n}: where is the retry policy?") for n in range(4)
+    ]
+    requests = requests_from_lines(log)
+    with connect(vllm_server.api_base) as backend:
+        renderer = ServerRenderer(backend.tokenizer())
+        thread = threading.Thread(target=other_client, daemon=True)
+        thread.start()
+        try:
+            replayed = replay(requests, renderer, backend)
+        finally:
+            stop.set()
+            thread.join(60)
+    assert replayed.failed == 0
+    assert [r.reported for r in replayed.requests] == [r.simulated for r in replayed.requests]
+    check = replayed.counter_check
+    assert check is not None and check.matches is None, check
+    assert "other" in check.note or "client" in check.note, check.note
+    assert replayed.matches
+
+
 def test_replay_never_matches_after_failed_requests(vllm_server: LocalServer) -> None:
     """A request the server refuses (over its window) fails the replay, whatever the others did."""
     too_long = json.dumps({"prompt": list(range(1, 40_000))})

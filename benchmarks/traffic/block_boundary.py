@@ -79,19 +79,22 @@ def main() -> None:
         system = built.system
         base = shared_tokens(tokenizer, messages(system, built.prefix, "", QUESTIONS[0]),
                              messages(system, built.prefix, "", QUESTIONS[1]))  # fmt: skip
-        units = 0
-        padded_shared = base
-        for units in range(0, 4 * block):
-            filler = FILLER * units
-            padded_shared = shared_tokens(
-                tokenizer,
-                messages(system, built.prefix, filler, QUESTIONS[0]),
-                messages(system, built.prefix, filler, QUESTIONS[1]),
-            )
-            if padded_shared % block == 0 and padded_shared > base:
+        filler, padded_shared = "", base
+        for units in range(0, 2 * block):  # "~ " is two tokens here, "~" one: together any count
+            for tail in ("", "~", "~~"):
+                candidate = FILLER * units + tail
+                padded_shared = shared_tokens(
+                    tokenizer,
+                    messages(system, built.prefix, candidate, QUESTIONS[0]),
+                    messages(system, built.prefix, candidate, QUESTIONS[1]),
+                )
+                if padded_shared % block == 0 and padded_shared > base:
+                    filler = candidate
+                    break
+            if filler:
                 break
         print(f"block {block}; shared tokens as is {base} ({base % block} past a boundary); "
-              f"padded with {units} filler units: {padded_shared} ({padded_shared % block} past)")  # fmt: skip
+              f"padded with {len(filler)} filler characters: {padded_shared} ({padded_shared % block} past)")  # fmt: skip
         for name, filler in (
             ("as is", ""),
             ("padded", FILLER * units),

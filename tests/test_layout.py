@@ -35,6 +35,7 @@ LIBRARY_HOMES = {
     "jsonschema": ("longctx/schemas.py",),
     "llm": ("longctx/llm_plugin.py",),
     "charset_normalizer": ("longctx/sources/decoding.py",),
+    "jinja2": ("longctx/lint/rendering.py",),
 }
 
 

@@ -119,9 +119,10 @@ EXIT_CODES: dict[int, str] = {
     " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
-    EXIT_LINT_FINDINGS: "`longctx lint`: a finding of a `--fail-on` cause, or a hit rate under `--min-hit-rate`",
-    EXIT_REPLAY_MISMATCH: "`longctx lint --replay`: the server's cached tokens or counters differ from the simulation,"
-    " or a replayed request failed",
+    EXIT_LINT_FINDINGS: "`longctx lint`: a finding of a `--fail-on` cause,"
+    " or a hit rate under `--min-hit-rate`",
+    EXIT_REPLAY_MISMATCH: "`longctx lint --replay`: the server's cached tokens or counters differ"
+    " from the simulation, or a replayed request failed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -208,10 +209,11 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
     "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
-    "lint": "Lint a request log for prefix-cache reuse: cached tokens per request on vLLM and SGLang, every break.",
+    "lint": "Lint a request log for prefix-cache reuse: cached tokens per request on vLLM and SGLang,"
+    " every break.",
     "proxy": "Record an application's requests on their way to a server: point its base URL here.",
-    "retention": "Measure how many packs of --pack-tokens the server really keeps, beside the estimate from its KV"
-    " size.",
+    "retention": "Measure how many packs of --pack-tokens the server really keeps,"
+    " beside the estimate from its KV size.",
 }
 
 

@@ -117,7 +117,7 @@ class Upstream(BaseHTTPRequestHandler):
         Upstream.seen.append((dict(self.headers.items()), sent))
         usage = {"prompt_tokens": 10, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 8}}
         if sent.get("stream"):
-            events = [{"choices": [{"delta": {"content": "hi"}}]}]
+            events: list[dict[str, Any]] = [{"choices": [{"delta": {"content": "hi"}}]}]
             if (sent.get("stream_options") or {}).get("include_usage"):
                 events.append({"choices": [], "usage": usage})
             payload = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"

@@ -6,6 +6,7 @@ import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -127,7 +128,7 @@ def test_proxy_records_an_openai_client_and_its_counters_agree(
             client = openai.OpenAI(
                 base_url=proxy.url + "/v1", api_key="sk-secret-never-stored", max_retries=0
             )
-            messages = [
+            messages: list[Any] = [
                 {"role": "system", "content": "You answer."},
                 {"role": "user", "content": DOC + "Q1?"},
             ]
@@ -142,7 +143,8 @@ def test_proxy_records_an_openai_client_and_its_counters_agree(
                 temperature=0,
                 stream=True,
             )
-            pieces = [chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices]
+            chunks: list[Any] = list(stream)
+            pieces = [chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices]
             assert pieces
             check = proxy.counter_check()
         finally:

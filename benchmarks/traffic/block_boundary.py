@@ -31,7 +31,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import machine, write_section  # noqa: E402 - the benchmarks' own helpers
+from bench import machine, write_section  # type: ignore[import-not-found]  # noqa: E402 - the benchmarks' own helpers
 
 from longctx import ChatRequest, CorpusOptions, connect, pack  # noqa: E402
 from longctx.lint.prefixes import common_prefix  # noqa: E402

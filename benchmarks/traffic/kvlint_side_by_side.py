@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench import machine, write_section  # noqa: E402 - the benchmarks' own helpers, beside this folder
+from bench import machine, write_section  # type: ignore[import-not-found]  # noqa: E402 - the benchmarks' own helpers
 from make_logs import main as make_logs  # noqa: E402
 
 LOGS = ("kvlint-demo", "longctx-siblings", "plain-client", "agent-loop", "tool-order")

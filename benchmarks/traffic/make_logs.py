@@ -20,6 +20,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from longctx import CorpusOptions, pack
 
@@ -33,7 +34,7 @@ QUESTIONS = [
 ]
 
 
-def write(path: Path, bodies: list[dict[str, object]]) -> None:
+def write(path: Path, bodies: list[dict[str, Any]]) -> None:
     path.write_text("".join(json.dumps(body, ensure_ascii=False) + "\n" for body in bodies), encoding="utf-8")
 
 
@@ -55,7 +56,7 @@ def main(folder: Path) -> None:
         [{"model": "m", "messages": [{"role": "user", "content": f"{q}\n\n{plain}"}]} for q in QUESTIONS],
     )
     messages: list[dict[str, object]] = [{"role": "user", "content": "Find where retries are configured."}]
-    agent = []
+    agent: list[dict[str, Any]] = []
     for turn in range(6):
         system = {
             "role": "system",
@@ -69,7 +70,7 @@ def main(folder: Path) -> None:
         ]
     write(folder / "agent-loop.jsonl", agent)
     parameters = {"type": "object", "properties": {"path": {"type": "string"}, "line": {"type": "integer"}}}
-    tools = []
+    tools: list[dict[str, Any]] = []
     for turn in range(4):
         function = {
             "name": "read_file",

@@ -16,7 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench import machine, write_section  # noqa: E402 - the benchmarks' own helpers
+from bench import machine, write_section  # type: ignore[import-not-found]  # noqa: E402 - the benchmarks' own helpers
 
 from longctx.backends.base import connect  # noqa: E402
 from longctx.serving.retention import measure_retention  # noqa: E402

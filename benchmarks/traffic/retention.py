@@ -36,7 +36,8 @@ def main() -> None:
         small = harness.extra_server(
             "vllm-small-kv",
             lambda h: start_vllm(h.environment("vllm"), h.model(), h.base_dir, name="vllm-small-kv",
-                                 extra_args=["--num-gpu-blocks-override", "48", "--max-model-len", "4096"]),
+                                 extra_args=["--num-gpu-blocks-override", "48", "--max-model-len", "4096",
+                                             "--kv-cache-memory-bytes", str(64 << 20)]),
         )  # fmt: skip
         servers = {"vllm (48 blocks)": small.api_base}
         for name, sizes in RUNS.items():

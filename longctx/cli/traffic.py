@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     "--block-tokens", type=click.IntRange(min=1), help="vLLM's block size (default: the server's, else 16)."
 )
 @click.option(
-    "--page-tokens", type=click.IntRange(min=1), default=1, show_default=True, help="SGLang's page size."
+    "--page-tokens", type=click.IntRange(min=1), help="SGLang's page size (default: the server's, else 1)."
 )
 @click.option(
     "--kv-tokens",
@@ -81,7 +81,7 @@ def lint(
     server: ServerOptions,
     model_dir: Path | None,
     block_tokens: int | None,
-    page_tokens: int,
+    page_tokens: int | None,
     kv_tokens: int | None,
     plan_json: Path | None,
     output: str,
@@ -118,16 +118,20 @@ def lint(
         if backend is None:
             assert model_dir is not None
             renderer = ModelFolderRenderer(model_dir)
-            block = block_tokens or 16
+            block, page = block_tokens or 16, page_tokens or 1
         else:
             renderer = ServerRenderer(backend.tokenizer())
-            block = block_tokens or backend.server_for(None).cache_block_tokens or 16
+            # The server's own unit for its engine's simulation; the default for the other.
+            served = backend.server_for(None)
+            radix = served.profile.prefix_cache == "radix"
+            block = block_tokens or (None if radix else served.cache_block_tokens) or 16
+            page = page_tokens or (served.cache_block_tokens if radix else None) or 1
         with progress(output_path is not None or output == "table") as say:
             report = lint_requests(
                 requests,
                 renderer,
                 block_tokens=block,
-                page_tokens=page_tokens,
+                page_tokens=page,
                 kv_tokens=kv_tokens,
                 on_progress=lambda done, total: say(f"tokenized and simulated {done} of {total} requests"),
             )

@@ -215,3 +215,43 @@ def test_the_proxy_refuses_an_upstream_that_is_no_url(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="upstream"):
         RecordingProxy("localhost:8000", tmp_path / "log.jsonl")
+
+
+def test_the_proxy_command_records_until_ctrl_c(upstream: str, tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    log = tmp_path / "app.jsonl"
+    command = [
+        sys.executable,
+        "-m",
+        "longctx",
+        "proxy",
+        "--upstream",
+        upstream,
+        "--port",
+        "0",
+        "--log",
+        str(log),
+    ]
+    process = subprocess.Popen([*command, "--no-counter-check"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert "point the application at" in line, line
+        base = line.split("point the application at ")[1].split()[0]
+        request = urllib.request.Request(
+            base + "/chat/completions",
+            data=json.dumps(body("s", "u")).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            assert json.loads(response.read())["choices"][0]["message"]["content"] == "hi"
+    finally:
+        process.send_signal(signal.SIGINT)
+        _, rest = process.communicate(timeout=30)
+    assert process.returncode == 0, rest
+    assert "recorded 1 request(s)" in rest
+    assert len(read_log(log)) == 1

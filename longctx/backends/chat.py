@@ -38,6 +38,7 @@ from longctx.backends.http import (
     make_client,
     post_events,
 )
+from longctx.backends.prefill_wait import MIN_PREFILL_TOKENS, PrefillWatch
 from longctx.backends.profiles import EngineProfile
 from longctx.config import (
     DEFAULT_AFFINITY_HEADERS,
@@ -272,11 +273,23 @@ class _Read:
     a plain step reads it to the end, a streamed one hands its pieces on.
     """
 
-    def __init__(self, chat: ChatClient, post: EventPost, on_first_token: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        chat: ChatClient,
+        post: EventPost,
+        on_first_token: Callable[[], None] | None,
+        on_finished: Callable[[Completion], None] | None = None,
+    ) -> None:
         self._chat = chat
         self._post = post
         self._on_first_token = on_first_token
+        self._on_finished = on_finished
         self._completion: Completion | None = None
+
+    def _finish(self, accumulator: _Accumulator) -> None:
+        self._completion = accumulator.finish()
+        if self._on_finished is not None:
+            self._on_finished(self._completion)
 
     def _accumulator(self) -> _Accumulator:
         return _Accumulator(time.perf_counter(), self._chat.profile.missing_report, self._on_first_token)
@@ -286,14 +299,14 @@ class _Read:
         for chunk in post_events(self._chat._sync, self._post):
             if added := accumulator.add(chunk):
                 yield added
-        self._completion = accumulator.finish()
+        self._finish(accumulator)
 
     async def aeach(self) -> AsyncGenerator[str, None]:
         accumulator = self._accumulator()
         async for chunk in apost_events(self._chat._async, self._post):
             if added := accumulator.add(chunk):
                 yield added
-        self._completion = accumulator.finish()
+        self._finish(accumulator)
 
     @property
     def value(self) -> Completion:
@@ -342,6 +355,8 @@ class ChatClient:
         self._async = make_async_client(
             timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
         )
+        #: This server's prefill rates and the prompts sent to it: how long a first token may take.
+        self.prefill = PrefillWatch(stall_timeout)
 
     def _arguments(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, str]]:
         """The request's body and headers."""
@@ -411,6 +426,8 @@ class ChatClient:
         """
         body, headers = self._arguments(request)
         route = "completions" if request.prompt_ids is not None else "chat/completions"
+        wait, prompt = self.prefill.wait(request.prompt_ids, request.messages, request.cache_salt)
+        longer = wait.gives_up_after > self.prefill.stall_seconds
         post = EventPost(
             f"{self.api_url}/{route}",
             body,
@@ -418,10 +435,12 @@ class ChatClient:
             on_admitted,
             partial(self._heard, request.affinity_key),
             request_id=request.request_id,  # sent as X-Request-Id, named by the request's errors
+            read_timeout=wait.gives_up_after if longer else None,
+            waiting_for=wait.describe() if wait.uncached_tokens >= MIN_PREFILL_TOKENS else None,
         )
 
         def read() -> _Read:
-            return _Read(self, post, on_first_token)
+            return _Read(self, post, on_first_token, lambda done: self.prefill.observe(prompt, done.usage))
 
         return Io(lambda: read().read(), lambda: read().aread(), read if streamed else None)
 

@@ -411,6 +411,23 @@ class EventPost:
     on_headers: Callable[[Mapping[str, str]], None] | None = None
     #: Sent as ``X-Request-Id`` and named by the errors; None: a new id.
     request_id: str | None = None
+    #: How long the stream may stay silent, where its first token needs longer than the client's
+    #: stall timeout (a cold prefill: :mod:`longctx.backends.prefill_wait`); None: the client's.
+    read_timeout: float | None = None
+    #: What the server does meanwhile, for the progress line (:class:`~longctx.backends.waits.Wait`).
+    waiting_for: str | None = None
+
+    def stall_bound(self, client_timeout: httpx2.Timeout) -> float:
+        """How long the stream may stay silent: this post's own bound, else the client's."""
+        return self.read_timeout if self.read_timeout is not None else _stall_bound(client_timeout)
+
+    def timeout(self, client_timeout: httpx2.Timeout) -> httpx2.Timeout | None:
+        """The request's own timeouts where its reads may wait longer than the client's; None: the client's."""
+        if self.read_timeout is None:
+            return None
+        return httpx2.Timeout(
+            client_timeout.pool, connect=client_timeout.connect, read=self.read_timeout, write=client_timeout.write
+        )
 
     def exchange(self) -> tuple[Exchange, dict[str, str]]:
         """The exchange this post is, and its headers with the request id."""
@@ -432,8 +449,8 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
     url = exchange.url
     with (
         _stream_errors(exchange),
-        PROCESS.get(Waits).waiting(url, _stall_bound(client.timeout)) as wait,
-        client.stream("POST", url, json=post.body, headers=headers) as response,
+        PROCESS.get(Waits).waiting(url, post.stall_bound(client.timeout), post.waiting_for) as wait,
+        client.stream("POST", url, json=post.body, headers=headers, **_own_timeout(post, client)) as response,
     ):
         if response.status_code >= 400:
             response.read()
@@ -449,9 +466,10 @@ async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIter
     exchange, headers = post.exchange()
     with (
         _stream_errors(exchange),
-        PROCESS.get(Waits).waiting(exchange.url, _stall_bound(client.timeout)) as wait,
+        PROCESS.get(Waits).waiting(exchange.url, post.stall_bound(client.timeout), post.waiting_for) as wait,
     ):
-        async with client.stream("POST", exchange.url, json=post.body, headers=headers) as response:
+        own = _own_timeout(post, client)
+        async with client.stream("POST", exchange.url, json=post.body, headers=headers, **own) as response:
             if response.status_code >= 400:
                 await response.aread()
             _opened(response, exchange, post)
@@ -459,6 +477,12 @@ async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIter
                 if (event := _event(line, exchange)) is not None:
                     wait.end()
                     yield event
+
+
+def _own_timeout(post: EventPost, client: httpx2.Client | httpx2.AsyncClient) -> dict[str, httpx2.Timeout]:
+    """``timeout=`` for the stream call where the post waits longer than the client; else nothing."""
+    timeout = post.timeout(client.timeout)
+    return {} if timeout is None else {"timeout": timeout}
 
 
 def _stall_bound(timeout: httpx2.Timeout) -> float:

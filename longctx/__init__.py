@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Citation": "longctx.citations",
     "CitedAnswer": "longctx.citations",
     "HostTier": "longctx.backends.tiers",
+    "PrefillRate": "longctx.backends.prefill_wait",
     "TierReading": "longctx.backends.tiers",
     "CanaryComparison": "longctx.verification.canary",
     "CanaryDiverged": "longctx.errors",
@@ -164,6 +165,7 @@ if TYPE_CHECKING:
     from longctx.backends.metrics import Sample as Sample
     from longctx.backends.profiles import CacheCounters as CacheCounters
     from longctx.backends.routers import RouterInfo as RouterInfo
+    from longctx.backends.prefill_wait import PrefillRate as PrefillRate
     from longctx.backends.tiers import HostTier as HostTier
     from longctx.backends.tiers import TierReading as TierReading
     from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer

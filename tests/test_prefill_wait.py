@@ -57,7 +57,9 @@ def test_the_memory_counts_the_characters_of_messages_sent_before() -> None:
     memory = PrefixMemory()
     pack = {"role": "user", "content": "x" * 5000}
     memory.remember(memory.prompt(None, ({"role": "system", "content": "s"}, pack), None))
-    follow_up = memory.prompt(None, ({"role": "system", "content": "s"}, pack, {"role": "user", "content": "q"}), None)
+    follow_up = memory.prompt(
+        None, ({"role": "system", "content": "s"}, pack, {"role": "user", "content": "q"}), None
+    )
     assert 4000 <= memory.cached_units(follow_up) < follow_up.units
 
 
@@ -169,7 +171,9 @@ def _give_up_after(chat: ChatClient, request: ChatRequest) -> tuple[float, str |
     return elapsed, (lines or [None])[0]
 
 
-def test_a_silent_server_is_caught_after_the_expected_prefill_and_the_stall_timeout(listener: Listener) -> None:
+def test_a_silent_server_is_caught_after_the_expected_prefill_and_the_stall_timeout(
+    listener: Listener,
+) -> None:
     chat = ChatClient(f"http://127.0.0.1:{listener.port}/v1", "m", stall_timeout=STALL, profile=VLLM)
     cold = ChatRequest(messages=(), prompt_ids=tuple(range(3000)), cache_salt="s")
     # No rate: the stall timeout, as before.
@@ -181,7 +185,9 @@ def test_a_silent_server_is_caught_after_the_expected_prefill_and_the_stall_time
     elapsed, line = _give_up_after(chat, cold)
     bound = STALL + MARGIN * 3000 / 5000
     assert bound <= elapsed < bound + 0.5
-    assert line is not None and line.startswith(f"waiting for http://127.0.0.1:{listener.port}/v1/completions (0 s")
+    assert line is not None and line.startswith(
+        f"waiting for http://127.0.0.1:{listener.port}/v1/completions (0 s"
+    )
     assert "a prefill of 3,000 uncached tokens of 3,000, expected about 0.6 s at 5,000 tokens/s" in line
     # The same prompt sent before (its prefix cached): only the last, partial block is expected to prefill.
     _, prompt = chat.prefill.wait(cold.prompt_ids, (), "s")

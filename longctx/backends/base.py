@@ -31,6 +31,7 @@ from longctx.backends.http import (
 )
 from longctx.backends.images import ImageCounter
 from longctx.backends.metrics import Sample, parse_metrics
+from longctx.backends.prefill_wait import PrefillRate
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tiers import HostTier
@@ -374,6 +375,21 @@ class Backend:
     async def acomplete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
         """:meth:`delivery` carried out on the running event loop (the same keywords)."""
         return await arun(self.delivery(request, **hooks))
+
+    def expect_prefill_rate(self, url: str, rate: PrefillRate) -> None:
+        """A prefill rate known for the replica at ``url`` (measured there before), until one is measured.
+
+        It bounds how long a cold request there may wait for its first token
+        (:mod:`longctx.backends.prefill_wait`); an unknown or undiscovered URL is ignored.
+        """
+        replica = self._replicas.get(url)
+        if replica is not None and replica.chat is not None:
+            replica.chat.prefill.rates.give(rate)
+
+    def prefill_rate(self, url: str) -> PrefillRate | None:
+        """The prefill rate that bounds a cold request's wait at ``url`` now; None: none known."""
+        replica = self._replicas.get(url)
+        return None if replica is None or replica.chat is None else replica.chat.prefill.rates.current
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model), on the key's replica."""

@@ -422,11 +422,14 @@ class EventPost:
         return self.read_timeout if self.read_timeout is not None else _stall_bound(client_timeout)
 
     def timeout(self, client_timeout: httpx2.Timeout) -> httpx2.Timeout | None:
-        """The request's own timeouts where its reads may wait longer than the client's; None: the client's."""
+        """The request's own timeouts where its reads may wait longer; None: the client's."""
         if self.read_timeout is None:
             return None
         return httpx2.Timeout(
-            client_timeout.pool, connect=client_timeout.connect, read=self.read_timeout, write=client_timeout.write
+            client_timeout.pool,
+            connect=client_timeout.connect,
+            read=self.read_timeout,
+            write=client_timeout.write,
         )
 
     def exchange(self) -> tuple[Exchange, dict[str, str]]:
@@ -450,7 +453,9 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
     with (
         _stream_errors(exchange),
         PROCESS.get(Waits).waiting(url, post.stall_bound(client.timeout), post.waiting_for) as wait,
-        client.stream("POST", url, json=post.body, headers=headers, **_own_timeout(post, client)) as response,
+        client.stream(
+            "POST", url, json=post.body, headers=headers, timeout=_own_timeout(post, client)
+        ) as response,
     ):
         if response.status_code >= 400:
             response.read()
@@ -469,7 +474,9 @@ async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIter
         PROCESS.get(Waits).waiting(exchange.url, post.stall_bound(client.timeout), post.waiting_for) as wait,
     ):
         own = _own_timeout(post, client)
-        async with client.stream("POST", exchange.url, json=post.body, headers=headers, **own) as response:
+        async with client.stream(
+            "POST", exchange.url, json=post.body, headers=headers, timeout=own
+        ) as response:
             if response.status_code >= 400:
                 await response.aread()
             _opened(response, exchange, post)
@@ -479,10 +486,10 @@ async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIter
                     yield event
 
 
-def _own_timeout(post: EventPost, client: httpx2.Client | httpx2.AsyncClient) -> dict[str, httpx2.Timeout]:
-    """``timeout=`` for the stream call where the post waits longer than the client; else nothing."""
+def _own_timeout(post: EventPost, client: httpx2.Client | httpx2.AsyncClient) -> Any:
+    """The stream call's ``timeout``: the post's own where it waits longer, else the client's."""
     timeout = post.timeout(client.timeout)
-    return {} if timeout is None else {"timeout": timeout}
+    return httpx2.USE_CLIENT_DEFAULT if timeout is None else timeout
 
 
 def _stall_bound(timeout: httpx2.Timeout) -> float:

@@ -43,7 +43,7 @@ from typing import Any
 
 from longctx.usage import Usage
 
-__all__ = ["MARGIN", "FirstTokenWait", "PrefillRate", "PrefillRates", "PrefillWatch", "PrefixMemory"]
+__all__ = ["MARGIN", "MIN_PREFILL_TOKENS", "FirstTokenWait", "PrefillRate", "PrefillRates", "PrefillWatch", "PrefixMemory"]
 
 MARGIN = 3.0
 """How many times the expected prefill a request may take before its silence counts as a stall.
@@ -108,7 +108,9 @@ class FirstTokenWait:
     def describe(self) -> str:
         """``a prefill of ~30,600 uncached tokens of 30,700, expected about 306 s at 100 tokens/s (...)``."""
         about = "~" if self.estimated else ""
-        what = f"a prefill of {about}{self.uncached_tokens:,} uncached tokens of {about}{self.prompt_tokens:,}"
+        what = (
+            f"a prefill of {about}{self.uncached_tokens:,} uncached tokens of {about}{self.prompt_tokens:,}"
+        )
         expected = self.expected_seconds
         if expected is None or self.rate is None:
             return f"{what}, no prefill rate measured on this server yet"

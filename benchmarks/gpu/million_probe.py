@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     info, tokenizer = backend.info, backend.tokenizer()
     server = Server(options.base_url, info.model, info.engine)
     started = time.perf_counter()
-    made = pack_ids(tokenizer, SYSTEM, pack_text(int(options.tokens * 4.6)))
+    made = pack_ids(tokenizer, SYSTEM, pack_text(int(options.tokens * 4.3)))
     if isinstance(made, str):
         raise SystemExit(f"no ids for this server's template: {made}")
     ids = list(made.head[: options.tokens])

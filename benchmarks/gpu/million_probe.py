@@ -308,6 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plan", type=Path, help="longctx plan's JSON for the served shape, kept beside the cold row"
     )
+    parser.add_argument(
+        "--salt", help="the cache salt (default: a new one); with --no-cold, one filled before"
+    )
+    parser.add_argument(
+        "--no-cold",
+        action="store_true",
+        help="skip the cold request: an earlier run filled the cache (--salt)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     options = parser.parse_args(argv)
     backend = connect(options.base_url)

@@ -38,12 +38,12 @@ up)
         echo "server up in $(( $(date +%s) - started )) s"
     fi ;;
 probe)
-    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu-before-$ENGINE-$LABEL.csv" || true
+    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu-$ENGINE-$LABEL.csv" || true
     status=0
     python3 "$HERE"/million_probe.py --base-url "$URL" --tokens "${TOKENS:-1000000}" \
         --follow-ups "${FOLLOW_UPS:-5}" --modes "${MODES:-ids,spaced,session,bare}" --server-label "$LABEL" \
         ${PROBE_ARGS:-} --out "$OUT/million-$ENGINE-$LABEL.json" || status=$?
-    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv > "$OUT/gpu-after-$ENGINE-$LABEL.csv" || true
+    nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv >> "$OUT/gpu-$ENGINE-$LABEL.csv" || true
     grep -hE "GPU KV cache size|Available KV cache memory|Maximum concurrency|max_total_num_tokens|KV Cache is allocated|Memory pool end|model weights|Model loading took" \
         /tmp/"$ENGINE"-"$PORT".log > "$OUT/kv-lines-$ENGINE-$LABEL.txt" 2>/dev/null || true
     # longctx plan for the served shape: from the GPU's memory and the weights the server loaded, and

@@ -163,9 +163,9 @@ if TYPE_CHECKING:
     from longctx.backends.images import ImageTokens as ImageTokens
     from longctx.backends.images import count_image_tokens as count_image_tokens
     from longctx.backends.metrics import Sample as Sample
+    from longctx.backends.prefill_wait import PrefillRate as PrefillRate
     from longctx.backends.profiles import CacheCounters as CacheCounters
     from longctx.backends.routers import RouterInfo as RouterInfo
-    from longctx.backends.prefill_wait import PrefillRate as PrefillRate
     from longctx.backends.tiers import HostTier as HostTier
     from longctx.backends.tiers import TierReading as TierReading
     from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer

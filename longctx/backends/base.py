@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
+from longctx.backends.continuation import Continuations
 from longctx.backends.engines import GENERIC, identify, profiles
 from longctx.backends.http import (
     AsyncTransport,
@@ -350,6 +351,8 @@ class Backend:
         assert replica.info is not None
         reason = stamped.text_reason
         form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
+        # A request sent in a session (longctx.backends.continuation) says so in its own form.
+        form = completion.usage.prompt_form or form
         if form:
             completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
@@ -385,6 +388,27 @@ class Backend:
         replica = self._replicas.get(url)
         if replica is not None and replica.chat is not None:
             replica.chat.prefill.rates.give(rate)
+
+    def continue_in_sessions(self, enabled: bool = True) -> list[str]:
+        """Send id prompts that continue an earlier one in a server session, without the shared ids.
+
+        Only where the engine has such sessions (SGLang; see
+        :mod:`longctx.backends.continuation`); the URLs of the replicas it is
+        now on for (undiscovered replicas are left as they are).
+        """
+        found = []
+        for replica in self._replicas.values():
+            chat = replica.chat
+            if chat is None or replica.info is None or not replica.info.profile.session_api:
+                continue
+            if enabled and chat.continuations is None:
+                chat.continuations = Continuations()
+            elif not enabled and chat.continuations is not None:
+                chat.close_sessions()
+                chat.continuations = None
+            if enabled:
+                found.append(replica.api_url)
+        return found
 
     def prefill_rate(self, url: str) -> PrefillRate | None:
         """The prefill rate that bounds a cold request's wait at ``url`` now; None: none known."""

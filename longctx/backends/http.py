@@ -39,6 +39,7 @@ from longctx.retry import parse_retry_after
 
 __all__ = [
     "REQUEST_ID_HEADER",
+    "TRANSPORT_ERRORS",
     "AsyncTransport",
     "EventPost",
     "Exchange",

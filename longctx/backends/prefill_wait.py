@@ -43,7 +43,15 @@ from typing import Any
 
 from longctx.usage import Usage
 
-__all__ = ["MARGIN", "MIN_PREFILL_TOKENS", "FirstTokenWait", "PrefillRate", "PrefillRates", "PrefillWatch", "PrefixMemory"]
+__all__ = [
+    "MARGIN",
+    "MIN_PREFILL_TOKENS",
+    "FirstTokenWait",
+    "PrefillRate",
+    "PrefillRates",
+    "PrefillWatch",
+    "PrefixMemory",
+]
 
 MARGIN = 3.0
 """How many times the expected prefill a request may take before its silence counts as a stall.

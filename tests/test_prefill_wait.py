@@ -14,9 +14,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from longctx.backends.base import Backend
 from longctx.backends.chat import ChatClient, ChatRequest
 from longctx.backends.engines import VLLM
 from longctx.backends.prefill_wait import (
@@ -30,6 +32,7 @@ from longctx.backends.prefill_wait import (
 from longctx.backends.waits import Waits
 from longctx.errors import ServerUnreachable
 from longctx.process_state import PROCESS
+from longctx.store import RequestRecord, Store
 from longctx.usage import Usage
 
 
@@ -196,3 +199,24 @@ def test_a_silent_server_is_caught_after_the_expected_prefill_and_the_stall_time
     assert STALL <= elapsed < STALL + 0.5
     assert line is not None and "prefill" not in line
     chat.close()
+
+
+def test_a_session_hands_the_backend_the_rate_its_store_measured_on_that_server(
+    backend: Backend, tmp_path: Path
+) -> None:
+    from longctx.sessions.resources import _expect_earlier_rates
+
+    server = backend.info
+    with Store.open(tmp_path / "store") as store:
+        _expect_earlier_rates(backend, store)
+        assert backend.prefill_rate(server.api_url) is None  # nothing measured there yet
+        cold = _usage(20_000, 0, 4.0)
+        elsewhere = RequestRecord(
+            "b", None, None, "ask", 0.0, "http://other/v1", "vllm", server.model, cold, 1
+        )
+        store.sessions.record(
+            RequestRecord("a", None, None, "ask", 0.0, server.api_url, "vllm", server.model, cold, 1)
+        )
+        store.sessions.record(elsewhere)
+        _expect_earlier_rates(backend, store)
+    assert backend.prefill_rate(server.api_url) == PrefillRate(5_000.0, "measured earlier on this server")

@@ -11,6 +11,7 @@ saying why.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from engine_helpers import tokenize_messages
 from test_session_engines import text_pack
 
 from longctx.backends.base import Backend, connect
+from longctx.backends.chat import ChatRequest
 from longctx.config import RequestOptions
 from longctx.sessions import Session
 from longctx.sessions.prompt_ids import PACK_IDS_PENDING
@@ -97,3 +99,29 @@ def test_a_continuation_whose_session_is_gone_is_sent_whole_with_its_reason(
         assert rows[-1].usage.prompt_form is not None
         assert rows[-1].usage.prompt_form.startswith("ids: session continuation refused: "), rows[-1].usage
         assert answer.usage.prompt_tokens is not None and answer.usage.prompt_tokens > 1024
+
+
+def test_the_async_path_continues_a_session_too(sglang_server: LocalServer) -> None:
+    async def main() -> list[tuple[str | None, int | None, int | None]]:
+        backend = connect(sglang_server.api_base)
+        try:
+            backend.continue_in_sessions()
+            pack = list(backend.tokenizer().encode(text_pack(8_000).prefix))
+            salt = uuid.uuid4().hex
+            found = []
+            for tail in ([11, 12, 13], [14, 15], [16]):
+                request = ChatRequest(
+                    messages=(), prompt_ids=tuple(pack + tail), max_tokens=3, temperature=0.0, cache_salt=salt
+                )
+                sent = await backend.acomplete(request)
+                usage = sent.completion.usage
+                found.append((usage.prompt_form, usage.prompt_tokens, usage.cached_tokens))
+            return found
+        finally:
+            await backend.aclose()
+
+    rows = asyncio.run(main())
+    assert rows[0][0] == "ids: session"
+    assert [form for form, _, _ in rows[1:]] == [f"ids: session, {rows[0][1] - 3} ids kept"] * 2
+    assert [prompt for _, prompt, _ in rows] == [rows[0][1], rows[0][1] - 1, rows[0][1] - 2]
+    assert all(cached is not None and cached >= rows[0][1] - 4 for _, _, cached in rows[1:]), rows

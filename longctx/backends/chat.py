@@ -23,6 +23,7 @@ ids are noted there).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -378,6 +379,7 @@ class _SessionRead(_Read):
         root = split_base_url(self._chat.api_url)[0]
         why = None
         if self._plan.opens:
+            self._chat.close_sessions(retired_only=True)
             try:
                 answer = self._chat._sync.post(
                     f"{root}/open_session", json=self._opening, headers=self._post.headers
@@ -406,6 +408,10 @@ class _SessionRead(_Read):
         root = split_base_url(self._chat.api_url)[0]
         why = None
         if self._plan.opens:
+            for retired in self._chat.continuations.to_close() if self._chat.continuations else ():
+                with contextlib.suppress(*TRANSPORT_ERRORS):
+                    closing = {"session_id": retired}
+                    await self._chat._async.post(f"{root}/close_session", json=closing, timeout=5.0)
             try:
                 answer = await self._chat._async.post(
                     f"{root}/open_session", json=self._opening, headers=self._post.headers
@@ -615,12 +621,13 @@ class ChatClient:
         self.close_sessions()
         await self._async.aclose()
 
-    def close_sessions(self) -> None:
-        """Close the sessions opened here (best effort: a server that is gone has closed them)."""
+    def close_sessions(self, *, retired_only: bool = False) -> None:
+        """Close the sessions opened here, or only the retired ones; best effort (a dead server has none)."""
         if self.continuations is None or self._sync.is_closed:
             return
         root = split_base_url(self.api_url)[0]
-        for session_id in self.continuations.close_all():
+        closing = self.continuations.to_close() if retired_only else self.continuations.close_all()
+        for session_id in closing:
             try:
                 self._sync.post(f"{root}/close_session", json={"session_id": session_id}, timeout=5.0)
             except TRANSPORT_ERRORS:

@@ -204,7 +204,7 @@ def test_a_silent_server_is_caught_after_the_expected_prefill_and_the_stall_time
 def test_a_session_hands_the_backend_the_rate_its_store_measured_on_that_server(
     backend: Backend, tmp_path: Path
 ) -> None:
-    from longctx.sessions.resources import _expect_earlier_rates
+    from longctx.sessions.resources import Resources, _expect_earlier_rates
 
     server = backend.info
     with Store.open(tmp_path / "store") as store:
@@ -218,5 +218,6 @@ def test_a_session_hands_the_backend_the_rate_its_store_measured_on_that_server(
             RequestRecord("a", None, None, "ask", 0.0, server.api_url, "vllm", server.model, cold, 1)
         )
         store.sessions.record(elsewhere)
-        _expect_earlier_rates(backend, store)
+        # A session's resources hand it over on the backend's first use, given or made.
+        assert Resources(backend=backend, store=store).backend is backend
     assert backend.prefill_rate(server.api_url) == PrefillRate(5_000.0, "measured earlier on this server")

@@ -58,6 +58,7 @@ class Resources:
         self._released: list[Backend | Store] = []
         # Reentrant: preparing a session (reading its pack) takes the backend and the store under it.
         self.lock = threading.RLock()
+        self._rates_handed = False
 
     @classmethod
     @contextmanager
@@ -88,6 +89,9 @@ class Resources:
                 self.progress(f"connecting to {', '.join(self.server.base_urls())}")
                 self._backend = connect(self.server)
                 self._made.append(self._backend)
+            if not self._rates_handed:
+                # Given or made: how long a cold prefill may take there, from what the store measured.
+                self._rates_handed = True
                 _expect_earlier_rates(self._backend, self.store)
             return self._backend
 

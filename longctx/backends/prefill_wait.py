@@ -32,10 +32,8 @@ what the request waits for and how long it expects.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
-from array import array
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -169,24 +167,22 @@ class PrefillRates:
             return self._given
 
 
-def _chained(blocks: Sequence[bytes], salt: str) -> list[bytes]:
-    """Each block's hash chained to every block before it (and the salt): equal only for equal prefixes."""
-    hasher = hashlib.blake2b(salt.encode(), digest_size=16)
+def _chained(prompt: Sequence[int] | str, block: int, salt: str) -> list[int]:
+    """Each block's hash chained to every block before it (and the salt): equal only for equal prefixes.
+
+    Python's own hash of a tuple of ints or of a string (64 bits, in C): about
+    0.025 s for a million ids on a loaded 2-core CPU, where blake2b over the
+    packed ids took 0.09 s. A collision only makes a request look cached (its
+    wait the stall timeout, as before); the hashes never leave the process.
+    """
+    chained = hash(salt)
     found = []
-    for block in blocks:
-        hasher.update(block)
-        found.append(hasher.copy().digest())
+    as_tuple = isinstance(prompt, list)
+    for start in range(0, len(prompt), block):
+        piece = prompt[start : start + block]
+        chained = hash((chained, tuple(piece) if as_tuple else piece))
+        found.append(chained)
     return found
-
-
-def _id_blocks(ids: Sequence[int]) -> list[bytes]:
-    packed = array("q", ids).tobytes()
-    step = ID_BLOCK * 8
-    return [packed[start : start + step] for start in range(0, len(packed), step)]
-
-
-def _text_blocks(text: str) -> list[bytes]:
-    return [text[start : start + TEXT_BLOCK].encode() for start in range(0, len(text), TEXT_BLOCK)]
 
 
 def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -198,7 +194,7 @@ def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
 class _Prompt:
     """A request's prompt as hashed blocks: ids or text, its length in its units."""
 
-    hashes: list[bytes]
+    hashes: list[int]
     units: int
     block: int
     as_ids: bool
@@ -209,7 +205,7 @@ class PrefixMemory:
 
     def __init__(self, limit: int = MEMORY_BLOCKS) -> None:
         self._limit = limit
-        self._known: OrderedDict[bytes, None] = OrderedDict()
+        self._known: OrderedDict[int, None] = OrderedDict()
         self._lock = threading.Lock()
 
     @staticmethod
@@ -219,9 +215,10 @@ class PrefixMemory:
         salted = "ids\0" if prompt_ids is not None else "text\0"
         salted += salt or ""
         if prompt_ids is not None:
-            return _Prompt(_chained(_id_blocks(prompt_ids), salted), len(prompt_ids), ID_BLOCK, True)
+            ids = prompt_ids if isinstance(prompt_ids, (tuple, list)) else list(prompt_ids)
+            return _Prompt(_chained(ids, ID_BLOCK, salted), len(ids), ID_BLOCK, True)
         text = messages_text(messages)
-        return _Prompt(_chained(_text_blocks(text), salted), len(text), TEXT_BLOCK, False)
+        return _Prompt(_chained(text, TEXT_BLOCK, salted), len(text), TEXT_BLOCK, False)
 
     def cached_units(self, prompt: _Prompt) -> int:
         """How many of the prompt's units (ids or characters) lie in blocks sent before."""

@@ -384,7 +384,7 @@ def test_a_body_is_encoded_as_httpx2_encodes_json_with_orjson_or_without(
 ) -> None:
     from longctx.backends import http
 
-    message = {"role": "user", "content": "é ü \u2028 \"q\""}
+    message = {"role": "user", "content": 'é ü \u2028 "q"'}
     body = {"model": "m", "prompt": list(range(2000)), "messages": [message],
             "temperature": 0.5, "stream": True, "n": None, "big": 2**70}  # fmt: skip
     expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()

@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Citation": "longctx.citations",
     "CitedAnswer": "longctx.citations",
     "HostTier": "longctx.backends.tiers",
+    "PrefillRate": "longctx.backends.prefill_wait",
     "TierReading": "longctx.backends.tiers",
     "CanaryComparison": "longctx.verification.canary",
     "CanaryDiverged": "longctx.errors",
@@ -162,6 +163,7 @@ if TYPE_CHECKING:
     from longctx.backends.images import ImageTokens as ImageTokens
     from longctx.backends.images import count_image_tokens as count_image_tokens
     from longctx.backends.metrics import Sample as Sample
+    from longctx.backends.prefill_wait import PrefillRate as PrefillRate
     from longctx.backends.profiles import CacheCounters as CacheCounters
     from longctx.backends.routers import RouterInfo as RouterInfo
     from longctx.backends.tiers import HostTier as HostTier

@@ -12,5 +12,9 @@
 - :mod:`~longctx.backends.tokenizer`: the server's tokenizer;
 - :mod:`~longctx.backends.images`: whether the served model takes images, and each image's tokens;
 - :mod:`~longctx.backends.routers`: a router in front, found on its worker list;
-- :mod:`~longctx.backends.waits`: the requests waiting on a silent server, for a caller to show.
+- :mod:`~longctx.backends.waits`: the requests waiting on a silent server, for a caller to show;
+- :mod:`~longctx.backends.prefill_wait`: how long a request may wait for its first token (a cold
+  prefill is not a stall): the prompts sent, the server's measured prefill rate;
+- :mod:`~longctx.backends.continuation`: requests that continue a stored prompt in a server
+  session without resending it (SGLang's sessions).
 """

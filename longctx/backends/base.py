@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
+from longctx.backends.continuation import Continuations
 from longctx.backends.engines import GENERIC, identify, profiles
 from longctx.backends.http import (
     AsyncTransport,
@@ -31,6 +32,7 @@ from longctx.backends.http import (
 )
 from longctx.backends.images import ImageCounter
 from longctx.backends.metrics import Sample, parse_metrics
+from longctx.backends.prefill_wait import PrefillRate
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tiers import HostTier
@@ -349,6 +351,8 @@ class Backend:
         assert replica.info is not None
         reason = stamped.text_reason
         form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
+        # A request sent in a session (longctx.backends.continuation) says so in its own form.
+        form = completion.usage.prompt_form or form
         if form:
             completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
         return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
@@ -374,6 +378,42 @@ class Backend:
     async def acomplete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
         """:meth:`delivery` carried out on the running event loop (the same keywords)."""
         return await arun(self.delivery(request, **hooks))
+
+    def expect_prefill_rate(self, url: str, rate: PrefillRate) -> None:
+        """A prefill rate known for the replica at ``url`` (measured there before), until one is measured.
+
+        It bounds how long a cold request there may wait for its first token
+        (:mod:`longctx.backends.prefill_wait`); an unknown or undiscovered URL is ignored.
+        """
+        replica = self._replicas.get(url)
+        if replica is not None and replica.chat is not None:
+            replica.chat.prefill.rates.give(rate)
+
+    def continue_in_sessions(self, enabled: bool = True) -> list[str]:
+        """Send id prompts that continue an earlier one in a server session, without the shared ids.
+
+        Only where the engine has such sessions (SGLang; see
+        :mod:`longctx.backends.continuation`); the URLs of the replicas it is
+        now on for (undiscovered replicas are left as they are).
+        """
+        found = []
+        for replica in self._replicas.values():
+            chat = replica.chat
+            if chat is None or replica.info is None or not replica.info.profile.session_api:
+                continue
+            if enabled and chat.continuations is None:
+                chat.continuations = Continuations()
+            elif not enabled and chat.continuations is not None:
+                chat.close_sessions()
+                chat.continuations = None
+            if enabled:
+                found.append(replica.api_url)
+        return found
+
+    def prefill_rate(self, url: str) -> PrefillRate | None:
+        """The prefill rate that bounds a cold request's wait at ``url`` now; None: none known."""
+        replica = self._replicas.get(url)
+        return None if replica is None or replica.chat is None else replica.chat.prefill.rates.current
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model), on the key's replica."""

@@ -410,6 +410,7 @@ SGLANG = EngineProfile(
     # /v1/completions takes prompt as a list of ids (0.5.17 on the H200, 0.5.23 on the CPU; its
     # /generate takes input_ids too, but answers in its own format).
     takes_prompt_ids=True,
+    session_api=True,
     # docs/benchmarks.md "gpu-siblings-sglang" (H200, SGLang 0.5.17: fcfs, page 1, triton
     # attention, 99.7k-token pack): admitted 24.6 s, lead 25.4 s, together 26.2 s; the fastest
     # plain client (lead then 7) 24.8 s. SGLang does not share a prefix still being prefilled:

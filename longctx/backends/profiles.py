@@ -252,6 +252,9 @@ class EngineProfile:
     #: Whether ``/v1/completions`` takes ``prompt`` as a list of token ids (sessions then send the
     #: pack as ids: longctx.sessions.prompt_ids).
     takes_prompt_ids: bool = False
+    #: Whether the engine continues a stored prompt in a session without it being resent
+    #: (SGLang's ``/open_session`` and ``session_params`` on ``/generate``: longctx.backends.continuation).
+    session_api: bool = False
     #: Body fields that make the engine say per request where its cached tokens came from.
     tier_detail_switches: tuple[str, ...] = ()
     #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).

@@ -161,7 +161,9 @@ def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
         emit_json({"error": failure})
     click.echo(f"longctx: error: {error.describe()}", err=True)
     if raw and not as_json:
-        click.echo(f"longctx: the answer as it came:\n{raw['text']}", err=True)
+        from longctx.cli.terminal import shown  # the model's text: inert on a terminal
+
+        click.echo(f"longctx: the answer as it came:\n{shown(raw['text'], sys.stderr)}", err=True, color=True)
     sys.exit(code)
 
 

@@ -29,6 +29,7 @@ from longctx.cli.app import (
 from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
+from longctx.cli.terminal import shown
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError
@@ -169,7 +170,8 @@ class _Opened:
 def _echo_answers(answers: Iterable[Answer], roots: Sequence[str] = ()) -> None:
     """Each answer on stdout under its question, in order (its citations after it, when asked for)."""
     for answer in answers:
-        click.echo(f"## {answer.question}\n\n{answer.text}\n", color=True)  # as stored (see print_answer)
+        # As stored off a terminal (see print_answer); inert on one.
+        click.echo(shown(f"## {answer.question}\n\n{answer.text}\n", sys.stdout), color=True)
         _echo_citations(answer, roots)
 
 
@@ -186,14 +188,16 @@ def _echo_citations(answer: Answer, roots: Sequence[str]) -> None:
     click.echo(f"[citations: {verified} of {len(answer.citations)} verified against the pack]")
     links = _hyperlinks()
     for citation in answer.citations:
-        location = citation.location
-        url = file_link(citation.path, roots) if links else None
+        # What the model wrote is made inert first; the only link is the one longctx made around it.
+        location = shown(citation.location, sys.stdout)
+        # Linked only when verified: a path the pack does not hold gets no link to click.
+        url = file_link(citation.path, roots) if links and citation.verified else None
         if url is not None:
             # OSC 8: the terminal shows the location and opens the file on a click.
             location = f"\x1b]8;;{url}\x1b\\{location}\x1b]8;;\x1b\\"
-        quote = f' "{citation.quote}"' if citation.quote else ""
-        mark = "ok" if citation.verified else f"UNVERIFIED: {citation.reason}"
-        click.echo(f"  {location}{quote}  [{mark}]")
+        quote = f' "{shown(citation.quote, sys.stdout)}"' if citation.quote else ""
+        mark = "ok" if citation.verified else f"UNVERIFIED: {shown(str(citation.reason), sys.stdout)}"
+        click.echo(f"  {location}{quote}  [{mark}]", color=True)
 
 
 def _label(session: Conversation) -> str:

@@ -524,11 +524,15 @@ def chat(
     with // to send one that begins with / (the first / is dropped).
 
     Every completed turn is stored at once; resume with --session ID, which
-    shows the earlier turns first (the last 3 in full). Ctrl-C ends the chat
-    (exit 130) and prints the id to resume; an answer stopped while it
-    streams is not stored. A question not answered (Ctrl-C, or a failure) is
-    printed as kept, and on a terminal stays in the chat's input history
-    (chat_history beside the store): the Up arrow in the next chat offers it.
+    shows each earlier turn first as one line (/history: in full). On a
+    terminal, Ctrl-C while a turn runs stops it and returns to the prompt:
+    the stopped answer is not stored, and the question stays in the input
+    history (the Up arrow offers it). A second Ctrl-C in a row, Ctrl-D or an
+    empty line ends the chat (exit 0) and prints the id to resume. From a
+    script, Ctrl-C ends the chat (exit 130). A question not answered (a
+    failure that ends the chat) is printed as kept, and on a terminal stays
+    in the chat's input history (chat_history beside the store): the Up
+    arrow in the next chat offers it.
     A server that goes away is said so once and the same question is asked
     again, waiting longer each time (one status line on a terminal), until
     it is back (the session goes on) or Ctrl-C.

@@ -431,7 +431,15 @@ class RequestOptions(OptionFields):
         help="Room kept in the window, besides the answer, for the questions and turns after the pack"
         " (the pack gets the rest).",
     )
-    extra_body: Mapping[str, Any] = option(default_factory=dict, value_type="mapping", load=stored_dict)
+    extra_body: Mapping[str, Any] = option(
+        default_factory=dict,
+        value_type="mapping",
+        load=stored_dict,
+        flag="--extra-body",
+        metavar="JSON",
+        help="Engine fields merged into every request body, as a JSON object"
+        ' (\'{{"top_k": 20}}\'); the Python API\'s extra_body.',
+    )
     follow_changes: bool = option(
         True,
         value_type="bool",

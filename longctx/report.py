@@ -302,13 +302,13 @@ class SavingsReport:
         """One line for a terminal's stderr."""
         if self.cached_tokens is None:
             return (
-                f"{len(self.requests)} requests, {self.prompt_tokens:,} prompt tokens; "
+                f"{len(self.requests)} request{'' if len(self.requests) == 1 else 's'}, {self.prompt_tokens:,} prompt tokens; "
                 f"cached tokens unknown: {self.missing_reason}"
             )
         saved = self.prefill_seconds_saved
         saved_text = f", ~{saved:.1f} s prefill saved (estimate)" if saved is not None else ""
         return (
-            f"{len(self.requests)} requests, {self.cached_tokens:,} of {self.prompt_tokens:,} prompt tokens "
+            f"{len(self.requests)} request{'' if len(self.requests) == 1 else 's'}, {self.cached_tokens:,} of {self.prompt_tokens:,} prompt tokens "
             f"cached ({self.hit_rate or 0:.1%}){saved_text}"
         )
 

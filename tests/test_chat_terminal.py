@@ -313,8 +313,8 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
     again = spawn(
         "chat", "--session", session_id, "--max-tokens", "4", home=home, base_url=base_url, timeout=120
     )
-    ready(again)
     again.expect(re.escape("[turn 1] > What does main return? -> "))  # one line a turn
+    ready(again)
     again.sendline("And the notes?")
     again.expect(r"\[turn 2: ")
     again.sendline("/quit")

@@ -57,6 +57,7 @@ __all__ = [
     "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
     "EXIT_NO_PREFIX_CACHE",
+    "EXIT_UNVERIFIED_CITATIONS",
     "EXIT_NO_SESSION",
     "EXIT_OK",
     "EXIT_SERVER",
@@ -94,6 +95,7 @@ EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
 EXIT_NO_PREFIX_CACHE = 11
 EXIT_INVALID_ANSWER = 12
+EXIT_UNVERIFIED_CITATIONS = 13
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -115,6 +117,8 @@ EXIT_CODES: dict[int, str] = {
     " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
+    EXIT_UNVERIFIED_CITATIONS: "`--require-citations`: an answer gave no sources, or a source it cites is not"
+    " verified against the pack (the answers and citations are printed first)",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }

@@ -167,6 +167,18 @@ class _Opened:
     session: Conversation
 
 
+def note_cut(answers: Sequence[Answer], *, quiet: bool) -> None:
+    """One line on stderr when an answer was cut at the token limit (``finish_reason`` ``length``)."""
+    cut = [number for number, answer in enumerate(answers, start=1) if answer.finish_reason == "length"]
+    if not cut:
+        return
+    which = "the answer was" if len(answers) == 1 else f"answer{'s' if len(cut) > 1 else ''} " + ", ".join(
+        map(str, cut)
+    ) + f" of {len(answers)} {'were' if len(cut) > 1 else 'was'}"
+    note(f"longctx: {which} cut at the token limit (finish_reason length): give a larger --max-tokens",
+         quiet=quiet)  # fmt: skip
+
+
 def _echo_answers(answers: Iterable[Answer], roots: Sequence[str] = ()) -> None:
     """Each answer on stdout under its question, in order (its citations after it, when asked for)."""
     for answer in answers:
@@ -183,6 +195,9 @@ def _hyperlinks() -> bool:
 def _echo_citations(answer: Answer, roots: Sequence[str]) -> None:
     """The citations of an answer asked with --cite, checked: a file link on each found on this machine."""
     if answer.citations is None:
+        return
+    if not answer.citations:
+        click.echo("[citations: the answer gave no sources]")
         return
     verified = sum(citation.verified for citation in answer.citations)
     click.echo(f"[citations: {verified} of {len(answer.citations)} verified against the pack]")
@@ -228,13 +243,46 @@ def stream_option(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def cite_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--cite``: each answer cites where it rests, and each citation is checked against the pack."""
+    """``--cite``: each answer cites where it rests, and each citation is checked against the pack.
+
+    ``--require-citations`` (which implies ``--cite``): an answer without
+    sources, or with one not verified, is a failure (exit 13) once all is printed.
+    """
+    function = click.option(
+        "--require-citations",
+        is_flag=True,
+        help="As --cite, and exit 13 when an answer gives no sources or cites one not verified against "
+        "the pack (after printing everything as usual): for scripts that must not pass on an unsupported "
+        "answer.",
+    )(function)
     return click.option(
         "--cite",
         is_flag=True,
         help="Ask the model to end each answer with its sources (path:lines and a quote); each one is "
         "checked against the pack and printed after the answer, marked when unverified.",
     )(function)
+
+
+def check_citations(answers: Sequence[Answer], required: bool) -> None:
+    """With ``--require-citations``: exit 13 when an answer has no sources or an unverified one."""
+    if not required:
+        return
+    from longctx.cli.app import EXIT_UNVERIFIED_CITATIONS
+
+    failing = [
+        number
+        for number, answer in enumerate(answers, start=1)
+        if not answer.citations or not all(citation.verified for citation in answer.citations)
+    ]
+    if failing:
+        which = "the answer" if len(answers) == 1 else "answer" + ("s " if len(failing) > 1 else " ") + ", ".join(
+            map(str, failing)
+        )
+        click.echo(
+            f"longctx: --require-citations: {which} gave no sources or cites one not verified against the pack",
+            err=True,
+        )
+        sys.exit(EXIT_UNVERIFIED_CITATIONS)
 
 
 def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[tuple[str, ...], str]:
@@ -281,6 +329,7 @@ def ask(
     question_option: str | None,
     shard: bool,
     cite: bool,
+    require_citations: bool,
     schema: AnswerSchema | None,
     stream: bool,
     as_json: bool,
@@ -300,6 +349,7 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
+    cite = cite or require_citations
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     printing = Printing.for_terminal(stream=stream, as_json=as_json, quiet=quiet)
     with given.opened(progress_until_open=True) as opened, opened.session as session:
@@ -311,8 +361,10 @@ def ask(
             raise
         if not as_json:
             _echo_citations(answer, session.source_roots())
+        note_cut([answer], quiet=quiet)
         report = session.report()
     given.finish(session, report, answer.to_dict())
+    check_citations([answer], require_citations)
 
 
 @main.command()
@@ -342,6 +394,7 @@ def batch(
     session_id: str | None,
     shard: bool,
     cite: bool,
+    require_citations: bool,
     schema: AnswerSchema | None,
     as_json: bool,
     quiet: bool,
@@ -357,6 +410,7 @@ def batch(
     with --session ID and the same questions (only those without an answer
     are asked; --max-tokens and --concurrency apply, the pack is kept).
     """
+    cite = cite or require_citations
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
@@ -387,9 +441,11 @@ def batch(
                 raise
     if not as_json:
         _echo_answers(result, session.source_roots())
+    note_cut(list(result), quiet=quiet)
     reused = f"{result.reused} of {len(questions)} answers from an earlier run, not asked again"
     answers = {"answers": [answer.to_dict() for answer in result]}
     given.finish(session, result.report, answers, reused=reused if result.reused else None)
+    check_citations(list(result), require_citations)
 
 
 def _print_stopped(
@@ -470,7 +526,9 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
         flag = "/".join(getattr(parameter, "opts", []) or [name])
         # --cite, --schema and --stream are how this run asks and prints, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema", "stream")
+            name
+            in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "require_citations",
+                "schema", "stream")
             or name in _SERVER_ON_RESUME
         ):
             continue

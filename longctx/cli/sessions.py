@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import time
 from typing import Any
 
 import click
 
 from longctx.cli.app import emit_json, main, note, runtime
+from longctx.cli.terminal import shown
 from longctx.errors import SessionNotFound
 from longctx.outputs import save_text
 from longctx.sessions import Session, resume
@@ -289,14 +291,14 @@ def sessions_show(session_id: str, as_json: bool) -> None:
         )  # fmt: skip
         return
     click.echo(f"session {session.id}: {session.title}")
-    for index, turn in enumerate(session.turns):
-        click.echo(f"\n[{index}] > {turn.question}\n{turn.answer}")
+    for number, turn in enumerate(session.turns, start=1):  # numbered as the chat and the report number them
+        click.echo(shown(f"\n[turn {number}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
     points = sorted({child.parent_turns or 0 for child, _ in siblings})
     for point in points:
         batch = [(child, turn) for child, turn in siblings if (child.parent_turns or 0) == point]
         click.echo(f"\n-- batch of {len(batch)} sibling answers after {point} turns --")
         for child, turn in batch:
-            click.echo(f"\n[{child.id}] > {turn.question}\n{turn.answer}")
+            click.echo(shown(f"\n[{child.id}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
 
 
 @sessions.command("delete")

@@ -1,0 +1,160 @@
+"""What a newcomer met on second contact (issue 47): each rough edge, now as the docs say.
+
+Against the fake engine in process (CliRunner): a cut answer said on
+stderr and in --json; typed answers of one shape in the CLI and the API;
+engine fields from the command line; --require-citations; turns numbered
+from 1; "1 request"; the job's help naming only flags that exist.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from fake_engine import FakeEngine
+
+from longctx import cli
+from longctx.backends.base import Backend, connect
+from longctx.cli import Runtime, main
+from longctx.cli.app import EXIT_UNVERIFIED_CITATIONS
+from longctx.errors import ConfigError
+from longctx.sessions import RepoSession
+from longctx.store import Store
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "main.py").write_text("def main():\n    return 0\n")
+    return root
+
+
+@pytest.fixture
+def fake() -> FakeEngine:
+    return FakeEngine(engine="generic", block=1, answer="It returns 0.")
+
+
+@pytest.fixture
+def backend(fake: FakeEngine) -> Backend:
+    return connect("http://fake-engine:8000/v1", transport=fake.transport())
+
+
+def run(backend: Backend, tmp_path: Path, *args: str, stdin: str | None = None) -> Result:
+    runtime = Runtime(backend=backend, open_store=lambda: Store.open(tmp_path / "home"))
+    return CliRunner().invoke(main, list(args), obj=runtime, input=stdin)
+
+
+def test_a_cut_answer_is_said_on_stderr_and_in_json(
+    backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path
+) -> None:
+    fake.finish_reason = "length"
+    plain = run(backend, tmp_path, "ask", str(folder), "What?", "--no-stream")
+    assert plain.exit_code == 0, plain.output
+    assert "the answer was cut at the token limit (finish_reason length): give a larger --max-tokens" in (
+        plain.stderr
+    )
+    as_json = run(backend, tmp_path, "ask", str(folder), "What?", "--json")
+    assert json.loads(as_json.stdout)["finish_reason"] == "length"
+    questions = tmp_path / "questions.txt"
+    questions.write_text("One?\nTwo?\n")
+    batch = run(backend, tmp_path, "batch", str(folder), "--questions", str(questions))
+    assert "answers 1, 2 of 2 were cut at the token limit" in batch.stderr
+    fake.finish_reason = "stop"
+    whole = run(backend, tmp_path, "ask", str(folder), "What?", "--json")
+    assert json.loads(whole.stdout)["finish_reason"] == "stop" and "cut" not in whole.stderr
+
+
+def test_schema_multi_gives_a_list_in_the_cli_as_in_the_api(
+    backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path
+) -> None:
+    fake.answer = '{"items": [{"name": "Ada", "age": 36}]}'
+    result = run(backend, tmp_path, "ask", str(folder), "Who?", "--schema", "name, age int", "--schema-multi",
+                 "--json")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    in_cli = json.loads(result.stdout)["data"]
+    with Store.open(tmp_path / "api") as store, RepoSession(str(folder), backend=backend, store=store) as session:
+        from longctx.schemas import answer_schema
+
+        in_api = session.ask("Who?", schema=answer_schema("name, age int", multi=True)).data
+    assert in_cli == in_api == [{"name": "Ada", "age": 36}]
+
+
+def test_a_cut_typed_answer_names_the_flag(
+    backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path
+) -> None:
+    fake.answer, fake.finish_reason = '{"name": "Ad', "length"
+    result = run(backend, tmp_path, "ask", str(folder), "Who?", "--schema", "name")
+    assert result.exit_code == cli.app.EXIT_INVALID_ANSWER
+    assert "--max-tokens" in result.stderr
+
+
+def test_the_cli_sends_engine_fields_as_the_api_does(
+    backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run(backend, tmp_path, "ask", str(folder), "What?", "--extra-body", '{"top_k": 20}')
+    assert result.exit_code == 0, result.output
+    assert fake.chat_bodies[-1]["top_k"] == 20
+    monkeypatch.setenv("LONGCTX_EXTRA_BODY", '{"min_p": 0.1}')
+    assert run(backend, tmp_path, "ask", str(folder), "Again?").exit_code == 0
+    assert fake.chat_bodies[-1]["min_p"] == 0.1
+    refused = run(backend, tmp_path, "ask", str(folder), "What?", "--extra-body", "[1]")
+    assert refused.exit_code == cli.EXIT_USAGE and "a JSON object is needed" in refused.stderr
+    monkeypatch.setenv("LONGCTX_EXTRA_BODY", "top_k=20")
+    wrong = run(backend, tmp_path, "ask", str(folder), "What?")
+    assert wrong.exit_code == cli.EXIT_USAGE and "must be a JSON object" in wrong.stderr
+
+
+def test_require_citations_fails_an_unsupported_answer_and_no_sources_is_said_so(
+    backend: Backend, fake: FakeEngine, folder: Path, tmp_path: Path
+) -> None:
+    fake.answer = "It returns 0."  # no sources block
+    cited = run(backend, tmp_path, "ask", str(folder), "What?", "--cite")
+    assert cited.exit_code == 0
+    assert "[citations: the answer gave no sources]" in cited.stdout and "0 of 0" not in cited.stdout
+    required = run(backend, tmp_path, "ask", str(folder), "What?", "--require-citations")
+    assert required.exit_code == EXIT_UNVERIFIED_CITATIONS, required.output
+    assert "It returns 0." in required.stdout  # printed first
+    fake.answer = 'It returns 0.\n\nSources:\n- main.py:2 "return 0"\n- other.py:1 "nothing"\n'
+    unverified = run(backend, tmp_path, "ask", str(folder), "What?", "--require-citations", "--json")
+    assert unverified.exit_code == EXIT_UNVERIFIED_CITATIONS
+    assert json.loads(unverified.stdout)["citations"][1]["verified"] is False
+    fake.answer = 'It returns 0.\n\nSources:\n- main.py:2 "return 0"\n'
+    verified = run(backend, tmp_path, "ask", str(folder), "What?", "--require-citations")
+    assert verified.exit_code == 0, verified.output
+    assert "[citations: 1 of 1 verified against the pack]" in verified.stdout
+    questions = tmp_path / "questions.txt"
+    questions.write_text("One?\nTwo?\n")
+    fake.answer = "No sources here."
+    batch = run(backend, tmp_path, "batch", str(folder), "--questions", str(questions), "--require-citations")
+    assert batch.exit_code == EXIT_UNVERIFIED_CITATIONS and "answers 1, 2 gave no sources" in batch.stderr
+
+
+def test_ask_refuses_a_cite_that_is_not_a_bool(backend: Backend, folder: Path, tmp_path: Path) -> None:
+    with Store.open(tmp_path / "home") as store, RepoSession(str(folder), backend=backend, store=store) as session:
+        with pytest.raises(ConfigError, match="cite"):
+            session.ask("What?", cite="yes")  # type: ignore[typeddict-item]
+
+
+def test_turns_are_numbered_from_1_in_json_the_chat_and_sessions_show(
+    backend: Backend, folder: Path, tmp_path: Path
+) -> None:
+    chat = run(backend, tmp_path, "chat", str(folder), "--json", "--no-warm-start", stdin="q1?\nq2?\n\n")
+    lines = [json.loads(line) for line in chat.stdout.splitlines()]
+    assert [line["turn"] for line in lines] == [1, 2]
+    assert "[turn 1: " in chat.stderr and "[turn 2: " in chat.stderr
+    shown = run(backend, tmp_path, "sessions", "show", lines[0]["session_id"])
+    assert "[turn 1] > q1?" in shown.stdout and "[turn 2] > q2?" in shown.stdout
+    one = run(backend, tmp_path, "ask", str(folder), "Just one?", "--no-stream")
+    assert ": 1 request, " in one.stderr and "1 requests" not in one.stderr
+
+
+def test_job_help_names_only_flags_that_exist() -> None:
+    import re
+
+    help_text = CliRunner().invoke(main, ["job", "--help"]).output
+    options = set(re.findall(r"(--[a-z][a-z-]+)", help_text.split("Options:")[1]))
+    mentioned = set(re.findall(r"(--[a-z][a-z-]+)", help_text.split("Options:")[0]))
+    assert mentioned <= options, mentioned - options

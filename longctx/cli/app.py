@@ -351,8 +351,11 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], Non
         def update(done: int, message: str) -> None:
             bar.update(task, completed=done, description=message)
 
-        # A silent server is said above the bar (or as plain lines off a terminal).
-        with watching_waits(plain=lambda line: console.print(f"longctx: {line}", markup=False)):
+        # A silent server is said above the bar (or as plain lines off a terminal), never wrapped:
+        # a file or a pipe gets whole lines, however wide.
+        with watching_waits(
+            plain=lambda line: console.print(f"longctx: {line}", markup=False, soft_wrap=True)
+        ):
             yield update
 
 

@@ -158,3 +158,47 @@ def test_job_help_names_only_flags_that_exist() -> None:
     options = set(re.findall(r"(--[a-z][a-z-]+)", help_text.split("Options:")[1]))
     mentioned = set(re.findall(r"(--[a-z][a-z-]+)", help_text.split("Options:")[0]))
     assert mentioned <= options, mentioned - options
+
+
+def test_sessions_show_lists_a_batch_in_question_order_and_list_shows_job_ids(
+    fake: FakeEngine, folder: Path, tmp_path: Path
+) -> None:
+    import threading
+
+    import httpx2
+
+    # Answers come back in reverse: the first question's waits until the last one's is served.
+    order: list[str] = []
+    last_served = threading.Event()
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path.endswith("/chat/completions"):
+            question = json.loads(request.content)["messages"][-1]["content"]
+            if "Third?" not in str(question):
+                last_served.wait(10)
+            response = fake.handle(request)
+            order.append(str(question))
+            if "Third?" in str(question):
+                last_served.set()
+            return response
+        return fake.handle(request)
+
+    backend = connect("http://fake-engine:8000/v1", transport=httpx2.MockTransport(handler))
+    questions = tmp_path / "questions.txt"
+    questions.write_text("First?\nSecond?\nThird?\n")
+    batch = run(backend, tmp_path, "batch", str(folder), "--questions", str(questions), "--json",
+                "--concurrency", "3", "--dispatch", "together")  # fmt: skip
+    assert batch.exit_code == 0, batch.output
+    assert "Third?" in order[0]  # answered first
+    session_id = json.loads(batch.stdout)["session_id"]
+    shown = run(backend, tmp_path, "sessions", "show", session_id).stdout
+    assert shown.index("First?") < shown.index("Second?") < shown.index("Third?")
+    job = tmp_path / "job.jsonl"
+    job.write_text(json.dumps({"paths": str(folder), "question": "q?"}) + "\n")
+    ran = run(backend, tmp_path, "job", str(job), "--quiet")
+    assert ran.exit_code == 0, ran.output
+    listed = run(backend, tmp_path, "sessions", "list")
+    job_row = next(line for line in listed.stdout.splitlines() if "  job  " in line)
+    rows = json.loads(run(backend, tmp_path, "sessions", "list", "--json").stdout)
+    job_id = next(row["job_id"] for row in rows if row["kind"] == "job")
+    assert job_id and f"job {job_id}: " in job_row

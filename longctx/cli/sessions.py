@@ -88,7 +88,7 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
 
     Each row's kind: session (ask, chat), batch (siblings under one
     prefix), fork, sibling (with --all), sharded (map-reduce) or job (a
-    pack of `longctx job`).
+    pack of `longctx job`, its title naming the job's id and the pack).
     """
     with runtime().open_store() as store:
         records = store.sessions.sessions()
@@ -129,6 +129,8 @@ def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
         "source": ", ".join(living.get("paths") or []) or record.title,
         "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
         "first_question": turns[0].question if turns else None,
+        # A job names its pack sessions "job ID: pack": the id to find the job's results by.
+        "job_id": record.title.split(":", 1)[0].removeprefix("job ") if record.title.startswith("job ") else None,
     }
 
 
@@ -147,7 +149,8 @@ def _list_line(row: dict[str, Any], branches: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
     size = f"{row['pack_tokens']:,} tokens" if row["pack_tokens"] else "no pack"
     count = f"{branches} siblings" if branches and not row["turns"] else f"{row['turns']} turns"
-    question = (row["first_question"] or "").replace("\n", " ")
+    # A row without a question of its own (a job's pack, a batch) shows its title: the job id and pack.
+    question = (row["first_question"] or row["title"] or "").replace("\n", " ")
     question = question if len(question) <= 60 else question[:57] + "..."
     source = _short_source(row["source"])
     return f"{row['id']}  {when}  {row['kind']:<7}  {count:>11}  {size:>14}  {source}  {question}"
@@ -276,6 +279,7 @@ def sessions_show(session_id: str, as_json: bool) -> None:
             for child in store.sessions.children(session.id)
             if child.kind == "sibling" and (turns := store.sessions.turns(child.id))
         ]
+        siblings = _in_question_order(store, siblings)
     if as_json:
         emit_json(
             {
@@ -299,6 +303,28 @@ def sessions_show(session_id: str, as_json: bool) -> None:
         click.echo(f"\n-- batch of {len(batch)} sibling answers after {point} turns --")
         for child, turn in batch:
             click.echo(shown(f"\n[{child.id}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
+
+
+def _in_question_order(store: Store, siblings: list[tuple[SessionRecord, Any]]) -> list[tuple[SessionRecord, Any]]:
+    """``siblings`` batch by batch (the first answered first), each batch in its questions' order.
+
+    Each sibling keeps its place among its batch's questions (``batch_index``,
+    set since longctx 0.1.x); older ones keep the order they were stored in.
+    """
+    batch_of = {
+        request.session_id: request.batch_id
+        for request in store.sessions.requests(session_ids=[child.id for child, _ in siblings])
+    } if siblings else {}  # fmt: skip
+    started: dict[str | None, float] = {}
+    for child, _ in siblings:
+        batch = batch_of.get(child.id)
+        started[batch] = min(started.get(batch, child.created_at), child.created_at)
+
+    def place(pair: tuple[SessionRecord, Any]) -> tuple[float, int, float]:
+        child = pair[0]
+        return (started[batch_of.get(child.id)], int(child.settings.get("batch_index", 0)), child.created_at)
+
+    return sorted(siblings, key=place)
 
 
 @sessions.command("delete")

@@ -438,7 +438,7 @@ class RequestOptions(OptionFields):
         flag="--extra-body",
         metavar="JSON",
         help="Engine fields merged into every request body, as a JSON object"
-        ' (\'{{"top_k": 20}}\'); the Python API\'s extra_body.',
+        " ('{{\"top_k\": 20}}'); the Python API's extra_body.",
     )
     follow_changes: bool = option(
         True,

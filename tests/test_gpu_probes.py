@@ -14,12 +14,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_engine import Fault, FakeEngine
+from fake_engine import FakeEngine, Fault
 from fake_http import FakeHttpServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks" / "gpu"))
 
-import followup_probe  # noqa: E402  (the benchmark script, by its folder)
+import followup_probe
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_a_successful_request_is_timed(served: FakeHttpServer) -> None:
 
 def test_an_http_400_is_refused_not_recorded(served: FakeHttpServer) -> None:
     served.fake.faults.append(Fault(status=400, body={"error": "the prompt is longer than the window"}))
-    with pytest.raises(followup_probe.ProbeFailure, match="HTTP 400.*longer than the window"):
+    with pytest.raises(followup_probe.ProbeFailure, match=r"HTTP 400.*longer than the window"):
         probe_server(served).stream("chat/completions", request(), time.perf_counter())
 
 

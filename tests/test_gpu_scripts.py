@@ -67,14 +67,20 @@ def test_prepare_sglang_leaves_no_package_in_both_the_bundle_and_lx(tmp_path: Pa
     """What prepare-sglang.sh did: jsonschema & co downloaded for SGLang and again for longctx."""
     image = tmp_path / "image-packages.txt"
     image.write_text("# the GPU image\ntorch\nnumpy\ntransformers\n")
-    shared = ("jsonschema-4.26.0-py3-none-any.whl", "jsonschema_specifications-2025.9.1-py3-none-any.whl",
-              "referencing-0.37.0-py3-none-any.whl", "rpds_py-0.30.0-cp312-cp312-manylinux_2_17_x86_64.whl")  # fmt: skip
+    shared = (
+        "jsonschema-4.26.0-py3-none-any.whl",
+        "jsonschema_specifications-2025.9.1-py3-none-any.whl",
+        "referencing-0.37.0-py3-none-any.whl",
+        "rpds_py-0.30.0-cp312-cp312-manylinux_2_17_x86_64.whl",
+    )
     sglang = _wheels(tmp_path / "whl", "sglang-0.5.17-py3-none-any.whl", "numpy-2.2.6-cp312.whl",
                      "transformers-5.12.1-py3-none-any.whl", *shared)  # fmt: skip
-    lx = _wheels(tmp_path / "lx", "longctx_sdk-0.1.0-py3-none-any.whl", "httpx2-1.0-py3-none-any.whl", *shared)
+    lx = _wheels(tmp_path / "lx", "longctx_sdk-0.1.0-py3-none-any.whl", "httpx2-1.0-py3-none-any.whl",
+                 *shared)  # fmt: skip
     # Before: the install-time check names every package in both folders.
     before = _bundle("--check", str(sglang), str(lx))
-    assert before.returncode != 0 and "jsonschema-specifications" in before.stderr and "rpds-py" in before.stderr
+    assert before.returncode != 0
+    assert "jsonschema-specifications" in before.stderr and "rpds-py" in before.stderr
     prepared = _bundle(str(image), "--keep", "longctx", "--keep", "transformers-", "--keep", "tokenizers-",
                        str(sglang), str(lx))  # fmt: skip
     assert prepared.returncode == 0, prepared.stderr
@@ -96,7 +102,7 @@ def test_two_versions_of_one_package_stop_the_preparation(tmp_path: Path) -> Non
 
 
 def test_the_scripts_run_the_bundle_check() -> None:
-    """prepare-sglang.sh and prepare-wheels.sh drop duplicates across folders; install-sglang.sh checks first."""
+    """The prepare scripts drop duplicates across folders; install-sglang.sh checks before pip."""
     assert 'bundle_wheels.py "$HERE/image-packages.txt"' in (GPU / "prepare-sglang.sh").read_text()
     assert '"$W"/whl "$DEST"/lx' in (GPU / "prepare-sglang.sh").read_text()
     assert 'bundle_wheels.py "$HERE/image-packages.txt"' in (GPU / "prepare-wheels.sh").read_text()

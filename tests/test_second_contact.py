@@ -75,7 +75,10 @@ def test_schema_multi_gives_a_list_in_the_cli_as_in_the_api(
                  "--json")  # fmt: skip
     assert result.exit_code == 0, result.output
     in_cli = json.loads(result.stdout)["data"]
-    with Store.open(tmp_path / "api") as store, RepoSession(str(folder), backend=backend, store=store) as session:
+    with (
+        Store.open(tmp_path / "api") as store,
+        RepoSession(str(folder), backend=backend, store=store) as session,
+    ):
         from longctx.schemas import answer_schema
 
         in_api = session.ask("Who?", schema=answer_schema("name, age int", multi=True)).data
@@ -133,9 +136,12 @@ def test_require_citations_fails_an_unsupported_answer_and_no_sources_is_said_so
 
 
 def test_ask_refuses_a_cite_that_is_not_a_bool(backend: Backend, folder: Path, tmp_path: Path) -> None:
-    with Store.open(tmp_path / "home") as store, RepoSession(str(folder), backend=backend, store=store) as session:
-        with pytest.raises(ConfigError, match="cite"):
-            session.ask("What?", cite="yes")  # type: ignore[typeddict-item]
+    with (
+        Store.open(tmp_path / "home") as store,
+        RepoSession(str(folder), backend=backend, store=store) as session,
+        pytest.raises(ConfigError, match="cite"),
+    ):
+        session.ask("What?", cite="yes")  # type: ignore[typeddict-item]
 
 
 def test_turns_are_numbered_from_1_in_json_the_chat_and_sessions_show(
@@ -202,3 +208,14 @@ def test_sessions_show_lists_a_batch_in_question_order_and_list_shows_job_ids(
     rows = json.loads(run(backend, tmp_path, "sessions", "list", "--json").stdout)
     job_id = next(row["job_id"] for row in rows if row["kind"] == "job")
     assert job_id and f"job {job_id}: " in job_row
+
+
+def test_doctor_suggests_fp8_kv_only_where_the_server_takes_it() -> None:
+    from longctx.backends.engines import find_profile
+
+    vllm = find_profile("vllm")
+    assert vllm is not None
+    gpu = {"cache_dtype": "auto", "block_size": "16", "kv_cache_memory_bytes": "None"}
+    cpu = {"cache_dtype": "auto", "block_size": "128", "kv_cache_memory_bytes": str(2 * 2**30)}
+    assert any("fp8" in finding.flag for finding in vllm.advise(gpu))
+    assert not any("fp8" in finding.flag for finding in vllm.advise(cpu))  # the CPU build takes none

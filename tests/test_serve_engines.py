@@ -88,7 +88,7 @@ def test_sigterm_and_sighup_stop_the_server_and_a_session_resumes_on_the_same_po
         asked = subprocess.run(
             [str(ENTRY_POINT), "ask", str(repository), "What does main return?", "--max-tokens", "2",
              "--json", "--base-url", base_url],
-            env=environment, capture_output=True, text=True, timeout=120,
+            env=environment, capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert asked.returncode == 0, asked.stderr
     finally:
@@ -101,7 +101,7 @@ def test_sigterm_and_sighup_stop_the_server_and_a_session_resumes_on_the_same_po
         # Resumed with the URL the session stored: no server option given.
         resumed = subprocess.run(
             [str(ENTRY_POINT), "chat", "--session", session_id, "--max-tokens", "2", "--no-warm-start"],
-            env=environment, input="And now?\n", capture_output=True, text=True, timeout=120,
+            env=environment, input="And now?\n", capture_output=True, text=True, timeout=120, check=False,
         )  # fmt: skip
         assert resumed.returncode == 0, resumed.stderr
         assert "[turn 2: " in resumed.stderr

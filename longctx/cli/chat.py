@@ -373,7 +373,10 @@ def _after_answer(chat: _Chat, answer: Answer) -> None:
     reused = f"; {reuse.summary_line()}" if reuse is not None and reuse.answer_tokens else ""
     chat.say(f"[turn {answer.turn + 1}: {answer.usage.summary_line()}{reused}{appended}]")
     if answer.finish_reason == "length":
-        chat.say("longctx: the answer was cut at the token limit (finish_reason length): give a larger --max-tokens")
+        chat.say(
+            "longctx: the answer was cut at the token limit (finish_reason length):"
+            " give a larger --max-tokens"
+        )
     chat.previous = answer
 
 

@@ -91,7 +91,7 @@ def _click_type(spec: OptionSpec) -> Any:
     return {"int": int, "float": float}.get(spec.value_type or "")
 
 
-class _JsonObject(click.ParamType):
+class _JsonObject(click.ParamType[Any]):
     """A JSON object on the command line (``--extra-body '{"top_k": 20}'``)."""
 
     name = "json"

@@ -172,9 +172,13 @@ def note_cut(answers: Sequence[Answer], *, quiet: bool) -> None:
     cut = [number for number, answer in enumerate(answers, start=1) if answer.finish_reason == "length"]
     if not cut:
         return
-    which = "the answer was" if len(answers) == 1 else f"answer{'s' if len(cut) > 1 else ''} " + ", ".join(
-        map(str, cut)
-    ) + f" of {len(answers)} {'were' if len(cut) > 1 else 'was'}"
+    which = (
+        "the answer was"
+        if len(answers) == 1
+        else f"answer{'s' if len(cut) > 1 else ''} "
+        + ", ".join(map(str, cut))
+        + f" of {len(answers)} {'were' if len(cut) > 1 else 'was'}"
+    )
     note(f"longctx: {which} cut at the token limit (finish_reason length): give a larger --max-tokens",
          quiet=quiet)  # fmt: skip
 
@@ -275,11 +279,14 @@ def check_citations(answers: Sequence[Answer], required: bool) -> None:
         if not answer.citations or not all(citation.verified for citation in answer.citations)
     ]
     if failing:
-        which = "the answer" if len(answers) == 1 else "answer" + ("s " if len(failing) > 1 else " ") + ", ".join(
-            map(str, failing)
+        which = (
+            "the answer"
+            if len(answers) == 1
+            else "answer" + ("s " if len(failing) > 1 else " ") + ", ".join(map(str, failing))
         )
         click.echo(
-            f"longctx: --require-citations: {which} gave no sources or cites one not verified against the pack",
+            f"longctx: --require-citations: {which} gave no sources"
+            " or cites one not verified against the pack",
             err=True,
         )
         sys.exit(EXIT_UNVERIFIED_CITATIONS)
@@ -527,8 +534,17 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
         # --cite, --schema and --stream are how this run asks and prints, not what the stored session is.
         if (
             name
-            in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "require_citations",
-                "schema", "stream")
+            in (
+                "paths",
+                "session_id",
+                "as_json",
+                "quiet",
+                "questions_file",
+                "cite",
+                "require_citations",
+                "schema",
+                "stream",
+            )
             or name in _SERVER_ON_RESUME
         ):
             continue

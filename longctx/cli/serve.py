@@ -73,15 +73,17 @@ def _start(harness: EngineHarness, *, port: int | None, vision: bool) -> LocalSe
     if port is not None and not port_is_free(port):
         raise ConfigError(f"--port {port} is taken: stop what listens there, or give another port")
 
+    name = "vllm-vision" if vision else "vllm"  # the server's name, and its log file's
+
     def start(harness: EngineHarness) -> LocalServer:
         if vision:
-            from longctx.testing.vision import VISION_SERVERS, vision_environment, vision_model
+            from longctx.testing.vision import vision_environment, vision_model
 
             env, model = vision_environment(harness, "vllm"), vision_model(harness)
-            return start_vllm(env, model, harness.base_dir, port=port, name=VISION_SERVERS["vllm"])
+            return start_vllm(env, model, harness.base_dir, port=port, name=name)
         return start_vllm(harness.environment("vllm"), harness.model(), harness.base_dir, port=port)
 
-    server = harness.extra_server("vllm-vision" if vision else "vllm", start)  # stopped with the harness
+    server = harness.extra_server(name, start)  # stopped with the harness
     if port is not None and server.port != port:  # it lost a race for the port: another one was taken
         harness.close()
         raise ConfigError(f"--port {port} was taken while the server started: give another port")

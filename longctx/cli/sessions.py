@@ -130,7 +130,9 @@ def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
         "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
         "first_question": turns[0].question if turns else None,
         # A job names its pack sessions "job ID: pack": the id to find the job's results by.
-        "job_id": record.title.split(":", 1)[0].removeprefix("job ") if record.title.startswith("job ") else None,
+        "job_id": record.title.split(":", 1)[0].removeprefix("job ")
+        if record.title.startswith("job ")
+        else None,
     }
 
 
@@ -305,7 +307,9 @@ def sessions_show(session_id: str, as_json: bool) -> None:
             click.echo(shown(f"\n[{child.id}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
 
 
-def _in_question_order(store: Store, siblings: list[tuple[SessionRecord, Any]]) -> list[tuple[SessionRecord, Any]]:
+def _in_question_order(
+    store: Store, siblings: list[tuple[SessionRecord, Any]]
+) -> list[tuple[SessionRecord, Any]]:
     """``siblings`` batch by batch (the first answered first), each batch in its questions' order.
 
     Each sibling keeps its place among its batch's questions (``batch_index``,

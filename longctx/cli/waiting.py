@@ -23,7 +23,14 @@ from contextlib import contextmanager
 from longctx.backends.waits import Wait, Waits
 from longctx.process_state import PROCESS
 
-__all__ = ["REPEAT_EVERY", "SHOW_AFTER", "SHOW_AFTER_AT_MOST", "StatusLine", "silent_for_a_while", "watching_waits"]
+__all__ = [
+    "REPEAT_EVERY",
+    "SHOW_AFTER",
+    "SHOW_AFTER_AT_MOST",
+    "StatusLine",
+    "silent_for_a_while",
+    "watching_waits",
+]
 
 SHOW_AFTER = 0.5
 """The least silence shown (a request bounded to a few seconds is shown within a second)."""
@@ -39,6 +46,7 @@ def silent_for_a_while(wait: Wait, now: float) -> bool:
     """Whether ``wait`` has gone without a byte long enough to be shown: a tenth of its bound, capped."""
     threshold = min(max(SHOW_AFTER, wait.gives_up_after / 10), SHOW_AFTER_AT_MOST)
     return now - wait.since >= threshold
+
 
 _POLL_SECONDS = 0.2
 
@@ -88,7 +96,11 @@ def watching_waits(
             current = oldest if oldest is not None and silent_for_a_while(oldest, now) else None
             if live is not None and (current is not None or shown is not None):
                 live(current)
-            if plain is not None and current is not None and (said_at is None or now - said_at >= REPEAT_EVERY):
+            if (
+                plain is not None
+                and current is not None
+                and (said_at is None or now - said_at >= REPEAT_EVERY)
+            ):
                 plain(current.describe(now))
                 said_at = now
             shown = current

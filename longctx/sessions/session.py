@@ -521,6 +521,7 @@ class Session(Conversation):
         batch: siblings.SiblingBatch,
         changes: Changes | None,
         key: str | None,
+        *,
         index: int = 0,
     ) -> Committed:
         record = self._opened()
@@ -573,7 +574,7 @@ class Session(Conversation):
                 batch,
                 dispatch=dispatch,
                 commit=lambda sent, index: self._commit_sibling(
-                    sent, batch.questions[index], batch, changes, keys[index] if keys else None, index
+                    sent, batch.questions[index], batch, changes, keys[index] if keys else None, index=index
                 ),
                 on_answer=options.get("on_answer"),
                 on_away=snapshot.follow,

@@ -219,3 +219,25 @@ def test_doctor_suggests_fp8_kv_only_where_the_server_takes_it() -> None:
     cpu = {"cache_dtype": "auto", "block_size": "128", "kv_cache_memory_bytes": str(2 * 2**30)}
     assert any("fp8" in finding.flag for finding in vllm.advise(gpu))
     assert not any("fp8" in finding.flag for finding in vllm.advise(cpu))  # the CPU build takes none
+
+
+def test_pages_without_text_are_named_with_the_flag_that_sends_them(
+    backend: Backend, folder: Path, tmp_path: Path
+) -> None:
+    from longctx.testing.pdfs import write_scanned_pdf, write_text_pdf
+
+    write_scanned_pdf(folder / "scan.pdf", ["A scanned page", "Another"])
+    write_text_pdf(folder / "mixed.pdf", ["Some text here", None])
+    packed = run(
+        backend, tmp_path, "pack", str(folder), "--tokenizer", "estimate", "-o", str(tmp_path / "p.txt")
+    )
+    assert packed.exit_code == 0, packed.output
+    line = next(line for line in packed.stderr.splitlines() if "pages without text" in line)
+    assert "2 documents have pages without text" in line
+    assert "mixed.pdf (page 2)" in line and "scan.pdf (pages 1, 2)" in line
+    assert "--pdf-pages auto" in line and "longctx serve --cpu-demo --vision" in line
+    asked = run(backend, tmp_path, "ask", str(folder), "What?", "--no-stream")
+    assert "pages without text" in asked.stderr
+    auto = run(backend, tmp_path, "pack", str(folder), "--tokenizer", "estimate", "--pdf-pages", "auto",
+               "-o", str(tmp_path / "q.txt"))  # fmt: skip
+    assert "pages without text" not in auto.stderr

@@ -71,6 +71,10 @@ def pack(
         result.pack.write_to(sys.stdout.buffer)
         sys.stdout.buffer.flush()
     note(result.summary_line(), quiet=quiet)
+    from longctx.cli.pages import textless_pages_line
+
+    if (pages := textless_pages_line(result.manifest, corpus.pdf_pages)) is not None:
+        note(f"longctx: {pages}", quiet=quiet)
     if saved is not None and saved.unchanged:
         note(
             f"{saved.path} already held this {'summary' if as_json else 'pack'}: left as it was", quiet=quiet

@@ -78,9 +78,17 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
 
 
 def _note_skipped(session: Conversation, paths: Sequence[str], *, quiet: bool) -> None:
-    """One line on stderr: how many paths the pack left out, why, and the command that lists them."""
+    """One line on stderr: how many paths the pack left out, why, and the command that lists them.
+
+    Another when PDF pages had no text (:mod:`longctx.cli.pages`): which, and the flag that sends them.
+    """
     if not isinstance(session, RepoSession):
         return
+    from longctx.cli.pages import textless_pages_line
+
+    pages = textless_pages_line(session.corpus.manifest, session.corpus_options.pdf_pages)
+    if pages is not None:
+        note(f"longctx: {pages}", quiet=quiet)
     by_reason = session.corpus.manifest.skipped_by_reason()
     if not by_reason:
         return

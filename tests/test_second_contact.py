@@ -241,3 +241,37 @@ def test_pages_without_text_are_named_with_the_flag_that_sends_them(
     auto = run(backend, tmp_path, "pack", str(folder), "--tokenizer", "estimate", "--pdf-pages", "auto",
                "-o", str(tmp_path / "q.txt"))  # fmt: skip
     assert "pages without text" not in auto.stderr
+
+
+def test_a_file_too_large_is_refused_part_way_through_its_count_and_the_count_shows_progress(
+    tmp_path: Path,
+) -> None:
+    from test_pack_lower_bound import RecordingVllm
+
+    from longctx.backends.tokenizer import CHUNK_CHARS
+    from longctx.config import CorpusOptions, Limits
+    from longctx.errors import BudgetError
+
+    fake = RecordingVllm()  # 4 characters a token, a 32k window
+    backend = connect("http://fake-engine:8000/v1", transport=fake.transport())
+    big = tmp_path / "big"
+    big.mkdir()
+    # 6 MB: under the characters' bound (6 M / 1,024 < 31k tokens), about 48 times the budget counted.
+    (big / "big.txt").write_text("lorem ipsum dolor sit amet\n" * (6 * 1024 * 1024 // 27))
+    said: list[str] = []
+    with Store.open(tmp_path / "home") as store:
+        corpus = CorpusOptions(limits=Limits(max_file_bytes=60_000_000))
+        session = RepoSession(str(big), backend=backend, store=store, corpus=corpus, on_progress=said.append)
+        with pytest.raises(BudgetError, match="the rest was not tokenized") as refused:
+            session.ask("What?")
+    pieces = (6 * 1024 * 1024) // CHUNK_CHARS
+    counted = [text for text in fake.tokenized if len(text) > 1000]
+    assert len(counted) < pieces, len(counted)  # stopped part way: the rest never sent
+    assert refused.value.total_tokens > refused.value.budget_tokens
+    assert any("M characters" in message for message in said), said
+    # A file that fits is counted whole and asked.
+    fits = tmp_path / "fits"
+    fits.mkdir()
+    (fits / "notes.txt").write_text("lorem ipsum dolor sit amet\n" * 3000)  # ~20k tokens of a 31k budget
+    with Store.open(tmp_path / "home") as store, RepoSession(str(fits), backend=backend, store=store) as ok:
+        assert ok.ask("What?").text == fake.answer

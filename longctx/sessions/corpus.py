@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
+from longctx.backends.tokenizer import CountWatch, watched_counts
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, check_sources, load_corpus
 from longctx.packing import Budget, Pack, build_pack, build_shards
@@ -319,8 +320,21 @@ class CorpusSession(Session):
                 self.paths, options, store=self.store, on_text=None if bound is None else bound.add
             )
             self._resources.progress(f"{len(corpus.manifest.included)} documents")
-            self._resources.progress(f"counting tokens with {backend.info.engine}'s tokenizer")
-            packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
+            engine = backend.info.engine
+            self._resources.progress(f"counting tokens with {engine}'s tokenizer")
+
+            def counted(done: int, total: int) -> None:
+                share = f"{done / 1e6:.1f} of {total / 1e6:.1f} M characters"
+                self._resources.progress(f"counting tokens with {engine}'s tokenizer: {share}")
+
+            # A text too large for the window is refused as soon as its counted part proves it.
+            watch = CountWatch(
+                limit=None if budget is None else budget.prompt_budget,
+                on_progress=counted,
+                budget="" if budget is None else budget.describe(),
+            )
+            with watched_counts(watch):
+                packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
             if self._pack is not None:
                 return  # a restored session keeps the pack (and tracker) its history was built on

@@ -275,3 +275,36 @@ def test_a_file_too_large_is_refused_part_way_through_its_count_and_the_count_sh
     (fits / "notes.txt").write_text("lorem ipsum dolor sit amet\n" * 3000)  # ~20k tokens of a 31k budget
     with Store.open(tmp_path / "home") as store, RepoSession(str(fits), backend=backend, store=store) as ok:
         assert ok.ask("What?").text == fake.answer
+
+
+@pytest.mark.parametrize("takes_images", [True, False], ids=["vision-model", "text-only-model"])
+def test_pdf_pages_default_to_auto_only_where_the_servers_model_takes_images(
+    folder: Path, tmp_path: Path, takes_images: bool
+) -> None:
+    import httpx2
+
+    from longctx.testing.pdfs import write_scanned_pdf
+
+    write_scanned_pdf(folder / "scan.pdf", ["A scanned page"])
+    fake = FakeEngine(engine="sglang", block=1, context_length=10**7)  # the fake counts an image's base64
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/model_info":  # SGLang's model card
+            return httpx2.Response(200, json={"has_image_understanding": takes_images})
+        if request.url.path == "/v1/tokenize":  # four characters a token, as the fake counts
+            body = json.loads(request.content)
+            prompt = body.get("prompt") or json.dumps(body.get("messages"))
+            prompts = prompt if isinstance(prompt, list) else [prompt]
+            tokens = [[1] * max(1, len(text) // 4) for text in prompts]
+            return httpx2.Response(200, json={"tokens": tokens if isinstance(prompt, list) else tokens[0]})
+        return fake.handle(request)
+
+    backend = connect("http://fake-engine:8000/v1", transport=httpx2.MockTransport(handler))
+    asked = run(backend, tmp_path, "ask", str(folder), "What does the scan say?", "--no-stream")
+    assert asked.exit_code == 0, asked.output
+    question = json.dumps(fake.chat_bodies[-1]["messages"])
+    if takes_images:
+        assert "image_url" in question and "pages without text" not in asked.stderr
+    else:
+        assert "image_url" not in json.dumps(fake.chat_bodies)  # a text-only model never gets an image
+        assert "scan.pdf (page 1)" in asked.stderr and "--pdf-pages auto" in asked.stderr

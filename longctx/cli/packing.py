@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -11,6 +12,7 @@ import click
 
 from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
 from longctx.config import CorpusOptions, ServerOptions
+from longctx.errors import LongctxError
 from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
@@ -54,6 +56,7 @@ def pack(
     stderr, flagged when estimated.
     """
     counting = _counting(tokenizer, server)
+    corpus = _pdf_pages(corpus, counting)
     with runtime().open_store() as store:
         result = pack_paths(
             list(paths), corpus, tokenizer=counting.tokenizer, store=store, image_counter=counting.images
@@ -87,6 +90,18 @@ class _Counting:
 
     tokenizer: Tokenizer
     images: ImageTokenCounter | None
+
+
+def _pdf_pages(corpus: CorpusOptions, counting: _Counting) -> CorpusOptions:
+    """``--pdf-pages server`` (the default) made auto where the counting server's model takes images."""
+    takes_images = getattr(counting.images, "takes_images", None)
+    if corpus.pdf_pages != "server" or takes_images is None:
+        return corpus
+    try:
+        takes = takes_images() is True
+    except LongctxError:
+        takes = False
+    return dataclasses.replace(corpus, pdf_pages="auto" if takes else "text")
 
 
 def _counting(choice: str, server: ServerOptions) -> _Counting:

@@ -18,21 +18,28 @@ if TYPE_CHECKING:
 __all__ = ["textless_pages_line"]
 
 _NO_TEXT = re.compile(r"page (\d+): (?:no extractable text|text extraction failed)")
+_AS_IMAGE = re.compile(r"page (\d+): sent as an image")
 _SHOWN = 3  # documents named in the line; the rest counted
 
 
 def textless_pages_line(manifest: Manifest, pdf_pages: str) -> str | None:
     """The stderr line for the packed documents with pages without text; None when there are none.
 
-    With ``pdf_pages`` other than ``text`` such pages went as images where the
-    server takes them: only the text mode's line says what to do.
+    A page sent as an image (``auto`` asked, or the default ``server`` made
+    auto by a server whose model takes images) is in the pack: not named.
+    Only the text modes' line says what to do.
     """
     found: list[tuple[str, list[str]]] = []
     for entry in manifest.included:
-        pages = [match.group(1) for note in entry.notes if (match := _NO_TEXT.match(note))]
+        as_images = {match.group(1) for note in entry.notes if (match := _AS_IMAGE.match(note))}
+        pages = [
+            match.group(1)
+            for note in entry.notes
+            if (match := _NO_TEXT.match(note)) and match.group(1) not in as_images
+        ]
         if pages:
             found.append((entry.path, pages))
-    if not found or pdf_pages != "text":
+    if not found or pdf_pages not in ("text", "server"):
         return None
     named = "; ".join(
         f"{path} (page{'s' if len(pages) > 1 else ''} {', '.join(pages)})" for path, pages in found[:_SHOWN]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Final, Self, TypedDict, Unpack, cast
 
@@ -18,6 +19,7 @@ from longctx.backends.base import Backend
 from longctx.backends.tokenizer import CountWatch, watched_counts
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, check_sources, load_corpus
+from longctx.errors import LongctxError
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
@@ -77,6 +79,7 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     once per tokenizer identity, and kept in ``store``. A server without a
     tokenize route adds nothing (the default spellings are broken anyway).
     """
+    options = server_pdf_pages(options, backend)
     if not backend.info.profile.tokenizes:
         return options
     # Imported here: the candidate list is only needed when a server is asked.
@@ -90,6 +93,21 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     if set(learned) <= set(options.special_tokens):
         return options
     return replace(options, special_tokens=(*options.special_tokens, *learned))
+
+
+def server_pdf_pages(options: CorpusOptions, backend: Backend) -> CorpusOptions:
+    """``options`` with ``pdf_pages="server"`` made ``auto`` where the served model takes images, else text.
+
+    Asked of the server only when the default is left (the model card where the
+    engine has one, else a probe: :meth:`~longctx.backends.images.ImageCounter.takes_images`);
+    a server that does not say gets text only.
+    """
+    if options.pdf_pages != "server":
+        return options
+    takes = False
+    with suppress(LongctxError):
+        takes = backend.image_counter().takes_images() is True
+    return replace(options, pdf_pages="auto" if takes else "text")
 
 
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:

@@ -79,7 +79,6 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     once per tokenizer identity, and kept in ``store``. A server without a
     tokenize route adds nothing (the default spellings are broken anyway).
     """
-    options = server_pdf_pages(options, backend)
     if not backend.info.profile.tokenizes:
         return options
     # Imported here: the candidate list is only needed when a server is asked.
@@ -95,19 +94,29 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     return replace(options, special_tokens=(*options.special_tokens, *learned))
 
 
-def server_pdf_pages(options: CorpusOptions, backend: Backend) -> CorpusOptions:
-    """``options`` with ``pdf_pages="server"`` made ``auto`` where the served model takes images, else text.
+def server_pdf_pages(options: CorpusOptions, backend: Backend, corpus: Corpus) -> CorpusOptions:
+    """``options`` with ``pdf_pages="server"`` made ``auto`` where that matters and the model takes images.
 
-    Asked of the server only when the default is left (the model card where the
-    engine has one, else a probe: :meth:`~longctx.backends.images.ImageCounter.takes_images`);
-    a server that does not say gets text only.
+    ``corpus`` is what ``options`` read (``server`` reads as ``text``): only a
+    PDF page without text would go as an image, so the server is asked (the
+    model card where the engine has one, else a probe:
+    :meth:`~longctx.backends.images.ImageCounter.takes_images`) only when
+    ``corpus`` has one; a server that does not say gets text only.
     """
-    if options.pdf_pages != "server":
+    if options.pdf_pages != "server" or not _pages_without_text(corpus):
         return options
     takes = False
     with suppress(LongctxError):
         takes = backend.image_counter().takes_images() is True
-    return replace(options, pdf_pages="auto" if takes else "text")
+    return replace(options, pdf_pages="auto") if takes else options
+
+
+def _pages_without_text(corpus: Corpus) -> bool:
+    return any(
+        note.startswith("page ") and ("no extractable text" in note or "text extraction failed" in note)
+        for entry in corpus.manifest.included
+        for note in entry.notes
+    )
 
 
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
@@ -337,6 +346,13 @@ class CorpusSession(Session):
             corpus = load_corpus(
                 self.paths, options, store=self.store, on_text=None if bound is None else bound.add
             )
+            if (images := server_pdf_pages(options, backend, corpus)) is not options:
+                # Pages without text, and a model that takes images: read again, those pages as images.
+                options = images
+                bound = None if budget is None else LowerBound(budget)
+                corpus = load_corpus(
+                    self.paths, options, store=self.store, on_text=None if bound is None else bound.add
+                )
             self._resources.progress(f"{len(corpus.manifest.included)} documents")
             engine = backend.info.engine
             self._resources.progress(f"counting tokens with {engine}'s tokenizer")

@@ -322,8 +322,13 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         return
     from longctx.cli.waiting import StatusLine, watching_waits
 
+    if not sys.stderr.isatty():
+        # Plain lines: rich (about 40 modules) is not imported for a file or a pipe.
+        with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
+            yield lambda message: None
+        return
     console = _console()
-    if not console.is_terminal:
+    if not console.is_terminal:  # a terminal rich does not take for one (TERM=dumb...)
         with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
             yield lambda message: None
         return

@@ -12,7 +12,11 @@ Each run has a fresh store (no answer to reuse). Goal: the CLI within 0.3 s of t
 Also prints the import time of the batch command's modules (``python -X importtime``, summed by
 package), the profile that chose what to import lazily.
 
-Usage: python benchmarks/cli_inprocess.py [--engines vllm,sglang] [--rounds 7]
+With ``--engines fake`` the server is the test suite's fake engine over HTTP
+(``tests/fake_http.py``, in this process): no engine competes for the CPU, so the rows differ by the
+client's work alone (the process's start, its imports, the CLI's own work).
+
+Usage: python benchmarks/cli_inprocess.py [--engines vllm,sglang,fake] [--rounds 7]
 """
 
 from __future__ import annotations
@@ -109,10 +113,20 @@ def main() -> None:
     lines = [f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, {options.rounds} rounds", ""]
     try:
         for engine in options.engines.split(","):
-            server = harness.server(engine)
+            fake = None
+            if engine == "fake":
+                sys.path.insert(0, str(HERE.parent / "tests"))
+                from fake_engine import FakeEngine
+                from fake_http import FakeHttpServer
+
+                fake = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="ok"))
+                api_base = fake.base_url
+            else:
+                api_base = harness.server(engine).api_base
             with tempfile.TemporaryDirectory() as work:
-                times = rounds(engine, server.api_base, Path(work), options.rounds)
-            harness.stop_extra(engine)
+                times = rounds(engine, api_base, Path(work), options.rounds)
+            if fake is not None:
+                fake.close()
             medians = {name: statistics.median(values) for name, values in times.items()}
             gap = medians["cli"] - medians["api in process"]
             lines += [f"| {engine} | row | median wall (s) | rounds |", "|---|---|---:|---|"]

@@ -291,7 +291,7 @@ def _report(chat: _Chat) -> None:
         return
     with spinning(chat.input.interactive and not chat.options.quiet, "reading the server's counters"):
         report = chat.session.report()
-    click.echo(report.to_text(), err=True)
+    click.echo(shown(report.to_text(), sys.stderr), err=True, color=True)
 
 
 def _show_earlier_turns(chat: _Chat) -> None:

@@ -59,10 +59,10 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
         note(f"wrote {html_file}")
     if as_json:
         emit_json(result.to_dict())
-    elif markdown:
-        click.echo(result.to_markdown())
+    elif markdown:  # questions and cited quotes are the user's and the model's: inert on a terminal
+        click.echo(shown(result.to_markdown(), sys.stdout), color=True)
     elif not html_file:
-        click.echo(result.to_text())
+        click.echo(shown(result.to_text(), sys.stdout), color=True)
 
 
 @main.group()

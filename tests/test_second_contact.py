@@ -308,3 +308,31 @@ def test_pdf_pages_default_to_auto_only_where_the_servers_model_takes_images(
     else:
         assert "image_url" not in json.dumps(fake.chat_bodies)  # a text-only model never gets an image
         assert "scan.pdf (page 1)" in asked.stderr and "--pdf-pages auto" in asked.stderr
+
+
+def test_serve_refuses_a_taken_port_at_once_and_says_its_flags() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = CliRunner().invoke(main, ["serve", "--cpu-demo", "--port", str(port)])
+    assert refused.exit_code == cli.EXIT_USAGE and f"--port {port} is taken" in refused.stderr
+    shown = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "--port" in shown and "--vision" in shown and "SIGTERM" in shown
+
+
+def test_sigterm_and_sighup_raise_as_ctrl_c_within_serve() -> None:
+    import os
+    import signal
+
+    from longctx.cli.serve import _signals_stop
+
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        with pytest.raises(KeyboardInterrupt), _signals_stop():
+            os.kill(os.getpid(), number)
+            import time
+
+            time.sleep(5)  # the handler raises before this ends
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # restored after

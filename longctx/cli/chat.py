@@ -194,7 +194,9 @@ def _turns(chat: _Chat) -> None:
         try:
             line = chat.input.read()
         except KeyboardInterrupt:
-            if not chat.input.interactive or interrupted:
+            if not chat.input.interactive:
+                raise  # from a script: the chat ends (exit 130)
+            if interrupted:
                 click.echo(err=True)
                 break
             interrupted = True

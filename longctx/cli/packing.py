@@ -6,11 +6,22 @@ import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import click
 
-from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
+from longctx.cli.app import (
+    corpus_options,
+    emit_json,
+    json_option,
+    main,
+    note,
+    progress,
+    runtime,
+    server_options,
+)
 from longctx.config import CorpusOptions, ServerOptions
 from longctx.errors import LongctxError
 from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
@@ -57,7 +68,7 @@ def pack(
     """
     counting = _counting(tokenizer, server)
     corpus = _pdf_pages(corpus, counting)
-    with runtime().open_store() as store:
+    with runtime().open_store() as store, _counted_progress(quiet):
         result = pack_paths(
             list(paths), corpus, tokenizer=counting.tokenizer, store=store, image_counter=counting.images
         )
@@ -82,6 +93,20 @@ def pack(
         note(
             f"{saved.path} already held this {'summary' if as_json else 'pack'}: left as it was", quiet=quiet
         )
+
+
+@contextmanager
+def _counted_progress(quiet: bool) -> Iterator[None]:
+    """A server's long count shown in the progress line (characters counted of the total)."""
+    from longctx.backends.tokenizer import CountWatch, watched_counts
+
+    with progress(not quiet) as say:
+
+        def counted(done: int, total: int) -> None:
+            say(f"counting tokens: {done / 1e6:.1f} of {total / 1e6:.1f} M characters")
+
+        with watched_counts(CountWatch(on_progress=counted)):
+            yield
 
 
 @dataclass(frozen=True)

@@ -73,3 +73,17 @@ def test_a_max_pack_is_counted_to_fit_the_window() -> None:
     assert DenseTokenizer().count(guessed) > target  # the guess alone overflows
     fitted = followup_probe.fitted_pack(target, DenseTokenizer(), 3.6)
     assert target * 0.9 < DenseTokenizer().count(fitted) <= target
+
+
+def test_bench_gpus_plain_client_refuses_a_failed_request_too(served: FakeHttpServer) -> None:
+    import bench_gpu
+
+    client = bench_gpu.PlainClient(served.base_url, "fake-model")
+    messages = [{"role": "user", "content": "Hi."}]
+    assert client.send(messages, "salt", 4, None)["prompt"]
+    served.fake.faults.append(Fault(status=400, body={"error": "too long"}))
+    with pytest.raises(RuntimeError, match="HTTP 400"):
+        client.send(messages, "salt", 4, None)
+    served.fake.faults.append(Fault(status=200, body={"choices": []}))
+    with pytest.raises(RuntimeError, match="without its usage"):
+        client.send(messages, "salt", 4, None)

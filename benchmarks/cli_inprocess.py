@@ -48,7 +48,10 @@ GOAL_SECONDS = 0.3
 def _in_process(corpus: Path, base_url: str, home: Path) -> float:
     started = time.perf_counter()
     request = RequestOptions(max_tokens=ANSWER_TOKENS)
-    with Store.open(home) as store, RepoSession(str(corpus), server=base_url, request=request, store=store) as s:
+    with (
+        Store.open(home) as store,
+        RepoSession(str(corpus), server=base_url, request=request, store=store) as s,
+    ):
         result = s.ask_many(QUESTIONS, reuse_answered=True)
         for answer in result:
             print(f"## {answer.question}\n\n{answer.text}\n", file=open(os.devnull, "w"))  # noqa: SIM115
@@ -131,7 +134,9 @@ def main() -> None:
             gap = medians["cli"] - medians["api in process"]
             lines += [f"| {engine} | row | median wall (s) | rounds |", "|---|---|---:|---|"]
             for name, values in times.items():
-                lines.append(f"| {engine} | {name} | {medians[name]:.2f} | {', '.join(f'{v:.2f}' for v in values)} |")
+                lines.append(
+                    f"| {engine} | {name} | {medians[name]:.2f} | {', '.join(f'{v:.2f}' for v in values)} |"
+                )
             verdict = "met" if gap <= GOAL_SECONDS else "not met"
             lines += ["", f"- {engine}: the CLI {gap:+.2f} s over the in-process API (goal {GOAL_SECONDS} s: {verdict});"
                       f" {medians['cli'] - medians['api process']:+.2f} s over the API as a new process", ""]  # fmt: skip

@@ -1,4 +1,4 @@
-"""What a newcomer met on second contact (issue 47): each rough edge, now as the docs say.
+"""What a newcomer met on second contact: each rough edge, now as the docs say.
 
 Against the fake engine in process (CliRunner): a cut answer said on
 stderr and in --json; typed answers of one shape in the CLI and the API;

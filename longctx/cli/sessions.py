@@ -107,11 +107,11 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
         note(f"no sessions stored in {where}")
     if len(shown) < len(records):
         note(f"the newest {len(shown)} of {len(records)} sessions; --limit 0 lists them all")
-    for row in rows:
-        click.echo(_list_line(row, len(children[row["id"]])))
+    for row in rows:  # questions and titles are text from outside: inert on a terminal
+        click.echo(shown(_list_line(row, len(children[row["id"]])), sys.stdout), color=True)
         if show_all:
             for child in children[row["id"]]:
-                click.echo("    " + _list_line(child, 0))
+                click.echo(shown("    " + _list_line(child, 0), sys.stdout), color=True)
 
 
 def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:

@@ -204,6 +204,7 @@ def test_sessions_show_lists_a_batch_in_question_order_and_list_shows_job_ids(
     ran = run(backend, tmp_path, "job", str(job), "--quiet")
     assert ran.exit_code == 0, ran.output
     listed = run(backend, tmp_path, "sessions", "list")
+    assert listed.exit_code == 0, listed.output
     job_row = next(line for line in listed.stdout.splitlines() if "  job  " in line)
     rows = json.loads(run(backend, tmp_path, "sessions", "list", "--json").stdout)
     job_id = next(row["job_id"] for row in rows if row["kind"] == "job")

@@ -92,8 +92,8 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
     """
     with runtime().open_store() as store:
         records = store.sessions.sessions()
-        shown = records[:limit] if limit else records
-        rows = [_listed(store, record) for record in shown]
+        newest = records[:limit] if limit else records
+        rows = [_listed(store, record) for record in newest]
         children = {
             row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
         }
@@ -105,8 +105,8 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
         return
     if not rows:
         note(f"no sessions stored in {where}")
-    if len(shown) < len(records):
-        note(f"the newest {len(shown)} of {len(records)} sessions; --limit 0 lists them all")
+    if len(newest) < len(records):
+        note(f"the newest {len(newest)} of {len(records)} sessions; --limit 0 lists them all")
     for row in rows:  # questions and titles are text from outside: inert on a terminal
         click.echo(shown(_list_line(row, len(children[row["id"]])), sys.stdout), color=True)
         if show_all:
@@ -168,13 +168,13 @@ def _short_source(source: str) -> str:
     if not paths or not all(os.path.isabs(path) for path in paths):
         return source  # a title, not paths
     here = os.getcwd()
-    shown = [
+    named = [
         os.path.relpath(path, here) if os.path.isabs(path) and path.startswith(here + os.sep) else path
         for path in paths
     ]
-    if len(shown) > 2:
-        return f"{', '.join(shown[:2])} (+{len(shown) - 2} more)"
-    return ", ".join(shown)
+    if len(named) > 2:
+        return f"{', '.join(named[:2])} (+{len(named) - 2} more)"
+    return ", ".join(named)
 
 
 @sessions.command("prune")

@@ -107,3 +107,56 @@ def test_sigterm_and_sighup_stop_the_server_and_a_session_resumes_on_the_same_po
         assert "[turn 2: " in resumed.stderr
     finally:
         _stopped_by(process, signal.SIGHUP, port)
+
+
+@pytest.mark.vllm
+def test_serve_vision_serves_the_tiny_qwen2_vl_and_a_scanned_page_goes_to_it_as_an_image(
+    longctx_harness: EngineHarness, tmp_path: Path
+) -> None:
+    import json
+    import urllib.request
+
+    from longctx.testing.pdfs import write_scanned_pdf
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
+    environment.update({"LONGCTX_HARNESS_DIR": str(longctx_harness.base_dir), "PYTHONPATH": str(ROOT),
+                        "LONGCTX_HOME": str(tmp_path / "home")})  # fmt: skip
+    port = find_free_port()
+    process = subprocess.Popen(
+        [str(ENTRY_POINT), "serve", "--cpu-demo", "--vision", "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == f"serving the tiny model at http://127.0.0.1:{port}/v1\n"
+        process.stdout.readline()
+        base_url = f"http://127.0.0.1:{port}/v1"
+        with urllib.request.urlopen(f"{base_url}/models", timeout=30) as models:
+            assert [model["id"] for model in json.load(models)["data"]] == ["tiny-qwen2-vl"]
+        scans = tmp_path / "scans"
+        scans.mkdir()
+        write_scanned_pdf(scans / "invoice.pdf", ["Invoice 42: total 17 EUR"])
+        asked = subprocess.run(
+            [str(ENTRY_POINT), "ask", str(scans), "What is the total?", "--max-tokens", "2", "--json",
+             "--base-url", base_url],
+            env=environment, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert asked.returncode == 0, asked.stderr
+        # The default (--pdf-pages server) asked the model card or a probe: the page went as an image.
+        assert "pages without text" not in asked.stderr
+        report = json.loads(asked.stdout)["report"]
+        assert report["prompt_tokens"] > 100, report
+    finally:
+        _stopped_by_vision(process, port)
+
+
+def _stopped_by_vision(process: subprocess.Popen[str], port: int) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 0, stderr
+    assert "the model served: tiny-qwen2-vl (text and images)" in stderr
+    assert _processes_on(port) == []

@@ -150,3 +150,22 @@ def test_a_pipe_and_json_carry_the_answer_byte_for_byte(
     assert piped.stdout == (HOSTILE + "\n").encode()
     as_json = subprocess.run([*command, "--json"], env=env, capture_output=True, timeout=60, check=True)
     assert json.loads(as_json.stdout)["answer"] == HOSTILE
+
+
+def test_a_stored_answer_shown_again_is_inert_too(
+    repository: Path, tmp_path: Path, server: FakeHttpServer
+) -> None:
+    """``sessions show`` and a resumed chat's earlier turns repeat what the model wrote."""
+    home = tmp_path / "home"
+    env = environment(home, server.base_url)
+    asked = subprocess.run(
+        [str(ENTRY_POINT), "ask", str(repository), "What does main return?", "--json", "-q"],
+        env=env, capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    session_id = json.loads(asked.stdout)["session_id"]
+    shown_again, status = in_terminal(["sessions", "show", session_id], home, server.base_url)
+    assert status == 0, shown_again
+    assert_inert(shown_again)
+    piped = subprocess.run([str(ENTRY_POINT), "sessions", "show", session_id], env=env, capture_output=True,
+                           timeout=60, check=True)  # fmt: skip
+    assert HOSTILE.encode() in piped.stdout  # a pipe: byte for byte

@@ -142,7 +142,7 @@ commit falls back to a fresh pack (see :mod:`longctx.sources.history`).
 ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 """The ordering policies :class:`CorpusOptions` accepts."""
 
-PDF_PAGE_MODES: Final[tuple[str, ...]] = ("text", "auto", "images")
+PDF_PAGE_MODES: Final[tuple[str, ...]] = ("server", "text", "auto", "images")
 """How a PDF's pages go (:mod:`longctx.sources.images`): text only, images of pages without a usable
 text layer, images of every page."""
 
@@ -234,8 +234,11 @@ class CorpusOptions(OptionFields):
 
     Images, for vision-language models (:mod:`longctx.sources.images`):
     ``pdf_pages`` is ``"text"`` (text only), ``"auto"`` (each page whose text
-    layer is not usable also goes as an image) or ``"images"`` (every page
-    also goes as an image), rendered with the longer side
+    layer is not usable also goes as an image), ``"images"`` (every page
+    also goes as an image) or ``"server"`` (the default: ``"auto"`` where the
+    server's model takes images, as its model card or a probe says, else
+    ``"text"``; without a server, ``"text"``: a text-only model never gets an
+    image), rendered with the longer side
     ``page_image_side`` pixels; ``image_files`` sends image files (png, jpg)
     and notebooks' image outputs as images.
     """
@@ -294,13 +297,14 @@ class CorpusOptions(OptionFields):
         help="Outside git, skip the folders tools make (.venv, node_modules, __pycache__, .tox...).",
     )
     pdf_pages: str = option(
-        "text",
+        "server",
         value_type="str",
         load=str,
         flag="--pdf-pages",
         choices=PDF_PAGE_MODES,
         show_default=True,
-        help="How PDF pages go: text only; auto: pages without a usable text layer also as images;"
+        help="How PDF pages go: server: auto where the server's model takes images, else text;"
+        " text only; auto: pages without a usable text layer also as images;"
         " images: every page also as an image (vision-language models).",
     )
     page_image_side: int = option(
@@ -431,7 +435,15 @@ class RequestOptions(OptionFields):
         help="Room kept in the window, besides the answer, for the questions and turns after the pack"
         " (the pack gets the rest).",
     )
-    extra_body: Mapping[str, Any] = option(default_factory=dict, value_type="mapping", load=stored_dict)
+    extra_body: Mapping[str, Any] = option(
+        default_factory=dict,
+        value_type="mapping",
+        load=stored_dict,
+        flag="--extra-body",
+        metavar="JSON",
+        help="Engine fields merged into every request body, as a JSON object"
+        " ('{{\"top_k\": 20}}'); the Python API's extra_body.",
+    )
     follow_changes: bool = option(
         True,
         value_type="bool",

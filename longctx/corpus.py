@@ -278,10 +278,9 @@ def check_sources(paths: Paths) -> None:
     Raises :class:`~longctx.errors.InputError` for no path or a path that
     does not exist (a mistyped PDF too), a file that cannot be read;
     :class:`~longctx.errors.SourceError` for a folder that cannot be listed;
-    :class:`~longctx.errors.InputError` for a folder holding no file at all
-    (``.git`` aside): the path given is as unusable as a missing one (CLI
-    exit 5), where a folder whose files were all skipped is
-    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips).
+    :class:`~longctx.errors.EmptyCorpus` for a folder holding no file at all
+    (``.git`` aside), as for a folder whose files were all skipped (CLI exit
+    8, as docs/cli.md says, whether ``pack`` or ``ask`` finds it).
     Sessions call it on first use before they connect, and the CLI before
     it opens a backend, so such a mistake fails at once rather
     than after a server was tried. What passes may still give no document
@@ -296,7 +295,8 @@ def check_sources(paths: Paths) -> None:
             raise InputError("no such file or folder", path=path)
         if os.path.isdir(path):
             if not _holds_a_file(path):
-                raise InputError("nothing to pack: the folder holds no file", path=path)
+                # The exit code of every "nothing to pack" (8), as `longctx pack` gives it.
+                raise EmptyCorpus(f"nothing to pack in {path}: the folder holds no file")
         elif not os.access(path, os.R_OK):
             raise InputError("cannot read file: permission denied", path=path)
 

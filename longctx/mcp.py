@@ -104,7 +104,7 @@ INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class AskResult:
-    """One answered question and what it cost.
+    """One answered question and what it cost (``turn`` numbered from 1, as the CLI numbers turns).
 
     ``cached_tokens`` of ``prompt_tokens`` were read from the server's prefix
     cache (None: the server did not say, ``cached_reason`` says why);
@@ -342,7 +342,7 @@ class Toolbox:
         return AskResult(
             answer=answer.text,
             session_id=answer.session_id,
-            turn=answer.turn,
+            turn=answer.turn + 1,  # numbered from 1, as the CLI, the chat and the report number turns
             finish_reason=answer.finish_reason,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=usage.cached_tokens,

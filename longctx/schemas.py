@@ -126,7 +126,8 @@ class AnswerSchema:
         """
         if finish_reason == "length":
             raise InvalidAnswer(
-                "the answer was cut at max_tokens before its JSON was complete; raise max_tokens",
+                "the answer was cut at max_tokens before its JSON was complete; raise max_tokens"
+                " (the CLI's --max-tokens)",
                 text=text,
                 finish_reason=finish_reason,
             )
@@ -145,7 +146,8 @@ class AnswerSchema:
                                 finish_reason=finish_reason)  # fmt: skip
         items = value["items"] if self.multi else None
         if self.model is None:
-            return value
+            # A list with multi, as a model's answer is: the CLI's --json and the API give one shape.
+            return items if items is not None else value
         try:
             if items is not None:
                 return [self.model.model_validate(item) for item in items]

@@ -220,6 +220,16 @@ def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
         raise ConfigError(
             f"{source}: {field.name} is a switch: 1 or 0 (true/false, yes/no, on/off), not {text!r}"
         )
+    if spec.value_type == "mapping":  # a JSON object, as the flag takes it (LONGCTX_EXTRA_BODY)
+        import json
+
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: {field.name} must be a JSON object, not {text!r}")
+        return loaded
     convert = {"int": int, "float": float}.get(spec.value_type or "")
     if convert is None:
         return text

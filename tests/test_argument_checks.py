@@ -24,9 +24,9 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend
 from longctx.cli import main
-from longctx.cli.app import EXIT_BAD_INPUT, Runtime
+from longctx.cli.app import EXIT_BAD_INPUT, EXIT_EMPTY_CORPUS, Runtime
 from longctx.config import ServerOptions
-from longctx.errors import ConfigError, InputError
+from longctx.errors import ConfigError, EmptyCorpus, InputError
 from longctx.jobs.items import JobItem
 from longctx.jobs.job import Job
 from longctx.options import VALUE_TYPES, OptionFields, OptionSpec
@@ -292,7 +292,7 @@ def _bad_paths(tmp_path: Path) -> dict[str, tuple[Path, type[InputError], int]]:
     return {
         "missing folder": (tmp_path / "nonexistent", InputError, EXIT_BAD_INPUT),
         "missing PDF": (tmp_path / "report.pdf", InputError, EXIT_BAD_INPUT),
-        "empty folder": (empty, InputError, EXIT_BAD_INPUT),
+        "empty folder": (empty, EmptyCorpus, EXIT_EMPTY_CORPUS),
     }
 
 

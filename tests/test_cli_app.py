@@ -88,7 +88,7 @@ def test_chat_then_report_and_sessions_from_the_store(
     chat = invoke(backend, "chat", str(repository), "--json", stdin="first?\nsecond?\n")
     assert chat.exit_code == EXIT_OK, chat.output
     turns = [json.loads(line) for line in chat.stdout.splitlines()]
-    assert [turn["turn"] for turn in turns] == [0, 1]
+    assert [turn["turn"] for turn in turns] == [1, 2]  # numbered as the chat numbers them
     session_id = turns[0]["session_id"]
 
     report = invoke(None, "report", session_id, "--json")
@@ -107,7 +107,7 @@ def test_a_session_resumed_by_chat_keeps_its_turns(backend: Backend, repository:
     session_id = json.loads(first.stdout)["session_id"]
     resumed = invoke(backend, "chat", "--session", session_id, "--json", stdin="then?\n")
     assert resumed.exit_code == EXIT_OK, resumed.output
-    assert json.loads(resumed.stdout.splitlines()[0])["turn"] == 1
+    assert json.loads(resumed.stdout.splitlines()[0])["turn"] == 2
 
 
 def test_pack_json_in_process(repository: Path) -> None:

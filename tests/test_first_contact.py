@@ -113,5 +113,5 @@ def test_a_forks_first_answer_is_listed_by_sessions_show_under_its_turn(
     runtime = Runtime(open_store=lambda: Store.open(tmp_path / "home"))
     shown = CliRunner().invoke(main, ["sessions", "show", answer.session_id], obj=runtime)
     assert shown.exit_code == 0, shown.output
-    assert f"[{answer.turn}] > b-prime?" in shown.stdout
-    assert f"[{answer.turn - 1}] > a?" in shown.stdout
+    assert f"[turn {answer.turn + 1}] > b-prime?" in shown.stdout  # numbered from 1, as --json numbers it
+    assert f"[turn {answer.turn}] > a?" in shown.stdout

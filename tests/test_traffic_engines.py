@@ -279,6 +279,18 @@ def test_lint_command_replays_a_log_against_the_server(vllm_server: LocalServer,
     ]
 
 
+def test_lint_command_exits_on_a_failed_replay(vllm_server: LocalServer, tmp_path: Path) -> None:
+    """A replayed request the server refuses is the documented replay exit, not a quiet success."""
+    from longctx.cli.app import EXIT_REPLAY_MISMATCH
+
+    log = tmp_path / "requests.jsonl"
+    log.write_text(chat("You answer.", DOC + "Q?") + "\n" + json.dumps({"prompt": list(range(1, 40_000))}) + "\n")
+    command = [str(ENTRY_POINT), "lint", str(log), "--base-url", vllm_server.api_base, "--replay"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == EXIT_REPLAY_MISMATCH, (result.stdout, result.stderr)
+    assert "does not match" in result.stderr
+
+
 def test_retention_command_on_sglang(sglang_server: LocalServer) -> None:
     result = subprocess.run(
         [str(ENTRY_POINT), "retention", "--base-url", sglang_server.api_base, "--pack-tokens", "3000",

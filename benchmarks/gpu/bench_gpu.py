@@ -163,6 +163,8 @@ class PlainClient:
                     if on_first is not None:
                         on_first()
         connection.close()
+        if not usage.get("prompt_tokens"):  # a stream that broke, or a refusal inside it: no timing
+            raise RuntimeError(f"the stream ended without its usage ({usage!r}): not recorded as a time")
         if first is None and on_first is not None:
             on_first()
         details = usage.get("prompt_tokens_details") or {}

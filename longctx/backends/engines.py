@@ -128,6 +128,18 @@ def _sixteen_bit(value: Any) -> bool:
     return isinstance(value, str) and value.lower() in _SIXTEEN_BIT
 
 
+def _not_vllm_cpu(labels: Mapping[str, Any]) -> bool:
+    """Whether a vLLM's ``cache_config_info`` labels are not its CPU build's, which takes no fp8 KV cache.
+
+    The CPU build sizes its cache from ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, in
+    ``kv_cache_memory_bytes``, which a GPU build leaves None) and pages it in
+    blocks of 128 tokens (vLLM 0.32.0's CPU platform; a GPU's are 16).
+    """
+    memory = _whole(labels.get("kv_cache_memory_bytes"))
+    whole_gib = memory is not None and memory > 0 and memory % 2**30 == 0
+    return not (whole_gib and _whole(labels.get("block_size")) == 128)
+
+
 def _whole(value: Any) -> int | None:
     """An int, or a string of one (as labels are); a float or a bool is no token count."""
     return _integer(value) if isinstance(value, (int, str)) else None
@@ -329,7 +341,7 @@ VLLM = EngineProfile(
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
         Check("warning", "enable_chunked_prefill", _false, _CHUNKED, _STALLS),
         Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
-        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES),
+        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES, _not_vllm_cpu),
     ),
     # Images (0.32.0 CPU, tiny Qwen2-VL, 2026-12-06): /tokenize with chat messages expands an image
     # part to its tokens (154 for a 300 x 400 PNG, plus <|vision_start|> and <|vision_end|>) and

@@ -55,7 +55,9 @@ class Check:
     """One setting doctor reads (in the engine's own name) and the flag to add when ``off`` holds for it.
 
     ``flag`` and ``reason`` may name the observed value as ``{value}``. A
-    setting the server did not report yields no finding.
+    setting the server did not report yields no finding; nor does a server
+    ``applies`` (given) says the flag does not fit (vLLM's CPU build takes
+    no fp8 KV cache).
     """
 
     severity: Literal["warning", "suggestion"]
@@ -63,9 +65,12 @@ class Check:
     off: Callable[[Any], bool]
     flag: str
     reason: str
+    applies: Callable[[Mapping[str, Any]], bool] | None = None
 
     def finding(self, observed: Mapping[str, Any]) -> Finding | None:
         if self.setting not in observed or not self.off(observed[self.setting]):
+            return None
+        if self.applies is not None and not self.applies(observed):
             return None
         value = "null" if observed[self.setting] is None else str(observed[self.setting])
         return Finding(

@@ -64,6 +64,7 @@ __all__ = [
     "EXIT_SERVER",
     "EXIT_TOO_LONG",
     "EXIT_UNREACHABLE",
+    "EXIT_UNVERIFIED_CITATIONS",
     "EXIT_USAGE",
     "App",
     "Runtime",
@@ -96,8 +97,9 @@ EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
 EXIT_NO_PREFIX_CACHE = 11
 EXIT_INVALID_ANSWER = 12
-EXIT_LINT_FINDINGS = 13
-EXIT_REPLAY_MISMATCH = 14
+EXIT_UNVERIFIED_CITATIONS = 13
+EXIT_LINT_FINDINGS = 14
+EXIT_REPLAY_MISMATCH = 15
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -119,6 +121,8 @@ EXIT_CODES: dict[int, str] = {
     " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
+    EXIT_UNVERIFIED_CITATIONS: "`--require-citations`: an answer gave no sources, or a source it cites is not"
+    " verified against the pack (the answers and citations are printed first)",
     EXIT_LINT_FINDINGS: "`longctx lint`: a finding of a `--fail-on` cause,"
     " or a hit rate under `--min-hit-rate`",
     EXIT_REPLAY_MISMATCH: "`longctx lint --replay`: the server's cached tokens or counters differ"
@@ -169,7 +173,9 @@ def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
         emit_json({"error": failure})
     click.echo(f"longctx: error: {error.describe()}", err=True)
     if raw and not as_json:
-        click.echo(f"longctx: the answer as it came:\n{raw['text']}", err=True)
+        from longctx.cli.terminal import shown  # the model's text: inert on a terminal
+
+        click.echo(f"longctx: the answer as it came:\n{shown(raw['text'], sys.stderr)}", err=True, color=True)
     sys.exit(code)
 
 
@@ -332,8 +338,13 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         return
     from longctx.cli.waiting import StatusLine, watching_waits
 
+    if not sys.stderr.isatty():
+        # Plain lines: rich (about 40 modules) is not imported for a file or a pipe.
+        with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
+            yield lambda message: None
+        return
     console = _console()
-    if not console.is_terminal:
+    if not console.is_terminal:  # a terminal rich does not take for one (TERM=dumb...)
         with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
             yield lambda message: None
         return
@@ -361,8 +372,11 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], Non
         def update(done: int, message: str) -> None:
             bar.update(task, completed=done, description=message)
 
-        # A silent server is said above the bar (or as plain lines off a terminal).
-        with watching_waits(plain=lambda line: console.print(f"longctx: {line}", markup=False)):
+        # A silent server is said above the bar (or as plain lines off a terminal), never wrapped:
+        # a file or a pipe gets whole lines, however wide.
+        with watching_waits(
+            plain=lambda line: console.print(f"longctx: {line}", markup=False, soft_wrap=True)
+        ):
             yield update
 
 

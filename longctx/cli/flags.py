@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import click
@@ -86,7 +86,31 @@ def _click_type(spec: OptionSpec) -> Any:
     # the ConfigError the API and the environment give for it (one rule).
     if spec.choices is not None:
         return click.Choice(spec.choices)
+    if spec.value_type == "mapping":
+        return _JSON_OBJECT
     return {"int": int, "float": float}.get(spec.value_type or "")
+
+
+class _JsonObject(click.ParamType[Any]):
+    """A JSON object on the command line (``--extra-body '{"top_k": 20}'``)."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Mapping):
+            return value
+        import json  # here: `longctx --help` parses no JSON
+
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError as error:
+            self.fail(f"not JSON: {error.msg} at column {error.colno}", param, ctx)
+        if not isinstance(loaded, dict):
+            self.fail("a JSON object is needed ({...})", param, ctx)
+        return loaded
+
+
+_JSON_OBJECT = _JsonObject()
 
 
 def _range_text(spec: OptionSpec) -> str:

@@ -85,8 +85,8 @@ def job(
     spread over the replicas, and no replica gets more packs at once than its
     KV cache holds. Run the same file again after a crash or Ctrl-C: answers
     already stored are not asked again, unless what shapes them changed (the
-    pack's files, the model, the server, --max-tokens, --temperature,
-    --seed): those items are asked again and the summary says why; --fresh
+    pack's files, the model, the server, --max-tokens, --extra-body): those
+    items are asked again and the summary says why; --fresh
     asks everything again. Results are JSONL in item order, one line per item
     with its answer (its "data" when typed) or its error; exit 9 when some item failed.
     """

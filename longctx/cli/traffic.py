@@ -63,18 +63,18 @@ if TYPE_CHECKING:
     help="Write the report here instead of stdout.",
 )
 @click.option(
-    "--fail-on", help="Exit 13 when a finding has one of these causes (comma-separated; any, break, loss)."
+    "--fail-on", help="Exit 14 when a finding has one of these causes (comma-separated; any, break, loss)."
 )
 @click.option(
     "--min-hit-rate",
     type=click.FloatRange(0, 1),
-    help="Exit 13 when the vLLM simulation's hit rate is below this (0 to 1).",
+    help="Exit 14 when the vLLM simulation's hit rate is below this (0 to 1).",
 )
 @click.option(
     "--replay",
     is_flag=True,
     help="Also send the requests to the server and compare its cached tokens and counters;"
-    " exit 14 if they differ.",
+    " exit 15 if they differ.",
 )
 def lint(
     log: Path,
@@ -153,7 +153,7 @@ def lint(
 def _exit_for(
     report: LintReport, replayed: ReplayReport | None, causes: frozenset[str], min_hit_rate: float | None
 ) -> None:
-    """Exit 13 on a finding of ``causes`` or a hit rate under ``min_hit_rate``, 14 on a differing replay."""
+    """Exit 14 on a finding of ``causes`` or a hit rate under ``min_hit_rate``, 15 on a differing replay."""
     failing = report.failing(causes)
     if failing:
         note(

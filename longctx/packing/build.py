@@ -315,4 +315,4 @@ IMAGES_NOT_REUSED: Final = "not reused from the store: a pack that may hold imag
 
 def _may_hold_images(options: CorpusOptions) -> bool:
     """Whether ``options`` may put images in a pack (page images, image files)."""
-    return options.pdf_pages != "text" or options.image_files
+    return options.pdf_pages not in ("text", "server") or options.image_files

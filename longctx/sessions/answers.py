@@ -73,7 +73,10 @@ class Answer:
     empty. ``appended`` is set when the question's message carried files
     changed since the pack (see :mod:`longctx.sessions.changes`). ``turn``
     is the answer's index in its session's ``turns``, counting the turns a
-    fork or a sibling follows (``sessions show`` lists it under that number).
+    fork or a sibling follows; what longctx prints numbers turns from 1, so
+    :meth:`to_dict` (the CLI's ``--json``), the chat, the report and
+    ``sessions show`` call it turn ``turn + 1``. ``finish_reason`` is the
+    server's (``"length"``: cut at ``max_tokens``).
     ``citations``: where the answer says it rests, each checked against the
     pack (see :mod:`longctx.citations`), when asked for with ``cite=True``;
     None when not asked for. ``data``: the answer's validated value when it
@@ -107,7 +110,8 @@ class Answer:
             "answer": self.text,
             "reasoning": self.reasoning,
             "session_id": self.session_id,
-            "turn": self.turn,
+            "turn": self.turn + 1,  # numbered from 1, as the chat, the report and `sessions show` number it
+            "finish_reason": self.finish_reason,
             "usage": self.usage.to_dict(),
             "attempts": self.attempts,
         }
@@ -189,7 +193,9 @@ def asked_how(options: Mapping[str, Any], where: str) -> tuple[bool, AnswerSchem
     """
     if where == "ask":
         refuse_unknown(options, AskOptions, where)
-    cite, spec = bool(options.get("cite", False)), options.get("schema")
+    cite, spec = options.get("cite", False), options.get("schema")
+    if not isinstance(cite, bool):  # cite="yes" or "no" would both be true
+        raise ConfigError(f"cite must be True or False, not {cite!r}")
     if spec is None:
         return cite, None
     if cite:
@@ -284,7 +290,8 @@ def cited_answers(turns: Sequence[TurnRecord], roots: Sequence[str]) -> tuple[Ci
         citations = stored_citations(turn)
         if citations is not None:
             links = tuple(file_link(citation.path, roots) for citation in citations)
-            entries.append(CitedAnswer(turn.question, turn.position, citations, links))
+            # Numbered from 1, as every turn longctx prints.
+            entries.append(CitedAnswer(turn.question, turn.position + 1, citations, links))
     return tuple(entries)
 
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
+from longctx.backends.tokenizer import CountWatch, watched_counts
 from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import Corpus, check_sources, load_corpus
+from longctx.errors import LongctxError
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
@@ -89,6 +92,31 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     if set(learned) <= set(options.special_tokens):
         return options
     return replace(options, special_tokens=(*options.special_tokens, *learned))
+
+
+def server_pdf_pages(options: CorpusOptions, backend: Backend, corpus: Corpus) -> CorpusOptions:
+    """``options`` with ``pdf_pages="server"`` made ``auto`` where that matters and the model takes images.
+
+    ``corpus`` is what ``options`` read (``server`` reads as ``text``): only a
+    PDF page without text would go as an image, so the server is asked (the
+    model card where the engine has one, else a probe:
+    :meth:`~longctx.backends.images.ImageCounter.takes_images`) only when
+    ``corpus`` has one; a server that does not say gets text only.
+    """
+    if options.pdf_pages != "server" or not _pages_without_text(corpus):
+        return options
+    takes = False
+    with suppress(LongctxError):
+        takes = backend.image_counter().takes_images() is True
+    return replace(options, pdf_pages="auto") if takes else options
+
+
+def _pages_without_text(corpus: Corpus) -> bool:
+    return any(
+        note.startswith("page ") and ("no extractable text" in note or "text extraction failed" in note)
+        for entry in corpus.manifest.included
+        for note in entry.notes
+    )
 
 
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
@@ -318,9 +346,29 @@ class CorpusSession(Session):
             corpus = load_corpus(
                 self.paths, options, store=self.store, on_text=None if bound is None else bound.add
             )
+            if (images := server_pdf_pages(options, backend, corpus)) is not options:
+                # Pages without text, and a model that takes images: read again, those pages as images.
+                options = images
+                bound = None if budget is None else LowerBound(budget)
+                corpus = load_corpus(
+                    self.paths, options, store=self.store, on_text=None if bound is None else bound.add
+                )
             self._resources.progress(f"{len(corpus.manifest.included)} documents")
-            self._resources.progress(f"counting tokens with {backend.info.engine}'s tokenizer")
-            packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
+            engine = backend.info.engine
+            self._resources.progress(f"counting tokens with {engine}'s tokenizer")
+
+            def counted(done: int, total: int) -> None:
+                share = f"{done / 1e6:.1f} of {total / 1e6:.1f} M characters"
+                self._resources.progress(f"counting tokens with {engine}'s tokenizer: {share}")
+
+            # A text too large for the window is refused as soon as its counted part proves it.
+            watch = CountWatch(
+                limit=None if budget is None else budget.prompt_budget,
+                on_progress=counted,
+                budget="" if budget is None else budget.describe(),
+            )
+            with watched_counts(watch):
+                packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
             if self._pack is not None:
                 return  # a restored session keeps the pack (and tracker) its history was built on

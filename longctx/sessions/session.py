@@ -20,6 +20,7 @@ one replica.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -520,9 +521,13 @@ class Session(Conversation):
         batch: siblings.SiblingBatch,
         changes: Changes | None,
         key: str | None,
+        *,
+        index: int = 0,
     ) -> Committed:
         record = self._opened()
         branch = branch_record(record, "sibling", question[:80], len(self._turns))
+        # Its place among the batch's questions: `sessions show` lists a batch in question order.
+        branch = dataclasses.replace(branch, settings={**branch.settings, "batch_index": index})
         committed = committed_records(
             sent, session_id=branch.id, position=0, question=question, purpose="sibling",
             batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
@@ -569,7 +574,7 @@ class Session(Conversation):
                 batch,
                 dispatch=dispatch,
                 commit=lambda sent, index: self._commit_sibling(
-                    sent, batch.questions[index], batch, changes, keys[index] if keys else None
+                    sent, batch.questions[index], batch, changes, keys[index] if keys else None, index=index
                 ),
                 on_answer=options.get("on_answer"),
                 on_away=snapshot.follow,

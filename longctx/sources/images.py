@@ -100,7 +100,7 @@ def page_image_documents(
 ) -> ImageDocuments:
     """The images of ``parent``'s PDF pages that ``rules`` send as images (``data``: the PDF's bytes)."""
     unusable = {page.number: page.reason for page in extracted.unusable_pages}
-    if rules.pdf_pages == "text":
+    if rules.pdf_pages in ("text", "server"):  # "server" unresolved: no server said it takes images
         return ImageDocuments()
     if rules.pdf_pages == "images":
         asked = {number: "asked: pdf_pages='images'" for number in range(1, extracted.page_count + 1)}

@@ -38,8 +38,8 @@ from pathlib import Path
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
-from longctx.config import RequestOptions
 from longctx.corpus import load_corpus
+from longctx.options.groups import RequestOptions
 from longctx.packing import build_pack
 from longctx.sessions import Session
 from longctx.store import Store

@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from longctx.config import CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, EmptyCorpus, InputError, SourceError
-from longctx.ignore import GlobFilter
+from longctx.options.groups import CorpusOptions, Limits
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
+from longctx.sources.ignore import GlobFilter
 from longctx.sources.pdf import PdfTextCache
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
@@ -339,7 +339,7 @@ def load_corpus(
     in argument order. A path given twice, or inside a folder also given,
     is loaded once.
 
-    ``options`` (:class:`~longctx.config.CorpusOptions`, defaults when
+    ``options`` (:class:`~longctx.options.groups.CorpusOptions`, defaults when
     None) choose the documents and their order. Its ``ordering`` is
     ``"stability"`` (committed files by last commit time,
     oldest first; then files without history; then files changed in the

@@ -25,11 +25,11 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_BAD_INPUT, Runtime
-from longctx.config import ServerOptions
 from longctx.errors import ConfigError, InputError
 from longctx.jobs.items import JobItem
 from longctx.jobs.job import Job
-from longctx.options import VALUE_TYPES, OptionFields, OptionSpec
+from longctx.options.fields import VALUE_TYPES, OptionFields, OptionSpec
+from longctx.options.groups import ServerOptions
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.store import Store, StoredPack
 
@@ -132,7 +132,7 @@ def type_of(spec: OptionSpec) -> type:
 
 
 def test_an_option_declared_without_a_type_is_refused_when_its_class_is_defined() -> None:
-    from longctx.options import option
+    from longctx.options.fields import option
 
     with pytest.raises(TypeError, match="declares its value_type"):
         option(None, flag="--untyped")
@@ -150,7 +150,7 @@ def test_an_option_declared_without_a_type_is_refused_when_its_class_is_defined(
 def test_the_request_options_a_new_user_got_wrong_fail_at_construction(
     options: dict[str, Any], expected: str
 ) -> None:
-    from longctx.config import RequestOptions
+    from longctx.options.groups import RequestOptions
 
     with pytest.raises(ConfigError) as raised:
         RequestOptions(**options)

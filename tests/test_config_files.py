@@ -11,9 +11,9 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_USAGE, Runtime
-from longctx.config import RequestOptions, ServerOptions, resolve_api_key, resolve_base_urls
 from longctx.errors import ConfigError
-from longctx.settings import project_config_file, settable_keys, setting
+from longctx.options.groups import RequestOptions, ServerOptions, resolve_api_key, resolve_base_urls
+from longctx.options.settings import project_config_file, settable_keys, setting
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from longctx.errors import EmptyCorpus
 from longctx.packing import Budget, build_pack, build_shards
 from longctx.sources import pdf as pdf_module
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 

@@ -18,7 +18,7 @@ from longctx.corpus import load_corpus
 from longctx.errors import OutputError
 from longctx.packing import Pack, build_pack, pack
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

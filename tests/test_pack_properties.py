@@ -21,7 +21,7 @@ from pack_fixtures import (
 from longctx.corpus import Corpus, Manifest
 from longctx.packing import build_pack, compare_packs
 from longctx.sources import SkipReason
-from longctx.tokens import KIMI_PAT_STR, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer
+from longctx.tokens.tokenizers import KIMI_PAT_STR, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer
 
 pytest.importorskip("tokenizers")
 

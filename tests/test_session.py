@@ -14,8 +14,8 @@ import pytest
 from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.retry import instant_retries
 from longctx.sessions import Session
 from longctx.sessions.answers import history_form

@@ -21,9 +21,9 @@ from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
 from longctx.backends.base import Backend, connect
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import load_corpus
 from longctx.errors import ContextOverflow
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.serving.doctor import diagnose
@@ -320,7 +320,7 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     from longctx.backends.base import connect
-    from longctx.config import RequestOptions
+    from longctx.options.groups import RequestOptions
     from longctx.sessions import Session
     from longctx.store import Store, StoredPack
 

@@ -35,9 +35,9 @@ from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
+from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
@@ -624,7 +624,7 @@ def connect(
 ) -> Backend:
     """Connect to the server(s) ``server`` names and discover what they are.
 
-    ``server`` is a :class:`~longctx.config.ServerOptions`, or just the
+    ``server`` is a :class:`~longctx.options.groups.ServerOptions`, or just the
     URL(s) (``connect("http://host:8000/v1")``); what it leaves unset falls
     back to ``LONGCTX_BASE_URL``, ``LONGCTX_MODEL`` and ``LONGCTX_API_KEY``.
     ``transport`` and ``async_transport`` replace the network in tests.

@@ -21,10 +21,10 @@ from longctx.cli.app import (
     schema_options,
     server_options,
 )
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
 from longctx.jobs.items import JobItem, read_job
 from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.outputs import save_text
 
 if TYPE_CHECKING:

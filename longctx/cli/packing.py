@@ -10,11 +10,11 @@ from dataclasses import dataclass
 import click
 
 from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
-from longctx.config import CorpusOptions, ServerOptions
-from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
+from longctx.options.groups import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
-from longctx.tokens import Tokenizer, offline_tokenizer
+from longctx.tokens.images import ImageTokenCounter, PatchImageCounter
+from longctx.tokens.tokenizers import Tokenizer, offline_tokenizer
 
 
 @main.command()

@@ -29,14 +29,14 @@ from longctx.cli.app import (
 from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, stored_answers
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import CorpusSessionOptions
+from longctx.sessions.corpus_sessions import CorpusSessionOptions
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 

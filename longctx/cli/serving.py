@@ -21,8 +21,8 @@ from longctx.cli.app import (
     runtime,
     server_options,
 )
-from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
 from longctx.serving.doctor import diagnose
 from longctx.serving.families import known_model, known_models

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from longctx.backends.base import Backend
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.items import JobItem
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
@@ -49,13 +48,14 @@ from longctx.jobs.ownership import ItemOwnership
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
 from longctx.jobs.room import KvRoom
 from longctx.jobs.stored import answer_request
-from longctx.option_checks import not_blank
-from longctx.options import OptionFields, option
+from longctx.options.checks import not_blank
+from longctx.options.fields import OptionFields, option
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.schemas import json_value
 from longctx.sessions.answers import Answer, stored_data
-from longctx.sessions.corpus import CorpusSession, RepoSession
+from longctx.sessions.corpus_sessions import CorpusSession, RepoSession
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord

@@ -25,8 +25,7 @@ from typing import Final
 
 from longctx.corpus import CorpusOutline
 from longctx.documents import Document, ImagePart
-from longctx.image_parts import PlacedImage
-from longctx.image_tokens import ImageTokenCounter, estimate_image_counter
+from longctx.packing.image_parts import PlacedImage
 from longctx.packing.model import Pack, Section, pack_fingerprint, section_fingerprint
 from longctx.packing.rendering import (
     BOUNDARY,
@@ -39,7 +38,8 @@ from longctx.packing.rendering import (
     render_document,
 )
 from longctx.store import Store, StoredText
-from longctx.tokens import TemplateTokenizer, Tokenizer, cached_counts
+from longctx.tokens.images import ImageTokenCounter, estimate_image_counter
+from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer, cached_counts
 
 __all__ = [
     "PackCounter",
@@ -86,7 +86,7 @@ class PackCounter:
     template overhead is measured only with the server's own tokenizer
     (a :class:`~longctx.tokens.TemplateTokenizer`), once per system message.
     Images are counted by ``image_counter``, or by the documented estimate
-    (:func:`~longctx.image_tokens.estimate_image_counter`) when none is given.
+    (:func:`~longctx.tokens.images.estimate_image_counter`) when none is given.
     """
 
     tokenizer: Tokenizer | None

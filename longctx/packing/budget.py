@@ -17,7 +17,6 @@ from typing import Final
 from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
-from longctx.image_tokens import ImageTokenCounter
 from longctx.packing.assembly import (
     PackCounter,
     Sections,
@@ -31,7 +30,8 @@ from longctx.packing.counting import count_texts
 from longctx.packing.model import DOCUMENT_PREFIX, Budget, Pack, ShardedPack, section_fingerprint
 from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
+from longctx.tokens.images import ImageTokenCounter
+from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer, cached_counts
 
 __all__ = [
     "MAX_CHARS_PER_TOKEN",

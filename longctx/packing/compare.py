@@ -12,7 +12,7 @@ from typing import Final
 
 from longctx.errors import PackError
 from longctx.packing.model import BoundaryCheck, Pack, PackComparison
-from longctx.tokens import TemplateTokenizer, Tokenizer
+from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer
 
 __all__ = ["DEFAULT_PROBE_QUESTION", "check_cache_boundary", "compare_packs"]
 

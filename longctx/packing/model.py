@@ -24,14 +24,14 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
-from longctx.config import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.corpus import Manifest
 from longctx.errors import ConfigError
-from longctx.image_parts import PlacedImage, content_parts
+from longctx.options.groups import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.outputs import Saved
+from longctx.packing.image_parts import PlacedImage, content_parts
 from longctx.packing.rendering import FORMAT_VERSION
 from longctx.store import StoredText
-from longctx.tokens import Tokenizer, text_sha256
+from longctx.tokens.tokenizers import Tokenizer, text_sha256
 
 __all__ = [
     "DOCUMENT_PREFIX",
@@ -155,7 +155,7 @@ class Pack:
     format ``longctx-pack/5`` and its own system message, and sends its
     first user message as content parts (:meth:`user_parts`).
     ``image_tokens`` is what the images cost the model (an
-    :class:`~longctx.image_tokens.ImageTokenCounter`'s count, None when not
+    :class:`~longctx.tokens.images.ImageTokenCounter`'s count, None when not
     counted); ``image_counter`` names that counter. ``prefix_tokens`` counts
     the text form, placeholder lines included (a few dozen tokens an image
     more than the request sends: the budget errs on the safe side).

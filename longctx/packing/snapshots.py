@@ -49,15 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from longctx.config import CorpusOptions
 from longctx.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.errors import StoreError
+from longctx.options.groups import CorpusOptions
 from longctx.packing.model import ManifestSummary, Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
-from longctx.tokens import Tokenizer
+from longctx.tokens.tokenizers import Tokenizer
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",

@@ -20,7 +20,7 @@
   of them (the pack's once per pack and tokenizer), or why a request went as text;
 - :mod:`~longctx.sessions.token_history`: earlier answers sent back as the token ids
   the model generated;
-- :mod:`~longctx.sessions.corpus`: :class:`RepoSession` and :class:`DocSession`,
+- :mod:`~longctx.sessions.corpus_sessions`: :class:`RepoSession` and :class:`DocSession`,
   sessions over the pack of paths;
 - :mod:`~longctx.sessions.sharded`: :class:`ShardedSession`, map-reduce over
   the shards of a corpus larger than the window.
@@ -34,7 +34,7 @@ from __future__ import annotations
 from longctx.backends.base import Backend
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import CorpusSession, DocSession, RepoSession
+from longctx.sessions.corpus_sessions import CorpusSession, DocSession, RepoSession
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Session
 from longctx.sessions.sharded import KIND as SHARDED_KIND

@@ -15,8 +15,8 @@ from typing import Any, TypedDict
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.citations import CITE_INSTRUCTION, Citation, CitedAnswer, Grounding, file_link
-from longctx.config import RequestOptions
 from longctx.errors import ConfigError
+from longctx.options.groups import RequestOptions
 from longctx.report import SavingsReport
 from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema, json_value
 from longctx.sessions.changes import Changes

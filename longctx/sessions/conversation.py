@@ -29,8 +29,8 @@ __all__ = ["Conversation"]
 class Conversation(ABC):
     """What every session offers: questions, siblings, forks, reports, a lifecycle.
 
-    :class:`Session` (and :class:`~longctx.sessions.corpus.RepoSession` /
-    :class:`~longctx.sessions.corpus.DocSession` built on it) and
+    :class:`Session` (and :class:`~longctx.sessions.corpus_sessions.RepoSession` /
+    :class:`~longctx.sessions.corpus_sessions.DocSession` built on it) and
     :class:`~longctx.sessions.sharded.ShardedSession` implement it, so code
     that takes a session works with either.
     """

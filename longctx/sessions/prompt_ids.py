@@ -49,8 +49,8 @@ from typing import Final
 from longctx.backends.base import ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import RequestOptions
 from longctx.errors import LongctxError, TokenizerError
+from longctx.options.groups import RequestOptions
 from longctx.sessions.token_history import FirstMessages, HistoryIds, TokenHistory
 from longctx.store import Store, StoredPack, StoredPackIds, TurnRecord
 

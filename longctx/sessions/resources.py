@@ -1,7 +1,7 @@
 """What a session uses and may own: the connection to the server and the store.
 
 A session given a backend or a store uses it and leaves it open for its
-owner; one given neither connects (to :class:`~longctx.config.ServerOptions`)
+owner; one given neither connects (to :class:`~longctx.options.groups.ServerOptions`)
 and opens the default store on first use, owns what it opened, and closes
 it in :meth:`Resources.close`. Forks and branches borrow their parent's.
 Once closed (or once what they borrow was closed by its owner), every use
@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from longctx.backends.base import Backend, connect
-from longctx.config import ServerOptions
 from longctx.errors import SessionClosed
+from longctx.options.groups import ServerOptions
 from longctx.store import Store
 
 __all__ = ["Progress", "Resources"]

@@ -31,10 +31,10 @@ from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.citations import Grounding
-from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.image_parts import content_parts
+from longctx.options.groups import RequestOptions, ServerOptions
+from longctx.packing.image_parts import content_parts
 from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions import answers, reporting, siblings
 from longctx.sessions.answers import (
@@ -53,7 +53,7 @@ from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
 from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 from longctx.verification import counters
 from longctx.verification.canary import (
     CANARY_QUESTION,
@@ -95,7 +95,7 @@ class Session(Conversation):
 
     ``backend`` is a connection (:func:`~longctx.backends.base.connect`) the
     caller owns; without one the session connects to ``server`` (default
-    :class:`~longctx.config.ServerOptions`) on its first request and owns
+    :class:`~longctx.options.groups.ServerOptions`) on its first request and owns
     that connection. ``pack`` is a :class:`~longctx.packing.Pack` or a
     :class:`~longctx.store.StoredPack`. ``store`` likewise: without one the
     default store is opened on first use and closed by :meth:`close`.

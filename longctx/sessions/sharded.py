@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar, Unpack
 
-from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.corpus import check_sources, load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
+from longctx.options.groups import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions.answers import (
@@ -41,7 +41,7 @@ from longctx.sessions.answers import (
     checked_question,
 )
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import (
+from longctx.sessions.corpus_sessions import (
     CorpusSessionOptions,
     Paths,
     as_paths,
@@ -85,8 +85,8 @@ def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
 class ShardedSession(Conversation):
     """Sessions over every shard of an oversized corpus, and a reducer.
 
-    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments
-    (:class:`~longctx.sessions.corpus.CorpusSessionOptions`), plus
+    Takes :class:`~longctx.sessions.corpus_sessions.RepoSession`'s arguments
+    (:class:`~longctx.sessions.corpus_sessions.CorpusSessionOptions`), plus
     ``sharded`` (shards already built, instead of loading ``paths``).
     Shards leave out the earlier copies of a layered pack, so
     ``CorpusOptions.max_stale_share`` only chooses the order of the

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import measured_dispatch
-from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
+from longctx.options.groups import RequestOptions
 from longctx.report import build_report
 from longctx.sessions.answers import (
     Answer,

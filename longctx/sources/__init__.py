@@ -10,6 +10,7 @@ more Skip. :mod:`longctx.corpus` puts the pieces together.
 - :mod:`~longctx.sources.history`: last-commit times and layers;
 - :mod:`~longctx.sources.git`: the one git runner (GitPython behind it);
 - :mod:`~longctx.sources.files`: plain folders and single files;
+- :mod:`~longctx.sources.ignore`: gitignore-style patterns (``include``/``exclude``, ``.longctxignore``);
 - :mod:`~longctx.sources.reading`: one file on disk to a Document;
 - :mod:`~longctx.sources.decoding`: binary detection and text decoding;
 - :mod:`~longctx.sources.notebook`: Jupyter notebooks to text;

@@ -40,8 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from longctx.config import DEFAULT_MAX_STALE_SHARE
-from longctx.ignore import IgnoreRules, parent_directories
+from longctx.options.groups import DEFAULT_MAX_STALE_SHARE
 from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
@@ -53,6 +52,7 @@ from longctx.sources.history import (
     plan_layers,
     usable_times_cache,
 )
+from longctx.sources.ignore import IgnoreRules, parent_directories
 
 __all__ = [
     "CommitTimesCache",

@@ -42,7 +42,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from longctx.config import default_home
+from longctx.options.groups import default_home
 from longctx.store.blobs import SnapshotTexts, StoredText
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database

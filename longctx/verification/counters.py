@@ -130,7 +130,7 @@ class CounterSnapshot:
         """:meth:`take`, or a snapshot that reads nothing and checks nothing.
 
         Nothing is read with ``enabled`` false, or behind a router
-        (:attr:`ServerOptions.router_policy <longctx.config.ServerOptions.router_policy>`
+        (:attr:`ServerOptions.router_policy <longctx.options.groups.ServerOptions.router_policy>`
         set): a router answers ``/metrics`` with one replica's counters, not
         necessarily the one that served, so the check could only wait and fail.
         """

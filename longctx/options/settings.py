@@ -5,7 +5,7 @@ An explicit value (an argument, a flag) wins over the environment
 :func:`project_config_file`), which wins over the user file
 (:func:`user_config_file`), which wins over the field's default. The option
 classes whose flagged fields may be set so register with :func:`settable`
-(:mod:`longctx.config`'s do); :func:`setting` finds a field's value, checked by
+(:mod:`longctx.options.groups`'s do); :func:`setting` finds a field's value, checked by
 the field's own rule.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from longctx.errors import ConfigError
-from longctx.options import OptionFields, option_spec
+from longctx.options.fields import OptionFields, option_spec
 
 __all__ = [
     "PROJECT_CONFIG_NAME",

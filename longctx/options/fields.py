@@ -1,7 +1,7 @@
 """Option fields: each option of an option object written once, with everything that follows from it.
 
-An option object (:class:`~longctx.config.CorpusOptions`,
-:class:`~longctx.config.RequestOptions`, ...) is a frozen dataclass of
+An option object (:class:`~longctx.options.groups.CorpusOptions`,
+:class:`~longctx.options.groups.RequestOptions`, ...) is a frozen dataclass of
 :class:`OptionFields` whose fields are made by :func:`option`. A field's
 metadata (:class:`OptionSpec`) says what it accepts (its type and range,
 declared once and checked by :meth:`OptionSpec.checked` however the value

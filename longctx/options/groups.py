@@ -18,7 +18,7 @@ validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
 
 An explicit value (an argument, a flag) wins over the environment, which
 wins over the project file (``.longctx.toml``), which wins over the user
-file, which wins over the default (:mod:`longctx.settings`; every option with
+file, which wins over the default (:mod:`longctx.options.settings`; every option with
 a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from longctx.errors import ConfigError
-from longctx.option_checks import (
+from longctx.options.checks import (
     cache_salt,
     server_urls,
     spellings,
@@ -49,8 +49,8 @@ from longctx.option_checks import (
     stored_optional_tuple,
     stored_tuple,
 )
-from longctx.options import OptionFields, option
-from longctx.settings import settable, setting
+from longctx.options.fields import OptionFields, option
+from longctx.options.settings import settable, setting
 
 __all__ = [
     "AFFINITY_BODY_FIELD",

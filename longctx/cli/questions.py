@@ -35,6 +35,7 @@ from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, stored_answers
+from longctx.sessions.arguments import checked_ask, checked_ask_many
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus_sessions import CorpusSessionOptions
 from longctx.sessions.siblings import batch_keys
@@ -296,6 +297,8 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
+    # Refused here, as the library refuses them at the call: before the store, the pack or the server.
+    checked_ask(request, question, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     printing = Printing.for_terminal(stream=stream, as_json=as_json, quiet=quiet)
     with given.opened(progress_until_open=True) as opened, opened.session as session:
@@ -356,6 +359,7 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
+    checked_ask_many(request, questions, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened(session_id) as opened:
         session, say = opened.session, opened.say

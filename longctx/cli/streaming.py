@@ -112,8 +112,8 @@ def print_answer(session: Conversation, question: str, printing: Printing, **opt
             # and an answer is printed as it is stored, byte for byte, as the streamed path writes it.
             click.echo(answer.text, color=True)
         return PrintedAnswer(answer, streamed=False)
+    stream = session.stream(question, **options)  # refuses its arguments here, before the spinner starts
     spinner = Spinner(printing.spinner, "waiting for the first token").start()
-    stream = session.stream(question, **options)
     written = False
     try:
         for piece in stream:

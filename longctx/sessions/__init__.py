@@ -2,6 +2,7 @@
 
 - :mod:`~longctx.sessions.conversation`: :class:`Conversation`, the interface every kind implements;
 - :mod:`~longctx.sessions.session`: :class:`Session` (a conversation over a pack: turns, siblings, forks);
+- :mod:`~longctx.sessions.arguments`: what questions take, checked at the call (``AskOptions``);
 - :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
 - :mod:`~longctx.sessions.streams`: an answer as it arrives, :class:`AnswerStream`,
   :class:`AsyncAnswerStream` (what is kept of one stopped midway);

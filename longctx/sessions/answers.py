@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from longctx.backends.base import Backend, Sent
 from longctx.backends.chat import ChatRequest
 from longctx.citations import CITE_INSTRUCTION, Citation, CitedAnswer, Grounding, file_link
-from longctx.errors import ConfigError
-from longctx.options.groups import RequestOptions
 from longctx.report import SavingsReport
-from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema, json_value
+from longctx.schemas import AnswerSchema, json_value
 from longctx.sessions.changes import Changes
 from longctx.store import RequestRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage
@@ -26,22 +24,14 @@ from longctx.usage import Usage
 __all__ = [
     "THINK_END",
     "Answer",
-    "AskManyOptions",
-    "AskOptions",
     "Asked",
     "Batch",
     "Committed",
-    "answer_bound",
-    "asked_how",
-    "check_ask_many",
-    "checked_concurrency",
-    "checked_question",
     "cited_answers",
     "committed_records",
     "constrained",
     "grounding",
     "history_form",
-    "refuse_unknown",
     "request_record",
     "stored_answers",
     "stored_citations",
@@ -155,68 +145,12 @@ class Committed:
     answer: Answer
 
 
-class AskOptions(TypedDict, total=False):
-    """The keywords of ``ask``, which ``aask``, ``stream``, ``astream`` and ``plan_ask`` take too.
-
-    ``max_tokens``: the answer's bound (default: the request options').
-    ``cite``: the answer cites where it rests, each citation checked against
-    the pack (:mod:`longctx.citations`). ``schema``: the answer is decoded to
-    a JSON Schema and validated, its value in :attr:`Answer.data`
-    (:mod:`longctx.schemas`: a pydantic model class, a JSON Schema dict, a
-    concise spec or an :class:`~longctx.schemas.AnswerSchema`). Not both.
-    ``ask_many`` takes them too (:class:`AskManyOptions`).
-    """
-
-    max_tokens: int | None
-    cite: bool
-    schema: SchemaSpec | None
-
-
 @dataclass(frozen=True)
 class Asked:
     """What one question asks for beyond its text: its citations checked, its answer typed (None: not)."""
 
     grounding: Grounding | None = None
     schema: AnswerSchema | None = None
-
-
-def asked_how(options: Mapping[str, Any], where: str) -> tuple[bool, AnswerSchema | None]:
-    """``cite`` and the :class:`AnswerSchema` of ``options`` (:class:`AskOptions`), checked before sending.
-
-    An unknown keyword is a :class:`TypeError` naming ``where``; a schema
-    that is none, or ``cite`` with a schema (a cited answer ends in prose
-    sources, which no JSON answer can), a :class:`~longctx.errors.ConfigError`.
-    """
-    if where == "ask":
-        refuse_unknown(options, AskOptions, where)
-    cite, spec = bool(options.get("cite", False)), options.get("schema")
-    if spec is None:
-        return cite, None
-    if cite:
-        raise ConfigError("cite and schema cannot be asked together: a cited answer ends in prose sources")
-    return cite, answer_schema(spec)
-
-
-class AskManyOptions(AskOptions, total=False):
-    """The keywords of ``ask_many`` on every session kind.
-
-    ``max_tokens``: the answer's bound (default: the request options').
-    ``concurrency``: how many in flight (default: the request options', else
-    what was measured fastest for the engine). ``on_answer``: hears of each
-    answer as it is stored. ``keys``: the caller's name for each question,
-    stored with its answer; a key that already has an answer is refused
-    before anything is sent, unless ``reuse_answered``: then its question
-    is not asked and its stored answer comes back in the batch (without
-    ``keys``, each question's key is :func:`~longctx.sessions.siblings.batch_keys`'
-    for this session, so a batch stopped by Ctrl-C or a dead server is
-    finished by asking the same questions again with ``reuse_answered``).
-    ``cite`` and ``schema`` (:class:`AskOptions`) hold for every question.
-    """
-
-    concurrency: int | None
-    on_answer: Callable[[Answer], None] | None
-    keys: Sequence[str] | None
-    reuse_answered: bool
 
 
 def stored_answers(
@@ -311,69 +245,6 @@ def constrained(request: ChatRequest, schema: AnswerSchema | None, backend: Back
         return request
     fields = schema.request_fields(backend.server_for(request.affinity_key))
     return dataclasses.replace(request, constraint=fields)
-
-
-def refuse_unknown(keywords: Mapping[str, object], accepted: type, where: str) -> None:
-    """Raise :class:`TypeError` naming each keyword of ``keywords`` that the TypedDict ``accepted`` lacks.
-
-    ``**options: Unpack[...]`` is checked only by a type checker; this is the check at run time.
-    """
-    known = set(getattr(accepted, "__required_keys__", ())) | set(getattr(accepted, "__optional_keys__", ()))
-    unknown = sorted(set(keywords) - known)
-    if unknown:
-        raise TypeError(f"{where}() got unexpected keyword argument(s): {', '.join(unknown)}")
-
-
-def check_ask_many(request: RequestOptions, questions: Sequence[str], options: AskManyOptions) -> None:
-    """Refuse a bad ``ask_many`` call before anything is sent, on every session kind.
-
-    An unknown keyword, one string given as the questions (each character
-    would be a question) or a question that is no string is a
-    :class:`TypeError` (naming its index); a ``max_tokens`` or ``concurrency``
-    its option field's rule refuses, a blank question, or no question, a
-    :class:`~longctx.errors.ConfigError`.
-    """
-    refuse_unknown(options, AskManyOptions, "ask_many")
-    if isinstance(questions, str) or not isinstance(questions, Sequence):
-        one = " (ask(question) asks one)" if isinstance(questions, str) else ""
-        raise TypeError(f"ask_many takes a list of questions, not {type(questions).__name__}{one}")
-    for index, question in enumerate(questions):
-        checked_question(question, f"questions[{index}]")
-    answer_bound(request, options.get("max_tokens"))
-    checked_concurrency(options.get("concurrency"))
-    if not questions:
-        raise ConfigError("ask_many needs at least one question")
-
-
-def checked_question(question: object, name: str = "question") -> str:
-    """``question`` if it is a non-blank ``str``; else a TypeError (a ConfigError when blank) naming ``name``.
-
-    A question of another type (None, a number) is refused before anything
-    is sent; ``ask_many`` names the index (``questions[2]``).
-    """
-    if not isinstance(question, str):
-        raise TypeError(f"{name} must be a str, not {type(question).__name__} ({question!r:.60})")
-    if not question.strip():
-        raise ConfigError("the question is empty" if name == "question" else f"{name} is empty")
-    return question
-
-
-def answer_bound(request: RequestOptions, max_tokens: int | None) -> int:
-    """A per-call ``max_tokens``, checked by the option field's own rule; None: ``request``'s.
-
-    0 is refused as the option object refuses it (it is not "not given"), and
-    a negative bound never reaches the server.
-    """
-    if max_tokens is None:
-        return request.max_tokens
-    checked: int = RequestOptions.checked("max_tokens", max_tokens)
-    return checked
-
-
-def checked_concurrency(concurrency: int | None) -> int | None:
-    """A per-call ``concurrency``, checked by :attr:`RequestOptions.concurrency`'s rule (None: not given)."""
-    checked: int | None = RequestOptions.checked("concurrency", concurrency)
-    return checked
 
 
 def request_record(

@@ -36,15 +36,9 @@ from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.packing.image_parts import content_parts
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions import answers, reporting, siblings
-from longctx.sessions.answers import (
-    Answer,
-    AskManyOptions,
-    AskOptions,
-    Batch,
-    Committed,
-    committed_records,
-)
+from longctx.sessions import answers, arguments, reporting, siblings
+from longctx.sessions.answers import Answer, Batch, Committed, committed_records
+from longctx.sessions.arguments import AskCall, AskManyCall, AskManyOptions, AskOptions
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.prompt_ids import PromptIds
@@ -387,13 +381,18 @@ class Session(Conversation):
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
         One turn at a time (a turn's request is built from the history the
-        previous turn left), whichever driver carries it out.
+        previous turn left), whichever driver carries it out. The arguments
+        are checked here, at the call (:func:`~longctx.sessions.arguments.checked_ask`),
+        not when the plan is carried out: ``stream("")`` fails where ``ask("")`` does.
         """
         self._resources.check_open()
-        answers.checked_question(question)
-        # Refused here, before anything is sent.
-        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
-        cite, schema = answers.asked_how(options, "ask")
+        call = arguments.checked_ask(self.request, question, options, "stream" if streamed else "ask")
+        return self._plan_turn(call, purpose, streamed)
+
+    def _plan_turn(self, call: AskCall, purpose: str, streamed: bool) -> Plan[Answer]:
+        """The plan of one turn whose arguments were checked (see :meth:`plan_ask`)."""
+        question, max_tokens, cite, schema = call.question, call.max_tokens, call.cite, call.schema
+        self._resources.check_open()  # again: the session may have been closed since the call
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
@@ -543,23 +542,26 @@ class Session(Conversation):
         answer in its transaction (:meth:`store.sessions.answered
         <longctx.store.SessionLog.answered>` finds them), so a job run again asks
         only what is unanswered; with ``reuse_answered`` this batch does so
-        itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
+        itself (see :class:`~longctx.sessions.arguments.AskManyOptions`).
         """
         self._resources.check_open()
-        answers.check_ask_many(self.request, questions, options)
-        ask = self._plan_siblings
-        if options.get("reuse_answered"):
-            return (yield from siblings.reusing_answers(self.store, self.id, questions, options, ask))
-        return (yield from ask(questions, options))
+        call = arguments.checked_ask_many(self.request, questions, options)  # at the call, as plan_ask
+        return self._plan_batch(call, options)
 
-    def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
-        """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
-        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
-        concurrency = answers.checked_concurrency(options.get("concurrency"))
+    def _plan_batch(self, call: AskManyCall, options: AskManyOptions) -> Plan[Batch]:
+        """The plan of a checked batch: the unanswered questions only, with ``reuse_answered``."""
+        if options.get("reuse_answered"):
+            return (
+                yield from siblings.reusing_answers(self.store, self.id, call, options, self._plan_siblings)
+            )
+        return (yield from self._plan_siblings(call, options))
+
+    def _plan_siblings(self, call: AskManyCall, options: AskManyOptions) -> Plan[Batch]:
+        """The plan of a batch that asks every one of its questions (see :meth:`plan_ask_many`)."""
+        questions, max_tokens, concurrency = call.questions, call.max_tokens, call.concurrency
         keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        cite, schema = answers.asked_how(options, "ask_many")
-        asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
+        asked = answers.Asked(answers.grounding(call.cite, self.pack, self._turns, changes), call.schema)
         batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
         dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)

@@ -37,7 +37,7 @@ from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
-from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
+from longctx.options.groups import AFFINITY_BODY_FIELD, ResolvedServer, ServerOptions
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
@@ -579,14 +579,14 @@ def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOp
 
 def _discover(
     base_url: str,
-    options: ServerOptions,
+    options: ResolvedServer,
     model: str | None,
     retry: RetryPolicy,
     transport: Transport | None,
 ) -> tuple[ServerInfo, HttpEndpoint]:
     endpoint = HttpEndpoint(
         base_url,
-        api_key=options.resolved_api_key(),
+        api_key=options.api_key,
         transport=transport,
         timeout=min(_DISCOVERY_TIMEOUT, options.stall_timeout, options.timeout),
     )
@@ -626,34 +626,37 @@ def connect(
 
     ``server`` is a :class:`~longctx.options.groups.ServerOptions`, or just the
     URL(s) (``connect("http://host:8000/v1")``); what it leaves unset falls
-    back to ``LONGCTX_BASE_URL``, ``LONGCTX_MODEL`` and ``LONGCTX_API_KEY``.
+    back to the settings (``LONGCTX_BASE_URL``, ``LONGCTX_MODEL``,
+    ``LONGCTX_API_KEY``, ...), read once here (:meth:`ServerOptions.resolved`;
+    a :class:`~longctx.options.groups.ResolvedServer` is taken as it is).
     ``transport`` and ``async_transport`` replace the network in tests.
     The caller owns the backend and closes it. Raises
     :class:`ServerUnreachable` when no server answers and
     :class:`ConfigError` when the model is not served.
     """
-    options = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
+    given = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
+    options = given.resolved()  # the settings read once, here, where the backend is made
     # The user's bound on a request holds for its retries too.
     policy = retry or RetryPolicy(total_seconds=min(RetryPolicy.total_seconds, options.timeout))
     urls = options.base_urls()
-    key = options.resolved_api_key()
-    headers = options.resolved_affinity_headers()
     # With replicas, a dead URL is tried once, not retried: it is marked
     # down and tried again later, and the others serve meanwhile.
     discovery = policy if len(urls) == 1 else RetryPolicy(attempts=1)
-    chosen: list[str | None] = [options.resolved_model()]
+    # The model asked for, else the first replica's: every later replica must serve the same one.
+    model = options.model
 
     def open_replica(url: str) -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
-        info, endpoint = _discover(url, options, chosen[0], discovery, transport)
-        chosen[0] = chosen[0] or info.model
+        nonlocal model
+        info, endpoint = _discover(url, options, model, discovery, transport)
+        model = model or info.model
         chat = ChatClient(
             info.api_url,
             info.model,
-            api_key=key,
+            api_key=options.api_key,
             timeout=options.timeout,
             stall_timeout=options.stall_timeout,
             profile=info.profile,
-            affinity_headers=headers,
+            affinity_headers=options.resolved_affinity_headers(),
             transport=transport,
             async_transport=async_transport,
             tier_details=info.host_tier is not None,

@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "CorpusOptions": "longctx.options.groups",
     "Limits": "longctx.options.groups",
     "RequestOptions": "longctx.options.groups",
+    "ResolvedServer": "longctx.options.groups",
     "ServerOptions": "longctx.options.groups",
     "configured_base_url": "longctx.options.groups",
     "default_home": "longctx.options.groups",
@@ -61,6 +62,7 @@ _EXPORTS: dict[str, str] = {
     "stored_optional_int": "longctx.options.checks",
     "stored_optional_tuple": "longctx.options.checks",
     "stored_tuple": "longctx.options.checks",
+    "url_list": "longctx.options.checks",
     "PROJECT_CONFIG_NAME": "longctx.options.settings",
     "Setting": "longctx.options.settings",
     "environment_variable": "longctx.options.settings",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     from longctx.options.checks import stored_optional_int as stored_optional_int
     from longctx.options.checks import stored_optional_tuple as stored_optional_tuple
     from longctx.options.checks import stored_tuple as stored_tuple
+    from longctx.options.checks import url_list as url_list
     from longctx.options.fields import ALWAYS as ALWAYS
     from longctx.options.fields import DEFAULT as DEFAULT
     from longctx.options.fields import VALUE_TYPES as VALUE_TYPES
@@ -105,6 +108,7 @@ if TYPE_CHECKING:
     from longctx.options.groups import CorpusOptions as CorpusOptions
     from longctx.options.groups import Limits as Limits
     from longctx.options.groups import RequestOptions as RequestOptions
+    from longctx.options.groups import ResolvedServer as ResolvedServer
     from longctx.options.groups import ServerOptions as ServerOptions
     from longctx.options.groups import configured_base_url as configured_base_url
     from longctx.options.groups import default_home as default_home

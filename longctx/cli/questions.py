@@ -34,10 +34,11 @@ from longctx.errors import BackendError, ConfigError
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
 from longctx.sessions import RepoSession, Session, ShardedSession
-from longctx.sessions.answers import Answer, stored_answers
+from longctx.sessions.answers import Answer
 from longctx.sessions.arguments import checked_ask, checked_ask_many
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus_sessions import CorpusSessionOptions
+from longctx.sessions.records import stored_answers
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store
 

@@ -54,8 +54,9 @@ from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.schemas import json_value
-from longctx.sessions.answers import Answer, stored_data
+from longctx.sessions.answers import Answer
 from longctx.sessions.corpus_sessions import CorpusSession, RepoSession
+from longctx.sessions.records import stored_data
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord

@@ -4,6 +4,8 @@
 - :mod:`~longctx.sessions.session`: :class:`Session` (a conversation over a pack: turns, siblings, forks);
 - :mod:`~longctx.sessions.arguments`: what questions take, checked at the call (``AskOptions``);
 - :mod:`~longctx.sessions.answers`: what questions return, :class:`Answer`, :class:`Batch`;
+- :mod:`~longctx.sessions.requests`: request building, a question's chat request over the pack and history;
+- :mod:`~longctx.sessions.records`: record mapping, an answered request as the store's records and back;
 - :mod:`~longctx.sessions.streams`: an answer as it arrives, :class:`AnswerStream`,
   :class:`AsyncAnswerStream` (what is kept of one stopped midway);
 - :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);

@@ -75,9 +75,8 @@ class Resources:
         with self.lock:
             self.check_open()
             if self._backend is None:
-                server = self.server.resolved()  # once: the progress line and the backend read the same
-                self.progress(f"connecting to {', '.join(server.base_urls())}")
-                self._backend = connect(server)
+                self.progress(f"connecting to {', '.join(self.server.base_urls())}")
+                self._backend = connect(self.server)  # which resolves the options once
                 self._made.append(self._backend)
             return self._backend
 

@@ -28,21 +28,18 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from longctx.backends.base import Backend, Sent
-from longctx.backends.chat import ChatRequest
-from longctx.backends.tokenizer import ServerTokenizer
-from longctx.citations import Grounding
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.options.groups import RequestOptions, ServerOptions
-from longctx.packing.image_parts import content_parts
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions import answers, arguments, reporting, siblings
-from longctx.sessions.answers import Answer, Batch, Committed, committed_records
+from longctx.sessions import arguments, reporting, siblings
+from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.arguments import AskCall, AskManyCall, AskManyOptions, AskOptions
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.prompt_ids import PromptIds
 from longctx.sessions.recording import Recording, branch_record, placed_images, stored_pack
+from longctx.sessions.records import Committed, cited_answers, committed_records
+from longctx.sessions.requests import Asked, RequestBuilder, constrained, grounding, request_messages
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
@@ -123,8 +120,7 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
-        self._tokenizers: dict[str, ServerTokenizer] = {}  # by replica: each asks its identity once
-        self._prompt_ids = PromptIds(lambda: self.store, self._history_tokenizer)
+        self._requests = RequestBuilder(self)  # the requests of its questions, as text or token ids
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see verification/counters.py).
@@ -271,29 +267,13 @@ class Session(Conversation):
         The first user message is content parts when the pack holds images
         (:meth:`~longctx.packing.Pack.user_parts`), else one string.
         """
-        turns = self._turns if history is None else history
-        pack = self.pack
-        users: list[str | list[dict[str, Any]]] = [
-            *(turn.preamble + turn.question + turn.instruction for turn in turns),
-            preamble + question,
-        ]
-        messages: list[dict[str, Any]] = []
-        if pack is not None:
-            messages.append({"role": "system", "content": pack.system})
-            first = str(users[0])
-            # The documents open the first user message, each image in its place.
-            users[0] = content_parts(pack.prefix, pack.images, first) if pack.images else pack.prefix + first
-        for user, turn in zip(users, turns, strict=False):
-            messages.append({"role": "user", "content": user})
-            messages.append({"role": "assistant", "content": turn.history_answer})
-        messages.append({"role": "user", "content": users[-1]})
-        return messages
+        return request_messages(self.pack, self._turns if history is None else history, question, preamble)
 
     def _finish(self) -> None:
         # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
-        self._prompt_ids.wait()
+        self._requests.prompt_ids.wait()
         self.settle_checks()
 
     def settle_checks(self) -> None:
@@ -314,7 +294,7 @@ class Session(Conversation):
 
     def _warm_plan(self) -> WarmPlan:
         record = self._opened()
-        request = self._chat_request(WARM_QUESTION, self._turns, 1)
+        request = self._requests.chat_request(WARM_QUESTION, self._turns, 1)
         return WarmPlan(
             self.backend, self.store, record, request, has_history=bool(self._turns),
             keep=lambda warm, checks, skips: self._recording.keep(self.store, [warm], checks, skips),
@@ -336,7 +316,7 @@ class Session(Conversation):
         history_text = "".join(turn.preamble + turn.question + turn.history_answer for turn in history)
         check_room(
             changes,
-            prompt_tokens=self._pack_tokens() + estimate.count(history_text),
+            prompt_tokens=self._requests.pack_tokens() + estimate.count(history_text),
             max_tokens=max_tokens,
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
@@ -345,35 +325,6 @@ class Session(Conversation):
         return changes
 
     # -- requests -----------------------------------------------------------
-
-    def _chat_request(
-        self,
-        question: str,
-        history: Sequence[TurnRecord],
-        max_tokens: int,
-        changes: Changes | None = None,
-        grounding: Grounding | None = None,
-    ) -> ChatRequest:
-        if not question.strip():
-            raise ConfigError("the question is empty")
-        options = self.request
-        preamble = changes.text if changes is not None else ""
-        asked = question + (grounding.instruction if grounding is not None else "")  # after the question
-        return ChatRequest(
-            messages=tuple(self.messages(asked, history=history, preamble=preamble)),
-            max_tokens=max_tokens,
-            temperature=options.temperature,
-            seed=options.seed,
-            cache_salt=options.cache_salt,
-            affinity_key=self.affinity_key,
-            extra_body=options.extra_body,
-            offload_tokens=(self._pack_tokens() or None) if options.offload_prefix_only else None,
-        )
-
-    def _pack_tokens(self) -> int:
-        """The pack's tokens (0 without one): the prefix siblings share, what a request may offload."""
-        pack = self.pack
-        return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
 
     def plan_ask(
         self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
@@ -397,10 +348,10 @@ class Session(Conversation):
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-            asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
-            request = self._chat_request(question, self._turns, max_tokens, changes, asked.grounding)
-            request = yield Io(partial(answers.constrained, request, schema, self.backend))
-            request = yield Io(partial(self._as_ids, request, self._turns))
+            asked = Asked(grounding(cite, self.pack, self._turns, changes), schema)
+            request = self._requests.chat_request(question, self._turns, max_tokens, changes, asked.grounding)
+            request = yield Io(partial(constrained, request, schema, self.backend))
+            request = yield Io(partial(self._requests.as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
@@ -409,7 +360,7 @@ class Session(Conversation):
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
                 commit = partial(self._commit_turn, sent, question, purpose, changes, asked)
                 committed: Committed = yield Io(commit)
-                self._prompt_ids.history.answered(request, sent.completion, len(self._turns))
+                self._requests.prompt_ids.history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
                 yield from self.plan_canary()
@@ -447,34 +398,8 @@ class Session(Conversation):
         """:meth:`plan_canary` on the running event loop."""
         return await arun(self.plan_canary(options))
 
-    def _as_ids(self, request: ChatRequest, history: Sequence[TurnRecord]) -> ChatRequest:
-        """``request`` (after ``history``) as token ids where asked for and exact, else why not.
-
-        See :meth:`PromptIds.request <longctx.sessions.prompt_ids.PromptIds.request>`.
-        """
-        options, pack = self.request, self.pack
-        if not (options.prompt_ids or options.token_history) or (pack is None and not history):
-            return request
-        server = self.backend.server_for(request.affinity_key)
-        routed = bool(self.backend.router_policy) or self.backend.router(server.api_url) is not None
-        turns = list(history)
-        return self._prompt_ids.request(
-            request, turns, server=server, routed=routed, pack=pack, options=options,
-            first_messages=lambda: self.messages(
-                turns[0].question + turns[0].instruction, history=(), preamble=turns[0].preamble
-            ),
-        )  # fmt: skip
-
-    def _history_tokenizer(self) -> ServerTokenizer | None:
-        server = self.backend.server_for(self.affinity_key)
-        if not server.profile.tokenizes:
-            return None
-        if server.api_url not in self._tokenizers:
-            self._tokenizers[server.api_url] = self.backend.tokenizer(self.affinity_key)
-        return self._tokenizers[server.api_url]
-
     def _commit_turn(
-        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: answers.Asked
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: Asked
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         record = self._opened()
@@ -496,7 +421,7 @@ class Session(Conversation):
         max_tokens: int,
         changes: Changes | None,
         keys: Sequence[str] | None,
-        asked: answers.Asked,
+        asked: Asked,
     ) -> siblings.SiblingBatch:
         if keys is not None:
             siblings.check_keys(self.store, questions, keys)
@@ -504,13 +429,15 @@ class Session(Conversation):
             self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
         history = list(self._turns)
         requests = [
-            self._as_ids(self._chat_request(q, history, max_tokens, changes, asked.grounding), history)
+            self._requests.as_ids(
+                self._requests.chat_request(q, history, max_tokens, changes, asked.grounding), history
+            )
             for q in questions
         ]
         record = self._opened()
-        constrained = tuple(answers.constrained(request, asked.schema, self.backend) for request in requests)
+        shaped = tuple(constrained(request, asked.schema, self.backend) for request in requests)
         batch_id = uuid.uuid4().hex[:16]
-        return siblings.SiblingBatch(constrained, tuple(questions), batch_id, record.id, asked)
+        return siblings.SiblingBatch(shaped, tuple(questions), batch_id, record.id, asked)
 
     def _commit_sibling(
         self,
@@ -561,7 +488,7 @@ class Session(Conversation):
         questions, max_tokens, concurrency = call.questions, call.max_tokens, call.concurrency
         keys = options.get("keys")
         changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        asked = answers.Asked(answers.grounding(call.cite, self.pack, self._turns, changes), call.schema)
+        asked = Asked(grounding(call.cite, self.pack, self._turns, changes), call.schema)
         batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
         dispatch = yield Io(partial(self._dispatch, batch, concurrency))
         opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
@@ -661,7 +588,7 @@ class Session(Conversation):
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,
-            citations=answers.cited_answers(turns, self.source_roots()),
+            citations=cited_answers(turns, self.source_roots()),
             questions=reporting.sibling_questions(records, ids[1:], self.store),
         )
 

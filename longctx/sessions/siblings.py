@@ -44,8 +44,10 @@ from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
 from longctx.report import build_report
-from longctx.sessions.answers import Answer, Asked, Batch, Committed, stored_answers
+from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.arguments import AskManyCall, AskManyOptions
+from longctx.sessions.records import Committed, stored_answers
+from longctx.sessions.requests import Asked
 
 if TYPE_CHECKING:
     from longctx.store import Store

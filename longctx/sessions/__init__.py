@@ -10,6 +10,7 @@
   :class:`AsyncAnswerStream` (what is kept of one stopped midway);
 - :mod:`~longctx.sessions.recording`: when a session reaches the store (with its first turn);
 - :mod:`~longctx.sessions.resources`: the backend and store a session uses, and which it owns;
+- :mod:`~longctx.sessions.batches`: a session's sibling batches, each question a branch;
 - :mod:`~longctx.sessions.siblings`: how sibling questions go out (the dispatch
   strategies), and a batch's answer keys;
 - :mod:`~longctx.sessions.changes`: living sessions, files changed since the pack

@@ -32,9 +32,10 @@ from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
 from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions import arguments, reporting, siblings
+from longctx.sessions import arguments, reporting
 from longctx.sessions.answers import Answer, Batch
-from longctx.sessions.arguments import AskCall, AskManyCall, AskManyOptions, AskOptions
+from longctx.sessions.arguments import AskCall, AskManyOptions, AskOptions
+from longctx.sessions.batches import SiblingBatches
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.recording import Recording, branch_record, placed_images, stored_pack
@@ -43,7 +44,7 @@ from longctx.sessions.requests import Asked, RequestBuilder, constrained, ground
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
+from longctx.store import SessionRecord, Store, StoredPack, TurnRecord
 from longctx.tokens.tokenizers import EstimateTokenizer
 from longctx.verification import counters
 from longctx.verification.canary import (
@@ -121,6 +122,7 @@ class Session(Conversation):
         # previous turn left.
         self._turn_lock = threading.Lock()
         self._requests = RequestBuilder(self)  # the requests of its questions, as text or token ids
+        self._batches = SiblingBatches(self)  # its sibling questions, each a branch
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see verification/counters.py).
@@ -415,53 +417,6 @@ class Session(Conversation):
 
     # -- siblings -----------------------------------------------------------
 
-    def _sibling_batch(
-        self,
-        questions: Sequence[str],
-        max_tokens: int,
-        changes: Changes | None,
-        keys: Sequence[str] | None,
-        asked: Asked,
-    ) -> siblings.SiblingBatch:
-        if keys is not None:
-            siblings.check_keys(self.store, questions, keys)
-        if self.warming is not None:
-            self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
-        history = list(self._turns)
-        requests = [
-            self._requests.as_ids(
-                self._requests.chat_request(q, history, max_tokens, changes, asked.grounding), history
-            )
-            for q in questions
-        ]
-        record = self._opened()
-        shaped = tuple(constrained(request, asked.schema, self.backend) for request in requests)
-        batch_id = uuid.uuid4().hex[:16]
-        return siblings.SiblingBatch(shaped, tuple(questions), batch_id, record.id, asked)
-
-    def _commit_sibling(
-        self,
-        sent: Sent,
-        question: str,
-        batch: siblings.SiblingBatch,
-        changes: Changes | None,
-        key: str | None,
-    ) -> Committed:
-        record = self._opened()
-        branch = branch_record(record, "sibling", question[:80], len(self._turns))
-        committed = committed_records(
-            sent, session_id=branch.id, position=0, question=question, purpose="sibling",
-            batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
-            asked=batch.asked,
-        )  # fmt: skip
-        # The batch's parent is stored with its first sibling, so a batch
-        # stopped before any answer leaves no parent without branches.
-        with self._recording.first_write(self.pack, record) as opening:
-            self.store.sessions.commit_turn(
-                committed.turn, committed.request, opening=opening, new_session=branch, key=key
-            )
-        return committed
-
     def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """The plan of a batch of siblings: each question a branch sharing the whole prefix.
 
@@ -473,71 +428,7 @@ class Session(Conversation):
         """
         self._resources.check_open()
         call = arguments.checked_ask_many(self.request, questions, options)  # at the call, as plan_ask
-        return self._plan_batch(call, options)
-
-    def _plan_batch(self, call: AskManyCall, options: AskManyOptions) -> Plan[Batch]:
-        """The plan of a checked batch: the unanswered questions only, with ``reuse_answered``."""
-        if options.get("reuse_answered"):
-            return (
-                yield from siblings.reusing_answers(self.store, self.id, call, options, self._plan_siblings)
-            )
-        return (yield from self._plan_siblings(call, options))
-
-    def _plan_siblings(self, call: AskManyCall, options: AskManyOptions) -> Plan[Batch]:
-        """The plan of a batch that asks every one of its questions (see :meth:`plan_ask_many`)."""
-        questions, max_tokens, concurrency = call.questions, call.max_tokens, call.concurrency
-        keys = options.get("keys")
-        changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        asked = Asked(grounding(call.cite, self.pack, self._turns, changes), call.schema)
-        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
-        dispatch = yield Io(partial(self._dispatch, batch, concurrency))
-        opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
-        with (yield Io(opened)) as snapshot:
-            outcome = yield from siblings.dispatched(
-                self.backend,
-                batch,
-                dispatch=dispatch,
-                commit=lambda sent, index: self._commit_sibling(
-                    sent, batch.questions[index], batch, changes, keys[index] if keys else None
-                ),
-                on_answer=options.get("on_answer"),
-                on_away=snapshot.follow,
-            )
-            finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
-        if self.canaries.due(len(questions)):
-            yield from self.plan_canary()
-        return finished
-
-    def _dispatch(self, batch: siblings.SiblingBatch, concurrency: int | None) -> siblings.Dispatch:
-        """How this batch goes out: to the server its requests are routed to, as measured fastest there."""
-        server = self.backend.server_for(batch.requests[0].affinity_key)
-        return siblings.choose_dispatch(server, self.request, concurrency)
-
-    def _finish_batch(
-        self,
-        batch: siblings.SiblingBatch,
-        outcome: siblings.Outcome,
-        snapshot: CounterSnapshot,
-        dispatch: siblings.Dispatch,
-    ) -> Batch:
-        records = [outcome.results[i].request for i in sorted(outcome.results)]
-        settling = snapshot.close(batch.session_id, batch.batch_id, records)
-        keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
-
-        def kept(checks: list[CounterCheckRecord]) -> None:
-            keep(self.store, checks=checks, skips=settling.skips)
-
-        check = counters.batch_check(settling, kept, self._pending_checks)
-        if outcome.failures:
-            raise outcome.failures[0]
-        answers = tuple(outcome.results[i].answer for i in range(len(batch.questions)))
-        report = build_report(
-            records,
-            title=f"batch of {len(batch.questions)} sibling questions",
-            counter_check=check,
-            dispatch=dispatch.describe(),
-        )
-        return Batch(answers, report)
+        return self._batches.plan(call, options)
 
     # -- branches -----------------------------------------------------------
 

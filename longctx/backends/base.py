@@ -305,15 +305,17 @@ class Backend:
         on_admitted, on_away = hooks.get("on_admitted"), hooks.get("on_away")
         stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
         home = self._order(stamped.affinity_key)[0].api_url if on_away and len(self._replicas) > 1 else None
-        failovers = [0]
-        answering = [False]  # a token of this attempt arrived (and, streamed, may have been handed out)
+        failovers = 0
+        answering = False  # a token of this attempt arrived (and, streamed, may have been handed out)
 
         def on_first_token() -> None:
-            answering[0] = True
+            nonlocal answering
+            answering = True
             if (heard := hooks.get("on_first_token")) is not None:
                 heard()
 
         def attempt() -> Plan[tuple[Completion, _Replica]]:
+            nonlocal answering, failovers
             tried: set[str] = set()
             while True:
                 # Picking may probe a replica that was down: a blocking step then.
@@ -331,16 +333,16 @@ class Backend:
                     if on_away is not None and home is not None and replica.api_url != home:
                         yield Io(partial(on_away, replica.api_url))
                     outgoing = self._with_body_affinity(stamped, replica)
-                    answering[0] = False
+                    answering = False
                     completion = yield chat.sending(outgoing, on_first_token, on_admitted, streamed=streamed)
                 except ServerUnreachable as error:
-                    if streamed and answering[0]:
+                    if streamed and answering:
                         raise _dropped_midway(error) from error
                     if len(self._replicas) > 1:
                         replica.mark_down(error, self.retry_seconds)
                     if len(tried) == len(self._replicas):
                         raise
-                    failovers[0] += 1
+                    failovers += 1
                     continue
                 return completion, replica
 
@@ -351,7 +353,7 @@ class Backend:
         form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
         if form:
             completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
-        return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
+        return Sent(completion, outcome.attempts + failovers, replica.info, stamped.request_id or "")
 
     def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:
         """``request`` with the body fields that carry its affinity key on ``replica`` (prompt_cache_key).

@@ -518,7 +518,7 @@ class Job:
     def _cheapest_first(self, pending: list[_Pack], sizes: Sizes) -> list[_Pack]:
         """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
         for pack in pending:
-            pack.tier, _ = PROCESS.get(Residency).where(pack.key, sizes)
+            pack.tier = PROCESS.get(Residency).where(pack.key, sizes).tier
         ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
         counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
         if counts["device"] or counts["host"]:

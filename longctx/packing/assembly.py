@@ -42,6 +42,7 @@ from longctx.tokens.images import ImageTokenCounter, estimate_image_counter
 from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer, cached_counts
 
 __all__ = [
+    "ImageCost",
     "PackCounter",
     "Sections",
     "assemble",
@@ -78,6 +79,15 @@ def document_section_texts(documents: Sequence[Document]) -> list[str]:
     return [render_document(document.path, clean_text(document.text)) for document in documents]
 
 
+@dataclass(frozen=True)
+class ImageCost:
+    """What a pack's images cost: tokens (None: not counted), the counter's identity, whether estimated."""
+
+    tokens: int | None
+    counter: str | None
+    estimated: bool
+
+
 @dataclass
 class PackCounter:
     """Counts a build's sections through the store's count cache, and measures the chat template's overhead.
@@ -94,12 +104,12 @@ class PackCounter:
     image_counter: ImageTokenCounter | None = None
     _overheads: dict[str, int] = field(default_factory=dict)
 
-    def image_tokens(self, images: Sequence[ImagePart]) -> tuple[int | None, str | None, bool]:
-        """What ``images`` cost: (tokens, counter identity, estimated); no tokens without a tokenizer."""
+    def image_tokens(self, images: Sequence[ImagePart]) -> ImageCost:
+        """What ``images`` cost; no tokens without a tokenizer."""
         if self.tokenizer is None or not images:
-            return None, None, False
+            return ImageCost(None, None, False)
         counter = self.image_counter or estimate_image_counter()
-        return sum(counter.count_images(images)), counter.identity, counter.estimated
+        return ImageCost(sum(counter.count_images(images)), counter.identity, counter.estimated)
 
     def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
         """The token count of each text (``digests``: their fingerprints); None without a tokenizer."""
@@ -234,22 +244,22 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
     fingerprint = _pack_fingerprint(given, texts, version if images else None)
-    image_tokens, image_counter, images_estimated = counter.image_tokens([placed.image for placed in images])
+    image_cost = counter.image_tokens([placed.image for placed in images])
     return Pack(
         format_version=version,
         system=system,
         sections=sections,
         fingerprint=fingerprint,
         tokenizer=None if tokenizer is None else tokenizer.identity,
-        estimated=bool(tokenizer is not None and (tokenizer.estimated or images_estimated)),
+        estimated=bool(tokenizer is not None and (tokenizer.estimated or image_cost.estimated)),
         prefix_tokens=prefix_tokens,
         template_overhead_tokens=counter.template_overhead(system),
         part=given.part,
         sections_additive=additive,
         _stored_text=given.stored_text,
         images=images,
-        image_tokens=image_tokens,
-        image_counter=image_counter,
+        image_tokens=image_cost.tokens,
+        image_counter=image_cost.counter,
     )
 
 

@@ -207,7 +207,7 @@ def build_shards(
     counts = count_texts(tokenizer, texts, [section_fingerprint(text) for text in texts], store)
     # What each document costs a shard: its text, and its image where it is one.
     costs = [
-        tokens + (counter.image_tokens([document.image])[0] or 0 if document.image is not None else 0)
+        tokens + (counter.image_tokens([document.image]).tokens or 0 if document.image is not None else 0)
         for document, tokens in zip(documents, counts, strict=True)
     ]
     skipped = skipped_entries(corpus)

@@ -37,7 +37,7 @@ from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
-from longctx.options.groups import AFFINITY_BODY_FIELD, ResolvedServer, ServerOptions
+from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
@@ -581,7 +581,7 @@ def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOp
 
 def _discover(
     base_url: str,
-    options: ResolvedServer,
+    options: ServerOptions,  # resolved: reads no setting
     model: str | None,
     retry: RetryPolicy,
     transport: Transport | None,
@@ -630,7 +630,7 @@ def connect(
     URL(s) (``connect("http://host:8000/v1")``); what it leaves unset falls
     back to the settings (``LONGCTX_BASE_URL``, ``LONGCTX_MODEL``,
     ``LONGCTX_API_KEY``, ...), read once here (:meth:`ServerOptions.resolved`;
-    a :class:`~longctx.options.groups.ResolvedServer` is taken as it is).
+    options it resolved already are taken as they are).
     ``transport`` and ``async_transport`` replace the network in tests.
     The caller owns the backend and closes it. Raises
     :class:`ServerUnreachable` when no server answers and

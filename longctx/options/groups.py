@@ -579,14 +579,15 @@ class ServerOptions(OptionFields):
         """Whether a server was chosen: ``base_url`` given or ``LONGCTX_BASE_URL`` set (not the default)."""
         return self.base_url is not None or configured_base_url() is not None
 
-    def resolved(self) -> ResolvedServer:
+    def resolved(self) -> ServerOptions:
         """These options with what they leave unset read from the settings, once: what a backend is made from.
 
         The URLs, model, API key and affinity headers come from the
         arguments, else ``LONGCTX_*``, ``.longctx.toml`` or the user file
         (:func:`~longctx.options.settings.setting`, one rule for all), else
         the defaults. :func:`~longctx.backends.connect` calls it once, and
-        reads nothing of the environment after.
+        reads nothing of the environment after: the options it returns (a
+        :class:`ResolvedServer`) read nothing more, and resolve to themselves.
         """
         return ResolvedServer(
             base_url=resolve_base_urls(self.base_url),

@@ -362,3 +362,64 @@ def test_the_package_docstring_check_finds_an_unnamed_module(tmp_path: Path) -> 
     (package / "named.py").write_text("")
     (package / "stray.py").write_text("")
     assert _package_docstring_misses(package) == ["stray"]
+
+
+# What a package's face may hold beside its re-exports: its docstring, the lazy export table and
+# its hook, ``__all__``, and the top package's version.
+_FACE_NAMES = {"__all__", "_EXPORTS", "__getattr__", "__dir__", "__version__"}
+
+
+def _face_strays(tree: ast.Module) -> list[str]:
+    """What a package ``__init__`` holds beyond re-exports: code, or an import it does not hand on."""
+    exported = set()
+    for node in tree.body:
+        assigned = (
+            isinstance(node, (ast.Assign, ast.AugAssign)) and "__all__" in ast.unparse(node).split("=")[0]
+        )
+        if assigned and isinstance(node.value, (ast.List, ast.Tuple)):  # type: ignore[attr-defined]
+            exported |= set(ast.literal_eval(node.value))  # type: ignore[attr-defined]
+    table = _export_table(tree)
+    exported |= set(table or ())
+    strays: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module in ("__future__", "typing", "longctx.exports"):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            handed = [alias.asname or alias.name for alias in node.names]
+            strays += [
+                f"line {node.lineno}: imports {name} without exporting it"
+                for name in handed
+                if name not in exported
+            ]
+            continue
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+            else []
+        )
+        names = {name.id for target in targets for name in ast.walk(target) if isinstance(name, ast.Name)}
+        if targets and names <= _FACE_NAMES:
+            continue
+        strays.append(
+            f"line {node.lineno}: {type(node).__name__} {getattr(node, 'name', ast.unparse(node)[:40])}"
+        )
+    return strays
+
+
+def test_a_package_face_only_re_exports() -> None:
+    """A package's ``__init__`` hands on names of its modules and holds no code of its own."""
+    faces = {name: _face_strays(_tree(name)) for name, path in MODULES.items() if path.name == "__init__.py"}
+    assert len(faces) > 10
+    strays = {name: found for name, found in faces.items() if found}
+    assert not strays, strays
+
+
+def test_the_face_check_finds_code_and_an_import_not_handed_on() -> None:
+    tree = ast.parse('"""A face."""\nfrom m import A, B\n__all__ = ["A"]\nclass C:\n    pass\n')
+    assert _face_strays(tree) == ["line 2: imports B without exporting it", "line 4: ClassDef C"]

@@ -1,7 +1,7 @@
 """Talking to inference servers: vLLM, SGLang, or any OpenAI-compatible one.
 
-- :mod:`~longctx.backends.base`: :class:`Backend` and ``connect``: one server or
-  replicas, discovery, delivery with retries and failover;
+- :mod:`~longctx.backends.base`: :class:`Backend` and :func:`connect`: one server or
+  replicas, discovery, delivery with retries and failover (the package's own names);
 - :mod:`~longctx.backends.http`: the only httpx2 import: JSON, text and server-sent events;
 - :mod:`~longctx.backends.chat`: the chat and completion requests, streamed and accumulated;
 - :mod:`~longctx.backends.profiles`: what longctx knows of an engine or a router, as data;
@@ -14,3 +14,33 @@
 - :mod:`~longctx.backends.routers`: a router in front, found on its worker list;
 - :mod:`~longctx.backends.waits`: the requests waiting on a silent server, for a caller to show.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from longctx.exports import lazy_exports
+
+# The package's names (its ``__all__``): the backend and connect, imported on first use (PEP 562),
+# so that importing one of its modules (http, tokenizer) does not load the others.
+_EXPORTS: dict[str, str] = {
+    "Backend": "longctx.backends.base",
+    "DeliveryHooks": "longctx.backends.base",
+    "ReplicaStatus": "longctx.backends.base",
+    "Sent": "longctx.backends.base",
+    "ServerInfo": "longctx.backends.base",
+    "connect": "longctx.backends.base",
+}
+
+if TYPE_CHECKING:
+    from longctx.backends.base import Backend as Backend
+    from longctx.backends.base import DeliveryHooks as DeliveryHooks
+    from longctx.backends.base import ReplicaStatus as ReplicaStatus
+    from longctx.backends.base import Sent as Sent
+    from longctx.backends.base import ServerInfo as ServerInfo
+    from longctx.backends.base import connect as connect
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = list(_EXPORTS)

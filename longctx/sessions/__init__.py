@@ -26,6 +26,7 @@
   the model generated;
 - :mod:`~longctx.sessions.corpus_sessions`: :class:`RepoSession` and :class:`DocSession`,
   sessions over the pack of paths;
+- :mod:`~longctx.sessions.resuming`: :func:`resume`, a stored session of any kind by its id;
 - :mod:`~longctx.sessions.sharded`: :class:`ShardedSession`, map-reduce over
   the shards of a corpus larger than the window.
 
@@ -35,16 +36,13 @@ jobs over many packs, a layer above, are :mod:`longctx.jobs`.
 
 from __future__ import annotations
 
-from longctx.backends.base import Backend
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.conversation import Conversation
 from longctx.sessions.corpus_sessions import CorpusSession, DocSession, RepoSession
-from longctx.sessions.resources import Resources
+from longctx.sessions.resuming import resume
 from longctx.sessions.session import Session
-from longctx.sessions.sharded import KIND as SHARDED_KIND
 from longctx.sessions.sharded import ShardedSession
 from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
-from longctx.store import Store
 
 __all__ = [
     "Answer",
@@ -59,15 +57,3 @@ __all__ = [
     "ShardedSession",
     "resume",
 ]
-
-
-def resume(session_id: str, backend: Backend | None = None, *, store: Store | None = None) -> Conversation:
-    """The stored session ``session_id``, sharded or not, with every committed turn.
-
-    Raises :class:`~longctx.errors.SessionNotFound` for an unknown id.
-    """
-    # One store for the lookup and the session: the one given, else the default one, owned by the session.
-    with Resources.for_resume(backend, store) as resources:
-        record = resources.store.sessions.session(session_id)
-        resumed = ShardedSession if record.kind == SHARDED_KIND else Session
-        return resumed.restore(record, resources)

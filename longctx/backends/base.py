@@ -185,8 +185,10 @@ def _dropped_midway(error: ServerUnreachable) -> BackendError:
     """The error of a streamed answer cut off after its first piece: not retried (no retry takes it back)."""
     return BackendError(
         f"the answer's stream broke after its first piece went out, so it is not retried: {error}",
-        url=error.url, request_id=error.request_id, server_request_id=error.server_request_id,
-    )  # fmt: skip
+        url=error.url,
+        request_id=error.request_id,
+        server_request_id=error.server_request_id,
+    )
 
 
 class Backend:

@@ -106,14 +106,23 @@ def job(
     with app.open_store() as store, progress_bar(not quiet, len(items)) as update:
 
         def progressed(state: JobProgress) -> None:
-            update(state.answered, f"packs {state.packs_done}/{state.packs}, {state.in_flight} in flight: "
-                   f"{state.message}")  # fmt: skip
+            update(
+                state.answered,
+                f"packs {state.packs_done}/{state.packs}, {state.in_flight} in flight: {state.message}",
+            )
 
         # The given backend (a test's), else the job connects and closes its own.
         work = Job(
-            items, backend=app.backend, server=server, store=store, corpus=corpus, request=request,
-            options=options, on_progress=progressed, on_result=partial.write if partial else None,
-        )  # fmt: skip
+            items,
+            backend=app.backend,
+            server=server,
+            store=store,
+            corpus=corpus,
+            request=request,
+            options=options,
+            on_progress=progressed,
+            on_result=partial.write if partial else None,
+        )
         try:
             report = work.run()
         except KeyboardInterrupt:

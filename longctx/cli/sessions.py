@@ -281,12 +281,16 @@ def sessions_show(session_id: str, as_json: bool) -> None:
                 "title": session.title,
                 "turns": [{"question": t.question, "answer": t.answer} for t in session.turns],
                 "siblings": [
-                    {"session_id": child.id, "after_turns": child.parent_turns, "question": turn.question,
-                     "answer": turn.answer}
+                    {
+                        "session_id": child.id,
+                        "after_turns": child.parent_turns,
+                        "question": turn.question,
+                        "answer": turn.answer,
+                    }
                     for child, turn in siblings
                 ],
             }
-        )  # fmt: skip
+        )
         return
     click.echo(f"session {session.id}: {session.title}")
     for index, turn in enumerate(session.turns):

@@ -561,9 +561,12 @@ class Job:
             for index in pack.indices:
                 item_facts = facts.with_schema(self.items[index].answer_schema)
                 decision = decide(
-                    store, item_facts, self._stored.get(index, []), fresh=self.options.fresh,
+                    store,
+                    item_facts,
+                    self._stored.get(index, []),
+                    fresh=self.options.fresh,
                     question=self.items[index].question,
-                )  # fmt: skip
+                )
                 if decision.reuse is not None:
                     self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
@@ -602,10 +605,19 @@ class Job:
             with self._lock:
                 index = waiting[answer.question].popleft()
             owners.release([_lease_of(pack.asking[index][0])])
-            self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
-                                         usage=answer.usage, replica=pack.replica,
-                                         asked_because=pack.asking[index][1],
-                                         data=json_value(answer.data)))  # fmt: skip
+            self._settle(
+                pack,
+                JobResult(
+                    index,
+                    self.items[index],
+                    answer.text,
+                    answer.session_id,
+                    usage=answer.usage,
+                    replica=pack.replica,
+                    asked_because=pack.asking[index][1],
+                    data=json_value(answer.data),
+                ),
+            )
             self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
 
         # A replica back since the run began is not in its window yet: the pack's hits count there.
@@ -624,8 +636,18 @@ class Job:
             for index in indices:
                 if index not in pack.results:
                     because = pack.asking[index][1]
-                    self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
-                                                 replica=pack.replica, asked_because=because))  # fmt: skip
+                    self._settle(
+                        pack,
+                        JobResult(
+                            index,
+                            self.items[index],
+                            None,
+                            None,
+                            error=error.describe(),
+                            replica=pack.replica,
+                            asked_because=because,
+                        ),
+                    )
         finally:
             # The items that failed are free for another run (the answered ones were given back).
             owners.release([_lease_of(key) for key, _ in pack.asking.values()])
@@ -648,9 +670,18 @@ class Job:
                 )
             elif turn is not None:
                 del pack.asking[index]
-                self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                             resumed=True, asked_by="another run",
-                                             data=stored_data(turn)))  # fmt: skip
+                self._settle(
+                    pack,
+                    JobResult(
+                        index,
+                        self.items[index],
+                        turn.answer,
+                        turn.session_id,
+                        resumed=True,
+                        asked_by="another run",
+                        data=stored_data(turn),
+                    ),
+                )
 
     def _take_from_others(self, packs: list[_Pack], backend: Backend) -> None:
         """Wait for the items other runs were asking: take their answers, or ask those they left."""
@@ -661,9 +692,18 @@ class Job:
             self._tell(f"waiting for {len(owners.deferred)} items another run is asking")
             polled = owners.poll(min(1.0, owners.seconds / 3))
             for index, (turn, holder) in polled.answered.items():
-                self._settle(pack_of[index], JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                                       resumed=True, asked_by=holder.describe(),
-                                                       data=stored_data(turn)))  # fmt: skip
+                self._settle(
+                    pack_of[index],
+                    JobResult(
+                        index,
+                        self.items[index],
+                        turn.answer,
+                        turn.session_id,
+                        resumed=True,
+                        asked_by=holder.describe(),
+                        data=stored_data(turn),
+                    ),
+                )
             again: dict[tuple[str, ...], _Pack] = {}
             for item in polled.taken_over:
                 key = pack_of[item.index].key
@@ -713,10 +753,15 @@ def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobRes
     """The result of an item answered by an earlier run: its answer, and what that request cost and where."""
     request = answer_request(store, turn.session_id)
     return JobResult(
-        index, item, turn.answer, turn.session_id, resumed=True,
+        index,
+        item,
+        turn.answer,
+        turn.session_id,
+        resumed=True,
         usage=request.usage if request is not None else None,
-        replica=request.base_url if request is not None else None, data=stored_data(turn),
-    )  # fmt: skip
+        replica=request.base_url if request is not None else None,
+        data=stored_data(turn),
+    )
 
 
 def _lease_of(answer_key: str) -> str:

@@ -574,9 +574,16 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
         streamed = ctx.request_context.meta is not None and ctx.request_context.meta.get("progress_token")
         on_text = _ProgressText(ctx) if streamed else None
         return await anyio.to_thread.run_sync(
-            partial(toolbox.ask, path, question, max_tokens=max_tokens, new_conversation=new_conversation,
-                    schema=schema, on_text=on_text)
-        )  # fmt: skip
+            partial(
+                toolbox.ask,
+                path,
+                question,
+                max_tokens=max_tokens,
+                new_conversation=new_conversation,
+                schema=schema,
+                on_text=on_text,
+            )
+        )
 
     @server.tool()
     def ask_many(path: str | list[str], questions: list[str], max_tokens: int | None = None) -> AskManyResult:

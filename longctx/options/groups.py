@@ -206,9 +206,14 @@ class Limits(OptionFields):
         help="Stop adding files past this total (default {default}).",
     )
     max_files: int = option(
-        50_000, load=int, flag="--max-files", value_type="int", minimum=1,
-        cli_default=None, help="Stop adding files past this count (default {default}).",
-    )  # fmt: skip
+        50_000,
+        load=int,
+        flag="--max-files",
+        value_type="int",
+        minimum=1,
+        cli_default=None,
+        help="Stop adding files past this count (default {default}).",
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -324,9 +329,7 @@ class CorpusOptions(OptionFields):
         help="Send image files (png, jpg) and notebooks' image outputs as images (vision-language models).",
     )
     # Not stored: sessions learn them from the server each time.
-    special_tokens: tuple[str, ...] = option(
-        (), value_type="strings", check=spellings, stored=False
-    )  # fmt: skip
+    special_tokens: tuple[str, ...] = option((), value_type="strings", check=spellings, stored=False)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -458,22 +461,36 @@ class RequestOptions(OptionFields):
     )
     counter_check: bool = option(True, value_type="bool", load=bool)
     token_history: bool = option(
-        False, value_type="bool", load=bool, on_resume=True, flag="--token-history/--no-token-history",
-        show_default=True, group="token_history",
+        False,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--token-history/--no-token-history",
+        show_default=True,
+        group="token_history",
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
-    )  # fmt: skip
+    )
     prompt_ids: bool = option(
-        True, value_type="bool", load=bool, on_resume=True, flag="--prompt-ids/--text-prompts",
-        show_default=True, help="Send the pack as exact token ids where the server takes them (vLLM,"
+        True,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--prompt-ids/--text-prompts",
+        show_default=True,
+        help="Send the pack as exact token ids where the server takes them (vLLM,"
         " SGLang); --text-prompts sends chat messages always.",
-    )  # fmt: skip
+    )
     offload_prefix_only: bool = option(
-        False, value_type="bool", load=bool, on_resume=True,
-        flag="--offload-prefix-only/--no-offload-prefix-only", show_default=True,
+        False,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--offload-prefix-only/--no-offload-prefix-only",
+        show_default=True,
         help="On a server with a host tier that takes a per-request cap (vLLM): offload only the pack,"
         " not each question and answer.",
-    )  # fmt: skip
+    )
 
     canary_every: int | None = option(
         None,
@@ -550,17 +567,27 @@ class ServerOptions(OptionFields):
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
     )
     timeout: float = option(
-        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
-        flag="--timeout", metavar="SECONDS",
+        DEFAULT_TIMEOUT_SECONDS,
+        value_type="float",
+        minimum=0,
+        minimum_open=True,
+        load=float,
+        flag="--timeout",
+        metavar="SECONDS",
         help="Give up on a request, its retries and the first contact included, after this many seconds"
         " (default {default:g}; env LONGCTX_TIMEOUT).",
-    )  # fmt: skip
+    )
     stall_timeout: float = option(
-        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
-        flag="--stall-timeout", metavar="SECONDS",
+        DEFAULT_STALL_TIMEOUT_SECONDS,
+        value_type="float",
+        minimum=0,
+        minimum_open=True,
+        load=float,
+        flag="--stall-timeout",
+        metavar="SECONDS",
         help="Give up on a request after this many seconds without a byte from the server; keep it above"
         " the longest prefill (default {default:g}; env LONGCTX_STALL_TIMEOUT).",
-    )  # fmt: skip
+    )
     affinity_headers: Sequence[str] | None = option(
         None, value_type="strings", load=stored_optional_tuple, settable=True
     )

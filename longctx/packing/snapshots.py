@@ -180,8 +180,10 @@ def _ignore_files_above(state: RepositoryState) -> Iterator[str]:
 
 
 def _state_digest(state: RepositoryState) -> str:
-    changed = [[path, _content_digest(os.path.join(state.work_tree, filesystem_path(path)))]
-               for path in state.changed_paths]  # fmt: skip
+    changed = [
+        [path, _content_digest(os.path.join(state.work_tree, filesystem_path(path)))]
+        for path in state.changed_paths
+    ]
     ignores = [_content_digest(location) for location in _ignore_files_above(state)]
     return _digest([state.head, state.changes.hex(), changed, ignores])
 

@@ -110,10 +110,16 @@ class SiblingBatches:
         record = host._opened()
         branch = branch_record(record, "sibling", question[:80], len(host._turns))
         committed = committed_records(
-            sent, session_id=branch.id, position=0, question=question, purpose="sibling",
-            batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
+            sent,
+            session_id=branch.id,
+            position=0,
+            question=question,
+            purpose="sibling",
+            batch_id=batch.batch_id,
+            changes=changes,
+            inherited_turns=branch.parent_turns or 0,
             asked=batch.asked,
-        )  # fmt: skip
+        )
         # The batch's parent is stored with its first sibling, so a batch
         # stopped before any answer leaves no parent without branches.
         with host._recording.first_write(host.pack, record) as opening:

@@ -298,9 +298,13 @@ class Session(Conversation):
         record = self._opened()
         request = self._requests.chat_request(WARM_QUESTION, self._turns, 1)
         return WarmPlan(
-            self.backend, self.store, record, request, has_history=bool(self._turns),
+            self.backend,
+            self.store,
+            record,
+            request,
+            has_history=bool(self._turns),
             keep=lambda warm, checks, skips: self._recording.keep(self.store, [warm], checks, skips),
-        )  # fmt: skip
+        )
 
     def stop_following(self) -> None:
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
@@ -407,9 +411,16 @@ class Session(Conversation):
         record = self._opened()
         inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
-            sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
-            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, asked=asked,
-        )  # fmt: skip
+            sent,
+            session_id=self.id,
+            position=len(self._turns) - inherited,
+            question=question,
+            purpose=purpose,
+            batch_id=None,
+            changes=changes,
+            inherited_turns=inherited,
+            asked=asked,
+        )
         with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)

@@ -275,15 +275,22 @@ def plan_layers(
         if stale_bytes > max_stale_share * total:
             logger.debug(
                 "layers: %d earlier bytes of %d since %s (level %d) is too many",
-                stale_bytes, total, base[:12], level,
-            )  # fmt: skip
+                stale_bytes,
+                total,
+                base[:12],
+                level,
+            )
             passed_over.append((base, level, stale_bytes / total if total else 1.0))
             continue
         earlier = _read_objects(runner, {change.path: change.old_object for change in stale})
         logger.debug(
             "layers: base %s (level %d), %d changed, %d earlier copies (%d bytes)",
-            base[:12], level, len(changes), len(earlier), stale_bytes,
-        )  # fmt: skip
+            base[:12],
+            level,
+            len(changes),
+            len(earlier),
+            stale_bytes,
+        )
         layering = Layering(
             base=base,
             level=level,

@@ -152,11 +152,19 @@ def repository_state(directory: str) -> RepositoryState | None:
     status, flags = probe_together(
         work_tree,
         [
-            ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
-             "--no-renames", "--ignore-submodules=dirty", *pathspec),
+            (
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
+                "--ignore-submodules=dirty",
+                *pathspec,
+            ),
             ("ls-files", "-v", "-z", *pathspec),
         ],
-    )  # fmt: skip
+    )
     if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
         return None
     head: str | None = None

@@ -407,6 +407,38 @@ def stream_corpus(
     return outline
 
 
+@dataclass(frozen=True)
+class _Screened:
+    """The sources' listings through the globs: the manifest entries so far, and the files to read."""
+
+    entries: list[ManifestEntry]
+    candidates: list[Candidate]
+
+
+def _screened(sources: Sequence[_Source], globs: GlobFilter, *, several: bool) -> _Screened:
+    """Each source's skips as manifest entries, and its candidates the globs keep, named in the corpus."""
+    entries: list[ManifestEntry] = []
+    candidates: list[Candidate] = []
+    for source in sources:
+        for skip in source.listing.skipped:
+            name = source.corpus_path(skip.path, several=several)
+            if globs and globs.excludes(skip.path.rstrip("/")):
+                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                entries.append(ManifestEntry(name, "skipped", skip.reason, skip.size_bytes, notes=skip.notes))
+        for candidate in source.listing.candidates:
+            name = source.corpus_path(candidate.path, several=several)
+            if globs and globs.excludes(candidate.path):
+                if not candidate.earlier:  # the current file has the path's entry
+                    entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                # A copy only where the name differs (several sources): a
+                # dataclass copy per file costs 10 ms per 5,000 files before
+                # the first file can be read.
+                candidates.append(candidate if name == candidate.path else replace(candidate, path=name))
+    return _Screened(entries, candidates)
+
+
 def _load(
     paths: Paths,
     options: CorpusOptions | None,
@@ -429,25 +461,8 @@ def _load(
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
 
-    entries: list[ManifestEntry] = []
-    candidates: list[Candidate] = []
-    for source in sources:
-        for skip in source.listing.skipped:
-            name = source.corpus_path(skip.path, several=several)
-            if globs and globs.excludes(skip.path.rstrip("/")):
-                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
-            else:
-                entries.append(ManifestEntry(name, "skipped", skip.reason, skip.size_bytes, notes=skip.notes))
-        for candidate in source.listing.candidates:
-            name = source.corpus_path(candidate.path, several=several)
-            if globs and globs.excludes(candidate.path):
-                if not candidate.earlier:  # the current file has the path's entry
-                    entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
-            else:
-                # A copy only where the name differs (several sources): a
-                # dataclass copy per file costs 10 ms per 5,000 files before
-                # the first file can be read.
-                candidates.append(candidate if name == candidate.path else replace(candidate, path=name))
+    screened = _screened(sources, globs, several=several)
+    entries, candidates = screened.entries, screened.candidates
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
         candidates,

@@ -23,7 +23,7 @@ from longctx.cli.app import (
 )
 from longctx.errors import OutputError
 from longctx.jobs.items import JobItem, read_job
-from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult
+from longctx.jobs.job import Job, JobOptions, JobProgress, JobReport, JobResult
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.outputs import save_text
 
@@ -131,6 +131,11 @@ def job(
         finally:
             if partial is not None:
                 partial.close()
+    _print_results(report, output, quiet=quiet)
+
+
+def _print_results(report: JobReport, output: str | None, *, quiet: bool) -> None:
+    """The results to ``output`` (else stdout), the summary and first failures to stderr; exit 9 if any."""
     results = report.to_jsonl()
     if output:
         save_text(output, results)

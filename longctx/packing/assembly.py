@@ -186,6 +186,22 @@ def _placed(given: Sections) -> tuple[PlacedImage, ...]:
     return tuple(placed)
 
 
+def _section_counts(
+    given: Sections, counter: PackCounter, texts: Sequence[str | memoryview], fingerprints: Sequence[str]
+) -> list[int] | None:
+    """Each section's tokens (None without a tokenizer); documents counted already are not counted again."""
+    if counter.tokenizer is None:
+        return None
+    if given.document_counts is None:
+        return counter.counts([_as_str(text) for text in texts], fingerprints)
+    fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
+    fixed = counter.counts(
+        [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
+    )
+    assert fixed is not None
+    return [fixed[0], fixed[1], *given.document_counts, fixed[2], fixed[3]]
+
+
 def assemble(given: Sections, counter: PackCounter) -> Pack:
     """The pack of ``given``'s document sections and listing, counted through ``counter``.
 
@@ -215,18 +231,7 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
         section_fingerprint(listing),
         section_fingerprint(BOUNDARY),
     ]
-    counts: list[int] | None
-    if counter.tokenizer is None:
-        counts = None
-    elif given.document_counts is not None:
-        fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
-        fixed = counter.counts(
-            [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
-        )
-        assert fixed is not None
-        counts = [fixed[0], fixed[1], *given.document_counts, fixed[2], fixed[3]]
-    else:
-        counts = counter.counts([_as_str(text) for text in texts], fingerprints)
+    counts = _section_counts(given, counter, texts, fingerprints)
     sections = tuple(
         Section(name, text, fingerprint, None if counts is None else counts[index])
         for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))

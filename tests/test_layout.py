@@ -423,3 +423,38 @@ def test_a_package_face_only_re_exports() -> None:
 def test_the_face_check_finds_code_and_an_import_not_handed_on() -> None:
     tree = ast.parse('"""A face."""\nfrom m import A, B\n__all__ = ["A"]\nclass C:\n    pass\n')
     assert _face_strays(tree) == ["line 2: imports B without exporting it", "line 4: ClassDef C"]
+
+
+def _cli_reaches_in() -> list[str]:
+    """Each import of the CLI that takes a name from a module inside a package rather than its face.
+
+    The CLI stands on the library's public names: ``longctx``'s, a package's
+    (its ``__init__``'s ``__all__``) and the root modules' (``longctx.outputs``).
+    """
+    strays = []
+    for name in MODULES:
+        if not name.startswith("longctx.cli"):
+            continue
+        for node in ast.walk(_tree(name)):
+            if (
+                not isinstance(node, ast.ImportFrom)
+                or node.level
+                or not (node.module or "").startswith("longctx.")
+            ):
+                continue
+            module = node.module or ""
+            if module.startswith("longctx.cli") or module.count(".") == 1:
+                continue  # its own modules, a package's face or a root module
+            strays.append(f"{name}:{node.lineno} imports from {module}")
+    return strays
+
+
+def test_the_cli_takes_library_names_from_package_faces_and_root_modules() -> None:
+    strays = _cli_reaches_in()
+    assert not strays, strays
+    faces = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    for name in MODULES:
+        if name.startswith("longctx.cli"):
+            for module, imported, line in _imported_names(name):
+                if module in faces and not module.startswith("longctx.cli"):
+                    assert imported in (_exported(module) or ()), f"{name}:{line} {module}.{imported}"

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from longctx.exports import lazy_exports
 
-# The package's names (its ``__all__``): the backend and connect, imported on first use (PEP 562),
+# The package's names (its ``__all__``): the backend and connect, the recipes' engines, the waits,
+# imported on first use (PEP 562),
 # so that importing one of its modules (http, tokenizer) does not load the others.
 _EXPORTS: dict[str, str] = {
     "Backend": "longctx.backends.base",
@@ -30,6 +31,10 @@ _EXPORTS: dict[str, str] = {
     "Sent": "longctx.backends.base",
     "ServerInfo": "longctx.backends.base",
     "connect": "longctx.backends.base",
+    "recipe_engines": "longctx.backends.engines",
+    "recipe_host_tiers": "longctx.backends.engines",
+    "Wait": "longctx.backends.waits",
+    "Waits": "longctx.backends.waits",
 }
 
 if TYPE_CHECKING:
@@ -39,6 +44,10 @@ if TYPE_CHECKING:
     from longctx.backends.base import Sent as Sent
     from longctx.backends.base import ServerInfo as ServerInfo
     from longctx.backends.base import connect as connect
+    from longctx.backends.engines import recipe_engines as recipe_engines
+    from longctx.backends.engines import recipe_host_tiers as recipe_host_tiers
+    from longctx.backends.waits import Wait as Wait
+    from longctx.backends.waits import Waits as Waits
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -38,8 +38,8 @@ from longctx.errors import (
 )
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend
-    from longctx.options.groups import ServerOptions
+    from longctx.backends import Backend
+    from longctx.options import ServerOptions
     from longctx.schemas import AnswerSchema
     from longctx.store import Store
 
@@ -276,7 +276,7 @@ class Runtime:
             return self.backend
         # Imported here, not above: the backends and the HTTP client they load are
         # import time that `longctx pack` with an offline tokenizer never needs.
-        from longctx.backends.base import connect
+        from longctx.backends import connect
 
         return connect(server)
 
@@ -375,7 +375,7 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.options.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.options.groups import ServerOptions
+    from longctx.options import ServerOptions
 
     return options_from_flags(ServerOptions, "server")(function)
 
@@ -383,7 +383,7 @@ def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
     """The flags of :class:`~longctx.options.CorpusOptions` (its limits' too), passed on as ``corpus``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.options.groups import CorpusOptions
+    from longctx.options import CorpusOptions
 
     return options_from_flags(CorpusOptions, "corpus")(function)
 
@@ -397,7 +397,7 @@ def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[.
     (each flag's ``group`` in :mod:`longctx.options.groups`).
     """
     from longctx.cli.flags import options_from_flags
-    from longctx.options.groups import RequestOptions
+    from longctx.options import RequestOptions
 
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 

@@ -19,8 +19,7 @@ import click
 from click.core import ParameterSource
 
 from longctx.errors import ConfigError
-from longctx.options.fields import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
-from longctx.options.settings import setting
+from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec, setting
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
 

@@ -22,9 +22,8 @@ from longctx.cli.app import (
     server_options,
 )
 from longctx.errors import OutputError
-from longctx.jobs.items import JobItem, read_job
-from longctx.jobs.job import Job, JobOptions, JobProgress, JobReport, JobResult
-from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
+from longctx.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.outputs import save_text
 
 if TYPE_CHECKING:

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 import click
 
 from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
-from longctx.options.groups import CorpusOptions, ServerOptions
+from longctx.options import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
-from longctx.tokens.images import ImageTokenCounter, PatchImageCounter
-from longctx.tokens.tokenizers import Tokenizer, offline_tokenizer
+from longctx.tokens import ImageTokenCounter, PatchImageCounter, Tokenizer, offline_tokenizer
 
 
 @main.command()

@@ -31,15 +31,20 @@ from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
 from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError
-from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
-from longctx.sessions import RepoSession, Session, ShardedSession
-from longctx.sessions.answers import Answer
-from longctx.sessions.arguments import checked_ask, checked_ask_many
-from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus_sessions import CorpusSessionOptions
-from longctx.sessions.records import stored_answers
-from longctx.sessions.siblings import batch_keys
+from longctx.sessions import (
+    Answer,
+    Conversation,
+    CorpusSessionOptions,
+    RepoSession,
+    Session,
+    ShardedSession,
+    batch_keys,
+    checked_ask,
+    checked_ask_many,
+    stored_answers,
+)
 from longctx.store import Store
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
     then sums every pack of the job; so does the default when the latest
     session is one of a job's packs.
     """
-    from longctx.jobs.stored import job_of_session, job_report  # a layer above the sessions
+    from longctx.jobs import job_of_session, job_report  # a layer above the sessions
 
     with runtime().open_store() as store:
         if session_id is None:

@@ -23,8 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from longctx.sessions.answers import Answer
-    from longctx.sessions.conversation import Conversation
+    from longctx.sessions import Answer, Conversation
 
 
 @dataclass(frozen=True)

@@ -37,11 +37,15 @@ jobs over many packs, a layer above, are :mod:`longctx.jobs`.
 from __future__ import annotations
 
 from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.arguments import checked_ask, checked_ask_many
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus_sessions import CorpusSession, DocSession, RepoSession
+from longctx.sessions.corpus_sessions import CorpusSession, CorpusSessionOptions, DocSession, RepoSession
+from longctx.sessions.records import stored_answers
 from longctx.sessions.resuming import resume
+from longctx.sessions.reuse import answer_reuse
 from longctx.sessions.session import Session
 from longctx.sessions.sharded import ShardedSession
+from longctx.sessions.siblings import batch_keys
 from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 
 __all__ = [
@@ -51,9 +55,15 @@ __all__ = [
     "Batch",
     "Conversation",
     "CorpusSession",
+    "CorpusSessionOptions",
     "DocSession",
     "RepoSession",
     "Session",
     "ShardedSession",
+    "answer_reuse",
+    "batch_keys",
+    "checked_ask",
+    "checked_ask_many",
     "resume",
+    "stored_answers",
 ]

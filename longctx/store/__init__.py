@@ -46,6 +46,7 @@ from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
 from longctx.store.lifecycle import Store
+from longctx.store.permissions import create_private_file
 from longctx.store.pruning import PrunedTree, PruneResult, PruneRule
 from longctx.store.records import (
     CounterCheckRecord,
@@ -85,5 +86,6 @@ __all__ = [
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",
+    "create_private_file",
     "default_home",
 ]

@@ -500,9 +500,9 @@ class _Replay:
 
 
 def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
-    from longctx.corpus import load_corpus
     from longctx.options.groups import CorpusOptions
     from longctx.packing import build_pack, compare_packs
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
     from longctx.tokens.tokenizers import TiktokenFileTokenizer
 
@@ -597,9 +597,9 @@ def retention(args: argparse.Namespace) -> str:
 
 
 def budget(args: argparse.Namespace) -> str:
-    from longctx.corpus import load_corpus
     from longctx.errors import BudgetError
     from longctx.packing import Budget, build_pack, build_shards
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
     from longctx.tokens.tokenizers import TiktokenFileTokenizer
 
@@ -643,8 +643,8 @@ def engines(args: argparse.Namespace) -> str:
 
     from longctx.backends.http import HttpEndpoint
     from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.corpus import load_corpus
     from longctx.packing import build_pack, check_cache_boundary
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
     from longctx.testing import EngineHarness
 

@@ -58,7 +58,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
     "Conversation": "longctx.sessions",
-    "Corpus": "longctx.corpus",
+    "Corpus": "longctx.sources.corpus",
     "CorpusOptions": "longctx.options.groups",
     "CounterCheck": "longctx.report",
     "Diagnosis": "longctx.serving.doctor",
@@ -90,8 +90,8 @@ _EXPORTS: dict[str, str] = {
     "JobReport": "longctx.jobs.job",
     "JobResult": "longctx.jobs.job",
     "LongctxError": "longctx.errors",
-    "Manifest": "longctx.corpus",
-    "ManifestEntry": "longctx.corpus",
+    "Manifest": "longctx.sources.corpus",
+    "ManifestEntry": "longctx.sources.corpus",
     "OutputError": "longctx.errors",
     "Pack": "longctx.packing",
     "PackComparison": "longctx.packing",
@@ -142,7 +142,7 @@ _EXPORTS: dict[str, str] = {
     "compare_packs": "longctx.packing",
     "connect": "longctx.backends.base",
     "count_image_tokens": "longctx.backends.images",
-    "load_corpus": "longctx.corpus",
+    "load_corpus": "longctx.sources.corpus",
     "pack": "longctx.packing",
     "read_job": "longctx.jobs.items",
     "resume": "longctx.sessions",
@@ -169,10 +169,6 @@ if TYPE_CHECKING:
     from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer
     from longctx.citations import Citation as Citation
     from longctx.citations import CitedAnswer as CitedAnswer
-    from longctx.corpus import Corpus as Corpus
-    from longctx.corpus import Manifest as Manifest
-    from longctx.corpus import ManifestEntry as ManifestEntry
-    from longctx.corpus import load_corpus as load_corpus
     from longctx.documents import Document as Document
     from longctx.documents import ImagePart as ImagePart
     from longctx.errors import BackendError as BackendError
@@ -249,6 +245,10 @@ if TYPE_CHECKING:
     from longctx.sessions.changes import FileChange as FileChange
     from longctx.sessions.warm import WarmResult as WarmResult
     from longctx.sessions.warm import WarmStart as WarmStart
+    from longctx.sources.corpus import Corpus as Corpus
+    from longctx.sources.corpus import Manifest as Manifest
+    from longctx.sources.corpus import ManifestEntry as ManifestEntry
+    from longctx.sources.corpus import load_corpus as load_corpus
     from longctx.store import RequestRecord as RequestRecord
     from longctx.store import SessionRecord as SessionRecord
     from longctx.store import Store as Store

@@ -146,7 +146,7 @@ def test_a_function_level_import_counts_and_a_type_checking_one_does_not() -> No
         "if TYPE_CHECKING:\n    from longctx.packing import Pack\n"
         "def f():\n    from longctx.store import Store\n"
     )
-    found = {target for node in _runtime_imports(tree) for target in _resolve("longctx.corpus", node)}
+    found = {target for node in _runtime_imports(tree) for target in _resolve("longctx.sources.corpus", node)}
     assert found == {"longctx.store"}
 
 

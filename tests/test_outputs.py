@@ -14,9 +14,9 @@ import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx import outputs
-from longctx.corpus import load_corpus
 from longctx.errors import OutputError
 from longctx.packing import Pack, build_pack, pack
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
 from longctx.tokens.tokenizers import EstimateTokenizer
 

@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.corpus import Limits, Manifest, load_corpus
 from longctx.errors import BudgetError, StoreError
 from longctx.options.groups import CorpusOptions
 from longctx.packing import Budget, PackResult, build, build_pack, counting, pack
+from longctx.sources.corpus import Limits, Manifest, load_corpus
 from longctx.store import Store
 from longctx.tokens.tokenizers import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 

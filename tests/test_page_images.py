@@ -13,7 +13,6 @@ import PIL.Image
 import pytest
 from corpus_fixtures import make_pdf
 
-from longctx.corpus import load_corpus
 from longctx.errors import BudgetError
 from longctx.options.groups import CorpusOptions
 from longctx.packing import build_pack
@@ -25,6 +24,7 @@ from longctx.packing.rendering import (
     IMAGES_SYSTEM_HEADER,
     SYSTEM_HEADER,
 )
+from longctx.sources.corpus import load_corpus
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText, extract_pdf
 from longctx.sources.png import encode_gray_png, image_data, image_size

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from longctx.corpus import load_corpus
 from longctx.errors import ConfigError
 from longctx.options.groups import CorpusOptions
 from longctx.packing import build_pack, pack
 from longctx.packing.rendering import SYSTEM_HEADER, render_path
+from longctx.sources.corpus import load_corpus
 from longctx.sources.special_tokens import BREAK, CANDIDATE_SPELLINGS, DEFAULT_SPELLINGS, neutralise
 from longctx.store import Store
 from longctx.tokens.tokenizers import EstimateTokenizer, TokenizerJsonTokenizer, special_token_spellings

@@ -29,7 +29,6 @@ from longctx.cli.app import (
 from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
-from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError
 from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
@@ -45,6 +44,7 @@ from longctx.sessions import (
     checked_ask_many,
     stored_answers,
 )
+from longctx.sources import check_sources
 from longctx.store import Store
 
 if TYPE_CHECKING:

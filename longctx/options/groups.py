@@ -3,7 +3,7 @@
 The options that travel together are one frozen object each, written once
 here and taken as they are by every call that needs them:
 
-- :class:`CorpusOptions`: what :func:`~longctx.corpus.load_corpus` reads and
+- :class:`CorpusOptions`: what :func:`~longctx.sources.corpus.load_corpus` reads and
   in which order (also :func:`~longctx.packing.pack`, every session, the CLI);
 - :class:`Limits`: how much of it (part of :class:`CorpusOptions`);
 - :class:`RequestOptions`: how each request of a session is made (answer
@@ -163,7 +163,7 @@ _MIB: Final = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Limits(OptionFields):
-    """How much :func:`~longctx.corpus.load_corpus` reads.
+    """How much :func:`~longctx.sources.corpus.load_corpus` reads.
 
     - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
       A 1M-token context holds about 4 MB of text, so a bigger single file

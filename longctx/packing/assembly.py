@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from longctx.corpus import CorpusOutline
 from longctx.documents import Document, ImagePart
 from longctx.packing.image_parts import PlacedImage
 from longctx.packing.model import Pack, Section, pack_fingerprint, section_fingerprint
@@ -37,6 +36,7 @@ from longctx.packing.rendering import (
     ListingEntry,
     render_document,
 )
+from longctx.sources.corpus import CorpusOutline
 from longctx.store import Store, StoredText
 from longctx.tokens.images import ImageTokenCounter, estimate_image_counter
 from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer, cached_counts

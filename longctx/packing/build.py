@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
-from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document, ImagePart
 from longctx.options.groups import CorpusOptions
 from longctx.packing import snapshots
@@ -53,6 +52,7 @@ from longctx.packing.rendering import (
     render_document,
     render_listing,
 )
+from longctx.sources.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.store import Store, StoredText
 from longctx.tokens.images import ImageTokenCounter
 from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer, special_token_spellings
@@ -226,7 +226,7 @@ def pack(
     reuse: bool = True,
     image_counter: ImageTokenCounter | None = None,
 ) -> PackResult:
-    """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
+    """Load ``paths`` and pack them: :func:`~longctx.sources.corpus.load_corpus`, :func:`build_pack`, faster.
 
     The arguments are those two functions' (``options`` None means
     :class:`~longctx.options.groups.CorpusOptions`'s defaults). Documents are rendered and

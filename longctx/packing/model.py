@@ -24,12 +24,12 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
-from longctx.corpus import Manifest
 from longctx.errors import ConfigError
 from longctx.options.groups import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.outputs import Saved
 from longctx.packing.image_parts import PlacedImage, content_parts
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.sources.corpus import Manifest
 from longctx.store import StoredText
 from longctx.tokens.tokenizers import Tokenizer, text_sha256
 
@@ -425,7 +425,7 @@ class PackResult:
     when the pack and manifest were read back from the store (the
     repository had not changed since they were built) rather than built
     from the files; either way they are what :func:`~longctx.packing.build.build_pack` and
-    :func:`~longctx.corpus.load_corpus` give for the same inputs. ``layer_note``
+    :func:`~longctx.sources.corpus.load_corpus` give for the same inputs. ``layer_note``
     says why a repository's pack is layered on its base, or why it starts
     over from a nearer one (see :class:`~longctx.sources.history.LayerPlan`);
     None when there is nothing to say, and for a reused pack. ``reuse_note``
@@ -447,7 +447,7 @@ class PackResult:
 
     @cached_property
     def manifest(self) -> Manifest:
-        """Every path considered, with what became of it (see :class:`~longctx.corpus.Manifest`)."""
+        """Every path considered, with what became of it (see :class:`~longctx.sources.corpus.Manifest`)."""
         return self._manifest if isinstance(self._manifest, Manifest) else self._manifest()
 
     def to_dict(self) -> dict[str, Any]:

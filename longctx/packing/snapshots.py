@@ -5,7 +5,7 @@ every file again to get the same bytes. :func:`~longctx.packing.build.pack`
 instead keys each pack it builds by what it was asked and by the
 repository's state, keeps it (sections, counts, manifest) in the
 :class:`~longctx.store.Store`, and when the key matches later it rebuilds
-the :class:`~longctx.packing.model.Pack` and :class:`~longctx.corpus.Manifest`
+the :class:`~longctx.packing.model.Pack` and :class:`~longctx.sources.corpus.Manifest`
 from the store without opening a file: one ``git status``, one SQLite read.
 
 The key has two parts. The *slot* is what was asked: the resolved folder,
@@ -49,11 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from longctx.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.errors import StoreError
 from longctx.options.groups import CorpusOptions
 from longctx.packing.model import ManifestSummary, Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.sources.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText

@@ -15,13 +15,13 @@ from dataclasses import replace
 from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
-from longctx.corpus import Corpus, check_sources, load_corpus
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
+from longctx.sources.corpus import Corpus, check_sources, load_corpus
 from longctx.store import Store, StoredPack
 from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer
 
@@ -338,7 +338,7 @@ class RepoSession(CorpusSession):
     the same paths and its stored pack; sessions stored before longctx recorded their kind resume as
     a plain :class:`~longctx.sessions.session.Session`.
 
-    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
+    The corpus is loaded with :func:`longctx.sources.corpus.load_corpus` (``stability``
     order in git repositories: files that change least come first, layered
     as of a recent base commit, see ``CorpusOptions.max_stale_share``),
     packed and counted with the server's own tokenizer, and checked against

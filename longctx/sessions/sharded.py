@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar, Unpack
 
-from longctx.corpus import check_sources, load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
 from longctx.options.groups import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
@@ -43,6 +42,7 @@ from longctx.sessions.corpus_sessions import (
 )
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Session, served_settings
+from longctx.sources.corpus import check_sources, load_corpus
 from longctx.store import SessionRecord
 from longctx.verification.counters import stored_check
 

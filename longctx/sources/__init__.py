@@ -4,7 +4,8 @@ A source lists what it considers (:class:`Listing`): the files it will try to
 read (:class:`Candidate`) and the paths it already knows it will not read
 (:class:`Skip`, with a reason from :class:`SkipReason`). Reading a candidate
 (:class:`longctx.sources.reading.FileReader`) gives a Document or one
-more Skip. :mod:`longctx.corpus` puts the pieces together.
+more Skip. :mod:`longctx.sources.corpus` puts the pieces together: the
+corpus, its ordering and its manifest.
 
 - :mod:`~longctx.sources.listing`: :class:`Listing`, :class:`Candidate`, :class:`Skip`, :class:`SkipReason`;
 - :mod:`~longctx.sources.repo`: git work trees: the listing and the state;
@@ -26,6 +27,28 @@ more Skip. :mod:`longctx.corpus` puts the pieces together.
 
 from __future__ import annotations
 
-from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
+from typing import TYPE_CHECKING
 
-__all__ = ["Candidate", "Listing", "Skip", "SkipReason"]
+from longctx.exports import lazy_exports
+
+# The package's names (its ``__all__``), each with the module it comes from, imported on first use
+# (PEP 562): a module of the package (the counting worker's special tokens) loads alone.
+_EXPORTS: dict[str, str] = {
+    "Candidate": "longctx.sources.listing",
+    "Listing": "longctx.sources.listing",
+    "Skip": "longctx.sources.listing",
+    "SkipReason": "longctx.sources.listing",
+    "check_sources": "longctx.sources.corpus",
+}
+
+if TYPE_CHECKING:
+    from longctx.sources.corpus import check_sources as check_sources
+    from longctx.sources.listing import Candidate as Candidate
+    from longctx.sources.listing import Listing as Listing
+    from longctx.sources.listing import Skip as Skip
+    from longctx.sources.listing import SkipReason as SkipReason
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+__all__ = list(_EXPORTS)

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.errors import SourceError
-from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.ignore import IgnoreRules
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 
 __all__ = [
     "DEFAULT_IGNORED_FOLDERS",

@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import Document
-from longctx.sources import Candidate, Skip, SkipReason
 from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
 from longctx.sources.images import (
@@ -61,6 +60,7 @@ from longctx.sources.images import (
     notebook_image_documents,
     page_image_documents,
 )
+from longctx.sources.listing import Candidate, Skip, SkipReason
 from longctx.sources.notebook import NotebookError, render_notebook
 from longctx.sources.pdf import PdfFailure, PdfText, PdfTextCache, extract_pdf_cached
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule

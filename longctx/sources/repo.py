@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from longctx.options.groups import DEFAULT_MAX_STALE_SHARE
-from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import filesystem_path, is_inside, relative_target
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
 from longctx.sources.history import (
@@ -53,6 +52,7 @@ from longctx.sources.history import (
     usable_times_cache,
 )
 from longctx.sources.ignore import IgnoreRules, parent_directories
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 
 __all__ = [
     "CommitTimesCache",

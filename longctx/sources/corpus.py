@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, EmptyCorpus, InputError, SourceError
 from longctx.options.groups import CorpusOptions, Limits
-from longctx.sources import Candidate, Listing, Skip, SkipReason
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
 from longctx.sources.ignore import GlobFilter
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 from longctx.sources.pdf import PdfTextCache
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
@@ -53,7 +53,7 @@ __all__ = [
     "stream_corpus",
 ]
 
-logger = logging.getLogger("longctx.corpus")
+logger = logging.getLogger("longctx.sources.corpus")
 
 MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""

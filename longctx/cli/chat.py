@@ -35,7 +35,8 @@ from longctx.cli.app import note
 from longctx.cli.streaming import Printing, print_answer, spinning
 from longctx.errors import ServerUnreachable
 from longctx.sessions import Answer, Conversation, Session, answer_reuse
-from longctx.store import TurnRecord, create_private_file
+from longctx.store import TurnRecord
+from longctx.store.permissions import create_private_file
 
 #: The chat commands and what each does (``/help`` prints this table).
 COMMANDS: dict[str, str] = {

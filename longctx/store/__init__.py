@@ -46,7 +46,6 @@ from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.leases import ItemLeases, LeaseClaim, LeaseHolder
 from longctx.store.lifecycle import Store
-from longctx.store.permissions import create_private_file
 from longctx.store.pruning import PrunedTree, PruneResult, PruneRule
 from longctx.store.records import (
     CounterCheckRecord,
@@ -86,6 +85,5 @@ __all__ = [
     "StoredPackSnapshot",
     "StoredText",
     "TurnRecord",
-    "create_private_file",
     "default_home",
 ]

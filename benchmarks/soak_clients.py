@@ -406,7 +406,7 @@ def _full_batch(arguments: argparse.Namespace) -> None:
     write that needs a page fails with SQLITE_FULL, as on a full disk. Each
     answer is printed (a JSON line) once stored.
     """
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 

@@ -142,8 +142,9 @@ class AnswerSchema:
             ) from error
         problem = _schema_problem(self.json_schema, value)
         if problem is not None:
-            raise InvalidAnswer(f"the answer does not satisfy the schema: {problem}", text=text,
-                                finish_reason=finish_reason)  # fmt: skip
+            raise InvalidAnswer(
+                f"the answer does not satisfy the schema: {problem}", text=text, finish_reason=finish_reason
+            )
         items = value["items"] if self.multi else None
         if self.model is None:
             # A list with multi, as a model's answer is: the CLI's --json and the API give one shape.
@@ -153,8 +154,9 @@ class AnswerSchema:
                 return [self.model.model_validate(item) for item in items]
             return self.model.model_validate(value)
         except ValueError as error:  # pydantic's ValidationError is a ValueError
-            raise InvalidAnswer(f"{self.name} refused the answer: {error}", text=text,
-                                finish_reason=finish_reason) from error  # fmt: skip
+            raise InvalidAnswer(
+                f"{self.name} refused the answer: {error}", text=text, finish_reason=finish_reason
+            ) from error
 
 
 def answer_schema(spec: SchemaSpec, *, multi: bool = False) -> AnswerSchema:

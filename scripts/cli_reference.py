@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from longctx.cli import EXIT_CODES, main
-from longctx.config import DEFAULT_BASE_URL
+from longctx.options.groups import DEFAULT_BASE_URL
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 INTRO = f"""# Command-line reference

@@ -31,7 +31,7 @@ from longctx.cli import Runtime, main, questions
 from longctx.errors import ConfigError
 from longctx.packing.rendering import DOCUMENTS_OPENING, read_documents, render_document, render_listing
 from longctx.sessions import Session
-from longctx.sessions.answers import stored_citations
+from longctx.sessions.records import stored_citations
 from longctx.store import Store, StoredPack
 
 URL = "http://fake-engine:8000/v1"

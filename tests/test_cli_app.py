@@ -199,7 +199,7 @@ def test_every_exit_code_is_distinct_and_documented() -> None:
 def test_the_server_settings_come_from_the_environment_through_config(
     repository: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from longctx.config import ServerOptions
+    from longctx.options.groups import ServerOptions
 
     assert not ServerOptions().names_a_server()
     monkeypatch.setenv("LONGCTX_BASE_URL", "http://127.0.0.1:9/v1")
@@ -219,8 +219,8 @@ def test_help_imports_neither_the_options_nor_the_store() -> None:
     script = (
         "import sys\nfrom longctx.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('longctx.config', 'longctx.store', 'longctx.cli.flags', 'json', 'sqlite3')"
-        " if m in sys.modules))"
+        "print(sorted(m for m in ('longctx.options.groups', 'longctx.store', 'longctx.cli.flags',"
+        " 'json', 'sqlite3') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout

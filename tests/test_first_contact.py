@@ -12,10 +12,10 @@ from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_BAD_INPUT, EXIT_NO_SESSION, EXIT_USAGE, Runtime
 from longctx.cli.sessions import _short_source
-from longctx.corpus import load_corpus
 from longctx.errors import InputError, OutputError
 from longctx.serving.recipes import KIMI_K3_NVFP4
 from longctx.sessions import Session
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store, StoredPack
 
 

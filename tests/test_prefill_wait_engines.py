@@ -25,8 +25,8 @@ from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
 from longctx.backends.prefill_wait import PrefillRate
 from longctx.backends.waits import Waits
-from longctx.config import ServerOptions
 from longctx.errors import ServerUnreachable
+from longctx.options.groups import ServerOptions
 from longctx.process_state import PROCESS
 from longctx.retry import RetryPolicy
 from longctx.testing import LocalServer

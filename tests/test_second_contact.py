@@ -250,8 +250,8 @@ def test_a_file_too_large_is_refused_part_way_through_its_count_and_the_count_sh
     from test_pack_lower_bound import RecordingVllm
 
     from longctx.backends.tokenizer import CHUNK_CHARS
-    from longctx.config import CorpusOptions, Limits
     from longctx.errors import BudgetError
+    from longctx.options.groups import CorpusOptions, Limits
 
     fake = RecordingVllm()  # 4 characters a token, a 32k window
     backend = connect("http://fake-engine:8000/v1", transport=fake.transport())

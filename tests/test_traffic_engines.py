@@ -15,10 +15,10 @@ import pytest
 
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
 from longctx.lint import ServerRenderer, lint_requests, read_log, requests_from_lines
 from longctx.lint.proxy import RecordingProxy
 from longctx.lint.replay import replay
+from longctx.options.groups import RequestOptions
 from longctx.serving.retention import measure_retention
 from longctx.store import Store
 from longctx.testing.harness import EngineHarness
@@ -284,7 +284,9 @@ def test_lint_command_exits_on_a_failed_replay(vllm_server: LocalServer, tmp_pat
     from longctx.cli.app import EXIT_REPLAY_MISMATCH
 
     log = tmp_path / "requests.jsonl"
-    log.write_text(chat("You answer.", DOC + "Q?") + "\n" + json.dumps({"prompt": list(range(1, 40_000))}) + "\n")
+    log.write_text(
+        chat("You answer.", DOC + "Q?") + "\n" + json.dumps({"prompt": list(range(1, 40_000))}) + "\n"
+    )
     command = [str(ENTRY_POINT), "lint", str(log), "--base-url", vllm_server.api_base, "--replay"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == EXIT_REPLAY_MISMATCH, (result.stdout, result.stderr)

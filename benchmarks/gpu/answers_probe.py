@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from followup_probe import FOLLOW_UPS, SYSTEM, WINDOW_ROOM, fitted_pack
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
 from longctx.errors import InvalidAnswer
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 

@@ -208,8 +208,8 @@ def probe_pack(
 
 def api_rows(base_url: str, pack: str) -> dict[str, Any]:
     """longctx's ask_many of 8 and a job of 8 over the pack, ``prompt_ids`` on and off (wall seconds)."""
-    from longctx.config import RequestOptions
     from longctx.jobs import Job, JobItem, JobOptions
+    from longctx.options.groups import RequestOptions
     from longctx.sessions import Session
     from longctx.store import Store, StoredPack
 

@@ -44,14 +44,14 @@ from longctx.backends.http import (
 )
 from longctx.backends.prefill_wait import MIN_PREFILL_TOKENS, PrefillWatch
 from longctx.backends.profiles import EngineProfile
-from longctx.config import (
+from longctx.drivers import Io
+from longctx.errors import BackendError
+from longctx.options.groups import (
     DEFAULT_AFFINITY_HEADERS,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     ECHOED_HEADERS,
 )
-from longctx.drivers import Io
-from longctx.errors import BackendError
 from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
@@ -62,7 +62,7 @@ class ChatRequest:
     """One chat completion to send.
 
     ``affinity_key`` goes out in each of the client's affinity headers
-    (:data:`longctx.config.DEFAULT_AFFINITY_HEADERS` unless set otherwise)
+    (:data:`longctx.options.groups.DEFAULT_AFFINITY_HEADERS` unless set otherwise)
     and as the ``user`` field, which routers (vllm-router, SGLang's gateway,
     llm-d, Dynamo) use to keep a prefix on one replica.
     ``cache_salt`` namespaces the server's prefix cache (tenants never share).

@@ -50,8 +50,8 @@ from longctx.backends.profiles import (
     truth,
 )
 from longctx.backends.tiers import HostTier
-from longctx.config import DEFAULT_CONCURRENCY
 from longctx.errors import BackendError
+from longctx.options.groups import DEFAULT_CONCURRENCY
 
 __all__ = [
     "DYNAMO",

@@ -38,8 +38,8 @@ from longctx.errors import (
 )
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend
-    from longctx.config import ServerOptions
+    from longctx.backends import Backend
+    from longctx.options import ServerOptions
     from longctx.schemas import AnswerSchema
     from longctx.store import Store
 
@@ -298,7 +298,7 @@ class Runtime:
             return self.backend
         # Imported here, not above: the backends and the HTTP client they load are
         # import time that `longctx pack` with an offline tokenizer never needs.
-        from longctx.backends.base import connect
+        from longctx.backends import connect
 
         return connect(server)
 
@@ -403,31 +403,31 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    """The flags of :class:`~longctx.options.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.config import ServerOptions
+    from longctx.options import ServerOptions
 
     return options_from_flags(ServerOptions, "server")(function)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    """The flags of :class:`~longctx.options.CorpusOptions` (its limits' too), passed on as ``corpus``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.config import CorpusOptions
+    from longctx.options import CorpusOptions
 
     return options_from_flags(CorpusOptions, "corpus")(function)
 
 
 def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The flags of :class:`~longctx.config.RequestOptions`, passed on as ``request``.
+    """The flags of :class:`~longctx.options.groups.RequestOptions`, passed on as ``request``.
 
     Every command gets those of no group (``--max-tokens``, ``--cache-salt``);
     ``concurrency=True`` adds ``--concurrency`` and ``--dispatch``, and
     ``follow_changes``, ``warm_start``, ``token_history`` their own switches
-    (each flag's ``group`` in :mod:`longctx.config`).
+    (each flag's ``group`` in :mod:`longctx.options.groups`).
     """
     from longctx.cli.flags import options_from_flags
-    from longctx.config import RequestOptions
+    from longctx.options import RequestOptions
 
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 

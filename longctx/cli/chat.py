@@ -42,12 +42,9 @@ from longctx.cli.app import note
 from longctx.cli.streaming import Printing, print_answer, spinning
 from longctx.cli.terminal import shown
 from longctx.errors import ServerUnreachable
-from longctx.sessions.answers import Answer
-from longctx.sessions.conversation import Conversation
-from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import Session
+from longctx.sessions import Answer, Conversation, Session, answer_reuse
+from longctx.store import TurnRecord
 from longctx.store.permissions import create_private_file
-from longctx.store.records import TurnRecord
 
 #: The chat commands and what each does (``/help`` prints this table).
 COMMANDS: dict[str, str] = {

@@ -5,7 +5,7 @@ becomes a click option here: its name, help text, type, default and
 whether it repeats all come from the field's :class:`~longctx.options.OptionSpec`.
 A command decorated with :func:`options_from_flags` gets the flags and is
 passed one option object built from them, so adding an option to
-:mod:`longctx.config` adds its flag to every command that takes that object.
+:mod:`longctx.options.groups` adds its flag to every command that takes that object.
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import click
 from click.core import ParameterSource
 
 from longctx.errors import ConfigError
-from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
-from longctx.settings import setting
+from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec, setting
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
 
@@ -155,7 +154,7 @@ def options_from_flags(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator giving a command the flags of ``options`` and passing them on as one object, ``keyword=``.
 
-    A flag left out takes the value :func:`longctx.settings.setting` finds
+    A flag left out takes the value :func:`longctx.options.settings.setting` finds
     (``LONGCTX_<NAME>``, then the config files), checked by the field's own
     rule; a flag left at a ``cli_default`` of None with nothing configured is
     not passed, so the field's own default holds (the limits' flags). Fields without a flag (or of

@@ -22,12 +22,11 @@ from longctx.cli.app import (
     runtime,
     server_options,
 )
-from longctx.config import CorpusOptions, ServerOptions
 from longctx.errors import LongctxError
-from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
+from longctx.options import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
-from longctx.tokens import Tokenizer, offline_tokenizer
+from longctx.tokens import ImageTokenCounter, PatchImageCounter, Tokenizer, offline_tokenizer
 
 
 @main.command()
@@ -98,7 +97,7 @@ def pack(
 @contextmanager
 def _counted_progress(quiet: bool) -> Iterator[None]:
     """A server's long count shown in the progress line (characters counted of the total)."""
-    from longctx.backends.tokenizer import CountWatch, watched_counts
+    from longctx.backends import CountWatch, watched_counts
 
     with progress(not quiet) as say:
 

@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from longctx.corpus import Manifest
+    from longctx import Manifest
 
 __all__ = ["textless_pages_line"]
 

@@ -30,15 +30,22 @@ from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
 from longctx.cli.terminal import shown
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import check_sources
 from longctx.errors import BackendError, ConfigError
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
-from longctx.sessions import RepoSession, Session, ShardedSession
-from longctx.sessions.answers import Answer, stored_answers
-from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import CorpusSessionOptions
-from longctx.sessions.siblings import batch_keys
+from longctx.sessions import (
+    Answer,
+    Conversation,
+    CorpusSessionOptions,
+    RepoSession,
+    Session,
+    ShardedSession,
+    batch_keys,
+    checked_ask,
+    checked_ask_many,
+    stored_answers,
+)
+from longctx.sources import check_sources
 from longctx.store import Store
 
 if TYPE_CHECKING:
@@ -365,6 +372,8 @@ def ask(
     """
     paths, question = _split_question(arguments, question_option)
     cite = cite or require_citations
+    # Refused here, as the library refuses them at the call: before the store, the pack or the server.
+    checked_ask(request, question, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     printing = Printing.for_terminal(stream=stream, as_json=as_json, quiet=quiet)
     with given.opened(progress_until_open=True) as opened, opened.session as session:
@@ -429,6 +438,7 @@ def batch(
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
+    checked_ask_many(request, questions, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened(session_id) as opened:
         session, say = opened.session, opened.say

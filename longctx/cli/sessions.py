@@ -36,7 +36,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
     then sums every pack of the job; so does the default when the latest
     session is one of a job's packs.
     """
-    from longctx.jobs.stored import job_of_session, job_report  # a layer above the sessions
+    from longctx.jobs import job_of_session, job_report  # a layer above the sessions
 
     with runtime().open_store() as store:
         if session_id is None:
@@ -289,12 +289,16 @@ def sessions_show(session_id: str, as_json: bool) -> None:
                 "title": session.title,
                 "turns": [{"question": t.question, "answer": t.answer} for t in session.turns],
                 "siblings": [
-                    {"session_id": child.id, "after_turns": child.parent_turns, "question": turn.question,
-                     "answer": turn.answer}
+                    {
+                        "session_id": child.id,
+                        "after_turns": child.parent_turns,
+                        "question": turn.question,
+                        "answer": turn.answer,
+                    }
                     for child, turn in siblings
                 ],
             }
-        )  # fmt: skip
+        )
         return
     click.echo(f"session {session.id}: {session.title}")
     for number, turn in enumerate(session.turns, start=1):  # numbered as the chat and the report number them

@@ -27,8 +27,7 @@ import click
 from longctx.cli.terminal import shown
 
 if TYPE_CHECKING:
-    from longctx.sessions.answers import Answer
-    from longctx.sessions.conversation import Conversation
+    from longctx.sessions import Answer, Conversation
 
 
 @dataclass(frozen=True)
@@ -116,8 +115,8 @@ def print_answer(session: Conversation, question: str, printing: Printing, **opt
             # and an answer is printed as it is stored, byte for byte, as the streamed path writes it.
             click.echo(shown(answer.text, sys.stdout), color=True)
         return PrintedAnswer(answer, streamed=False)
+    stream = session.stream(question, **options)  # refuses its arguments here, before the spinner starts
     spinner = Spinner(printing.spinner, "waiting for the first token").start()
-    stream = session.stream(question, **options)
     written = False
     try:
         for piece in stream:

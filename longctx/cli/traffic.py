@@ -20,12 +20,11 @@ from longctx.cli.app import (
     runtime,
     server_options,
 )
-from longctx.config import ServerOptions
 from longctx.errors import ConfigError, InputError
+from longctx.options import ServerOptions
 
 if TYPE_CHECKING:
-    from longctx.lint import LintReport
-    from longctx.lint.replay import ReplayReport
+    from longctx.lint import LintReport, ReplayReport
 
 
 @main.command()
@@ -138,7 +137,7 @@ def lint(
         replayed = None
         if replay:
             assert backend is not None
-            from longctx.lint.replay import replay as replay_log
+            from longctx.lint import replay as replay_log
 
             with progress(True) as say:
                 say(f"replaying {len(requests)} requests")
@@ -243,7 +242,7 @@ def proxy(
     so API keys are never stored. Ctrl-C stops it and prints the recorded
     cached tokens against the server's own counter.
     """
-    from longctx.lint.proxy import RecordingProxy
+    from longctx.lint import RecordingProxy
 
     recording = RecordingProxy(upstream, log_path, host=host, port=port, inject_usage=not no_usage_injection)
     backend = None
@@ -295,7 +294,7 @@ def retention(
     tokens is what `longctx job --kv-tokens` takes. The probe evicts other
     clients' prefixes: run it on a server that is not serving users.
     """
-    from longctx.serving.retention import measure_retention
+    from longctx.serving import measure_retention
 
     backend = runtime().connect(server)
     try:

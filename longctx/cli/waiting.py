@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from longctx.backends.waits import Wait, Waits
+from longctx.backends import Wait, Waits
 from longctx.process_state import PROCESS
 
 __all__ = [

@@ -23,7 +23,9 @@ from __future__ import annotations
 from longctx.lint.analysis import DEFAULT_BLOCK_TOKENS, kv_tokens_of_plan, lint_requests
 from longctx.lint.causes import CAUSES, FIXES, Divergence
 from longctx.lint.logs import LoggedRequest, ReportedUsage, read_log, requests_from_lines
+from longctx.lint.proxy import RecordingProxy
 from longctx.lint.rendering import ModelFolderRenderer, Rendered, Renderer, ServerRenderer
+from longctx.lint.replay import ReplayedRequest, ReplayReport, replay
 from longctx.lint.report import CacheModel, Finding, LintReport, RequestLint, fail_selection
 from longctx.lint.sglang_cache import SglangCache
 from longctx.lint.vllm_cache import VllmCache
@@ -38,8 +40,11 @@ __all__ = [
     "LintReport",
     "LoggedRequest",
     "ModelFolderRenderer",
+    "RecordingProxy",
     "Rendered",
     "Renderer",
+    "ReplayReport",
+    "ReplayedRequest",
     "ReportedUsage",
     "RequestLint",
     "ServerRenderer",
@@ -49,5 +54,6 @@ __all__ = [
     "kv_tokens_of_plan",
     "lint_requests",
     "read_log",
+    "replay",
     "requests_from_lines",
 ]

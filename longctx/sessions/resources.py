@@ -1,7 +1,7 @@
 """What a session uses and may own: the connection to the server and the store.
 
 A session given a backend or a store uses it and leaves it open for its
-owner; one given neither connects (to :class:`~longctx.config.ServerOptions`)
+owner; one given neither connects (to :class:`~longctx.options.groups.ServerOptions`)
 and opens the default store on first use, owns what it opened, and closes
 it in :meth:`Resources.close`. Forks and branches borrow their parent's.
 Once closed (or once what they borrow was closed by its owner), every use
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.prefill_wait import PrefillRate
-from longctx.config import ServerOptions
 from longctx.errors import SessionClosed
+from longctx.options.groups import ServerOptions
 from longctx.report import cold_prefill_rate
 from longctx.store import Store
 
@@ -87,7 +87,7 @@ class Resources:
             self.check_open()
             if self._backend is None:
                 self.progress(f"connecting to {', '.join(self.server.base_urls())}")
-                self._backend = connect(self.server)
+                self._backend = connect(self.server)  # which resolves the options once
                 self._made.append(self._backend)
             if not self._rates_handed:
                 # Given or made: how long a cold prefill may take there, from what the store measured.

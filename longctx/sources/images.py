@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from longctx.config import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.documents import Document, ImagePart
+from longctx.options.groups import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText
 from longctx.sources.png import image_size

@@ -17,16 +17,16 @@ from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
 from longctx.backends.tokenizer import CountWatch, watched_counts
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import Corpus, check_sources, load_corpus
 from longctx.errors import LongctxError
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
+from longctx.sources.corpus import Corpus, check_sources, load_corpus
 from longctx.store import Store, StoredPack
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer
 
 __all__ = [
     "CheckedSessionOptions",
@@ -182,7 +182,7 @@ class CorpusSessionOptions(_AsGiven, total=False):
 
     ``backend`` a connection the caller owns (else one is made to ``server``
     on first use and owned by the session); ``server`` a
-    :class:`~longctx.config.ServerOptions` or just the URL(s), or instead
+    :class:`~longctx.options.groups.ServerOptions` or just the URL(s), or instead
     the names every OpenAI-compatible client uses, ``base_url``, ``model``,
     ``api_key`` (one way or the other, not both); ``store`` likewise;
     ``corpus`` chooses the documents; ``request`` how each request is made;
@@ -218,7 +218,7 @@ def checked_session_options(kind: str, options: Mapping[str, Any]) -> CheckedSes
     ``kind`` names the session class in the messages. A keyword the
     sessions do not take, both ``server`` and one of ``base_url``,
     ``model``, ``api_key``, or an option of the wrong type (``request={...}``
-    rather than :class:`~longctx.config.RequestOptions`) raises
+    rather than :class:`~longctx.options.groups.RequestOptions`) raises
     :class:`TypeError` naming it, rather than being ignored or failing at
     the first question. A URL (or URLs) given as ``server`` is
     ``ServerOptions(base_url=...)``, as :func:`~longctx.backends.connect` takes it.
@@ -252,7 +252,7 @@ class CorpusSession(Session):
     """A session over the pack of ``paths``, prepared on first use.
 
     Takes :class:`CorpusSessionOptions`: ``corpus`` chooses the documents
-    (:class:`~longctx.config.CorpusOptions`); the others are
+    (:class:`~longctx.options.groups.CorpusOptions`); the others are
     :class:`~longctx.sessions.session.Session`'s. The title defaults to the
     corpus's root folder name.
     """
@@ -386,7 +386,7 @@ class RepoSession(CorpusSession):
     the same paths and its stored pack; sessions stored before longctx recorded their kind resume as
     a plain :class:`~longctx.sessions.session.Session`.
 
-    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
+    The corpus is loaded with :func:`longctx.sources.corpus.load_corpus` (``stability``
     order in git repositories: files that change least come first, layered
     as of a recent base commit, see ``CorpusOptions.max_stale_share``),
     packed and counted with the server's own tokenizer, and checked against

@@ -17,6 +17,7 @@ PUBLIC = {
     "AsyncAnswerStream",
     "StreamIncomplete",
     "Backend",
+    "PrefillRate",
     "BackendError",
     "Batch",
     "BoundaryCheck",

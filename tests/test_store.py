@@ -98,7 +98,7 @@ def test_the_store_imports_only_config_errors_usage_and_itself() -> None:
     # (a request record carries its Usage, the one definition of the usage fields).
     for module in sorted(STORE_PACKAGE.glob("*.py")):
         for name in _longctx_imports(module):
-            assert name in {"longctx.config", "longctx.errors", "longctx.usage"} or name.startswith(
+            assert name in {"longctx.options.groups", "longctx.errors", "longctx.usage"} or name.startswith(
                 "longctx.store."
             ), f"{module.name} imports {name}"
 

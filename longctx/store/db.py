@@ -155,7 +155,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN file_changes_json TEXT NOT NULL DEFAULT '{}';
     """,
     # 7: the special-token spellings a server's tokenizer treats as special
-    # (longctx.sessions.corpus), by tokenizer identity: learned once per
+    # (longctx.sessions.corpus_sessions), by tokenizer identity: learned once per
     # served tokenizer through its tokenize route.
     """
     CREATE TABLE special_tokens (
@@ -264,7 +264,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE pdf_texts ADD COLUMN unusable_pages_json TEXT NOT NULL DEFAULT '[]';
     """,
-    # 18: a pack's images (longctx.image_parts.PlacedImage), so a session resumed from the store
+    # 18: a pack's images (longctx.packing.image_parts.PlacedImage), so a session resumed from the store
     # sends the same images: each image's place in the pack's prefix and what it is, its bytes
     # kept once per sha256 in image_blobs (the database file is private, like the rest).
     """

@@ -116,8 +116,10 @@ def prune_sessions(database: Database, rule: PruneRule, *, dry_run: bool = False
         try:
             database.vacuum()
         except StoreError as error:
-            notes.append(f"the sessions are deleted, but the file was not compacted ({error}); "
-                         "later writes reuse the space")  # fmt: skip
+            notes.append(
+                f"the sessions are deleted, but the file was not compacted ({error}); "
+                "later writes reuse the space"
+            )
     after = before if dry_run else _file_bytes(database)
     kept = len(trees) - len(chosen) - len(in_use)
     return PruneResult(pruned, kept, len(in_use), before, after, dry_run, tuple(notes))

@@ -190,13 +190,23 @@ class SessionLog:
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
                     " request_id, created_at, preamble, file_changes_json, answer_ids_json, instruction,"
                     " citations_json, schema_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
-                     turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
-                     json.dumps(dict(turn.file_changes), sort_keys=True),
-                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
-                     turn.instruction, _citations_json(turn),
-                     None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True)),
-                )  # fmt: skip
+                    (
+                        turn.session_id,
+                        turn.position,
+                        turn.question,
+                        turn.answer,
+                        turn.history_answer,
+                        turn.reasoning,
+                        turn.request_id,
+                        turn.created_at,
+                        turn.preamble,
+                        json.dumps(dict(turn.file_changes), sort_keys=True),
+                        None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
+                        turn.instruction,
+                        _citations_json(turn),
+                        None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True),
+                    ),
+                )
         except self._database.conflicts as error:
             raise StoreError(
                 f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
@@ -304,9 +314,15 @@ def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
         "INSERT OR IGNORE INTO packs"
         " (fingerprint, format_version, system, prefix, summary_json, created_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
-         json.dumps(pack.summary, sort_keys=True), time.time()),
-    )  # fmt: skip
+        (
+            pack.fingerprint,
+            pack.format_version,
+            pack.system,
+            pack.prefix,
+            json.dumps(pack.summary, sort_keys=True),
+            time.time(),
+        ),
+    )
     for position, placed in enumerate(pack.images):
         image = placed.image
         connection.execute(
@@ -315,9 +331,19 @@ def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
         connection.execute(
             "INSERT OR IGNORE INTO pack_images (pack_fingerprint, position, start, length, sha256,"
             " media_type, width, height, source, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (pack.fingerprint, position, placed.offset, placed.length, image.sha256,
-             image.media_type, image.width, image.height, image.source, image.reason),
-        )  # fmt: skip
+            (
+                pack.fingerprint,
+                position,
+                placed.offset,
+                placed.length,
+                image.sha256,
+                image.media_type,
+                image.width,
+                image.height,
+                image.source,
+                image.reason,
+            ),
+        )
 
 
 def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:
@@ -345,19 +371,41 @@ def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRec
         " (session_id, batch_id, base_url, counter, before, after, reported,"
         " requests, others_reported, window_id, host_tokens, external_tokens, loaded_bytes, tier_source,"
         " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
-         check.reported, check.requests, check.others_reported, check.window_id, check.host_tokens,
-         check.external_tokens, check.loaded_bytes, check.tier_source, time.time()),
-    )  # fmt: skip
+        (
+            check.session_id,
+            check.batch_id,
+            check.base_url,
+            check.counter,
+            check.before,
+            check.after,
+            check.reported,
+            check.requests,
+            check.others_reported,
+            check.window_id,
+            check.host_tokens,
+            check.external_tokens,
+            check.loaded_bytes,
+            check.tier_source,
+            time.time(),
+        ),
+    )
 
 
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
     connection.execute(
         "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
         " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
-         record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
-    )  # fmt: skip
+        (
+            record.id,
+            record.created_at,
+            record.kind,
+            record.title,
+            record.pack_fingerprint,
+            record.parent_id,
+            record.parent_turns,
+            json.dumps(dict(record.settings), sort_keys=True),
+        ),
+    )
 
 
 def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:

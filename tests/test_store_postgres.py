@@ -26,8 +26,8 @@ from test_job_leases import ENTRY_POINT, SlowEngine, make_items, over_http, ques
 from longctx import Job, JobOptions
 from longctx.backends.base import connect
 from longctx.cli import main
-from longctx.config import ServerOptions
 from longctx.errors import ConfigError, LeaseLost, StoreError
+from longctx.options import ServerOptions
 from longctx.store import (
     CounterSkip,
     LeaseHolder,
@@ -462,8 +462,9 @@ def test_a_packs_images_stored_by_one_client_read_back_byte_for_byte_on_the_othe
 ) -> None:
     import hashlib
 
+    from longctx.packing.image_parts import PlacedImage
+
     from longctx.documents import ImagePart
-    from longctx.image_parts import PlacedImage
     from longctx.store import Opening, StoredPack
 
     data = bytes(range(256)) * 40  # every byte value, NUL included: a bytea, not text

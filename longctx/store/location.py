@@ -1,7 +1,7 @@
 """Where the store is: the embedded SQLite file (the default), or a PostgreSQL database named by a URL.
 
 ``LONGCTX_STORE`` (or ``store`` in ``.longctx.toml``, or
-:attr:`longctx.config.ServerOptions.store`) set to
+:attr:`longctx.options.ServerOptions.store`) set to
 ``postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE`` puts every part of the
 store on that server, shared by every client that names it; unset (or
 ``sqlite``), the store is ``longctx.db`` in the longctx home folder, as it

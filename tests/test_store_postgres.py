@@ -462,9 +462,8 @@ def test_a_packs_images_stored_by_one_client_read_back_byte_for_byte_on_the_othe
 ) -> None:
     import hashlib
 
-    from longctx.packing.image_parts import PlacedImage
-
     from longctx.documents import ImagePart
+    from longctx.packing.image_parts import PlacedImage
     from longctx.store import Opening, StoredPack
 
     data = bytes(range(256)) * 40  # every byte value, NUL included: a bytea, not text

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.sessions.reuse import answer_reuse
 from longctx.store import Store, StoredPack

@@ -159,7 +159,7 @@ def _counting_alone(corpus: Path, home: Path) -> dict[str, float]:
     """
     from longctx.packing import pack
     from longctx.store import Store
-    from longctx.tokens import TiktokenFileTokenizer, fast_openai_counter
+    from longctx.tokens.tokenizers import TiktokenFileTokenizer, fast_openai_counter
 
     with Store.open(home) as store:
         result = pack(corpus, tokenizer=TiktokenFileTokenizer.named("cl100k_base"), store=store)
@@ -500,11 +500,11 @@ class _Replay:
 
 
 def _replay(source: Path, name: str, work: Path, limit: int | None) -> _Replay:
-    from longctx.config import CorpusOptions
-    from longctx.corpus import load_corpus
+    from longctx.options.groups import CorpusOptions
     from longctx.packing import build_pack, compare_packs
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
-    from longctx.tokens import TiktokenFileTokenizer
+    from longctx.tokens.tokenizers import TiktokenFileTokenizer
 
     history = work / "history"
     if history.exists():
@@ -597,11 +597,11 @@ def retention(args: argparse.Namespace) -> str:
 
 
 def budget(args: argparse.Namespace) -> str:
-    from longctx.corpus import load_corpus
     from longctx.errors import BudgetError
     from longctx.packing import Budget, build_pack, build_shards
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
-    from longctx.tokens import TiktokenFileTokenizer
+    from longctx.tokens.tokenizers import TiktokenFileTokenizer
 
     corpus = load_corpus(args.work / "stdlib-repo")
     tokenizer = TiktokenFileTokenizer.named("cl100k_base")
@@ -643,8 +643,8 @@ def engines(args: argparse.Namespace) -> str:
 
     from longctx.backends.http import HttpEndpoint
     from longctx.backends.tokenizer import ServerTokenizer
-    from longctx.corpus import load_corpus
     from longctx.packing import build_pack, check_cache_boundary
+    from longctx.sources.corpus import load_corpus
     from longctx.store import Store
     from longctx.testing import EngineHarness
 

@@ -52,7 +52,7 @@ from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import ServerInfo, connect
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import Sample, parse_metrics, total
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.store import Store
 
 SECTION = "gpu-host-tiers"

@@ -49,7 +49,7 @@ from longctx.backends.base import connect
 from longctx.backends.chat import ChatRequest
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import parse_metrics
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.sessions import RepoSession
 from longctx.store import Store
 from longctx.usage import Usage

@@ -38,10 +38,10 @@ from pathlib import Path
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
-from longctx.config import RequestOptions
-from longctx.corpus import load_corpus
+from longctx.options.groups import RequestOptions
 from longctx.packing import build_pack
 from longctx.sessions import Session
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
 from longctx.testing import EngineHarness
 from longctx.usage import Usage

@@ -19,7 +19,7 @@ started = time.perf_counter()
 
 from longctx.packing import pack  # noqa: E402 - imports are part of the measured time
 from longctx.store import Store  # noqa: E402
-from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer  # noqa: E402
+from longctx.tokens.tokenizers import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer  # noqa: E402
 
 
 def main() -> None:

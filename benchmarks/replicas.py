@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from longctx.backends.base import connect, rendezvous_order
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.sessions import Session
 from longctx.sessions.session import affinity_key
 from longctx.store import Store, StoredPack

@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx2
 
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import RepoSession
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store

@@ -194,7 +194,7 @@ class SoakResult:
                 found.append(f"{resumed.client}: the resume asked {resumed.asked}, "
                              f"not the {resumed.total - resumed.stored_before} missing")  # fmt: skip
         for run in self.ctrl_c:
-            if run.exit_code == EXIT_INTERRUPTED and (run.signal_to_exit or 0) > CTRL_C_GOAL_SECONDS:
+            if _left_on_ctrl_c(run) and (run.signal_to_exit or 0) > CTRL_C_GOAL_SECONDS:
                 found.append(f"{run.name}: Ctrl-C took {run.signal_to_exit:.2f} s to leave")
             if run.session_id_printed is False:
                 found.append(f"{run.name}: Ctrl-C with answers stored, but no session id printed")
@@ -275,9 +275,10 @@ def run_chat_client(spec: ClientSpec, load: Workload) -> list[ClientRun]:
     )
     command = load.cli("chat", str(load.folders[spec.folder]), "--json", "--base-url", load.router)
     run_chat(run, command, client_env(load.home), script)
-    if run.applied == "sigint" and run.exit_code == EXIT_INTERRUPTED and run.told:
+    # A chat's terminal: the second Ctrl-C ends it as /quit does (exit 0), with the resume line.
+    if run.applied == "sigint" and run.exit_code in (0, EXIT_INTERRUPTED) and run.told:
         session_id = run.told[0].session_id
-        run.session_id_printed = f"session {session_id} has " in run.stdout
+        run.session_id_printed = f"longctx chat --session {session_id}" in run.stdout
     return [run]
 
 
@@ -596,17 +597,20 @@ def _faults(result: SoakResult) -> str:
     )
 
 
+def _left_on_ctrl_c(run: ClientRun) -> bool:
+    """Whether ``run`` left as Ctrl-C makes it: exit 130, or a chat's terminal ended by its second Ctrl-C."""
+    return run.exit_code == EXIT_INTERRUPTED or (run.kind == "chat" and run.exit_code == 0)
+
+
 def _ctrl_c(result: SoakResult) -> str:
-    left = [
-        run for run in result.ctrl_c if run.exit_code == EXIT_INTERRUPTED and run.signal_to_exit is not None
-    ]
+    left = [run for run in result.ctrl_c if _left_on_ctrl_c(run) and run.signal_to_exit is not None]
     if not left:
         return "no SIGINT landed while a client was working"
     times = [run.signal_to_exit or 0.0 for run in left]
     asked = [run for run in left if run.session_id_printed is not None]
     printed = sum(1 for run in asked if run.session_id_printed)
     return (
-        f"{len(left)} clients left with exit 130: median {statistics.median(times):.2f} s, "
+        f"{len(left)} clients left on Ctrl-C (exit 130; a chat's terminal: its second Ctrl-C, exit 0): median {statistics.median(times):.2f} s, "
         f"max {max(times):.2f} s (goal: under {CTRL_C_GOAL_SECONDS:.0f} s); session id printed by "
         f"{printed} of the {len(asked)} with an answer stored"
     )

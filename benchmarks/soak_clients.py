@@ -318,9 +318,15 @@ def run_chat(run: ClientRun, command: list[str], env: dict[str, str], script: Ch
 def _fault_chat(
     run: ClientRun, process: subprocess.Popen[bytes], terminal: _Terminal, script: ChatScript
 ) -> float:
-    """Type Ctrl-C (or kill the chat) while its last question is being answered; when it was sent."""
+    """Type Ctrl-C (or kill the chat) while its last question is being answered; when it was sent.
+
+    In a terminal the first Ctrl-C stops the answer and returns to the prompt; the second, typed
+    right after, ends the chat (exit 0): the time counts from the second.
+    """
     time.sleep(script.ctrl_c_after if script.ctrl_c_after is not None else script.kill_after or 0.0)
     if script.ctrl_c_after is not None:
+        terminal.type(CTRL_C)
+        time.sleep(0.3)
         terminal.type(CTRL_C)
         run.applied = "sigint"
     else:
@@ -400,7 +406,7 @@ def _full_batch(arguments: argparse.Namespace) -> None:
     write that needs a page fails with SQLITE_FULL, as on a full disk. Each
     answer is printed (a JSON line) once stored.
     """
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 

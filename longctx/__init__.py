@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "Citation": "longctx.citations",
     "CitedAnswer": "longctx.citations",
     "HostTier": "longctx.backends.tiers",
+    "PrefillRate": "longctx.backends.prefill_wait",
     "TierReading": "longctx.backends.tiers",
     "CanaryComparison": "longctx.verification.canary",
     "CanaryDiverged": "longctx.errors",
@@ -58,8 +59,8 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "longctx.errors",
     "ContextOverflow": "longctx.errors",
     "Conversation": "longctx.sessions",
-    "Corpus": "longctx.corpus",
-    "CorpusOptions": "longctx.config",
+    "Corpus": "longctx.sources.corpus",
+    "CorpusOptions": "longctx.options.groups",
     "CounterCheck": "longctx.report",
     "Diagnosis": "longctx.serving.doctor",
     "diagnose": "longctx.serving.doctor",
@@ -67,22 +68,23 @@ _EXPORTS: dict[str, str] = {
     "Document": "longctx.documents",
     "EmptyCorpus": "longctx.errors",
     "EncodedImage": "longctx.backends.images",
-    "EstimateTokenizer": "longctx.tokens",
+    "EstimateTokenizer": "longctx.tokens.tokenizers",
     "FileChange": "longctx.sessions.changes",
     "Finding": "longctx.serving.advice",
     "ImageCounter": "longctx.backends.images",
     "ImageTokens": "longctx.backends.images",
     "ImagePart": "longctx.documents",
-    "ImageTokenCounter": "longctx.image_tokens",
-    "PatchImageCounter": "longctx.image_tokens",
-    "estimate_image_counter": "longctx.image_tokens",
-    "PlacedImage": "longctx.image_parts",
+    "ImageTokenCounter": "longctx.tokens.images",
+    "PatchImageCounter": "longctx.tokens.images",
+    "estimate_image_counter": "longctx.tokens.images",
+    "PlacedImage": "longctx.packing.image_parts",
     "InputError": "longctx.errors",
     "InsufficientMemory": "longctx.errors",
     "InvalidAnswer": "longctx.errors",
+    "LeaseLost": "longctx.errors",
     "AnswerSchema": "longctx.schemas",
     "answer_schema": "longctx.schemas",
-    "Limits": "longctx.config",
+    "Limits": "longctx.options.groups",
     "Job": "longctx.jobs.job",
     "JobItem": "longctx.jobs.items",
     "JobOptions": "longctx.jobs.job",
@@ -90,8 +92,8 @@ _EXPORTS: dict[str, str] = {
     "JobReport": "longctx.jobs.job",
     "JobResult": "longctx.jobs.job",
     "LongctxError": "longctx.errors",
-    "Manifest": "longctx.corpus",
-    "ManifestEntry": "longctx.corpus",
+    "Manifest": "longctx.sources.corpus",
+    "ManifestEntry": "longctx.sources.corpus",
     "OutputError": "longctx.errors",
     "Pack": "longctx.packing",
     "PackComparison": "longctx.packing",
@@ -102,7 +104,7 @@ _EXPORTS: dict[str, str] = {
     "RateLimited": "longctx.errors",
     "RepoSession": "longctx.sessions",
     "RequestLine": "longctx.report",
-    "RequestOptions": "longctx.config",
+    "RequestOptions": "longctx.options.groups",
     "RequestRecord": "longctx.store",
     "RetryPolicy": "longctx.retry",
     "RouterInfo": "longctx.backends.routers",
@@ -114,7 +116,7 @@ _EXPORTS: dict[str, str] = {
     "Section": "longctx.packing",
     "ServerError": "longctx.errors",
     "ServerInfo": "longctx.backends.base",
-    "ServerOptions": "longctx.config",
+    "ServerOptions": "longctx.options.groups",
     "ServerTokenizer": "longctx.backends.tokenizer",
     "ServerUnreachable": "longctx.errors",
     "ServingConfigError": "longctx.errors",
@@ -129,10 +131,10 @@ _EXPORTS: dict[str, str] = {
     "StoreError": "longctx.errors",
     "StreamIncomplete": "longctx.errors",
     "StoredPack": "longctx.store",
-    "TiktokenFileTokenizer": "longctx.tokens",
-    "Tokenizer": "longctx.tokens",
+    "TiktokenFileTokenizer": "longctx.tokens.tokenizers",
+    "Tokenizer": "longctx.tokens.tokenizers",
     "TokenizerError": "longctx.errors",
-    "TokenizerJsonTokenizer": "longctx.tokens",
+    "TokenizerJsonTokenizer": "longctx.tokens.tokenizers",
     "TurnRecord": "longctx.store",
     "UnsupportedArchitecture": "longctx.errors",
     "Usage": "longctx.usage",
@@ -142,11 +144,11 @@ _EXPORTS: dict[str, str] = {
     "compare_packs": "longctx.packing",
     "connect": "longctx.backends.base",
     "count_image_tokens": "longctx.backends.images",
-    "load_corpus": "longctx.corpus",
+    "load_corpus": "longctx.sources.corpus",
     "pack": "longctx.packing",
     "read_job": "longctx.jobs.items",
     "resume": "longctx.sessions",
-    "tokenizer_from_model_dir": "longctx.tokens",
+    "tokenizer_from_model_dir": "longctx.tokens.tokenizers",
 }
 
 if TYPE_CHECKING:
@@ -162,6 +164,7 @@ if TYPE_CHECKING:
     from longctx.backends.images import ImageTokens as ImageTokens
     from longctx.backends.images import count_image_tokens as count_image_tokens
     from longctx.backends.metrics import Sample as Sample
+    from longctx.backends.prefill_wait import PrefillRate as PrefillRate
     from longctx.backends.profiles import CacheCounters as CacheCounters
     from longctx.backends.routers import RouterInfo as RouterInfo
     from longctx.backends.tiers import HostTier as HostTier
@@ -169,14 +172,6 @@ if TYPE_CHECKING:
     from longctx.backends.tokenizer import ServerTokenizer as ServerTokenizer
     from longctx.citations import Citation as Citation
     from longctx.citations import CitedAnswer as CitedAnswer
-    from longctx.config import CorpusOptions as CorpusOptions
-    from longctx.config import Limits as Limits
-    from longctx.config import RequestOptions as RequestOptions
-    from longctx.config import ServerOptions as ServerOptions
-    from longctx.corpus import Corpus as Corpus
-    from longctx.corpus import Manifest as Manifest
-    from longctx.corpus import ManifestEntry as ManifestEntry
-    from longctx.corpus import load_corpus as load_corpus
     from longctx.documents import Document as Document
     from longctx.documents import ImagePart as ImagePart
     from longctx.errors import BackendError as BackendError
@@ -188,6 +183,7 @@ if TYPE_CHECKING:
     from longctx.errors import InputError as InputError
     from longctx.errors import InsufficientMemory as InsufficientMemory
     from longctx.errors import InvalidAnswer as InvalidAnswer
+    from longctx.errors import LeaseLost as LeaseLost
     from longctx.errors import LongctxError as LongctxError
     from longctx.errors import OutputError as OutputError
     from longctx.errors import PackError as PackError
@@ -202,10 +198,6 @@ if TYPE_CHECKING:
     from longctx.errors import StreamIncomplete as StreamIncomplete
     from longctx.errors import TokenizerError as TokenizerError
     from longctx.errors import UnsupportedArchitecture as UnsupportedArchitecture
-    from longctx.image_parts import PlacedImage as PlacedImage
-    from longctx.image_tokens import ImageTokenCounter as ImageTokenCounter
-    from longctx.image_tokens import PatchImageCounter as PatchImageCounter
-    from longctx.image_tokens import estimate_image_counter as estimate_image_counter
     from longctx.jobs.items import JobItem as JobItem
     from longctx.jobs.items import read_job as read_job
     from longctx.jobs.job import Job as Job
@@ -213,6 +205,10 @@ if TYPE_CHECKING:
     from longctx.jobs.job import JobProgress as JobProgress
     from longctx.jobs.job import JobReport as JobReport
     from longctx.jobs.job import JobResult as JobResult
+    from longctx.options.groups import CorpusOptions as CorpusOptions
+    from longctx.options.groups import Limits as Limits
+    from longctx.options.groups import RequestOptions as RequestOptions
+    from longctx.options.groups import ServerOptions as ServerOptions
     from longctx.outputs import Saved as Saved
     from longctx.packing import BoundaryCheck as BoundaryCheck
     from longctx.packing import Budget as Budget
@@ -227,6 +223,7 @@ if TYPE_CHECKING:
     from longctx.packing import check_cache_boundary as check_cache_boundary
     from longctx.packing import compare_packs as compare_packs
     from longctx.packing import pack as pack
+    from longctx.packing.image_parts import PlacedImage as PlacedImage
     from longctx.report import CachedByTier as CachedByTier
     from longctx.report import CounterCheck as CounterCheck
     from longctx.report import Prices as Prices
@@ -252,16 +249,23 @@ if TYPE_CHECKING:
     from longctx.sessions.changes import FileChange as FileChange
     from longctx.sessions.warm import WarmResult as WarmResult
     from longctx.sessions.warm import WarmStart as WarmStart
+    from longctx.sources.corpus import Corpus as Corpus
+    from longctx.sources.corpus import Manifest as Manifest
+    from longctx.sources.corpus import ManifestEntry as ManifestEntry
+    from longctx.sources.corpus import load_corpus as load_corpus
     from longctx.store import RequestRecord as RequestRecord
     from longctx.store import SessionRecord as SessionRecord
     from longctx.store import Store as Store
     from longctx.store import StoredPack as StoredPack
     from longctx.store import TurnRecord as TurnRecord
-    from longctx.tokens import EstimateTokenizer as EstimateTokenizer
-    from longctx.tokens import TiktokenFileTokenizer as TiktokenFileTokenizer
-    from longctx.tokens import Tokenizer as Tokenizer
-    from longctx.tokens import TokenizerJsonTokenizer as TokenizerJsonTokenizer
-    from longctx.tokens import tokenizer_from_model_dir as tokenizer_from_model_dir
+    from longctx.tokens.images import ImageTokenCounter as ImageTokenCounter
+    from longctx.tokens.images import PatchImageCounter as PatchImageCounter
+    from longctx.tokens.images import estimate_image_counter as estimate_image_counter
+    from longctx.tokens.tokenizers import EstimateTokenizer as EstimateTokenizer
+    from longctx.tokens.tokenizers import TiktokenFileTokenizer as TiktokenFileTokenizer
+    from longctx.tokens.tokenizers import Tokenizer as Tokenizer
+    from longctx.tokens.tokenizers import TokenizerJsonTokenizer as TokenizerJsonTokenizer
+    from longctx.tokens.tokenizers import tokenizer_from_model_dir as tokenizer_from_model_dir
     from longctx.usage import Usage as Usage
     from longctx.verification.canary import CanaryComparison as CanaryComparison
     from longctx.verification.canary import CanaryOptions as CanaryOptions

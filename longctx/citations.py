@@ -118,7 +118,7 @@ class Citation:
 
 @dataclass(frozen=True)
 class CitedAnswer:
-    """A report's entry for one cited answer: its question, turn, citations and, per citation, a link.
+    """A report's entry for one cited answer: its question, turn (from 1), citations, per citation a link.
 
     ``links`` holds a ``file://`` URL for each citation whose document was
     found on this machine (None for the others), in the order of ``citations``.

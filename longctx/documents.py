@@ -53,7 +53,7 @@ class Document:
 
     ``path`` is the POSIX path relative to the corpus root (with the
     argument's label in front when several paths were loaded, see
-    :func:`longctx.corpus.load_corpus`); a file passed directly is named by
+    :func:`longctx.sources.corpus.load_corpus`); a file passed directly is named by
     its base name. A file name that is not valid UTF-8 keeps its raw bytes as
     lone surrogates (``surrogateescape``), so a renderer must encode paths
     with an error handler such as ``backslashreplace``.

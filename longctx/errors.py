@@ -17,8 +17,9 @@ without repeating secrets.
     │   └── BudgetError        the pack does not fit the token budget
     ├── OutputError            a result could not be saved to the user's file (.path); the file is as it was
     ├── TokenizerError         no tokenizer, or it failed
-    ├── StoreError             the SQLite store failed
-    │   └── SessionNotFound    no session with that id
+    ├── StoreError             the store (SQLite file or PostgreSQL server) failed
+    │   ├── SessionNotFound    no session with that id
+    │   └── LeaseLost          a job item's lease lapsed and another run took it: its answer not stored
     ├── SessionClosed          a session (or a job that has run) used after close
     ├── CanaryDiverged         a cached answer differs from a cold one (.result holds the evidence)
     ├── InvalidAnswer          an answer asked with a schema is cut, not JSON or refused (.text keeps it)
@@ -48,6 +49,7 @@ __all__ = [
     "InputError",
     "InsufficientMemory",
     "InvalidAnswer",
+    "LeaseLost",
     "LongctxError",
     "OutputError",
     "PackError",
@@ -195,7 +197,11 @@ class TokenizerError(LongctxError):
 
 
 class StoreError(LongctxError):
-    """The SQLite store failed or holds something unexpected."""
+    """The store (the SQLite file or the PostgreSQL server) failed or holds something unexpected."""
+
+
+class LeaseLost(StoreError):
+    """A job item's answer was not stored: the item's lease lapsed and another run holds it now."""
 
 
 class SessionNotFound(StoreError):

@@ -1,6 +1,6 @@
 """The state that lives as long as the process: one registry, :data:`PROCESS`.
 
-Three things outlive the call that made them and are shared by every session
+What follows outlives the call that made them and are shared by every session
 and job of the process, whatever backend or store each one uses:
 
 - the counter windows (:mod:`longctx.verification.counters`): the server's
@@ -10,7 +10,11 @@ and job of the process, whatever backend or store each one uses:
   packs this process sent to each replica, and when, so a job can visit the
   packs still cached first;
 - the requests waiting for a server's first byte
-  (:mod:`longctx.backends.waits`), so the CLI can say what it waits on.
+  (:mod:`longctx.backends.waits`), so the CLI can say what it waits on;
+- the threads that settle counter windows and store their checks
+  (:mod:`longctx.verification.counters`);
+- the config files parsed so far (:mod:`longctx.options.settings`), each
+  read again only when it changes.
 
 Each is made on first use, one per process, by ``PROCESS.get(kind)``; no
 module keeps such state in a global of its own. :meth:`ProcessState.reset`
@@ -43,9 +47,13 @@ class ProcessState:
             return cast(_T, found)
 
     def reset(self) -> None:
-        """Forget every object made so far; the next :meth:`get` makes a new one."""
+        """Forget every object made so far, closing those with a ``close``; :meth:`get` makes them anew."""
         with self._lock:
-            self._objects.clear()
+            made, self._objects = list(self._objects.values()), {}
+        for found in made:
+            close = getattr(found, "close", None)
+            if callable(close):
+                close()
 
 
 PROCESS = ProcessState()

@@ -302,14 +302,14 @@ class SavingsReport:
         """One line for a terminal's stderr."""
         if self.cached_tokens is None:
             return (
-                f"{len(self.requests)} requests, {self.prompt_tokens:,} prompt tokens; "
+                f"{_requests(len(self.requests))}, {self.prompt_tokens:,} prompt tokens; "
                 f"cached tokens unknown: {self.missing_reason}"
             )
         saved = self.prefill_seconds_saved
         saved_text = f", ~{saved:.1f} s prefill saved (estimate)" if saved is not None else ""
         return (
-            f"{len(self.requests)} requests, {self.cached_tokens:,} of {self.prompt_tokens:,} prompt tokens "
-            f"cached ({self.hit_rate or 0:.1%}){saved_text}"
+            f"{_requests(len(self.requests))}, {self.cached_tokens:,} of {self.prompt_tokens:,}"
+            f" prompt tokens cached ({self.hit_rate or 0:.1%}){saved_text}"
         )
 
     def _facts(self) -> list[tuple[str, str]]:
@@ -646,3 +646,8 @@ def build_report(
         dispatch=dispatch,
         citations=tuple(citations),
     )
+
+
+def _requests(count: int) -> str:
+    """``1 request``, ``2 requests``."""
+    return f"{count} request{'' if count == 1 else 's'}"

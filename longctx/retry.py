@@ -24,7 +24,6 @@ from typing import Generic, TypeVar
 
 import tenacity
 
-from longctx.config import instant_retries_requested
 from longctx.drivers import Io, Plan, run, sleep
 from longctx.errors import (
     BackendError,
@@ -34,6 +33,7 @@ from longctx.errors import (
     ServerError,
     ServerUnreachable,
 )
+from longctx.options.groups import instant_retries_requested
 
 __all__ = [
     "OnRetry",

@@ -126,7 +126,8 @@ class AnswerSchema:
         """
         if finish_reason == "length":
             raise InvalidAnswer(
-                "the answer was cut at max_tokens before its JSON was complete; raise max_tokens",
+                "the answer was cut at max_tokens before its JSON was complete; raise max_tokens"
+                " (the CLI's --max-tokens)",
                 text=text,
                 finish_reason=finish_reason,
             )
@@ -141,18 +142,21 @@ class AnswerSchema:
             ) from error
         problem = _schema_problem(self.json_schema, value)
         if problem is not None:
-            raise InvalidAnswer(f"the answer does not satisfy the schema: {problem}", text=text,
-                                finish_reason=finish_reason)  # fmt: skip
+            raise InvalidAnswer(
+                f"the answer does not satisfy the schema: {problem}", text=text, finish_reason=finish_reason
+            )
         items = value["items"] if self.multi else None
         if self.model is None:
-            return value
+            # A list with multi, as a model's answer is: the CLI's --json and the API give one shape.
+            return items if items is not None else value
         try:
             if items is not None:
                 return [self.model.model_validate(item) for item in items]
             return self.model.model_validate(value)
         except ValueError as error:  # pydantic's ValidationError is a ValueError
-            raise InvalidAnswer(f"{self.name} refused the answer: {error}", text=text,
-                                finish_reason=finish_reason) from error  # fmt: skip
+            raise InvalidAnswer(
+                f"{self.name} refused the answer: {error}", text=text, finish_reason=finish_reason
+            ) from error
 
 
 def answer_schema(spec: SchemaSpec, *, multi: bool = False) -> AnswerSchema:

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from longctx.cli import EXIT_CODES, main
-from longctx.config import DEFAULT_BASE_URL
+from longctx.options.groups import DEFAULT_BASE_URL
 
 TARGET = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 INTRO = f"""# Command-line reference
@@ -100,7 +100,14 @@ nothing with `--quiet` or `--json`). `--stall-timeout` (`LONGCTX_STALL_TIMEOUT`)
 bounds the silence of one request, `--timeout` (`LONGCTX_TIMEOUT`) a
 request with its retries, and the first contact with the server; past
 either the command gives up with exit code 3. A URL where nothing listens
-(connection refused) is said at once, without retries.
+(connection refused) is said at once, without retries. A cold prefill is not
+a stall: a request whose prompt the server does not hold yet may wait for its
+first token as long as its uncached tokens take at the prefill rate measured
+on that server (by this process, or earlier, as the store recorded it), three
+times over, plus the stall timeout; the line then says what it waits for
+(`... gives up after 1,518 s): a prefill of ~30,600 uncached tokens of
+~30,700, expected about 306 s at 100 tokens/s (measured on this server)`).
+Without a measured rate the stall timeout bounds it, as before.
 
 ## Exit codes
 

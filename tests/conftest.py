@@ -14,7 +14,7 @@ from hypothesis import settings
 
 from longctx.backends.base import Backend, connect
 
-pytest_plugins = ["longctx.testing.pytest_plugin", "pytester"]
+pytest_plugins = ["longctx.testing.pytest_plugin", "pytester", "store_backends"]
 
 # Property tests check results, not speed: hypothesis's default 200 ms deadline per example turned a
 # correct example into a failure on this shared 2-core machine under load (speed lives in benchmarks/).

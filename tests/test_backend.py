@@ -10,8 +10,8 @@ from fake_engine import FakeEngine, Fault
 from longctx.backends.base import connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
 from longctx.backends.http import parse_context_overflow, split_base_url
-from longctx.config import ServerOptions
 from longctx.errors import BackendError, ConfigError, ContextOverflow, ServerError, ServerUnreachable
+from longctx.options.groups import ServerOptions
 from longctx.retry import RetryPolicy, instant_retries
 from longctx.serving.doctor import diagnose
 

@@ -13,8 +13,8 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import TokenLogprob
 from longctx.cli.app import EXIT_CANARY, Runtime, main
-from longctx.config import RequestOptions
 from longctx.errors import CanaryDiverged, ConfigError
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 from longctx.verification.canary import (

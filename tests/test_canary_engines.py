@@ -19,7 +19,7 @@ from fault_proxy import FaultProxy
 
 from longctx.backends.base import connect
 from longctx.cli.app import EXIT_CANARY, Runtime, main
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 from longctx.testing import LocalServer

@@ -150,11 +150,13 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     server.stop()
     child.sendline("Which file holds main?")
     child.expect("the server went away")
-    child.sendcontrol("c")
-    child.expect(re.escape("not answered, kept: Which file holds main?"))
+    child.sendcontrol("c")  # stops the waiting: back to the prompt, the question kept
+    child.expect(re.escape("stopped; the question is kept (Up arrow)"))
+    child.expect("> ")
+    child.sendcontrol("c")  # a second Ctrl-C in a row ends the chat
     child.expect(r"resume with: longctx chat --session (\w+)")
     session_id = child.match.group(1)
-    assert ended(child) == cli.EXIT_INTERRUPTED
+    assert ended(child) == cli.EXIT_OK
     assert (home / "chat_history").stat().st_mode & 0o777 == 0o600  # questions are private
     server.start()
     resumed = spawn("chat", "--session", session_id, "--no-warm-start", home=home, base_url=server.base_url)
@@ -171,7 +173,7 @@ def test_a_question_the_server_died_on_is_kept_and_offered_again_in_the_resumed_
     assert ended(resumed) == cli.EXIT_OK
 
 
-def test_ctrl_c_in_a_streamed_answer_exits_130_and_keeps_the_history_and_the_question(
+def test_ctrl_c_in_a_streamed_answer_returns_to_the_prompt_and_a_second_one_ends_the_chat(
     repository: Path, home: Path, server: FakeHttpServer
 ) -> None:
     child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
@@ -183,12 +185,49 @@ def test_ctrl_c_in_a_streamed_answer_exits_130_and_keeps_the_history_and_the_que
     child.expect("Streamed")
     child.sendcontrol("c")
     child.expect("stopped before its end and is not stored")
-    child.expect(re.escape("not answered, kept: Second question?"))
-    child.expect(r"session (\w+) has 1 turns stored; resume with: longctx chat --session")
+    child.expect(re.escape("stopped; the question is kept (Up arrow)"))
+    child.expect("> ")
+    server.hold.set()
+    # The chat goes on: the Up arrow offers the stopped question, and it is asked again.
+    child.send(UP_ARROW)
+    child.expect("Second question")
+    child.send("\r")
+    child.expect(r"\[turn 2: ")
+    server.hold_after_first_piece()
+    child.sendline("Third question?")
+    child.expect("Streamed")
+    child.sendcontrol("c")
+    child.expect("stopped before its end")
+    child.expect("> ")
+    server.hold.set()
+    child.sendcontrol("c")  # a second Ctrl-C in a row, at the prompt: the chat ends
+    child.expect(r"session (\w+): ")
     session_id = child.match.group(1)
-    assert ended(child) == cli.EXIT_INTERRUPTED
+    child.expect(f"resume with: longctx chat --session {session_id}")
+    assert ended(child) == cli.EXIT_OK
     with Store.open(home) as store:
-        assert [turn.question for turn in store.sessions.turns(session_id)] == ["First question?"]
+        assert [turn.question for turn in store.sessions.turns(session_id)] == [
+            "First question?",
+            "Second question?",
+        ]
+
+
+def test_ctrl_c_at_the_prompt_says_how_to_end_and_ctrl_d_ends(
+    repository: Path, home: Path, server: FakeHttpServer
+) -> None:
+    child = spawn("chat", str(repository), "--no-warm-start", home=home, base_url=server.base_url)
+    ready(child)
+    child.sendline("First question?")
+    child.expect(r"\[turn 1: ")
+    child.sendcontrol("c")
+    child.expect(re.escape("(Ctrl-C again, Ctrl-D or an empty line ends the chat)"))
+    child.sendline("Still here?")  # a line between: the next Ctrl-C is a first one again
+    child.expect(r"\[turn 2: ")
+    child.sendcontrol("c")
+    child.expect("Ctrl-C again")
+    child.sendeof()
+    child.expect("resume with: longctx chat --session")
+    assert ended(child) == cli.EXIT_OK
 
 
 def test_ask_streams_on_a_terminal_and_not_with_no_stream(
@@ -265,12 +304,16 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
     time.sleep(1.5)
     long.sendcontrol("c")
     long.expect("stopped before its end and is not stored")
-    long.expect(f"session {session_id} has 1 turns stored")
-    assert ended(long) == cli.EXIT_INTERRUPTED
+    long.expect("stopped; the question is kept")  # back at the prompt
+    long.expect("> ")
+    long.sendcontrol("c")  # the second ends the chat
+    long.expect(f"resume with: longctx chat --session {session_id}")
+    assert ended(long) == cli.EXIT_OK
     # The next turn reads the earlier prefix from the cache.
     again = spawn(
         "chat", "--session", session_id, "--max-tokens", "4", home=home, base_url=base_url, timeout=120
     )
+    again.expect(re.escape("[turn 1] > What does main return? -> "))  # one line a turn
     ready(again)
     again.sendline("And the notes?")
     again.expect(r"\[turn 2: ")
@@ -290,7 +333,7 @@ def test_the_chat_in_a_terminal_against_vllm(repository: Path, home: Path, vllm_
 # -- from a script (CliRunner, the fake engine in process) ----------------------------
 
 
-def test_a_resumed_chat_shows_the_last_turns_in_full_and_the_earlier_ones_in_a_line(repository: Path) -> None:
+def test_a_resumed_chat_shows_each_earlier_turn_in_a_line_and_history_in_full(repository: Path) -> None:
     fake = FakeEngine(engine="generic", block=1, answer="line one\nline two")
     backend = connect("http://fake-engine:8000/v1", transport=fake.transport())
 
@@ -304,9 +347,10 @@ def test_a_resumed_chat_shows_the_last_turns_in_full_and_the_earlier_ones_in_a_l
     resumed = invoke("chat", "--session", session_id, "--no-warm-start", stdin="/history\n/nope\n\n")
     assert resumed.exit_code == cli.EXIT_OK, resumed.output
     assert len(fake.chat_bodies) == asked  # the commands sent nothing
-    shown = resumed.stderr.split("4 earlier turns")[0]
-    assert "[turn 1] > q1?\n    line one line two\n" in shown  # one line
-    for number in (2, 3, 4):  # the last three in full
-        assert f"[turn {number}] > q{number}?\nline one\nline two\n" in shown
-    assert "[turn 4] > q4?" in resumed.stderr.split("4 earlier turns")[1]  # /history
+    shown, later = resumed.stderr.split("4 earlier turns")
+    for number in (1, 2, 3, 4):  # one line each
+        assert f"[turn {number}] > q{number}? -> line one line two\n" in shown
+    assert "/history shows them in full" in shown
+    for number in (1, 2, 3, 4):  # /history: in full
+        assert f"[turn {number}] > q{number}?\nline one\nline two\n" in later
     assert "unknown command /nope" in resumed.stderr

@@ -377,3 +377,20 @@ def test_log_probabilities_sent_without_their_tokens_score_nothing() -> None:
     ]
     got = Server(events).client().complete(ChatRequest(messages=QUESTION, prompt_ids=(1,), logprobs=0))
     assert got.text == "x" and got.logprobs == ()
+
+
+def test_a_body_is_encoded_as_httpx2_encodes_json_with_orjson_or_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from longctx.backends import http
+
+    message = {"role": "user", "content": 'é ü \u2028 "q"'}
+    body = {"model": "m", "prompt": list(range(2000)), "messages": [message],
+            "temperature": 0.5, "stream": True, "n": None, "big": 2**70}  # fmt: skip
+    expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    assert http.encode_body(body) == expected  # 2**70 is past orjson: json then
+    del body["big"]
+    expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    assert http.encode_body(body) == expected
+    monkeypatch.setattr(http, "_orjson", None)
+    assert http.encode_body(body) == expected

@@ -32,7 +32,7 @@ from longctx.cli import Runtime, main, questions
 from longctx.errors import ConfigError
 from longctx.packing.rendering import DOCUMENTS_OPENING, read_documents, render_document, render_listing
 from longctx.sessions import Session
-from longctx.sessions.answers import stored_citations
+from longctx.sessions.records import stored_citations
 from longctx.store import Store, StoredPack
 
 URL = "http://fake-engine:8000/v1"
@@ -274,7 +274,7 @@ def test_the_report_lists_and_links_the_citations(backend: Backend, store: Store
     page = report.to_html()
     assert "What &lt;does&gt; main return?" in page  # escaped
     assert "unverified: no document &#x27;src/other.py&#x27; in the pack" in page
-    assert "sources of turn 0: What <does> main return?" in report.to_text()
+    assert "sources of turn 1: What <does> main return?" in report.to_text()
 
 
 def test_the_report_links_a_document_found_on_this_machine(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from longctx.backends.base import Backend, connect
 from longctx.citations import CITE_INSTRUCTION
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.packing.rendering import DOCUMENTS_OPENING, render_document, render_listing
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack

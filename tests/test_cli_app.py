@@ -88,7 +88,7 @@ def test_chat_then_report_and_sessions_from_the_store(
     chat = invoke(backend, "chat", str(repository), "--json", stdin="first?\nsecond?\n")
     assert chat.exit_code == EXIT_OK, chat.output
     turns = [json.loads(line) for line in chat.stdout.splitlines()]
-    assert [turn["turn"] for turn in turns] == [0, 1]
+    assert [turn["turn"] for turn in turns] == [1, 2]  # numbered as the chat numbers them
     session_id = turns[0]["session_id"]
 
     report = invoke(None, "report", session_id, "--json")
@@ -107,7 +107,7 @@ def test_a_session_resumed_by_chat_keeps_its_turns(backend: Backend, repository:
     session_id = json.loads(first.stdout)["session_id"]
     resumed = invoke(backend, "chat", "--session", session_id, "--json", stdin="then?\n")
     assert resumed.exit_code == EXIT_OK, resumed.output
-    assert json.loads(resumed.stdout.splitlines()[0])["turn"] == 1
+    assert json.loads(resumed.stdout.splitlines()[0])["turn"] == 2
 
 
 def test_pack_json_in_process(repository: Path) -> None:
@@ -199,7 +199,7 @@ def test_every_exit_code_is_distinct_and_documented() -> None:
 def test_the_server_settings_come_from_the_environment_through_config(
     repository: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from longctx.config import ServerOptions
+    from longctx.options.groups import ServerOptions
 
     assert not ServerOptions().names_a_server()
     monkeypatch.setenv("LONGCTX_BASE_URL", "http://127.0.0.1:9/v1")
@@ -219,8 +219,8 @@ def test_help_imports_neither_the_options_nor_the_store() -> None:
     script = (
         "import sys\nfrom longctx.cli import main\n"
         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('longctx.config', 'longctx.store', 'longctx.cli.flags', 'json', 'sqlite3')"
-        " if m in sys.modules))"
+        "print(sorted(m for m in ('longctx.options.groups', 'longctx.store', 'longctx.cli.flags',"
+        " 'json', 'sqlite3') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout

@@ -11,9 +11,9 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_USAGE, Runtime
-from longctx.config import RequestOptions, ServerOptions, resolve_api_key, resolve_base_urls
 from longctx.errors import ConfigError
-from longctx.settings import project_config_file, settable_keys, setting
+from longctx.options.groups import RequestOptions, ServerOptions, resolve_api_key, resolve_base_urls
+from longctx.options.settings import project_config_file, settable_keys, setting
 
 
 @pytest.fixture
@@ -90,3 +90,108 @@ def test_a_bad_file_names_the_file_and_the_key(
     keys = settable_keys()
     with pytest.raises(ConfigError, match=str(path)):  # the API reads the file the same way
         setting(keys.get(key, RequestOptions), key if key in keys else "max_tokens")
+
+
+def _reads_of_settings() -> list[str]:
+    """Each ``LONGCTX_*`` name the library reads itself (``os.environ.get("LONGCTX_...")``) in its source."""
+    import re
+
+    package = Path(__file__).resolve().parent.parent / "longctx"
+    return sorted(
+        {
+            name
+            for path in package.rglob("*.py")
+            if "testing" not in path.parts
+            for name in re.findall(r"environ\.get\(\"(LONGCTX_\w+)\"", path.read_text())
+        }
+    )
+
+
+def test_every_setting_is_read_by_one_rule_from_every_source(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the variables that say where the files and the store are, and the tests' switch, are read
+    # outside settings.setting: they cannot come from a file they locate.
+    assert _reads_of_settings() == ["LONGCTX_CONFIG", "LONGCTX_HOME", "LONGCTX_INSTANT_RETRIES"]
+    keys = settable_keys()
+    assert {"base_url", "model", "api_key", "affinity_headers", "max_tokens"} <= set(keys)
+    user = Path(str(project.parent / "user.toml"))
+    for name, (env_text, toml_text, value) in {
+        "affinity_headers": ("x-a, x-b", "['x-a', 'x-b']", ("x-a", "x-b")),
+        "model": ("m-1", "'m-1'", "m-1"),
+        "base_url": ("http://h:1/v1", "'http://h:1/v1'", "http://h:1/v1"),
+    }.items():
+        options = keys[name]
+        monkeypatch.setenv(f"LONGCTX_{name.upper()}", env_text)
+        assert setting(options, name).value == value  # type: ignore[union-attr]
+        monkeypatch.delenv(f"LONGCTX_{name.upper()}")
+        (project / ".longctx.toml").write_text(f"{name} = {toml_text}\n")
+        assert setting(options, name).value == value, name  # type: ignore[union-attr]
+        (project / ".longctx.toml").unlink()
+        user.write_text(f"{name} = {toml_text}\n")
+        assert setting(options, name).value == value, name  # type: ignore[union-attr]
+        user.unlink()
+
+
+def test_affinity_headers_from_a_file_add_or_replace_as_the_variable_does(project: Path) -> None:
+    from longctx.options.groups import DEFAULT_AFFINITY_HEADERS
+
+    (project / ".longctx.toml").write_text("affinity_headers = ['+x-mine']\n")
+    assert ServerOptions().resolved_affinity_headers() == (*DEFAULT_AFFINITY_HEADERS, "x-mine")
+    (project / ".longctx.toml").write_text("affinity_headers = ['x-only']\n")
+    assert ServerOptions().resolved().affinity_headers == ("x-only",)
+    assert ServerOptions(affinity_headers=("x-given",)).resolved().affinity_headers == ("x-given",)
+
+
+def test_resolved_reads_the_settings_once_and_then_nothing(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LONGCTX_BASE_URL", "http://a:1/v1,http://b:2/v1")
+    monkeypatch.setenv("LONGCTX_MODEL", "m")
+    monkeypatch.setenv("LONGCTX_API_KEY", "k")
+    resolved = ServerOptions(timeout=5).resolved()
+    assert resolved.base_url == ("http://a:1/v1", "http://b:2/v1") and resolved.timeout == 5
+    assert (resolved.model, resolved.api_key) == ("m", "k")
+    for name in ("LONGCTX_BASE_URL", "LONGCTX_MODEL", "LONGCTX_API_KEY"):
+        monkeypatch.setenv(name, "http://changed:9/v1")
+    # Nothing is read again: the backend is made from what was resolved.
+    assert resolved.resolved() is resolved and resolved.base_urls() == ("http://a:1/v1", "http://b:2/v1")
+    assert (resolved.resolved_model(), resolved.resolved_api_key()) == ("m", "k")
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"argument": "ftp://x/v1"},
+        {"LONGCTX_BASE_URL": "ftp://x/v1"},
+        {".longctx.toml": "base_url = 'ftp://x/v1'"},
+    ],
+)
+def test_one_url_rule_and_one_message_wherever_the_url_comes_from(
+    given: dict[str, str], project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ((where, value),) = given.items()
+    if where == "LONGCTX_BASE_URL":
+        monkeypatch.setenv(where, value)
+    elif where == ".longctx.toml":
+        (project / where).write_text(value + "\n")
+    with pytest.raises(ConfigError, match=r"base_url must be http:// or https:// URLs, not 'ftp://x/v1'"):
+        if where == "argument":
+            ServerOptions(base_url=value)
+        else:
+            ServerOptions().resolved()
+    with pytest.raises(ConfigError, match=r"base_url must be http:// or https:// URLs, not 'ftp://x/v1'"):
+        resolve_base_urls("ftp://x/v1")
+
+
+def test_the_process_state_forgets_parsed_files_and_counter_threads() -> None:
+    from longctx.options.settings import _ParsedFiles
+    from longctx.process_state import PROCESS
+    from longctx.verification.counters import _CounterThreads
+
+    threads, files = PROCESS.get(_CounterThreads), PROCESS.get(_ParsedFiles)
+    assert PROCESS.get(_CounterThreads) is threads and PROCESS.get(_ParsedFiles) is files
+    PROCESS.reset()
+    assert PROCESS.get(_CounterThreads) is not threads and PROCESS.get(_ParsedFiles) is not files
+    with pytest.raises(RuntimeError):  # the forgotten threads were let go
+        threads.waiters.submit(print)

@@ -13,7 +13,7 @@ from corpus_fixtures import (
     refusing_to_open,
 )
 
-from longctx.corpus import Corpus, load_corpus
+from longctx.sources.corpus import Corpus, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

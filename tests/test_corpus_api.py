@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.config import CorpusOptions
-from longctx.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, ManifestEntry, load_corpus
 from longctx.errors import ConfigError, InputError
+from longctx.options.groups import CorpusOptions
+from longctx.sources.corpus import MANIFEST_FORMAT_VERSION, Corpus, Limits, ManifestEntry, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

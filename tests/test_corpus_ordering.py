@@ -17,9 +17,9 @@ from corpus_fixtures import commit, git, init_repo, isolated_git
 from hypothesis import given
 from hypothesis import strategies as st
 
-from longctx.corpus import Corpus, load_corpus
 from longctx.documents import path_sort_key
 from longctx.sources import git as git_source
+from longctx.sources.corpus import Corpus, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 
@@ -165,7 +165,7 @@ def test_stability_order_of_the_fixture_repository(tmp_path: Path) -> None:
 
 _SCRIPT = """
 import hashlib, sys
-from longctx.corpus import load_corpus
+from longctx.sources.corpus import load_corpus
 for path in sys.argv[1:]:
     corpus = load_corpus([path])
     digest = hashlib.sha256()

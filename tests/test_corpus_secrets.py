@@ -19,9 +19,9 @@ from corpus_fixtures import (
     secret_fragments,
 )
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, load_corpus
 from longctx.errors import LongctxError
+from longctx.options.groups import CorpusOptions
+from longctx.sources.corpus import Corpus, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

@@ -22,7 +22,7 @@ from fake_engine import FakeEngine
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import connect
 from longctx.backends.routers import parse_workers
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.report import CounterCheck
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session, resume

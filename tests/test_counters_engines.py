@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx2
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session, resume
 from longctx.store import Store, StoredPack
 from longctx.testing import LocalServer

@@ -12,7 +12,12 @@ import pytest
 from longctx.packing import counting
 from longctx.packing.counting import SectionCounter, serve
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, fast_openai_counter, text_sha256
+from longctx.tokens.tokenizers import (
+    EstimateTokenizer,
+    TiktokenFileTokenizer,
+    fast_openai_counter,
+    text_sha256,
+)
 
 needs_cl100k = pytest.mark.skipif(
     fast_openai_counter("cl100k_base") is None, reason="cl100k offline needs bpe-openai (optional) here"

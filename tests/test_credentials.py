@@ -32,8 +32,8 @@ from corpus_fixtures import committed_repo
 from fake_engine import FakeEngine
 from test_mcp import mcp_client, text_of
 
-from longctx.config import ServerOptions
 from longctx.errors import LongctxError
+from longctx.options.groups import ServerOptions
 from longctx.sessions import RepoSession
 from longctx.store import Store
 

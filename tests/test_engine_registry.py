@@ -38,12 +38,12 @@ from longctx.backends.base import connect
 from longctx.backends.engines import GENERIC, SGLANG, VLLM, find_profile, profiles, registered, routers
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import CacheTiers, Check, EngineFacts, EngineProfile, Measured, truth
-from longctx.config import RequestOptions
 from longctx.errors import ServingConfigError
+from longctx.options.groups import RequestOptions
 from longctx.serving import recipe_for, suggest_server_flags
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
-from longctx.sessions.corpus import pack_for_server
+from longctx.sessions.corpus_sessions import pack_for_server
 from longctx.store import Store
 from longctx.verification import counters
 

@@ -12,10 +12,10 @@ from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_BAD_INPUT, EXIT_NO_SESSION, EXIT_USAGE, Runtime
 from longctx.cli.sessions import _short_source
-from longctx.corpus import load_corpus
 from longctx.errors import InputError, OutputError
 from longctx.serving.recipes import KIMI_K3_NVFP4
 from longctx.sessions import Session
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store, StoredPack
 
 
@@ -113,5 +113,5 @@ def test_a_forks_first_answer_is_listed_by_sessions_show_under_its_turn(
     runtime = Runtime(open_store=lambda: Store.open(tmp_path / "home"))
     shown = CliRunner().invoke(main, ["sessions", "show", answer.session_id], obj=runtime)
     assert shown.exit_code == 0, shown.output
-    assert f"[{answer.turn}] > b-prime?" in shown.stdout
-    assert f"[{answer.turn - 1}] > a?" in shown.stdout
+    assert f"[turn {answer.turn + 1}] > b-prime?" in shown.stdout  # numbered from 1, as --json numbers it
+    assert f"[turn {answer.turn}] > a?" in shown.stdout

@@ -25,7 +25,7 @@ from engine_helpers import make_packs
 
 from longctx import Job, JobItem
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
 from longctx.store import RequestRecord, Store, StoredPack

@@ -17,12 +17,12 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend, connect
 from longctx.cli import main
 from longctx.cli.app import EXIT_EMPTY_CORPUS, EXIT_OK, Runtime
-from longctx.corpus import load_corpus
 from longctx.errors import EmptyCorpus
 from longctx.packing import Budget, build_pack, build_shards
 from longctx.sources import pdf as pdf_module
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 _C0 = re.compile("[\x00-\x08\x0b-\x1f]")
 

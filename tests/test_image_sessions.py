@@ -20,13 +20,13 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend
 from longctx.backends.images import count_image_tokens
 from longctx.cli import main
-from longctx.config import CorpusOptions
 from longctx.errors import StoreError
-from longctx.image_tokens import ESTIMATED, SERVER_COUNTED
+from longctx.options.groups import CorpusOptions
 from longctx.sessions import DocSession, Session
 from longctx.store import Store
 from longctx.store.db import DATABASE_NAME
 from longctx.testing.pdfs import scanned_pdf
+from longctx.tokens.images import ESTIMATED, SERVER_COUNTED
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 from longctx.testing import EngineHarness, LocalServer

@@ -16,7 +16,6 @@ import pytest
 
 from longctx.backends.base import ServerInfo
 from longctx.backends.engines import SGLANG, VLLM
-from longctx.config import RequestOptions
 from longctx.jobs.keys import (
     ANSWER_OPTIONS,
     NEW,
@@ -28,6 +27,7 @@ from longctx.jobs.keys import (
     job_prefix,
     stored_for_job,
 )
+from longctx.options.groups import RequestOptions
 from longctx.schemas import answer_schema
 from longctx.store import Opening, RequestRecord, SessionRecord, Store, StoredPack, TurnRecord
 from longctx.usage import Usage

@@ -30,6 +30,12 @@ from longctx.backends.base import connect
 from longctx.store import LeaseClaim, LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
 from longctx.usage import Usage
 
+# Each test on both stores: the SQLite file, and a PostgreSQL server (tests/store_backends.py).
+pytestmark = pytest.mark.usefixtures("store_backend")
+# A lease that ends when its process, on this host, is gone: the embedded store's alone (on a server's
+# store the holder may be another machine: time alone ends a lease, tests/test_store_postgres.py).
+ONE_HOST = pytest.mark.parametrize("store_backend", ["sqlite"], indirect=True)
+
 FAKE = "http://fake-engine:8000/v1"
 ENTRY_POINT = Path(sys.executable).parent / "longctx"
 
@@ -73,6 +79,7 @@ def dead_pid() -> int:
 # -- the store's leases -------------------------------------------------------------
 
 
+@ONE_HOST
 def test_a_lease_has_one_holder_until_released_lapsed_or_its_process_is_gone(tmp_path: Path) -> None:
     with Store.open(tmp_path / "home") as store:
         mine, other = LeaseHolder.this_process("mine"), LeaseHolder.this_process("other")
@@ -135,6 +142,7 @@ def test_each_claim_names_its_key_and_a_renewal_pushes_back_the_lapse(tmp_path: 
         assert store.leases.renew("nobody", 60) == 0
 
 
+@ONE_HOST
 def test_a_holders_process_is_looked_at_never_signalled(tmp_path: Path) -> None:
     # A child that a stray signal would end (the default action, whatever this process ignores).
     script = (
@@ -156,6 +164,7 @@ def test_a_holders_process_is_looked_at_never_signalled(tmp_path: Path) -> None:
         child.wait()
 
 
+@ONE_HOST
 def test_a_lease_of_another_users_process_on_this_host_is_held(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -235,6 +244,7 @@ def test_a_run_waits_for_the_answers_another_run_is_asking_and_names_it(tmp_path
     assert reports["first"].asked == 2
 
 
+@ONE_HOST
 def test_an_item_a_dead_run_held_is_taken_over_and_one_given_back_unanswered_is_asked(tmp_path: Path) -> None:
     fake = FakeEngine(engine="generic", block=1)
     items = make_items(tmp_path, packs=1, questions=2)
@@ -331,6 +341,8 @@ def test_two_job_processes_at_once_ask_every_item_exactly_once(tmp_path: Path) -
     job_file.write_text("".join(json.dumps(item.to_dict()) + "\n" for item in items))
     environment = {k: v for k, v in os.environ.items() if not k.startswith("LONGCTX_")}
     environment |= {"LONGCTX_HOME": str(tmp_path / "home"), "LONGCTX_CONFIG": str(tmp_path / "none.toml")}
+    if "LONGCTX_STORE" in os.environ:  # the store of this test's backend
+        environment["LONGCTX_STORE"] = os.environ["LONGCTX_STORE"]
     with over_http(fake) as url:
         command = [str(ENTRY_POINT), "job", str(job_file), "--base-url", url, "--packs-in-flight", "1"]
         runs = [

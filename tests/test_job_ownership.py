@@ -18,6 +18,9 @@ from longctx.jobs.ownership import Deferred, ItemOwnership, Polled
 from longctx.store import LeaseHolder, RequestRecord, SessionRecord, Store, TurnRecord
 from longctx.usage import Usage
 
+# Each test on both stores: the SQLite file, and a PostgreSQL server (tests/store_backends.py).
+pytestmark = pytest.mark.usefixtures("store_backend")
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:

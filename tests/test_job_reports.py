@@ -19,7 +19,7 @@ from fake_engine import FakeEngine
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import Backend, connect
 from longctx.cli import EXIT_OK, Runtime, main
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.store import Store
 
 FAKE = "http://fake-engine:8000/v1"

@@ -26,10 +26,10 @@ from longctx.backends.base import Backend, connect
 from longctx.backends.engines import VLLM, registered
 from longctx.cli import EXIT_OK, Runtime, main
 from longctx.cli.app import EXIT_ITEMS_FAILED
-from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, SessionClosed
 from longctx.jobs.keys import AnswerFacts
 from longctx.jobs.room import KvRoom
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.sessions import RepoSession
 from longctx.store import Store
 

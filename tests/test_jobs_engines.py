@@ -18,7 +18,7 @@ from pathlib import Path
 
 from longctx import Job, JobItem, JobOptions
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.store import Store
 from longctx.testing import LocalServer
 

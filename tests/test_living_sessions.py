@@ -20,8 +20,8 @@ from fake_engine import FakeEngine, Fault
 from longctx.backends.base import Backend
 from longctx.cli import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Runtime, main
 from longctx.cli.app import exit_code
-from longctx.config import RequestOptions
 from longctx.errors import OutputError, ServerError
+from longctx.options.groups import RequestOptions
 from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.answers import Answer

@@ -159,7 +159,7 @@ def test_ask_streams_the_answer_as_progress_and_returns_the_same_result(
                 assert progress == len(message)
             assert [progress for progress, _ in heard] == sorted({progress for progress, _ in heard})
             plain = data_of(await client.call_tool("ask", {**arguments, "new_conversation": True}))
-            assert set(plain) == set(streamed) and plain["turn"] == streamed["turn"] == 0
+            assert set(plain) == set(streamed) and plain["turn"] == streamed["turn"] == 1
 
     asyncio.run(scenario())
 
@@ -187,7 +187,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
             assert pack_tokens > 4000, asked[0]
             # One session for the source, reused: the questions are its turns 0, 1, 2.
             assert {answer["session_id"] for answer in asked} == {asked[0]["session_id"]}
-            assert [answer["turn"] for answer in asked] == [0, 1, 2]
+            assert [answer["turn"] for answer in asked] == [1, 2, 3]
             assert asked[0]["cached_tokens"] < pack_tokens // 2, asked[0]
             for previous, answer in itertools.pairwise(asked):
                 # Everything the previous request sent is read from the cache, up to the last full block.
@@ -218,9 +218,9 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                 client.call_tool("ask", {"path": [str(other)], "question": "What converts RGB to HSV?"}),
             )
             same, first_other, second_other = (data_of(result) for result in results)
-            assert same["session_id"] == asked[0]["session_id"] and same["turn"] == 3
+            assert same["session_id"] == asked[0]["session_id"] and same["turn"] == 4
             assert first_other["session_id"] == second_other["session_id"] != same["session_id"]
-            assert sorted([first_other["turn"], second_other["turn"]]) == [0, 1]
+            assert sorted([first_other["turn"], second_other["turn"]]) == [1, 2]
 
             shown = data_of(await client.call_tool("show_pack", {"path": str(repository)}))
             assert {doc["path"] for doc in shown["documents"]} == {"textwrap.py", "bisect.py", "NOTES.md"}
@@ -240,7 +240,7 @@ def test_the_agent_flow_against_vllm(vllm_server: LocalServer, tmp_path: Path, h
                     },
                 )
             )
-            assert fresh["turn"] == 0 and fresh["session_id"] != asked[0]["session_id"]
+            assert fresh["turn"] == 1 and fresh["session_id"] != asked[0]["session_id"]
             assert fresh["cached_tokens"] >= pack_tokens - block, fresh
 
             savings = data_of(await client.call_tool("savings", {"path": str(repository)}))

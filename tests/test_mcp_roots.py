@@ -193,7 +193,7 @@ def test_a_root_declaring_client_against_vllm(
                     "ask", {"path": str(layout["inside"]), "question": "Which module is this?"}
                 )
             )
-            assert answered["turn"] == 0 and answered["prompt_tokens"] > 0, answered
+            assert answered["turn"] == 1 and answered["prompt_tokens"] > 0, answered
             shown = data_of(await client.call_tool("show_pack", {"path": str(layout["inside"])}))
             assert {doc["path"] for doc in shown["documents"]} == {"colorsys.py", "NOTES.md"}
             # The link inside the client's root leads out of it: refused, before any request.

@@ -11,9 +11,9 @@ from fake_engine import FakeEngine
 from longctx.backends.base import Backend
 from longctx.cli import main
 from longctx.cli.app import EXIT_USAGE, Runtime
-from longctx.config import RequestOptions
 from longctx.drivers import run
 from longctx.errors import ConfigError
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 

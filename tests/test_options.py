@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from longctx.cli import main
 from longctx.cli.flags import flags_of, options_from_flags
-from longctx.config import CorpusOptions, Limits, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
-from longctx.options import OptionFields, option, option_spec
+from longctx.options.fields import OptionFields, option, option_spec
+from longctx.options.groups import CorpusOptions, Limits, RequestOptions, ServerOptions
 
 
 def _positive(name: str, value: Any) -> Any:

@@ -47,7 +47,7 @@ import pytest
 from engine_helpers import packs_homed_on
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.sessions import Session, resume
 from longctx.sessions.siblings import batch_keys
 from longctx.store import Store

@@ -14,11 +14,11 @@ import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
 from longctx import outputs
-from longctx.corpus import load_corpus
 from longctx.errors import OutputError
 from longctx.packing import Pack, build_pack, pack
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

@@ -8,7 +8,7 @@ from pack_fixtures import corpus_of, document
 from longctx.errors import BudgetError, ConfigError
 from longctx.packing import Budget, build_pack, build_shards, compare_packs
 from longctx.sources import SkipReason
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 ESTIMATE = EstimateTokenizer()
 

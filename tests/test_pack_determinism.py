@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pack_fixtures import corpus_of, document
 
-from longctx.corpus import Corpus, load_corpus
 from longctx.packing import FORMAT_VERSION, Pack, build_pack
 from longctx.sources import SkipReason
+from longctx.sources.corpus import Corpus, load_corpus
 
 GOLDEN = Path(__file__).parent / "fixtures" / "pack"
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -89,7 +89,7 @@ import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 from test_pack_determinism import golden_corpus, _digest
 from longctx.packing import build_pack
-from longctx.corpus import Corpus, load_corpus
+from longctx.sources.corpus import Corpus, load_corpus
 print(_digest(build_pack(golden_corpus())))
 print(_digest(build_pack(load_corpus(sys.argv[2]))))
 """

@@ -14,8 +14,8 @@ import pytest
 
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.corpus import load_corpus
 from longctx.packing import Pack, build_pack, check_cache_boundary
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
 from longctx.testing import LocalServer, TinyModel
 

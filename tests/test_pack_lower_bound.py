@@ -23,12 +23,12 @@ from pack_fixtures import corpus_of, document
 from longctx.backends.base import connect
 from longctx.cli import main
 from longctx.cli.app import EXIT_TOO_LONG, Runtime
-from longctx.config import CorpusOptions, Limits
-from longctx.corpus import load_corpus
 from longctx.errors import BudgetError
+from longctx.options.groups import CorpusOptions, Limits
 from longctx.packing import Budget, build_pack, build_shards, pack
 from longctx.packing.budget import MAX_CHARS_PER_TOKEN, LowerBound
 from longctx.sources import reading, secrets, special_tokens
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store
 
 URL = "http://fake-engine:8000/v1"

@@ -18,10 +18,10 @@ from pack_fixtures import (
     parse_prefix,
 )
 
-from longctx.corpus import Corpus, Manifest
 from longctx.packing import build_pack, compare_packs
 from longctx.sources import SkipReason
-from longctx.tokens import KIMI_PAT_STR, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer
+from longctx.sources.corpus import Corpus, Manifest
+from longctx.tokens.tokenizers import KIMI_PAT_STR, TiktokenFileTokenizer, Tokenizer, TokenizerJsonTokenizer
 
 pytest.importorskip("tokenizers")
 

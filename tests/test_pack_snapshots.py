@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Limits, Manifest, load_corpus
 from longctx.errors import BudgetError, StoreError
+from longctx.options.groups import CorpusOptions
 from longctx.packing import Budget, PackResult, build, build_pack, counting, pack
+from longctx.sources.corpus import Limits, Manifest, load_corpus
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
+from longctx.tokens.tokenizers import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer, fast_openai_counter
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

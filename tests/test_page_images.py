@@ -13,10 +13,8 @@ import PIL.Image
 import pytest
 from corpus_fixtures import make_pdf
 
-from longctx.config import CorpusOptions
-from longctx.corpus import load_corpus
 from longctx.errors import BudgetError
-from longctx.image_tokens import PatchImageCounter, estimate_image_counter
+from longctx.options.groups import CorpusOptions
 from longctx.packing import build_pack
 from longctx.packing.budget import build_shards
 from longctx.packing.model import Budget
@@ -26,12 +24,14 @@ from longctx.packing.rendering import (
     IMAGES_SYSTEM_HEADER,
     SYSTEM_HEADER,
 )
+from longctx.sources.corpus import load_corpus
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText, extract_pdf
 from longctx.sources.png import encode_gray_png, image_data, image_size
 from longctx.sources.text_layer import judge_page
 from longctx.testing.pdfs import scanned_pdf
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.images import PatchImageCounter, estimate_image_counter
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 LETTER = (612.0, 792.0)
 BODY = "The invoice total is 4,210 euros, due on the first of March.\n" * 30
@@ -331,7 +331,7 @@ def test_a_session_sends_the_images_in_its_first_user_message(tmp_path: Path) ->
     from fake_engine import FakeEngine
 
     from longctx.backends.base import connect
-    from longctx.config import ServerOptions
+    from longctx.options.groups import ServerOptions
     from longctx.sessions import Session
     from longctx.store import Store
 

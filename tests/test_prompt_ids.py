@@ -17,8 +17,8 @@ import pytest
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import GENERIC, VLLM
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import RequestOptions
 from longctx.errors import TokenizerError
+from longctx.options.groups import RequestOptions
 from longctx.sessions.prompt_ids import (
     PACK_IDS_PENDING,
     PromptIds,

@@ -17,7 +17,7 @@ from test_session_engines import text_pack
 
 from longctx.backends.base import Backend, connect
 from longctx.backends.chat import ChatRequest
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.sessions.prompt_ids import PACK_IDS_PENDING, PromptIds
 from longctx.store import Store, StoredPack, TurnRecord

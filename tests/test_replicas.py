@@ -18,11 +18,11 @@ from fake_engine import FakeEngine
 
 from longctx.backends.base import Backend, connect, rendezvous_order
 from longctx.backends.chat import ChatRequest
-from longctx.config import DEFAULT_AFFINITY_HEADERS, RequestOptions, ServerOptions
 from longctx.errors import ServerUnreachable
+from longctx.options.groups import DEFAULT_AFFINITY_HEADERS, RequestOptions, ServerOptions
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session
-from longctx.sessions.answers import request_record
+from longctx.sessions.records import request_record
 from longctx.store import RequestRecord, Store, StoredPack
 from longctx.verification.counters import CounterSnapshot, combine_checks
 

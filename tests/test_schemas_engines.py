@@ -25,7 +25,7 @@ from engine_helpers import whitespace_ban
 from pydantic import BaseModel, ConfigDict, Field
 
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.packing.rendering import DOCUMENTS_OPENING, render_document, render_listing
 from longctx.schemas import answer_schema
 from longctx.sessions import Session

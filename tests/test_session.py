@@ -14,8 +14,8 @@ import pytest
 from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import ConfigError, ServerError, SessionNotFound, StoreError
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.retry import instant_retries
 from longctx.sessions import Session
 from longctx.sessions.answers import history_form
@@ -271,9 +271,9 @@ def test_store_filters_requests_and_lists_branches(backend: Backend, store: Stor
 def test_a_sharded_session_connects_with_its_api_key(
     fake: FakeEngine, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from longctx.corpus import load_corpus
     from longctx.packing import build_pack
     from longctx.sessions import ShardedSession, resources
+    from longctx.sources.corpus import load_corpus
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "a.md").write_text("# A\n")
@@ -298,9 +298,9 @@ def test_a_sharded_sessions_report_checks_the_server_counter_over_every_part(
     backend: Backend, store: Store, tmp_path: Path
 ) -> None:
     """Map steps (overlapping, so sharing a window) and reduces: one check, the same once resumed."""
-    from longctx.corpus import load_corpus
     from longctx.packing import Budget, ShardedPack, build_pack
     from longctx.sessions import ShardedSession, resume
+    from longctx.sources.corpus import load_corpus
 
     packs = []
     for name in ("first", "second"):

@@ -21,15 +21,15 @@ from engine_helpers import common_prefix_length, tokenize_messages
 from fault_proxy import FaultProxy
 
 from longctx.backends.base import Backend, connect
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import load_corpus
 from longctx.errors import ContextOverflow
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, build_shards
 from longctx.retry import RetryPolicy
 from longctx.serving.doctor import diagnose
 from longctx.sessions import DocSession, RepoSession, Session, ShardedSession
 from longctx.sessions.answers import Answer, Batch, history_form
 from longctx.sessions.reuse import answer_reuse
+from longctx.sources.corpus import load_corpus
 from longctx.store import Store, StoredPack
 from longctx.testing import LocalServer, TinyModel
 
@@ -320,7 +320,7 @@ CHILD = textwrap.dedent(
     import sys
     from pathlib import Path
     from longctx.backends.base import connect
-    from longctx.config import RequestOptions
+    from longctx.options.groups import RequestOptions
     from longctx.sessions import Session
     from longctx.store import Store, StoredPack
 

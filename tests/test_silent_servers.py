@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from longctx.cli.app import EXIT_UNREACHABLE
-from longctx.config import ServerOptions
+from longctx.options.groups import ServerOptions
 
 # Python's own start and the imports a command needs, on this shared machine, before it can say
 # anything: in the bounds of a whole run's time.
@@ -179,7 +179,7 @@ def test_the_timeouts_are_flags_and_settings(monkeypatch: pytest.MonkeyPatch) ->
     for command in ("ask", "batch", "chat", "doctor", "job", "pack"):
         shown = CliRunner().invoke(main, [command, "--help"]).output
         assert "--timeout SECONDS" in shown and "--stall-timeout SECONDS" in shown, command
-    from longctx.settings import setting
+    from longctx.options.settings import setting
 
     monkeypatch.setenv("LONGCTX_STALL_TIMEOUT", "7")
     found = setting(ServerOptions, "stall_timeout")

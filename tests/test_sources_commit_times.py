@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, load_corpus
+from longctx.options.groups import CorpusOptions
 from longctx.sources import history as history_module
+from longctx.sources.corpus import Corpus, load_corpus
 from longctx.store import Store
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here

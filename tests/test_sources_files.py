@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import LFS_POINTER
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, Limits, SkipReason, load_corpus
 from longctx.errors import SourceError
+from longctx.options.groups import CorpusOptions
 from longctx.sources import Candidate, Skip
+from longctx.sources.corpus import Corpus, Limits, SkipReason, load_corpus
 from longctx.sources.reading import FileReader
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import commit, git, init_repo, isolated_git
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Limits, load_corpus
 from longctx.errors import BudgetError, ConfigError
+from longctx.options.groups import CorpusOptions
 from longctx.packing import CHANGES_MARKER, Budget, Pack, build_pack, compare_packs
+from longctx.sources.corpus import Limits, load_corpus
 from longctx.sources.history import LEVELS
-from longctx.tokens import EstimateTokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

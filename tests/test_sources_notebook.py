@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import NOTEBOOK
 
-from longctx.corpus import load_corpus
+from longctx.sources.corpus import load_corpus
 from longctx.sources.notebook import NotebookError, render_notebook
 
 

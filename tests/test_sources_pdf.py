@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import make_pdf
 
-from longctx.corpus import load_corpus
 from longctx.sources import pdf as pdf_module
+from longctx.sources.corpus import load_corpus
 from longctx.sources.pdf import PdfFailure, PdfText, extract_pdf, page_marker
 from longctx.store import Store
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from corpus_fixtures import LFS_POINTER, commit, git, init_repo, isolated_git
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, load_corpus
 from longctx.errors import SourceError
+from longctx.options.groups import CorpusOptions
+from longctx.sources.corpus import Corpus, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
 

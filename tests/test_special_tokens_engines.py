@@ -10,7 +10,7 @@ from corpus_fixtures import committed_repo
 from engine_helpers import tokenize_messages
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import RepoSession
 from longctx.sources.special_tokens import CANDIDATE_SPELLINGS
 from longctx.store import Store

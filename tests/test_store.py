@@ -98,7 +98,7 @@ def test_the_store_imports_only_config_errors_usage_and_itself() -> None:
     # (a request record carries its Usage, the one definition of the usage fields).
     for module in sorted(STORE_PACKAGE.glob("*.py")):
         for name in _longctx_imports(module):
-            assert name in {"longctx.config", "longctx.errors", "longctx.usage"} or name.startswith(
+            assert name in {"longctx.options.groups", "longctx.errors", "longctx.usage"} or name.startswith(
                 "longctx.store."
             ), f"{module.name} imports {name}"
 
@@ -136,7 +136,7 @@ def test_the_store_is_lifecycle_and_parts_over_one_connection(tmp_path: Path) ->
     from longctx.store import ContentCaches, Database, SessionLog, SnapshotTexts
 
     public = {name for name in dir(Store) if not name.startswith("_")}
-    assert public == {"open", "connect", "close", "path"}
+    assert public == {"open", "connect", "close", "path", "location"}
     store = Store(tmp_path / "home" / "longctx.db")
     assert not (tmp_path / "home").exists()  # constructing does no I/O
     assert isinstance(store.sessions, SessionLog) and isinstance(store.caches, ContentCaches)

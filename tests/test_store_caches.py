@@ -16,6 +16,9 @@ import pytest
 from longctx.errors import StoreError
 from longctx.store import Store, StoredPackIds, StoredText
 
+# Each test on both stores: the SQLite file, and a PostgreSQL server (tests/store_backends.py).
+pytestmark = pytest.mark.usefixtures("store_backend")
+
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:

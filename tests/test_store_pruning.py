@@ -26,6 +26,11 @@ from longctx.store import (
 from longctx.store.records import CounterCheckRecord, Opening
 from longctx.usage import Usage
 
+# Each test on both stores: the SQLite file, and a PostgreSQL server (tests/store_backends.py).
+pytestmark = pytest.mark.usefixtures("store_backend")
+# A test of the database file's size: SQLite's alone (a server's tables shrink on its own schedule).
+SQLITE_FILE = pytest.mark.parametrize("store_backend", ["sqlite"], indirect=True)
+
 DAY = 86400.0
 
 
@@ -70,6 +75,7 @@ def home(tmp_path: Path) -> Path:
     return home
 
 
+@SQLITE_FILE
 def test_by_age_a_tree_goes_whole_with_its_rows_and_unused_packs_and_the_file_shrinks(home: Path) -> None:
     with Store.open(home) as store:
         result = store.sessions.prune(PruneRule(older_than_seconds=30 * DAY))
@@ -100,6 +106,7 @@ def test_by_count_and_by_size_never_a_session_in_use(home: Path) -> None:
         assert {record.id for record in store.sessions.sessions()} == {"week", "now", "empty"}
 
 
+@SQLITE_FILE
 def test_a_dry_run_deletes_nothing(home: Path) -> None:
     before = (home / DATABASE_NAME).read_bytes()
     with Store.open(home) as store:
@@ -109,6 +116,7 @@ def test_a_dry_run_deletes_nothing(home: Path) -> None:
     assert count(home, "turns") == 8 and len(before) > 0
 
 
+@SQLITE_FILE
 def test_the_command_takes_durations_and_sizes_and_prints_the_ids(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -250,6 +258,7 @@ def test_by_size_the_newest_fill_the_limit_and_every_older_tree_goes(tmp_path: P
         assert pruned(aged) == [("d3", "older than the limit"), ("d2", "older than the limit")]
 
 
+@SQLITE_FILE
 def test_a_thousand_trees_are_deleted_and_the_file_compacted_or_a_note_says_why_not(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,6 +293,7 @@ def _wal_bytes(home: Path) -> int:
     return wal.stat().st_size if wal.exists() else 0
 
 
+@SQLITE_FILE
 def test_a_dry_run_measures_the_file_with_its_write_ahead_log(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with Store.open(home) as store:

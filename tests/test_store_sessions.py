@@ -7,7 +7,6 @@ differently from how it ran.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +24,9 @@ from longctx.store import (
     TurnRecord,
 )
 from longctx.usage import Usage
+
+# Each test on both stores: the SQLite file, and a PostgreSQL server (tests/store_backends.py).
+pytestmark = pytest.mark.usefixtures("store_backend")
 
 
 @pytest.fixture
@@ -81,7 +83,7 @@ def test_a_session_with_its_pack_and_earlier_calls_reads_back_whole(store: Store
     # A session without a pack, made alone.
     store.sessions.create_session(session("t"))
     assert store.sessions.session("t") == session("t")
-    with pytest.raises(sqlite3.IntegrityError):  # its id is taken: the caller's to explain
+    with pytest.raises(store.database.conflicts):  # its id is taken: the caller's to explain
         store.sessions.create_session(session("t", 9.0))
     assert store.sessions.session("t") == session("t")
 

@@ -18,7 +18,7 @@ import pytest
 from engine_helpers import common_prefix_length, tokenize_messages
 
 from longctx.backends.base import Backend, connect
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.sessions.answers import Answer
 from longctx.store import Store, StoredPack

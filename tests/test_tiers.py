@@ -22,7 +22,7 @@ from longctx.backends.engines import SGLANG, VLLM
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import parse_metrics
 from longctx.backends.tiers import HostTier, read_tiers
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.report import CounterCheck, build_report
 from longctx.serving.doctor import diagnose
 from longctx.sessions import Session

@@ -21,7 +21,7 @@ import tiktoken.load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from longctx.tokens import TiktokenFileTokenizer, fast_openai_counter
+from longctx.tokens.tokenizers import TiktokenFileTokenizer, fast_openai_counter
 
 ENCODINGS = ("cl100k_base", "o200k_base")
 

@@ -13,9 +13,9 @@ import pytest
 import tiktoken
 from pack_fixtures import bpe_vocabulary
 
-from longctx import tokens
 from longctx.errors import TokenizerError
-from longctx.tokens import (
+from longctx.tokens import tokenizers as tokens
+from longctx.tokens.tokenizers import (
     ESTIMATE_BYTES_PER_TOKEN,
     KIMI_PAT_STR,
     EstimateTokenizer,

@@ -16,7 +16,7 @@ from longctx.backends.tokenizer import CHUNK_CHARS, ServerTokenizer
 from longctx.errors import TokenizerError
 from longctx.packing import build_pack
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, cached_counts, text_sha256
+from longctx.tokens.tokenizers import EstimateTokenizer, cached_counts, text_sha256
 
 
 def _fake_ids(text: str) -> list[int]:

@@ -16,12 +16,12 @@ from pathlib import Path
 
 from longctx.backends.base import connect
 from longctx.backends.images import count_image_tokens
-from longctx.config import CorpusOptions, RequestOptions
-from longctx.image_tokens import SERVER_COUNTED
+from longctx.options.groups import CorpusOptions, RequestOptions
 from longctx.sessions import DocSession
 from longctx.store import Store
 from longctx.testing import LocalServer
 from longctx.testing.pdfs import write_scanned_pdf
+from longctx.tokens.images import SERVER_COUNTED
 
 PAGE_SIDE = 448
 

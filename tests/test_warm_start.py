@@ -19,7 +19,7 @@ from fake_engine import FakeEngine, Fault
 
 from longctx.backends.base import Backend, connect
 from longctx.cli import Runtime, main
-from longctx.config import RequestOptions, ServerOptions
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.retry import instant_retries
 from longctx.sessions import RepoSession, Session
 from longctx.sessions.warm import RECENT_SECONDS, WARM_QUESTION

@@ -1,7 +1,7 @@
 """Answers an application uses, timed over one pack: a streamed follow-up's first piece, and typed batches.
 
 Against one running server (a GPU machine's; or the test suite's CPU servers with small sizes), over a
-pack of standard-library text (``followup_probe.pack_text``), each row under its own ``cache_salt``:
+pack of standard-library text (``followup_probe.fitted_pack``), each row under its own ``cache_salt``:
 
 - ``stream follow-up``: a session over the pack asks once (cold), then ``--follow-ups`` questions
   through :meth:`~longctx.sessions.conversation.Conversation.stream`; the seconds from the call to
@@ -29,11 +29,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from followup_probe import FOLLOW_UPS, SYSTEM, WINDOW_ROOM, pack_text
+from followup_probe import FOLLOW_UPS, SYSTEM, WINDOW_ROOM, fitted_pack
 
 from longctx.backends.base import connect
-from longctx.config import RequestOptions
 from longctx.errors import InvalidAnswer
+from longctx.options.groups import RequestOptions
 from longctx.sessions import Session
 from longctx.store import Store, StoredPack
 
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         info = backend.info
         window = info.context_length or 32768
         target = window - WINDOW_ROOM if options.pack == "max" else int(options.pack)
-        text = pack_text(target, options.chars_per_token)
+        text = fitted_pack(target, backend.tokenizer(), options.chars_per_token)
         pack = StoredPack(uuid.uuid4().hex * 2, "probe/1", SYSTEM, text, {})
         results: dict[str, Any] = {"engine": info.engine, "version": info.version, "model": info.model,
                                    "pack_target": target, "rows": {}}  # fmt: skip

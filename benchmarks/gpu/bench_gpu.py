@@ -163,6 +163,8 @@ class PlainClient:
                     if on_first is not None:
                         on_first()
         connection.close()
+        if not usage.get("prompt_tokens"):  # a stream that broke, or a refusal inside it: no timing
+            raise RuntimeError(f"the stream ended without its usage ({usage!r}): not recorded as a time")
         if first is None and on_first is not None:
             on_first()
         details = usage.get("prompt_tokens_details") or {}
@@ -207,7 +209,7 @@ def usage_row(usage: Any) -> dict[str, Any]:
 
 def api_batch(repo: Path, base_url: str, home: Path, max_tokens: int, **request: Any) -> dict[str, Any]:
     """``ask_many`` from constructing the session (warm store): what ``longctx batch`` does, in process."""
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 
@@ -288,7 +290,7 @@ def api_batch_process(repo: Path, base_url: str, home: Path, max_tokens: int, wo
 
 
 def five_turns(repo: Path, base_url: str, home: Path, max_tokens: int) -> dict[str, Any]:
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 
@@ -313,7 +315,7 @@ def first_question(
     repo: Path, base_url: str, home: Path, max_tokens: int, *, warm: bool, wait: float
 ) -> dict[str, Any]:
     """A new session's first question after ``wait`` seconds, with or without a warm start."""
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 
@@ -356,8 +358,8 @@ def run_context(
 ) -> dict[str, Any]:
     """Every scenario at one context size (those in ``only``, if given), into ``into`` as they finish."""
     from longctx.backends.base import connect
-    from longctx.config import RequestOptions, ServerOptions
     from longctx.errors import BudgetError
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 
@@ -445,7 +447,7 @@ def api_batch_scenario(
     repo: Path, base_url: str, home: Path, max_tokens: int, **request: Any
 ) -> dict[str, Any]:
     """``ask_many`` timed from the call alone (the session and its pack ready before the clock)."""
-    from longctx.config import RequestOptions, ServerOptions
+    from longctx.options.groups import RequestOptions, ServerOptions
     from longctx.sessions import RepoSession
     from longctx.store import Store
 

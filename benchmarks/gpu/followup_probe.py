@@ -69,6 +69,26 @@ def pack_text(target_tokens: int, chars_per_token: float) -> str:
     return "<documents>\n" + "".join(parts) + "</documents>\n\n"
 
 
+def fitted_pack(target_tokens: int, tokenizer: Any, chars_per_token: float = 3.6) -> str:
+    """:func:`pack_text` of at most ``target_tokens`` tokens as the served tokenizer counts them.
+
+    A characters-per-token guess alone overflowed the window (3.6 where the tokenizer gave about
+    3.5: every request an HTTP 400), so the text is counted and, while over, made again smaller.
+    """
+    ratio = chars_per_token
+    for _ in range(6):
+        text = pack_text(target_tokens, ratio)
+        counted = tokenizer.count(text)
+        if counted <= target_tokens:
+            return text
+        ratio *= target_tokens / counted * 0.99
+    raise SystemExit(f"no pack of at most {target_tokens} tokens: the last counted {counted}")
+
+
+class ProbeFailure(SystemExit):
+    """A request that did not succeed: never recorded as a time."""
+
+
 class Server:
     """A plain HTTP client (the standard library only), streaming, timing each phase."""
 
@@ -82,7 +102,11 @@ class Server:
         connection = http.client.HTTPConnection(self.host, self.port, timeout=3600)
         try:
             connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-            return json.loads(connection.getresponse().read())
+            response = connection.getresponse()
+            raw = response.read()
+            if response.status != 200:
+                raise ProbeFailure(f"{path} answered HTTP {response.status}: {raw[:300]!r}")
+            return json.loads(raw)
         finally:
             connection.close()
 
@@ -101,6 +125,10 @@ class Server:
         connection.request("POST", f"{self.path}/{route}", payload, {"Content-Type": "application/json"})
         sent = time.perf_counter()
         response = connection.getresponse()
+        if response.status != 200:  # a refused request (the pack over the window...) is no timing
+            failed = response.read()[:300]
+            connection.close()
+            raise ProbeFailure(f"{route} answered HTTP {response.status}: {failed!r}")
         first, usage = None, None
         for raw in response:
             line = raw.decode().strip()
@@ -113,7 +141,10 @@ class Server:
                 if text and first is None:
                     first = time.perf_counter()
         connection.close()
-        first = first or time.perf_counter()
+        if not usage or not usage.get("prompt_tokens"):
+            # No usage: the stream broke or the server refused inside it; not a time.
+            raise ProbeFailure(f"{route}: the stream ended without its usage ({usage!r})")
+        first = first or time.perf_counter()  # one empty token (max_tokens 1): the end is the first
         details = (usage or {}).get("prompt_tokens_details") or {}
         return {
             "ttft": first - started, "client": ready - started, "transfer": sent - ready,
@@ -177,8 +208,8 @@ def probe_pack(
 
 def api_rows(base_url: str, pack: str) -> dict[str, Any]:
     """longctx's ask_many of 8 and a job of 8 over the pack, ``prompt_ids`` on and off (wall seconds)."""
-    from longctx.config import RequestOptions
     from longctx.jobs import Job, JobItem, JobOptions
+    from longctx.options.groups import RequestOptions
     from longctx.sessions import Session
     from longctx.store import Store, StoredPack
 
@@ -237,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     }  # fmt: skip
     for size in options.packs.split(","):
         target = window - WINDOW_ROOM if size == "max" else int(size)
-        pack = pack_text(target, options.chars_per_token)
+        pack = fitted_pack(target, tokenizer, options.chars_per_token)
         modes = tuple(options.modes.split(","))
         rows = probe_pack(server, tokenizer, pack, options.follow_ups, modes)
         if options.api_rows:

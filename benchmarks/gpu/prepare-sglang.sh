@@ -56,22 +56,11 @@ pip download -q $PLAT -d "$W"/whl IPython msgspec orjson pybase64 python-multipa
 # longctx from this checkout with its whole requirement tree (httpx2 needs httpcore2 and truststore).
 pip wheel -q --no-deps -w "$DEST"/lx .
 pip download -q $PLAT -d "$DEST"/lx "$DEST"/lx/longctx*.whl
-# Leave out what the GPU image already has (longctx, and what travels at a pinned version, stay).
-python3 - "$HERE/image-packages.txt" "$W"/whl "$DEST"/lx <<'PY'
-import os, re, sys
-have = {l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")}
-keep = ("longctx", "transformers-", "tokenizers-")
-for d in sys.argv[2:]:
-    seen = {}
-    for f in sorted(os.listdir(d)):
-        name = re.split(r"-\d", f)[0].lower().replace("_", "-")
-        if name in have and not f.startswith(keep):
-            os.remove(os.path.join(d, f))
-        elif name in seen:
-            sys.exit(f"two versions of {name} in {d}: {seen[name]} and {f}")
-        else:
-            seen[name] = f
-PY
+# Leave out what the GPU image already has (longctx, and what travels at a pinned version, stay), and
+# from lx/ a wheel the SGLang bundle already holds: install-sglang.sh installs both in one pip call,
+# which refuses two of one name (jsonschema, referencing, rpds_py ... came in both); two versions stop here.
+python3 "$HERE"/bundle_wheels.py "$HERE/image-packages.txt" --keep longctx --keep transformers- --keep tokenizers- \
+  "$W"/whl "$DEST"/lx
 tar -C "$W"/whl -cf - . | gzip -6 | split -b 58m -d - "$DEST"/q
 cp "$MODEL"/tokenizer.json "$MODEL"/tokenizer_config.json "$MODEL"/chat_template.jinja "$DEST"/tok/ 2>/dev/null || cp "$MODEL"/tokenizer* "$DEST"/tok/
 ls "$W"/whl > "$DEST"/q-contents.txt

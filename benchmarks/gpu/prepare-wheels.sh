@@ -36,19 +36,6 @@ pip download -q --no-deps $PLAT -d "$DEST"/rt vllm-router orjson
 "$HERE"/prepare-lmcache.sh "$DEST"
 # Leave out what the GPU image already has, and a wheel an earlier folder already holds (install.sh
 # installs the three folders in one pip call, which refuses two of one name; two versions stop here).
-python3 - "$HERE/image-packages.txt" "$DEST"/deps "$DEST"/lx "$DEST"/rt <<'PY'
-import os, re, sys
-have = {l.strip() for l in open(sys.argv[1]) if l.strip() and not l.startswith("#")}
-seen = {}
-for d in sys.argv[2:]:
-    for f in sorted(os.listdir(d)):
-        name = re.split(r"-\d", f)[0].lower().replace("_", "-")
-        if (name in have and not f.startswith("longctx")) or seen.get(name) == f:
-            os.remove(os.path.join(d, f))
-        elif name in seen:
-            sys.exit(f"two versions of {name}: {seen[name]} and {d}/{f}")
-        else:
-            seen[name] = f
-PY
+python3 "$HERE"/bundle_wheels.py "$HERE/image-packages.txt" --keep longctx "$DEST"/deps "$DEST"/lx "$DEST"/rt
 cp "$MODEL"/tokenizer.json "$MODEL"/tokenizer_config.json "$MODEL"/chat_template.jinja "$DEST"/tok/ 2>/dev/null || cp "$MODEL"/tokenizer* "$DEST"/tok/
 rm -rf "$W"; du -sh "$DEST"/*

@@ -20,11 +20,17 @@ export PYTHONPATH=/tmp/site-sgl PATH=/tmp/site-sgl/bin:$PATH HF_HUB_OFFLINE=1 \
   TVM_FFI_CACHE_DIR=${TVM_FFI_CACHE_DIR:-/tmp/tvm-ffi-cache}
 [ -d /usr/local/cuda/bin ] && export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} PATH=$PATH:/usr/local/cuda/bin
 # Written to a new folder and renamed into place: replicas started together must not read a half file.
-M=/tmp/llama8b-shape; T=$(mktemp -d); cp "$PARTS"/tok/* $T/
+# SHAPE=1b: a Llama-3.2-1B shape (16 layers, 8 KV heads of 64: 16 KiB of fp8 KV a token), whose KV
+# holds a million tokens on 80 GB where the 8B shape's 64 KiB a token does not.
+if [ "${SHAPE:-8b}" = 1b ]; then
+  SHAPE_FIELDS='"hidden_size":2048,"intermediate_size":8192,"num_hidden_layers":16,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":64,"max_position_embeddings":1310720'
+else
+  SHAPE_FIELDS='"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"max_position_embeddings":262144'
+fi
+M=/tmp/llama${SHAPE:-8b}-shape; T=$(mktemp -d); cp "$PARTS"/tok/* $T/
 cat > $T/config.json <<J
-{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":4096,"intermediate_size":14336,
- "num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"vocab_size":4096,
- "max_position_embeddings":262144,"rope_theta":500000.0,"rms_norm_eps":1e-5,"torch_dtype":"bfloat16",
+{"architectures":["LlamaForCausalLM"],"model_type":"llama",$SHAPE_FIELDS,"vocab_size":4096,
+ "rope_theta":500000.0,"rms_norm_eps":1e-5,"torch_dtype":"bfloat16",
  "tie_word_embeddings":false,"bos_token_id":0,"eos_token_id":2}
 J
 if [ -d $M ]; then rm -rf $T; else mv -T $T $M 2>/dev/null || rm -rf $T; fi

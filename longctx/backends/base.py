@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
+from longctx.backends.continuation import Continuations
 from longctx.backends.engines import GENERIC, identify, profiles
 from longctx.backends.http import (
     AsyncTransport,
@@ -31,13 +32,14 @@ from longctx.backends.http import (
 )
 from longctx.backends.images import ImageCounter
 from longctx.backends.metrics import Sample, parse_metrics
+from longctx.backends.prefill_wait import PrefillRate
 from longctx.backends.profiles import CacheCounters, EngineProfile
 from longctx.backends.routers import RouterInfo, detect_router
 from longctx.backends.tiers import HostTier
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
+from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
@@ -185,8 +187,10 @@ def _dropped_midway(error: ServerUnreachable) -> BackendError:
     """The error of a streamed answer cut off after its first piece: not retried (no retry takes it back)."""
     return BackendError(
         f"the answer's stream broke after its first piece went out, so it is not retried: {error}",
-        url=error.url, request_id=error.request_id, server_request_id=error.server_request_id,
-    )  # fmt: skip
+        url=error.url,
+        request_id=error.request_id,
+        server_request_id=error.server_request_id,
+    )
 
 
 class Backend:
@@ -305,15 +309,17 @@ class Backend:
         on_admitted, on_away = hooks.get("on_admitted"), hooks.get("on_away")
         stamped = replace(request, request_id=request.request_id or uuid.uuid4().hex)
         home = self._order(stamped.affinity_key)[0].api_url if on_away and len(self._replicas) > 1 else None
-        failovers = [0]
-        answering = [False]  # a token of this attempt arrived (and, streamed, may have been handed out)
+        failovers = 0
+        answering = False  # a token of this attempt arrived (and, streamed, may have been handed out)
 
         def on_first_token() -> None:
-            answering[0] = True
+            nonlocal answering
+            answering = True
             if (heard := hooks.get("on_first_token")) is not None:
                 heard()
 
         def attempt() -> Plan[tuple[Completion, _Replica]]:
+            nonlocal answering, failovers
             tried: set[str] = set()
             while True:
                 # Picking may probe a replica that was down: a blocking step then.
@@ -331,16 +337,16 @@ class Backend:
                     if on_away is not None and home is not None and replica.api_url != home:
                         yield Io(partial(on_away, replica.api_url))
                     outgoing = self._with_body_affinity(stamped, replica)
-                    answering[0] = False
+                    answering = False
                     completion = yield chat.sending(outgoing, on_first_token, on_admitted, streamed=streamed)
                 except ServerUnreachable as error:
-                    if streamed and answering[0]:
+                    if streamed and answering:
                         raise _dropped_midway(error) from error
                     if len(self._replicas) > 1:
                         replica.mark_down(error, self.retry_seconds)
                     if len(tried) == len(self._replicas):
                         raise
-                    failovers[0] += 1
+                    failovers += 1
                     continue
                 return completion, replica
 
@@ -349,9 +355,11 @@ class Backend:
         assert replica.info is not None
         reason = stamped.text_reason
         form = "ids" if stamped.prompt_ids is not None else reason and f"text: {reason}"
+        # A request sent in a session (longctx.backends.continuation) says so in its own form.
+        form = completion.usage.prompt_form or form
         if form:
             completion = replace(completion, usage=replace(completion.usage, prompt_form=form))
-        return Sent(completion, outcome.attempts + failovers[0], replica.info, stamped.request_id or "")
+        return Sent(completion, outcome.attempts + failovers, replica.info, stamped.request_id or "")
 
     def _with_body_affinity(self, request: ChatRequest, replica: _Replica) -> ChatRequest:
         """``request`` with the body fields that carry its affinity key on ``replica`` (prompt_cache_key).
@@ -374,6 +382,42 @@ class Backend:
     async def acomplete(self, request: ChatRequest, **hooks: Unpack[DeliveryHooks]) -> Sent:
         """:meth:`delivery` carried out on the running event loop (the same keywords)."""
         return await arun(self.delivery(request, **hooks))
+
+    def expect_prefill_rate(self, url: str, rate: PrefillRate) -> None:
+        """A prefill rate known for the replica at ``url`` (measured there before), until one is measured.
+
+        It bounds how long a cold request there may wait for its first token
+        (:mod:`longctx.backends.prefill_wait`); an unknown or undiscovered URL is ignored.
+        """
+        replica = self._replicas.get(url)
+        if replica is not None and replica.chat is not None:
+            replica.chat.prefill.rates.give(rate)
+
+    def continue_in_sessions(self, enabled: bool = True) -> list[str]:
+        """Send id prompts that continue an earlier one in a server session, without the shared ids.
+
+        Only where the engine has such sessions (SGLang; see
+        :mod:`longctx.backends.continuation`); the URLs of the replicas it is
+        now on for (undiscovered replicas are left as they are).
+        """
+        found = []
+        for replica in self._replicas.values():
+            chat = replica.chat
+            if chat is None or replica.info is None or not replica.info.profile.session_api:
+                continue
+            if enabled and chat.continuations is None:
+                chat.continuations = Continuations()
+            elif not enabled and chat.continuations is not None:
+                chat.close_sessions()
+                chat.continuations = None
+            if enabled:
+                found.append(replica.api_url)
+        return found
+
+    def prefill_rate(self, url: str) -> PrefillRate | None:
+        """The prefill rate that bounds a cold request's wait at ``url`` now; None: none known."""
+        replica = self._replicas.get(url)
+        return None if replica is None or replica.chat is None else replica.chat.prefill.rates.current
 
     def tokenizer(self, affinity_key: str | None = None) -> ServerTokenizer:
         """The server's own tokenizer (exact counts for this model), on the key's replica."""
@@ -579,14 +623,14 @@ def _first_contact(endpoint: HttpEndpoint, retry: RetryPolicy, options: ServerOp
 
 def _discover(
     base_url: str,
-    options: ServerOptions,
+    options: ServerOptions,  # resolved: reads no setting
     model: str | None,
     retry: RetryPolicy,
     transport: Transport | None,
 ) -> tuple[ServerInfo, HttpEndpoint]:
     endpoint = HttpEndpoint(
         base_url,
-        api_key=options.resolved_api_key(),
+        api_key=options.api_key,
         transport=transport,
         timeout=min(_DISCOVERY_TIMEOUT, options.stall_timeout, options.timeout),
     )
@@ -624,36 +668,39 @@ def connect(
 ) -> Backend:
     """Connect to the server(s) ``server`` names and discover what they are.
 
-    ``server`` is a :class:`~longctx.config.ServerOptions`, or just the
+    ``server`` is a :class:`~longctx.options.groups.ServerOptions`, or just the
     URL(s) (``connect("http://host:8000/v1")``); what it leaves unset falls
-    back to ``LONGCTX_BASE_URL``, ``LONGCTX_MODEL`` and ``LONGCTX_API_KEY``.
+    back to the settings (``LONGCTX_BASE_URL``, ``LONGCTX_MODEL``,
+    ``LONGCTX_API_KEY``, ...), read once here (:meth:`ServerOptions.resolved`;
+    options it resolved already are taken as they are).
     ``transport`` and ``async_transport`` replace the network in tests.
     The caller owns the backend and closes it. Raises
     :class:`ServerUnreachable` when no server answers and
     :class:`ConfigError` when the model is not served.
     """
-    options = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
+    given = server if isinstance(server, ServerOptions) else ServerOptions(base_url=server)
+    options = given.resolved()  # the settings read once, here, where the backend is made
     # The user's bound on a request holds for its retries too.
     policy = retry or RetryPolicy(total_seconds=min(RetryPolicy.total_seconds, options.timeout))
     urls = options.base_urls()
-    key = options.resolved_api_key()
-    headers = options.resolved_affinity_headers()
     # With replicas, a dead URL is tried once, not retried: it is marked
     # down and tried again later, and the others serve meanwhile.
     discovery = policy if len(urls) == 1 else RetryPolicy(attempts=1)
-    chosen: list[str | None] = [options.resolved_model()]
+    # The model asked for, else the first replica's: every later replica must serve the same one.
+    model = options.model
 
     def open_replica(url: str) -> tuple[ServerInfo, HttpEndpoint, ChatClient]:
-        info, endpoint = _discover(url, options, chosen[0], discovery, transport)
-        chosen[0] = chosen[0] or info.model
+        nonlocal model
+        info, endpoint = _discover(url, options, model, discovery, transport)
+        model = model or info.model
         chat = ChatClient(
             info.api_url,
             info.model,
-            api_key=key,
+            api_key=options.api_key,
             timeout=options.timeout,
             stall_timeout=options.stall_timeout,
             profile=info.profile,
-            affinity_headers=headers,
+            affinity_headers=options.resolved_affinity_headers(),
             transport=transport,
             async_transport=async_transport,
             tier_details=info.host_tier is not None,

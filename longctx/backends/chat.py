@@ -23,13 +23,16 @@ ids are noted there).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from longctx.backends.continuation import Continuations, GeneratePlan, generate_chunk, refusal
 from longctx.backends.http import (
+    TRANSPORT_ERRORS,
     AsyncTransport,
     EventPost,
     Transport,
@@ -37,15 +40,18 @@ from longctx.backends.http import (
     make_async_client,
     make_client,
     post_events,
+    split_base_url,
 )
+from longctx.backends.prefill_wait import MIN_PREFILL_TOKENS, PrefillWatch
 from longctx.backends.profiles import EngineProfile
-from longctx.config import (
+from longctx.drivers import Io
+from longctx.errors import BackendError
+from longctx.options.groups import (
     DEFAULT_AFFINITY_HEADERS,
     DEFAULT_STALL_TIMEOUT_SECONDS,
     DEFAULT_TIMEOUT_SECONDS,
     ECHOED_HEADERS,
 )
-from longctx.drivers import Io
 from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
@@ -56,7 +62,7 @@ class ChatRequest:
     """One chat completion to send.
 
     ``affinity_key`` goes out in each of the client's affinity headers
-    (:data:`longctx.config.DEFAULT_AFFINITY_HEADERS` unless set otherwise)
+    (:data:`longctx.options.groups.DEFAULT_AFFINITY_HEADERS` unless set otherwise)
     and as the ``user`` field, which routers (vllm-router, SGLang's gateway,
     llm-d, Dynamo) use to keep a prefix on one replica.
     ``cache_salt`` namespaces the server's prefix cache (tenants never share).
@@ -272,11 +278,23 @@ class _Read:
     a plain step reads it to the end, a streamed one hands its pieces on.
     """
 
-    def __init__(self, chat: ChatClient, post: EventPost, on_first_token: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        chat: ChatClient,
+        post: EventPost,
+        on_first_token: Callable[[], None] | None,
+        on_finished: Callable[[Completion], None] | None = None,
+    ) -> None:
         self._chat = chat
         self._post = post
         self._on_first_token = on_first_token
+        self._on_finished = on_finished
         self._completion: Completion | None = None
+
+    def _finish(self, accumulator: _Accumulator) -> None:
+        self._completion = accumulator.finish()
+        if self._on_finished is not None:
+            self._on_finished(self._completion)
 
     def _accumulator(self) -> _Accumulator:
         return _Accumulator(time.perf_counter(), self._chat.profile.missing_report, self._on_first_token)
@@ -286,14 +304,14 @@ class _Read:
         for chunk in post_events(self._chat._sync, self._post):
             if added := accumulator.add(chunk):
                 yield added
-        self._completion = accumulator.finish()
+        self._finish(accumulator)
 
     async def aeach(self) -> AsyncGenerator[str, None]:
         accumulator = self._accumulator()
         async for chunk in apost_events(self._chat._async, self._post):
             if added := accumulator.add(chunk):
                 yield added
-        self._completion = accumulator.finish()
+        self._finish(accumulator)
 
     @property
     def value(self) -> Completion:
@@ -310,6 +328,139 @@ class _Read:
         async for _ in self.aeach():
             pass
         return self.value
+
+
+class _Refused(Exception):
+    """The server refused a session continuation before its first token (the session is gone)."""
+
+
+class _SessionRead(_Read):
+    """A request sent in an SGLang session (:mod:`longctx.backends.continuation`); sent whole if refused.
+
+    A lead opens its session first. A refusal before the first token (the
+    session is gone, the open failed) sends the request whole on
+    ``/v1/completions`` at once, its prompt form saying why.
+    """
+
+    def __init__(
+        self,
+        chat: ChatClient,
+        plan: GeneratePlan,
+        post: EventPost,
+        whole: EventPost,
+        *,
+        on_first_token: Callable[[], None] | None,
+        on_finished: Callable[[Completion], None] | None,
+    ) -> None:
+        super().__init__(chat, post, on_first_token, on_finished)
+        self._plan = plan
+        self._whole = whole
+        self._opening = {"capacity_of_str_len": 1 << 30, "session_id": plan.session_id}
+
+    def _opened(self, status: int, answer: str) -> str | None:
+        """Why the session did not open; None: it did."""
+        if status != 200 or plan_id_of(answer) != self._plan.session_id:
+            return f"open_session answered HTTP {status}: {answer[:200]}"
+        return None
+
+    def _fallback(self, why: str) -> _Read:
+        assert self._chat.continuations is not None
+        self._chat.continuations.failed(self._plan)
+        self._form = f"ids: session continuation refused: {why}"
+        return _Read(self._chat, self._whole, self._on_first_token, self._on_finished)
+
+    def _with_form(self, completion: Completion, form: str) -> Completion:
+        usage = completion.usage
+        return Completion(
+            **{**completion.__dict__, "usage": Usage(**{**usage.__dict__, "prompt_form": form})}
+        )
+
+    def each(self) -> Generator[str, None, None]:
+        root = split_base_url(self._chat.api_url)[0]
+        why = None
+        if self._plan.opens:
+            self._chat.close_sessions(retired_only=True)
+            try:
+                answer = self._chat._sync.post(
+                    f"{root}/open_session", json=self._opening, headers=self._post.headers
+                )
+                why = self._opened(answer.status_code, answer.text)
+            except TRANSPORT_ERRORS as error:
+                why = f"open_session failed: {error}"
+        if why is None:
+            accumulator, seen = self._accumulator(), ""
+            try:
+                for event in post_events(self._chat._sync, self._post):
+                    chunk, seen = self._take(event, seen, accumulator)
+                    if added := accumulator.add(chunk):
+                        yield added
+                self._finish_session(accumulator)
+                return
+            except (_Refused, BackendError) as error:
+                if accumulator.first_token_at is not None:
+                    raise
+                why = str(error)
+        fallback = self._fallback(why)
+        yield from fallback.each()
+        self._completion = self._with_form(fallback.value, self._form)
+
+    async def aeach(self) -> AsyncGenerator[str, None]:
+        root = split_base_url(self._chat.api_url)[0]
+        why = None
+        if self._plan.opens:
+            for retired in self._chat.continuations.to_close() if self._chat.continuations else ():
+                with contextlib.suppress(*TRANSPORT_ERRORS):
+                    closing = {"session_id": retired}
+                    await self._chat._async.post(f"{root}/close_session", json=closing, timeout=5.0)
+            try:
+                answer = await self._chat._async.post(
+                    f"{root}/open_session", json=self._opening, headers=self._post.headers
+                )
+                why = self._opened(answer.status_code, answer.text)
+            except TRANSPORT_ERRORS as error:
+                why = f"open_session failed: {error}"
+        if why is None:
+            accumulator, seen = self._accumulator(), ""
+            try:
+                async for event in apost_events(self._chat._async, self._post):
+                    chunk, seen = self._take(event, seen, accumulator)
+                    if added := accumulator.add(chunk):
+                        yield added
+                self._finish_session(accumulator)
+                return
+            except (_Refused, BackendError) as error:
+                if accumulator.first_token_at is not None:
+                    raise
+                why = str(error)
+        fallback = self._fallback(why)
+        async for piece in fallback.aeach():
+            yield piece
+        self._completion = self._with_form(fallback.value, self._form)
+
+    def _take(
+        self, event: dict[str, Any], seen: str, accumulator: _Accumulator
+    ) -> tuple[dict[str, Any], str]:
+        if (why := refusal(event)) is not None:
+            if accumulator.first_token_at is None:
+                raise _Refused(why)
+            raise BackendError(f"the server aborted the answer midway: {why}", url=self._post.url)
+        return generate_chunk(event, seen)
+
+    def _finish_session(self, accumulator: _Accumulator) -> None:
+        assert self._chat.continuations is not None
+        self._finish(accumulator)
+        self._chat.continuations.finished(self._plan)
+        form = (
+            "ids: session" if self._plan.continues is None else f"ids: session, {self._plan.offset} ids kept"
+        )
+        assert self._completion is not None
+        self._completion = self._with_form(self._completion, form)
+
+
+def plan_id_of(answer: str) -> str | None:
+    """The session id an ``/open_session`` answer names (a JSON string)."""
+    text = answer.strip()
+    return text[1:-1] if len(text) >= 2 and text[0] == text[-1] == '"' else text or None
 
 
 class ChatClient:
@@ -342,6 +493,10 @@ class ChatClient:
         self._async = make_async_client(
             timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
         )
+        #: This server's prefill rates and the prompts sent to it: how long a first token may take.
+        self.prefill = PrefillWatch(stall_timeout)
+        #: The sessions a request continues in without resending its prefix (SGLang); None: off.
+        self.continuations: Continuations | None = None
 
     def _arguments(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, str]]:
         """The request's body and headers."""
@@ -411,6 +566,8 @@ class ChatClient:
         """
         body, headers = self._arguments(request)
         route = "completions" if request.prompt_ids is not None else "chat/completions"
+        wait, prompt = self.prefill.wait(request.prompt_ids, request.messages, request.cache_salt)
+        longer = wait.gives_up_after > self.prefill.stall_seconds
         post = EventPost(
             f"{self.api_url}/{route}",
             body,
@@ -418,10 +575,32 @@ class ChatClient:
             on_admitted,
             partial(self._heard, request.affinity_key),
             request_id=request.request_id,  # sent as X-Request-Id, named by the request's errors
+            read_timeout=wait.gives_up_after if longer else None,
+            waiting_for=wait.describe() if wait.uncached_tokens >= MIN_PREFILL_TOKENS else None,
         )
 
+        def observe(done: Completion) -> None:
+            self.prefill.observe(prompt, done.usage)
+
+        plan = self.continuations.plan(request) if self.continuations is not None else None
+        if plan is not None:
+            root = split_base_url(self.api_url)[0]
+            in_session = replace(post, url=f"{root}/generate", body=plan.body)
+
+            def read_in_session() -> _Read:
+                return _SessionRead(
+                    self, plan, in_session, post, on_first_token=on_first_token, on_finished=observe
+                )
+
+            session_read = read_in_session
+            return Io(
+                lambda: session_read().read(),
+                lambda: session_read().aread(),
+                session_read if streamed else None,
+            )
+
         def read() -> _Read:
-            return _Read(self, post, on_first_token)
+            return _Read(self, post, on_first_token, observe)
 
         return Io(lambda: read().read(), lambda: read().aread(), read if streamed else None)
 
@@ -435,10 +614,24 @@ class ChatClient:
         return self.sending(request, on_first_token, on_admitted).call()
 
     def close(self) -> None:
+        self.close_sessions()
         self._sync.close()
 
     async def aclose(self) -> None:
+        self.close_sessions()
         await self._async.aclose()
+
+    def close_sessions(self, *, retired_only: bool = False) -> None:
+        """Close the sessions opened here, or only the retired ones; best effort (a dead server has none)."""
+        if self.continuations is None or self._sync.is_closed:
+            return
+        root = split_base_url(self.api_url)[0]
+        closing = self.continuations.to_close() if retired_only else self.continuations.close_all()
+        for session_id in closing:
+            try:
+                self._sync.post(f"{root}/close_session", json={"session_id": session_id}, timeout=5.0)
+            except TRANSPORT_ERRORS:
+                continue
 
     @property
     def is_closed(self) -> bool:

@@ -50,8 +50,8 @@ from longctx.backends.profiles import (
     truth,
 )
 from longctx.backends.tiers import HostTier
-from longctx.config import DEFAULT_CONCURRENCY
 from longctx.errors import BackendError
+from longctx.options.groups import DEFAULT_CONCURRENCY
 
 __all__ = [
     "DYNAMO",
@@ -126,6 +126,18 @@ def _true(value: Any) -> bool:
 
 def _sixteen_bit(value: Any) -> bool:
     return isinstance(value, str) and value.lower() in _SIXTEEN_BIT
+
+
+def _not_vllm_cpu(labels: Mapping[str, Any]) -> bool:
+    """Whether a vLLM's ``cache_config_info`` labels are not its CPU build's, which takes no fp8 KV cache.
+
+    The CPU build sizes its cache from ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, in
+    ``kv_cache_memory_bytes``, which a GPU build leaves None) and pages it in
+    blocks of 128 tokens (vLLM 0.32.0's CPU platform; a GPU's are 16).
+    """
+    memory = _whole(labels.get("kv_cache_memory_bytes"))
+    whole_gib = memory is not None and memory > 0 and memory % 2**30 == 0
+    return not (whole_gib and _whole(labels.get("block_size")) == 128)
 
 
 def _whole(value: Any) -> int | None:
@@ -329,7 +341,7 @@ VLLM = EngineProfile(
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
         Check("warning", "enable_chunked_prefill", _false, _CHUNKED, _STALLS),
         Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
-        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES),
+        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES, _not_vllm_cpu),
     ),
     # Images (0.32.0 CPU, tiny Qwen2-VL, 2026-12-06): /tokenize with chat messages expands an image
     # part to its tokens (154 for a 300 x 400 PNG, plus <|vision_start|> and <|vision_end|>) and
@@ -372,6 +384,7 @@ VLLM = EngineProfile(
 
 SGLANG = EngineProfile(
     name="sglang",
+    prefix_cache="radix",
     label="SGLang",
     missing_report="SGLang does not report cached tokens: start it with --enable-cache-report",
     owned_by=("sglang",),
@@ -409,6 +422,7 @@ SGLANG = EngineProfile(
     # /v1/completions takes prompt as a list of ids (0.5.17 on the H200, 0.5.23 on the CPU; its
     # /generate takes input_ids too, but answers in its own format).
     takes_prompt_ids=True,
+    session_api=True,
     # docs/benchmarks.md "gpu-siblings-sglang" (H200, SGLang 0.5.17: fcfs, page 1, triton
     # attention, 99.7k-token pack): admitted 24.6 s, lead 25.4 s, together 26.2 s; the fastest
     # plain client (lead then 7) 24.8 s. SGLang does not share a prefix still being prefilled:

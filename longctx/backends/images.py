@@ -34,7 +34,7 @@ from typing import Any, Literal, Protocol
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, TokenizerError
-from longctx.image_tokens import SERVER_COUNTED
+from longctx.tokens.images import SERVER_COUNTED
 
 __all__ = [
     "EncodedImage",
@@ -106,7 +106,7 @@ def image_part(image: ImageLike) -> dict[str, Any]:
 class ImageCounter:
     """Image questions to one server (``endpoint``, its ``profile``, the served ``model``); counts cached.
 
-    An :class:`~longctx.image_tokens.ImageTokenCounter` (``identity``,
+    An :class:`~longctx.tokens.images.ImageTokenCounter` (``identity``,
     ``estimated`` False, :meth:`count_images`), so a pack's budget counts
     its images through the server. Thread-safe. Raises :class:`~longctx.errors.TokenizerError` when the
     server cannot count an image (a text-only model, an unreadable image),

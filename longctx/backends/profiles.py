@@ -55,7 +55,9 @@ class Check:
     """One setting doctor reads (in the engine's own name) and the flag to add when ``off`` holds for it.
 
     ``flag`` and ``reason`` may name the observed value as ``{value}``. A
-    setting the server did not report yields no finding.
+    setting the server did not report yields no finding; nor does a server
+    ``applies`` (given) says the flag does not fit (vLLM's CPU build takes
+    no fp8 KV cache).
     """
 
     severity: Literal["warning", "suggestion"]
@@ -63,9 +65,12 @@ class Check:
     off: Callable[[Any], bool]
     flag: str
     reason: str
+    applies: Callable[[Mapping[str, Any]], bool] | None = None
 
     def finding(self, observed: Mapping[str, Any]) -> Finding | None:
         if self.setting not in observed or not self.off(observed[self.setting]):
+            return None
+        if self.applies is not None and not self.applies(observed):
             return None
         value = "null" if observed[self.setting] is None else str(observed[self.setting])
         return Finding(
@@ -252,6 +257,9 @@ class EngineProfile:
     #: Whether ``/v1/completions`` takes ``prompt`` as a list of token ids (sessions then send the
     #: pack as ids: longctx.sessions.prompt_ids).
     takes_prompt_ids: bool = False
+    #: Whether the engine continues a stored prompt in a session without it being resent
+    #: (SGLang's ``/open_session`` and ``session_params`` on ``/generate``: longctx.backends.continuation).
+    session_api: bool = False
     #: Body fields that make the engine say per request where its cached tokens came from.
     tier_detail_switches: tuple[str, ...] = ()
     #: Where a request caps the prompt tokens it offloads to a host tier: (body field, key in it).
@@ -271,6 +279,9 @@ class EngineProfile:
     #: tokens (so it counts an image without running the model); else an image's tokens are the
     #: prompt tokens of a one-token chat request less those of the same request without the image.
     tokenize_expands_images: bool = False
+    #: How its prefix cache finds a hit (longctx.lint simulates it): ``blocks``, a hash chain over
+    #: full blocks up to the first miss (vLLM); ``radix``, a token radix tree in pages (SGLang).
+    prefix_cache: Literal["blocks", "radix"] = "blocks"
 
     @property
     def tokenizes(self) -> bool:

@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Final
 
 from longctx.backends.engines import find_profile
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
-from longctx.errors import BackendError, TokenizerError
+from longctx.errors import BackendError, BudgetError, TokenizerError
 
-__all__ = ["CHUNK_CHARS", "COUNT_TIMEOUT_SECONDS", "ServerTokenizer"]
+__all__ = ["CHUNK_CHARS", "COUNT_TIMEOUT_SECONDS", "CountWatch", "ServerTokenizer", "watched_counts"]
 
 # A probe covering scripts, digits, whitespace runs and punctuation: two
 # tokenizers that split it the same way are, for counting, the same.
@@ -44,6 +47,64 @@ for the tokens a cut splits, at most a token or two per piece.
 
 COUNT_TIMEOUT_SECONDS: Final = 60.0
 """Longest wait for one count request (a piece of at most :data:`CHUNK_CHARS`)."""
+
+
+@dataclass(frozen=True)
+class CountWatch:
+    """What a long count reports and where it stops (:func:`watched_counts`).
+
+    ``on_progress`` hears (characters counted, characters to count) after each
+    piece; ``limit`` (tokens; None: none) stops the counting once the pieces
+    counted already prove more: their counts less two a piece (what a cut
+    may have split), a bound never above the true count, so a text that fits
+    is never refused. ``budget`` describes the limit in the error.
+    """
+
+    limit: int | None = None
+    on_progress: Callable[[int, int], None] | None = None
+    budget: str = ""
+
+
+_WATCH: ContextVar[CountWatch | None] = ContextVar("longctx_count_watch", default=None)
+
+
+@contextmanager
+def watched_counts(watch: CountWatch) -> Iterator[None]:
+    """Within the block, a server tokenizer's counts in this context report to and stop at ``watch``."""
+    token = _WATCH.set(watch)
+    try:
+        yield
+    finally:
+        _WATCH.reset(token)
+
+
+class _Tally:
+    """The pieces counted so far of one ``count_many``, against the watch in effect."""
+
+    def __init__(self, pieces: Sequence[str]) -> None:
+        self.watch = _WATCH.get()
+        self.total_chars = sum(len(piece) for piece in pieces)
+        self.chars = self.tokens = self.pieces = 0
+
+    def add(self, piece: str, count: int) -> None:
+        if self.watch is None:
+            return
+        self.chars += len(piece)
+        self.tokens += count
+        self.pieces += 1
+        if self.watch.on_progress is not None and self.total_chars > CHUNK_CHARS:
+            self.watch.on_progress(self.chars, self.total_chars)
+        least = self.tokens - 2 * self.pieces
+        if self.watch.limit is not None and least > self.watch.limit:
+            budget = self.watch.budget or f"{self.watch.limit:,}"
+            raise BudgetError(
+                f"the pack cannot fit: {self.chars:,} of its {self.total_chars:,} characters to count already"
+                f" hold at least {least:,} tokens, over the budget of {budget};"
+                " the rest was not tokenized. Exclude the largest files (--exclude, --max-file-bytes;"
+                " `longctx pack PATHS --json` lists them), or use a larger context.",
+                total_tokens=least,
+                budget_tokens=self.watch.limit,
+            )
 
 
 class ServerTokenizer:
@@ -111,12 +172,13 @@ class ServerTokenizer:
             for piece in _pieces(text):
                 pieces.append(piece)
                 owners.append(index)
+        tally = _Tally(pieces)
         if self.profile.tokenize_batches:
-            piece_counts = self._count_batched(pieces)
+            piece_counts = self._count_batched(pieces, tally)
         elif len(pieces) == 1:
             piece_counts = [self._count_one(pieces[0])]
         else:
-            piece_counts = self._count_parallel(pieces)
+            piece_counts = self._count_parallel(pieces, tally)
         counts = [0] * len(texts)
         for owner, count in zip(owners, piece_counts, strict=True):
             counts[owner] += count
@@ -134,11 +196,15 @@ class ServerTokenizer:
     def _count_one(self, text: str) -> int:
         return len(self._tokens(text, COUNT_TIMEOUT_SECONDS))
 
-    def _count_parallel(self, pieces: Sequence[str]) -> list[int]:
+    def _count_parallel(self, pieces: Sequence[str], tally: _Tally) -> list[int]:
         with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
             futures = [pool.submit(self._count_one, piece) for piece in pieces]
             try:
-                return [future.result() for future in futures]
+                counts = []
+                for piece, future in zip(pieces, futures, strict=True):
+                    counts.append(future.result())
+                    tally.add(piece, counts[-1])  # may stop the count: the pack cannot fit
+                return counts
             except BaseException:
                 # Nothing more is sent once one failed: the server is not left
                 # tokenizing pieces whose answers nobody reads.
@@ -146,17 +212,24 @@ class ServerTokenizer:
                     future.cancel()
                 raise
 
-    def _count_batched(self, texts: Sequence[str]) -> list[int]:
+    def _count_batched(self, texts: Sequence[str], tally: _Tally) -> list[int]:
         counts: list[int] = []
         batch: list[str] = []
         size = 0
+
+        def send() -> None:
+            counted = self._count_list(batch)
+            counts.extend(counted)
+            for text, count in zip(batch, counted, strict=True):
+                tally.add(text, count)
+
         for text in texts:
             if batch and size + len(text) > _BATCH_CHARS:
-                counts.extend(self._count_list(batch))
+                send()
                 batch, size = [], 0
             batch.append(text)
             size += len(text)
-        counts.extend(self._count_list(batch))
+        send()
         return counts
 
     def _count_list(self, texts: list[str]) -> list[int]:

@@ -34,12 +34,15 @@ class Wait:
     url: str
     since: float
     gives_up_after: float
+    #: What the server is expected to be doing meanwhile (a cold prefill and how long it should take).
+    about: str | None = None
 
     def describe(self, now: float | None = None) -> str:
-        """``waiting for URL (3 s, gives up after 30 s)``."""
+        """``waiting for URL (3 s, gives up after 30 s)``, then what it waits for when known."""
         elapsed = (time.monotonic() if now is None else now) - self.since
         bound = seconds_text(self.gives_up_after)
-        return f"waiting for {self.url} ({elapsed:.0f} s, gives up after {bound} s)"
+        line = f"waiting for {self.url} ({elapsed:.0f} s, gives up after {bound} s)"
+        return f"{line}: {self.about}" if self.about else line
 
 
 class WaitHandle:
@@ -62,11 +65,11 @@ class Waits:
         self._waiting: dict[int, Wait] = {}
 
     @contextmanager
-    def waiting(self, url: str, gives_up_after: float) -> Iterator[WaitHandle]:
+    def waiting(self, url: str, gives_up_after: float, about: str | None = None) -> Iterator[WaitHandle]:
         """Register a wait on ``url`` for the block (or until the handle's :meth:`~WaitHandle.end`)."""
         with self._lock:
             number = next(self._numbers)
-            self._waiting[number] = Wait(url, time.monotonic(), gives_up_after)
+            self._waiting[number] = Wait(url, time.monotonic(), gives_up_after, about)
         handle = WaitHandle(self, number)
         try:
             yield handle

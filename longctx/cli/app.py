@@ -15,6 +15,7 @@ run the commands in process against a fake server.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from collections.abc import Callable, Iterator
@@ -38,8 +39,8 @@ from longctx.errors import (
 )
 
 if TYPE_CHECKING:
-    from longctx.backends.base import Backend
-    from longctx.config import ServerOptions
+    from longctx.backends import Backend
+    from longctx.options import ServerOptions
     from longctx.schemas import AnswerSchema
     from longctx.store import Store
 
@@ -56,12 +57,15 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_INVALID_ANSWER",
     "EXIT_ITEMS_FAILED",
+    "EXIT_LINT_FINDINGS",
     "EXIT_NO_PREFIX_CACHE",
     "EXIT_NO_SESSION",
     "EXIT_OK",
+    "EXIT_REPLAY_MISMATCH",
     "EXIT_SERVER",
     "EXIT_TOO_LONG",
     "EXIT_UNREACHABLE",
+    "EXIT_UNVERIFIED_CITATIONS",
     "EXIT_USAGE",
     "App",
     "Runtime",
@@ -94,6 +98,9 @@ EXIT_ITEMS_FAILED = 9
 EXIT_CANARY = 10
 EXIT_NO_PREFIX_CACHE = 11
 EXIT_INVALID_ANSWER = 12
+EXIT_UNVERIFIED_CITATIONS = 13
+EXIT_LINT_FINDINGS = 14
+EXIT_REPLAY_MISMATCH = 15
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
@@ -115,6 +122,12 @@ EXIT_CODES: dict[int, str] = {
     " a prefix (the flag to add is printed)",
     EXIT_INVALID_ANSWER: "an answer asked with `--schema` is cut, not JSON or refused by the schema"
     " (the raw answer is printed on stderr)",
+    EXIT_UNVERIFIED_CITATIONS: "`--require-citations`: an answer gave no sources, or a source it cites is not"
+    " verified against the pack (the answers and citations are printed first)",
+    EXIT_LINT_FINDINGS: "`longctx lint`: a finding of a `--fail-on` cause,"
+    " or a hit rate under `--min-hit-rate`",
+    EXIT_REPLAY_MISMATCH: "`longctx lint --replay`: the server's cached tokens or counters differ"
+    " from the simulation, or a replayed request failed",
     EXIT_INTERRUPTED: "interrupted (Ctrl-C); a batch first prints the answers already stored"
     " and the session id",
 }
@@ -161,7 +174,9 @@ def _fail(error: LongctxError, *, as_json: bool = False) -> NoReturn:
         emit_json({"error": failure})
     click.echo(f"longctx: error: {error.describe()}", err=True)
     if raw and not as_json:
-        click.echo(f"longctx: the answer as it came:\n{raw['text']}", err=True)
+        from longctx.cli.terminal import shown  # the model's text: inert on a terminal
+
+        click.echo(f"longctx: the answer as it came:\n{shown(raw['text'], sys.stderr)}", err=True, color=True)
     sys.exit(code)
 
 
@@ -180,6 +195,9 @@ COMMAND_MODULES: dict[str, str] = {
     "mcp": "longctx.cli.mcp",
     "job": "longctx.cli.jobs",
     "serve": "longctx.cli.serve",
+    "lint": "longctx.cli.traffic",
+    "proxy": "longctx.cli.traffic",
+    "retention": "longctx.cli.traffic",
 }
 
 
@@ -198,6 +216,11 @@ COMMAND_SUMMARIES: dict[str, str] = {
     "mcp": "Serve longctx's tools to an agent over stdio (Model Context Protocol).",
     "job": "Answer a JSONL file of {paths, question} items, pack by pack, resumably.",
     "serve": "Start a local server to try longctx on; Ctrl-C stops it.",
+    "lint": "Lint a request log for prefix-cache reuse: cached tokens per request on vLLM and SGLang,"
+    " every break.",
+    "proxy": "Record an application's requests on their way to a server: point its base URL here.",
+    "retention": "Measure how many packs of --pack-tokens the server really keeps,"
+    " beside the estimate from its KV size.",
 }
 
 
@@ -261,6 +284,8 @@ class Runtime:
     def __init__(self, backend: Backend | None = None, open_store: Callable[[], Store] | None = None) -> None:
         self.backend = backend
         self._open_store = open_store
+        # The command's --store (a server's URL), where it was given: it wins over LONGCTX_STORE.
+        self.store_url: str | None = None
 
     def open_store(self) -> Store:
         """The store commands use (the caller closes it)."""
@@ -268,7 +293,7 @@ class Runtime:
             return self._open_store()
         from longctx.store import Store  # imported here: `longctx --help` opens no store
 
-        return Store.open()
+        return Store.open(database_url=self.store_url)
 
     def connect(self, server: ServerOptions) -> Backend:
         """The given backend, else a new connection (the caller closes it)."""
@@ -276,7 +301,7 @@ class Runtime:
             return self.backend
         # Imported here, not above: the backends and the HTTP client they load are
         # import time that `longctx pack` with an offline tokenizer never needs.
-        from longctx.backends.base import connect
+        from longctx.backends import connect
 
         return connect(server)
 
@@ -316,8 +341,13 @@ def progress(enabled: bool) -> Iterator[Callable[[str], None]]:
         return
     from longctx.cli.waiting import StatusLine, watching_waits
 
+    if not sys.stderr.isatty():
+        # Plain lines: rich (about 40 modules) is not imported for a file or a pipe.
+        with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
+            yield lambda message: None
+        return
     console = _console()
-    if not console.is_terminal:
+    if not console.is_terminal:  # a terminal rich does not take for one (TERM=dumb...)
         with watching_waits(plain=lambda line: click.echo(f"longctx: {line}", err=True)):
             yield lambda message: None
         return
@@ -345,8 +375,11 @@ def progress_bar(enabled: bool, total: int) -> Iterator[Callable[[int, str], Non
         def update(done: int, message: str) -> None:
             bar.update(task, completed=done, description=message)
 
-        # A silent server is said above the bar (or as plain lines off a terminal).
-        with watching_waits(plain=lambda line: console.print(f"longctx: {line}", markup=False)):
+        # A silent server is said above the bar (or as plain lines off a terminal), never wrapped:
+        # a file or a pipe gets whole lines, however wide.
+        with watching_waits(
+            plain=lambda line: console.print(f"longctx: {line}", markup=False, soft_wrap=True)
+        ):
             yield update
 
 
@@ -373,31 +406,37 @@ def _apply(function: Callable[..., Any], options: list[Any]) -> Callable[..., An
 
 
 def server_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
+    """The flags of :class:`~longctx.options.ServerOptions` (``--base-url``, ...), passed on as ``server``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.config import ServerOptions
+    from longctx.options import ServerOptions
 
-    return options_from_flags(ServerOptions, "server")(function)
+    @functools.wraps(function)
+    def with_store(*args: Any, server: ServerOptions, **kwargs: Any) -> Any:
+        if server.store is not None:  # --store: the store the command opens
+            runtime().store_url = server.store
+        return function(*args, server=server, **kwargs)
+
+    return options_from_flags(ServerOptions, "server")(with_store)
 
 
 def corpus_options(function: Callable[..., Any]) -> Callable[..., Any]:
-    """The flags of :class:`~longctx.config.CorpusOptions` (its limits' too), passed on as ``corpus``."""
+    """The flags of :class:`~longctx.options.CorpusOptions` (its limits' too), passed on as ``corpus``."""
     from longctx.cli.flags import options_from_flags
-    from longctx.config import CorpusOptions
+    from longctx.options import CorpusOptions
 
     return options_from_flags(CorpusOptions, "corpus")(function)
 
 
 def request_options(**groups: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The flags of :class:`~longctx.config.RequestOptions`, passed on as ``request``.
+    """The flags of :class:`~longctx.options.groups.RequestOptions`, passed on as ``request``.
 
     Every command gets those of no group (``--max-tokens``, ``--cache-salt``);
     ``concurrency=True`` adds ``--concurrency`` and ``--dispatch``, and
     ``follow_changes``, ``warm_start``, ``token_history`` their own switches
-    (each flag's ``group`` in :mod:`longctx.config`).
+    (each flag's ``group`` in :mod:`longctx.options.groups`).
     """
     from longctx.cli.flags import options_from_flags
-    from longctx.config import RequestOptions
+    from longctx.options import RequestOptions
 
     return options_from_flags(RequestOptions, "request", [name for name, wanted in groups.items() if wanted])
 

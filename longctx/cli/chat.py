@@ -7,8 +7,15 @@ sends a question that starts with ``/`` (``//etc/hosts?`` asks
 input (Ctrl-D), ``/quit`` or ``/exit`` end the chat.
 
 Turns are numbered from 1, as the savings report numbers them. A resumed
-session (``--session``) shows its earlier turns first: the last
-:data:`SHOWN_IN_FULL` in full, the ones before as one line each.
+session (``--session``) shows its earlier turns first, one line each (the
+question and the start of its answer); ``/history`` prints them in full.
+
+Ctrl-C while a turn runs (its answer streaming, or a server away) stops
+it and returns to the prompt: the stopped answer is not stored, and the
+question stays in the input history, so the Up arrow offers it again. A
+Ctrl-C at the prompt says how to end; a second one in a row (or Ctrl-D, or
+an empty line) ends the chat as ``/quit`` does. From a script (stdin no
+terminal) a Ctrl-C ends the chat (exit 130).
 
 A question that is not answered (Ctrl-C, or an error that ends the chat) is
 not lost: the closing line repeats it, and on a terminal it stays in the
@@ -33,26 +40,21 @@ import click
 
 from longctx.cli.app import note
 from longctx.cli.streaming import Printing, print_answer, spinning
+from longctx.cli.terminal import shown
 from longctx.errors import ServerUnreachable
-from longctx.sessions.answers import Answer
-from longctx.sessions.conversation import Conversation
-from longctx.sessions.reuse import answer_reuse
-from longctx.sessions.session import Session
+from longctx.sessions import Answer, Conversation, Session, answer_reuse
+from longctx.store import TurnRecord
 from longctx.store.permissions import create_private_file
-from longctx.store.records import TurnRecord
 
 #: The chat commands and what each does (``/help`` prints this table).
 COMMANDS: dict[str, str] = {
     "/help": "this list",
-    "/history": "the turns so far (numbered as the report numbers them)",
+    "/history": "the turns so far, in full (numbered as the report numbers them)",
     "/tokens": "the session's tokens so far: prompt, cached, completion",
     "/report": "the savings report so far",
-    "/quit": "end the chat (also /exit, Ctrl-D or an empty line)",
+    "/quit": "end the chat (also /exit, Ctrl-D, an empty line or Ctrl-C twice at the prompt)",
     "/exit": "end the chat",
 }
-
-#: The earlier turns a resumed chat shows in full (the ones before: one line each).
-SHOWN_IN_FULL = 3
 
 #: The chat's input history, kept beside the store's database.
 HISTORY_FILE = "chat_history"
@@ -95,7 +97,7 @@ class _Input:
                 self._readline.read_history_file(history)
 
     def read(self) -> str | None:
-        """The next line, stripped; None at the end of input (Ctrl-D)."""
+        """The next line, stripped; None at the end of input (Ctrl-D); a Ctrl-C is raised on."""
         if self._readline is not None:
             try:
                 return input("> ").strip()
@@ -170,7 +172,8 @@ def say_stored(session: Conversation) -> None:
     turns = getattr(session, "turns", ())  # a map-reduce session keeps no turns of its own
     if turns:
         resume = f"resume with: longctx chat --session {session.id}"
-        click.echo(f"longctx: session {session.id} has {len(turns)} turns stored; {resume}", err=True)
+        stored = f"{len(turns)} turn{'' if len(turns) == 1 else 's'}"
+        click.echo(f"longctx: session {session.id} has {stored} stored; {resume}", err=True)
     else:
         click.echo("longctx: no turn was answered, so no session was stored", err=True)
 
@@ -178,12 +181,25 @@ def say_stored(session: Conversation) -> None:
 def _turns(chat: _Chat) -> None:
     session = chat.session
     _show_earlier_turns(chat)
+    count = len(session.turns)
     chat.say(
-        f"session {session.id} ({len(session.turns)} earlier turns); "
+        f"session {session.id} ({count} earlier turn{'' if count == 1 else 's'}); "
         "/help for commands, /quit or an empty line to end"
     )
+    interrupted = False  # the last thing the user did was a Ctrl-C
     while True:
-        line = chat.input.read()
+        try:
+            line = chat.input.read()
+        except KeyboardInterrupt:
+            if not chat.input.interactive:
+                raise  # from a script: the chat ends (exit 130)
+            if interrupted:
+                click.echo(err=True)
+                break
+            interrupted = True
+            click.echo("\n(Ctrl-C again, Ctrl-D or an empty line ends the chat)", err=True)
+            continue
+        interrupted = False
         if not line:
             break
         question = _command(chat, line)
@@ -192,7 +208,20 @@ def _turns(chat: _Chat) -> None:
         if question is None:
             continue
         chat.unsent = question
-        answer = _ask_through_outages(chat, question)
+        try:
+            answer = _ask_through_outages(chat, question)
+        except KeyboardInterrupt:
+            if not chat.input.interactive:
+                raise
+            # Back to the prompt: the turn is not stored; its question is offered again by the Up arrow.
+            chat.input.keep(question)
+            chat.unsent = None
+            interrupted = True
+            click.echo(
+                "longctx: stopped; the question is kept (Up arrow). Ctrl-C again or Ctrl-D ends the chat",
+                err=True,
+            )
+            continue
         chat.unsent = None
         _after_answer(chat, answer)
     _finish(chat)
@@ -245,7 +274,7 @@ def _history(chat: _Chat) -> None:
         click.echo("no turn yet", err=True)
         return
     for number, turn in enumerate(turns, start=1):
-        click.echo(f"[turn {number}] > {_one_line(turn.question)}\n    {_one_line(turn.answer)}", err=True)
+        click.echo(shown(_earlier_turn(number, turn, full=True), sys.stderr), err=True, color=True)
 
 
 def _tokens(chat: _Chat) -> None:
@@ -261,22 +290,25 @@ def _report(chat: _Chat) -> None:
         return
     with spinning(chat.input.interactive and not chat.options.quiet, "reading the server's counters"):
         report = chat.session.report()
-    click.echo(report.to_text(), err=True)
+    click.echo(shown(report.to_text(), sys.stderr), err=True, color=True)
 
 
 def _show_earlier_turns(chat: _Chat) -> None:
-    """A resumed session's turns: the last :data:`SHOWN_IN_FULL` in full, the others one line each."""
+    """A resumed session's turns, one line each (``/history`` prints them in full)."""
     turns = chat.session.turns
     if not turns or chat.options.quiet:
         return
-    first_in_full = max(0, len(turns) - SHOWN_IN_FULL)
     for number, turn in enumerate(turns, start=1):
-        click.echo(_earlier_turn(number, turn, full=number > first_in_full), err=True)
+        click.echo(shown(_earlier_turn(number, turn, full=False), sys.stderr), err=True, color=True)
+    if len(turns) > 0:
+        click.echo("(/history shows them in full)", err=True)
 
 
 def _earlier_turn(number: int, turn: TurnRecord, *, full: bool) -> str:
+    """A turn in full, or as one line: its question and the start of its answer."""
     if not full:
-        return f"[turn {number}] > {_one_line(turn.question)}\n    {_one_line(turn.answer)}"
+        question = _one_line(turn.question, 60)
+        return _one_line(f"[turn {number}] > {question} -> {' '.join(turn.answer.split())}", 120)
     return f"[turn {number}] > {turn.question}\n{turn.answer}\n"
 
 
@@ -339,6 +371,11 @@ def _after_answer(chat: _Chat, answer: Answer) -> None:
     reuse = answer_reuse(chat.previous.usage, answer.usage) if chat.previous is not None else None
     reused = f"; {reuse.summary_line()}" if reuse is not None and reuse.answer_tokens else ""
     chat.say(f"[turn {answer.turn + 1}: {answer.usage.summary_line()}{reused}{appended}]")
+    if answer.finish_reason == "length":
+        chat.say(
+            "longctx: the answer was cut at the token limit (finish_reason length):"
+            " give a larger --max-tokens"
+        )
     chat.previous = answer
 
 
@@ -357,6 +394,7 @@ def _finish(chat: _Chat) -> None:
         chat.say("no question asked: the session is not kept")
         return
     chat.say(f"session {session.id}: {session.report().summary_line()}")
+    chat.say(f"resume with: longctx chat --session {session.id}")
 
 
 def _note_warm_start(chat: _Chat) -> bool:

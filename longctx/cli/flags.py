@@ -5,22 +5,21 @@ becomes a click option here: its name, help text, type, default and
 whether it repeats all come from the field's :class:`~longctx.options.OptionSpec`.
 A command decorated with :func:`options_from_flags` gets the flags and is
 passed one option object built from them, so adding an option to
-:mod:`longctx.config` adds its flag to every command that takes that object.
+:mod:`longctx.options.groups` adds its flag to every command that takes that object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from longctx.errors import ConfigError
-from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec
-from longctx.settings import setting
+from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec, setting
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
 
@@ -86,7 +85,31 @@ def _click_type(spec: OptionSpec) -> Any:
     # the ConfigError the API and the environment give for it (one rule).
     if spec.choices is not None:
         return click.Choice(spec.choices)
+    if spec.value_type == "mapping":
+        return _JSON_OBJECT
     return {"int": int, "float": float}.get(spec.value_type or "")
+
+
+class _JsonObject(click.ParamType[Any]):
+    """A JSON object on the command line (``--extra-body '{"top_k": 20}'``)."""
+
+    name = "json"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Mapping):
+            return value
+        import json  # here: `longctx --help` parses no JSON
+
+        try:
+            loaded = json.loads(value)
+        except json.JSONDecodeError as error:
+            self.fail(f"not JSON: {error.msg} at column {error.colno}", param, ctx)
+        if not isinstance(loaded, dict):
+            self.fail("a JSON object is needed ({...})", param, ctx)
+        return loaded
+
+
+_JSON_OBJECT = _JsonObject()
 
 
 def _range_text(spec: OptionSpec) -> str:
@@ -131,7 +154,7 @@ def options_from_flags(
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator giving a command the flags of ``options`` and passing them on as one object, ``keyword=``.
 
-    A flag left out takes the value :func:`longctx.settings.setting` finds
+    A flag left out takes the value :func:`longctx.options.settings.setting` finds
     (``LONGCTX_<NAME>``, then the config files), checked by the field's own
     rule; a flag left at a ``cli_default`` of None with nothing configured is
     not passed, so the field's own default holds (the limits' flags). Fields without a flag (or of

@@ -21,10 +21,9 @@ from longctx.cli.app import (
     schema_options,
     server_options,
 )
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import OutputError
-from longctx.jobs.items import JobItem, read_job
-from longctx.jobs.job import Job, JobOptions, JobProgress, JobResult
+from longctx.jobs import Job, JobItem, JobOptions, JobProgress, JobReport, JobResult, read_job
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.outputs import save_text
 
 if TYPE_CHECKING:
@@ -85,8 +84,8 @@ def job(
     spread over the replicas, and no replica gets more packs at once than its
     KV cache holds. Run the same file again after a crash or Ctrl-C: answers
     already stored are not asked again, unless what shapes them changed (the
-    pack's files, the model, the server, --max-tokens, --temperature,
-    --seed): those items are asked again and the summary says why; --fresh
+    pack's files, the model, the server, --max-tokens, --extra-body): those
+    items are asked again and the summary says why; --fresh
     asks everything again. Results are JSONL in item order, one line per item
     with its answer (its "data" when typed) or its error; exit 9 when some item failed.
     """
@@ -106,14 +105,23 @@ def job(
     with app.open_store() as store, progress_bar(not quiet, len(items)) as update:
 
         def progressed(state: JobProgress) -> None:
-            update(state.answered, f"packs {state.packs_done}/{state.packs}, {state.in_flight} in flight: "
-                   f"{state.message}")  # fmt: skip
+            update(
+                state.answered,
+                f"packs {state.packs_done}/{state.packs}, {state.in_flight} in flight: {state.message}",
+            )
 
         # The given backend (a test's), else the job connects and closes its own.
         work = Job(
-            items, backend=app.backend, server=server, store=store, corpus=corpus, request=request,
-            options=options, on_progress=progressed, on_result=partial.write if partial else None,
-        )  # fmt: skip
+            items,
+            backend=app.backend,
+            server=server,
+            store=store,
+            corpus=corpus,
+            request=request,
+            options=options,
+            on_progress=progressed,
+            on_result=partial.write if partial else None,
+        )
         try:
             report = work.run()
         except KeyboardInterrupt:
@@ -122,6 +130,11 @@ def job(
         finally:
             if partial is not None:
                 partial.close()
+    _print_results(report, output, quiet=quiet)
+
+
+def _print_results(report: JobReport, output: str | None, *, quiet: bool) -> None:
+    """The results to ``output`` (else stdout), the summary and first failures to stderr; exit 9 if any."""
     results = report.to_jsonl()
     if output:
         save_text(output, results)

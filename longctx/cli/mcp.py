@@ -13,8 +13,8 @@ from pathlib import Path
 import click
 
 from longctx.cli.app import corpus_options, main, request_options, server_options
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 
 EXTRA_HINT = "the MCP server needs the mcp extra: pip install 'longctx-sdk[mcp]'"
 
@@ -41,9 +41,9 @@ def mcp(
     is started in. The flags set every session's server, corpus and request options (see docs/agents.md).
     """
     try:
-        from longctx import mcp as mcp_server
+        from longctx.mcp import serve
     except ModuleNotFoundError as error:
         if error.name is not None and error.name.split(".")[0] == "mcp":
             raise ConfigError(EXTRA_HINT) from error
         raise
-    mcp_server.serve(server=server, request=request, corpus=corpus, roots=roots)
+    serve(server=server, request=request, corpus=corpus, roots=roots)

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import click
 
-from longctx.cli.app import corpus_options, emit_json, json_option, main, note, runtime, server_options
-from longctx.config import CorpusOptions, ServerOptions
-from longctx.image_tokens import ImageTokenCounter, PatchImageCounter
+from longctx.cli.app import (
+    corpus_options,
+    emit_json,
+    json_option,
+    main,
+    note,
+    progress,
+    runtime,
+    server_options,
+)
+from longctx.errors import LongctxError
+from longctx.options import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
-from longctx.tokens import Tokenizer, offline_tokenizer
+from longctx.tokens import ImageTokenCounter, PatchImageCounter, Tokenizer, offline_tokenizer
 
 
 @main.command()
@@ -54,7 +66,8 @@ def pack(
     stderr, flagged when estimated.
     """
     counting = _counting(tokenizer, server)
-    with runtime().open_store() as store:
+    corpus = _pdf_pages(corpus, counting)
+    with runtime().open_store() as store, _counted_progress(quiet):
         result = pack_paths(
             list(paths), corpus, tokenizer=counting.tokenizer, store=store, image_counter=counting.images
         )
@@ -71,10 +84,28 @@ def pack(
         result.pack.write_to(sys.stdout.buffer)
         sys.stdout.buffer.flush()
     note(result.summary_line(), quiet=quiet)
+    from longctx.cli.pages import textless_pages_line
+
+    if (pages := textless_pages_line(result.manifest, corpus.pdf_pages)) is not None:
+        note(f"longctx: {pages}", quiet=quiet)
     if saved is not None and saved.unchanged:
         note(
             f"{saved.path} already held this {'summary' if as_json else 'pack'}: left as it was", quiet=quiet
         )
+
+
+@contextmanager
+def _counted_progress(quiet: bool) -> Iterator[None]:
+    """A server's long count shown in the progress line (characters counted of the total)."""
+    from longctx.backends import CountWatch, watched_counts
+
+    with progress(not quiet) as say:
+
+        def counted(done: int, total: int) -> None:
+            say(f"counting tokens: {done / 1e6:.1f} of {total / 1e6:.1f} M characters")
+
+        with watched_counts(CountWatch(on_progress=counted)):
+            yield
 
 
 @dataclass(frozen=True)
@@ -83,6 +114,18 @@ class _Counting:
 
     tokenizer: Tokenizer
     images: ImageTokenCounter | None
+
+
+def _pdf_pages(corpus: CorpusOptions, counting: _Counting) -> CorpusOptions:
+    """``--pdf-pages server`` (the default) made auto where the counting server's model takes images."""
+    takes_images = getattr(counting.images, "takes_images", None)
+    if corpus.pdf_pages != "server" or takes_images is None:
+        return corpus
+    try:
+        takes = takes_images() is True
+    except LongctxError:
+        takes = False
+    return dataclasses.replace(corpus, pdf_pages="auto" if takes else "text")
 
 
 def _counting(choice: str, server: ServerOptions) -> _Counting:

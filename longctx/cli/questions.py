@@ -29,15 +29,23 @@ from longctx.cli.app import (
 from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
 from longctx.cli.streaming import Printing, print_answer
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import check_sources
+from longctx.cli.terminal import shown
 from longctx.errors import BackendError, ConfigError
+from longctx.options import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
-from longctx.sessions import RepoSession, Session, ShardedSession
-from longctx.sessions.answers import Answer, stored_answers
-from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import CorpusSessionOptions
-from longctx.sessions.siblings import batch_keys
+from longctx.sessions import (
+    Answer,
+    Conversation,
+    CorpusSessionOptions,
+    RepoSession,
+    Session,
+    ShardedSession,
+    batch_keys,
+    checked_ask,
+    checked_ask_many,
+    stored_answers,
+)
+from longctx.sources import check_sources
 from longctx.store import Store
 
 if TYPE_CHECKING:
@@ -77,9 +85,17 @@ def _open(shard: bool, paths: Sequence[str], options: CorpusSessionOptions) -> C
 
 
 def _note_skipped(session: Conversation, paths: Sequence[str], *, quiet: bool) -> None:
-    """One line on stderr: how many paths the pack left out, why, and the command that lists them."""
+    """One line on stderr: how many paths the pack left out, why, and the command that lists them.
+
+    Another when PDF pages had no text (:mod:`longctx.cli.pages`): which, and the flag that sends them.
+    """
     if not isinstance(session, RepoSession):
         return
+    from longctx.cli.pages import textless_pages_line
+
+    pages = textless_pages_line(session.corpus.manifest, session.corpus_options.pdf_pages)
+    if pages is not None:
+        note(f"longctx: {pages}", quiet=quiet)
     by_reason = session.corpus.manifest.skipped_by_reason()
     if not by_reason:
         return
@@ -166,10 +182,27 @@ class _Opened:
     session: Conversation
 
 
+def note_cut(answers: Sequence[Answer], *, quiet: bool) -> None:
+    """One line on stderr when an answer was cut at the token limit (``finish_reason`` ``length``)."""
+    cut = [number for number, answer in enumerate(answers, start=1) if answer.finish_reason == "length"]
+    if not cut:
+        return
+    which = (
+        "the answer was"
+        if len(answers) == 1
+        else f"answer{'s' if len(cut) > 1 else ''} "
+        + ", ".join(map(str, cut))
+        + f" of {len(answers)} {'were' if len(cut) > 1 else 'was'}"
+    )
+    note(f"longctx: {which} cut at the token limit (finish_reason length): give a larger --max-tokens",
+         quiet=quiet)  # fmt: skip
+
+
 def _echo_answers(answers: Iterable[Answer], roots: Sequence[str] = ()) -> None:
     """Each answer on stdout under its question, in order (its citations after it, when asked for)."""
     for answer in answers:
-        click.echo(f"## {answer.question}\n\n{answer.text}\n", color=True)  # as stored (see print_answer)
+        # As stored off a terminal (see print_answer); inert on one.
+        click.echo(shown(f"## {answer.question}\n\n{answer.text}\n", sys.stdout), color=True)
         _echo_citations(answer, roots)
 
 
@@ -182,18 +215,23 @@ def _echo_citations(answer: Answer, roots: Sequence[str]) -> None:
     """The citations of an answer asked with --cite, checked: a file link on each found on this machine."""
     if answer.citations is None:
         return
+    if not answer.citations:
+        click.echo("[citations: the answer gave no sources]")
+        return
     verified = sum(citation.verified for citation in answer.citations)
     click.echo(f"[citations: {verified} of {len(answer.citations)} verified against the pack]")
     links = _hyperlinks()
     for citation in answer.citations:
-        location = citation.location
-        url = file_link(citation.path, roots) if links else None
+        # What the model wrote is made inert first; the only link is the one longctx made around it.
+        location = shown(citation.location, sys.stdout)
+        # Linked only when verified: a path the pack does not hold gets no link to click.
+        url = file_link(citation.path, roots) if links and citation.verified else None
         if url is not None:
             # OSC 8: the terminal shows the location and opens the file on a click.
             location = f"\x1b]8;;{url}\x1b\\{location}\x1b]8;;\x1b\\"
-        quote = f' "{citation.quote}"' if citation.quote else ""
-        mark = "ok" if citation.verified else f"UNVERIFIED: {citation.reason}"
-        click.echo(f"  {location}{quote}  [{mark}]")
+        quote = f' "{shown(citation.quote, sys.stdout)}"' if citation.quote else ""
+        mark = "ok" if citation.verified else f"UNVERIFIED: {shown(str(citation.reason), sys.stdout)}"
+        click.echo(f"  {location}{quote}  [{mark}]", color=True)
 
 
 def _label(session: Conversation) -> str:
@@ -224,13 +262,49 @@ def stream_option(function: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def cite_option(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``--cite``: each answer cites where it rests, and each citation is checked against the pack."""
+    """``--cite``: each answer cites where it rests, and each citation is checked against the pack.
+
+    ``--require-citations`` (which implies ``--cite``): an answer without
+    sources, or with one not verified, is a failure (exit 13) once all is printed.
+    """
+    function = click.option(
+        "--require-citations",
+        is_flag=True,
+        help="As --cite, and exit 13 when an answer gives no sources or cites one not verified against "
+        "the pack (after printing everything as usual): for scripts that must not pass on an unsupported "
+        "answer.",
+    )(function)
     return click.option(
         "--cite",
         is_flag=True,
         help="Ask the model to end each answer with its sources (path:lines and a quote); each one is "
         "checked against the pack and printed after the answer, marked when unverified.",
     )(function)
+
+
+def check_citations(answers: Sequence[Answer], required: bool) -> None:
+    """With ``--require-citations``: exit 13 when an answer has no sources or an unverified one."""
+    if not required:
+        return
+    from longctx.cli.app import EXIT_UNVERIFIED_CITATIONS
+
+    failing = [
+        number
+        for number, answer in enumerate(answers, start=1)
+        if not answer.citations or not all(citation.verified for citation in answer.citations)
+    ]
+    if failing:
+        which = (
+            "the answer"
+            if len(answers) == 1
+            else "answer" + ("s " if len(failing) > 1 else " ") + ", ".join(map(str, failing))
+        )
+        click.echo(
+            f"longctx: --require-citations: {which} gave no sources"
+            " or cites one not verified against the pack",
+            err=True,
+        )
+        sys.exit(EXIT_UNVERIFIED_CITATIONS)
 
 
 def _split_question(arguments: tuple[str, ...], question: str | None) -> tuple[tuple[str, ...], str]:
@@ -277,6 +351,7 @@ def ask(
     question_option: str | None,
     shard: bool,
     cite: bool,
+    require_citations: bool,
     schema: AnswerSchema | None,
     stream: bool,
     as_json: bool,
@@ -296,6 +371,9 @@ def ask(
     (a --shard session: in Python, `ShardedSession.resume`).
     """
     paths, question = _split_question(arguments, question_option)
+    cite = cite or require_citations
+    # Refused here, as the library refuses them at the call: before the store, the pack or the server.
+    checked_ask(request, question, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     printing = Printing.for_terminal(stream=stream, as_json=as_json, quiet=quiet)
     with given.opened(progress_until_open=True) as opened, opened.session as session:
@@ -307,8 +385,10 @@ def ask(
             raise
         if not as_json:
             _echo_citations(answer, session.source_roots())
+        note_cut([answer], quiet=quiet)
         report = session.report()
     given.finish(session, report, answer.to_dict())
+    check_citations([answer], require_citations)
 
 
 @main.command()
@@ -338,6 +418,7 @@ def batch(
     session_id: str | None,
     shard: bool,
     cite: bool,
+    require_citations: bool,
     schema: AnswerSchema | None,
     as_json: bool,
     quiet: bool,
@@ -353,9 +434,11 @@ def batch(
     with --session ID and the same questions (only those without an answer
     are asked; --max-tokens and --concurrency apply, the pack is kept).
     """
+    cite = cite or require_citations
     questions = [line.strip() for line in questions_file if line.strip()]
     if not questions:
         raise ConfigError("the questions file holds no questions")
+    checked_ask_many(request, questions, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
     with given.opened(session_id) as opened:
         session, say = opened.session, opened.say
@@ -383,9 +466,11 @@ def batch(
                 raise
     if not as_json:
         _echo_answers(result, session.source_roots())
+    note_cut(list(result), quiet=quiet)
     reused = f"{result.reused} of {len(questions)} answers from an earlier run, not asked again"
     answers = {"answers": [answer.to_dict() for answer in result]}
     given.finish(session, result.report, answers, reused=reused if result.reused else None)
+    check_citations(list(result), require_citations)
 
 
 def _print_stopped(
@@ -466,7 +551,18 @@ def _resumed(session: Session, request: RequestOptions, quiet: bool, *, batch: b
         flag = "/".join(getattr(parameter, "opts", []) or [name])
         # --cite, --schema and --stream are how this run asks and prints, not what the stored session is.
         if (
-            name in ("paths", "session_id", "as_json", "quiet", "questions_file", "cite", "schema", "stream")
+            name
+            in (
+                "paths",
+                "session_id",
+                "as_json",
+                "quiet",
+                "questions_file",
+                "cite",
+                "require_citations",
+                "schema",
+                "stream",
+            )
             or name in _SERVER_ON_RESUME
         ):
             continue
@@ -520,11 +616,15 @@ def chat(
     with // to send one that begins with / (the first / is dropped).
 
     Every completed turn is stored at once; resume with --session ID, which
-    shows the earlier turns first (the last 3 in full). Ctrl-C ends the chat
-    (exit 130) and prints the id to resume; an answer stopped while it
-    streams is not stored. A question not answered (Ctrl-C, or a failure) is
-    printed as kept, and on a terminal stays in the chat's input history
-    (chat_history beside the store): the Up arrow in the next chat offers it.
+    shows each earlier turn first as one line (/history: in full). On a
+    terminal, Ctrl-C while a turn runs stops it and returns to the prompt:
+    the stopped answer is not stored, and the question stays in the input
+    history (the Up arrow offers it). A second Ctrl-C in a row, Ctrl-D or an
+    empty line ends the chat (exit 0) and prints the id to resume. From a
+    script, Ctrl-C ends the chat (exit 130). A question not answered (a
+    failure that ends the chat) is printed as kept, and on a terminal stays
+    in the chat's input history (chat_history beside the store): the Up
+    arrow in the next chat offers it.
     A server that goes away is said so once and the same question is asked
     again, waiting longer each time (one status line on a terminal), until
     it is back (the session goes on) or Ctrl-C.

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from longctx.backends.engines import recipe_engines, recipe_host_tiers
+from longctx.backends import recipe_engines, recipe_host_tiers
 from longctx.cli.app import (
     EXIT_NO_PREFIX_CACHE,
     emit_json,
@@ -21,14 +21,20 @@ from longctx.cli.app import (
     runtime,
     server_options,
 )
-from longctx.config import RequestOptions, ServerOptions
 from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxError, ServingConfigError
-from longctx.serving import kv_layout_from_config, load_model_config, plan_capacity, recipe_for
-from longctx.serving.doctor import diagnose
-from longctx.serving.families import known_model, known_models
-from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION
-from longctx.serving.planned_pack import PlannedPack
-from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPE
+from longctx.options import RequestOptions, ServerOptions
+from longctx.serving import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    RECIPE_KV_CACHE_DTYPE,
+    PlannedPack,
+    diagnose,
+    known_model,
+    known_models,
+    kv_layout_from_config,
+    load_model_config,
+    plan_capacity,
+    recipe_for,
+)
 
 # The planner's argument names, as `plan`'s flags: its errors name what the user typed.
 _PLAN_FLAGS = {
@@ -90,7 +96,7 @@ def doctor(
     sends can be reused there.
     """
     # Imported here: recipe and plan never connect to a server.
-    from longctx.verification.canary import CanaryOptions, canary
+    from longctx.verification import CanaryOptions, canary
 
     canary_options = (
         CanaryOptions(host_tier=canary_host_tier, fill_tokens=canary_fill_tokens) if with_canary else None

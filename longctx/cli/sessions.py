@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 import time
 from typing import Any
 
 import click
 
 from longctx.cli.app import emit_json, main, note, runtime
+from longctx.cli.terminal import shown
 from longctx.errors import SessionNotFound
 from longctx.outputs import save_text
 from longctx.sessions import Session, resume
@@ -34,7 +36,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
     then sums every pack of the job; so does the default when the latest
     session is one of a job's packs.
     """
-    from longctx.jobs.stored import job_of_session, job_report  # a layer above the sessions
+    from longctx.jobs import job_of_session, job_report  # a layer above the sessions
 
     with runtime().open_store() as store:
         if session_id is None:
@@ -42,7 +44,7 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
             if not sessions:
                 raise SessionNotFound(
                     "(latest)",
-                    f"no session is stored yet in {store.path}: ask a question first (longctx ask)",
+                    f"no session is stored yet in {store.location}: ask a question first (longctx ask)",
                 )
             session_id = sessions[0].id
             job_id = job_of_session(store, session_id)
@@ -57,10 +59,10 @@ def report(session_id: str | None, as_json: bool, markdown: bool, html_file: str
         note(f"wrote {html_file}")
     if as_json:
         emit_json(result.to_dict())
-    elif markdown:
-        click.echo(result.to_markdown())
+    elif markdown:  # questions and cited quotes are the user's and the model's: inert on a terminal
+        click.echo(shown(result.to_markdown(), sys.stdout), color=True)
     elif not html_file:
-        click.echo(result.to_text())
+        click.echo(shown(result.to_text(), sys.stdout), color=True)
 
 
 @main.group()
@@ -86,30 +88,30 @@ def sessions_list(show_all: bool, limit: int, as_json: bool) -> None:
 
     Each row's kind: session (ask, chat), batch (siblings under one
     prefix), fork, sibling (with --all), sharded (map-reduce) or job (a
-    pack of `longctx job`).
+    pack of `longctx job`, its title naming the job's id and the pack).
     """
     with runtime().open_store() as store:
         records = store.sessions.sessions()
-        shown = records[:limit] if limit else records
-        rows = [_listed(store, record) for record in shown]
+        newest = records[:limit] if limit else records
+        rows = [_listed(store, record) for record in newest]
         children = {
             row["id"]: [_listed(store, c) for c in store.sessions.children(row["id"])] for row in rows
         }
         for row in rows:
             row["kind"] = _kind(row, children[row["id"]])
-        where = store.path
+        where = store.location
     if as_json:
         emit_json([{**row, "branches": children[row["id"]] if show_all else None} for row in rows])
         return
     if not rows:
         note(f"no sessions stored in {where}")
-    if len(shown) < len(records):
-        note(f"the newest {len(shown)} of {len(records)} sessions; --limit 0 lists them all")
-    for row in rows:
-        click.echo(_list_line(row, len(children[row["id"]])))
+    if len(newest) < len(records):
+        note(f"the newest {len(newest)} of {len(records)} sessions; --limit 0 lists them all")
+    for row in rows:  # questions and titles are text from outside: inert on a terminal
+        click.echo(shown(_list_line(row, len(children[row["id"]])), sys.stdout), color=True)
         if show_all:
             for child in children[row["id"]]:
-                click.echo("    " + _list_line(child, 0))
+                click.echo(shown("    " + _list_line(child, 0), sys.stdout), color=True)
 
 
 def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
@@ -127,6 +129,10 @@ def _listed(store: Store, record: SessionRecord) -> dict[str, Any]:
         "source": ", ".join(living.get("paths") or []) or record.title,
         "pack_tokens": pack.summary.get("total_tokens") if pack is not None else None,
         "first_question": turns[0].question if turns else None,
+        # A job names its pack sessions "job ID: pack": the id to find the job's results by.
+        "job_id": record.title.split(":", 1)[0].removeprefix("job ")
+        if record.title.startswith("job ")
+        else None,
     }
 
 
@@ -145,7 +151,8 @@ def _list_line(row: dict[str, Any], branches: int) -> str:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(row["created_at"]))
     size = f"{row['pack_tokens']:,} tokens" if row["pack_tokens"] else "no pack"
     count = f"{branches} siblings" if branches and not row["turns"] else f"{row['turns']} turns"
-    question = (row["first_question"] or "").replace("\n", " ")
+    # A row without a question of its own (a job's pack, a batch) shows its title: the job id and pack.
+    question = (row["first_question"] or row["title"] or "").replace("\n", " ")
     question = question if len(question) <= 60 else question[:57] + "..."
     source = _short_source(row["source"])
     return f"{row['id']}  {when}  {row['kind']:<7}  {count:>11}  {size:>14}  {source}  {question}"
@@ -161,13 +168,13 @@ def _short_source(source: str) -> str:
     if not paths or not all(os.path.isabs(path) for path in paths):
         return source  # a title, not paths
     here = os.getcwd()
-    shown = [
+    named = [
         os.path.relpath(path, here) if os.path.isabs(path) and path.startswith(here + os.sep) else path
         for path in paths
     ]
-    if len(shown) > 2:
-        return f"{', '.join(shown[:2])} (+{len(shown) - 2} more)"
-    return ", ".join(shown)
+    if len(named) > 2:
+        return f"{', '.join(named[:2])} (+{len(named) - 2} more)"
+    return ", ".join(named)
 
 
 @sessions.command("prune")
@@ -274,6 +281,7 @@ def sessions_show(session_id: str, as_json: bool) -> None:
             for child in store.sessions.children(session.id)
             if child.kind == "sibling" and (turns := store.sessions.turns(child.id))
         ]
+        siblings = _in_question_order(store, siblings)
     if as_json:
         emit_json(
             {
@@ -281,22 +289,50 @@ def sessions_show(session_id: str, as_json: bool) -> None:
                 "title": session.title,
                 "turns": [{"question": t.question, "answer": t.answer} for t in session.turns],
                 "siblings": [
-                    {"session_id": child.id, "after_turns": child.parent_turns, "question": turn.question,
-                     "answer": turn.answer}
+                    {
+                        "session_id": child.id,
+                        "after_turns": child.parent_turns,
+                        "question": turn.question,
+                        "answer": turn.answer,
+                    }
                     for child, turn in siblings
                 ],
             }
-        )  # fmt: skip
+        )
         return
     click.echo(f"session {session.id}: {session.title}")
-    for index, turn in enumerate(session.turns):
-        click.echo(f"\n[{index}] > {turn.question}\n{turn.answer}")
+    for number, turn in enumerate(session.turns, start=1):  # numbered as the chat and the report number them
+        click.echo(shown(f"\n[turn {number}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
     points = sorted({child.parent_turns or 0 for child, _ in siblings})
     for point in points:
         batch = [(child, turn) for child, turn in siblings if (child.parent_turns or 0) == point]
         click.echo(f"\n-- batch of {len(batch)} sibling answers after {point} turns --")
         for child, turn in batch:
-            click.echo(f"\n[{child.id}] > {turn.question}\n{turn.answer}")
+            click.echo(shown(f"\n[{child.id}] > {turn.question}\n{turn.answer}", sys.stdout), color=True)
+
+
+def _in_question_order(
+    store: Store, siblings: list[tuple[SessionRecord, Any]]
+) -> list[tuple[SessionRecord, Any]]:
+    """``siblings`` batch by batch (the first answered first), each batch in its questions' order.
+
+    Each sibling keeps its place among its batch's questions (``batch_index``,
+    set since longctx 0.1.x); older ones keep the order they were stored in.
+    """
+    batch_of = {
+        request.session_id: request.batch_id
+        for request in store.sessions.requests(session_ids=[child.id for child, _ in siblings])
+    } if siblings else {}  # fmt: skip
+    started: dict[str | None, float] = {}
+    for child, _ in siblings:
+        batch = batch_of.get(child.id)
+        started[batch] = min(started.get(batch, child.created_at), child.created_at)
+
+    def place(pair: tuple[SessionRecord, Any]) -> tuple[float, int, float]:
+        child = pair[0]
+        return (started[batch_of.get(child.id)], int(child.settings.get("batch_index", 0)), child.created_at)
+
+    return sorted(siblings, key=place)
 
 
 @sessions.command("delete")

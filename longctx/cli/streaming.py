@@ -4,7 +4,9 @@
 terminal (stdout a tty, no ``--json``, no ``--no-stream``) the pieces are
 written to stdout as the server sends them; elsewhere the answer is printed
 whole once it is complete, so a script reads exactly the stored text plus a
-newline. The spinner is drawn only when stderr is a terminal.
+newline. On a terminal what the model wrote is shown inert (its control
+characters and escape sequences visible, never acted on:
+:mod:`longctx.cli.terminal`). The spinner is drawn only when stderr is a terminal.
 
 A Ctrl-C while the answer streams closes the stream (which ends the
 request and stores no turn: see :mod:`longctx.sessions.streams`), ends the
@@ -22,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from longctx.cli.terminal import shown
+
 if TYPE_CHECKING:
-    from longctx.sessions.answers import Answer
-    from longctx.sessions.conversation import Conversation
+    from longctx.sessions import Answer, Conversation
 
 
 @dataclass(frozen=True)
@@ -110,16 +113,16 @@ def print_answer(session: Conversation, question: str, printing: Printing, **opt
         if printing.echo:
             # color=True: click strips what looks like an ANSI sequence from output that is no terminal,
             # and an answer is printed as it is stored, byte for byte, as the streamed path writes it.
-            click.echo(answer.text, color=True)
+            click.echo(shown(answer.text, sys.stdout), color=True)
         return PrintedAnswer(answer, streamed=False)
+    stream = session.stream(question, **options)  # refuses its arguments here, before the spinner starts
     spinner = Spinner(printing.spinner, "waiting for the first token").start()
-    stream = session.stream(question, **options)
     written = False
     try:
         for piece in stream:
             if piece:
                 spinner.stop()
-                sys.stdout.write(piece)
+                sys.stdout.write(shown(piece, sys.stdout))  # inert on a terminal, piece by piece
                 sys.stdout.flush()
                 written = True
     except BaseException as error:

@@ -25,5 +25,16 @@ from __future__ import annotations
 
 from longctx.jobs.items import JobItem, read_job
 from longctx.jobs.job import Job, JobOptions, JobProgress, JobReport, JobResult
+from longctx.jobs.stored import job_of_session, job_report
 
-__all__ = ["Job", "JobItem", "JobOptions", "JobProgress", "JobReport", "JobResult", "read_job"]
+__all__ = [
+    "Job",
+    "JobItem",
+    "JobOptions",
+    "JobProgress",
+    "JobReport",
+    "JobResult",
+    "job_of_session",
+    "job_report",
+    "read_job",
+]

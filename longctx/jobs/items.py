@@ -15,7 +15,7 @@ from typing import IO, Any
 
 from longctx.errors import ConfigError
 from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema
-from longctx.sessions.corpus import as_paths
+from longctx.sessions.corpus_sessions import as_paths
 
 __all__ = ["JobItem", "read_job"]
 

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from longctx.backends.base import Backend
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ConfigError, LongctxError
 from longctx.jobs.items import JobItem
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
@@ -49,13 +48,15 @@ from longctx.jobs.ownership import ItemOwnership
 from longctx.jobs.residency import TIER_RANK, Residency, Sizes, Tier
 from longctx.jobs.room import KvRoom
 from longctx.jobs.stored import answer_request
-from longctx.option_checks import not_blank
-from longctx.options import OptionFields, option
+from longctx.options.checks import not_blank
+from longctx.options.fields import OptionFields, option
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.process_state import PROCESS
 from longctx.report import CounterCheck
 from longctx.schemas import json_value
-from longctx.sessions.answers import Answer, stored_data
-from longctx.sessions.corpus import CorpusSession, RepoSession
+from longctx.sessions.answers import Answer
+from longctx.sessions.corpus_sessions import CorpusSession, RepoSession
+from longctx.sessions.records import stored_data
 from longctx.sessions.resources import Resources
 from longctx.sessions.siblings import choose_dispatch
 from longctx.store import Store, TurnRecord
@@ -517,7 +518,7 @@ class Job:
     def _cheapest_first(self, pending: list[_Pack], sizes: Sizes) -> list[_Pack]:
         """``pending`` with the packs likely on a GPU first, then those on a host tier, then the rest."""
         for pack in pending:
-            pack.tier, _ = PROCESS.get(Residency).where(pack.key, sizes)
+            pack.tier = PROCESS.get(Residency).where(pack.key, sizes).tier
         ordered = sorted(pending, key=lambda pack: TIER_RANK[pack.tier])  # stable: input order within
         counts = {tier: sum(pack.tier == tier for pack in ordered) for tier in TIER_RANK}
         if counts["device"] or counts["host"]:
@@ -560,9 +561,12 @@ class Job:
             for index in pack.indices:
                 item_facts = facts.with_schema(self.items[index].answer_schema)
                 decision = decide(
-                    store, item_facts, self._stored.get(index, []), fresh=self.options.fresh,
+                    store,
+                    item_facts,
+                    self._stored.get(index, []),
+                    fresh=self.options.fresh,
                     question=self.items[index].question,
-                )  # fmt: skip
+                )
                 if decision.reuse is not None:
                     self._settle(pack, _reused(store, index, self.items[index], decision.reuse.turn))
                 else:
@@ -601,10 +605,19 @@ class Job:
             with self._lock:
                 index = waiting[answer.question].popleft()
             owners.release([_lease_of(pack.asking[index][0])])
-            self._settle(pack, JobResult(index, self.items[index], answer.text, answer.session_id,
-                                         usage=answer.usage, replica=pack.replica,
-                                         asked_because=pack.asking[index][1],
-                                         data=json_value(answer.data)))  # fmt: skip
+            self._settle(
+                pack,
+                JobResult(
+                    index,
+                    self.items[index],
+                    answer.text,
+                    answer.session_id,
+                    usage=answer.usage,
+                    replica=pack.replica,
+                    asked_because=pack.asking[index][1],
+                    data=json_value(answer.data),
+                ),
+            )
             self._tell(f"{_name(pack)}: answered {answer.question[:60]!r}")
 
         # A replica back since the run began is not in its window yet: the pack's hits count there.
@@ -623,8 +636,18 @@ class Job:
             for index in indices:
                 if index not in pack.results:
                     because = pack.asking[index][1]
-                    self._settle(pack, JobResult(index, self.items[index], None, None, error=error.describe(),
-                                                 replica=pack.replica, asked_because=because))  # fmt: skip
+                    self._settle(
+                        pack,
+                        JobResult(
+                            index,
+                            self.items[index],
+                            None,
+                            None,
+                            error=error.describe(),
+                            replica=pack.replica,
+                            asked_because=because,
+                        ),
+                    )
         finally:
             # The items that failed are free for another run (the answered ones were given back).
             owners.release([_lease_of(key) for key, _ in pack.asking.values()])
@@ -647,9 +670,18 @@ class Job:
                 )
             elif turn is not None:
                 del pack.asking[index]
-                self._settle(pack, JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                             resumed=True, asked_by="another run",
-                                             data=stored_data(turn)))  # fmt: skip
+                self._settle(
+                    pack,
+                    JobResult(
+                        index,
+                        self.items[index],
+                        turn.answer,
+                        turn.session_id,
+                        resumed=True,
+                        asked_by="another run",
+                        data=stored_data(turn),
+                    ),
+                )
 
     def _take_from_others(self, packs: list[_Pack], backend: Backend) -> None:
         """Wait for the items other runs were asking: take their answers, or ask those they left."""
@@ -660,9 +692,18 @@ class Job:
             self._tell(f"waiting for {len(owners.deferred)} items another run is asking")
             polled = owners.poll(min(1.0, owners.seconds / 3))
             for index, (turn, holder) in polled.answered.items():
-                self._settle(pack_of[index], JobResult(index, self.items[index], turn.answer, turn.session_id,
-                                                       resumed=True, asked_by=holder.describe(),
-                                                       data=stored_data(turn)))  # fmt: skip
+                self._settle(
+                    pack_of[index],
+                    JobResult(
+                        index,
+                        self.items[index],
+                        turn.answer,
+                        turn.session_id,
+                        resumed=True,
+                        asked_by=holder.describe(),
+                        data=stored_data(turn),
+                    ),
+                )
             again: dict[tuple[str, ...], _Pack] = {}
             for item in polled.taken_over:
                 key = pack_of[item.index].key
@@ -712,10 +753,15 @@ def _reused(store: Store, index: int, item: JobItem, turn: TurnRecord) -> JobRes
     """The result of an item answered by an earlier run: its answer, and what that request cost and where."""
     request = answer_request(store, turn.session_id)
     return JobResult(
-        index, item, turn.answer, turn.session_id, resumed=True,
+        index,
+        item,
+        turn.answer,
+        turn.session_id,
+        resumed=True,
         usage=request.usage if request is not None else None,
-        replica=request.base_url if request is not None else None, data=stored_data(turn),
-    )  # fmt: skip
+        replica=request.base_url if request is not None else None,
+        data=stored_data(turn),
+    )
 
 
 def _lease_of(answer_key: str) -> str:

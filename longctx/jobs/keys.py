@@ -30,8 +30,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from longctx.backends.base import ServerInfo
-from longctx.config import RequestOptions
 from longctx.errors import LongctxError
+from longctx.options.groups import RequestOptions
 from longctx.schemas import AnswerSchema
 from longctx.store import Store, TurnRecord
 

@@ -15,10 +15,18 @@ At the end of its own work a run waits for its deferred items
 stored; an item whose lease the other run gave back unanswered (its
 request failed, it was stopped) or let lapse (it died: a lapsed lease, or at
 once a process of this host that no longer runs) is taken over and asked.
+
+A run that could not renew its leases for longer than they last (a store
+out of reach, a machine suspended) may have lost an item it is still
+asking: its answer is then refused in the answer's own transaction
+(:meth:`longctx.store.leases.ItemLeases.check_held`), the item's result
+carries the :class:`~longctx.errors.LeaseLost` error, and the run that took
+it over stores its answer: never stored twice.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -30,6 +38,8 @@ from longctx.errors import LongctxError
 from longctx.store import LeaseClaim, LeaseHolder, Store, TurnRecord
 
 __all__ = ["Deferred", "ItemOwnership", "Polled"]
+
+logger = logging.getLogger("longctx.jobs")
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ class ItemOwnership:
         An item held by another live run is added to :attr:`deferred`.
         """
         indices = list(keys)
+        # From the first claim on, this run's answers are stored only under its own leases.
+        self._store.leases.hold_for(self.holder.run_id, self.seconds)
         claims = self._store.leases.take(
             [keys[i] for i in indices], self.holder, self.seconds, answered_since=self._answered_since
         )
@@ -133,11 +145,24 @@ class ItemOwnership:
         # A store that cannot be written: the leases lapse after self.seconds, then another run takes them.
         with suppress(LongctxError):
             self._store.leases.release(self.holder.run_id)
+        self._store.leases.done_for(self.holder.run_id)
 
     def _renew(self) -> None:
         # A third of the lease: two renewals may fail (a store locked a while) before one lapses.
+        failing_since: float | None = None
+        lapsed = False
         while not self._stop.wait(self.seconds / 3):
             try:
                 self._store.leases.renew(self.holder.run_id, self.seconds)
-            except LongctxError:
+            except LongctxError as error:
+                if failing_since is None:
+                    failing_since, lapsed = time.monotonic(), False
+                    logger.warning("cannot renew the job's item leases (%s); retrying", error)
+                elif not lapsed and time.monotonic() - failing_since > self.seconds:
+                    lapsed = True
+                    logger.warning(
+                        "the job's item leases lapsed unrenewed: an answer to an item another run took"
+                        " over meanwhile will not be stored"
+                    )
                 continue
+            failing_since = None

@@ -20,9 +20,9 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Literal
+from typing import Literal, NamedTuple
 
-__all__ = ["TIER_RANK", "Residency", "Sizes", "Tier"]
+__all__ = ["TIER_RANK", "Placement", "Residency", "Sizes", "Tier"]
 
 Tier = Literal["device", "host", "cold"]
 
@@ -31,6 +31,13 @@ TIER_RANK: dict[Tier, int] = {"device": 0, "host": 1, "cold": 2}
 
 Sizes = dict[str, tuple[int | None, int | None]]
 """Each replica URL's (GPU tokens, host tier tokens); None where not known."""
+
+
+class Placement(NamedTuple):
+    """Where a pack's KV likely is: the cheapest tier, and the replica that holds it (None: cold)."""
+
+    tier: Tier
+    replica: str | None
 
 
 class Residency:
@@ -50,14 +57,14 @@ class Residency:
             while len(seen) > 4096:
                 seen.popitem(last=False)
 
-    def where(self, key: Hashable, tiers: Sizes) -> tuple[Tier, str | None]:
+    def where(self, key: Hashable, tiers: Sizes) -> Placement:
         """The cheapest tier ``key``'s pack is likely in, and the replica, given each URL's tier sizes.
 
         ``tiers`` maps a replica URL to its (GPU tokens, host tokens); a
         None GPU size counts as one pack (the one sent last), a None host
         size as no host tier.
         """
-        best: tuple[Tier, str | None] = ("cold", None)
+        best = Placement("cold", None)
         for url, seen in self.sent().items():
             if url not in tiers:
                 continue
@@ -66,8 +73,8 @@ class Residency:
             for seen_key, tokens in reversed(seen):
                 if seen_key == key:
                     tier = _tier(newer, tokens, gpu, host)
-                    if TIER_RANK[tier] < TIER_RANK[best[0]]:
-                        best = (tier, url)
+                    if TIER_RANK[tier] < TIER_RANK[best.tier]:
+                        best = Placement(tier, url)
                     break
                 newer += tokens
         return best

@@ -43,7 +43,7 @@ def job_report(store: Store, job_id: str) -> SavingsReport:
     answers = stored_for_job(store, job_id)
     if not answers:
         raise SessionNotFound(
-            job_id, f"no session or job with id {job_id!r} in {store.path} (longctx sessions list)"
+            job_id, f"no session or job with id {job_id!r} in {store.location} (longctx sessions list)"
         )
     branches = {answer.turn.session_id for stored in answers.values() for answer in stored}
     packs = sorted({store.sessions.session(branch).parent_id or branch for branch in branches})

@@ -2,7 +2,9 @@
 
 The modules, in the order they import each other (each imports only those
 before it): :mod:`~longctx.packing.rendering` (the byte format, the contract
-of ``docs/pack-format.md``), :mod:`~longctx.packing.counting` (counting beside
+of ``docs/pack-format.md``), :mod:`~longctx.packing.image_parts` (an image
+placed in a pack's prefix, the first message as content parts),
+:mod:`~longctx.packing.counting` (counting beside
 the reading), :mod:`~longctx.packing.model` (:class:`Section`, :class:`Pack`,
 :class:`Budget`, :class:`ShardedPack` and the other values),
 :mod:`~longctx.packing.compare` (:func:`compare_packs`,

@@ -23,10 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from longctx.corpus import CorpusOutline
 from longctx.documents import Document, ImagePart
-from longctx.image_parts import PlacedImage
-from longctx.image_tokens import ImageTokenCounter, estimate_image_counter
+from longctx.packing.image_parts import PlacedImage
 from longctx.packing.model import Pack, Section, pack_fingerprint, section_fingerprint
 from longctx.packing.rendering import (
     BOUNDARY,
@@ -38,10 +36,13 @@ from longctx.packing.rendering import (
     ListingEntry,
     render_document,
 )
+from longctx.sources.corpus import CorpusOutline
 from longctx.store import Store, StoredText
-from longctx.tokens import TemplateTokenizer, Tokenizer, cached_counts
+from longctx.tokens.images import ImageTokenCounter, estimate_image_counter
+from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer, cached_counts
 
 __all__ = [
+    "ImageCost",
     "PackCounter",
     "Sections",
     "assemble",
@@ -78,6 +79,15 @@ def document_section_texts(documents: Sequence[Document]) -> list[str]:
     return [render_document(document.path, clean_text(document.text)) for document in documents]
 
 
+@dataclass(frozen=True)
+class ImageCost:
+    """What a pack's images cost: tokens (None: not counted), the counter's identity, whether estimated."""
+
+    tokens: int | None
+    counter: str | None
+    estimated: bool
+
+
 @dataclass
 class PackCounter:
     """Counts a build's sections through the store's count cache, and measures the chat template's overhead.
@@ -86,7 +96,7 @@ class PackCounter:
     template overhead is measured only with the server's own tokenizer
     (a :class:`~longctx.tokens.TemplateTokenizer`), once per system message.
     Images are counted by ``image_counter``, or by the documented estimate
-    (:func:`~longctx.image_tokens.estimate_image_counter`) when none is given.
+    (:func:`~longctx.tokens.images.estimate_image_counter`) when none is given.
     """
 
     tokenizer: Tokenizer | None
@@ -94,12 +104,12 @@ class PackCounter:
     image_counter: ImageTokenCounter | None = None
     _overheads: dict[str, int] = field(default_factory=dict)
 
-    def image_tokens(self, images: Sequence[ImagePart]) -> tuple[int | None, str | None, bool]:
-        """What ``images`` cost: (tokens, counter identity, estimated); no tokens without a tokenizer."""
+    def image_tokens(self, images: Sequence[ImagePart]) -> ImageCost:
+        """What ``images`` cost; no tokens without a tokenizer."""
         if self.tokenizer is None or not images:
-            return None, None, False
+            return ImageCost(None, None, False)
         counter = self.image_counter or estimate_image_counter()
-        return sum(counter.count_images(images)), counter.identity, counter.estimated
+        return ImageCost(sum(counter.count_images(images)), counter.identity, counter.estimated)
 
     def counts(self, texts: Sequence[str], digests: Sequence[str] | None = None) -> list[int] | None:
         """The token count of each text (``digests``: their fingerprints); None without a tokenizer."""
@@ -176,6 +186,22 @@ def _placed(given: Sections) -> tuple[PlacedImage, ...]:
     return tuple(placed)
 
 
+def _section_counts(
+    given: Sections, counter: PackCounter, texts: Sequence[str | memoryview], fingerprints: Sequence[str]
+) -> list[int] | None:
+    """Each section's tokens (None without a tokenizer); documents counted already are not counted again."""
+    if counter.tokenizer is None:
+        return None
+    if given.document_counts is None:
+        return counter.counts([_as_str(text) for text in texts], fingerprints)
+    fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
+    fixed = counter.counts(
+        [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
+    )
+    assert fixed is not None
+    return [fixed[0], fixed[1], *given.document_counts, fixed[2], fixed[3]]
+
+
 def assemble(given: Sections, counter: PackCounter) -> Pack:
     """The pack of ``given``'s document sections and listing, counted through ``counter``.
 
@@ -205,18 +231,7 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
         section_fingerprint(listing),
         section_fingerprint(BOUNDARY),
     ]
-    counts: list[int] | None
-    if counter.tokenizer is None:
-        counts = None
-    elif given.document_counts is not None:
-        fixed_indexes = (0, 1, len(texts) - 2, len(texts) - 1)
-        fixed = counter.counts(
-            [_as_str(texts[i]) for i in fixed_indexes], [fingerprints[i] for i in fixed_indexes]
-        )
-        assert fixed is not None
-        counts = [fixed[0], fixed[1], *given.document_counts, fixed[2], fixed[3]]
-    else:
-        counts = counter.counts([_as_str(text) for text in texts], fingerprints)
+    counts = _section_counts(given, counter, texts, fingerprints)
     sections = tuple(
         Section(name, text, fingerprint, None if counts is None else counts[index])
         for index, (name, text, fingerprint) in enumerate(zip(names, texts, fingerprints, strict=True))
@@ -234,22 +249,22 @@ def assemble(given: Sections, counter: PackCounter) -> Pack:
             prefix_tokens = counts[0] + whole[0]
     tokenizer = counter.tokenizer
     fingerprint = _pack_fingerprint(given, texts, version if images else None)
-    image_tokens, image_counter, images_estimated = counter.image_tokens([placed.image for placed in images])
+    image_cost = counter.image_tokens([placed.image for placed in images])
     return Pack(
         format_version=version,
         system=system,
         sections=sections,
         fingerprint=fingerprint,
         tokenizer=None if tokenizer is None else tokenizer.identity,
-        estimated=bool(tokenizer is not None and (tokenizer.estimated or images_estimated)),
+        estimated=bool(tokenizer is not None and (tokenizer.estimated or image_cost.estimated)),
         prefix_tokens=prefix_tokens,
         template_overhead_tokens=counter.template_overhead(system),
         part=given.part,
         sections_additive=additive,
         _stored_text=given.stored_text,
         images=images,
-        image_tokens=image_tokens,
-        image_counter=image_counter,
+        image_tokens=image_cost.tokens,
+        image_counter=image_cost.counter,
     )
 
 

@@ -14,10 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from longctx.corpus import Corpus
 from longctx.documents import Document
 from longctx.errors import BudgetError
-from longctx.image_tokens import ImageTokenCounter
 from longctx.packing.assembly import (
     PackCounter,
     Sections,
@@ -30,8 +28,10 @@ from longctx.packing.assembly import (
 from longctx.packing.counting import count_texts
 from longctx.packing.model import DOCUMENT_PREFIX, Budget, Pack, ShardedPack, section_fingerprint
 from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
+from longctx.sources.corpus import Corpus
 from longctx.store import Store
-from longctx.tokens import EstimateTokenizer, Tokenizer, cached_counts
+from longctx.tokens.images import ImageTokenCounter
+from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer, cached_counts
 
 __all__ = [
     "MAX_CHARS_PER_TOKEN",
@@ -142,8 +142,8 @@ def check_lower_bound(sizes: Sequence[tuple[str, int]], budget: Budget, *, read_
 class LowerBound:
     """:func:`check_lower_bound` while a corpus is read: ``add`` each text as it is decoded.
 
-    Given as ``on_text`` to :func:`~longctx.corpus.load_corpus` (or
-    :func:`~longctx.corpus.stream_corpus`), it raises the bound's
+    Given as ``on_text`` to :func:`~longctx.sources.corpus.load_corpus` (or
+    :func:`~longctx.sources.corpus.stream_corpus`), it raises the bound's
     :class:`~longctx.errors.BudgetError` as soon as the characters read
     so far prove the pack cannot fit, so that neither the rest of a 50 MB
     file's passes (special tokens, credentials, hashing, rendering) nor the
@@ -207,7 +207,7 @@ def build_shards(
     counts = count_texts(tokenizer, texts, [section_fingerprint(text) for text in texts], store)
     # What each document costs a shard: its text, and its image where it is one.
     costs = [
-        tokens + (counter.image_tokens([document.image])[0] or 0 if document.image is not None else 0)
+        tokens + (counter.image_tokens([document.image]).tokens or 0 if document.image is not None else 0)
         for document, tokens in zip(documents, counts, strict=True)
     ]
     skipped = skipped_entries(corpus)

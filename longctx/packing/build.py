@@ -21,10 +21,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.documents import Document, ImagePart
-from longctx.image_tokens import ImageTokenCounter
+from longctx.options.groups import CorpusOptions
 from longctx.packing import snapshots
 from longctx.packing.assembly import (
     PackCounter,
@@ -54,8 +52,10 @@ from longctx.packing.rendering import (
     render_document,
     render_listing,
 )
+from longctx.sources.corpus import Corpus, CorpusOutline, stream_corpus
 from longctx.store import Store, StoredText
-from longctx.tokens import EstimateTokenizer, Tokenizer, special_token_spellings
+from longctx.tokens.images import ImageTokenCounter
+from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer, special_token_spellings
 
 __all__ = ["build_pack", "pack"]
 
@@ -187,7 +187,7 @@ def build_pack(
     the characters alone prove it (:func:`~longctx.packing.budget.check_lower_bound`); the error names the
     largest files and folders (see :func:`~longctx.packing.budget.build_shards` for the alternative).
     Images (a corpus's ``image`` documents) are counted by ``image_counter``,
-    or by the documented estimate (:mod:`longctx.image_tokens`), whenever the text is counted.
+    or by the documented estimate (:mod:`longctx.tokens.images`), whenever the text is counted.
     """
     if budget is not None:
         check_lower_bound(character_sizes(corpus.documents), budget)  # before any tokenizer is asked
@@ -226,10 +226,10 @@ def pack(
     reuse: bool = True,
     image_counter: ImageTokenCounter | None = None,
 ) -> PackResult:
-    """Load ``paths`` and pack them: :func:`~longctx.corpus.load_corpus` then :func:`build_pack`, faster.
+    """Load ``paths`` and pack them: :func:`~longctx.sources.corpus.load_corpus`, :func:`build_pack`, faster.
 
     The arguments are those two functions' (``options`` None means
-    :class:`~longctx.config.CorpusOptions`'s defaults). Documents are rendered and
+    :class:`~longctx.options.groups.CorpusOptions`'s defaults). Documents are rendered and
     counted while the corpus is read. With ``store`` and ``reuse``, a single
     folder of a git repository whose state has not changed since its last
     pack with the same options (same commit, same changed, staged and
@@ -315,4 +315,4 @@ IMAGES_NOT_REUSED: Final = "not reused from the store: a pack that may hold imag
 
 def _may_hold_images(options: CorpusOptions) -> bool:
     """Whether ``options`` may put images in a pack (page images, image files)."""
-    return options.pdf_pages != "text" or options.image_files
+    return options.pdf_pages not in ("text", "server") or options.image_files

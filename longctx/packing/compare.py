@@ -12,7 +12,7 @@ from typing import Final
 
 from longctx.errors import PackError
 from longctx.packing.model import BoundaryCheck, Pack, PackComparison
-from longctx.tokens import TemplateTokenizer, Tokenizer
+from longctx.tokens.tokenizers import TemplateTokenizer, Tokenizer
 
 __all__ = ["DEFAULT_PROBE_QUESTION", "check_cache_boundary", "compare_packs"]
 
@@ -56,8 +56,15 @@ def compare_packs(old: Pack, new: Pack, *, tokenizer: Tokenizer | None = None) -
         index += 1
     old_total = old.prefix_tokens if same_tokenizer else None
     if index == len(old.sections) == len(new.sections):
-        return PackComparison(True, None, "the packs are identical", index, surviving_bytes,
-                              old.prefix_tokens if same_tokenizer else None, old_total)  # fmt: skip
+        return PackComparison(
+            True,
+            None,
+            "the packs are identical",
+            index,
+            surviving_bytes,
+            old.prefix_tokens if same_tokenizer else None,
+            old_total,
+        )
     partial: int | None = None
     if index < len(new.sections) and index < len(old.sections):
         old_section, new_section = old.sections[index], new.sections[index]

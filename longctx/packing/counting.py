@@ -51,7 +51,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Final
 
-from longctx.tokens import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer, TiktokenFileTokenizer, Tokenizer
 
 if TYPE_CHECKING:
     from longctx.store import Store

@@ -24,14 +24,14 @@ from functools import cached_property
 from typing import Any, BinaryIO, Final
 
 from longctx import outputs
-from longctx.config import DEFAULT_RESERVED_QUESTION_TOKENS
-from longctx.corpus import Manifest
 from longctx.errors import ConfigError
-from longctx.image_parts import PlacedImage, content_parts
+from longctx.options.groups import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.outputs import Saved
+from longctx.packing.image_parts import PlacedImage, content_parts
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.sources.corpus import Manifest
 from longctx.store import StoredText
-from longctx.tokens import Tokenizer, text_sha256
+from longctx.tokens.tokenizers import Tokenizer, text_sha256
 
 __all__ = [
     "DOCUMENT_PREFIX",
@@ -155,7 +155,7 @@ class Pack:
     format ``longctx-pack/5`` and its own system message, and sends its
     first user message as content parts (:meth:`user_parts`).
     ``image_tokens`` is what the images cost the model (an
-    :class:`~longctx.image_tokens.ImageTokenCounter`'s count, None when not
+    :class:`~longctx.tokens.images.ImageTokenCounter`'s count, None when not
     counted); ``image_counter`` names that counter. ``prefix_tokens`` counts
     the text form, placeholder lines included (a few dozen tokens an image
     more than the request sends: the budget errs on the safe side).
@@ -425,7 +425,7 @@ class PackResult:
     when the pack and manifest were read back from the store (the
     repository had not changed since they were built) rather than built
     from the files; either way they are what :func:`~longctx.packing.build.build_pack` and
-    :func:`~longctx.corpus.load_corpus` give for the same inputs. ``layer_note``
+    :func:`~longctx.sources.corpus.load_corpus` give for the same inputs. ``layer_note``
     says why a repository's pack is layered on its base, or why it starts
     over from a nearer one (see :class:`~longctx.sources.history.LayerPlan`);
     None when there is nothing to say, and for a reused pack. ``reuse_note``
@@ -447,7 +447,7 @@ class PackResult:
 
     @cached_property
     def manifest(self) -> Manifest:
-        """Every path considered, with what became of it (see :class:`~longctx.corpus.Manifest`)."""
+        """Every path considered, with what became of it (see :class:`~longctx.sources.corpus.Manifest`)."""
         return self._manifest if isinstance(self._manifest, Manifest) else self._manifest()
 
     def to_dict(self) -> dict[str, Any]:

@@ -5,7 +5,7 @@ every file again to get the same bytes. :func:`~longctx.packing.build.pack`
 instead keys each pack it builds by what it was asked and by the
 repository's state, keeps it (sections, counts, manifest) in the
 :class:`~longctx.store.Store`, and when the key matches later it rebuilds
-the :class:`~longctx.packing.model.Pack` and :class:`~longctx.corpus.Manifest`
+the :class:`~longctx.packing.model.Pack` and :class:`~longctx.sources.corpus.Manifest`
 from the store without opening a file: one ``git status``, one SQLite read.
 
 The key has two parts. The *slot* is what was asked: the resolved folder,
@@ -49,15 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
-from longctx.config import CorpusOptions
-from longctx.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.errors import StoreError
+from longctx.options.groups import CorpusOptions
 from longctx.packing.model import ManifestSummary, Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.sources.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
 from longctx.store import Store, StoredPackSnapshot, StoredText
-from longctx.tokens import Tokenizer
+from longctx.tokens.tokenizers import Tokenizer
 
 __all__ = [
     "SNAPSHOT_FORMAT_VERSION",
@@ -180,8 +180,10 @@ def _ignore_files_above(state: RepositoryState) -> Iterator[str]:
 
 
 def _state_digest(state: RepositoryState) -> str:
-    changed = [[path, _content_digest(os.path.join(state.work_tree, filesystem_path(path)))]
-               for path in state.changed_paths]  # fmt: skip
+    changed = [
+        [path, _content_digest(os.path.join(state.work_tree, filesystem_path(path)))]
+        for path in state.changed_paths
+    ]
     ignores = [_content_digest(location) for location in _ignore_files_above(state)]
     return _digest([state.head, state.changes.hex(), changed, ignores])
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from longctx.backends.base import Backend, ReplicaStatus, ServerInfo
 from longctx.backends.profiles import Finding
-from longctx.config import RequestOptions
+from longctx.options.groups import RequestOptions
 from longctx.serving.advice import detected_router_finding, suggest_router_policy
 
 __all__ = ["Diagnosis", "diagnose"]
@@ -85,7 +85,7 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
     reports cached tokens (vLLM does not say otherwise). A replica that
     cannot be reached is a warning, a router found in front (vllm-router,
     smg: :mod:`longctx.backends.routers`) a suggestion; the router policy
-    (:attr:`ServerOptions.router_policy <longctx.config.ServerOptions.router_policy>`)
+    (:attr:`ServerOptions.router_policy <longctx.options.groups.ServerOptions.router_policy>`)
     is checked against ``request``'s ``cache_salt``.
     """
     if probe:

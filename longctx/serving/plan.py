@@ -195,8 +195,11 @@ class CapacityPlan:
     def _growing_layers(self) -> str:
         """The kinds of layer whose KV grows with the context, among those this model has."""
         kinds = {group.kind for group in self.layout.groups}
-        named = [name for kind, name in ((LayerKind.ATTENTION, "full attention"), (LayerKind.MLA, "MLA"))
-                 if kind in kinds]  # fmt: skip
+        named = [
+            name
+            for kind, name in ((LayerKind.ATTENTION, "full attention"), (LayerKind.MLA, "MLA"))
+            if kind in kinds
+        ]
         return " and ".join(named) or "no layer grows with the context"
 
     def _at_context_table(self) -> list[str]:

@@ -27,11 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from longctx.config import CorpusOptions
-from longctx.corpus import Corpus, load_corpus
 from longctx.errors import ContextOverflow
+from longctx.options.groups import CorpusOptions
 from longctx.packing.rendering import render_document, render_path
 from longctx.packing.snapshots import snapshot_key
+from longctx.sources.corpus import Corpus, load_corpus
 from longctx.store import Store, TurnRecord
 
 __all__ = [

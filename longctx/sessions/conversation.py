@@ -18,7 +18,8 @@ from typing import Self, Unpack
 from longctx.backends.base import Backend
 from longctx.drivers import Plan, arun, run
 from longctx.report import Prices, SavingsReport
-from longctx.sessions.answers import Answer, AskManyOptions, AskOptions, Batch, refuse_unknown
+from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.arguments import AskManyOptions, AskOptions
 from longctx.sessions.resources import Resources
 from longctx.sessions.streams import AnswerStream, AsyncAnswerStream
 from longctx.store import SessionRecord, Store
@@ -29,8 +30,8 @@ __all__ = ["Conversation"]
 class Conversation(ABC):
     """What every session offers: questions, siblings, forks, reports, a lifecycle.
 
-    :class:`Session` (and :class:`~longctx.sessions.corpus.RepoSession` /
-    :class:`~longctx.sessions.corpus.DocSession` built on it) and
+    :class:`Session` (and :class:`~longctx.sessions.corpus_sessions.RepoSession` /
+    :class:`~longctx.sessions.corpus_sessions.DocSession` built on it) and
     :class:`~longctx.sessions.sharded.ShardedSession` implement it, so code
     that takes a session works with either.
     """
@@ -113,6 +114,9 @@ class Conversation(ABC):
     ) -> Plan[Answer]:
         """The plan of one turn that asks ``question`` (``purpose``: what its request is recorded as).
 
+        Its arguments are checked when it is called, not when the plan runs
+        (:mod:`longctx.sessions.arguments`): every public call fails at its own line.
+
         :meth:`ask` and :meth:`aask` carry it out; so can a caller that
         composes turns (a sharded session's map step runs its shards' plans
         side by side). See :mod:`longctx.drivers`. ``streamed``: its answer's text comes as it arrives.
@@ -134,14 +138,12 @@ class Conversation(ABC):
     def stream(self, question: str, **options: Unpack[AskOptions]) -> AnswerStream:
         """:meth:`ask` (its keywords too), the text handed out as it arrives: see :class:`AnswerStream`.
 
-        An unknown keyword is a :class:`TypeError` here, before anything is iterated.
+        Its arguments are refused here, as :meth:`ask` refuses them, before anything is iterated.
         """
-        refuse_unknown(options, AskOptions, "stream")
         return AnswerStream(self.plan_ask(question, streamed=True, **options))
 
     def astream(self, question: str, **options: Unpack[AskOptions]) -> AsyncAnswerStream:
-        """:meth:`stream` on the running event loop: ``async for text in stream``."""
-        refuse_unknown(options, AskOptions, "astream")
+        """:meth:`stream` on the running event loop: ``async for text in stream``; refused as eagerly."""
         return AsyncAnswerStream(self.plan_ask(question, streamed=True, **options))
 
     def ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Batch:

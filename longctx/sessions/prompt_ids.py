@@ -49,8 +49,8 @@ from typing import Final
 from longctx.backends.base import ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
-from longctx.config import RequestOptions
 from longctx.errors import LongctxError, TokenizerError
+from longctx.options.groups import RequestOptions
 from longctx.sessions.token_history import FirstMessages, HistoryIds, TokenHistory
 from longctx.store import Store, StoredPack, StoredPackIds, TurnRecord
 
@@ -218,9 +218,13 @@ class PromptIds:
             self._asked = (pack, turns[0]) if pack is not None and options.prompt_ids else None
             try:
                 return self.history.prompt(
-                    request, turns, system=system, user=request.messages[-1]["content"],
-                    first_messages=first_messages, generated=options.token_history,
-                )  # fmt: skip
+                    request,
+                    turns,
+                    system=system,
+                    user=request.messages[-1]["content"],
+                    first_messages=first_messages,
+                    generated=options.token_history,
+                )
             finally:
                 self._asked = None
         asking = dataclasses.replace(request, token_ids=options.token_history)

@@ -22,7 +22,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from longctx.documents import ImagePart
-from longctx.image_parts import PlacedImage
+from longctx.packing.image_parts import PlacedImage
 from longctx.store import (
     CounterCheckRecord,
     CounterSkip,

@@ -1,7 +1,7 @@
 """What a session uses and may own: the connection to the server and the store.
 
 A session given a backend or a store uses it and leaves it open for its
-owner; one given neither connects (to :class:`~longctx.config.ServerOptions`)
+owner; one given neither connects (to :class:`~longctx.options.groups.ServerOptions`)
 and opens the default store on first use, owns what it opened, and closes
 it in :meth:`Resources.close`. Forks and branches borrow their parent's.
 Once closed (or once what they borrow was closed by its owner), every use
@@ -15,13 +15,23 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from longctx.backends.base import Backend, connect
-from longctx.config import ServerOptions
+from longctx.backends.prefill_wait import PrefillRate
 from longctx.errors import SessionClosed
+from longctx.options.groups import ServerOptions
+from longctx.report import cold_prefill_rate
 from longctx.store import Store
 
 __all__ = ["Progress", "Resources"]
 
 Progress = Callable[[str], None]
+
+
+def _expect_earlier_rates(backend: Backend, store: Store) -> None:
+    """Hand each server the cold prefill rate the store measured there: how long a cold prefill waits."""
+    for server in backend.servers:
+        rate = cold_prefill_rate(store.sessions.requests(base_url=server.api_url, model=server.model))
+        if rate is not None:
+            backend.expect_prefill_rate(server.api_url, PrefillRate(rate, "measured earlier on this server"))
 
 
 class Resources:
@@ -48,6 +58,7 @@ class Resources:
         self._released: list[Backend | Store] = []
         # Reentrant: preparing a session (reading its pack) takes the backend and the store under it.
         self.lock = threading.RLock()
+        self._rates_handed = False
 
     @classmethod
     @contextmanager
@@ -76,8 +87,12 @@ class Resources:
             self.check_open()
             if self._backend is None:
                 self.progress(f"connecting to {', '.join(self.server.base_urls())}")
-                self._backend = connect(self.server)
+                self._backend = connect(self.server)  # which resolves the options once
                 self._made.append(self._backend)
+            if not self._rates_handed:
+                # Given or made: how long a cold prefill may take there, from what the store measured.
+                self._rates_handed = True
+                _expect_earlier_rates(self._backend, self.store)
             return self._backend
 
     @property
@@ -90,7 +105,7 @@ class Resources:
         with self.lock:
             self.check_open()
             if self._store is None:
-                self._store = Store.open()
+                self._store = Store.open(database_url=self.server.store)
                 self._made.append(self._store)
             return self._store
 

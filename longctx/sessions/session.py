@@ -28,32 +28,24 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 
 from longctx.backends.base import Backend, Sent
-from longctx.backends.chat import ChatRequest
-from longctx.backends.tokenizer import ServerTokenizer
-from longctx.citations import Grounding
-from longctx.config import RequestOptions, ServerOptions
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
-from longctx.image_parts import content_parts
+from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions import answers, reporting, siblings
-from longctx.sessions.answers import (
-    Answer,
-    AskManyOptions,
-    AskOptions,
-    Batch,
-    Committed,
-    committed_records,
-)
+from longctx.sessions import arguments, reporting
+from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.arguments import AskCall, AskManyOptions, AskOptions
+from longctx.sessions.batches import SiblingBatches
 from longctx.sessions.changes import Changes, ChangeTracker, check_room
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.prompt_ids import PromptIds
 from longctx.sessions.recording import Recording, branch_record, placed_images, stored_pack
+from longctx.sessions.records import Committed, cited_answers, committed_records
+from longctx.sessions.requests import Asked, RequestBuilder, constrained, grounding, request_messages
 from longctx.sessions.resources import Progress, Resources
 from longctx.sessions.reuse import reuse_notes
 from longctx.sessions.warm import WARM_QUESTION, WarmPlan, WarmStart
-from longctx.store import CounterCheckRecord, SessionRecord, Store, StoredPack, TurnRecord
-from longctx.tokens import EstimateTokenizer
+from longctx.store import SessionRecord, Store, StoredPack, TurnRecord
+from longctx.tokens.tokenizers import EstimateTokenizer
 from longctx.verification import counters
 from longctx.verification.canary import (
     CANARY_QUESTION,
@@ -95,7 +87,7 @@ class Session(Conversation):
 
     ``backend`` is a connection (:func:`~longctx.backends.base.connect`) the
     caller owns; without one the session connects to ``server`` (default
-    :class:`~longctx.config.ServerOptions`) on its first request and owns
+    :class:`~longctx.options.groups.ServerOptions`) on its first request and owns
     that connection. ``pack`` is a :class:`~longctx.packing.Pack` or a
     :class:`~longctx.store.StoredPack`. ``store`` likewise: without one the
     default store is opened on first use and closed by :meth:`close`.
@@ -129,8 +121,8 @@ class Session(Conversation):
         # One turn at a time: a turn's request is built from the history the
         # previous turn left.
         self._turn_lock = threading.Lock()
-        self._tokenizers: dict[str, ServerTokenizer] = {}  # by replica: each asks its identity once
-        self._prompt_ids = PromptIds(lambda: self.store, self._history_tokenizer)
+        self._requests = RequestBuilder(self)  # the requests of its questions, as text or token ids
+        self._batches = SiblingBatches(self)  # its sibling questions, each a branch
         # The warm start begun on entering (RequestOptions.warm_start) or by warm_start().
         self.warming: WarmStart | None = None
         # Turns' counter checks still settling on their threads (see verification/counters.py).
@@ -277,29 +269,13 @@ class Session(Conversation):
         The first user message is content parts when the pack holds images
         (:meth:`~longctx.packing.Pack.user_parts`), else one string.
         """
-        turns = self._turns if history is None else history
-        pack = self.pack
-        users: list[str | list[dict[str, Any]]] = [
-            *(turn.preamble + turn.question + turn.instruction for turn in turns),
-            preamble + question,
-        ]
-        messages: list[dict[str, Any]] = []
-        if pack is not None:
-            messages.append({"role": "system", "content": pack.system})
-            first = str(users[0])
-            # The documents open the first user message, each image in its place.
-            users[0] = content_parts(pack.prefix, pack.images, first) if pack.images else pack.prefix + first
-        for user, turn in zip(users, turns, strict=False):
-            messages.append({"role": "user", "content": user})
-            messages.append({"role": "assistant", "content": turn.history_answer})
-        messages.append({"role": "user", "content": users[-1]})
-        return messages
+        return request_messages(self.pack, self._turns if history is None else history, question, preamble)
 
     def _finish(self) -> None:
         # A warm start in flight records its request, and the counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
-        self._prompt_ids.wait()
+        self._requests.prompt_ids.wait()
         self.settle_checks()
 
     def settle_checks(self) -> None:
@@ -320,11 +296,15 @@ class Session(Conversation):
 
     def _warm_plan(self) -> WarmPlan:
         record = self._opened()
-        request = self._chat_request(WARM_QUESTION, self._turns, 1)
+        request = self._requests.chat_request(WARM_QUESTION, self._turns, 1)
         return WarmPlan(
-            self.backend, self.store, record, request, has_history=bool(self._turns),
+            self.backend,
+            self.store,
+            record,
+            request,
+            has_history=bool(self._turns),
             keep=lambda warm, checks, skips: self._recording.keep(self.store, [warm], checks, skips),
-        )  # fmt: skip
+        )
 
     def stop_following(self) -> None:
         """Append no changed files from now on (``RequestOptions.follow_changes=False`` at resume)."""
@@ -342,7 +322,7 @@ class Session(Conversation):
         history_text = "".join(turn.preamble + turn.question + turn.history_answer for turn in history)
         check_room(
             changes,
-            prompt_tokens=self._pack_tokens() + estimate.count(history_text),
+            prompt_tokens=self._requests.pack_tokens() + estimate.count(history_text),
             max_tokens=max_tokens,
             context_length=self.backend.info.context_length,
             paths=tracker.paths,
@@ -352,56 +332,32 @@ class Session(Conversation):
 
     # -- requests -----------------------------------------------------------
 
-    def _chat_request(
-        self,
-        question: str,
-        history: Sequence[TurnRecord],
-        max_tokens: int,
-        changes: Changes | None = None,
-        grounding: Grounding | None = None,
-    ) -> ChatRequest:
-        if not question.strip():
-            raise ConfigError("the question is empty")
-        options = self.request
-        preamble = changes.text if changes is not None else ""
-        asked = question + (grounding.instruction if grounding is not None else "")  # after the question
-        return ChatRequest(
-            messages=tuple(self.messages(asked, history=history, preamble=preamble)),
-            max_tokens=max_tokens,
-            temperature=options.temperature,
-            seed=options.seed,
-            cache_salt=options.cache_salt,
-            affinity_key=self.affinity_key,
-            extra_body=options.extra_body,
-            offload_tokens=(self._pack_tokens() or None) if options.offload_prefix_only else None,
-        )
-
-    def _pack_tokens(self) -> int:
-        """The pack's tokens (0 without one): the prefix siblings share, what a request may offload."""
-        pack = self.pack
-        return int(pack.summary.get("total_tokens") or 0) if pack is not None else 0
-
     def plan_ask(
         self, question: str, *, purpose: str = "turn", streamed: bool = False, **options: Unpack[AskOptions]
     ) -> Plan[Answer]:
         """The plan of one turn: built, sent, committed in one transaction once the answer arrived.
 
         One turn at a time (a turn's request is built from the history the
-        previous turn left), whichever driver carries it out.
+        previous turn left), whichever driver carries it out. The arguments
+        are checked here, at the call (:func:`~longctx.sessions.arguments.checked_ask`),
+        not when the plan is carried out: ``stream("")`` fails where ``ask("")`` does.
         """
         self._resources.check_open()
-        answers.checked_question(question)
-        # Refused here, before anything is sent.
-        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
-        cite, schema = answers.asked_how(options, "ask")
+        call = arguments.checked_ask(self.request, question, options, "stream" if streamed else "ask")
+        return self._plan_turn(call, purpose, streamed)
+
+    def _plan_turn(self, call: AskCall, purpose: str, streamed: bool) -> Plan[Answer]:
+        """The plan of one turn whose arguments were checked (see :meth:`plan_ask`)."""
+        question, max_tokens, cite, schema = call.question, call.max_tokens, call.cite, call.schema
+        self._resources.check_open()  # again: the session may have been closed since the call
         yield Io(self._turn_lock.acquire)
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-            asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
-            request = self._chat_request(question, self._turns, max_tokens, changes, asked.grounding)
-            request = yield Io(partial(answers.constrained, request, schema, self.backend))
-            request = yield Io(partial(self._as_ids, request, self._turns))
+            asked = Asked(grounding(cite, self.pack, self._turns, changes), schema)
+            request = self._requests.chat_request(question, self._turns, max_tokens, changes, asked.grounding)
+            request = yield Io(partial(constrained, request, schema, self.backend))
+            request = yield Io(partial(self._requests.as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(
                 CounterSnapshot.around, self.backend, request.affinity_key, self.request.counter_check
@@ -410,7 +366,7 @@ class Session(Conversation):
                 sent = yield from self.backend.delivery(request, on_away=snapshot.follow, streamed=streamed)
                 commit = partial(self._commit_turn, sent, question, purpose, changes, asked)
                 committed: Committed = yield Io(commit)
-                self._prompt_ids.history.answered(request, sent.completion, len(self._turns))
+                self._requests.prompt_ids.history.answered(request, sent.completion, len(self._turns))
                 self._pending_checks.append(snapshot.close_into(self.store, record.id, [committed.request]))
             if self.canaries.due():
                 yield from self.plan_canary()
@@ -448,93 +404,29 @@ class Session(Conversation):
         """:meth:`plan_canary` on the running event loop."""
         return await arun(self.plan_canary(options))
 
-    def _as_ids(self, request: ChatRequest, history: Sequence[TurnRecord]) -> ChatRequest:
-        """``request`` (after ``history``) as token ids where asked for and exact, else why not.
-
-        See :meth:`PromptIds.request <longctx.sessions.prompt_ids.PromptIds.request>`.
-        """
-        options, pack = self.request, self.pack
-        if not (options.prompt_ids or options.token_history) or (pack is None and not history):
-            return request
-        server = self.backend.server_for(request.affinity_key)
-        routed = bool(self.backend.router_policy) or self.backend.router(server.api_url) is not None
-        turns = list(history)
-        return self._prompt_ids.request(
-            request, turns, server=server, routed=routed, pack=pack, options=options,
-            first_messages=lambda: self.messages(
-                turns[0].question + turns[0].instruction, history=(), preamble=turns[0].preamble
-            ),
-        )  # fmt: skip
-
-    def _history_tokenizer(self) -> ServerTokenizer | None:
-        server = self.backend.server_for(self.affinity_key)
-        if not server.profile.tokenizes:
-            return None
-        if server.api_url not in self._tokenizers:
-            self._tokenizers[server.api_url] = self.backend.tokenizer(self.affinity_key)
-        return self._tokenizers[server.api_url]
-
     def _commit_turn(
-        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: answers.Asked
+        self, sent: Sent, question: str, purpose: str, changes: Changes | None, asked: Asked
     ) -> Committed:
         """Store the answered turn (one transaction) and add it to the history."""
         record = self._opened()
         inherited = record.parent_turns or 0  # a turn's stored position counts only the session's own turns
         committed = committed_records(
-            sent, session_id=self.id, position=len(self._turns) - inherited, question=question,
-            purpose=purpose, batch_id=None, changes=changes, inherited_turns=inherited, asked=asked,
-        )  # fmt: skip
+            sent,
+            session_id=self.id,
+            position=len(self._turns) - inherited,
+            question=question,
+            purpose=purpose,
+            batch_id=None,
+            changes=changes,
+            inherited_turns=inherited,
+            asked=asked,
+        )
         with self._recording.first_write(self.pack, record) as opening:
             self.store.sessions.commit_turn(committed.turn, committed.request, opening=opening)
         self._turns.append(committed.turn)
         return committed
 
     # -- siblings -----------------------------------------------------------
-
-    def _sibling_batch(
-        self,
-        questions: Sequence[str],
-        max_tokens: int,
-        changes: Changes | None,
-        keys: Sequence[str] | None,
-        asked: answers.Asked,
-    ) -> siblings.SiblingBatch:
-        if keys is not None:
-            siblings.check_keys(self.store, questions, keys)
-        if self.warming is not None:
-            self.warming.wait()  # siblings take no turn lock; they share the warmed prefix
-        history = list(self._turns)
-        requests = [
-            self._as_ids(self._chat_request(q, history, max_tokens, changes, asked.grounding), history)
-            for q in questions
-        ]
-        record = self._opened()
-        constrained = tuple(answers.constrained(request, asked.schema, self.backend) for request in requests)
-        batch_id = uuid.uuid4().hex[:16]
-        return siblings.SiblingBatch(constrained, tuple(questions), batch_id, record.id, asked)
-
-    def _commit_sibling(
-        self,
-        sent: Sent,
-        question: str,
-        batch: siblings.SiblingBatch,
-        changes: Changes | None,
-        key: str | None,
-    ) -> Committed:
-        record = self._opened()
-        branch = branch_record(record, "sibling", question[:80], len(self._turns))
-        committed = committed_records(
-            sent, session_id=branch.id, position=0, question=question, purpose="sibling",
-            batch_id=batch.batch_id, changes=changes, inherited_turns=branch.parent_turns or 0,
-            asked=batch.asked,
-        )  # fmt: skip
-        # The batch's parent is stored with its first sibling, so a batch
-        # stopped before any answer leaves no parent without branches.
-        with self._recording.first_write(self.pack, record) as opening:
-            self.store.sessions.commit_turn(
-                committed.turn, committed.request, opening=opening, new_session=branch, key=key
-            )
-        return committed
 
     def plan_ask_many(self, questions: Sequence[str], **options: Unpack[AskManyOptions]) -> Plan[Batch]:
         """The plan of a batch of siblings: each question a branch sharing the whole prefix.
@@ -543,72 +435,11 @@ class Session(Conversation):
         answer in its transaction (:meth:`store.sessions.answered
         <longctx.store.SessionLog.answered>` finds them), so a job run again asks
         only what is unanswered; with ``reuse_answered`` this batch does so
-        itself (see :class:`~longctx.sessions.answers.AskManyOptions`).
+        itself (see :class:`~longctx.sessions.arguments.AskManyOptions`).
         """
         self._resources.check_open()
-        answers.check_ask_many(self.request, questions, options)
-        ask = self._plan_siblings
-        if options.get("reuse_answered"):
-            return (yield from siblings.reusing_answers(self.store, self.id, questions, options, ask))
-        return (yield from ask(questions, options))
-
-    def _plan_siblings(self, questions: Sequence[str], options: AskManyOptions) -> Plan[Batch]:
-        """The plan of a batch that asks every one of ``questions`` (see :meth:`plan_ask_many`)."""
-        max_tokens = answers.answer_bound(self.request, options.get("max_tokens"))
-        concurrency = answers.checked_concurrency(options.get("concurrency"))
-        keys = options.get("keys")
-        changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
-        cite, schema = answers.asked_how(options, "ask_many")
-        asked = answers.Asked(answers.grounding(cite, self.pack, self._turns, changes), schema)
-        batch = yield Io(partial(self._sibling_batch, questions, max_tokens, changes, keys, asked))
-        dispatch = yield Io(partial(self._dispatch, batch, concurrency))
-        opened = partial(CounterSnapshot.around, self.backend, self.affinity_key, self.request.counter_check)
-        with (yield Io(opened)) as snapshot:
-            outcome = yield from siblings.dispatched(
-                self.backend,
-                batch,
-                dispatch=dispatch,
-                commit=lambda sent, index: self._commit_sibling(
-                    sent, batch.questions[index], batch, changes, keys[index] if keys else None
-                ),
-                on_answer=options.get("on_answer"),
-                on_away=snapshot.follow,
-            )
-            finished: Batch = yield Io(partial(self._finish_batch, batch, outcome, snapshot, dispatch))
-        if self.canaries.due(len(questions)):
-            yield from self.plan_canary()
-        return finished
-
-    def _dispatch(self, batch: siblings.SiblingBatch, concurrency: int | None) -> siblings.Dispatch:
-        """How this batch goes out: to the server its requests are routed to, as measured fastest there."""
-        server = self.backend.server_for(batch.requests[0].affinity_key)
-        return siblings.choose_dispatch(server, self.request, concurrency)
-
-    def _finish_batch(
-        self,
-        batch: siblings.SiblingBatch,
-        outcome: siblings.Outcome,
-        snapshot: CounterSnapshot,
-        dispatch: siblings.Dispatch,
-    ) -> Batch:
-        records = [outcome.results[i].request for i in sorted(outcome.results)]
-        settling = snapshot.close(batch.session_id, batch.batch_id, records)
-        keep = self._recording.keep  # in memory until the session is stored, if no sibling was answered
-
-        def kept(checks: list[CounterCheckRecord]) -> None:
-            keep(self.store, checks=checks, skips=settling.skips)
-
-        check = counters.batch_check(settling, kept, self._pending_checks)
-        if outcome.failures:
-            raise outcome.failures[0]
-        answers = tuple(outcome.results[i].answer for i in range(len(batch.questions)))
-        report = build_report(
-            records,
-            title=f"batch of {len(batch.questions)} sibling questions",
-            counter_check=check,
-            dispatch=dispatch.describe(),
-        )
-        return Batch(answers, report)
+        call = arguments.checked_ask_many(self.request, questions, options)  # at the call, as plan_ask
+        return self._batches.plan(call, options)
 
     # -- branches -----------------------------------------------------------
 
@@ -659,7 +490,7 @@ class Session(Conversation):
             prices=prices,
             notes=notes,
             cold_rate=fallback_rate,
-            citations=answers.cited_answers(turns, self.source_roots()),
+            citations=cited_answers(turns, self.source_roots()),
             questions=reporting.sibling_questions(records, ids[1:], self.store),
         )
 

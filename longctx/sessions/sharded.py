@@ -19,29 +19,20 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Self, TypeVar, Unpack
 
-from longctx.config import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
-from longctx.corpus import check_sources, load_corpus
 from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
+from longctx.options.groups import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.sessions.answers import (
-    Answer,
-    AskManyOptions,
-    AskOptions,
-    Batch,
-    answer_bound,
-    asked_how,
-    check_ask_many,
-    checked_concurrency,
-    checked_question,
-)
+from longctx.schemas import AnswerSchema
+from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.arguments import AskManyCall, AskManyOptions, AskOptions, checked_ask, checked_ask_many
 from longctx.sessions.conversation import Conversation
-from longctx.sessions.corpus import (
+from longctx.sessions.corpus_sessions import (
     CorpusSessionOptions,
     Paths,
     as_paths,
@@ -51,6 +42,7 @@ from longctx.sessions.corpus import (
 )
 from longctx.sessions.resources import Resources
 from longctx.sessions.session import Session, served_settings
+from longctx.sources.corpus import check_sources, load_corpus
 from longctx.store import SessionRecord
 from longctx.verification.counters import stored_check
 
@@ -85,8 +77,8 @@ def _reduce_prompt(question: str, partial: Sequence[Answer]) -> str:
 class ShardedSession(Conversation):
     """Sessions over every shard of an oversized corpus, and a reducer.
 
-    Takes :class:`~longctx.sessions.corpus.RepoSession`'s arguments
-    (:class:`~longctx.sessions.corpus.CorpusSessionOptions`), plus
+    Takes :class:`~longctx.sessions.corpus_sessions.RepoSession`'s arguments
+    (:class:`~longctx.sessions.corpus_sessions.CorpusSessionOptions`), plus
     ``sharded`` (shards already built, instead of loading ``paths``).
     Shards leave out the earlier copies of a layered pack, so
     ``CorpusOptions.max_stale_share`` only chooses the order of the
@@ -233,10 +225,14 @@ class ShardedSession(Conversation):
         (one shard's answer, which needs no combining, streams itself).
         """
         self._resources.check_open()
-        checked_question(question)
-        _refuse_asking(options, "ask")
-        # Refused before any shard is asked.
-        max_tokens = answer_bound(self.request, options.get("max_tokens"))
+        # Refused at the call, before any shard is asked.
+        call = checked_ask(self.request, question, options, "stream" if streamed else "ask")
+        _refuse_asking(call.cite, call.schema)
+        return self._plan_map_reduce(call.question, call.max_tokens, streamed)
+
+    def _plan_map_reduce(self, question: str, max_tokens: int, streamed: bool) -> Plan[Answer]:
+        """The plan of :meth:`plan_ask` once its arguments are checked."""
+        self._resources.check_open()  # again: the session may have been closed since the call
         shards = yield Io(lambda: self.shards)
         count = len(shards)
         if count == 1 and streamed:
@@ -280,14 +276,16 @@ class ShardedSession(Conversation):
         ``on_answer`` hears of each combined answer. ``keys`` are not taken here.
         """
         self._resources.check_open()
-        check_ask_many(self.request, questions, options)
-        _refuse_asking(options, "ask_many")
+        call = checked_ask_many(self.request, questions, options)  # at the call, as plan_ask
+        _refuse_asking(call.cite, call.schema)
         if options.get("keys") or options.get("reuse_answered"):
             raise ConfigError("a sharded session's ask_many takes no answer keys (and reuses no answers)")
-        max_tokens = answer_bound(self.request, options.get("max_tokens"))
-        on_answer = options.get("on_answer")
-        concurrency = checked_concurrency(options.get("concurrency"))
-        limit = self.request.concurrency if concurrency is None else concurrency
+        return self._plan_batches(call, options.get("on_answer"))
+
+    def _plan_batches(self, call: AskManyCall, on_answer: Callable[[Answer], None] | None) -> Plan[Batch]:
+        """The plan of :meth:`plan_ask_many` once its arguments are checked."""
+        questions, max_tokens = call.questions, call.max_tokens
+        limit = self.request.concurrency if call.concurrency is None else call.concurrency
         shards = yield Io(lambda: self.shards)
         maps = [
             partial(shard.plan_ask_many, questions, max_tokens=max_tokens, concurrency=limit)
@@ -369,8 +367,7 @@ class ShardedSession(Conversation):
         return f"<ShardedSession {self.id} {self.title!r}: {shards} shards>"
 
 
-def _refuse_asking(options: Mapping[str, Any], where: str) -> None:
-    cite, schema = asked_how(options, where)
+def _refuse_asking(cite: bool, schema: AnswerSchema | None) -> None:
     if cite:
         raise ConfigError(
             "cite is not available over shards: the combined answer rests on the shards' answers, "

@@ -40,19 +40,14 @@ from typing import TYPE_CHECKING
 from longctx.backends.base import Backend, DeliveryHooks, Sent, ServerInfo
 from longctx.backends.chat import ChatRequest
 from longctx.backends.engines import measured_dispatch
-from longctx.config import RequestOptions
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
+from longctx.options.groups import RequestOptions
 from longctx.report import build_report
-from longctx.sessions.answers import (
-    Answer,
-    Asked,
-    AskManyOptions,
-    Batch,
-    Committed,
-    asked_how,
-    stored_answers,
-)
+from longctx.sessions.answers import Answer, Batch
+from longctx.sessions.arguments import AskManyCall, AskManyOptions
+from longctx.sessions.records import Committed, stored_answers
+from longctx.sessions.requests import Asked
 
 if TYPE_CHECKING:
     from longctx.store import Store
@@ -101,27 +96,28 @@ def batch_keys(session_id: str, questions: Sequence[str]) -> list[str]:
 def reusing_answers(
     store: Store,
     session_id: str,
-    questions: Sequence[str],
+    call: AskManyCall,
     options: AskManyOptions,
-    ask: Callable[[Sequence[str], AskManyOptions], Plan[Batch]],
+    ask: Callable[[AskManyCall, AskManyOptions], Plan[Batch]],
 ) -> Plan[Batch]:
-    """The plan of a batch that asks only the questions without an answer stored under their keys.
+    """The plan of a batch that asks only the questions of ``call`` without an answer stored under their keys.
 
     The keys are ``options``' or :func:`batch_keys` for ``session_id``;
     ``ask`` is the plan of a batch that asks all it is given. The stored
     answers come back in their places, counted in :attr:`Batch.reused`.
     """
+    questions = call.questions
     keys = list(options.get("keys") or batch_keys(session_id, questions))
     yield Io(partial(check_keys, store, questions, keys, answered_ok=True))
-    schema = asked_how(options, "ask_many")[1]  # the stored values made with its model class
-    stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys, schema))
+    # The stored values made with the schema's model class.
+    stored: dict[int, Answer] = yield Io(partial(stored_answers, store, questions, keys, call.schema))
     todo = [index for index in range(len(questions)) if index not in stored]
     note = f"{len(stored)} of {len(questions)} answers stored by an earlier call, not asked again"
     if not todo:
         report = build_report([], title=f"batch of {len(questions)} sibling questions", notes=[note])
         return Batch(tuple(stored[index] for index in range(len(questions))), report, reused=len(stored))
     rest: AskManyOptions = {**options, "keys": [keys[index] for index in todo]}
-    asked = yield from ask([questions[index] for index in todo], rest)
+    asked = yield from ask(replace(call, questions=[questions[index] for index in todo]), rest)
     answers = {**stored, **dict(zip(todo, asked.answers, strict=True))}
     report = replace(asked.report, notes=(*asked.report.notes, note)) if stored else asked.report
     return Batch(tuple(answers[index] for index in range(len(questions))), report, reused=len(stored))

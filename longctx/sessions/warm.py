@@ -26,7 +26,7 @@ from typing import Final
 from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
-from longctx.sessions.answers import request_record
+from longctx.sessions.records import request_record
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
 from longctx.verification.counters import CounterSnapshot

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.errors import SourceError
-from longctx.ignore import IgnoreRules
-from longctx.sources import Candidate, Listing, Skip, SkipReason
+from longctx.sources.ignore import IgnoreRules
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 
 __all__ = [
     "DEFAULT_IGNORED_FOLDERS",
@@ -151,6 +151,24 @@ def _default_skip(path: str, reason: str) -> Skip:
     return Skip(path + "/", SkipReason.IGNORED_BY_DEFAULT, (f"{reason}; --no-default-ignores packs it",))
 
 
+def _subfolder(
+    entry: os.DirEntry[str], path: str, folder: _PendingFolder, rules: IgnoreRules, *, default_ignores: bool
+) -> _PendingFolder | Skip | None:
+    """The folder ``entry`` (at ``path``) to walk next, or why it is left out (None: ignored, unlisted)."""
+    if rules.is_ignored(path, is_dir=True):
+        return None
+    if default_ignores and entry.name in DEFAULT_IGNORED_FOLDERS:
+        return _default_skip(path, "a tool's folder, not written by hand")
+    try:
+        entry_stat = entry.stat(follow_symlinks=False)
+    except OSError as error:
+        return Skip(path + "/", SkipReason.UNREADABLE, (error.strerror or "stat failed",))
+    key = (entry_stat.st_dev, entry_stat.st_ino)
+    if key in folder.ancestors:  # a bind mount of a parent
+        return Skip(path + "/", SkipReason.SYMLINK_LOOP, ("folder mounted inside itself",))
+    return _PendingFolder(entry.path, path, folder.ancestors | {key})
+
+
 def list_folder(directory: str, *, default_ignores: bool = True) -> Listing:
     """List the folder ``directory`` as described in the module docstring.
 
@@ -197,25 +215,11 @@ def list_folder(directory: str, *, default_ignores: bool = True) -> Listing:
             except OSError:
                 is_link = is_dir = False
             if is_dir:
-                if rules.is_ignored(path, is_dir=True):
-                    continue
-                if default_ignores and entry.name in DEFAULT_IGNORED_FOLDERS:
-                    skipped.append(_default_skip(path, "a tool's folder, not written by hand"))
-                    continue
-                try:
-                    entry_stat = entry.stat(follow_symlinks=False)
-                except OSError as error:
-                    skipped.append(
-                        Skip(path + "/", SkipReason.UNREADABLE, (error.strerror or "stat failed",))
-                    )
-                    continue
-                key = (entry_stat.st_dev, entry_stat.st_ino)
-                if key in folder.ancestors:  # a bind mount of a parent
-                    skipped.append(
-                        Skip(path + "/", SkipReason.SYMLINK_LOOP, ("folder mounted inside itself",))
-                    )
-                    continue
-                stack.append(_PendingFolder(entry.path, path, folder.ancestors | {key}))
+                found = _subfolder(entry, path, folder, rules, default_ignores=default_ignores)
+                if isinstance(found, Skip):
+                    skipped.append(found)
+                elif found is not None:
+                    stack.append(found)
                 continue
             if rules.is_ignored(path, is_dir=False):
                 continue

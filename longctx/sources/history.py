@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -225,6 +225,15 @@ class _Change:
     status: str
 
 
+def _with_earlier_copies(changes: Sequence[_Change]) -> list[_Change]:
+    """The changes whose earlier copy a layered pack keeps: files modified, retyped or deleted, not links."""
+    return [
+        change
+        for change in changes
+        if change.status in "MTD" and change.old_object != _NULL_OBJECT and change.old_mode != _SYMLINK_MODE
+    ]
+
+
 def plan_layers(
     runner: GitRunner,
     pathspec: tuple[str, ...],
@@ -263,27 +272,28 @@ def plan_layers(
                 None, _layer_note(None, changed=0, passed_over=passed_over, share=max_stale_share)
             )
         sizes = _tree_sizes(runner, base, pathspec)
-        stale = [
-            change
-            for change in changes
-            if change.status in "MTD"
-            and change.old_object != _NULL_OBJECT
-            and change.old_mode != _SYMLINK_MODE
-        ]
+        stale = _with_earlier_copies(changes)
         stale_bytes = sum(sizes.get(change.path, 0) for change in stale)
         total = sum(size for path, size in sizes.items() if considered(path))
         if stale_bytes > max_stale_share * total:
             logger.debug(
                 "layers: %d earlier bytes of %d since %s (level %d) is too many",
-                stale_bytes, total, base[:12], level,
-            )  # fmt: skip
+                stale_bytes,
+                total,
+                base[:12],
+                level,
+            )
             passed_over.append((base, level, stale_bytes / total if total else 1.0))
             continue
         earlier = _read_objects(runner, {change.path: change.old_object for change in stale})
         logger.debug(
             "layers: base %s (level %d), %d changed, %d earlier copies (%d bytes)",
-            base[:12], level, len(changes), len(earlier), stale_bytes,
-        )  # fmt: skip
+            base[:12],
+            level,
+            len(changes),
+            len(earlier),
+            stale_bytes,
+        )
         layering = Layering(
             base=base,
             level=level,

@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from longctx.config import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.documents import Document, ImagePart
+from longctx.options.groups import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText
 from longctx.sources.png import image_size
@@ -100,7 +100,7 @@ def page_image_documents(
 ) -> ImageDocuments:
     """The images of ``parent``'s PDF pages that ``rules`` send as images (``data``: the PDF's bytes)."""
     unusable = {page.number: page.reason for page in extracted.unusable_pages}
-    if rules.pdf_pages == "text":
+    if rules.pdf_pages in ("text", "server"):  # "server" unresolved: no server said it takes images
         return ImageDocuments()
     if rules.pdf_pages == "images":
         asked = {number: "asked: pdf_pages='images'" for number in range(1, extracted.page_count + 1)}

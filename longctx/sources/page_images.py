@@ -31,8 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from longctx.config import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.documents import ImagePart
+from longctx.options.groups import DEFAULT_PAGE_IMAGE_SIDE
 from longctx.sources.png import encode_gray_png
 
 __all__ = [

@@ -50,7 +50,6 @@ from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import Document
-from longctx.sources import Candidate, Skip, SkipReason
 from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
 from longctx.sources.images import (
@@ -61,6 +60,7 @@ from longctx.sources.images import (
     notebook_image_documents,
     page_image_documents,
 )
+from longctx.sources.listing import Candidate, Skip, SkipReason
 from longctx.sources.notebook import NotebookError, render_notebook
 from longctx.sources.pdf import PdfFailure, PdfText, PdfTextCache, extract_pdf_cached
 from longctx.sources.secrets import SecretFinding, find_secrets, redact_if_secret, secret_file_rule
@@ -268,30 +268,12 @@ class FileReader:
             )
 
         if stat.S_ISLNK(status.st_mode):
-            try:
-                real = os.path.realpath(location, strict=True)
-            except OSError as error:
-                if error.errno == errno.ELOOP:
-                    return Skip(path, SkipReason.SYMLINK_LOOP, ("the link never resolves: a loop",))
-                if error.errno == errno.ENOENT:
-                    return Skip(path, SkipReason.UNREADABLE, ("broken link: its target does not exist",))
-                return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
-            if not is_inside(real, candidate.root_real):
-                return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a file outside the root",))
-            target = relative_target(real, candidate.root_real)
-            if ".git" in target.split("/"):
-                return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link into a .git folder",))
-            try:
-                status = os.stat(real)
-            except OSError as error:
-                return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
-            if stat.S_ISDIR(status.st_mode):
-                # Only git hands over links to folders (a folder walk follows
-                # them); git lists the folder's files under their own paths.
-                return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (f"link to the folder {target}/",))
-            notes.append(f"symbolic link to {target}")
-            names.append(posixpath.basename(target))
-            location = real
+            link = _followed_link(path, location, candidate.root_real)
+            if isinstance(link, Skip):
+                return link
+            notes.append(f"symbolic link to {link.target}")
+            names.append(posixpath.basename(link.target))
+            location, status = link.location, link.status
 
         if not stat.S_ISREG(status.st_mode):
             return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (_file_type(status.st_mode),))
@@ -445,3 +427,38 @@ class FileReader:
         image = document.image
         assert image is not None
         return Included(document, (*notes, f"sent as an image ({image.width}x{image.height})"))
+
+
+@dataclass(frozen=True)
+class _LinkTarget:
+    """A symbolic link followed inside the root: the real location, its status, its path in the root."""
+
+    location: str
+    status: os.stat_result
+    target: str
+
+
+def _followed_link(path: str, location: str, root_real: str) -> _LinkTarget | Skip:
+    """Where the link at ``location`` (``path`` in the corpus) leads, if to a file in the root; else why."""
+    try:
+        real = os.path.realpath(location, strict=True)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return Skip(path, SkipReason.SYMLINK_LOOP, ("the link never resolves: a loop",))
+        if error.errno == errno.ENOENT:
+            return Skip(path, SkipReason.UNREADABLE, ("broken link: its target does not exist",))
+        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+    if not is_inside(real, root_real):
+        return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link to a file outside the root",))
+    target = relative_target(real, root_real)
+    if ".git" in target.split("/"):
+        return Skip(path, SkipReason.SYMLINK_OUTSIDE_ROOT, ("link into a .git folder",))
+    try:
+        status = os.stat(real)
+    except OSError as error:
+        return Skip(path, SkipReason.UNREADABLE, (_system_message(error),))
+    if stat.S_ISDIR(status.st_mode):
+        # Only git hands over links to folders (a folder walk follows
+        # them); git lists the folder's files under their own paths.
+        return Skip(path, SkipReason.NOT_A_REGULAR_FILE, (f"link to the folder {target}/",))
+    return _LinkTarget(real, status, target)

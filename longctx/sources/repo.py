@@ -40,9 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from longctx.config import DEFAULT_MAX_STALE_SHARE
-from longctx.ignore import IgnoreRules, parent_directories
-from longctx.sources import Candidate, Listing, Skip, SkipReason
+from longctx.options.groups import DEFAULT_MAX_STALE_SHARE
 from longctx.sources.files import filesystem_path, is_inside, relative_target
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
 from longctx.sources.history import (
@@ -53,6 +51,8 @@ from longctx.sources.history import (
     plan_layers,
     usable_times_cache,
 )
+from longctx.sources.ignore import IgnoreRules, parent_directories
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 
 __all__ = [
     "CommitTimesCache",
@@ -152,11 +152,19 @@ def repository_state(directory: str) -> RepositoryState | None:
     status, flags = probe_together(
         work_tree,
         [
-            ("status", "--porcelain=v2", "--branch", "-z", "--untracked-files=all",
-             "--no-renames", "--ignore-submodules=dirty", *pathspec),
+            (
+                "status",
+                "--porcelain=v2",
+                "--branch",
+                "-z",
+                "--untracked-files=all",
+                "--no-renames",
+                "--ignore-submodules=dirty",
+                *pathspec,
+            ),
             ("ls-files", "-v", "-z", *pathspec),
         ],
-    )  # fmt: skip
+    )
     if status is None or status.returncode != 0 or flags is None or flags.returncode != 0:
         return None
     head: str | None = None

@@ -126,10 +126,16 @@ class ContentCaches:
             connection.execute(
                 "INSERT OR REPLACE INTO pdf_texts (extractor, content_sha256, text, page_count,"
                 " notes_json, unusable_pages_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (extractor, content_sha256, str(record["text"]).encode("utf-8", "surrogatepass"),
-                 int(record["page_count"]), json.dumps(list(record["notes"])),
-                 json.dumps([list(page) for page in record.get("unusable_pages", ())]), time.time()),
-            )  # fmt: skip
+                (
+                    extractor,
+                    content_sha256,
+                    str(record["text"]).encode("utf-8", "surrogatepass"),
+                    int(record["page_count"]),
+                    json.dumps(list(record["notes"])),
+                    json.dumps([list(page) for page in record.get("unusable_pages", ())]),
+                    time.time(),
+                ),
+            )
 
     # -- last-commit times -------------------------------------------------
 
@@ -208,9 +214,17 @@ class ContentCaches:
             connection.execute(
                 "INSERT INTO pack_snapshots (slot, state, fingerprint, summary_json, manifest_json,"
                 " section_sizes_json, text_file, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (slot, state, fingerprint, summary_json, manifest_json,
-                 json.dumps(list(section_sizes)), name, time.time()),
-            )  # fmt: skip
+                (
+                    slot,
+                    state,
+                    fingerprint,
+                    summary_json,
+                    manifest_json,
+                    json.dumps(list(section_sizes)),
+                    name,
+                    time.time(),
+                ),
+            )
             connection.execute(
                 "DELETE FROM pack_snapshots WHERE slot NOT IN"
                 " (SELECT slot FROM pack_snapshots ORDER BY created_at DESC, slot LIMIT ?)",

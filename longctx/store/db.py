@@ -14,13 +14,13 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from longctx.errors import StoreError
 from longctx.store.failures import LOCK_WAIT_SECONDS, store_failure
 from longctx.store.permissions import create_private_file, make_private_folder, warn_if_readable_by_others
 
-__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database"]
+__all__ = ["DATABASE_NAME", "MIGRATIONS", "Database", "key_range", "split_statements"]
 
 DATABASE_NAME: Final = "longctx.db"
 """The database's file name in the longctx home folder."""
@@ -155,7 +155,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ALTER TABLE turns ADD COLUMN file_changes_json TEXT NOT NULL DEFAULT '{}';
     """,
     # 7: the special-token spellings a server's tokenizer treats as special
-    # (longctx.sessions.corpus), by tokenizer identity: learned once per
+    # (longctx.sessions.corpus_sessions), by tokenizer identity: learned once per
     # served tokenizer through its tokenize route.
     """
     CREATE TABLE special_tokens (
@@ -264,7 +264,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE pdf_texts ADD COLUMN unusable_pages_json TEXT NOT NULL DEFAULT '[]';
     """,
-    # 18: a pack's images (longctx.image_parts.PlacedImage), so a session resumed from the store
+    # 18: a pack's images (longctx.packing.image_parts.PlacedImage), so a session resumed from the store
     # sends the same images: each image's place in the pack's prefix and what it is, its bytes
     # kept once per sha256 in image_blobs (the database file is private, like the rest).
     """
@@ -287,7 +287,18 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE INDEX pack_images_by_sha256 ON pack_images(sha256);
     """,
+    # 19: answer keys found by prefix (a job's, an item's: longctx.store.leases,
+    # SessionLog.answered_under) through an index in byte order (key_range), not by
+    # reading every key: a 10,000-item job's claims read every key of every item before.
+    """
+    CREATE INDEX answer_keys_in_byte_order ON answer_keys(key COLLATE BINARY);
+    """,
 )
+
+
+def key_range(prefix: str) -> tuple[str, str]:
+    """The keys starting with ``prefix`` (not empty), in byte order: ``low <= key COLLATE BINARY < high``."""
+    return prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 class Database:
@@ -306,9 +317,16 @@ class Database:
     (:mod:`longctx.store.failures`); none changes what is stored.
     """
 
+    local: ClassVar[bool] = True
+    """One host's store: a lease's holder can be checked by its process (:mod:`longctx.store.leases`)."""
+    conflicts: ClassVar[tuple[type[BaseException], ...]] = (sqlite3.IntegrityError,)
+    """What a broken constraint raises out of :meth:`transaction` (the caller's to explain)."""
+
     def __init__(self, path: Path) -> None:
         # No I/O here: the database is opened by open() or on first use.
         self.path = path
+        self.location = str(path)
+        """The store as messages name it: the database file."""
         self._lock = threading.RLock()
         self._opened: sqlite3.Connection | None = None
         self._closed = False
@@ -393,6 +411,22 @@ class Database:
             except sqlite3.Error as error:
                 raise store_failure(error, self.path, "compacting") from error
 
+    def size_bytes(self) -> int:
+        """The database file and its write-ahead log, in bytes."""
+        total = 0
+        for suffix in ("", "-wal"):
+            path = self.path.with_name(self.path.name + suffix)
+            if path.exists():
+                total += path.stat().st_size
+        return total
+
+    def clock(self, connection: sqlite3.Connection) -> float:
+        """The time now, in seconds since the epoch, by which leases lapse: this host's clock."""
+        return time.time()
+
+    def serialize(self, connection: sqlite3.Connection) -> None:
+        """Nothing: a SQLite transaction (``BEGIN IMMEDIATE``) already has the one write lock."""
+
     def query(self, sql: str, parameters: Sequence[Any] = ()) -> list[sqlite3.Row]:
         """The rows ``sql`` selects; a failure is a :class:`StoreError` naming the database."""
         with self._lock:
@@ -475,7 +509,7 @@ def _roll_back(connection: sqlite3.Connection) -> None:
         connection.execute("ROLLBACK")
 
 
-def _statements(script: str) -> Iterator[str]:
+def split_statements(script: str) -> Iterator[str]:
     """The statements of ``script``, one at a time.
 
     ``executescript`` cannot be used inside the transaction: on Python
@@ -490,3 +524,6 @@ def _statements(script: str) -> Iterator[str]:
             pending = ""
     if pending.strip():
         yield pending.strip()
+
+
+_statements = split_statements  # the name the migrations call (a test interrupts it there)

@@ -116,8 +116,10 @@ def prune_sessions(database: Database, rule: PruneRule, *, dry_run: bool = False
         try:
             database.vacuum()
         except StoreError as error:
-            notes.append(f"the sessions are deleted, but the file was not compacted ({error}); "
-                         "later writes reuse the space")  # fmt: skip
+            notes.append(
+                f"the sessions are deleted, but the file was not compacted ({error}); "
+                "later writes reuse the space"
+            )
     after = before if dry_run else _file_bytes(database)
     kept = len(trees) - len(chosen) - len(in_use)
     return PruneResult(pruned, kept, len(in_use), before, after, dry_run, tuple(notes))
@@ -213,10 +215,5 @@ def _trees(database: Database) -> list[_Tree]:
 
 
 def _file_bytes(database: Database) -> int:
-    """The database file and its write-ahead log, in bytes."""
-    total = 0
-    for suffix in ("", "-wal"):
-        path = database.path.with_name(database.path.name + suffix)
-        if path.exists():
-            total += path.stat().st_size
-    return total
+    """What the store takes: the database file and its log, or the server's tables."""
+    return database.size_bytes()

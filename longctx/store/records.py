@@ -179,7 +179,7 @@ class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
     ``images`` are the pack's images in place (a pack of format
-    ``longctx-pack/5``): :class:`longctx.image_parts.PlacedImage` values
+    ``longctx-pack/5``): :class:`longctx.packing.image_parts.PlacedImage` values
     in a session (the store, keeping plain data, does not import them), a
     :class:`StoredImage` each as read back from the store, which keeps their
     bytes (one copy per sha256) so a session resumed from it sends the same
@@ -198,7 +198,7 @@ class StoredPack:
 class StoredImage:
     """An image of a stored pack: ``length`` characters from ``offset`` of its prefix, and what it is.
 
-    The fields of a :class:`longctx.image_parts.PlacedImage` and its
+    The fields of a :class:`longctx.packing.image_parts.PlacedImage` and its
     :class:`longctx.documents.ImagePart`, flat; ``data`` was checked against
     ``sha256`` when it was read.
     """

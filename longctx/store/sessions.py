@@ -11,11 +11,11 @@ import hashlib
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from longctx.errors import SessionNotFound, StoreError
-from longctx.store.db import Database
+from longctx.store.db import Database, key_range
 from longctx.store.pruning import PruneResult, PruneRule, prune_sessions
 from longctx.store.records import (
     CounterCheckRecord,
@@ -43,9 +43,11 @@ class SessionLog:
     connection.
     """
 
-    def __init__(self, database: Database) -> None:
+    def __init__(self, database: Database, *, check_key: Callable[[Any, str], None] | None = None) -> None:
         # No I/O: the database opens on first use.
         self._database = database
+        # Called in an answer's transaction with its key (the leases: the item must still be this run's).
+        self._check_key = check_key
 
     # -- packs --------------------------------------------------------------
 
@@ -177,6 +179,8 @@ class SessionLog:
                 if new_session is not None:
                     _insert_session(connection, new_session)
                 if key is not None:
+                    if self._check_key is not None:
+                        self._check_key(connection, key)
                     connection.execute(
                         "INSERT INTO answer_keys (key, session_id, position) VALUES (?, ?, ?)",
                         (key, turn.session_id, turn.position),
@@ -186,14 +190,24 @@ class SessionLog:
                     "INSERT INTO turns (session_id, position, question, answer, history_answer, reasoning,"
                     " request_id, created_at, preamble, file_changes_json, answer_ids_json, instruction,"
                     " citations_json, schema_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (turn.session_id, turn.position, turn.question, turn.answer, turn.history_answer,
-                     turn.reasoning, turn.request_id, turn.created_at, turn.preamble,
-                     json.dumps(dict(turn.file_changes), sort_keys=True),
-                     None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
-                     turn.instruction, _citations_json(turn),
-                     None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True)),
-                )  # fmt: skip
-        except sqlite3.IntegrityError as error:
+                    (
+                        turn.session_id,
+                        turn.position,
+                        turn.question,
+                        turn.answer,
+                        turn.history_answer,
+                        turn.reasoning,
+                        turn.request_id,
+                        turn.created_at,
+                        turn.preamble,
+                        json.dumps(dict(turn.file_changes), sort_keys=True),
+                        None if turn.answer_ids is None else json.dumps(list(turn.answer_ids)),
+                        turn.instruction,
+                        _citations_json(turn),
+                        None if turn.schema is None else json.dumps(dict(turn.schema), sort_keys=True),
+                    ),
+                )
+        except self._database.conflicts as error:
             raise StoreError(
                 f"turn {turn.position} of session {turn.session_id} is already stored: {error}"
             ) from error
@@ -217,11 +231,14 @@ class SessionLog:
 
     def answered_under(self, prefix: str) -> dict[str, TurnRecord]:
         """The stored turn of every key that starts with ``prefix`` (a job's keys: ``job:ID:``)."""
+        # A range in byte order, so the index on the keys finds them (no scan of every key).
+        in_range = "WHERE answer_keys.key COLLATE BINARY >= ? AND answer_keys.key COLLATE BINARY < ?"
+        where, parameters = (in_range, list(key_range(prefix))) if prefix else ("", [])
         rows = self._database.query(
             "SELECT answer_keys.key AS answer_key, turns.* FROM answer_keys JOIN turns"
-            " ON turns.session_id = answer_keys.session_id AND turns.position = answer_keys.position"
-            " WHERE substr(answer_keys.key, 1, ?) = ?",
-            [len(prefix), prefix],
+            " ON turns.session_id = answer_keys.session_id AND turns.position = answer_keys.position "
+            + where,
+            parameters,
         )
         return {row["answer_key"]: _turn_record(row) for row in rows}
 
@@ -297,9 +314,15 @@ def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
         "INSERT OR IGNORE INTO packs"
         " (fingerprint, format_version, system, prefix, summary_json, created_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
-        (pack.fingerprint, pack.format_version, pack.system, pack.prefix,
-         json.dumps(pack.summary, sort_keys=True), time.time()),
-    )  # fmt: skip
+        (
+            pack.fingerprint,
+            pack.format_version,
+            pack.system,
+            pack.prefix,
+            json.dumps(pack.summary, sort_keys=True),
+            time.time(),
+        ),
+    )
     for position, placed in enumerate(pack.images):
         image = placed.image
         connection.execute(
@@ -308,9 +331,19 @@ def _insert_pack(connection: sqlite3.Connection, pack: StoredPack) -> None:
         connection.execute(
             "INSERT OR IGNORE INTO pack_images (pack_fingerprint, position, start, length, sha256,"
             " media_type, width, height, source, reason) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (pack.fingerprint, position, placed.offset, placed.length, image.sha256,
-             image.media_type, image.width, image.height, image.source, image.reason),
-        )  # fmt: skip
+            (
+                pack.fingerprint,
+                position,
+                placed.offset,
+                placed.length,
+                image.sha256,
+                image.media_type,
+                image.width,
+                image.height,
+                image.source,
+                image.reason,
+            ),
+        )
 
 
 def _insert_opening(connection: sqlite3.Connection, opening: Opening) -> None:
@@ -338,19 +371,41 @@ def _insert_counter_check(connection: sqlite3.Connection, check: CounterCheckRec
         " (session_id, batch_id, base_url, counter, before, after, reported,"
         " requests, others_reported, window_id, host_tokens, external_tokens, loaded_bytes, tier_source,"
         " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (check.session_id, check.batch_id, check.base_url, check.counter, check.before, check.after,
-         check.reported, check.requests, check.others_reported, check.window_id, check.host_tokens,
-         check.external_tokens, check.loaded_bytes, check.tier_source, time.time()),
-    )  # fmt: skip
+        (
+            check.session_id,
+            check.batch_id,
+            check.base_url,
+            check.counter,
+            check.before,
+            check.after,
+            check.reported,
+            check.requests,
+            check.others_reported,
+            check.window_id,
+            check.host_tokens,
+            check.external_tokens,
+            check.loaded_bytes,
+            check.tier_source,
+            time.time(),
+        ),
+    )
 
 
 def _insert_session(connection: sqlite3.Connection, record: SessionRecord) -> None:
     connection.execute(
         "INSERT INTO sessions (id, created_at, kind, title, pack_fingerprint, parent_id, parent_turns,"
         " settings_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (record.id, record.created_at, record.kind, record.title, record.pack_fingerprint,
-         record.parent_id, record.parent_turns, json.dumps(dict(record.settings), sort_keys=True)),
-    )  # fmt: skip
+        (
+            record.id,
+            record.created_at,
+            record.kind,
+            record.title,
+            record.pack_fingerprint,
+            record.parent_id,
+            record.parent_turns,
+            json.dumps(dict(record.settings), sort_keys=True),
+        ),
+    )
 
 
 def _insert_request(connection: sqlite3.Connection, request: RequestRecord) -> None:

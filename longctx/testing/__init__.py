@@ -26,6 +26,7 @@ Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
 (replicas behind a real router), :mod:`~longctx.testing.vision` (each engine
 serving the tiny vision model, built by ``_vision_model_builder``),
 :mod:`~longctx.testing.pdfs` (real PDFs made on the spot),
+:mod:`~longctx.testing.postgres` (a real PostgreSQL server for a shared store),
 :mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,
 ``_locks`` (a file lock for parallel builds), ``_logs`` (a server log's tail) and
 ``standins`` (the SGLang stand-ins).

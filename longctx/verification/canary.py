@@ -64,7 +64,7 @@ from longctx.backends.metrics import Sample
 from longctx.backends.tiers import CacheTiers, read_tiers
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import CanaryDiverged, ConfigError
-from longctx.options import OptionFields, option
+from longctx.options.fields import OptionFields, option
 
 __all__ = [
     "CANARY_QUESTION",

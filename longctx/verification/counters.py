@@ -49,7 +49,6 @@ never before an answer.
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
 import uuid
@@ -130,7 +129,7 @@ class CounterSnapshot:
         """:meth:`take`, or a snapshot that reads nothing and checks nothing.
 
         Nothing is read with ``enabled`` false, or behind a router
-        (:attr:`ServerOptions.router_policy <longctx.config.ServerOptions.router_policy>`
+        (:attr:`ServerOptions.router_policy <longctx.options.groups.ServerOptions.router_policy>`
         set): a router answers ``/metrics`` with one replica's counters, not
         necessarily the one that served, so the check could only wait and fail.
         """
@@ -637,20 +636,33 @@ class PendingCheck:
         return self.result
 
 
-@functools.cache
+class _CounterThreads:
+    """The process's threads that read counters and store checks (in :data:`~longctx.process_state.PROCESS`).
+
+    ``settlers`` read counters until they settle: a few, since a counter that
+    never reaches the expected value holds one for seconds and must not hold
+    up the other servers' periods. ``waiters`` wait for a settled period and
+    store its checks, apart from the readers: a waiter blocks until its
+    period ends, and waiters filling every reader thread would leave none to
+    end it.
+    """
+
+    def __init__(self) -> None:
+        self.settlers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="longctx-counter-settle")
+        self.waiters = ThreadPoolExecutor(max_workers=8, thread_name_prefix="longctx-counter-check")
+
+    def close(self) -> None:
+        """Let the threads end once their work is done (:meth:`ProcessState.reset` calls it)."""
+        self.settlers.shutdown(wait=False)
+        self.waiters.shutdown(wait=False)
+
+
 def _checkers() -> ThreadPoolExecutor:
-    # The threads that read counters until they settle: a few, since a
-    # counter that never reaches the expected value holds one for seconds
-    # and must not hold up the other servers' periods.
-    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="longctx-counter-settle")
+    return PROCESS.get(_CounterThreads).settlers
 
 
-@functools.cache
 def _waiters() -> ThreadPoolExecutor:
-    # The threads that wait for a settled period and store its checks.
-    # Apart from the readers: a waiter blocks until its period ends, and
-    # waiters filling every reader thread would leave none to end it.
-    return ThreadPoolExecutor(max_workers=8, thread_name_prefix="longctx-counter-check")
+    return PROCESS.get(_CounterThreads).waiters
 
 
 def stored_check(

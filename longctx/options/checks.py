@@ -11,6 +11,7 @@ options, whichever way a value arrives
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from longctx.errors import ConfigError
@@ -24,6 +25,7 @@ __all__ = [
     "stored_optional_int",
     "stored_optional_tuple",
     "stored_tuple",
+    "url_list",
 ]
 
 
@@ -40,15 +42,25 @@ def cache_salt(name: str, value: Any) -> Any:
     return value
 
 
+def url_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    """The URLs ``value`` names: one, several comma-separated, or a sequence; blank parts left out."""
+    urls = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
+    return tuple(url for url in urls if url)
+
+
 def server_urls(name: str, value: Any) -> Any:
-    """One URL, several comma-separated, or a tuple of them: each ``http://`` or ``https://``."""
+    """The one URL rule: one URL, several comma-separated, or a sequence of them, each ``http(s)://``.
+
+    An argument, a flag, ``LONGCTX_BASE_URL`` and a config file's ``base_url``
+    are all checked by it, with the same message.
+    """
     if value is None:
         return None
-    urls = [part.strip() for part in value.split(",")] if isinstance(value, str) else list(value)
-    if not any(urls):
+    urls = url_list(value)
+    if not urls:
         raise ConfigError(f"{name} names no server URL: {value!r}")
     for url in urls:
-        if url and not url.startswith(("http://", "https://")):
+        if not url.startswith(("http://", "https://")):
             raise ConfigError(f"{name} must be http:// or https:// URLs, not {url!r}")
     return value
 

@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from longctx.config import CorpusOptions, Limits
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, EmptyCorpus, InputError, SourceError
-from longctx.ignore import GlobFilter
-from longctx.sources import Candidate, Listing, Skip, SkipReason
+from longctx.options.groups import CorpusOptions, Limits
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
+from longctx.sources.ignore import GlobFilter
+from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 from longctx.sources.pdf import PdfTextCache
 from longctx.sources.repo import find_repository, is_ignored_by_git, list_repository
 
@@ -53,7 +53,7 @@ __all__ = [
     "stream_corpus",
 ]
 
-logger = logging.getLogger("longctx.corpus")
+logger = logging.getLogger("longctx.sources.corpus")
 
 MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
@@ -278,10 +278,9 @@ def check_sources(paths: Paths) -> None:
     Raises :class:`~longctx.errors.InputError` for no path or a path that
     does not exist (a mistyped PDF too), a file that cannot be read;
     :class:`~longctx.errors.SourceError` for a folder that cannot be listed;
-    :class:`~longctx.errors.InputError` for a folder holding no file at all
-    (``.git`` aside): the path given is as unusable as a missing one (CLI
-    exit 5), where a folder whose files were all skipped is
-    :class:`~longctx.errors.EmptyCorpus` (exit 8, naming the skips).
+    :class:`~longctx.errors.EmptyCorpus` for a folder holding no file at all
+    (``.git`` aside), as for a folder whose files were all skipped (CLI exit
+    8, as docs/cli.md says, whether ``pack`` or ``ask`` finds it).
     Sessions call it on first use before they connect, and the CLI before
     it opens a backend, so such a mistake fails at once rather
     than after a server was tried. What passes may still give no document
@@ -296,7 +295,8 @@ def check_sources(paths: Paths) -> None:
             raise InputError("no such file or folder", path=path)
         if os.path.isdir(path):
             if not _holds_a_file(path):
-                raise InputError("nothing to pack: the folder holds no file", path=path)
+                # The exit code of every "nothing to pack" (8), as `longctx pack` gives it.
+                raise EmptyCorpus(f"nothing to pack in {path}: the folder holds no file")
         elif not os.access(path, os.R_OK):
             raise InputError("cannot read file: permission denied", path=path)
 
@@ -339,7 +339,7 @@ def load_corpus(
     in argument order. A path given twice, or inside a folder also given,
     is loaded once.
 
-    ``options`` (:class:`~longctx.config.CorpusOptions`, defaults when
+    ``options`` (:class:`~longctx.options.groups.CorpusOptions`, defaults when
     None) choose the documents and their order. Its ``ordering`` is
     ``"stability"`` (committed files by last commit time,
     oldest first; then files without history; then files changed in the
@@ -407,6 +407,38 @@ def stream_corpus(
     return outline
 
 
+@dataclass(frozen=True)
+class _Screened:
+    """The sources' listings through the globs: the manifest entries so far, and the files to read."""
+
+    entries: list[ManifestEntry]
+    candidates: list[Candidate]
+
+
+def _screened(sources: Sequence[_Source], globs: GlobFilter, *, several: bool) -> _Screened:
+    """Each source's skips as manifest entries, and its candidates the globs keep, named in the corpus."""
+    entries: list[ManifestEntry] = []
+    candidates: list[Candidate] = []
+    for source in sources:
+        for skip in source.listing.skipped:
+            name = source.corpus_path(skip.path, several=several)
+            if globs and globs.excludes(skip.path.rstrip("/")):
+                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                entries.append(ManifestEntry(name, "skipped", skip.reason, skip.size_bytes, notes=skip.notes))
+        for candidate in source.listing.candidates:
+            name = source.corpus_path(candidate.path, several=several)
+            if globs and globs.excludes(candidate.path):
+                if not candidate.earlier:  # the current file has the path's entry
+                    entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
+            else:
+                # A copy only where the name differs (several sources): a
+                # dataclass copy per file costs 10 ms per 5,000 files before
+                # the first file can be read.
+                candidates.append(candidate if name == candidate.path else replace(candidate, path=name))
+    return _Screened(entries, candidates)
+
+
 def _load(
     paths: Paths,
     options: CorpusOptions | None,
@@ -429,25 +461,8 @@ def _load(
     repositories = [source.listing for source in sources if source.listing.is_repository]
     policy = ordering or ("stability" if repositories else "path")
 
-    entries: list[ManifestEntry] = []
-    candidates: list[Candidate] = []
-    for source in sources:
-        for skip in source.listing.skipped:
-            name = source.corpus_path(skip.path, several=several)
-            if globs and globs.excludes(skip.path.rstrip("/")):
-                entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
-            else:
-                entries.append(ManifestEntry(name, "skipped", skip.reason, skip.size_bytes, notes=skip.notes))
-        for candidate in source.listing.candidates:
-            name = source.corpus_path(candidate.path, several=several)
-            if globs and globs.excludes(candidate.path):
-                if not candidate.earlier:  # the current file has the path's entry
-                    entries.append(ManifestEntry(name, "skipped", SkipReason.EXCLUDED_BY_GLOB))
-            else:
-                # A copy only where the name differs (several sources): a
-                # dataclass copy per file costs 10 ms per 5,000 files before
-                # the first file can be read.
-                candidates.append(candidate if name == candidate.path else replace(candidate, path=name))
+    screened = _screened(sources, globs, several=several)
+    entries, candidates = screened.entries, screened.candidates
     candidates.sort(key=_stability_key if policy == "stability" else _path_key)
     documents, document_bytes = _read_in_order(
         candidates,

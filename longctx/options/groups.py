@@ -3,7 +3,7 @@
 The options that travel together are one frozen object each, written once
 here and taken as they are by every call that needs them:
 
-- :class:`CorpusOptions`: what :func:`~longctx.corpus.load_corpus` reads and
+- :class:`CorpusOptions`: what :func:`~longctx.sources.corpus.load_corpus` reads and
   in which order (also :func:`~longctx.packing.pack`, every session, the CLI);
 - :class:`Limits`: how much of it (part of :class:`CorpusOptions`);
 - :class:`RequestOptions`: how each request of a session is made (answer
@@ -18,7 +18,7 @@ validation and the CLI's flags (:mod:`longctx.cli.flags`) follow from it.
 
 An explicit value (an argument, a flag) wins over the environment, which
 wins over the project file (``.longctx.toml``), which wins over the user
-file, which wins over the default (:mod:`longctx.settings`; every option with
+file, which wins over the default (:mod:`longctx.options.settings`; every option with
 a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
 
 - ``LONGCTX_BASE_URL``: the server (default ``http://127.0.0.1:8000/v1``); a
@@ -27,8 +27,11 @@ a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
 - ``LONGCTX_API_KEY``: sent as a bearer token, never printed;
 - ``LONGCTX_AFFINITY_HEADERS``: the headers that carry a request's affinity
   key to a router, comma-separated (default :data:`DEFAULT_AFFINITY_HEADERS`;
-  a list starting with ``+`` adds to the default set);
-- ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`).
+  a list starting with ``+`` adds to the default set), or ``affinity_headers``
+  in a file, as every setting;
+- ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`);
+- ``LONGCTX_STORE``: a ``postgresql://`` URL that puts the store on a server
+  shared by many machines (see :mod:`longctx.store.location`).
 """
 
 from __future__ import annotations
@@ -39,8 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from longctx.errors import ConfigError
-from longctx.option_checks import (
+from longctx.options.checks import (
     cache_salt,
     server_urls,
     spellings,
@@ -48,9 +50,10 @@ from longctx.option_checks import (
     stored_optional_int,
     stored_optional_tuple,
     stored_tuple,
+    url_list,
 )
-from longctx.options import OptionFields, option
-from longctx.settings import settable, setting
+from longctx.options.fields import OptionFields, option
+from longctx.options.settings import settable, setting
 
 __all__ = [
     "AFFINITY_BODY_FIELD",
@@ -71,8 +74,10 @@ __all__ = [
     "CorpusOptions",
     "Limits",
     "RequestOptions",
+    "ResolvedServer",
     "ServerOptions",
     "configured_base_url",
+    "configured_store",
     "default_home",
     "instant_retries_requested",
     "resolve_affinity_headers",
@@ -142,7 +147,7 @@ commit falls back to a fresh pack (see :mod:`longctx.sources.history`).
 ORDERINGS: Final[tuple[str, ...]] = ("stability", "path")
 """The ordering policies :class:`CorpusOptions` accepts."""
 
-PDF_PAGE_MODES: Final[tuple[str, ...]] = ("text", "auto", "images")
+PDF_PAGE_MODES: Final[tuple[str, ...]] = ("server", "text", "auto", "images")
 """How a PDF's pages go (:mod:`longctx.sources.images`): text only, images of pages without a usable
 text layer, images of every page."""
 
@@ -161,7 +166,7 @@ _MIB: Final = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Limits(OptionFields):
-    """How much :func:`~longctx.corpus.load_corpus` reads.
+    """How much :func:`~longctx.sources.corpus.load_corpus` reads.
 
     - ``max_file_bytes`` (4 MiB): a file larger than this is ``too-large``.
       A 1M-token context holds about 4 MB of text, so a bigger single file
@@ -204,9 +209,14 @@ class Limits(OptionFields):
         help="Stop adding files past this total (default {default}).",
     )
     max_files: int = option(
-        50_000, load=int, flag="--max-files", value_type="int", minimum=1,
-        cli_default=None, help="Stop adding files past this count (default {default}).",
-    )  # fmt: skip
+        50_000,
+        load=int,
+        flag="--max-files",
+        value_type="int",
+        minimum=1,
+        cli_default=None,
+        help="Stop adding files past this count (default {default}).",
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -234,8 +244,11 @@ class CorpusOptions(OptionFields):
 
     Images, for vision-language models (:mod:`longctx.sources.images`):
     ``pdf_pages`` is ``"text"`` (text only), ``"auto"`` (each page whose text
-    layer is not usable also goes as an image) or ``"images"`` (every page
-    also goes as an image), rendered with the longer side
+    layer is not usable also goes as an image), ``"images"`` (every page
+    also goes as an image) or ``"server"`` (the default: ``"auto"`` where the
+    server's model takes images, as its model card or a probe says, else
+    ``"text"``; without a server, ``"text"``: a text-only model never gets an
+    image), rendered with the longer side
     ``page_image_side`` pixels; ``image_files`` sends image files (png, jpg)
     and notebooks' image outputs as images.
     """
@@ -294,13 +307,14 @@ class CorpusOptions(OptionFields):
         help="Outside git, skip the folders tools make (.venv, node_modules, __pycache__, .tox...).",
     )
     pdf_pages: str = option(
-        "text",
+        "server",
         value_type="str",
         load=str,
         flag="--pdf-pages",
         choices=PDF_PAGE_MODES,
         show_default=True,
-        help="How PDF pages go: text only; auto: pages without a usable text layer also as images;"
+        help="How PDF pages go: server: auto where the server's model takes images, else text;"
+        " text only; auto: pages without a usable text layer also as images;"
         " images: every page also as an image (vision-language models).",
     )
     page_image_side: int = option(
@@ -322,9 +336,7 @@ class CorpusOptions(OptionFields):
         help="Send image files (png, jpg) and notebooks' image outputs as images (vision-language models).",
     )
     # Not stored: sessions learn them from the server each time.
-    special_tokens: tuple[str, ...] = option(
-        (), value_type="strings", check=spellings, stored=False
-    )  # fmt: skip
+    special_tokens: tuple[str, ...] = option((), value_type="strings", check=spellings, stored=False)
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -431,7 +443,15 @@ class RequestOptions(OptionFields):
         help="Room kept in the window, besides the answer, for the questions and turns after the pack"
         " (the pack gets the rest).",
     )
-    extra_body: Mapping[str, Any] = option(default_factory=dict, value_type="mapping", load=stored_dict)
+    extra_body: Mapping[str, Any] = option(
+        default_factory=dict,
+        value_type="mapping",
+        load=stored_dict,
+        flag="--extra-body",
+        metavar="JSON",
+        help="Engine fields merged into every request body, as a JSON object"
+        " ('{{\"top_k\": 20}}'); the Python API's extra_body.",
+    )
     follow_changes: bool = option(
         True,
         value_type="bool",
@@ -456,22 +476,36 @@ class RequestOptions(OptionFields):
     )
     counter_check: bool = option(True, value_type="bool", load=bool)
     token_history: bool = option(
-        False, value_type="bool", load=bool, on_resume=True, flag="--token-history/--no-token-history",
-        show_default=True, group="token_history",
+        False,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--token-history/--no-token-history",
+        show_default=True,
+        group="token_history",
         help="Send earlier answers as the token ids the model generated (vLLM, SGLang),"
         " so the next turn reads them from the cache.",
-    )  # fmt: skip
+    )
     prompt_ids: bool = option(
-        True, value_type="bool", load=bool, on_resume=True, flag="--prompt-ids/--text-prompts",
-        show_default=True, help="Send the pack as exact token ids where the server takes them (vLLM,"
+        True,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--prompt-ids/--text-prompts",
+        show_default=True,
+        help="Send the pack as exact token ids where the server takes them (vLLM,"
         " SGLang); --text-prompts sends chat messages always.",
-    )  # fmt: skip
+    )
     offload_prefix_only: bool = option(
-        False, value_type="bool", load=bool, on_resume=True,
-        flag="--offload-prefix-only/--no-offload-prefix-only", show_default=True,
+        False,
+        value_type="bool",
+        load=bool,
+        on_resume=True,
+        flag="--offload-prefix-only/--no-offload-prefix-only",
+        show_default=True,
         help="On a server with a host tier that takes a per-request cap (vLLM): offload only the pack,"
         " not each question and answer.",
-    )  # fmt: skip
+    )
 
     canary_every: int | None = option(
         None,
@@ -492,6 +526,12 @@ class RequestOptions(OptionFields):
 
     def __post_init__(self) -> None:
         self._check_fields()
+
+
+def _store_url(name: str, value: str | None) -> str | None:
+    from longctx.store.location import checked_store  # imported here: the store imports this module
+
+    return checked_store(value)
 
 
 @settable
@@ -547,19 +587,42 @@ class ServerOptions(OptionFields):
         flag="--api-key",
         help="Bearer token (env LONGCTX_API_KEY); never printed.",
     )
+    store: str | None = option(
+        None,
+        value_type="str",
+        check=_store_url,
+        repr=False,
+        stored=False,
+        flag="--store",
+        metavar="URL",
+        help="The store: a postgresql:// URL shared by many machines (env LONGCTX_STORE; default: the"
+        " embedded SQLite file in LONGCTX_HOME); its password is never printed.",
+    )
     timeout: float = option(
-        DEFAULT_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
-        flag="--timeout", metavar="SECONDS",
+        DEFAULT_TIMEOUT_SECONDS,
+        value_type="float",
+        minimum=0,
+        minimum_open=True,
+        load=float,
+        flag="--timeout",
+        metavar="SECONDS",
         help="Give up on a request, its retries and the first contact included, after this many seconds"
         " (default {default:g}; env LONGCTX_TIMEOUT).",
-    )  # fmt: skip
+    )
     stall_timeout: float = option(
-        DEFAULT_STALL_TIMEOUT_SECONDS, value_type="float", minimum=0, minimum_open=True, load=float,
-        flag="--stall-timeout", metavar="SECONDS",
+        DEFAULT_STALL_TIMEOUT_SECONDS,
+        value_type="float",
+        minimum=0,
+        minimum_open=True,
+        load=float,
+        flag="--stall-timeout",
+        metavar="SECONDS",
         help="Give up on a request after this many seconds without a byte from the server; keep it above"
         " the longest prefill (default {default:g}; env LONGCTX_STALL_TIMEOUT).",
-    )  # fmt: skip
-    affinity_headers: Sequence[str] | None = option(None, value_type="strings", load=stored_optional_tuple)
+    )
+    affinity_headers: Sequence[str] | None = option(
+        None, value_type="strings", load=stored_optional_tuple, settable=True
+    )
     replica_retry_seconds: float = option(
         DEFAULT_REPLICA_RETRY_SECONDS, value_type="float", minimum=0, load=float
     )
@@ -575,18 +638,67 @@ class ServerOptions(OptionFields):
         """Whether a server was chosen: ``base_url`` given or ``LONGCTX_BASE_URL`` set (not the default)."""
         return self.base_url is not None or configured_base_url() is not None
 
+    def resolved(self) -> ServerOptions:
+        """These options with what they leave unset read from the settings, once: what a backend is made from.
+
+        The URLs, model, API key and affinity headers come from the
+        arguments, else ``LONGCTX_*``, ``.longctx.toml`` or the user file
+        (:func:`~longctx.options.settings.setting`, one rule for all), else
+        the defaults. :func:`~longctx.backends.connect` calls it once, and
+        reads nothing of the environment after: the options it returns (a
+        :class:`ResolvedServer`) read nothing more, and resolve to themselves.
+        """
+        return ResolvedServer(
+            base_url=resolve_base_urls(self.base_url),
+            model=resolve_model(self.model),
+            api_key=resolve_api_key(self.api_key),
+            timeout=self.timeout,
+            stall_timeout=self.stall_timeout,
+            affinity_headers=resolve_affinity_headers(self.affinity_headers),
+            replica_retry_seconds=self.replica_retry_seconds,
+            router_policy=self.router_policy,
+            affinity_body_fields=self.affinity_body_fields,
+        )
+
     def base_urls(self) -> tuple[str, ...]:
-        """The replicas' URLs: the option, else ``LONGCTX_BASE_URL``, else the default."""
+        """The replicas' URLs: the option, else ``LONGCTX_BASE_URL`` (or a file), else the default."""
         return resolve_base_urls(self.base_url)
 
     def resolved_model(self) -> str | None:
+        """The served model's name: the option, else the settings, else None (the server's only one)."""
         return resolve_model(self.model)
 
     def resolved_api_key(self) -> str | None:
+        """The API key: the option, else the settings, else None."""
         return resolve_api_key(self.api_key)
 
     def resolved_affinity_headers(self) -> tuple[str, ...]:
+        """The affinity headers: the option, else the settings, else :data:`DEFAULT_AFFINITY_HEADERS`."""
         return resolve_affinity_headers(self.affinity_headers)
+
+
+@dataclass(frozen=True)
+class ResolvedServer(ServerOptions):
+    """:class:`ServerOptions` with every setting read (:meth:`ServerOptions.resolved`): reads nothing more.
+
+    ``base_url`` is the tuple of URLs, ``affinity_headers`` the tuple of
+    names; ``model`` and ``api_key`` are None only where nothing sets them.
+    """
+
+    def resolved(self) -> ResolvedServer:
+        return self
+
+    def base_urls(self) -> tuple[str, ...]:
+        return tuple(self.base_url or ())
+
+    def resolved_model(self) -> str | None:
+        return self.model
+
+    def resolved_api_key(self) -> str | None:
+        return self.api_key
+
+    def resolved_affinity_headers(self) -> tuple[str, ...]:
+        return tuple(self.affinity_headers or ())
 
 
 def instant_retries_requested() -> bool:
@@ -603,17 +715,13 @@ def configured_base_url() -> str | None:
 
 
 def resolve_base_urls(base_url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """The server URL(s) to use: the argument, else the configured ones, else the default."""
+    """The server URL(s) to use: the argument, else the configured ones, else the default.
+
+    Checked by the one URL rule (:func:`~longctx.options.checks.server_urls`).
+    """
     if base_url is None:
         base_url = configured_base_url() or DEFAULT_BASE_URL
-    urls = [part.strip() for part in base_url.split(",")] if isinstance(base_url, str) else list(base_url)
-    urls = [url for url in urls if url]
-    if not urls:
-        raise ConfigError("no server URL given (argument or LONGCTX_BASE_URL)")
-    for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"server URL must start with http:// or https://, got {url!r}")
-    return tuple(urls)
+    return url_list(server_urls("base_url", base_url))
 
 
 def resolve_model(model: str | None) -> str | None:
@@ -622,26 +730,34 @@ def resolve_model(model: str | None) -> str | None:
 
 
 def resolve_affinity_headers(headers: Sequence[str] | None) -> tuple[str, ...]:
-    """The affinity headers: the argument, else ``LONGCTX_AFFINITY_HEADERS``, else the default set.
+    """The affinity headers: the argument, else the configured ones, else the default set.
 
-    A ``LONGCTX_AFFINITY_HEADERS`` starting with ``+`` (``+x-mine,x-other``)
+    Configured as every setting is (``LONGCTX_AFFINITY_HEADERS``, comma-separated,
+    or ``affinity_headers`` in ``.longctx.toml`` or the user file, a list of
+    strings); a list whose first name starts with ``+`` (``+x-mine,x-other``)
     adds its names to the default set rather than replacing it.
     """
     if headers is not None:
         return tuple(headers)
-    configured = os.environ.get("LONGCTX_AFFINITY_HEADERS", "").strip()
-    if not configured:
+    found = setting(ServerOptions, "affinity_headers")
+    names = tuple(found.value) if found is not None else ()
+    if not names:
         return DEFAULT_AFFINITY_HEADERS
-    adding = configured.startswith("+")
-    names = tuple(name.strip() for name in configured.lstrip("+").split(",") if name.strip())
-    if adding:
-        return DEFAULT_AFFINITY_HEADERS + tuple(n for n in names if n not in DEFAULT_AFFINITY_HEADERS)
+    if names[0].startswith("+"):
+        added = (names[0][1:].strip(), *names[1:])
+        return DEFAULT_AFFINITY_HEADERS + tuple(n for n in added if n and n not in DEFAULT_AFFINITY_HEADERS)
     return names
 
 
 def resolve_api_key(api_key: str | None) -> str | None:
     """The API key: the argument, else the configured one (``LONGCTX_API_KEY``, a file), else None."""
     return api_key or _configured_text(ServerOptions, "api_key")
+
+
+def configured_store() -> str | None:
+    """The store's server URL configured (``LONGCTX_STORE``, a config file's ``store``); None: the file."""
+    found = setting(ServerOptions, "store")
+    return None if found is None or found.value is None else str(found.value)
 
 
 def _configured_text(options: type[OptionFields], name: str) -> str | None:

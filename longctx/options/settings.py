@@ -5,7 +5,7 @@ An explicit value (an argument, a flag) wins over the environment
 :func:`project_config_file`), which wins over the user file
 (:func:`user_config_file`), which wins over the field's default. The option
 classes whose flagged fields may be set so register with :func:`settable`
-(:mod:`longctx.config`'s do); :func:`setting` finds a field's value, checked by
+(:mod:`longctx.options.groups`'s do); :func:`setting` finds a field's value, checked by
 the field's own rule.
 """
 
@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from longctx.errors import ConfigError
-from longctx.options import OptionFields, option_spec
+from longctx.options.fields import OptionFields, OptionSpec, option_spec
+from longctx.process_state import PROCESS
 
 __all__ = [
     "PROJECT_CONFIG_NAME",
@@ -124,14 +125,19 @@ def project_config_file(start: Path | None = None) -> Path | None:
         folder = folder.parent
 
 
-_FILE_CACHE: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
+class _ParsedFiles:
+    """The config files parsed so far, each with the (mtime, size) it was parsed at (in ``PROCESS``)."""
+
+    def __init__(self) -> None:
+        self.files: dict[Path, tuple[tuple[int, int], dict[str, Any]]] = {}
 
 
 def _file_values(path: Path) -> dict[str, Any]:
     """The keys of the config file ``path`` (parsed once per version of the file); unknown keys refused."""
     stat = path.stat()
     version = (stat.st_mtime_ns, stat.st_size)
-    cached = _FILE_CACHE.get(path)
+    parsed = PROCESS.get(_ParsedFiles).files
+    cached = parsed.get(path)
     if cached is not None and cached[0] == version:
         return cached[1]
     import tomllib  # imported here: most runs have no config file
@@ -144,7 +150,7 @@ def _file_values(path: Path) -> dict[str, Any]:
     for key in values:
         if key not in known:
             raise ConfigError(f"{path}: unknown key {key!r}; the keys are {', '.join(sorted(known))}")
-    _FILE_CACHE[path] = (version, values)
+    parsed[path] = (version, values)
     return values
 
 
@@ -159,7 +165,7 @@ def settable(options: _O) -> _O:
 
 
 def settable_keys() -> dict[str, type[OptionFields]]:
-    """Every option a config file or ``LONGCTX_<NAME>`` may set (those with a flag), and its class."""
+    """Every option a config file or ``LONGCTX_<NAME>`` may set (flagged or ``settable``), and its class."""
     keys: dict[str, type[OptionFields]] = {}
 
     def walk(options: type[OptionFields]) -> None:
@@ -167,7 +173,7 @@ def settable_keys() -> dict[str, type[OptionFields]]:
             spec = option_spec(field)
             if spec.nested is not None:
                 walk(spec.nested)
-            elif spec.flag is not None:
+            elif spec.flag is not None or spec.settable:
                 keys[field.name] = options
 
     for options in _SETTABLE:
@@ -175,9 +181,14 @@ def settable_keys() -> dict[str, type[OptionFields]]:
     return keys
 
 
+def _listed(spec: OptionSpec) -> bool:
+    """Whether a value of the field is a list of strings: a repeatable flag's, or a ``strings`` field's."""
+    return spec.multiple or spec.value_type == "strings"
+
+
 def _from_toml(field: dataclasses.Field[Any], value: Any, source: str) -> Any:
     spec = option_spec(field)
-    if spec.multiple:
+    if _listed(spec):
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ConfigError(f"{source}: must be a list of strings, not {value!r}")
         return tuple(value)
@@ -210,7 +221,7 @@ def _is_switch(field: dataclasses.Field[Any]) -> bool:
 
 def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
     spec = option_spec(field)
-    if spec.multiple:
+    if _listed(spec):
         return tuple(part.strip() for part in text.split(",") if part.strip())
     if _is_switch(field):
         if text.lower() in _TRUE:
@@ -220,6 +231,16 @@ def _from_text(field: dataclasses.Field[Any], text: str, source: str) -> Any:
         raise ConfigError(
             f"{source}: {field.name} is a switch: 1 or 0 (true/false, yes/no, on/off), not {text!r}"
         )
+    if spec.value_type == "mapping":  # a JSON object, as the flag takes it (LONGCTX_EXTRA_BODY)
+        import json
+
+        try:
+            loaded = json.loads(text)
+        except json.JSONDecodeError:
+            loaded = None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{source}: {field.name} must be a JSON object, not {text!r}")
+        return loaded
     convert = {"int": int, "float": float}.get(spec.value_type or "")
     if convert is None:
         return text

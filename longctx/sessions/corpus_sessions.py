@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
 from typing import Any, Final, Self, TypedDict, Unpack, cast
 
 from longctx.backends.base import Backend
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
-from longctx.corpus import Corpus, check_sources, load_corpus
+from longctx.backends.tokenizer import CountWatch, watched_counts
+from longctx.errors import LongctxError
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, Pack, build_pack, build_shards
 from longctx.packing.budget import LowerBound
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
+from longctx.sources.corpus import Corpus, check_sources, load_corpus
 from longctx.store import Store, StoredPack
-from longctx.tokens import EstimateTokenizer, Tokenizer
+from longctx.tokens.tokenizers import EstimateTokenizer, Tokenizer
 
 __all__ = [
     "CheckedSessionOptions",
@@ -91,6 +94,31 @@ def server_corpus_options(options: CorpusOptions, backend: Backend, store: Store
     return replace(options, special_tokens=(*options.special_tokens, *learned))
 
 
+def server_pdf_pages(options: CorpusOptions, backend: Backend, corpus: Corpus) -> CorpusOptions:
+    """``options`` with ``pdf_pages="server"`` made ``auto`` where that matters and the model takes images.
+
+    ``corpus`` is what ``options`` read (``server`` reads as ``text``): only a
+    PDF page without text would go as an image, so the server is asked (the
+    model card where the engine has one, else a probe:
+    :meth:`~longctx.backends.images.ImageCounter.takes_images`) only when
+    ``corpus`` has one; a server that does not say gets text only.
+    """
+    if options.pdf_pages != "server" or not _pages_without_text(corpus):
+        return options
+    takes = False
+    with suppress(LongctxError):
+        takes = backend.image_counter().takes_images() is True
+    return replace(options, pdf_pages="auto") if takes else options
+
+
+def _pages_without_text(corpus: Corpus) -> bool:
+    return any(
+        note.startswith("page ") and ("no extractable text" in note or "text extraction failed" in note)
+        for entry in corpus.manifest.included
+        for note in entry.notes
+    )
+
+
 def server_budget(backend: Backend, request: RequestOptions) -> Budget | None:
     """The server's window less the answer and question room of ``request``; None for an unknown window."""
     window = backend.info.context_length
@@ -154,7 +182,7 @@ class CorpusSessionOptions(_AsGiven, total=False):
 
     ``backend`` a connection the caller owns (else one is made to ``server``
     on first use and owned by the session); ``server`` a
-    :class:`~longctx.config.ServerOptions` or just the URL(s), or instead
+    :class:`~longctx.options.groups.ServerOptions` or just the URL(s), or instead
     the names every OpenAI-compatible client uses, ``base_url``, ``model``,
     ``api_key`` (one way or the other, not both); ``store`` likewise;
     ``corpus`` chooses the documents; ``request`` how each request is made;
@@ -190,7 +218,7 @@ def checked_session_options(kind: str, options: Mapping[str, Any]) -> CheckedSes
     ``kind`` names the session class in the messages. A keyword the
     sessions do not take, both ``server`` and one of ``base_url``,
     ``model``, ``api_key``, or an option of the wrong type (``request={...}``
-    rather than :class:`~longctx.config.RequestOptions`) raises
+    rather than :class:`~longctx.options.groups.RequestOptions`) raises
     :class:`TypeError` naming it, rather than being ignored or failing at
     the first question. A URL (or URLs) given as ``server`` is
     ``ServerOptions(base_url=...)``, as :func:`~longctx.backends.connect` takes it.
@@ -224,7 +252,7 @@ class CorpusSession(Session):
     """A session over the pack of ``paths``, prepared on first use.
 
     Takes :class:`CorpusSessionOptions`: ``corpus`` chooses the documents
-    (:class:`~longctx.config.CorpusOptions`); the others are
+    (:class:`~longctx.options.groups.CorpusOptions`); the others are
     :class:`~longctx.sessions.session.Session`'s. The title defaults to the
     corpus's root folder name.
     """
@@ -318,9 +346,29 @@ class CorpusSession(Session):
             corpus = load_corpus(
                 self.paths, options, store=self.store, on_text=None if bound is None else bound.add
             )
+            if (images := server_pdf_pages(options, backend, corpus)) is not options:
+                # Pages without text, and a model that takes images: read again, those pages as images.
+                options = images
+                bound = None if budget is None else LowerBound(budget)
+                corpus = load_corpus(
+                    self.paths, options, store=self.store, on_text=None if bound is None else bound.add
+                )
             self._resources.progress(f"{len(corpus.manifest.included)} documents")
-            self._resources.progress(f"counting tokens with {backend.info.engine}'s tokenizer")
-            packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
+            engine = backend.info.engine
+            self._resources.progress(f"counting tokens with {engine}'s tokenizer")
+
+            def counted(done: int, total: int) -> None:
+                share = f"{done / 1e6:.1f} of {total / 1e6:.1f} M characters"
+                self._resources.progress(f"counting tokens with {engine}'s tokenizer: {share}")
+
+            # A text too large for the window is refused as soon as its counted part proves it.
+            watch = CountWatch(
+                limit=None if budget is None else budget.prompt_budget,
+                on_progress=counted,
+                budget="" if budget is None else budget.describe(),
+            )
+            with watched_counts(watch):
+                packed = pack_for_server(corpus, backend, store=self.store, request=self.request)
             self._corpus, self._full_pack = corpus, packed
             if self._pack is not None:
                 return  # a restored session keeps the pack (and tracker) its history was built on
@@ -338,7 +386,7 @@ class RepoSession(CorpusSession):
     the same paths and its stored pack; sessions stored before longctx recorded their kind resume as
     a plain :class:`~longctx.sessions.session.Session`.
 
-    The corpus is loaded with :func:`longctx.corpus.load_corpus` (``stability``
+    The corpus is loaded with :func:`longctx.sources.corpus.load_corpus` (``stability``
     order in git repositories: files that change least come first, layered
     as of a recent base commit, see ``CorpusOptions.max_stale_share``),
     packed and counted with the server's own tokenizer, and checked against

@@ -20,7 +20,7 @@ Tools (each result is a short structured object; an answer is the model's text):
 - ``savings``: the savings report of one source, or of every source asked
   about so far.
 
-Reach: a tool reads only inside the server's roots (:mod:`longctx.roots`):
+Reach: a tool reads only inside the server's roots (:mod:`longctx.mcp.roots`):
 the client's declared roots (``roots/list``, listed again after
 ``notifications/roots/list_changed``), else the ``--root`` folders, else the
 folder it was started in. A path outside, through ``..`` or a symbolic link
@@ -33,9 +33,9 @@ first when the error carries one; never a traceback. Anything else is a bug:
 the SDK logs its traceback on stderr and the client sees only that the tool
 failed.
 
-Configuration: :class:`~longctx.config.ServerOptions`,
-:class:`~longctx.config.RequestOptions` and
-:class:`~longctx.config.CorpusOptions` given to :func:`serve` (the
+Configuration: :class:`~longctx.options.groups.ServerOptions`,
+:class:`~longctx.options.groups.RequestOptions` and
+:class:`~longctx.options.groups.CorpusOptions` given to :func:`serve` (the
 ``longctx mcp`` flags), the server's URL, model and key otherwise from
 ``LONGCTX_*`` variables when the first session connects.
 
@@ -65,13 +65,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPDeprecationWarning
 
-from longctx.config import CorpusOptions, RequestOptions, ServerOptions
 from longctx.errors import ContextOverflow, InvalidAnswer, LongctxError
+from longctx.mcp.roots import AllowedRoots, resolved_path
+from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.report import SavingsReport
-from longctx.roots import AllowedRoots, resolved_path
 from longctx.schemas import json_value
 from longctx.sessions import RepoSession, Session
-from longctx.sessions.corpus import server_budget
+from longctx.sessions.corpus_sessions import server_budget
 from longctx.store import Store
 
 __all__ = [
@@ -104,7 +104,7 @@ INSTRUCTIONS = (
 
 @dataclass(frozen=True)
 class AskResult:
-    """One answered question and what it cost.
+    """One answered question and what it cost (``turn`` numbered from 1, as the CLI numbers turns).
 
     ``cached_tokens`` of ``prompt_tokens`` were read from the server's prefix
     cache (None: the server did not say, ``cached_reason`` says why);
@@ -342,7 +342,7 @@ class Toolbox:
         return AskResult(
             answer=answer.text,
             session_id=answer.session_id,
-            turn=answer.turn,
+            turn=answer.turn + 1,  # numbered from 1, as the CLI, the chat and the report number turns
             finish_reason=answer.finish_reason,
             prompt_tokens=usage.prompt_tokens,
             cached_tokens=usage.cached_tokens,
@@ -574,9 +574,16 @@ def build_server(toolbox: Toolbox) -> MCPServer[Any]:
         streamed = ctx.request_context.meta is not None and ctx.request_context.meta.get("progress_token")
         on_text = _ProgressText(ctx) if streamed else None
         return await anyio.to_thread.run_sync(
-            partial(toolbox.ask, path, question, max_tokens=max_tokens, new_conversation=new_conversation,
-                    schema=schema, on_text=on_text)
-        )  # fmt: skip
+            partial(
+                toolbox.ask,
+                path,
+                question,
+                max_tokens=max_tokens,
+                new_conversation=new_conversation,
+                schema=schema,
+                on_text=on_text,
+            )
+        )
 
     @server.tool()
     def ask_many(path: str | list[str], questions: list[str], max_tokens: int | None = None) -> AskManyResult:
@@ -607,7 +614,7 @@ def serve(
     """Run the MCP server over stdio until the client closes it, then close every session.
 
     It reads only inside the client's roots, else ``roots``, else the
-    folder it was started in (see :mod:`longctx.roots`).
+    folder it was started in (see :mod:`longctx.mcp.roots`).
     """
     toolbox = Toolbox(server=server, request=request, corpus=corpus, roots=AllowedRoots(roots))
     try:

@@ -1,7 +1,7 @@
 """Option fields: each option of an option object written once, with everything that follows from it.
 
-An option object (:class:`~longctx.config.CorpusOptions`,
-:class:`~longctx.config.RequestOptions`, ...) is a frozen dataclass of
+An option object (:class:`~longctx.options.groups.CorpusOptions`,
+:class:`~longctx.options.groups.RequestOptions`, ...) is a frozen dataclass of
 :class:`OptionFields` whose fields are made by :func:`option`. A field's
 metadata (:class:`OptionSpec`) says what it accepts (its type and range,
 declared once and checked by :meth:`OptionSpec.checked` however the value
@@ -99,6 +99,9 @@ class OptionSpec:
     ``cli_default`` when the command line's default is not the field's (a
     flag left out then means "not given"); ``group`` names the commands'
     choice (:data:`ALWAYS`: every command with these options has it).
+    A field with a flag can be set by ``LONGCTX_<NAME>`` and the config
+    files (:mod:`longctx.options.settings`); ``settable`` lets one without a
+    flag be set so too.
     """
 
     help: str = ""
@@ -119,6 +122,7 @@ class OptionSpec:
     show_default: bool = False
     cli_default: Any = DEFAULT
     group: str = ALWAYS
+    settable: bool = False
 
     def expected(self, none_allowed: bool = False) -> str:
         """What the field accepts, in words: ``an integer at least 1``, ``a number from 0 to 2``."""

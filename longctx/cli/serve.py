@@ -74,7 +74,7 @@ def _start(harness: EngineHarness, *, port: int | None, vision: bool, tiny: bool
     if port is not None and not port_is_free(port):
         raise ConfigError(f"--port {port} is taken: stop what listens there, or give another port")
 
-    from longctx.testing.real_model import REAL_SERVERS, start_real_server
+    from longctx.testing import REAL_SERVERS, start_real_server
 
     # The server's name, and its log file's.
     name = "vllm-vision" if vision else "vllm" if tiny else REAL_SERVERS["vllm"]
@@ -83,7 +83,7 @@ def _start(harness: EngineHarness, *, port: int | None, vision: bool, tiny: bool
         if not vision and not tiny:
             return start_real_server(harness, "vllm", port=port)
         if vision:
-            from longctx.testing.vision import vision_environment, vision_model
+            from longctx.testing import vision_environment, vision_model
 
             env, model = vision_environment(harness, "vllm"), vision_model(harness)
             return start_vllm(env, model, harness.base_dir, port=port, name=name)
@@ -145,7 +145,10 @@ def serve(cpu_demo: bool, tiny: bool, vision: bool, port: int | None) -> None:
     elif tiny:
         what = "the random-weight tiny model (its answers are noise)"
     else:
-        what = "the real model" if os.environ.get("LONGCTX_REAL_MODEL") else "Qwen2.5-Coder-0.5B-Instruct"
+        from longctx.testing import RealModelSpec, real_model_spec
+
+        chosen = real_model_spec()  # LONGCTX_REAL_MODEL, else the default; a bad name fails here
+        what = chosen.upstream if isinstance(chosen, RealModelSpec) else f"the model in {chosen}"
     note(f"starting vLLM (CPU build) with {what} from {base}; a first run builds both there")
     harness = EngineHarness(base, on_progress=lambda message: note(f"  {message}"))
     with _signals_stop():
@@ -161,7 +164,7 @@ def _serve(harness: EngineHarness, *, port: int | None, vision: bool, tiny: bool
         harness.close()
         raise
     try:
-        from longctx.testing.model import SERVED_MODEL_NAME, VISION_MODEL_NAME
+        from longctx.testing import SERVED_MODEL_NAME, VISION_MODEL_NAME
 
         model = VISION_MODEL_NAME if vision else SERVED_MODEL_NAME if tiny else _real_model_name()
         click.echo(f"serving {what} at {server.api_base}")
@@ -181,7 +184,7 @@ def _serve(harness: EngineHarness, *, port: int | None, vision: bool, tiny: bool
 
 def _real_model_name() -> str:
     """The name the real model is served under (``LONGCTX_REAL_MODEL``'s choice, else the default)."""
-    from longctx.testing.real_model import RealModelSpec, real_model_spec
+    from longctx.testing import RealModelSpec, real_model_spec
 
     spec = real_model_spec()
     return spec.served_name if isinstance(spec, RealModelSpec) else spec.name

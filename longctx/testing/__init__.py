@@ -26,6 +26,9 @@ Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
 (replicas behind a real router), :mod:`~longctx.testing.vision` (each engine
 serving the tiny vision model, built by ``_vision_model_builder``),
 :mod:`~longctx.testing.pdfs` (real PDFs made on the spot),
+:mod:`~longctx.testing.real_model` and ``_real_model_converter`` (a trained instruct model from the
+registry's GGUF parts, converted once and served by both engines), :mod:`~longctx.testing.answer_set`
+(a repository with known answers, planted sentences, and the rule that scores answers),
 :mod:`~longctx.testing.postgres` (a real PostgreSQL server for a shared store),
 :mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,
 ``_locks`` (a file lock for parallel builds), ``_logs`` (a server log's tail) and
@@ -53,7 +56,8 @@ from longctx.testing.errors import (
     ServerStartError,
 )
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
-from longctx.testing.model import SERVED_MODEL_NAME, TinyModel, build_tiny_model
+from longctx.testing.model import SERVED_MODEL_NAME, VISION_MODEL_NAME, TinyModel, build_tiny_model
+from longctx.testing.real_model import REAL_SERVERS, RealModelSpec, real_model_spec, start_real_server
 from longctx.testing.servers import (
     LocalServer,
     find_free_port,
@@ -62,11 +66,14 @@ from longctx.testing.servers import (
     start_sglang,
     start_vllm,
 )
+from longctx.testing.vision import vision_environment, vision_model
 
 __all__ = [
     "ENGINES",
     "ENGINE_SPECS",
+    "REAL_SERVERS",
     "SERVED_MODEL_NAME",
+    "VISION_MODEL_NAME",
     "EngineEnvironment",
     "EngineHarness",
     "EnvironmentBuildError",
@@ -74,6 +81,7 @@ __all__ = [
     "HarnessError",
     "LocalServer",
     "ModelBuildError",
+    "RealModelSpec",
     "ServerDiedError",
     "ServerStartError",
     "TinyModel",
@@ -83,7 +91,11 @@ __all__ = [
     "find_free_port",
     "harness_dir",
     "port_is_free",
+    "real_model_spec",
+    "start_real_server",
     "start_server",
     "start_sglang",
     "start_vllm",
+    "vision_environment",
+    "vision_model",
 ]

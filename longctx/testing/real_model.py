@@ -44,7 +44,7 @@ from typing import TextIO
 
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
-from longctx.testing.environments import VLLM_SPEC, EnvironmentSpec, _overlay_on, _pip, ensure_environment
+from longctx.testing.environments import VLLM_SPEC, EnvironmentSpec, ensure_environment, overlay_on, pip_step
 from longctx.testing.errors import HarnessError, ModelBuildError
 from longctx.testing.harness import EngineHarness
 from longctx.testing.model import TinyModel
@@ -75,7 +75,7 @@ CONVERSION_SPEC = EnvironmentSpec(
     name="real-model-conversion",
     # transformers' GGUF loader needs the gguf package, which the vLLM environment lacks; an overlay
     # on it (seconds to build) leaves the servers' environment exactly as the other tests have it.
-    steps=(_pip("--no-deps", "gguf==0.19.0", "accelerate==1.15.0"), _overlay_on(VLLM_SPEC)),
+    steps=(pip_step("--no-deps", "gguf==0.19.0", "accelerate==1.15.0"), overlay_on(VLLM_SPEC)),
     check=("{python}", "-c", "import gguf, accelerate, transformers, torch"),
     digest_extra=(VLLM_SPEC.digest(),),
 )

@@ -28,6 +28,7 @@ from longctx.backends.base import connect
 from longctx.cli import main
 from longctx.errors import ConfigError, LeaseLost, StoreError
 from longctx.options import ServerOptions
+from longctx.options.store_location import checked_store, redacted_url
 from longctx.store import (
     CounterSkip,
     LeaseHolder,
@@ -40,7 +41,6 @@ from longctx.store import (
 )
 from longctx.store.db import MIGRATIONS, split_statements
 from longctx.store.dialect import PRIMARY_KEYS, postgres_migration, postgres_statement
-from longctx.store.location import checked_store, redacted_url
 from longctx.testing.postgres import ROLE_PASSWORD, PostgresServer
 from longctx.usage import Usage
 

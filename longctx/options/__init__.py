@@ -8,7 +8,9 @@
 - :mod:`~longctx.options.checks`: the rules the fields name (URLs, blanks,
   stored values);
 - :mod:`~longctx.options.settings`: where a value comes from when no
-  argument gives it (``LONGCTX_*`` variables, ``.longctx.toml``, the user file).
+  argument gives it (``LONGCTX_*`` variables, ``.longctx.toml``, the user file);
+- :mod:`~longctx.options.store_location`: which store a ``store`` setting names (the embedded
+  SQLite file, or a ``postgresql://`` URL, checked), and such a URL with its password redacted.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ a flag can be set so, as ``LONGCTX_<NAME>`` or a key of that name). Among them:
   in a file, as every setting;
 - ``LONGCTX_HOME``: where the store lives (see :mod:`longctx.store`);
 - ``LONGCTX_STORE``: a ``postgresql://`` URL that puts the store on a server
-  shared by many machines (see :mod:`longctx.store.location`).
+  shared by many machines (see :mod:`longctx.options.store_location`).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from longctx.options.checks import (
 )
 from longctx.options.fields import OptionFields, option
 from longctx.options.settings import settable, setting
+from longctx.options.store_location import checked_store
 
 __all__ = [
     "AFFINITY_BODY_FIELD",
@@ -529,8 +530,6 @@ class RequestOptions(OptionFields):
 
 
 def _store_url(name: str, value: str | None) -> str | None:
-    from longctx.store.location import checked_store  # imported here: the store imports this module
-
     return checked_store(value)
 
 

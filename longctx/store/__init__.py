@@ -3,7 +3,7 @@
 By default one database file, ``longctx.db`` under the longctx home folder
 (``$LONGCTX_HOME``, else the user data folder). With ``LONGCTX_STORE`` (or
 ``store`` in ``.longctx.toml``) set to a ``postgresql://`` URL
-(:mod:`longctx.store.location`) the same parts live on that server
+(:mod:`longctx.options.store_location`) the same parts live on that server
 (:mod:`longctx.store.postgres`, its SQL translated in one place,
 :mod:`longctx.store.dialect`), shared by every client machine that names
 it; the files that are a machine's own (pack snapshot texts) stay in its

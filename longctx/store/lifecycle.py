@@ -14,11 +14,11 @@ from typing import cast
 
 from longctx.errors import StoreError
 from longctx.options.groups import configured_store, default_home
+from longctx.options.store_location import checked_store
 from longctx.store.blobs import SnapshotTexts
 from longctx.store.caches import ContentCaches
 from longctx.store.db import DATABASE_NAME, Database
 from longctx.store.leases import ItemLeases
-from longctx.store.location import checked_store
 from longctx.store.sessions import SessionLog
 
 __all__ = ["Store"]
@@ -68,7 +68,7 @@ class Store:
 
         The database is the server ``database_url`` names, else the one the
         ``store`` setting names (``LONGCTX_STORE``, ``.longctx.toml``: see
-        :mod:`longctx.store.location`), else the file in ``home``.
+        :mod:`longctx.options.store_location`), else the file in ``home``.
         ``Store(path)`` does no I/O and opens the database on first use;
         this opens it at once, so a database that cannot be used is reported
         here (:class:`~longctx.errors.StoreError`).

@@ -1,7 +1,7 @@
 """The store on a PostgreSQL server, shared by many client machines: one connection, through psycopg 3.
 
 :class:`PostgresDatabase` is :class:`~longctx.store.db.Database`'s twin for
-a ``postgresql://`` store (:mod:`longctx.store.location`): the parts run
+a ``postgresql://`` store (:mod:`longctx.options.store_location`): the parts run
 the same SQL on either (translated in :mod:`longctx.store.dialect`), and the
 migrations are the same list with the same numbering, recorded in the
 table ``longctx_schema``; a database written by a newer longctx is refused.
@@ -36,8 +36,8 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from longctx.errors import StoreError
+from longctx.options.store_location import redacted_url, url_secrets
 from longctx.store.dialect import postgres_migration, postgres_statement
-from longctx.store.location import redacted_url, url_secrets
 
 __all__ = ["SCHEMA_TABLE", "PostgresDatabase"]
 

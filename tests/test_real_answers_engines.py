@@ -9,10 +9,11 @@ engine; every test then reads that pack from the server's cache. Answers are gre
 (temperature 0) and short, since decoding is what a 2-core machine pays most for.
 
 What is shown, on each engine of ``LONGCTX_REAL_ENGINES`` (default both, ``vllm,sglang``): the fact
-questions (at least 8 of 10 right; 9 of 10 measured on both), the planted sentences at every depth,
-typed answers with the right values on the plain request path (no logit bias, no whitespace ban), a follow-up that needs the previous answer. On vLLM (time):
-a cited answer whose every verified citation quotes the pack and whose quote-less citations are never
-verified, a cached answer equal to the cold one, and questions over real PDFs.
+questions (at least 8 of 10 right; 9 of 10 measured on both), the planted sentences at every depth, typed
+answers with the right values on the plain request path (no logit bias, no whitespace ban), a follow-up
+that needs the previous answer. On vLLM (time): a cited answer whose every verified citation quotes the
+pack and whose quote-less citations are never verified, a cached answer equal to the cold one, and
+questions over real PDFs.
 """
 
 from __future__ import annotations

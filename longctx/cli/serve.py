@@ -74,10 +74,10 @@ def _start(harness: EngineHarness, *, port: int | None, vision: bool, tiny: bool
     if port is not None and not port_is_free(port):
         raise ConfigError(f"--port {port} is taken: stop what listens there, or give another port")
 
-    from longctx.testing import REAL_SERVERS, start_real_server
+    from longctx.testing import SERVED_REAL_SERVER, start_real_server
 
     # The server's name, and its log file's.
-    name = "vllm-vision" if vision else "vllm" if tiny else REAL_SERVERS["vllm"]
+    name = "vllm-vision" if vision else "vllm" if tiny else SERVED_REAL_SERVER
 
     def start(harness: EngineHarness) -> LocalServer:
         if not vision and not tiny:

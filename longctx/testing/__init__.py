@@ -57,7 +57,13 @@ from longctx.testing.errors import (
 )
 from longctx.testing.harness import ENGINES, EngineHarness, harness_dir
 from longctx.testing.model import SERVED_MODEL_NAME, VISION_MODEL_NAME, TinyModel, build_tiny_model
-from longctx.testing.real_model import REAL_SERVERS, RealModelSpec, real_model_spec, start_real_server
+from longctx.testing.real_model import (
+    REAL_SERVERS,
+    SERVED_REAL_SERVER,
+    RealModelSpec,
+    real_model_spec,
+    start_real_server,
+)
 from longctx.testing.servers import (
     LocalServer,
     find_free_port,
@@ -73,6 +79,7 @@ __all__ = [
     "ENGINE_SPECS",
     "REAL_SERVERS",
     "SERVED_MODEL_NAME",
+    "SERVED_REAL_SERVER",
     "VISION_MODEL_NAME",
     "EngineEnvironment",
     "EngineHarness",

@@ -55,6 +55,7 @@ __all__ = [
     "CONVERSION_SPEC",
     "DEFAULT_MODEL",
     "REAL_SERVERS",
+    "SERVED_REAL_SERVER",
     "ModelPart",
     "RealModelSpec",
     "build_real_model",
@@ -69,6 +70,8 @@ MARKER_NAME = ".longctx-real-model.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 REAL_SERVERS = {"vllm": "vllm-real", "sglang": "sglang-real"}
 """The harness's name of each engine's real-model server (its extra server's name and log file's)."""
+SERVED_REAL_SERVER = REAL_SERVERS["vllm"]
+"""The one ``longctx serve --cpu-demo`` starts: the CPU vLLM's."""
 _STARTERS = {"vllm": start_vllm, "sglang": start_sglang}
 
 CONVERSION_SPEC = EnvironmentSpec(

@@ -88,8 +88,10 @@ def test_a_cold_prefill_past_the_stall_timeout_is_waited_for_once_the_rate_is_kn
         time.sleep(cold_seconds)
         # The rate measured earlier on this server (as a session reads it from its store): now the
         # long cold prefill is waited for.
+        # Half the rate measured: a 2-core machine booting other servers beside this one may prefill
+        # slower now than when it measured (a CI run saw the three-fold margin run out).
         strict.expect_prefill_rate(
-            strict.info.api_url, PrefillRate(measured.tokens_per_second, "measured earlier")
+            strict.info.api_url, PrefillRate(measured.tokens_per_second / 2, "measured earlier")
         )
         salt = uuid.uuid4().hex
         lines = _lines_while(lambda: _ask(strict, big, salt))

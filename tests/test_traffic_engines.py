@@ -176,8 +176,6 @@ SMALL_KV_ARGS = [
     "48",
     "--max-model-len",
     "4096",
-    "--kv-cache-memory-bytes",
-    str(64 << 20),
 ]
 
 
@@ -189,8 +187,9 @@ def _start_small_vllm(harness: EngineHarness) -> LocalServer:
         harness.model(),
         harness.base_dir,
         name=_SMALL_VLLM,
-        # 64 MiB of KV memory asked (the harness's 2 GiB may not be free on a shared machine), 48 blocks used.
+        # 1 GiB of KV memory asked (the harness's 2 GiB may not be free on a shared machine), 48 blocks used.
         extra_args=SMALL_KV_ARGS,
+        kv_cache_gib=1,
     )
 
 

@@ -57,12 +57,14 @@ class CountWatch:
     piece; ``limit`` (tokens; None: none) stops the counting once the pieces
     counted already prove more: their counts less two a piece (what a cut
     may have split), a bound never above the true count, so a text that fits
-    is never refused. ``budget`` describes the limit in the error.
+    is never refused. ``budget`` describes the limit in the error, ``advice``
+    what to do (the largest files, the flags); without it, the generic advice.
     """
 
     limit: int | None = None
     on_progress: Callable[[int, int], None] | None = None
     budget: str = ""
+    advice: str = ""
 
 
 _WATCH: ContextVar[CountWatch | None] = ContextVar("longctx_count_watch", default=None)
@@ -100,8 +102,12 @@ class _Tally:
             raise BudgetError(
                 f"the pack cannot fit: {self.chars:,} of its {self.total_chars:,} characters to count already"
                 f" hold at least {least:,} tokens, over the budget of {budget};"
-                " the rest was not tokenized. Exclude the largest files (--exclude, --max-file-bytes;"
-                " `longctx pack PATHS --json` lists them), or use a larger context.",
+                " the rest was not tokenized. "
+                + (
+                    self.watch.advice
+                    or "Exclude the largest files (--exclude, --max-file-bytes;"
+                    " `longctx pack PATHS --json` lists them), or use a larger context."
+                ),
                 total_tokens=least,
                 budget_tokens=self.watch.limit,
             )

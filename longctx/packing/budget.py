@@ -165,6 +165,16 @@ class LowerBound:
             check_lower_bound(self.sizes, self.budget, read_all=False)
 
 
+def refusal_advice(sizes: Sequence[tuple[str, int]]) -> str:
+    """What a pack refused for its size should do: its largest files named, then exclude or shard."""
+    largest = sorted(sizes, key=lambda item: (-item[1], item[0]))[:_LARGEST_SHOWN]
+    shown = "; ".join(f"{path} {size:,} characters" for path, size in largest) or "none"
+    return (
+        f"Largest files: {shown}. Exclude some of them (--exclude, --max-file-bytes), split the pack into"
+        " shards (--shard on `longctx ask` and `batch`; ShardedSession in Python), or use a larger context."
+    )
+
+
 def character_sizes(documents: Iterable[Document]) -> list[tuple[str, int]]:
     """Each document's path and length in characters, for :func:`check_lower_bound`."""
     return [(document.path, len(document.text)) for document in documents]

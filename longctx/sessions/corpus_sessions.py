@@ -20,7 +20,7 @@ from longctx.backends.tokenizer import CountWatch, watched_counts
 from longctx.errors import LongctxError
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.packing import Budget, Pack, build_pack, build_shards
-from longctx.packing.budget import LowerBound
+from longctx.packing.budget import LowerBound, character_sizes, refusal_advice
 from longctx.sessions.changes import ChangeTracker, corpus_hashes
 from longctx.sessions.resources import Progress
 from longctx.sessions.session import Session
@@ -366,6 +366,7 @@ class CorpusSession(Session):
                 limit=None if budget is None else budget.prompt_budget,
                 on_progress=counted,
                 budget="" if budget is None else budget.describe(),
+                advice=refusal_advice(character_sizes(corpus.documents)),
             )
             with watched_counts(watch):
                 packed = pack_for_server(corpus, backend, store=self.store, request=self.request)

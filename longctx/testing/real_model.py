@@ -72,7 +72,6 @@ REAL_SERVERS = {"vllm": "vllm-real", "sglang": "sglang-real"}
 """The harness's name of each engine's real-model server (its extra server's name and log file's)."""
 SERVED_REAL_SERVER = REAL_SERVERS["vllm"]
 """The one ``longctx serve --cpu-demo`` starts: the CPU vLLM's."""
-_STARTERS = {"vllm": start_vllm, "sglang": start_sglang}
 
 CONVERSION_SPEC = EnvironmentSpec(
     name="real-model-conversion",
@@ -376,6 +375,16 @@ def start_real_server(harness: EngineHarness, engine: str, *, port: int | None =
         # for the 0.5B) besides the KV cache (bounded by --max-total-tokens): 0.3 of the 6.7 GB a busy
         # machine had free refused to start ("Loaded weights leave no GPU memory for the KV cache").
         extra += ("--mem-fraction-static", "0.6")
-    return _STARTERS[engine](
-        env, model, harness.base_dir, name=REAL_SERVERS[engine], extra_args=extra, port=port
-    )
+    if engine == "vllm":
+        # 1 GiB of KV holds 43k float32 tokens of the 0.5B (24 KiB a token), more than its 32k window;
+        # the harness's 2 GiB default left later servers of a fresh clone's run too little memory.
+        return start_vllm(
+            env,
+            model,
+            harness.base_dir,
+            name=REAL_SERVERS[engine],
+            extra_args=extra,
+            port=port,
+            kv_cache_gib=1,
+        )
+    return start_sglang(env, model, harness.base_dir, name=REAL_SERVERS[engine], extra_args=extra, port=port)

@@ -362,10 +362,13 @@ def start_vllm(
     extra_args: Sequence[str] = (),
     ready_timeout: float = 600.0,
     name: str = "vllm",
+    kv_cache_gib: int = 2,
 ) -> LocalServer:
     """Start vLLM (CPU build) on ``model``, ready when a chat completion succeeds.
 
     ``name`` names the server and its log file (``{name}-{port}.log``).
+    ``kv_cache_gib``: its KV cache's memory (the CPU build takes it from
+    ``VLLM_CPU_KVCACHE_SPACE`` alone, whatever ``--kv-cache-memory-bytes`` says).
     """
     return start_server(
         name,
@@ -377,7 +380,7 @@ def start_vllm(
         # start on this 2-core machine (29-31 s without it; docs/testing.md). Requests, metrics and
         # the prefix cache are the same either way.
         env=server_environment(
-            base_dir, {"VLLM_CPU_KVCACHE_SPACE": "2", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+            base_dir, {"VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
         ),
         port=port,
         ready_timeout=ready_timeout,

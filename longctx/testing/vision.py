@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from longctx.testing.environments import VISION_SPECS, EngineEnvironment, ensure_environment
 from longctx.testing.errors import HarnessError
@@ -34,7 +34,7 @@ __all__ = [
 
 VISION_SERVERS = {"vllm": "vllm-vision", "sglang": "sglang-vision"}
 """The harness's name of each engine's vision server (its extra server's name and log file's)."""
-_STARTERS = {"vllm": start_vllm, "sglang": start_sglang}
+_STARTERS: dict[str, Callable[..., LocalServer]] = {"vllm": start_vllm, "sglang": start_sglang}
 
 
 def vision_environment(harness: EngineHarness, engine: str) -> EngineEnvironment:

@@ -160,10 +160,21 @@ def run_process(
     run.stderr = err.read_text(errors="replace")
 
 
+def stored_position(turn: int | None) -> int | None:
+    """The store's position of a turn that longctx printed: printed turns are numbered from 1."""
+    return None if turn is None else turn - 1
+
+
 def told_of_json_answers(client: str, answers: list[dict[str, Any]]) -> list[Told]:
     """The answers of an ``ask``/``batch``/``chat`` JSON output (``Answer.to_dict``)."""
     return [
-        Told(client, answer["question"], answer["answer"], answer.get("session_id"), answer.get("turn"))
+        Told(
+            client,
+            answer["question"],
+            answer["answer"],
+            answer.get("session_id"),
+            stored_position(answer.get("turn")),
+        )
         for answer in answers
     ]
 
@@ -380,7 +391,13 @@ def parse_json_lines(run: ClientRun) -> None:
             continue
         if isinstance(data, dict) and "answer" in data:
             run.told.append(
-                Told(run.name, data["question"], data["answer"], data.get("session_id"), data.get("turn"))
+                Told(
+                    run.name,
+                    data["question"],
+                    data["answer"],
+                    data.get("session_id"),
+                    stored_position(data.get("turn")),
+                )
             )
 
 

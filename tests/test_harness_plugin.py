@@ -120,7 +120,7 @@ def test_server_fixtures_carry_the_engine_marker(pytester: pytest.Pytester) -> N
     result.stdout.fnmatch_lines(["*real-engine tests*", "vllm: 1 passed"])
 
 
-def test_extra_servers_tests_run_last_grouped_and_each_server_stops_after_its_last(
+def test_extra_servers_tests_run_grouped_before_the_shared_ones_and_each_server_stops_after_its_last(
     pytester: pytest.Pytester,
 ) -> None:
     pytester.makeconftest(
@@ -151,8 +151,8 @@ def test_extra_servers_tests_run_last_grouped_and_each_server_stops_after_its_la
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q", "-s")
     result.stdout.fnmatch_lines(
         [
-            "ORDER ['test_unit', 'test_shared', 'test_no_report', 'test_sglang_vision_1', "
-            "'test_sglang_vision_2', 'test_vllm_vision', 'test_fleet']",
+            "ORDER ['test_unit', 'test_no_report', 'test_sglang_vision_1', "
+            "'test_sglang_vision_2', 'test_vllm_vision', 'test_shared', 'test_fleet']",
             "STOPS [('test_no_report', ['sglang-without-cache-report']), "
             "('test_sglang_vision_2', ['sglang-vision']), ('test_vllm_vision', ['vllm-vision'])]",
         ]

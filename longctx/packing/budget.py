@@ -40,6 +40,7 @@ __all__ = [
     "character_sizes",
     "check_budget",
     "check_lower_bound",
+    "refusal_advice",
 ]
 
 _LARGEST_SHOWN: Final = 10

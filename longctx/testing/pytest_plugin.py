@@ -166,8 +166,8 @@ class _EngineGuard:
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After every selection and reordering: tests that need no server run
-        # first, while the servers boot; those that need an extra server
-        # last, while it boots.
+        # first, while the servers boot; then those of each stopped extra, then
+        # those on the shared servers alone, then the fleet's.
         extras = _extras_of
         engine_items = [item for item in session.items if item.nodeid in self.engines_by_test]
         groups: list[list[pytest.Item]] = []
@@ -178,10 +178,16 @@ class _EngineGuard:
             group = [item for item in engine_items if fixture in extras(item) and item.nodeid not in placed]
             placed.update(item.nodeid for item in group)
             groups.append(group)
+        # The stopped extras' groups before the tests on the shared servers alone: each extra (the
+        # real model's servers hold 4-5 GB) is gone before those tests start servers of their own
+        # (`longctx serve`, a killed server's restart); a fresh clone's run found under 2 GiB free
+        # for them while every extra was still up (2026-12-06). The fleet's group stays last.
+        *extra_groups, fleet_group = groups
         session.items[:] = [
             *(item for item in session.items if item.nodeid not in self.engines_by_test),
+            *(item for group in extra_groups for item in group),
             *(item for item in engine_items if not extras(item)),
-            *(item for group in groups for item in group),
+            *fleet_group,
         ]
         self.stop_after = {}
         for fixture, (name, _) in _STOPPED_EXTRAS.items():

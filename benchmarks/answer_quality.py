@@ -144,7 +144,7 @@ def measure(args: argparse.Namespace, base_url: str) -> dict[str, Any]:
             print(
                 json.dumps({k: v for k, v in rows[-1].items() if k != "answers"}), file=sys.stderr, flush=True
             )
-    result: dict[str, Any] = {"label": args.label, "model": model, "rows": rows}
+    result: dict[str, Any] = {"label": args.label, "model": args.model_name or model, "rows": rows}
     if args.canary:
         result["canary"] = _canary(base_url, args.fillers[0])
     return result
@@ -248,6 +248,7 @@ def main() -> int:
         "--layouts", default="longctx,question first,filesystem order,timestamp", help="comma-separated"
     )
     parser.add_argument("--label", default="CPU")
+    parser.add_argument("--model-name", help="the model's name in the results (default: the server's)")
     parser.add_argument("--canary", action="store_true")
     parser.add_argument(
         "--question-first-limit", type=int, default=0, help="ask only the first N questions question-first"

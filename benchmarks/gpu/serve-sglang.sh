@@ -6,6 +6,8 @@
 # Usage: serve-sglang.sh PARTS PORT [MEM_FRACTION_STATIC=0.85] [CONTEXT_LENGTH=131072]
 # SGLANG_EXTRA_ARGS: more flags (e.g. --max-total-tokens N for a replica with a small KV cache,
 # --enable-hierarchical-cache for HiCache).
+# MODEL_DIR: serve that model folder's own weights in bf16 instead (a real model: quality.sh), with the
+# KV cache in KV_DTYPE (fp8_e4m3 by default; auto keeps the model's bf16).
 # Why these: --attention-backend triton because the FA3 default needs sgl_kernel's flash_ops, which
 # the slimmed kernel leaves out (1.1 GB), and flashinfer's attention compiles its kernels at first use;
 # --sampling-backend pytorch so flashinfer's sampling kernels are not compiled either;
@@ -27,15 +29,19 @@ if [ "${SHAPE:-8b}" = 1b ]; then
 else
   SHAPE_FIELDS='"hidden_size":4096,"intermediate_size":14336,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,"head_dim":128,"max_position_embeddings":262144'
 fi
-M=/tmp/llama${SHAPE:-8b}-shape; T=$(mktemp -d); cp "$PARTS"/tok/* $T/
-cat > $T/config.json <<J
+if [ -n "${MODEL_DIR:-}" ]; then
+  M=$MODEL_DIR; WEIGHTS="--dtype bfloat16"
+else
+  M=/tmp/llama${SHAPE:-8b}-shape; T=$(mktemp -d); cp "$PARTS"/tok/* $T/; WEIGHTS="--load-format dummy"
+  cat > $T/config.json <<J
 {"architectures":["LlamaForCausalLM"],"model_type":"llama",$SHAPE_FIELDS,"vocab_size":4096,
  "rope_theta":500000.0,"rms_norm_eps":1e-5,"torch_dtype":"bfloat16",
  "tie_word_embeddings":false,"bos_token_id":0,"eos_token_id":2}
 J
-if [ -d $M ]; then rm -rf $T; else mv -T $T $M 2>/dev/null || rm -rf $T; fi
-setsid python3 -m sglang.launch_server --model-path $M --served-model-name m --load-format dummy \
-  --context-length "$LEN" --kv-cache-dtype fp8_e4m3 --chunked-prefill-size 8192 \
+  if [ -d $M ]; then rm -rf $T; else mv -T $T $M 2>/dev/null || rm -rf $T; fi
+fi
+setsid python3 -m sglang.launch_server --model-path $M --served-model-name m $WEIGHTS \
+  --context-length "$LEN" --kv-cache-dtype "${KV_DTYPE:-fp8_e4m3}" --chunked-prefill-size 8192 \
   --attention-backend triton --sampling-backend pytorch --disable-cuda-graph \
   --enable-cache-report --enable-metrics --mem-fraction-static "$FRAC" --random-seed 0 \
   --host 127.0.0.1 --port "$PORT" ${SGLANG_EXTRA_ARGS:-} > /tmp/sglang-$PORT.log 2>&1 < /dev/null &

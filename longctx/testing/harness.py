@@ -44,7 +44,13 @@ class EngineHarness:
     across processes (file locks).
     """
 
-    def __init__(self, base_dir: Path, *, on_progress: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        *,
+        on_progress: Callable[[str], None] | None = None,
+        bounded_extras: int = 2,
+    ) -> None:
         self.base_dir = base_dir
         self._on_progress = on_progress
         self._lock = threading.Lock()
@@ -56,6 +62,13 @@ class EngineHarness:
         # server started with other flags), by name: booted in the background
         # like them, once per harness, so every module that needs one shares it.
         self._extras: dict[str, Future[LocalServer]] = {}
+        # Extras prepared ``bounded``: at most ``bounded_extras`` of them booting or up at once, each
+        # slot freed by stop_extra. A real model's server holds 5-7 GB; a fresh clone's run with every
+        # extra up at once left later servers under 2 GiB (2026-12-06).
+        self._slots = threading.BoundedSemaphore(bounded_extras)
+        self._bounded: dict[str, threading.Event] = {}  # by name: set once a caller waits for it
+        self._holding: set[str] = set()
+        self._closing = threading.Event()
         self.timings: dict[str, str] = {}
 
     def prepare(self, engine: str) -> None:
@@ -109,15 +122,21 @@ class EngineHarness:
             futures = list(self._servers.values())
         return [f.result() for f in futures if f.done() and f.exception() is None]
 
-    def prepare_extra(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> None:
+    def prepare_extra(
+        self, name: str, start: Callable[[EngineHarness], LocalServer], *, bounded: bool = False
+    ) -> None:
         """Start booting the extra server ``name`` with ``start(self)`` in the background (idempotent).
 
         The boot waits its turn behind the shared servers' (one worker per
         engine): on a small machine they come first, extras are booted while
-        the tests run.
+        the tests run. A ``bounded`` extra also waits for one of the
+        ``bounded_extras`` slots (freed by :meth:`stop_extra`), unless a caller
+        of :meth:`extra_server` is already waiting for it.
         """
         with self._lock:
             if name not in self._extras:
+                if bounded:
+                    self._bounded[name] = threading.Event()
                 self._extras[name] = self._executor.submit(self._boot_extra, name, start)
 
     def extra_server(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
@@ -127,6 +146,9 @@ class EngineHarness:
         (a test killing a replica) owns what it starts instead.
         """
         self.prepare_extra(name, start)
+        demanded = self._bounded.get(name)
+        if demanded is not None:
+            demanded.set()  # a test needs it now: its boot no longer waits for a slot
         return self._extras[name].result()
 
     def stop_extra(self, name: str) -> None:
@@ -135,9 +157,11 @@ class EngineHarness:
             future = self._extras.get(name)
         if future is not None and future.done() and future.exception() is None:
             future.result().stop()
+        self._free_slot(name)
 
     def close(self) -> None:
-        """Stop every server this harness started."""
+        """Stop every server this harness started (an extra still waiting for a slot never starts)."""
+        self._closing.set()
         with self._lock:
             extras = list(self._extras.values())
         for future in extras:
@@ -148,13 +172,34 @@ class EngineHarness:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
     def _boot_extra(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
+        demanded = self._bounded.get(name)
+        if demanded is not None:
+            while not self._slots.acquire(timeout=0.5):
+                if self._closing.is_set():
+                    raise HarnessError(f"the harness closed before the extra server {name} could start")
+                if demanded.is_set():
+                    break
+            else:
+                with self._lock:
+                    self._holding.add(name)
         if self._on_progress:
             self._on_progress(f"starting the extra server {name}")
-        server = start(self)
+        try:
+            server = start(self)
+        except BaseException:
+            self._free_slot(name)
+            raise
         self.timings[f"{name} start"] = f"{server.startup_seconds:.0f} s"
         if self._on_progress:
             self._on_progress(f"{name} ready at {server.api_base} after {server.startup_seconds:.0f} s")
         return server
+
+    def _free_slot(self, name: str) -> None:
+        with self._lock:
+            held = name in self._holding
+            self._holding.discard(name)
+        if held:
+            self._slots.release()
 
     def _boot(self, engine: str) -> LocalServer:
         env = self.environment(engine)

@@ -213,7 +213,7 @@ class _EngineGuard:
         # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
         for fixture, (name, start) in _STOPPED_EXTRAS.items():
             if fixture in wanted:
-                self.harness.prepare_extra(name, start)
+                self.harness.prepare_extra(name, start, bounded=True)
         if "vllm_fleet" in wanted:
             prepare_replicas(self.harness)
 

@@ -1,0 +1,102 @@
+"""The harness's extra servers: bounded ones boot only while a slot is free; a waiting test gets its own."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+from longctx.testing import LocalServer
+from longctx.testing.harness import EngineHarness
+
+
+class Stand:
+    """What the harness reads of a started server, and whether it was stopped."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.api_base = f"http://{name}.invalid/v1"
+        self.startup_seconds = 0.0
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def _starter(started: list[str], name: str) -> Callable[[EngineHarness], LocalServer]:
+    def start(harness: EngineHarness) -> LocalServer:
+        started.append(name)
+        return cast(LocalServer, Stand(name))
+
+    return start
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_a_bounded_extra_boots_only_once_an_earlier_one_is_stopped(tmp_path: Path) -> None:
+    harness = EngineHarness(tmp_path, bounded_extras=1)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("first", _starter(started, "first"), bounded=True)
+        harness.prepare_extra("second", _starter(started, "second"), bounded=True)
+        assert _wait_for(lambda: started == ["first"])
+        time.sleep(1.0)  # two slot waits of the second's boot
+        assert started == ["first"], "the second booted while the first held the only slot"
+        first = cast(Stand, harness.extra_server("first", _starter(started, "first")))
+        harness.stop_extra("first")
+        assert first.stopped
+        assert _wait_for(lambda: started == ["first", "second"])
+    finally:
+        harness.close()
+
+
+def test_a_test_waiting_for_a_bounded_extra_gets_it_whatever_the_slots(tmp_path: Path) -> None:
+    harness = EngineHarness(tmp_path, bounded_extras=1)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("first", _starter(started, "first"), bounded=True)
+        harness.prepare_extra("second", _starter(started, "second"), bounded=True)
+        assert _wait_for(lambda: started == ["first"])
+        got: list[LocalServer] = []
+        waiter = threading.Thread(
+            target=lambda: got.append(harness.extra_server("second", _starter(started, "x")))
+        )
+        waiter.start()
+        waiter.join(timeout=10)
+        assert not waiter.is_alive(), "a test asking for the second extra waited on the first's slot"
+        assert [cast(Stand, server).name for server in got] == ["second"]
+        assert started == ["first", "second"]
+    finally:
+        harness.close()
+
+
+def test_an_unbounded_extra_never_waits_for_a_slot(tmp_path: Path) -> None:
+    harness = EngineHarness(tmp_path, bounded_extras=1)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("bounded", _starter(started, "bounded"), bounded=True)
+        harness.prepare_extra("replica", _starter(started, "replica"))
+        assert _wait_for(lambda: sorted(started) == ["bounded", "replica"])
+    finally:
+        harness.close()
+
+
+def test_closing_the_harness_ends_a_boot_still_waiting_for_a_slot(tmp_path: Path) -> None:
+    harness = EngineHarness(tmp_path, bounded_extras=1)
+    started: list[str] = []
+    harness.prepare_extra("first", _starter(started, "first"), bounded=True)
+    harness.prepare_extra("second", _starter(started, "second"), bounded=True)
+    assert _wait_for(lambda: started == ["first"])
+    harness.close()
+    waiting = [thread for thread in threading.enumerate() if thread.name.startswith("longctx-harness")]
+    assert _wait_for(lambda: not any(thread.is_alive() for thread in waiting)), "a boot thread still waits"
+    assert started == ["first"]

@@ -3,8 +3,10 @@
 An engine serves a folder (``config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json`` with the chat template,
 ``generation_config.json``); llama.cpp ships one GGUF file. This module reads
-the file with ``gguf``'s :class:`~gguf.GGUFReader` (memory-mapped),
-dequantizes each tensor with ``gguf.quants.dequantize`` (numpy: the same
+the file's metadata and tensor table directly (the layout is small; ``gguf``'s
+``GGUFReader`` took 17-30 s to open the 0.5B on the loaded 2-core machine,
+building a numpy view for each of its 300k token and merge strings), maps its
+tensors (memory-mapped), dequantizes each tensor with ``gguf.quants.dequantize`` (numpy: the same
 routine transformers' GGUF loader calls, so the values are the same bits),
 renames llama.cpp's tensors to the Hugging Face names, undoes the row
 permutation llama.cpp applies to a llama model's query and key projections,
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
+import struct
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -35,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
 from longctx.testing.errors import ModelBuildError
@@ -149,10 +153,104 @@ class ConversionReport:
 
 
 @dataclass(frozen=True)
+class _RawTensor:
+    """A tensor as the file holds it: llama.cpp's name, type, and its bytes (mapped), one row per line."""
+
+    name: str
+    kind: GGMLQuantizationType
+    data: np.ndarray
+
+
+# GGUF's value types (gguf.GGUFValueType): the fixed-width ones by struct format.
+_SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
+_MAGIC = b"GGUF"
+
+
+class _GGUFFile:
+    """A GGUF file's metadata (key to value) and tensors, read from its header (versions 2 and 3)."""
+
+    def __init__(self, path: Path) -> None:
+        with path.open("rb") as file:
+            self._buffer = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        if self._buffer[:4] != _MAGIC:
+            raise ModelBuildError(f"{path.name} is not a GGUF file (no GGUF magic)")
+        version, tensor_count, kv_count = struct.unpack_from("<IQQ", self._buffer, 4)
+        if version not in (2, 3):
+            raise ModelBuildError(f"{path.name}: GGUF version {version} is not supported (2 and 3 are)")
+        self._offset = 24
+        self.metadata: dict[str, Any] = {}
+        for _ in range(kv_count):
+            key = self._string()
+            (kind,) = self._unpack("<I")
+            self.metadata[key] = self._value(kind)
+        table = [self._tensor_entry() for _ in range(tensor_count)]
+        alignment = int(self.metadata.get("general.alignment", 32))
+        start = self._offset + (-self._offset % alignment)
+        data = np.frombuffer(self._buffer, dtype=np.uint8)
+        self.tensors = [
+            _RawTensor(name, kind, self._rows(data, start + offset, kind, dims, path.name))
+            for name, kind, dims, offset in table
+        ]
+
+    def _unpack(self, layout: str) -> tuple[Any, ...]:
+        values = struct.unpack_from(layout, self._buffer, self._offset)
+        self._offset += struct.calcsize(layout)
+        return values
+
+    def _string(self) -> str:
+        (length,) = self._unpack("<Q")
+        text = self._buffer[self._offset : self._offset + length].decode("utf-8", errors="replace")
+        self._offset += length
+        return text
+
+    def _value(self, kind: int) -> Any:
+        if kind == _STRING:
+            return self._string()
+        if kind in _SCALARS:
+            return self._unpack("<" + _SCALARS[kind])[0]
+        if kind != _ARRAY:
+            raise ModelBuildError(f"unknown GGUF value type {kind}")
+        element, count = self._unpack("<IQ")
+        if element == _STRING:
+            return [self._string() for _ in range(count)]
+        if element in _SCALARS:
+            layout = "<" + _SCALARS[element]
+            values = np.frombuffer(self._buffer, dtype=np.dtype(layout), count=count, offset=self._offset)
+            self._offset += values.nbytes
+            return values.tolist()
+        return [self._value(element) for _ in range(count)]
+
+    def _tensor_entry(self) -> tuple[str, GGMLQuantizationType, tuple[int, ...], int]:
+        name = self._string()
+        (dimensions,) = self._unpack("<I")
+        dims = self._unpack(f"<{dimensions}Q")
+        kind, offset = self._unpack("<IQ")
+        try:
+            quant = GGMLQuantizationType(kind)
+        except ValueError:
+            raise ModelBuildError(f"tensor {name} has the unknown GGML type {kind}") from None
+        return name, quant, dims, offset
+
+    @staticmethod
+    def _rows(
+        data: np.ndarray, start: int, kind: GGMLQuantizationType, dims: tuple[int, ...], file: str
+    ) -> np.ndarray:
+        """The tensor's bytes shaped (outer dimensions..., a row's bytes), as gguf's dequantize takes them."""
+        block, block_bytes = GGML_QUANT_SIZES[kind]
+        if dims[0] % block:
+            raise ModelBuildError(f"{file}: a row of {dims[0]} values is not whole {kind.name} blocks")
+        row_bytes = dims[0] // block * block_bytes
+        outer = tuple(reversed(dims[1:]))
+        size = row_bytes * int(np.prod(outer, dtype=np.int64))
+        return data[start : start + size].reshape(*outer, row_bytes)
+
+
+@dataclass(frozen=True)
 class _Tensor:
     """One GGUF tensor and where it goes: its Hugging Face name, its shape, and the heads to un-permute."""
 
-    source: Any  # gguf's ReaderTensor
+    source: _RawTensor
     name: str
     shape: tuple[int, ...]
     unpermute_heads: int | None
@@ -168,8 +266,8 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, dtype: str = "float32") -> C
     if dtype not in DTYPES:
         raise ModelBuildError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     started = time.monotonic()
-    reader = GGUFReader(gguf_path)
-    metadata = _Metadata(reader)
+    gguf_file = _GGUFFile(gguf_path)
+    metadata = _Metadata(gguf_file.metadata)
     architecture = metadata.string("general.architecture")
     if architecture not in ARCHITECTURES:
         raise ModelBuildError(
@@ -182,7 +280,7 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, dtype: str = "float32") -> C
     template = metadata.optional("tokenizer.chat_template")
     if not isinstance(template, str) or not template:
         raise ModelBuildError(f"{gguf_path.name} carries no chat template (tokenizer.chat_template)")
-    tensors = _plan_tensors(reader, metadata, architecture, gguf_path.name)
+    tensors = _plan_tensors(gguf_file.tensors, metadata, architecture, gguf_path.name)
     config = _config(metadata, architecture, tensors, dtype)
     tokenizer = _tokenizer_json(metadata, gguf_path.name)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -203,17 +301,16 @@ def convert_gguf(gguf_path: Path, out_dir: Path, *, dtype: str = "float32") -> C
 
 
 class _Metadata:
-    """The GGUF's key-value metadata, read field by field as asked (a token list is 150k strings)."""
+    """The GGUF's key-value metadata, with the errors that name a missing key."""
 
-    def __init__(self, reader: GGUFReader) -> None:
-        self._fields = reader.fields
+    def __init__(self, values: dict[str, Any]) -> None:
+        self._values = values
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._fields)
+        return iter(self._values)
 
     def optional(self, key: str) -> Any:
-        field = self._fields.get(key)
-        return None if field is None else field.contents()
+        return self._values.get(key)
 
     def require(self, key: str) -> Any:
         value = self.optional(key)
@@ -229,23 +326,24 @@ class _Metadata:
 
 
 def _plan_tensors(
-    reader: GGUFReader, metadata: _Metadata, architecture: str, file_name: str
+    raw: Sequence[_RawTensor], metadata: _Metadata, architecture: str, file_name: str
 ) -> list[_Tensor]:
     """Every tensor of the file with its Hugging Face name and shape; refuses a type or a name not known."""
     heads = metadata.integer(f"{architecture}.attention.head_count")
     kv_heads = metadata.integer(f"{architecture}.attention.head_count_kv")
     planned: list[_Tensor] = []
-    for tensor in reader.tensors:
-        if tensor.tensor_type not in QUANT_TYPES:
+    for tensor in raw:
+        if tensor.kind not in QUANT_TYPES:
             raise ModelBuildError(
-                f"{file_name}: tensor {tensor.name} is of type {tensor.tensor_type.name}, not supported "
+                f"{file_name}: tensor {tensor.name} is of type {tensor.kind.name}, not supported "
                 f"(supported: {', '.join(sorted(kind.name for kind in QUANT_TYPES))})"
             )
         name = _hf_name(tensor.name)
         if name is None:
             raise ModelBuildError(f"{file_name}: tensor {tensor.name} has no Hugging Face name here")
-        # GGUF lists dimensions innermost first; numpy (and safetensors) outermost first.
-        shape = tuple(int(size) for size in reversed(tensor.shape.tolist()))
+        # The rows' bytes dequantize to this shape: numpy's (and safetensors') order, outermost first.
+        block, block_bytes = GGML_QUANT_SIZES[tensor.kind]
+        shape = (*tensor.data.shape[:-1], tensor.data.shape[-1] // block_bytes * block)
         unpermute = None
         if architecture == "llama" and ".attn_q." in tensor.name:
             unpermute = heads
@@ -272,7 +370,7 @@ def _hf_name(gguf_name: str) -> str | None:
 
 def _values(tensor: _Tensor) -> np.ndarray:
     """The tensor dequantized to float32 in its Hugging Face layout."""
-    values = dequantize(tensor.source.data, tensor.source.tensor_type).astype(np.float32, copy=False)
+    values = dequantize(tensor.source.data, tensor.source.kind).astype(np.float32, copy=False)
     values = values.reshape(tensor.shape)
     if tensor.unpermute_heads is not None:
         # llama.cpp's converter interleaves each head's rotary halves (its permute()); this undoes it.
@@ -359,6 +457,9 @@ def _config(metadata: _Metadata, architecture: str, tensors: Sequence[_Tensor], 
         "initializer_range": 0.02,
         "attention_dropout": 0.0,
         "use_cache": True,
+        # transformers 5 takes a local folder whose config names no version for an old Mistral one and
+        # warns of a "wrong regex"; the keys here follow 5's format (rope_parameters, dtype).
+        "transformers_version": "5.0.0",
         "dtype": dtype,
         "torch_dtype": dtype,
     }

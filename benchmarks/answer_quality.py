@@ -48,6 +48,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SECTION = "answer-quality"
+GPU_SECTION = "answer-quality-gpu"
 MAX_TOKENS = 24
 
 
@@ -219,6 +220,58 @@ def section(paths: list[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def gpu_section(paths: list[Path]) -> str:
+    """The GPU runs: per engine, every pack size and layout with the bf16-KV and fp8-KV answers side by side.
+
+    ``paths`` are result files of ``benchmarks/gpu/quality.sh``, named ``quality-ENGINE-KV.json``;
+    the engines' bf16 and fp8 files are paired by name.
+    """
+    runs: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in paths:
+        _, engine, kv = path.stem.split("-")
+        runs.setdefault(engine, {})[kv] = json.loads(path.read_text())
+    lines = [
+        "## Answer quality on a GPU: pack sizes to the window, and fp8 against bf16 KV",
+        "",
+        "Written by `benchmarks/answer_quality.py --gpu-section` from the files `benchmarks/gpu/quality.sh` "
+        "wrote (kept in benchmarks/gpu/results/quality/). The same ten facts and three planted sentences as "
+        "above, padded with standard-library modules (Python 3.12's) to about 8k, 17k and 28k tokens of the "
+        f"model's 32k window; greedy answers of at most {MAX_TOKENS} tokens. Each engine served the model "
+        "twice on one GPU at once, the weights in bf16, the KV cache in bf16 (`auto`) on one and fp8 on the "
+        "other (vLLM `--kv-cache-dtype fp8`, SGLang `fp8_e4m3`; neither with calibrated scales: the "
+        "checkpoint carries none). *same text*: answers identical to the bf16-KV answer, of 13.",
+        "",
+    ]
+    for engine, pair in sorted(runs.items()):
+        bf16, fp8 = pair["bf16"], pair["fp8"]
+        lines += [
+            f"### {bf16['label'].removesuffix(', bf16 KV')}: {bf16['model']}",
+            "",
+            "| pack tokens | layout | bf16 KV: facts | planted | fp8 KV: facts | planted | same text | seconds (bf16) |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for row, other in zip(bf16["rows"], fp8["rows"], strict=True):
+            same = sum(x == y for x, y in zip(row["answers"], other["answers"], strict=True))
+            lines.append(
+                f"| {row['pack_tokens']:,} | {row['layout']} | {row['facts_right']}/{row['facts_asked']} | "
+                f"{row['planted_right']}/{row['planted_asked']} | {other['facts_right']}/{other['facts_asked']} | "
+                f"{other['planted_right']}/{other['planted_asked']} | {same}/{len(row['answers'])} | "
+                f"{row['seconds']} |"
+            )
+        for kv, data in (("bf16", bf16), ("fp8", fp8)):
+            found = data.get("canary")
+            if found:
+                lines += [
+                    "",
+                    f"Canary, {kv} KV ({found['cached_tokens'].get('cached')} tokens cached): verdict "
+                    f"{found['verdict']}; cold, cold again and cached answers "
+                    f"{'the same text' if found['texts_equal'] else 'NOT the same text'}, largest log "
+                    f"probability difference {found['largest_difference']:.3f} nats.",
+                ]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
 def drift(first: Path, second: Path) -> str:
     """How many answers two runs (fp8-KV and bf16-KV, say) gave token for token alike, by layout."""
     a, b = json.loads(first.read_text()), json.loads(second.read_text())
@@ -256,7 +309,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--section", type=Path, nargs="*")
     parser.add_argument("--drift", type=Path, nargs=2)
-    parser.add_argument("--write", action="store_true", help="with --section: rewrite docs/benchmarks.md")
+    parser.add_argument("--gpu-section", type=Path, nargs="*", help="quality.sh's result files")
+    parser.add_argument("--write", action="store_true", help="with --section or --gpu-section: rewrite docs/benchmarks.md")
     args = parser.parse_args()
     if args.section:
         body = section(args.section)
@@ -268,6 +322,14 @@ def main() -> int:
         return 0
     if args.drift:
         print(drift(*args.drift))
+        return 0
+    if args.gpu_section:
+        body = gpu_section(args.gpu_section)
+        if args.write:
+            from bench import write_section
+
+            write_section(GPU_SECTION, body)
+        print(body)
         return 0
     args.fillers = [int(n) for n in args.fillers.split(",")]
     args.layouts = args.layouts.split(",")

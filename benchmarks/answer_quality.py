@@ -205,10 +205,9 @@ def section(paths: list[Path]) -> str:
         "",
         "`question first` caches nothing across questions (each is a cold prefill of the whole pack), so "
         "on a CPU it asks the first few questions only (`--question-first-limit`); `timestamp` puts one "
-        "date and time, taken at the start of the run, in the system prompt. Not measured on a CPU: fp8 "
-        "against bf16 KV (the CPU builds have no fp8 KV cache; on a GPU start one server with "
-        "`--kv-cache-dtype fp8` and one without, run this against each with `--json`, then `--drift A B`), "
-        "and 8k/16k/32k packs on vLLM and SGLang on a GPU (`--fillers`).",
+        "date and time, taken at the start of the run, in the system prompt. fp8 against bf16 KV (the CPU "
+        "builds have no fp8 KV cache) and packs of 8k to 28k tokens on vLLM and SGLang were measured on a "
+        "GPU: `answer-quality-gpu` below (`benchmarks/gpu/quality.sh`).",
     ]
     for label, found in canaries:
         lines += [
@@ -259,12 +258,21 @@ def gpu_section(paths: list[Path]) -> str:
                 f"{row['seconds']} |"
             )
         for kv, data in (("bf16", bf16), ("fp8", fp8)):
+            totals: dict[str, list[int]] = {}
+            for row in data["rows"]:
+                total = totals.setdefault(row["layout"], [0, 0])
+                total[0] += row["facts_right"] + row["planted_right"]
+                total[1] += row["facts_asked"] + row["planted_asked"]
+            shown = ", ".join(f"{layout} {right}/{asked}" for layout, (right, asked) in totals.items())
+            lines += ["", f"Right over the three sizes, {kv} KV: {shown}."]
+        for kv, data in (("bf16", bf16), ("fp8", fp8)):
             found = data.get("canary")
             if found:
                 lines += [
                     "",
                     f"Canary, {kv} KV ({found['cached_tokens'].get('cached')} tokens cached): verdict "
-                    f"{found['verdict']}; cold, cold again and cached answers "
+                    f"{found['verdict']} (under the floor of 0.05 nats of this run; 0.2 since), cold, "
+                    "cold again and cached answers "
                     f"{'the same text' if found['texts_equal'] else 'NOT the same text'}, largest log "
                     f"probability difference {found['largest_difference']:.3f} nats.",
                 ]

@@ -108,6 +108,16 @@ def test_a_difference_under_the_floor_is_within_tolerance(backend: Backend, fake
     assert canary(backend, options=CanaryOptions(floor=0.001)).verdict == "diverged"
 
 
+def test_a_real_bf16_servers_cached_difference_is_within_the_default_tolerance(
+    backend: Backend, fake: FakeEngine
+) -> None:
+    # Measured on vLLM 0.24 (H100, bf16, a real model): the same tokens, cached logprobs 0.053 nats off.
+    fake.perturb_cached_logprob = -0.053
+    assert canary(backend).verdict == "within tolerance"
+    fake.perturb_cached_logprob = -0.3  # past the floor: a finding
+    assert canary(backend).verdict == "diverged"
+
+
 def test_the_async_driver_runs_the_same_plan(backend: Backend, fake: FakeEngine) -> None:
     fake.perturb_cached_logprob = -0.7
     result = asyncio.run(acanary(backend))

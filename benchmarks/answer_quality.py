@@ -241,7 +241,7 @@ def gpu_section(paths: list[Path]) -> str:
         "checkpoint carries none). *same text*: answers identical to the bf16-KV answer, of 13.",
         "",
     ]
-    for engine, pair in sorted(runs.items()):
+    for _engine, pair in sorted(runs.items()):
         bf16, fp8 = pair["bf16"], pair["fp8"]
         lines += [
             f"### {bf16['label'].removesuffix(', bf16 KV')}: {bf16['model']}",

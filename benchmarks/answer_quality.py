@@ -318,7 +318,9 @@ def main() -> int:
     parser.add_argument("--section", type=Path, nargs="*")
     parser.add_argument("--drift", type=Path, nargs=2)
     parser.add_argument("--gpu-section", type=Path, nargs="*", help="quality.sh's result files")
-    parser.add_argument("--write", action="store_true", help="with --section or --gpu-section: rewrite docs/benchmarks.md")
+    parser.add_argument(
+        "--write", action="store_true", help="with --section or --gpu-section: rewrite docs/benchmarks.md"
+    )
     args = parser.parse_args()
     if args.section:
         body = section(args.section)

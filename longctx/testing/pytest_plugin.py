@@ -66,6 +66,15 @@ _SERVER_FIXTURES = {
     "real_sglang_server": ("sglang",),
     "real_engine_server": (),
 }
+# Fixtures that need an engine's environment (the tiny model is built with vLLM's Python) but no
+# server: their tests carry the engine's marker too, so ``-m "not vllm and not sglang"`` selects the
+# tests that need no engine at all (scripts/test runs those beside the others).
+_ENVIRONMENT_FIXTURES = {
+    "tiny_model": ("vllm",),
+    "vllm_python": ("vllm",),
+    "sglang_python": ("sglang",),
+    "real_model": ("vllm",),
+}
 # The real-model servers' fixtures: extras of their own, never the shared tiny-model servers.
 _REAL_FIXTURES = ("real_vllm_server", "real_sglang_server", "real_engine_server")
 _NO_CACHE_REPORT = "sglang-without-cache-report"
@@ -134,7 +143,7 @@ def _extras_of(item: pytest.Item) -> set[str]:
 
 def _engines_of(item: pytest.Item) -> set[str]:
     engines = {marker.name for marker in item.iter_markers() if marker.name in ENGINES}
-    for fixture, names in _SERVER_FIXTURES.items():
+    for fixture, names in (*_SERVER_FIXTURES.items(), *_ENVIRONMENT_FIXTURES.items()):
         if fixture in getattr(item, "fixturenames", ()):
             engines.update(names)
     return engines
@@ -202,14 +211,16 @@ class _EngineGuard:
             if (_SERVER_FIXTURES.keys() - set(_REAL_FIXTURES)) & set(getattr(item, "fixturenames", ())):
                 needed |= _engines_of(item)
             wanted |= extras(item)
+        if wanted & {"real_vllm_server", "real_sglang_server"}:
+            # First: its download and conversion need no engine environment (longctx's own Python), so
+            # they run while the environments build.
+            prepare_real_model(self.harness)
         for engine in ENGINES:
             if engine in needed:
                 self.harness.prepare(engine)
         vision = [engine for fixture, engine in _VISION_FIXTURES.items() if fixture in wanted]
         if vision:  # built beside the shared servers' boots, not in the extras' queue behind them
             prepare_vision_assets(self.harness, vision)
-        if wanted & {"real_vllm_server", "real_sglang_server"}:  # downloaded and converted meanwhile too
-            prepare_real_model(self.harness)
         # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
         for fixture, (name, start) in _STOPPED_EXTRAS.items():
             if fixture in wanted:

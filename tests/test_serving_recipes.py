@@ -220,7 +220,7 @@ def test_a_model_known_by_name_has_no_checkpoint_to_read_scales_from() -> None:
 
 
 def test_given_kv_scales_decide_over_the_config() -> None:
-    found = serving.KVScales(True, "model.safetensors.index.json names 64 k/v scale tensors")
+    found = serving.KVScales(True, "64 k/v scale tensors in model.safetensors.index.json")
     recipe = recipe_for("m", "vllm", config=LLAMA_GQA, kv_scales=found)
     assert _option(recipe.argv, "--kv-cache-dtype") == "fp8"
     assert any("64 k/v scale tensors" in note for note in recipe.notes)

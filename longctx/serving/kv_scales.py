@@ -85,18 +85,17 @@ def find_kv_scales(config: Mapping[str, Any] | None, folder: str | Path | None =
     if tensors.count == 0:
         return KVScales(
             False,
-            f"config.json declares no KV-cache quantization and {tensors.where} names no "
-            "k_scale/v_scale tensor",
+            f"config.json declares no KV-cache quantization; no k_scale/v_scale tensor in {tensors.where}",
         )
     if quantization is None:
         # vLLM creates scale parameters only for a quantization method; without one they are skipped.
         return KVScales(
             False,
-            f"{tensors.where} names {tensors.count} k/v scale tensors, but config.json has no "
+            f"{tensors.count} k/v scale tensors in {tensors.where}, but config.json has no "
             "quantization_config, so the engines load none of them",
         )
     method = quantization.get("quant_method", "a quantization method")
-    return KVScales(True, f"{tensors.where} names {tensors.count} k/v scale tensors, loaded by {method}")
+    return KVScales(True, f"{tensors.count} k/v scale tensors in {tensors.where}, loaded by {method}")
 
 
 @dataclass(frozen=True)
@@ -142,9 +141,7 @@ def _scale_tensors(directory: Path) -> _ScaleTensors:
         if header is None:
             return _ScaleTensors(None, f"{file.name} has no readable safetensors header: KV scales unknown")
         count += _count(header)
-    return _ScaleTensors(
-        count, files[0].name if len(files) == 1 else f"the headers of {len(files)} safetensors files"
-    )
+    return _ScaleTensors(count, files[0].name if len(files) == 1 else f"{len(files)} safetensors headers")
 
 
 def _count(names: Mapping[str, Any]) -> int:

@@ -12,10 +12,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fake_engine import FakeEngine
 from serving_configs import LLAMA_GQA, with_kv_scales
 
-from longctx.serving import KVScales, find_kv_scales
-from longctx.testing import TinyModel
+from longctx import connect
+from longctx.serving import Diagnosis, KVScales, diagnose, find_kv_scales
+from longctx.testing import LocalServer, TinyModel
 
 # An fp8 checkpoint's weight scales: *_scale names that are not the KV cache's and must not count.
 _WEIGHT_SCALES = ["model.layers.0.self_attn.q_proj.weight_scale", "model.layers.0.mlp.down_proj.input_scale"]
@@ -145,3 +147,57 @@ def test_the_libraries_own_safetensors_files(
     assert find_kv_scales(None, folder) == KVScales(
         True, "4 k/v scale tensors in model.safetensors, loaded by fp8"
     )
+
+
+def _scaled_folder(tmp_path: Path) -> Path:
+    folder = _folder(tmp_path, with_kv_scales(LLAMA_GQA), "scaled")
+    _write_safetensors(folder / "model.safetensors", ["model.embed_tokens.weight", *_KV_SCALES])
+    return folder
+
+
+@pytest.mark.parametrize(("engine", "fp8"), [("vllm", "fp8"), ("sglang", "fp8_e4m3")])
+def test_doctor_reads_the_served_checkpoint_before_it_advises_fp8(
+    tmp_path: Path, engine: str, fp8: str
+) -> None:
+    def diagnosis(checkpoint: Path, kv_cache_dtype: str = "auto") -> Diagnosis:
+        fake = FakeEngine(engine=engine, checkpoint=str(checkpoint), kv_cache_dtype=kv_cache_dtype)
+        return diagnose(connect("http://fake:8000/v1", transport=fake.transport()), probe=False)
+
+    unscaled = _folder(tmp_path, LLAMA_GQA, "unscaled")
+    _write_safetensors(unscaled / "model.safetensors", ["model.embed_tokens.weight"])
+    scaled = diagnosis(_scaled_folder(tmp_path))
+    assert f"--kv-cache-dtype {fp8}" in {finding.flag for finding in scaled.findings}
+    assert (
+        "checkpoint KV scales: found (config.json quantization_config declares kv_cache_scheme"
+        in scaled.to_text()
+    )
+    assert scaled.to_dict()["servers"][0]["kv_scales"]["found"] is True
+    plain = diagnosis(unscaled)
+    assert not any("fp8" in finding.flag for finding in plain.findings) and plain.ok
+    assert "checkpoint KV scales: none (" in plain.to_text()
+    # A server already on fp8 without scales: a warning that names the measured loss.
+    served = diagnosis(unscaled, kv_cache_dtype=fp8)
+    warning = next(f for f in served.findings if f.flag == "--kv-cache-dtype auto")
+    assert warning.severity == "warning" and "9/10 facts with bf16 KV" in warning.reason
+    assert not served.ok
+    # A hub name (not a folder here): unknown, and fp8 neither advised nor warned of.
+    hub = diagnosis(Path("Qwen/Qwen2.5-Coder-1.5B-Instruct"))
+    assert not any("kv-cache-dtype" in finding.flag for finding in hub.findings)
+    assert "checkpoint KV scales: unknown (" in hub.to_text()
+
+
+def test_doctor_on_the_real_engines_reads_the_tiny_models_folder(
+    engine_server: LocalServer, tiny_model: TinyModel
+) -> None:
+    backend = connect(engine_server.api_base)
+    try:
+        found = diagnose(backend, probe=False)
+    finally:
+        backend.close()
+    info = found.servers[0]
+    # vLLM names the folder in /v1/models' root, SGLang in /server_info's model_path.
+    assert info.checkpoint is not None and Path(info.checkpoint).resolve() == tiny_model.path.resolve()
+    scales = found.kv_scales[info.api_url]
+    assert scales.found is False and "no k_scale/v_scale tensor in model.safetensors" in scales.source
+    # The CPU builds take no fp8 KV cache, and this checkpoint has no scales: no fp8 advice either way.
+    assert not any("fp8" in finding.flag for finding in found.findings)

@@ -192,14 +192,7 @@ def recipe_for(
     if profile is None or profile.recipe is None:
         choices = " or ".join(recipe_engines())
         raise ServingConfigError(f"unknown engine {engine!r}; use {choices}", field="engine")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
-    if max_model_len is not None and (
-        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
-    ):
-        raise ServingConfigError(
-            f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
-        )
+    _check_sizes(gpus, max_model_len)
     if host_tier is not None and host_tier not in profile.recipe.host_tiers:
         known = " or ".join(profile.recipe.host_tiers) or "none"
         raise ServingConfigError(
@@ -230,6 +223,17 @@ def recipe_for(
         return recipe
     assert host_memory_gib is not None
     return _with_host_tier(recipe, profile.recipe.host_tiers[host_tier], host_memory_gib)
+
+
+def _check_sizes(gpus: int | None, max_model_len: int | None) -> None:
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
+    if max_model_len is not None and (
+        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
+    ):
+        raise ServingConfigError(
+            f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
+        )
 
 
 def _base_recipe(

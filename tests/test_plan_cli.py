@@ -158,7 +158,10 @@ def test_plan_assumes_the_kv_cache_recipe_launches_and_says_so(config: Path, sca
     assert "9/10 facts with bf16 KV, 1/10 with fp8 KV without scales" in recipe.stderr
     planned = invoke("plan", "--config", str(config))
     assert "KV cache bf16, model limit" in planned.stdout
-    assert "KV cache auto, as `longctx recipe` launches it: no calibrated KV scales" in planned.stderr
+    assert (
+        "KV cache auto (the model's own type), as `longctx recipe` launches it: no calibrated KV scales"
+        in planned.stderr
+    )
     own = invoke("plan", "--config", str(config), "--kv-cache-dtype", "auto")
     assert "KV cache bf16" in own.stdout and own.stderr == ""
     fp8, bf16 = (kv_layout_from_config(LLAMA_GQA, kv_cache_dtype=t).token_bytes(1) for t in ("fp8", "bf16"))

@@ -323,7 +323,8 @@ def plan(
             scales = KVScales(None, "a model known by name only: no checkpoint to read its KV scales from")
         kv_cache_dtype = recipe_kv_cache_dtype(scales)
         found = "calibrated KV scales" if scales.found else "no calibrated KV scales"
-        note(f"KV cache {kv_cache_dtype}, as `longctx recipe` launches it: {found} ({scales.source})")
+        shown = "fp8" if kv_cache_dtype == "fp8" else "auto (the model's own type)"
+        note(f"KV cache {shown}, as `longctx recipe` launches it: {found} ({scales.source})")
     layout = kv_layout_from_config(config, kv_cache_dtype=kv_cache_dtype)
     try:
         result = plan_capacity(

@@ -242,7 +242,7 @@ def gpu_section(paths: list[Path]) -> str:
         "checkpoint carries none). *same text*: answers identical to the bf16-KV answer, of 13.",
         "",
     ]
-    for engine, pair in sorted(runs.items()):
+    for _engine, pair in sorted(runs.items()):
         bf16, fp8 = pair["bf16"], pair["fp8"]
         lines += [
             f"### {bf16['label'].removesuffix(', bf16 KV')}: {bf16['model']}",
@@ -310,7 +310,9 @@ def main() -> int:
     parser.add_argument("--section", type=Path, nargs="*")
     parser.add_argument("--drift", type=Path, nargs=2)
     parser.add_argument("--gpu-section", type=Path, nargs="*", help="quality.sh's result files")
-    parser.add_argument("--write", action="store_true", help="with --section or --gpu-section: rewrite docs/benchmarks.md")
+    parser.add_argument(
+        "--write", action="store_true", help="with --section or --gpu-section: rewrite docs/benchmarks.md"
+    )
     args = parser.parse_args()
     if args.section:
         body = section(args.section)

@@ -69,6 +69,9 @@ class FakeEngine:
     flip_cached_token: bool = False
     response_headers: dict[str, str] = field(default_factory=dict)
     started: float = 1_700_000_000.0  # process_start_time_seconds: tells two servers' /metrics apart
+    #: The folder the model was loaded from (vLLM: /v1/models' root; SGLang: /server_info's model_path).
+    checkpoint: str | None = None
+    kv_cache_dtype: str = "auto"
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def transport(self) -> httpx2.MockTransport:
@@ -80,10 +83,10 @@ class FakeEngine:
         path = request.url.path
         if path == "/v1/models":
             owner = {"vllm": "vllm", "sglang": "sglang"}.get(self.engine, "someone")
-            return httpx2.Response(
-                200,
-                json={"data": [{"id": self.model, "owned_by": owner, "max_model_len": self.context_length}]},
-            )
+            entry = {"id": self.model, "owned_by": owner, "max_model_len": self.context_length}
+            # SGLang's root is the served name; vLLM's the folder it loaded.
+            entry["root"] = self.checkpoint if self.engine == "vllm" and self.checkpoint else self.model
+            return httpx2.Response(200, json={"data": [entry]})
         if path == "/version" and self.engine == "vllm":
             return httpx2.Response(
                 200, json={"version": "0.24.0" if self.tiers in ("vllm-024", "vllm-transfers") else "0.32.0"}
@@ -97,8 +100,9 @@ class FakeEngine:
                     "enable_cache_report": self.report_cached,
                     "enable_metrics": True,
                     "page_size": 1,
-                    "kv_cache_dtype": "auto",
+                    "kv_cache_dtype": self.kv_cache_dtype,
                     "chunked_prefill_size": 8192,
+                    "model_path": self.checkpoint or self.model,
                     "context_length": self.context_length,
                     "tp_size": self.tp_size,
                     **(
@@ -131,7 +135,7 @@ class FakeEngine:
                 offload = 'kv_offloading_backend="native",kv_offloading_size="24.0",'
             text = (
                 "# HELP vllm:cache_config_info info\n"
-                f'vllm:cache_config_info{{block_size="{self.block}",cache_dtype="auto",'
+                f'vllm:cache_config_info{{block_size="{self.block}",cache_dtype="{self.kv_cache_dtype}",'
                 f'enable_prefix_caching="{enabled}",engine="0",{offload}{model}}} 1.0\n'
                 f'vllm:prefix_cache_hits_total{{engine="0",{model}}} '
                 f"{float(device if self.tiers else self.hits_total)}\n"

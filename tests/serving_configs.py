@@ -17,6 +17,24 @@ LLAMA_GQA: dict[str, Any] = {
     "torch_dtype": "bfloat16",
 }
 
+# A calibrated fp8 KV cache declared the way llm-compressor writes it into config.json
+# (compressed-tensors; e.g. RedHatAI's FP8-KV checkpoints): the engines load k_scale/v_scale.
+KV_CACHE_SCHEME: dict[str, Any] = {
+    "dynamic": False,
+    "num_bits": 8,
+    "observer": "minmax",
+    "strategy": "tensor",
+    "symmetric": True,
+    "type": "float",
+}
+
+
+def with_kv_scales(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as a checkpoint with calibrated KV-cache scales declares itself."""
+    quantization = {"quant_method": "compressed-tensors", "kv_cache_scheme": KV_CACHE_SCHEME}
+    return {**config, "quantization_config": quantization}
+
+
 # A DeepSeek-V3-shaped MLA model: 61 layers, latent rank 512, rope dim 64.
 DEEPSEEK_MLA: dict[str, Any] = {
     "architectures": ["DeepseekV3ForCausalLM"],

@@ -202,7 +202,9 @@ def test_recipe_and_plan_need_no_server(tmp_path: Path, home: Path) -> None:
     )
     plan = run("plan", "--config", str(config), "--gpu-memory", "80", "--weights", "16", "--json", home=home)
     assert plan.returncode == 0, plan.stderr
-    assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 65536  # fp8, the KV cache `recipe` launches
+    # bf16: no KV scales beside this config, so `recipe` keeps the model's own KV type.
+    assert json.loads(plan.stdout)["token_bytes_per_gpu"] == 131072
+    assert "no calibrated KV scales" in plan.stderr
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
     bad = run("plan", "--config", str(broken), home=home)

@@ -7,6 +7,7 @@ popular long-context models) only.
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -34,7 +35,8 @@ def config(tmp_path: Path) -> Path:
 def test_plan_without_memory_prints_bytes_per_token_and_per_sequence(config: Path) -> None:
     result = invoke("plan", "--config", str(config), "--context", "8192", "--context", "32768")
     assert result.exit_code == EXIT_OK, result.output
-    layout = kv_layout_from_config(LLAMA_GQA, kv_cache_dtype="fp8")  # what `recipe` launches
+    # What `recipe` launches for a checkpoint without KV scales: the model's own type.
+    layout = kv_layout_from_config(LLAMA_GQA, kv_cache_dtype="auto")
     assert f"per token held      : {layout.token_bytes(1):,} bytes (full attention)\n" in result.stdout
     assert "Bytes per sequence at a given context:" in result.stdout
     assert "KV memory           : not given" in result.stdout
@@ -111,7 +113,7 @@ def test_every_known_model_plans_and_has_a_recipe_on_both_engines(name: str) -> 
 def test_recipe_takes_any_config_and_names_the_known_models_for_an_unknown_one(config: Path) -> None:
     result = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(config))
     assert result.exit_code == EXIT_OK, result.output
-    assert "someone/custom-llama" in result.stdout and "--kv-cache-dtype" in result.stdout
+    assert "someone/custom-llama" in result.stdout and "--enable-prefix-caching" in result.stdout
     unknown = invoke("recipe", "someone/custom-llama", "--engine", "vllm")
     assert unknown.exit_code == EXIT_USAGE
     assert "Qwen/Qwen2.5-7B-Instruct-1M" in unknown.stderr and "config.json" in unknown.stderr
@@ -127,17 +129,67 @@ def test_plan_needs_exactly_one_of_config_and_model(config: Path) -> None:
     assert "no-such-model" in unknown.stderr and "Qwen/Qwen3-8B" in unknown.stderr
 
 
-def test_plan_assumes_the_kv_cache_recipe_launches_and_says_so(config: Path) -> None:
+def _write_safetensors(path: Path, names: list[str]) -> None:
+    """A real safetensors file: its 8-byte header length, the JSON header, one float32 per tensor."""
+    header = {
+        name: {"dtype": "F32", "shape": [], "data_offsets": [4 * i, 4 * i + 4]}
+        for i, name in enumerate(names)
+    }
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + bytes(4 * len(names)))
+
+
+@pytest.fixture
+def scaled(tmp_path: Path) -> Path:
+    """An fp8 checkpoint whose weights carry k_scale/v_scale for each of its 32 layers."""
+    folder = tmp_path / "scaled"
+    folder.mkdir()
+    config = {**LLAMA_GQA, "quantization_config": {"quant_method": "fp8", "activation_scheme": "static"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    names = [f"model.layers.{i}.self_attn.{kv}_scale" for i in range(32) for kv in "kv"]
+    _write_safetensors(folder / "model.safetensors", ["model.embed_tokens.weight", *names])
+    return folder
+
+
+def test_plan_assumes_the_kv_cache_recipe_launches_and_says_so(config: Path, scaled: Path) -> None:
+    # No KV scales beside the config: the recipe and the plan keep the model's own type (bf16).
     recipe = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(config))
-    assert "--kv-cache-dtype fp8" in recipe.stdout
+    assert "--kv-cache-dtype" not in recipe.stdout
+    assert "9/10 facts with bf16 KV, 1/10 with fp8 KV without scales" in recipe.stderr
     planned = invoke("plan", "--config", str(config))
-    assert "KV cache fp8, model limit" in planned.stdout
-    assert "KV cache fp8, as `longctx recipe` launches it" in planned.stderr
+    assert "KV cache bf16, model limit" in planned.stdout
+    assert (
+        "KV cache auto (the model's own type), as `longctx recipe` launches it: no calibrated KV scales"
+        in planned.stderr
+    )
     own = invoke("plan", "--config", str(config), "--kv-cache-dtype", "auto")
     assert "KV cache bf16" in own.stdout and own.stderr == ""
     fp8, bf16 = (kv_layout_from_config(LLAMA_GQA, kv_cache_dtype=t).token_bytes(1) for t in ("fp8", "bf16"))
-    assert f"per token held      : {fp8:,} bytes" in planned.stdout
-    assert f"per token held      : {bf16:,} bytes" in own.stdout
+    assert f"per token held      : {bf16:,} bytes" in planned.stdout
+    # The scales in the safetensors header: fp8 in the recipe, and the plan sizes fp8.
+    scaled_recipe = invoke("recipe", "someone/custom-llama", "--engine", "vllm", "--config", str(scaled))
+    assert "--kv-cache-dtype fp8" in scaled_recipe.stdout
+    assert "64 k/v scale tensors in model.safetensors" in scaled_recipe.stderr
+    scaled_plan = invoke("plan", "--config", str(scaled / "config.json"))
+    assert "KV cache fp8, model limit" in scaled_plan.stdout
+    assert "KV cache fp8, as `longctx recipe` launches it: calibrated KV scales" in scaled_plan.stderr
+    assert f"per token held      : {fp8:,} bytes" in scaled_plan.stdout
+
+
+def test_recipe_gives_fp8_when_asked_with_a_warning_where_no_scales_are_found(
+    config: Path, scaled: Path
+) -> None:
+    asked = invoke("recipe", "m", "--engine", "sglang", "--config", str(config), "--kv-cache-dtype", "fp8")
+    assert asked.exit_code == EXIT_OK, asked.output
+    assert "--kv-cache-dtype fp8_e4m3" in asked.stdout
+    assert "warning: fp8 KV cache as asked, with no calibrated KV scales" in asked.stderr
+    assert "SGLang 0.5.17" in asked.stderr
+    with_scales = invoke(
+        "recipe", "m", "--engine", "sglang", "--config", str(scaled), "--kv-cache-dtype", "fp8"
+    )
+    assert "--kv-cache-dtype fp8_e4m3" in with_scales.stdout and "warning:" not in with_scales.stderr
+    kept = invoke("recipe", "m", "--engine", "vllm", "--config", str(scaled), "--kv-cache-dtype", "auto")
+    assert "--kv-cache-dtype" not in kept.stdout
 
 
 def test_plan_names_only_the_growing_layer_kinds_the_model_has(config: Path, tmp_path: Path) -> None:

@@ -216,10 +216,15 @@ def test_doctor_suggests_fp8_kv_only_where_the_server_takes_it() -> None:
 
     vllm = find_profile("vllm")
     assert vllm is not None
-    gpu = {"cache_dtype": "auto", "block_size": "16", "kv_cache_memory_bytes": "None"}
-    cpu = {"cache_dtype": "auto", "block_size": "128", "kv_cache_memory_bytes": str(2 * 2**30)}
+    # A checkpoint with calibrated KV scales (doctor reads them): fp8 where the server takes it.
+    scaled = {"checkpoint_kv_scales": True}
+    gpu = {"cache_dtype": "auto", "block_size": "16", "kv_cache_memory_bytes": "None", **scaled}
+    cpu = {"cache_dtype": "auto", "block_size": "128", "kv_cache_memory_bytes": str(2 * 2**30), **scaled}
     assert any("fp8" in finding.flag for finding in vllm.advise(gpu))
     assert not any("fp8" in finding.flag for finding in vllm.advise(cpu))  # the CPU build takes none
+    # Without scales (or unknown), none: fp8 at scale 1.0 lost answers when measured.
+    assert not any("fp8" in finding.flag for finding in vllm.advise({**gpu, "checkpoint_kv_scales": False}))
+    assert not any("fp8" in finding.flag for finding in vllm.advise({**gpu, "checkpoint_kv_scales": None}))
 
 
 def test_pages_without_text_are_named_with_the_flag_that_sends_them(

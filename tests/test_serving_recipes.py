@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
+from serving_configs import DEEPSEEK_MLA, LLAMA_GQA, with_kv_scales
 
 from longctx import serving
 from longctx.errors import ServingConfigError
@@ -106,13 +106,15 @@ def test_generic_recipe_round_trips_through_the_shell(engine: str) -> None:
     assert shlex.split(recipe.to_text().replace("\\\n", " ")) == list(recipe.argv)
 
 
-def test_generic_vllm_recipe_has_the_three_switches() -> None:
-    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=LLAMA_GQA)
+def test_generic_vllm_recipe_has_the_long_context_switches() -> None:
+    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=with_kv_scales(LLAMA_GQA))
     argv = recipe.argv
     assert argv[:3] == ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct")
     assert _option(argv, "--tensor-parallel-size") == "2"
     assert _option(argv, "--max-model-len") == "131072"  # from max_position_embeddings
-    assert _option(argv, "--kv-cache-dtype") == "fp8"
+    assert _option(argv, "--kv-cache-dtype") == "fp8"  # the config declares calibrated KV scales
+    assert recipe.kv_cache_dtype == "fp8" and not recipe.warnings
+    assert any("kv_cache_scheme" in note for note in recipe.notes)
     assert _option(argv, "--max-num-batched-tokens") == "8192"
     assert "--enable-prefix-caching" in argv and "--enable-chunked-prefill" in argv
     assert "--enable-prompt-tokens-details" in argv
@@ -122,7 +124,7 @@ def test_generic_vllm_recipe_has_the_three_switches() -> None:
 
 def test_generic_sglang_recipe_uses_sglang_names() -> None:
     recipe = recipe_for("deepseek-ai/DeepSeek-V3", "sglang", gpus=8, max_model_len=65_536,
-                        config={**DEEPSEEK_MLA, "auto_map": {"AutoConfig": "x"}})  # fmt: skip
+                        config=with_kv_scales({**DEEPSEEK_MLA, "auto_map": {"AutoConfig": "x"}}))  # fmt: skip
     argv = recipe.argv
     assert _option(argv, "--tp-size") == "8"
     assert _option(argv, "--context-length") == "65536"
@@ -182,3 +184,52 @@ def test_a_measured_follow_up_switch_enters_the_generic_recipe_with_its_source()
         recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=LLAMA_GQA)
     assert recipe.argv[-2:] == ("--prefix-caching-hash-algo", "xxhash")
     assert any(note.endswith("probe X") for note in recipe.notes)
+
+
+@pytest.mark.parametrize(
+    ("engine", "measured"), [("vllm", "1/10 with fp8"), ("sglang", "5/10 with fp8_e4m3")]
+)
+def test_without_kv_scales_the_recipe_keeps_the_model_type_and_says_why(engine: str, measured: str) -> None:
+    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", engine, config=LLAMA_GQA)
+    assert "--kv-cache-dtype" not in recipe.argv
+    assert recipe.kv_cache_dtype == "auto" and not recipe.warnings
+    why = next(note for note in recipe.notes if "model's own type" in note)
+    # The run is named by date, GPU and engine version, with its figures.
+    assert "2026-12-06, H100" in why and "9/10 facts with bf16 KV" in why and measured in why
+    assert "declares no KV-cache quantization" in why
+
+
+def test_fp8_asked_without_kv_scales_is_launched_with_a_warning() -> None:
+    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", config=LLAMA_GQA, kv_cache_dtype="fp8")
+    assert _option(recipe.argv, "--kv-cache-dtype") == "fp8"
+    assert recipe.kv_cache_dtype == "fp8"
+    assert len(recipe.warnings) == 1 and "vLLM 0.24.0" in recipe.warnings[0]
+    scaled = recipe_for("m", "sglang", config=with_kv_scales(LLAMA_GQA), kv_cache_dtype="fp8")
+    assert _option(scaled.argv, "--kv-cache-dtype") == "fp8_e4m3" and not scaled.warnings
+
+
+def test_auto_asked_with_kv_scales_keeps_the_model_type() -> None:
+    recipe = recipe_for("m", "vllm", config=with_kv_scales(LLAMA_GQA), kv_cache_dtype="auto")
+    assert "--kv-cache-dtype" not in recipe.argv and recipe.kv_cache_dtype == "auto"
+
+
+def test_a_model_known_by_name_has_no_checkpoint_to_read_scales_from() -> None:
+    recipe = recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm")
+    assert "--kv-cache-dtype" not in recipe.argv
+    assert any("known by name only" in note for note in recipe.notes)
+
+
+def test_given_kv_scales_decide_over_the_config() -> None:
+    found = serving.KVScales(True, "64 k/v scale tensors in model.safetensors.index.json")
+    recipe = recipe_for("m", "vllm", config=LLAMA_GQA, kv_scales=found)
+    assert _option(recipe.argv, "--kv-cache-dtype") == "fp8"
+    assert any("64 k/v scale tensors" in note for note in recipe.notes)
+
+
+def test_kv_cache_choice_is_checked() -> None:
+    with pytest.raises(ServingConfigError) as info:
+        recipe_for("m", "vllm", config=LLAMA_GQA, kv_cache_dtype="int4")
+    assert info.value.field == "kv_cache_dtype"
+    with pytest.raises(ServingConfigError) as catalogue:
+        recipe_for(KIMI_K3_NVFP4, "vllm", kv_cache_dtype="auto")
+    assert catalogue.value.field == "kv_cache_dtype"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from engine_parsers import SGLANG_SCRIPT, ParseResult, parse_with
-from serving_configs import DEEPSEEK_MLA, LLAMA_GQA
+from serving_configs import DEEPSEEK_MLA, LLAMA_GQA, with_kv_scales
 
 from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
@@ -52,7 +52,10 @@ def _command_length(recipe: Recipe) -> int:
 def parsed(sglang_interpreter: Path) -> dict[str, ParseResult]:
     recipes = {
         "kimi-k3": recipe_for(KIMI_K3_NVFP4, "sglang", max_model_len=131_072),
-        "gqa": recipe_for("meta-llama/Llama-3.1-8B-Instruct", "sglang", gpus=2, config=LLAMA_GQA),
+        # Calibrated KV scales declared: the recipe launches fp8 KV.
+        "gqa": recipe_for(
+            "meta-llama/Llama-3.1-8B-Instruct", "sglang", gpus=2, config=with_kv_scales(LLAMA_GQA)
+        ),
         "mla": recipe_for("deepseek-ai/DeepSeek-V3", "sglang", gpus=8, config=DEEPSEEK_MLA),
         "hicache": recipe_for(
             "meta-llama/Llama-3.1-8B-Instruct",
@@ -93,6 +96,9 @@ def test_values_as_sglang_reads_them(parsed: dict[str, ParseResult]) -> None:
     assert k3["enable_cache_report"] is True
     assert k3["enable_metrics"] is True
     assert gqa["kv_cache_dtype"] == "fp8_e4m3"
+    # No KV scales in the MLA config: no flag, so SGLang keeps its default, the model's own type.
+    mla = parsed["mla"].parsed
+    assert mla is not None and mla["kv_cache_dtype"] == "auto"
     assert gqa["chunked_prefill_size"] == 8192
 
 

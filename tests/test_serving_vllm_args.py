@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from engine_parsers import VLLM_SCRIPT, ParseResult, parse_with
-from serving_configs import DEEPSEEK_MLA, KIMI_LINEAR_48B, LLAMA_GQA
+from serving_configs import DEEPSEEK_MLA, KIMI_LINEAR_48B, LLAMA_GQA, with_kv_scales
 
 from longctx.serving import KIMI_K3_NVFP4, Recipe, recipe_for
 
@@ -45,7 +45,10 @@ def _recipes() -> dict[str, Recipe]:
     return {
         "kimi-k3": recipe_for(KIMI_K3_NVFP4, "vllm"),
         "kimi-k3-long": recipe_for(KIMI_K3_NVFP4, "vllm", max_model_len=1_048_576),
-        "gqa": recipe_for("meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=LLAMA_GQA),
+        # Calibrated KV scales declared: the recipe launches fp8 KV.
+        "gqa": recipe_for(
+            "meta-llama/Llama-3.1-8B-Instruct", "vllm", gpus=2, config=with_kv_scales(LLAMA_GQA)
+        ),
         "mla": recipe_for("deepseek-ai/DeepSeek-V3", "vllm", gpus=8, config={**DEEPSEEK_MLA, "auto_map": {}}),
         "hybrid": recipe_for(
             "moonshotai/Kimi-Linear-48B-A3B-Instruct", "vllm", gpus=4, config=KIMI_LINEAR_48B
@@ -122,6 +125,8 @@ def test_generic_values_as_vllm_reads_them(parsed: dict[str, ParseResult]) -> No
     assert gqa["trust_remote_code"] is False
     assert mla["trust_remote_code"] is True
     assert mla["max_model_len"] == 163_840
+    # No KV scales in the MLA config: no flag, so vLLM keeps its default, the model's own type.
+    assert mla["kv_cache_dtype"] == "auto"
 
 
 def test_host_tier_values_as_vllm_reads_them(parsed: dict[str, ParseResult]) -> None:

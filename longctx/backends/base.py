@@ -67,10 +67,19 @@ class ServerInfo:
     settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
     #: The tier below GPU memory (host memory, disk), as the server's settings say; None: none seen.
     host_tier: HostTier | None = None
+    #: ``root`` of the model's ``/v1/models`` entry (vLLM: the folder or hub name it loaded).
+    model_root: str | None = None
 
     @property
     def engine(self) -> str:
         return self.profile.name
+
+    @property
+    def checkpoint(self) -> str | None:
+        """Where the server loaded its model from (a folder or a hub name), as it says; None: unsaid."""
+        setting = self.profile.checkpoint_setting
+        where = self.settings.get(setting) if setting is not None else self.model_root
+        return where if isinstance(where, str) and where else None
 
     def to_dict(self) -> dict[str, Any]:
         """The facts as JSON values (the engine by name; the raw settings left out)."""
@@ -654,6 +663,7 @@ def _discover(
         profile=profile,
         model=name,
         context_length=int(context) if isinstance(context, int) else None,
+        model_root=root if isinstance(root := chosen.get("root"), str) else None,
         **vars(facts),  # EngineFacts' fields are ServerInfo's, by name
     )
     return info, endpoint

@@ -37,6 +37,7 @@ from typing import Any
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import Sample, parse_metrics, total
 from longctx.backends.profiles import (
+    CHECKPOINT_KV_SCALES,
     CacheTiers,
     Check,
     EngineFacts,
@@ -90,6 +91,8 @@ _VLLM_STORE_BYTES: tuple[tuple[str, Mapping[str, str]], ...] = (
 #: constructor that 2.11 does not export, so their import fails).
 LMCACHE_VERSION = "0.5.3"
 _SIXTEEN_BIT = frozenset({"auto", "bf16", "bfloat16", "fp16", "float16", "half"})
+# vLLM's and SGLang's one-byte KV cache types (vLLM fp8 = fp8_e4m3; fp8_ds_mla and fp8_inc are vLLM's).
+_EIGHT_BIT = frozenset({"fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"})
 # What doctor's flags buy (Finding.reason), and the flags that name the chunk budget.
 _AGAIN = "without it every request prefills the whole document again"
 _RADIX_OFF = "without the radix cache every request prefills the whole document again"
@@ -101,7 +104,23 @@ _SMALL_CHUNKS = (
 )
 _NOT_CHUNKED = "chunked prefill is off: a long prompt stalls every running decode"
 _COUNTERS = "exposes server-wide cached-token counters to cross-check longctx's figures"
-_HALVES = "halves KV memory: twice the context x concurrency (check answer quality)"
+_HALVES = (
+    "halves KV memory: twice the context x concurrency; the checkpoint carries calibrated k/v scales"
+    " (check answer quality)"
+)
+# fp8 KV at scale 1.0 (the checkpoint carries no scales), measured by benchmarks/gpu/quality.sh on
+# Qwen2.5-Coder-1.5B-Instruct in bf16 (a GGUF conversion: no scales), its answer-quality-gpu section
+# of docs/benchmarks.md: 10 facts over longctx's layout of a pack, bf16 KV beside fp8 KV.
+_VLLM_UNSCALED = (
+    "an fp8 KV cache without k/v scales in the checkpoint runs at scale 1.0 and loses answers: "
+    "2026-12-06, H100, vLLM 0.24.0, Qwen2.5-Coder-1.5B-Instruct: longctx's layout at 17k tokens, "
+    "9/10 facts with bf16 KV, 1/10 with fp8 KV without scales"
+)
+_SGLANG_UNSCALED = (
+    "an fp8 KV cache without k/v scales in the checkpoint runs at scale 1.0 and loses answers: "
+    "2026-12-06, H100, SGLang 0.5.17, Qwen2.5-Coder-1.5B-Instruct: longctx's layout at 17k tokens, "
+    "9/10 facts with bf16 KV, 5/10 with fp8_e4m3 KV without scales"
+)
 _CHUNKED = f"--enable-chunked-prefill --max-num-batched-tokens {CHUNK_TOKENS}"
 _BUDGET = f"--max-num-batched-tokens {CHUNK_TOKENS}"
 _CHUNK_SIZE = f"--chunked-prefill-size {CHUNK_TOKENS}"
@@ -126,6 +145,24 @@ def _true(value: Any) -> bool:
 
 def _sixteen_bit(value: Any) -> bool:
     return isinstance(value, str) and value.lower() in _SIXTEEN_BIT
+
+
+def _eight_bit(value: Any) -> bool:
+    return isinstance(value, str) and value.lower() in _EIGHT_BIT
+
+
+def _scaled(observed: Mapping[str, Any]) -> bool:
+    """Whether doctor found calibrated KV scales in the served checkpoint (unknown is not found)."""
+    return observed.get(CHECKPOINT_KV_SCALES) is True
+
+
+def _unscaled(observed: Mapping[str, Any]) -> bool:
+    """Whether doctor read the served checkpoint and found no KV scales in it."""
+    return observed.get(CHECKPOINT_KV_SCALES) is False
+
+
+def _scaled_gpu(labels: Mapping[str, Any]) -> bool:
+    return _scaled(labels) and _not_vllm_cpu(labels)
 
 
 def _not_vllm_cpu(labels: Mapping[str, Any]) -> bool:
@@ -248,16 +285,15 @@ def _discover_sglang(endpoint: HttpEndpoint, model: str) -> EngineFacts:
     )
 
 
-# The generic recipes' long-context switches: fp8 KV, prefix caching, chunked prefill, cache reports.
+# The generic recipes' long-context switches: prefix caching, chunked prefill, cache reports; fp8 KV
+# apart (RecipeSwitches.fp8_kv), for a checkpoint with KV scales.
 _VLLM_SWITCHES = (
-    "--kv-cache-dtype", "fp8",
     "--enable-prefix-caching",
     "--enable-chunked-prefill",
     "--max-num-batched-tokens", str(CHUNK_TOKENS),
     "--enable-prompt-tokens-details",
 )  # fmt: skip
 _SGLANG_SWITCHES = (
-    "--kv-cache-dtype", "fp8_e4m3",
     "--chunked-prefill-size", str(CHUNK_TOKENS),
     "--enable-cache-report",
     "--enable-metrics",
@@ -341,7 +377,8 @@ VLLM = EngineProfile(
         Check("warning", "enable_prompt_tokens_details", _false, "--enable-prompt-tokens-details", _REPORTS),
         Check("warning", "enable_chunked_prefill", _false, _CHUNKED, _STALLS),
         Check("suggestion", "max_num_batched_tokens", _below_chunk, _BUDGET, _SMALL_CHUNKS),
-        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES, _not_vllm_cpu),
+        Check("warning", "cache_dtype", _eight_bit, "--kv-cache-dtype auto", _VLLM_UNSCALED, _unscaled),
+        Check("suggestion", "cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8", _HALVES, _scaled_gpu),
     ),
     # Images (0.32.0 CPU, tiny Qwen2-VL, 2026-12-06): /tokenize with chat messages expands an image
     # part to its tokens (154 for a 300 x 400 PNG, plus <|vision_start|> and <|vision_end|>) and
@@ -355,6 +392,8 @@ VLLM = EngineProfile(
         tensor_parallel="--tensor-parallel-size",
         context="--max-model-len",
         switches=_VLLM_SWITCHES,
+        fp8_kv=("--kv-cache-dtype", "fp8"),
+        fp8_kv_unscaled=_VLLM_UNSCALED,
         mla_note="MLA model: every GPU holds the whole latent cache; --decode-context-parallel-size "
         "(up to {gpus}) splits it, where the attention backend supports it",
         host_tiers={
@@ -449,14 +488,19 @@ SGLANG = EngineProfile(
         Check("warning", "enable_cache_report", _false, "--enable-cache-report", _REPORTS),
         Check("warning", "chunked_prefill_size", _chunking_off, _CHUNK_SIZE, _NOT_CHUNKED),
         Check("suggestion", "enable_metrics", _false, "--enable-metrics", _COUNTERS),
-        Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES),
+        Check("warning", "kv_cache_dtype", _eight_bit, "--kv-cache-dtype auto", _SGLANG_UNSCALED, _unscaled),
+        Check("suggestion", "kv_cache_dtype", _sixteen_bit, "--kv-cache-dtype fp8_e4m3", _HALVES, _scaled),
     ),
     caching_setting="disable_radix_cache",
+    # /v1/models' root is the served name on SGLang; /server_info has the folder it loaded.
+    checkpoint_setting="model_path",
     recipe=RecipeSwitches(
         launch=("python", "-m", "sglang.launch_server", "--model-path", "{model}"),
         tensor_parallel="--tp-size",
         context="--context-length",
         switches=_SGLANG_SWITCHES,
+        fp8_kv=("--kv-cache-dtype", "fp8_e4m3"),
+        fp8_kv_unscaled=_SGLANG_UNSCALED,
         notes=("SGLang's radix (prefix) cache is on by default: never pass --disable-radix-cache",),
         mla_note="MLA model: every GPU holds the whole latent cache; --dcp-size (up to {gpus}) splits it",
         host_tiers={

@@ -18,6 +18,7 @@ from longctx.backends.tiers import CacheTiers, HostTier, TierReading, hits_by_la
 from longctx.errors import BackendError
 
 __all__ = [
+    "CHECKPOINT_KV_SCALES",
     "CacheCounters",
     "CacheTiers",
     "Check",
@@ -31,6 +32,14 @@ __all__ = [
     "SchemaForm",
     "truth",
 ]
+
+
+CHECKPOINT_KV_SCALES = "checkpoint_kv_scales"
+"""The setting doctor adds to what a server reports: whether its checkpoint carries KV-cache scales.
+
+True, False, or None (unknown), from :func:`longctx.serving.kv_scales.find_kv_scales` on the folder
+the server loaded; the fp8 checks read it.
+"""
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,10 @@ class RecipeSwitches:
     switches: tuple[str, ...]
     notes: tuple[str, ...] = ()
     mla_note: str = ""
+    #: The flags of an fp8 KV cache; a recipe adds them where the checkpoint carries KV scales.
+    fp8_kv: tuple[str, ...] = ()
+    #: What an fp8 KV cache at scale 1.0 (no scales in the checkpoint) did to answers, measured.
+    fp8_kv_unscaled: str = ""
     #: The host tiers a recipe can add, by name (``recipe_for(host_tier=...)``).
     host_tiers: Mapping[str, HostTierRecipe] = field(default_factory=dict)
     #: Launch flags that cut a cached follow-up's remaining per-token work in the engine (block
@@ -236,6 +249,8 @@ class EngineProfile:
     say it); ``doctor_note`` is said of every server of the engine.
     ``caching_setting`` is the setting that turns prefix caching on or off
     (its check's flag is the fix :meth:`caching_fix` names).
+    ``checkpoint_setting`` names the setting that holds the folder the model
+    was loaded from (None: ``/v1/models``' ``root`` does).
     """
 
     name: str
@@ -268,6 +283,7 @@ class EngineProfile:
     checks: tuple[Check, ...] = ()
     reporting_setting: str | None = None
     caching_setting: str | None = None
+    checkpoint_setting: str | None = None
     doctor_note: Finding | None = None
     recipe: RecipeSwitches | None = None
     #: How a request constrains its answer to a JSON Schema, by version (oldest first); () : it cannot.

@@ -25,15 +25,18 @@ from longctx.errors import BackendError, CanaryDiverged, ConfigError, LongctxErr
 from longctx.options import RequestOptions, ServerOptions
 from longctx.serving import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
-    RECIPE_KV_CACHE_DTYPE,
+    RECIPE_KV_CACHE_DTYPES,
+    KVScales,
     PlannedPack,
     diagnose,
+    find_kv_scales,
     known_model,
     known_models,
     kv_layout_from_config,
     load_model_config,
     plan_capacity,
     recipe_for,
+    recipe_kv_cache_dtype,
 )
 
 # The planner's argument names, as `plan`'s flags: its errors name what the user typed.
@@ -183,6 +186,14 @@ def _one_line(error: LongctxError) -> str:
     help="A KV tier in host memory: vLLM native or lmcache, SGLang hicache.",
 )
 @click.option("--host-memory", type=float, help="GiB of host memory for --host-tier (the whole server's).")
+@click.option(
+    "--kv-cache-dtype",
+    type=click.Choice(RECIPE_KV_CACHE_DTYPES),
+    default="recipe",
+    show_default=True,
+    help="recipe: fp8 where the checkpoint next to --config carries calibrated KV scales, else the"
+    " model's own type; fp8: fp8 anyway (warns without scales); auto: the model's own type.",
+)
 def recipe(
     model: str,
     engine: str,
@@ -192,9 +203,17 @@ def recipe(
     speculative: bool,
     host_tier: str | None,
     host_memory: float | None,
+    kv_cache_dtype: str,
 ) -> None:
-    """The launch command and environment for MODEL on ENGINE."""
+    """The launch command and environment for MODEL on ENGINE.
+
+    The KV cache is fp8 only where the checkpoint carries calibrated KV
+    scales (config.json's quantization_config, or k_scale/v_scale tensors
+    in the safetensors beside it); otherwise the model's own type, and a
+    note says why.
+    """
     config = load_model_config(config_path) if config_path else None
+    scales = find_kv_scales(config, config_path) if config is not None else None
     result = recipe_for(
         model,
         engine,
@@ -204,8 +223,12 @@ def recipe(
         speculative=speculative,
         host_tier=host_tier,
         host_memory_gib=host_memory,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_scales=scales,
     )
     click.echo(result.to_text())
+    for line in result.warnings:
+        note(f"warning: {line}")
     for line in result.notes:
         note(f"note: {line}")
 
@@ -223,7 +246,8 @@ def recipe(
     type=click.Choice(["recipe", "auto", "bf16", "fp16", "fp8"]),
     default="recipe",
     show_default=True,
-    help="recipe: the KV cache `longctx recipe` launches (fp8); auto: the model's own type"
+    help="recipe: the KV cache `longctx recipe` launches (fp8 where the checkpoint beside --config"
+    " carries calibrated KV scales, else the model's own type); auto: the model's own type"
     " (the engines' default when the server is started without --kv-cache-dtype).",
 )
 @click.option("--gpus", type=int, default=1, show_default=True)
@@ -291,10 +315,17 @@ def plan(
     if planned is not None:
         contexts = (planned.total_tokens, *contexts)
         note(planned.line())
+    config = _plan_config(config_path, model)
     if kv_cache_dtype == "recipe":
-        kv_cache_dtype = RECIPE_KV_CACHE_DTYPE
-        note(f"KV cache {kv_cache_dtype}, as `longctx recipe` launches it (auto: the model's own type)")
-    layout = kv_layout_from_config(_plan_config(config_path, model), kv_cache_dtype=kv_cache_dtype)
+        if config_path is not None:
+            scales = find_kv_scales(config, config_path)
+        else:
+            scales = KVScales(None, "a model known by name only: no checkpoint to read its KV scales from")
+        kv_cache_dtype = recipe_kv_cache_dtype(scales)
+        found = "calibrated KV scales" if scales.found else "no calibrated KV scales"
+        shown = "fp8" if kv_cache_dtype == "fp8" else "auto (the model's own type)"
+        note(f"KV cache {shown}, as `longctx recipe` launches it: {found} ({scales.source})")
+    layout = kv_layout_from_config(config, kv_cache_dtype=kv_cache_dtype)
     try:
         result = plan_capacity(
             layout,

@@ -2,6 +2,8 @@
 
 - :mod:`longctx.serving.kv`: the KV-cache layout of a model from its
   ``config.json`` (attention, MLA, sliding-window, linear-attention layers).
+- :mod:`longctx.serving.kv_scales`: whether a checkpoint carries calibrated
+  KV-cache scales (what makes an fp8 KV cache safe).
 - :mod:`longctx.serving.plan`: how much context at how much concurrency fits.
 - :mod:`longctx.serving.planned_pack`: the context a pack needs (``plan --pack``), images included.
 - :mod:`longctx.serving.recipes`: launch commands for vLLM and SGLang.
@@ -37,23 +39,26 @@ _EXPORTS: dict[str, str] = {
     "KIMI_K3_NVFP4": "longctx.serving.recipes",
     "KVLayout": "longctx.serving.kv",
     "KV_CACHE_DTYPES": "longctx.serving.kv",
+    "KVScales": "longctx.serving.kv_scales",
     "LayerGroup": "longctx.serving.kv",
     "LayerKind": "longctx.serving.kv",
     "Mount": "longctx.serving.recipes",
     "PlannedPack": "longctx.serving.planned_pack",
     "RetentionReport": "longctx.serving.retention",
     "measure_retention": "longctx.serving.retention",
-    "RECIPE_KV_CACHE_DTYPE": "longctx.serving.recipes",
+    "RECIPE_KV_CACHE_DTYPES": "longctx.serving.recipes",
     "Recipe": "longctx.serving.recipes",
     "TierAnswer": "longctx.serving.tiers",
     "catalogue_models": "longctx.serving.recipes",
     "diagnose": "longctx.serving.doctor",
+    "find_kv_scales": "longctx.serving.kv_scales",
     "known_model": "longctx.serving.families",
     "known_models": "longctx.serving.families",
     "kv_layout_from_config": "longctx.serving.kv",
     "load_model_config": "longctx.serving.kv",
     "plan_capacity": "longctx.serving.plan",
     "recipe_for": "longctx.serving.recipes",
+    "recipe_kv_cache_dtype": "longctx.serving.recipes",
     "suggest_server_flags": "longctx.serving.advice",
 }
 
@@ -70,6 +75,8 @@ if TYPE_CHECKING:
     from longctx.serving.kv import LayerKind as LayerKind
     from longctx.serving.kv import kv_layout_from_config as kv_layout_from_config
     from longctx.serving.kv import load_model_config as load_model_config
+    from longctx.serving.kv_scales import KVScales as KVScales
+    from longctx.serving.kv_scales import find_kv_scales as find_kv_scales
     from longctx.serving.plan import DEFAULT_BLOCK_SIZE as DEFAULT_BLOCK_SIZE
     from longctx.serving.plan import DEFAULT_GPU_MEMORY_UTILIZATION as DEFAULT_GPU_MEMORY_UTILIZATION
     from longctx.serving.plan import DEFAULT_RESERVE_GIB as DEFAULT_RESERVE_GIB
@@ -80,11 +87,12 @@ if TYPE_CHECKING:
     from longctx.serving.planned_pack import PlannedPack as PlannedPack
     from longctx.serving.recipes import ENGINES as ENGINES
     from longctx.serving.recipes import KIMI_K3_NVFP4 as KIMI_K3_NVFP4
-    from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPE as RECIPE_KV_CACHE_DTYPE
+    from longctx.serving.recipes import RECIPE_KV_CACHE_DTYPES as RECIPE_KV_CACHE_DTYPES
     from longctx.serving.recipes import Mount as Mount
     from longctx.serving.recipes import Recipe as Recipe
     from longctx.serving.recipes import catalogue_models as catalogue_models
     from longctx.serving.recipes import recipe_for as recipe_for
+    from longctx.serving.recipes import recipe_kv_cache_dtype as recipe_kv_cache_dtype
     from longctx.serving.retention import RetentionReport as RetentionReport
     from longctx.serving.retention import measure_retention as measure_retention
     from longctx.serving.tiers import HostTierPlan as HostTierPlan

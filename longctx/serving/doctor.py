@@ -9,24 +9,31 @@ that fixes it) and whether each replica is up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from longctx.backends.base import Backend, ReplicaStatus, ServerInfo
-from longctx.backends.profiles import Finding
+from longctx.backends.profiles import CHECKPOINT_KV_SCALES, Finding
 from longctx.options.groups import RequestOptions
 from longctx.serving.advice import detected_router_finding, suggest_router_policy
+from longctx.serving.kv_scales import KVScales, find_kv_scales
 
 __all__ = ["Diagnosis", "diagnose"]
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """The outcome of :func:`diagnose`: ``ok`` when no finding is a warning."""
+    """The outcome of :func:`diagnose`: ``ok`` when no finding is a warning.
+
+    ``kv_scales`` holds, per server (its API URL), what its checkpoint says
+    of KV-cache scales: fp8 KV is suggested only where they are found.
+    """
 
     servers: tuple[ServerInfo, ...]
     findings: tuple[Finding, ...]
     replicas: tuple[ReplicaStatus, ...] = ()
+    kv_scales: Mapping[str, KVScales] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +63,9 @@ class Diagnosis:
             if info.kv_cache_tokens:
                 lines.append(f"  KV cache: {info.kv_cache_tokens:,} tokens")
             lines.append(f"  {info.host_tier.describe() if info.host_tier else 'host tier: none seen'}")
+            if (scales := self.kv_scales.get(info.api_url)) is not None:
+                state = {True: "found", False: "none", None: "unknown"}[scales.found]
+                lines.append(f"  checkpoint KV scales: {state} ({scales.source})")
         if not self.findings:
             lines.append("no changes needed")
         for finding in self.findings:
@@ -68,10 +78,14 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "servers": [info.to_dict() for info in self.servers],
+            "servers": [{**info.to_dict(), **self._scales_dict(info)} for info in self.servers],
             "findings": [finding.__dict__ for finding in self.findings],
             "replicas": [replica.to_dict() for replica in self.replicas],
         }
+
+    def _scales_dict(self, info: ServerInfo) -> dict[str, Any]:
+        scales = self.kv_scales.get(info.api_url)
+        return {} if scales is None else {"kv_scales": {"found": scales.found, "source": scales.source}}
 
 
 def _state(value: bool | None) -> str:
@@ -92,6 +106,7 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
         backend.probe_cache_reporting()
     servers: list[ServerInfo] = []
     findings: list[Finding] = []
+    kv_scales: dict[str, KVScales] = {}
     salted = bool(request is not None and request.cache_salt)
     if backend.router_policy:
         findings.extend(suggest_router_policy(backend.router_policy, cache_salt=salted))
@@ -118,6 +133,9 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
         if profile.doctor_note is not None:
             findings.append(profile.doctor_note)
         observed: dict[str, Any] = dict(info.settings)
+        # fp8 KV is advised only for a checkpoint with calibrated scales (the profile's checks read it).
+        kv_scales[info.api_url] = scales = _checkpoint_scales(info)
+        observed[CHECKPOINT_KV_SCALES] = scales.found
         if profile.reporting_setting and info.cache_reporting is not None:
             observed[profile.reporting_setting] = info.cache_reporting
         for finding in profile.advise(observed):
@@ -127,4 +145,11 @@ def diagnose(backend: Backend, *, probe: bool = True, request: RequestOptions | 
         # publishes its scheduler settings only in dev mode): a deployment
         # that already sets them would be told to set them again.
     ordered = sorted(findings, key=lambda f: f.severity != "warning")
-    return Diagnosis(tuple(servers), tuple(ordered), backend.replicas)
+    return Diagnosis(tuple(servers), tuple(ordered), backend.replicas, kv_scales)
+
+
+def _checkpoint_scales(info: ServerInfo) -> KVScales:
+    """The KV scales of the checkpoint ``info`` says it loaded, where that is a folder on this machine."""
+    if info.checkpoint is None:
+        return KVScales(None, "the server does not say where its model was loaded from")
+    return find_kv_scales(None, info.checkpoint)

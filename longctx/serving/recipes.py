@@ -2,11 +2,14 @@
 
 A small built-in catalogue holds deployments that were validated by someone
 (today ``nvidia/Kimi-K3-NVFP4``, from its model card); any other model gets a
-generic recipe built from its ``config.json`` with the three switches that
+generic recipe built from its ``config.json`` with the switches that
 matter for long contexts:
 
 1. an fp8 KV cache (half the memory of bf16, so twice the context x
-   concurrency);
+   concurrency), only where the checkpoint carries calibrated KV scales
+   (:mod:`longctx.serving.kv_scales`); without them the engines run fp8 at
+   scale 1.0, which lost answers when measured (the engine registry's
+   ``fp8_kv_unscaled``), so the recipe keeps the model's own KV type and says why;
 2. prefix caching (vLLM ``--enable-prefix-caching``; SGLang's radix cache is
    on by default), plus cached-token reporting so longctx can show savings;
 3. chunked prefill with a token budget of 8192 per step, so one long prompt
@@ -27,22 +30,24 @@ from longctx.backends.profiles import HostTierRecipe, RecipeSwitches
 from longctx.errors import ServingConfigError
 from longctx.serving.families import known_model, known_models
 from longctx.serving.kv import LayerKind, kv_layout_from_config
+from longctx.serving.kv_scales import KVScales, find_kv_scales
 
 __all__ = [
     "ENGINES",
     "KIMI_K3_NVFP4",
-    "RECIPE_KV_CACHE_DTYPE",
+    "RECIPE_KV_CACHE_DTYPES",
     "Mount",
     "Recipe",
     "catalogue_models",
     "recipe_for",
+    "recipe_kv_cache_dtype",
 ]
 
 ENGINES = recipe_engines()
-
-RECIPE_KV_CACHE_DTYPE = "fp8"
-"""The KV cache type every recipe launches (catalogue and generic): ``longctx plan`` assumes it too."""
 """The engines with a recipe at import (the CLI's choices); :func:`recipe_for` asks the registry."""
+
+RECIPE_KV_CACHE_DTYPES = ("recipe", "auto", "fp8")
+"""What :func:`recipe_for` takes as ``kv_cache_dtype``: the recipe's choice, the model's own type, or fp8."""
 
 KIMI_K3_NVFP4 = "nvidia/Kimi-K3-NVFP4"
 # From the nvidia/Kimi-K3-NVFP4 model card: validated on 8 x B300 at TP 8.
@@ -81,7 +86,9 @@ class Recipe:
     ``required_env`` the names that must come from the caller's environment
     (secrets: never their values). ``setup`` lists shell commands to run once
     before the first launch. ``from_catalogue`` is false for a generic recipe
-    built from a config.
+    built from a config. ``kv_cache_dtype`` is the KV cache it launches
+    (``fp8``, or ``auto``: the model's own type), what ``longctx plan``
+    sizes; ``warnings`` are notes that may cost answers.
     """
 
     model: str
@@ -96,6 +103,8 @@ class Recipe:
     setup: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     from_catalogue: bool = False
+    kv_cache_dtype: str = "auto"
+    warnings: tuple[str, ...] = ()
 
     def flags(self) -> tuple[str, ...]:
         """The ``--option`` names in ``argv``, in order (values left out)."""
@@ -134,6 +143,11 @@ def catalogue_models() -> tuple[str, ...]:
     return (KIMI_K3_NVFP4,)
 
 
+def recipe_kv_cache_dtype(scales: KVScales) -> str:
+    """What a generic recipe launches: ``fp8`` where the checkpoint carries KV scales, else ``auto``."""
+    return "fp8" if scales.found else "auto"
+
+
 def recipe_for(
     model: str,
     engine: str,
@@ -144,6 +158,8 @@ def recipe_for(
     speculative: bool = True,
     host_tier: str | None = None,
     host_memory_gib: float | None = None,
+    kv_cache_dtype: str = "recipe",
+    kv_scales: KVScales | None = None,
 ) -> Recipe:
     """The launch recipe for ``model`` on ``engine`` (a registered engine with a recipe: ``"vllm"``...).
 
@@ -161,21 +177,22 @@ def recipe_for(
     ``lmcache`` (an ``lmcache server`` beside vLLM), SGLang ``hicache``
     (the profile's ``recipe.host_tiers``); ``longctx plan --host-memory`` says what it holds.
 
+    ``kv_cache_dtype`` (:data:`RECIPE_KV_CACHE_DTYPES`): ``recipe`` launches
+    an fp8 KV cache where ``kv_scales`` (the checkpoint's, from
+    :func:`~longctx.serving.kv_scales.find_kv_scales`; None: judged from
+    ``config`` alone) are found, else the model's own type, with a note
+    saying why; ``fp8`` asks for it anyway (a warning where no scales are
+    found); ``auto`` keeps the model's type. A catalogue recipe launches
+    what was validated, and takes ``recipe`` only.
+
     Raises :class:`ServingConfigError` naming ``engine``, ``gpus``,
-    ``max_model_len`` or ``config`` when one is unusable.
+    ``max_model_len``, ``config`` or ``kv_cache_dtype`` when one is unusable.
     """
     profile = find_profile(engine)
     if profile is None or profile.recipe is None:
         choices = " or ".join(recipe_engines())
         raise ServingConfigError(f"unknown engine {engine!r}; use {choices}", field="engine")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
-    if max_model_len is not None and (
-        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
-    ):
-        raise ServingConfigError(
-            f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
-        )
+    _check_sizes(gpus, max_model_len)
     if host_tier is not None and host_tier not in profile.recipe.host_tiers:
         known = " or ".join(profile.recipe.host_tiers) or "none"
         raise ServingConfigError(
@@ -188,13 +205,35 @@ def recipe_for(
             f"a host tier needs its size: host_memory_gib > 0, got {host_memory_gib!r}",
             field="host_memory_gib",
         )
+    if kv_cache_dtype not in RECIPE_KV_CACHE_DTYPES:
+        raise ServingConfigError(
+            f"unknown KV cache choice {kv_cache_dtype!r}; use {', '.join(RECIPE_KV_CACHE_DTYPES)}",
+            field="kv_cache_dtype",
+        )
     recipe = _base_recipe(
-        model, engine, gpus=gpus, max_model_len=max_model_len, config=config, speculative=speculative
+        model,
+        engine,
+        gpus=gpus,
+        max_model_len=max_model_len,
+        config=config,
+        speculative=speculative,
+        kv_cache=_KVCacheRequest(kv_cache_dtype, kv_scales),
     )
     if host_tier is None:
         return recipe
     assert host_memory_gib is not None
     return _with_host_tier(recipe, profile.recipe.host_tiers[host_tier], host_memory_gib)
+
+
+def _check_sizes(gpus: int | None, max_model_len: int | None) -> None:
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise ServingConfigError(f"gpus must be a positive integer, got {gpus!r}", field="gpus")
+    if max_model_len is not None and (
+        isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
+    ):
+        raise ServingConfigError(
+            f"max_model_len must be a positive integer, got {max_model_len!r}", field="max_model_len"
+        )
 
 
 def _base_recipe(
@@ -205,11 +244,18 @@ def _base_recipe(
     max_model_len: int | None,
     config: Mapping[str, Any] | None,
     speculative: bool,
+    kv_cache: _KVCacheRequest,
 ) -> Recipe:
     profile = find_profile(engine)
     assert profile is not None and profile.recipe is not None
     validated = _CATALOGUE.get((model.lower(), engine))
     if validated is not None:
+        if kv_cache.dtype != "recipe":
+            raise ServingConfigError(
+                f"the built-in recipe for {KIMI_K3_NVFP4} launches the KV cache it was validated with; "
+                "for another, pass the model's config.json for a generic recipe",
+                field="kv_cache_dtype",
+            )
         return validated(gpus, max_model_len, speculative)
     shape_note = None
     known = known_model(model) if config is None else None
@@ -224,8 +270,19 @@ def _base_recipe(
             f"shape: {', '.join(known_models())}); pass its config.json for a generic recipe",
             field="config",
         )
+    scales = kv_cache.scales
+    if scales is None:
+        scales = find_kv_scales(config)
+        if known is not None:
+            scales = KVScales(None, "a model known by name only: no checkpoint to read its KV scales from")
     recipe = _generic(
-        model, engine, profile.recipe, gpus=gpus or 1, max_model_len=max_model_len, config=config
+        model,
+        engine,
+        profile.recipe,
+        gpus=gpus or 1,
+        max_model_len=max_model_len,
+        config=config,
+        kv_cache=_KVCacheRequest(kv_cache.dtype, scales),
     )
     if shape_note is not None:
         return dataclasses.replace(recipe, notes=(*recipe.notes, shape_note))
@@ -326,6 +383,7 @@ def _kimi_k3_vllm(gpus: int | None, max_model_len: int | None, speculative: bool
         setup=(f"hf download {KIMI_K3_NVFP4} runtime_patches/sitecustomize.py --local-dir kimi-k3-runtime",),
         notes=tuple(notes),
         from_catalogue=True,
+        kv_cache_dtype="fp8",
     )
 
 
@@ -392,6 +450,59 @@ _CATALOGUE: dict[tuple[str, str], Callable[[int | None, int | None, bool], Recip
 _DOCKER_OPTIONS = ("--rm", "--gpus all", "--ipc=host", "--network=host", "--shm-size=64g")
 
 
+@dataclass(frozen=True)
+class _KVCacheRequest:
+    """The KV cache asked for (one of :data:`RECIPE_KV_CACHE_DTYPES`) and the checkpoint's scales."""
+
+    dtype: str
+    scales: KVScales | None
+
+
+@dataclass(frozen=True)
+class _KVCacheChoice:
+    """The KV cache a generic recipe launches, its flags, and what is said of it."""
+
+    dtype: str
+    flags: tuple[str, ...]
+    notes: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def _kv_cache_choice(request: _KVCacheRequest, switches: RecipeSwitches) -> _KVCacheChoice:
+    """fp8 where asked, or where the recipe decides and the checkpoint has scales; else the model's type."""
+    scales = request.scales or KVScales(None, "KV scales not looked for")
+    dtype = recipe_kv_cache_dtype(scales) if request.dtype == "recipe" else request.dtype
+    if dtype == "auto":
+        if request.dtype == "auto":
+            return _KVCacheChoice("auto", (), ("KV cache in the model's own type, as asked",))
+        return _KVCacheChoice(
+            "auto",
+            (),
+            (
+                f"KV cache in the model's own type, not fp8: {scales.source}; "
+                f"{switches.fp8_kv_unscaled}; --kv-cache-dtype fp8 asks for it anyway",
+            ),
+        )
+    if scales.found:
+        return _KVCacheChoice(
+            "fp8",
+            switches.fp8_kv,
+            (
+                f"fp8 KV cache halves KV memory against bf16: {scales.source}; "
+                "check answer quality on your task",
+            ),
+        )
+    return _KVCacheChoice(
+        "fp8",
+        switches.fp8_kv,
+        (),
+        (
+            f"fp8 KV cache as asked, with no calibrated KV scales ({scales.source}): "
+            f"{switches.fp8_kv_unscaled}",
+        ),
+    )
+
+
 def _generic(
     model: str,
     engine: str,
@@ -400,16 +511,18 @@ def _generic(
     gpus: int,
     max_model_len: int | None,
     config: Mapping[str, Any],
+    kv_cache: _KVCacheRequest,
 ) -> Recipe:
+    kv = _kv_cache_choice(kv_cache, switches)
     # Reading the layout validates the config (and that gpus can split its heads).
-    layout = kv_layout_from_config(config, kv_cache_dtype=RECIPE_KV_CACHE_DTYPE)
+    layout = kv_layout_from_config(config, kv_cache_dtype=kv.dtype)
     layout.token_bytes(gpus)
     layout.state_bytes(gpus)
     context = max_model_len or layout.max_context
     trust_remote_code = "auto_map" in config
     notes = [
-        "generic recipe from config.json: the three long-context switches, not validated on hardware",
-        "fp8 KV cache halves KV memory against bf16; check answer quality on your task",
+        "generic recipe from config.json: the long-context switches, not validated on hardware",
+        *kv.notes,
     ]
     if max_model_len is None and context is not None:
         notes.append(
@@ -429,6 +542,7 @@ def _generic(
     argv += [switches.tensor_parallel, str(gpus)]
     if context is not None:
         argv += [switches.context, str(context)]
+    argv += kv.flags
     argv += switches.switches
     if switches.followup_switches:
         argv += switches.followup_switches
@@ -444,6 +558,8 @@ def _generic(
         argv=tuple(argv),
         notes=tuple(notes),
         from_catalogue=False,
+        kv_cache_dtype=kv.dtype,
+        warnings=kv.warnings,
     )
 
 

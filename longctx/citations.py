@@ -24,6 +24,7 @@ no lines gets its lines from where the quote is.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -39,24 +40,32 @@ __all__ = [
     "Citation",
     "CitationClaim",
     "CitedAnswer",
+    "CitedText",
     "Grounding",
+    "cite_schema",
+    "cited_text",
     "file_link",
     "parse_claims",
     "read_citations",
+    "strip_sources",
     "verify_claim",
 ]
 
 CITE_INSTRUCTION: Final = (
     "\n\n"
-    'End your answer with a line "Sources:" and below it one line for each place in the documents '
-    "that your answer rests on, in this form:\n"
-    '- PATH:START-END "QUOTE"\n'
-    "PATH is the document's path as its fence shows it; START-END are the line numbers in that "
-    "document (its first line after the fence is line 1); QUOTE is a short passage, a line or "
-    "less, copied exactly from those lines. If you are not sure of the line numbers, write "
-    '- PATH "QUOTE" instead. Cite only what the documents hold.'
+    'Answer in JSON: first "sources", the places in the documents your answer rests on, each with its '
+    '"path" (as its fence shows it) and a "quote": a line copied exactly from that document; then '
+    '"answer", your answer.'
 )
-"""What a cited question's user message ends with, after the question (never in the cached prefix)."""
+"""What a cited question's user message ends with, after the question (never in the cached prefix).
+
+The request also carries :func:`cite_schema` as its answer's schema (a body
+field, not prompt text), so the engine decodes the sources first, each
+quote one of its document's lines, then the answer.
+"""
+
+MAX_SOURCES: Final = 3
+"""The most sources a cited answer's schema lets it give (each a line of a document)."""
 
 
 @dataclass(frozen=True)
@@ -170,27 +179,47 @@ def parse_claims(answer: str) -> tuple[CitationClaim, ...]:
     line after one: a line that names no path is a claim of its text as the
     path, which :func:`verify_claim` then finds in no document.
     """
+    block = _sources_block(answer.splitlines())
+    if block is None:
+        return ()
+    claims: list[CitationClaim] = []
+    for entry in block[2]:
+        claim = _claim(entry)
+        if claim is not None and claim not in claims:
+            claims.append(claim)
+    return tuple(claims)
+
+
+def strip_sources(answer: str) -> str:
+    """``answer`` without its last ``Sources:`` block (heading and claims), as the answer alone; stripped."""
     lines = answer.splitlines()
+    block = _sources_block(lines)
+    if block is None:
+        return answer.strip()
+    start, end, _ = block
+    return "\n".join(lines[:start] + lines[end:]).strip()
+
+
+def _sources_block(lines: list[str]) -> tuple[int, int, list[str]] | None:
+    """The last ``Sources:`` block of ``lines``: its heading's index, the index after it, its entries."""
     heading = next(
         (i for i in range(len(lines) - 1, -1, -1) if _HEADING.fullmatch(lines[i])),
         None,
     )
     if heading is None:
-        return ()
+        return None
     rest = _HEADING.fullmatch(lines[heading])
     entries = [rest.group("rest")] if rest is not None and rest.group("rest").strip() else []
+    end = heading + 1
     for line in lines[heading + 1 :]:
         if not line.strip():
             if entries:
                 break
+            end += 1
             continue
         entries.append(line)
-    claims: list[CitationClaim] = []
-    for entry in entries:
-        claim = _claim(entry)
-        if claim is not None and claim not in claims:
-            claims.append(claim)
-    return tuple(claims)
+        end += 1
+    return heading, end, entries
 
 
 def _claim(entry: str) -> CitationClaim | None:
@@ -306,6 +335,85 @@ def read_citations(answer: str, documents: Mapping[str, str]) -> tuple[Citation,
     return tuple(citation for index, citation in enumerate(checked) if citation not in checked[:index])
 
 
+def cite_schema(documents: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON Schema of a cited answer over ``documents`` (path to text): sources first, then the answer.
+
+    Each source is one document's path and one of its lines (stripped, not
+    blank), as an ``enum`` per document: the engine's grammar, not the
+    model's care, makes every quote a line of the document it names. Measured
+    on Qwen2.5-Coder-0.5B-Instruct (benchmarks/citations_quality.py): asked in
+    prose, or in JSON with a free quote, its quotes never verified; see
+    docs/testing.md. Sources come first so that the answer is written after
+    the line it rests on has been copied.
+    """
+    sources = [
+        {
+            "type": "object",
+            "properties": {
+                "path": {"const": path},
+                "quote": {"enum": sorted({line.strip() for line in text.splitlines() if line.strip()})},
+            },
+            "required": ["path", "quote"],
+            "additionalProperties": False,
+        }
+        for path, text in documents.items()
+        if text.strip()
+    ]
+    return {
+        "type": "object",
+        "properties": {
+            "sources": {"type": "array", "items": {"anyOf": sources}, "minItems": 1, "maxItems": MAX_SOURCES},
+            "answer": {"type": "string"},
+        },
+        "required": ["sources", "answer"],
+        "additionalProperties": False,
+    }
+
+
+@dataclass(frozen=True)
+class CitedText:
+    """A cited answer as read: its text to show and keep, and its citations checked against the pack.
+
+    An answer in :func:`cite_schema`'s JSON becomes its answer followed by a
+    ``Sources:`` block (``- PATH:START-END "QUOTE"``, which
+    :func:`parse_claims` reads back as the same claims); an answer in prose
+    (a server that ignored the schema) is kept as it is, its own block read.
+    """
+
+    text: str
+    citations: tuple[Citation, ...]
+
+
+def cited_text(answer: str, documents: Mapping[str, str]) -> CitedText:
+    """``answer`` (:func:`cite_schema`'s JSON, or prose with a ``Sources:`` block) read and checked."""
+    found = _json_answer(answer)
+    if found is None:
+        return CitedText(answer, read_citations(answer, documents))
+    text, claims = found
+    checked = [verify_claim(claim, documents) for claim in claims]
+    citations = tuple(citation for index, citation in enumerate(checked) if citation not in checked[:index])
+    if citations:
+        text += "\n\nSources:\n" + "\n".join(f'- {c.location} "{c.quote}"' for c in citations)
+    return CitedText(text, citations)
+
+
+def _json_answer(answer: str) -> tuple[str, list[CitationClaim]] | None:
+    """The answer and the claims of a JSON cited answer; None for anything else (prose, cut JSON)."""
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("answer"), str):
+        return None
+    sources = data.get("sources")
+    claims = [
+        CitationClaim(str(source.get("path", "")), None, None, str(source.get("quote") or "").strip() or None)
+        for source in (sources if isinstance(sources, list) else [])
+        if isinstance(source, dict)
+    ]
+    return data["answer"].strip(), claims
+
+
 @dataclass(frozen=True)
 class Grounding:
     """A cited question's part: what its message ends with, and the text its answer is checked in.
@@ -318,9 +426,23 @@ class Grounding:
     instruction: str
     texts: tuple[str, ...]
 
+    @property
+    def documents(self) -> dict[str, str]:
+        """The documents of :attr:`texts`, path to exact text."""
+        return read_documents("".join(self.texts))
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The answer's schema over these documents (:func:`cite_schema`): a body field, not prompt text."""
+        return cite_schema(self.documents)
+
+    def read(self, answer: str) -> CitedText:
+        """``answer`` read as :func:`cited_text` reads it, against the documents of :attr:`texts`."""
+        return cited_text(answer, self.documents)
+
     def citations(self, answer: str) -> tuple[Citation, ...]:
         """The citations of ``answer``, each checked against the documents of :attr:`texts`."""
-        return read_citations(answer, read_documents("".join(self.texts)))
+        return self.read(answer).citations
 
 
 def file_link(path: str, roots: Sequence[str]) -> str | None:

@@ -21,10 +21,13 @@ The ways (``--variants``, comma-separated keys of :data:`VARIANTS`):
 - ``json``: structured outputs (``response_format`` json_schema): ``{"answer", "sources": [{"path":
   one of the pack's paths, "quote"}]}``, turned into the same citations;
 - ``json-quote-first``: the same schema with the sources before the answer;
-- ``json-lines``: what ``cite=True`` asks (:data:`longctx.citations.CITE_INSTRUCTION`, the same
-  words as ``json-quote-first``, and :func:`longctx.citations.cite_schema`: sources first, each
-  quote one of its document's lines by the grammar, an ``enum`` per document), read as longctx
-  reads it (:func:`longctx.citations.cited_text`).
+- ``json-lines``, ``json-lines-answer-first``: as ``json-quote-first`` and ``json``, but each quote
+  one of its document's lines by the grammar (an ``enum`` per document);
+  ``json-lines-answer-first-one``: the same with one source at most;
+- ``shipped``: what ``cite=True`` asks (:data:`longctx.citations.CITE_INSTRUCTION`, the same
+  words as ``json``, and :func:`longctx.citations.cite_schema`, the schema of
+  ``json-lines-answer-first``), read as longctx reads it (:func:`longctx.citations.cited_text`,
+  which also keeps the answer and the whole sources of an answer cut at ``max_tokens``).
 
 With no ``--base-url`` it starts the harness's real-model vLLM (CPU, float32; ``--engine sglang``
 for SGLang) and stops it at the end. ``--json FILE`` keeps the result; ``--section A.json B.json
@@ -128,9 +131,9 @@ def _line_item(documents: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _json_schema(
-    paths: list[str], *, sources_first: bool, item: dict[str, Any] | None = None
+    paths: list[str], *, sources_first: bool, item: dict[str, Any] | None = None, most: int = 3
 ) -> dict[str, Any]:
-    sources = {"type": "array", "items": item or _source_schema(paths), "minItems": 1, "maxItems": 3}
+    sources = {"type": "array", "items": item or _source_schema(paths), "minItems": 1, "maxItems": most}
     order = ["sources", "answer"] if sources_first else ["answer", "sources"]
     properties = {"answer": {"type": "string"}, "sources": sources}
     return {
@@ -230,6 +233,14 @@ VARIANTS: dict[str, Callable[[], Variant]] = {
         JSON_INSTRUCTION,
         lambda documents: _response_format(
             _json_schema(list(documents), sources_first=False, item=_line_item(documents))
+        ),
+        _read_json,
+    ),
+    "json-lines-answer-first-one": lambda: Variant(
+        "json_schema: answer, one source (a line of the file)",
+        JSON_INSTRUCTION,
+        lambda documents: _response_format(
+            _json_schema(list(documents), sources_first=False, item=_line_item(documents), most=1)
         ),
         _read_json,
     ),

@@ -259,23 +259,24 @@ def test_aask_cites_too(backend: Backend, store: Store) -> None:
     assert asyncio.run(asked()) == 6
 
 
-# -- the cited answer's schema: sources first, each quote a line of its document -----------
+# -- the cited answer's schema: the answer, then sources, each quote a line of its document ----
 
 
 JSON_ANSWER = json.dumps(
     {
+        "answer": " main returns the working directory. ",
         "sources": [
             {"path": "src/main.py", "quote": "return  os.getcwd()"},
             {"path": "docs/notes.txt", "quote": "not a line"},  # a server that ignored the schema
         ],
-        "answer": " main returns the working directory. ",
-    }
+    },
+    indent=2,
 )
 
 
-def test_the_cite_schema_offers_each_document_and_its_lines_sources_first() -> None:
+def test_the_cite_schema_offers_each_document_and_its_lines_after_the_answer() -> None:
     schema = cite_schema(DOCUMENTS)
-    assert list(schema["properties"]) == ["sources", "answer"]  # the line is copied before the answer
+    assert list(schema["properties"]) == ["answer", "sources"]  # measured: sources first cost answers
     options = schema["properties"]["sources"]["items"]["anyOf"]
     by_path = {
         option["properties"]["path"]["const"]: option["properties"]["quote"]["enum"] for option in options
@@ -310,6 +311,16 @@ def test_an_answer_not_in_the_schema_is_read_as_prose(answer: str) -> None:
     assert cited_text(answer, DOCUMENTS) == type(cited_text(answer, DOCUMENTS))(
         answer, read_citations(answer, DOCUMENTS)
     )
+
+
+def test_an_answer_cut_among_its_sources_keeps_the_answer_and_every_whole_source() -> None:
+    cut = JSON_ANSWER[: JSON_ANSWER.index('"not a line"')]
+    cited = cited_text(cut, DOCUMENTS)
+    assert (
+        cited.text == 'main returns the working directory.\n\nSources:\n- src/main.py:5 "return  os.getcwd()"'
+    )
+    assert [c.verified for c in cited.citations] == [True]
+    assert cited_text('{"answer": "main ret', DOCUMENTS).citations == ()  # cut in the answer: nothing to keep
 
 
 def test_a_json_source_without_a_quote_is_never_verified() -> None:

@@ -370,8 +370,8 @@ def section(paths: list[Path]) -> str:
         f"Machine: {machine()}.",
         "",
         "| run | model | pack tokens | way of asking | right | citations | verified | grounded | "
-        "on the fact's file | prompt cached | mean s |",
-        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "on the fact's file | prompt cached | mean s | the ten at once, s |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     from longctx.testing.answer_set import FACTS
 
@@ -392,6 +392,15 @@ def section(paths: list[Path]) -> str:
                 f"{on_source_cell} | "
                 f"{row['cached_share']:.0%} | {row['mean_seconds']} | {row.get('batch_seconds', '-')} |"
             )
+    lines += [
+        "",
+        f"At most {MAX_TOKENS} tokens an answer. The json_schema ways other than `shipped` count only a whole "
+        "JSON answer (one cut at max_tokens gives no citations there); `shipped` is longctx's own reading, "
+        "which keeps the answer and every whole source of an answer cut among its sources. The prose ways "
+        "lost their answers to loops (`Sources:` written again and again) or to a list of paths alone. "
+        "Seconds were taken on the shared 2-core machine beside other sessions' builds and tests, whose "
+        "load changed within a run: compare them loosely.",
+    ]
     return "\n".join(lines) + "\n"
 
 

@@ -2,16 +2,27 @@
 
 A question asked with ``cite=True`` ends its user message with
 :data:`CITE_INSTRUCTION` (after the question, so the cached prefix is the
-same bytes as a plain question's): the model is asked to end its answer with
-a ``Sources:`` block, one line per place, ``PATH:START-END "QUOTE"``.
-:func:`read_citations` reads that block (:func:`parse_claims`) and checks
-each line against the exact text of the documents the request carried
-(:func:`verify_claim`): the path is a document there, the lines exist in it,
-and the quote occurs in those lines (whitespace runs compared as one
-space). A claim without a quote is never verified: a path alone checks
-nothing about what the answer says. A claim that fails is kept, marked
-unverified with the reason. Both steps are pure functions of their
-arguments.
+same bytes as a plain question's), and its request carries
+:func:`cite_schema` as the answer's schema (a body field, never prompt
+text): JSON, the answer, then up to three sources, each a document's path
+and one of that document's lines, held there by the engine's grammar.
+:func:`cited_text` reads the JSON back into the answer followed by a
+``Sources:`` block (``- PATH:START-END "QUOTE"``); an answer in prose (a
+server that ignored the schema) is read by its own ``Sources:`` block
+(:func:`parse_claims`). Every claim is checked against the exact text of
+the documents the request carried (:func:`verify_claim`): the path is a
+document there, the lines exist in it, and the quote occurs in those lines
+(whitespace runs compared as one space). A claim without a quote is never
+verified: a path alone checks nothing about what the answer says. A claim
+that fails is kept, marked unverified with the reason. Every step is a pure
+function of its arguments.
+
+Why the grammar: asked in prose, the test suite's small real model
+(Qwen2.5-Coder-0.5B-Instruct) never wrote a quote that verified, and with a
+free quote in JSON 3 of 27 did; held to the lines, all did and every answer
+stayed right (benchmarks/citations_quality.py; docs/testing.md has the
+table). A verified quote is a real line of the document named; whether that
+line supports the answer is still the reader's to judge.
 
 Why quotes as well as lines: a model copies a span of its context verbatim
 far more reliably than it counts lines in a long document (the pack carries

@@ -2,16 +2,27 @@
 
 A question asked with ``cite=True`` ends its user message with
 :data:`CITE_INSTRUCTION` (after the question, so the cached prefix is the
-same bytes as a plain question's): the model is asked to end its answer with
-a ``Sources:`` block, one line per place, ``PATH:START-END "QUOTE"``.
-:func:`read_citations` reads that block (:func:`parse_claims`) and checks
-each line against the exact text of the documents the request carried
-(:func:`verify_claim`): the path is a document there, the lines exist in it,
-and the quote occurs in those lines (whitespace runs compared as one
-space). A claim without a quote is never verified: a path alone checks
-nothing about what the answer says. A claim that fails is kept, marked
-unverified with the reason. Both steps are pure functions of their
-arguments.
+same bytes as a plain question's), and its request carries
+:func:`cite_schema` as the answer's schema (a body field, never prompt
+text): JSON, the answer, then up to three sources, each a document's path
+and one of that document's lines, held there by the engine's grammar.
+:func:`cited_text` reads the JSON back into the answer followed by a
+``Sources:`` block (``- PATH:START-END "QUOTE"``); an answer in prose (a
+server that ignored the schema) is read by its own ``Sources:`` block
+(:func:`parse_claims`). Every claim is checked against the exact text of
+the documents the request carried (:func:`verify_claim`): the path is a
+document there, the lines exist in it, and the quote occurs in those lines
+(whitespace runs compared as one space). A claim without a quote is never
+verified: a path alone checks nothing about what the answer says. A claim
+that fails is kept, marked unverified with the reason. Every step is a pure
+function of its arguments.
+
+Why the grammar: asked in prose, the test suite's small real model
+(Qwen2.5-Coder-0.5B-Instruct) never wrote a quote that verified, and with a
+free quote in JSON 3 of 27 did; held to the lines, all did and every answer
+stayed right (benchmarks/citations_quality.py; docs/testing.md has the
+table). A verified quote is a real line of the document named; whether that
+line supports the answer is still the reader's to judge.
 
 Why quotes as well as lines: a model copies a span of its context verbatim
 far more reliably than it counts lines in a long document (the pack carries
@@ -24,6 +35,7 @@ no lines gets its lines from where the quote is.
 from __future__ import annotations
 
 import bisect
+import json
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -39,24 +51,32 @@ __all__ = [
     "Citation",
     "CitationClaim",
     "CitedAnswer",
+    "CitedText",
     "Grounding",
+    "cite_schema",
+    "cited_text",
     "file_link",
     "parse_claims",
     "read_citations",
+    "strip_sources",
     "verify_claim",
 ]
 
 CITE_INSTRUCTION: Final = (
     "\n\n"
-    'End your answer with a line "Sources:" and below it one line for each place in the documents '
-    "that your answer rests on, in this form:\n"
-    '- PATH:START-END "QUOTE"\n'
-    "PATH is the document's path as its fence shows it; START-END are the line numbers in that "
-    "document (its first line after the fence is line 1); QUOTE is a short passage, a line or "
-    "less, copied exactly from those lines. If you are not sure of the line numbers, write "
-    '- PATH "QUOTE" instead. Cite only what the documents hold.'
+    'Answer in JSON: "answer" is your answer; "sources" lists the places in the documents it rests on, '
+    'each with its "path" (as its fence shows it) and a "quote": a short passage copied exactly from that '
+    "document."
 )
-"""What a cited question's user message ends with, after the question (never in the cached prefix)."""
+"""What a cited question's user message ends with, after the question (never in the cached prefix).
+
+The request also carries :func:`cite_schema` as its answer's schema (a body
+field, not prompt text), so that the engine decodes the answer, then its
+sources, each quote one of its document's lines.
+"""
+
+MAX_SOURCES: Final = 3
+"""The most sources a cited answer's schema lets it give (each a line of a document)."""
 
 
 @dataclass(frozen=True)
@@ -170,27 +190,47 @@ def parse_claims(answer: str) -> tuple[CitationClaim, ...]:
     line after one: a line that names no path is a claim of its text as the
     path, which :func:`verify_claim` then finds in no document.
     """
+    block = _sources_block(answer.splitlines())
+    if block is None:
+        return ()
+    claims: list[CitationClaim] = []
+    for entry in block[2]:
+        claim = _claim(entry)
+        if claim is not None and claim not in claims:
+            claims.append(claim)
+    return tuple(claims)
+
+
+def strip_sources(answer: str) -> str:
+    """``answer`` without its last ``Sources:`` block (heading and claims), as the answer alone; stripped."""
     lines = answer.splitlines()
+    block = _sources_block(lines)
+    if block is None:
+        return answer.strip()
+    start, end, _ = block
+    return "\n".join(lines[:start] + lines[end:]).strip()
+
+
+def _sources_block(lines: list[str]) -> tuple[int, int, list[str]] | None:
+    """The last ``Sources:`` block of ``lines``: its heading's index, the index after it, its entries."""
     heading = next(
         (i for i in range(len(lines) - 1, -1, -1) if _HEADING.fullmatch(lines[i])),
         None,
     )
     if heading is None:
-        return ()
+        return None
     rest = _HEADING.fullmatch(lines[heading])
     entries = [rest.group("rest")] if rest is not None and rest.group("rest").strip() else []
+    end = heading + 1
     for line in lines[heading + 1 :]:
         if not line.strip():
             if entries:
                 break
+            end += 1
             continue
         entries.append(line)
-    claims: list[CitationClaim] = []
-    for entry in entries:
-        claim = _claim(entry)
-        if claim is not None and claim not in claims:
-            claims.append(claim)
-    return tuple(claims)
+        end += 1
+    return heading, end, entries
 
 
 def _claim(entry: str) -> CitationClaim | None:
@@ -306,6 +346,117 @@ def read_citations(answer: str, documents: Mapping[str, str]) -> tuple[Citation,
     return tuple(citation for index, citation in enumerate(checked) if citation not in checked[:index])
 
 
+def cite_schema(documents: Mapping[str, str]) -> dict[str, Any]:
+    """The JSON Schema of a cited answer over ``documents`` (path to text): the answer, then its sources.
+
+    Each source is one document's path and one of its lines (stripped, not
+    blank), as an ``enum`` per document: the engine's grammar, not the
+    model's care, makes every quote a line of the document it names.
+    Measured on Qwen2.5-Coder-0.5B-Instruct (benchmarks/citations_quality.py,
+    docs/testing.md): asked in prose, none of its quotes verified; in JSON
+    with a free quote, 3 of 27; held to the lines, all, with every answer
+    right (sources first cost three answers).
+    """
+    sources = [
+        {
+            "type": "object",
+            "properties": {
+                "path": {"const": path},
+                "quote": {"enum": sorted({line.strip() for line in text.splitlines() if line.strip()})},
+            },
+            "required": ["path", "quote"],
+            "additionalProperties": False,
+        }
+        for path, text in documents.items()
+        if text.strip()
+    ]
+    return {
+        "type": "object",
+        "properties": {
+            "answer": {"type": "string"},
+            "sources": {"type": "array", "items": {"anyOf": sources}, "minItems": 1, "maxItems": MAX_SOURCES},
+        },
+        "required": ["answer", "sources"],
+        "additionalProperties": False,
+    }
+
+
+@dataclass(frozen=True)
+class CitedText:
+    """A cited answer as read: its text to show and keep, and its citations checked against the pack.
+
+    An answer in :func:`cite_schema`'s JSON becomes its answer followed by a
+    ``Sources:`` block (``- PATH:START-END "QUOTE"``, which
+    :func:`parse_claims` reads back as the same claims); an answer in prose
+    (a server that ignored the schema) is kept as it is, its own block read.
+    """
+
+    text: str
+    citations: tuple[Citation, ...]
+
+
+def cited_text(answer: str, documents: Mapping[str, str]) -> CitedText:
+    """``answer`` (:func:`cite_schema`'s JSON, or prose with a ``Sources:`` block) read and checked."""
+    found = _json_answer(answer)
+    if found is None:
+        return CitedText(answer, read_citations(answer, documents))
+    text, claims = found
+    checked = [verify_claim(claim, documents) for claim in claims]
+    citations = tuple(citation for index, citation in enumerate(checked) if citation not in checked[:index])
+    if citations:
+        text += "\n\nSources:\n" + "\n".join(f'- {c.location} "{c.quote}"' for c in citations)
+    return CitedText(text, citations)
+
+
+def _json_answer(answer: str) -> tuple[str, list[CitationClaim]] | None:
+    """The answer and the claims of a JSON cited answer, or of one cut after its answer; None for prose."""
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        data = _cut_json(answer)
+    if not isinstance(data, dict) or not isinstance(data.get("answer"), str):
+        return None
+    sources = data.get("sources")
+    claims = [
+        CitationClaim(str(source.get("path", "")), None, None, str(source.get("quote") or "").strip() or None)
+        for source in (sources if isinstance(sources, list) else [])
+        if isinstance(source, dict)
+    ]
+    return data["answer"].strip(), claims
+
+
+_ANSWER_KEY = re.compile(r'\s*\{\s*"answer"\s*:\s*')
+_SOURCES_KEY = re.compile(r'\s*,\s*"sources"\s*:\s*\[')
+
+
+def _cut_json(answer: str) -> dict[str, Any] | None:
+    """The answer and the whole sources of :func:`cite_schema`'s JSON cut at ``max_tokens``; None if none.
+
+    The answer comes first, so an answer cut among its sources keeps it and
+    every source written to its closing brace.
+    """
+    decoder = json.JSONDecoder()
+    opening = _ANSWER_KEY.match(answer)
+    if opening is None:
+        return None
+    try:
+        text, end = decoder.raw_decode(answer, opening.end())
+    except ValueError:
+        return None
+    sources: list[Any] = []
+    listed = _SOURCES_KEY.match(answer, end)
+    position = listed.end() if listed is not None else len(answer)
+    while position < len(answer):
+        while position < len(answer) and answer[position] in " \t\r\n,":  # between two sources
+            position += 1
+        try:
+            source, position = decoder.raw_decode(answer, position)
+        except ValueError:
+            break
+        sources.append(source)
+    return {"answer": text, "sources": sources}
+
+
 @dataclass(frozen=True)
 class Grounding:
     """A cited question's part: what its message ends with, and the text its answer is checked in.
@@ -318,9 +469,23 @@ class Grounding:
     instruction: str
     texts: tuple[str, ...]
 
+    @property
+    def documents(self) -> dict[str, str]:
+        """The documents of :attr:`texts`, path to exact text."""
+        return read_documents("".join(self.texts))
+
+    @property
+    def schema(self) -> dict[str, Any]:
+        """The answer's schema over these documents (:func:`cite_schema`): a body field, not prompt text."""
+        return cite_schema(self.documents)
+
+    def read(self, answer: str) -> CitedText:
+        """``answer`` read as :func:`cited_text` reads it, against the documents of :attr:`texts`."""
+        return cited_text(answer, self.documents)
+
     def citations(self, answer: str) -> tuple[Citation, ...]:
         """The citations of ``answer``, each checked against the documents of :attr:`texts`."""
-        return read_citations(answer, read_documents("".join(self.texts)))
+        return self.read(answer).citations
 
 
 def file_link(path: str, roots: Sequence[str]) -> str | None:

@@ -60,10 +60,13 @@ Shell completion is click's: add
 
 ## Cited answers: --cite
 
-`longctx ask ... --cite` and `longctx batch ... --cite` ask the model to end
-each answer with its sources, one line per place (`PATH:START-END "QUOTE"`),
-and check each against the pack: the path is a packed document, the lines
-exist in it, the quote is in those lines. After the answer come the
+`longctx ask ... --cite` and `longctx batch ... --cite` ask the model for
+each answer's sources, a path and a line quoted from it (in JSON held by the
+server's grammar to the pack's paths and lines, so a small model's quotes
+are real lines: see [api.md](api.md#grounded-answers-citetrue)), print each
+answer followed by its sources (`PATH:START-END "QUOTE"`), and check each
+against the pack: the path is a packed document, the lines exist in it, the
+quote is in those lines. A cited answer is printed whole, not streamed. After the answer come the
 citations, each marked `[ok]` or `[UNVERIFIED: reason]`; on a terminal
 (stdout a tty, `TERM` not `dumb`) each location is an OSC 8 hyperlink to
 the file (`file://`), plain text otherwise. `--json` holds them under

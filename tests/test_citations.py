@@ -24,6 +24,8 @@ from longctx.citations import (
     Citation,
     CitationClaim,
     Grounding,
+    cite_schema,
+    cited_text,
     file_link,
     parse_claims,
     read_citations,
@@ -255,6 +257,112 @@ def test_aask_cites_too(backend: Backend, store: Store) -> None:
             return len(answer.citations or ())
 
     assert asyncio.run(asked()) == 6
+
+
+# -- the cited answer's schema: the answer, then sources, each quote a line of its document ----
+
+
+JSON_ANSWER = json.dumps(
+    {
+        "answer": " main returns the working directory. ",
+        "sources": [
+            {"path": "src/main.py", "quote": "return  os.getcwd()"},
+            {"path": "docs/notes.txt", "quote": "not a line"},  # a server that ignored the schema
+        ],
+    },
+    indent=2,
+)
+
+
+def test_the_cite_schema_offers_each_document_and_its_lines_after_the_answer() -> None:
+    schema = cite_schema(DOCUMENTS)
+    assert list(schema["properties"]) == ["answer", "sources"]  # measured: sources first cost answers
+    options = schema["properties"]["sources"]["items"]["anyOf"]
+    by_path = {
+        option["properties"]["path"]["const"]: option["properties"]["quote"]["enum"] for option in options
+    }
+    assert by_path == {
+        "src/main.py": sorted({"import os", "def main() -> str:", "return  os.getcwd()"}),
+        "docs/notes.txt": ["first line", "second line", "third line"],
+    }
+    assert (
+        cite_schema({"empty.txt": "\n\n", **DOCUMENTS})["properties"]["sources"]["items"]["anyOf"] == options
+    )
+
+
+def test_a_json_cited_answer_becomes_its_answer_and_a_sources_block() -> None:
+    cited = cited_text(JSON_ANSWER, DOCUMENTS)
+    assert [(c.location, c.verified) for c in cited.citations] == [
+        ("src/main.py:5", True),  # the quote placed it
+        ("docs/notes.txt", False),
+    ]
+    assert cited.citations[1].reason == "the quote is not in docs/notes.txt"
+    assert cited.text == (
+        "main returns the working directory.\n\n"
+        'Sources:\n- src/main.py:5 "return  os.getcwd()"\n- docs/notes.txt "not a line"'
+    )
+    assert read_citations(cited.text, DOCUMENTS) == cited.citations  # the text reads back the same
+
+
+@pytest.mark.parametrize(
+    "answer", [CRAFTED, '{"sources": [{"path": "src/main.py"', "[1, 2]", '{"answer": 1}']
+)
+def test_an_answer_not_in_the_schema_is_read_as_prose(answer: str) -> None:
+    assert cited_text(answer, DOCUMENTS) == type(cited_text(answer, DOCUMENTS))(
+        answer, read_citations(answer, DOCUMENTS)
+    )
+
+
+def test_an_answer_cut_among_its_sources_keeps_the_answer_and_every_whole_source() -> None:
+    cut = JSON_ANSWER[: JSON_ANSWER.index('"not a line"')]
+    cited = cited_text(cut, DOCUMENTS)
+    assert (
+        cited.text == 'main returns the working directory.\n\nSources:\n- src/main.py:5 "return  os.getcwd()"'
+    )
+    assert [c.verified for c in cited.citations] == [True]
+    assert cited_text('{"answer": "main ret', DOCUMENTS).citations == ()  # cut in the answer: nothing to keep
+
+
+def test_a_json_source_without_a_quote_is_never_verified() -> None:
+    cited = cited_text(
+        json.dumps({"sources": [{"path": "src/main.py", "quote": " "}], "answer": "x"}), DOCUMENTS
+    )
+    (citation,) = cited.citations
+    assert not citation.verified and citation.reason == NO_QUOTE
+
+
+def test_a_cited_request_carries_the_schema_as_a_body_field_not_in_the_prompt(store: Store) -> None:
+    fake = FakeEngine(engine="vllm", block=1, answer=JSON_ANSWER)
+    backend = connect(URL, transport=fake.transport(), async_transport=fake.transport())
+    session = Session(backend, PACK, store=store)
+    plain = session.ask("What does main return?")
+    answer = session.ask("What does main return?", cite=True)
+    plain_body, cited_body = fake.chat_bodies[-2:]
+    assert "response_format" not in plain_body and "structured_outputs" not in plain_body
+    constraint = (
+        cited_body.get("structured_outputs", {}).get("json")
+        or (cited_body["response_format"]["json_schema"]["schema"])
+    )
+    assert constraint == cite_schema(DOCUMENTS)
+    assert cited_body["messages"][:2] == plain_body["messages"]  # the cached prefix, byte for byte
+    assert cited_body["messages"][-1]["content"] == "What does main return?" + CITE_INSTRUCTION
+    assert plain.citations is None and [c.verified for c in answer.citations or ()] == [True, False]
+    assert answer.text == cited_text(JSON_ANSWER, DOCUMENTS).text
+    # The next turn's history holds what the model wrote (the tokens the engine cached), the turn the text.
+    session.ask("And then?")
+    assert fake.chat_bodies[-1]["messages"][4] == {"role": "assistant", "content": JSON_ANSWER}
+    assert session.turns[1].answer == answer.text
+
+
+def test_a_server_that_cannot_constrain_is_asked_with_the_instruction_alone(store: Store) -> None:
+    fake = FakeEngine(engine="sglang", block=1, answer=CRAFTED)
+    backend = connect(URL, transport=fake.transport(), async_transport=fake.transport())
+    backend.info.settings["grammar_backend"] = "none"
+    session = Session(backend, PACK, store=store)
+    answer = session.ask("What does main return?", cite=True)
+    body = fake.chat_bodies[-1]
+    assert "response_format" not in body and body["messages"][1]["content"].endswith(CITE_INSTRUCTION)
+    assert answer.citations == read_citations(CRAFTED, read_documents(PREFIX))
 
 
 def test_citations_are_checked_against_files_a_living_session_appended() -> None:

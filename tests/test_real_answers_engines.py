@@ -11,8 +11,8 @@ engine; every test then reads that pack from the server's cache. Answers are gre
 What is shown, on each engine of ``LONGCTX_REAL_ENGINES`` (default both, ``vllm,sglang``):
 the fact questions (at least 8 of 10 right; 9 of 10 measured on both), the planted sentences at every
 depth, typed answers with the right values on the plain request path (no logit bias, no whitespace ban),
-a follow-up that needs the previous answer, questions over real PDFs. On vLLM (time): a cited answer whose
-every verified citation quotes the pack and whose quote-less citations are never verified, a cached answer
+a follow-up that needs the previous answer, questions over real PDFs, a cited answer with at least one
+citation verified against the pack (a citation with no quote never is). On vLLM (time): a cached answer
 equal to the cold one.
 """
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from longctx import DocSession, RepoSession, RequestOptions
-from longctx.citations import NO_QUOTE
+from longctx.citations import NO_QUOTE, read_citations
 from longctx.sessions import Answer
 from longctx.store import Store
 from longctx.testing import LocalServer
@@ -40,7 +40,6 @@ from longctx.testing.answer_set import (
     write_fact_repository,
 )
 from longctx.testing.pdfs import write_text_pdf
-from longctx.testing.real_model import RealModelSpec, real_model_spec
 
 # All 13 siblings in flight at once: with the engines' default of 8 they decoded in two waves, each
 # paying every decoding step's fixed cost again (SGLang's CPU build joined the last five one by one).
@@ -150,23 +149,25 @@ def test_typed_answers_carry_the_right_values_on_the_plain_request_path(warm: Wa
     assert answer.finish_reason == "stop"
 
 
-@vllm_only
-def test_a_cited_answer_is_checked_against_the_pack_and_a_bare_path_never_verifies(warm: Warm) -> None:
-    session = warm.session(max_tokens=48)
+@on_engines
+def test_a_cited_answer_quotes_the_pack_and_a_bare_path_never_verifies(warm: Warm) -> None:
+    # Room for the sources (each a whole line of its file, by the grammar of longctx.citations.cite_schema)
+    # and the answer: measured 60-120 tokens of JSON on the 0.5B (benchmarks/citations_quality.py).
+    session = warm.session(max_tokens=192)
     (answer,) = session.ask_many(["Which port does the exposure server listen on?"], cite=True)
     session.close()
-    assert answer.citations is not None
+    assert answer.citations, answer.text
     documents = {path: (warm.repository / path).read_text() for path in document_order(warm.repository)}
+    assert any(citation.verified for citation in answer.citations), answer.text
     for citation in answer.citations:
-        if citation.quote is None:
-            assert not citation.verified and citation.reason == NO_QUOTE, citation
         if citation.verified:
             assert citation.quote is not None
             assert " ".join(citation.quote.split()) in " ".join(documents[citation.path].split())
-    spec = real_model_spec()
-    if isinstance(spec, RealModelSpec) and spec.cites:
-        # Measured: the 1.5B model quotes its sources; the 0.5B writes a bare "Sources:" list of paths.
-        assert any(citation.verified for citation in answer.citations), answer.text
+    # The prefix is the pack's, byte for byte: the cited question read it from the cache.
+    assert (answer.usage.cached_tokens or 0) > 0.9 * (warm.cold.usage.prompt_tokens or 1), answer.usage
+    # What the 0.5B wrote when asked in prose (a path alone) is never verified, on this pack.
+    (bare,) = read_citations("Port 8417.\n\nSources:\n- settings.py\n", documents)
+    assert not bare.verified and bare.reason == NO_QUOTE
 
 
 @on_engines

@@ -95,7 +95,7 @@ class SiblingBatches:
             for q in questions
         ]
         record = host._opened()
-        shaped = tuple(constrained(request, asked.schema, host.backend) for request in requests)
+        shaped = tuple(constrained(request, asked, host.backend) for request in requests)
         batch_id = uuid.uuid4().hex[:16]
         return siblings.SiblingBatch(shaped, tuple(questions), batch_id, record.id, asked)
 

@@ -153,14 +153,18 @@ def committed_records(
     completion = sent.completion
     grounding, schema = (asked.grounding, asked.schema) if asked is not None else (None, None)
     data = schema.validated(completion.text, completion.finish_reason) if schema is not None else None
-    citations = grounding.citations(completion.text) if grounding is not None else None
+    # A cited answer in its schema's JSON is kept as its answer and a Sources block; the history keeps
+    # what the model wrote, so the next turn's prompt holds the tokens the engine cached.
+    cited = grounding.read(completion.text) if grounding is not None else None
+    text = cited.text if cited is not None else completion.text
+    citations = cited.citations if cited is not None else None
     now = time.time()
     request = request_record(sent, session_id=session_id, batch_id=batch_id, purpose=purpose, ended_at=now)
     turn = TurnRecord(
         session_id=session_id,
         position=position,
         question=question,
-        answer=completion.text,
+        answer=text,
         history_answer=history_form(completion.text),
         reasoning=completion.reasoning,
         request_id=sent.request_id,
@@ -174,7 +178,7 @@ def committed_records(
     )
     answer = Answer(
         question=question,
-        text=completion.text,
+        text=text,
         reasoning=completion.reasoning,
         finish_reason=completion.finish_reason,
         usage=completion.usage,

@@ -3,7 +3,7 @@
 :class:`Asked` is what a question asks for beyond its text (its citations
 checked, its answer typed), :func:`grounding` the citation instruction and
 what the answer will be checked against, :func:`constrained` the body fields
-that hold an answer to its schema. :class:`RequestBuilder` makes a session's
+that hold an answer to its schema (a cited answer's too). :class:`RequestBuilder` makes a session's
 requests: the messages after a history, the request options, the pack's
 tokens as an offload bound, and the prompt as token ids where asked and exact
 (:mod:`longctx.sessions.prompt_ids`).
@@ -20,6 +20,7 @@ from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.citations import CITE_INSTRUCTION, Grounding
+from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
 from longctx.packing.image_parts import content_parts
 from longctx.schemas import AnswerSchema
@@ -60,15 +61,25 @@ def grounding(
     return Grounding(CITE_INSTRUCTION, (pack.prefix if pack is not None else "", *appended))
 
 
-def constrained(request: ChatRequest, schema: AnswerSchema | None, backend: Backend) -> ChatRequest:
-    """``request`` with the body fields that hold its answer to ``schema`` on the server it goes to.
+def constrained(request: ChatRequest, asked: Asked, backend: Backend) -> ChatRequest:
+    """``request`` with the body fields that hold its answer to ``asked``'s schema on the server it goes to.
 
-    The prompt is left as it is (the schema costs no cached token); the
+    The prompt is left as it is (a schema costs no cached token); the
     fields are the engine profile's (:meth:`AnswerSchema.request_fields`).
+    A cited question's answer is held to its grounding's schema (sources,
+    each a line of its document, then the answer: :func:`longctx.citations.cite_schema`)
+    where the server can constrain decoding; where it cannot, the question
+    goes without it and the answer is read as the model wrote it.
     """
-    if schema is None:
+    server = backend.server_for(request.affinity_key)
+    if asked.schema is not None:
+        return dataclasses.replace(request, constraint=asked.schema.request_fields(server))
+    if asked.grounding is None:
         return request
-    fields = schema.request_fields(backend.server_for(request.affinity_key))
+    try:
+        fields = AnswerSchema("cited_answer", asked.grounding.schema).request_fields(server)
+    except ConfigError:  # no schema form, or one turned off: the instruction alone asks for the sources
+        return request
     return dataclasses.replace(request, constraint=fields)
 
 

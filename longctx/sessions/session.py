@@ -356,7 +356,7 @@ class Session(Conversation):
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))
             asked = Asked(grounding(cite, self.pack, self._turns, changes), schema)
             request = self._requests.chat_request(question, self._turns, max_tokens, changes, asked.grounding)
-            request = yield Io(partial(constrained, request, schema, self.backend))
+            request = yield Io(partial(constrained, request, asked, self.backend))
             request = yield Io(partial(self._requests.as_ids, request, self._turns))
             # No wait for the last turn's check: a turn sent while it settles shares its window.
             opened = partial(

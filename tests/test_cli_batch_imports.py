@@ -19,9 +19,10 @@ import pytest
 from fake_engine import FakeEngine
 from fake_http import FakeHttpServer
 
-# What a batch never uses: the chat's loop, a streamed answer's printing, rich (a terminal's live
-# line only) and tornado (tenacity imports it where installed; the test extras install it).
-UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "rich", "tornado")
+# What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
+# (without --schema), rich (a terminal's live line only) and tornado (tenacity imports it where
+# installed; the test extras install it).
+UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "rich", "tornado")
 
 SCRIPT = """
 import json, sys
@@ -43,7 +44,7 @@ def served() -> Iterator[FakeHttpServer]:
     server.close()
 
 
-def test_batch_imports_no_chat_stream_rich_or_tornado_and_reads_no_ca_bundle(
+def test_batch_imports_nothing_it_does_not_use_and_reads_no_ca_bundle(
     served: FakeHttpServer, tmp_path: Path
 ) -> None:
     corpus = tmp_path / "corpus"

@@ -597,8 +597,8 @@ class _VerifiedOnFirstUse(ssl.SSLContext):
         self._alpn = list(alpn_protocols)
         super().set_alpn_protocols(self._alpn)
 
-    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:  # type: ignore[override]
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
         return self._verifying().wrap_socket(*args, **kwargs)
 
-    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:  # type: ignore[override]
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
         return self._verifying().wrap_bio(*args, **kwargs)

@@ -539,10 +539,10 @@ _SCHEMA_MULTI: Final = "longctx.schema_multi"  # the context's meta key: --schem
 
 def given_schema(text: str | None, multi: bool) -> AnswerSchema | None:
     """The schema ``--schema`` gave (None without); ``--schema-multi`` alone is refused."""
-    from longctx.schemas import schema_argument  # here: `longctx --help` loads no JSON
-
     if text is None:
         if multi:
             raise ConfigError("--schema-multi needs --schema FILE|SPEC")
         return None
+    from longctx.schemas import schema_argument  # here: only a command given --schema loads it
+
     return schema_argument(text, multi=multi)

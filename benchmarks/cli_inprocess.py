@@ -58,7 +58,8 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 QUESTIONS = [f"In one word: what does function number {number} of the file do?" for number in range(8)]
 ANSWER_TOKENS = 2
 GOAL_SECONDS = 0.3
-IMPORTED = "import longctx.cli.app, longctx.cli.questions, longctx.cli.waiting"
+# What `longctx batch` imports before it runs: its command looked up as the CLI looks it up.
+IMPORTED = "import longctx.cli.app as app; app.main.get_command(None, 'batch'); import longctx.cli.waiting"
 LAUNCH = "import sys; from longctx.cli import main; sys.exit(main())"
 IN_PROCESS = "api in process"
 
@@ -135,13 +136,14 @@ def rounds(
     return times
 
 
-def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[float, dict[str, float]]:
-    """Milliseconds of import of what ``longctx batch`` loads: the total, and self time by package.
+def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[float, int, dict[str, float]]:
+    """Milliseconds of import of what ``longctx batch`` loads: the total, the modules, self time by package.
 
     The median of ``runs`` runs each (after one that writes the bytecode).
     """
     totals: dict[str, list[float]] = collections.defaultdict(list)
     sums: list[float] = []
+    modules = 0
     for number in range(runs + 1):
         done = subprocess.run([sys.executable, "-X", "importtime", "-c", IMPORTED], capture_output=True,
                               text=True, check=True, env=_environment(bytecode, tree))  # fmt: skip
@@ -153,13 +155,14 @@ def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[fl
                 key = ".".join(parts[:2]) if parts[0] == "longctx" and len(parts) > 1 else parts[0]
                 by_package[key] += int(found.group(1))
         if number:
+            modules = done.stderr.count("import time:") - 1  # less the header line
             sums.append(sum(by_package.values()) / 1000)
             for key, value in by_package.items():
                 totals[key].append(value / 1000)
     medians = {
         key: statistics.median(values + [0.0] * (runs - len(values))) for key, values in totals.items()
     }
-    return statistics.median(sums), dict(sorted(medians.items(), key=lambda item: -item[1]))
+    return statistics.median(sums), modules, dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
 def _tree_at(ref: str, into: Path) -> Path:
@@ -191,9 +194,9 @@ def engine_rows(engine: str, times: dict[str, list[float]], version: str) -> tup
     return rows, verdicts
 
 
-def _profile_line(label: str, total: float, profile: dict[str, float]) -> str:
+def _profile_line(label: str, total: float, modules: int, profile: dict[str, float]) -> str:
     top = ", ".join(f"{name} {ms:.0f}" for name, ms in list(profile.items())[:14])
-    return f"- {label}: {total:.0f} ms in all; by package: {top}"
+    return f"- {label}: {modules} modules, {total:.0f} ms in all; by package: {top}"
 
 
 def _engine_version(engine: str, harness: EngineHarness | None) -> str:
@@ -303,8 +306,33 @@ def _section(  # noqa: PLR0917 - the parts of one section
             " by package, median of 5 runs):",
             "",
             *profiles,
+            "",
+            _FINDINGS,
         ]
     )
+
+
+_FINDINGS = """\
+Where the gap is. A trace of every HTTP request (httpx2's `send`, timed) finds the same requests from
+`longctx batch` as from `ask_many`, in the same order: `/v1/models`, `/version` and `/metrics` (the
+server's facts and the counters before), about a hundred `/tokenize` calls (the special-token
+spellings, then the pack's counts), `/workers` and `/metrics` (the counter window opens), the 8
+streamed chat requests, and one `/metrics` read once the last answer is in (the savings report's
+check against the server's counters, which stays). No probe, wait or store write is the CLI's own,
+and no time passes between the last answer and that read beyond the read itself. So the gap is the
+new process: the interpreter's start (the `python -c pass` row), the imports (above), and what a
+warm process holds already. Profiled (`cProfile`, a sampler of every thread) against the in-process
+API, the CLI's process also read the CA bundle for its HTTP clients although the server is plain
+HTTP, and compiled the alternation of the 331 special-token spellings to check the pack's paths.
+What changed (`cli at REF` is the command before): the shared TLS context reads the CA certificates
+at its first handshake (`longctx/backends/http.py`; HTTPS still verifies, `tests/test_tls_context.py`);
+a path is searched for the spellings only when it holds one of their first characters (`<`, `[`);
+the command's modules import the chat loop, the streamed printing and the typed answers' schemas
+only for the commands and flags that use them; tenacity's tornado support is kept out of the CLI's
+process (tenacity imports tornado wherever it is installed; the library leaves it alone).
+`tests/test_cli_batch_imports.py` runs a real `longctx batch` in a new process and holds it free of
+those modules and of the CA bundle. What is left is the API's own import graph (longctx's modules,
+httpx2, click, asyncio, tenacity), paid once by any new process and by no warm one."""
 
 
 if __name__ == "__main__":

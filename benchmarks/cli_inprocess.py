@@ -318,8 +318,8 @@ Where the gap is. A trace of every HTTP request (httpx2's `send`, timed) finds t
 server's facts and the counters before), about a hundred `/tokenize` calls (the special-token
 spellings, then the pack's counts), `/workers` and `/metrics` (the counter window opens), the 8
 streamed chat requests, and one `/metrics` read once the last answer is in (the savings report's
-check against the server's counters, which stays). No probe, wait or store write is the CLI's own,
-and no time passes between the last answer and that read beyond the read itself. So the gap is the
+check against the server's counters, which stays). No request is the CLI's own,
+and in the traces taken no time passed between the last answer and that read beyond the read itself. So the gap is the
 new process: the interpreter's start (the `python -c pass` row), the imports (above), and what a
 warm process holds already. Profiled (`cProfile`, a sampler of every thread) against the in-process
 API, the CLI's process also read the CA bundle for its HTTP clients although the server is plain

@@ -20,9 +20,9 @@ from fake_engine import FakeEngine
 from fake_http import FakeHttpServer
 
 # What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
-# (without --schema), rich (a terminal's live line only) and tornado (tenacity imports it where
-# installed; the test extras install it).
-UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "rich", "tornado")
+# (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
+# live line only) and tornado (tenacity imports it where installed; the test extras install it).
+UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "asyncio", "rich", "tornado")
 
 SCRIPT = """
 import json, sys

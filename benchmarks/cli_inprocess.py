@@ -128,11 +128,13 @@ def rounds(
                                       text=True, check=False)  # fmt: skip
                 seconds = time.perf_counter() - started
                 answers = 0 if name == "python -c pass" else len(QUESTIONS)
-                if done.returncode != 0 or done.stdout.count("## ") != answers:
+                # Each answer under its question (the tiny model's answer may hold "## " itself).
+                if done.returncode != 0 or done.stdout.count("## In one word:") != answers:
                     raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             if number:
                 times[name].append(seconds)
-        print(f"[{engine}] round {number} of {count} done", file=sys.stderr, flush=True)
+        last = ", ".join(f"{name} {values[-1]:.2f}" for name, values in times.items() if number)
+        print(f"[{engine}] round {number} of {count}: {last}", file=sys.stderr, flush=True)
     return times
 
 

@@ -113,6 +113,12 @@ def rounds(
     questions = work / "questions.txt"
     questions.write_text("\n".join(QUESTIONS) + "\n")
     commands = _commands(corpus, questions, api_base, baseline, bytecode)
+    if baseline is not None:  # the baseline's rows must run the baseline's code, not this checkout's
+        command, env = commands[f"cli at {baseline[0]}"]
+        where = subprocess.run([command[0], "-c", "import longctx; print(longctx.__file__)"], env=env,
+                               cwd=work, capture_output=True, text=True, check=True).stdout  # fmt: skip
+        if not where.startswith(str(baseline[1])):
+            raise RuntimeError(f"the baseline's rows would import {where.strip()}")
     names = [*commands, IN_PROCESS]
     times: dict[str, list[float]] = collections.defaultdict(list)
     for number in range(count + 1):  # the first round warms the server's cache and the imports, untimed
@@ -124,8 +130,10 @@ def rounds(
             else:
                 command, env = commands[name]
                 started = time.perf_counter()
+                # From the scratch folder: `python -c` puts the current folder first on sys.path, and
+                # the checkout's longctx/ there would shadow the baseline's PYTHONPATH.
                 done = subprocess.run(command, env={**env, "LONGCTX_HOME": str(home)}, capture_output=True,
-                                      text=True, check=False)  # fmt: skip
+                                      text=True, check=False, cwd=work)  # fmt: skip
                 seconds = time.perf_counter() - started
                 answers = 0 if name == "python -c pass" else len(QUESTIONS)
                 # Each answer under its question (the tiny model's answer may hold "## " itself).
@@ -147,8 +155,14 @@ def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[fl
     sums: list[float] = []
     modules = 0
     for number in range(runs + 1):
-        done = subprocess.run([sys.executable, "-X", "importtime", "-c", IMPORTED], capture_output=True,
-                              text=True, check=True, env=_environment(bytecode, tree))  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", IMPORTED],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=_environment(bytecode, tree),
+            cwd=tempfile.gettempdir(),
+        )  # fmt: skip (not the checkout: see rounds)
         by_package: collections.Counter[str] = collections.Counter()
         for line in done.stderr.splitlines():
             found = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
@@ -330,11 +344,13 @@ What changed (`cli at REF` is the command before): the shared TLS context reads 
 at its first handshake (`longctx/backends/http.py`; HTTPS still verifies, `tests/test_tls_context.py`);
 a path is searched for the spellings only when it holds one of their first characters (`<`, `[`);
 the command's modules import the chat loop, the streamed printing and the typed answers' schemas
-only for the commands and flags that use them; tenacity's tornado support is kept out of the CLI's
+only for the commands and flags that use them, and asyncio is imported by the async paths only (a
+batch's requests run in threads); tenacity's tornado support is kept out of the CLI's
 process (tenacity imports tornado wherever it is installed; the library leaves it alone).
 `tests/test_cli_batch_imports.py` runs a real `longctx batch` in a new process and holds it free of
 those modules and of the CA bundle. What is left is the API's own import graph (longctx's modules,
-httpx2, click, asyncio, tenacity), paid once by any new process and by no warm one."""
+httpx2 and the HTTP stack it loads at the first request, click, tenacity), paid once by any new
+process and by no warm one."""
 
 
 if __name__ == "__main__":

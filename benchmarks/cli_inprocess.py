@@ -39,6 +39,7 @@ import datetime
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,8 +65,9 @@ LAUNCH = "import sys; from longctx.cli import main; sys.exit(main())"
 IN_PROCESS = "api in process"
 
 
-def _in_process(corpus: Path, base_url: str, home: Path) -> float:
-    started = time.perf_counter()
+def _in_process(corpus: Path, base_url: str, home: Path) -> tuple[float, float]:
+    """Wall and CPU seconds (this process's, all its threads) of the batch through the API here."""
+    started, cpu = time.perf_counter(), time.process_time()
     request = RequestOptions(max_tokens=ANSWER_TOKENS)
     with (
         Store.open(home) as store,
@@ -75,7 +77,12 @@ def _in_process(corpus: Path, base_url: str, home: Path) -> float:
         with open(os.devnull, "w") as sink:
             for answer in result:
                 print(f"## {answer.question}\n\n{answer.text}\n", file=sink)
-    return time.perf_counter() - started
+    return time.perf_counter() - started, time.process_time() - cpu
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _environment(bytecode: bool, tree: Path | None = None) -> dict[str, str]:
@@ -106,7 +113,8 @@ def _commands(
 
 def rounds(
     engine: str, api_base: str, work: Path, count: int, *, baseline: tuple[str, Path] | None, bytecode: bool
-) -> dict[str, list[float]]:
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each row's wall seconds and its client's CPU seconds, round by round."""
     corpus = work / "corpus"
     corpus.mkdir(exist_ok=True)
     shutil.copy(STDLIB / "textwrap.py", corpus / "textwrap.py")
@@ -121,29 +129,33 @@ def rounds(
             raise RuntimeError(f"the baseline's rows would import {where.strip()}")
     names = [*commands, IN_PROCESS]
     times: dict[str, list[float]] = collections.defaultdict(list)
+    cpu: dict[str, list[float]] = collections.defaultdict(list)
     for number in range(count + 1):  # the first round warms the server's cache and the imports, untimed
         shift = number % len(names)  # rotated: no row always runs right after another
         for name in names[shift:] + names[:shift]:
             home = work / f"home-{engine}-{re.sub(r'[^a-z0-9]+', '-', name)}-{number}"
             if name == IN_PROCESS:
-                seconds = _in_process(corpus, api_base, home)
+                seconds, used = _in_process(corpus, api_base, home)
             else:
                 command, env = commands[name]
-                started = time.perf_counter()
+                started, before = time.perf_counter(), _children_cpu()
                 # From the scratch folder: `python -c` puts the current folder first on sys.path, and
                 # the checkout's longctx/ there would shadow the baseline's PYTHONPATH.
                 done = subprocess.run(command, env={**env, "LONGCTX_HOME": str(home)}, capture_output=True,
                                       text=True, check=False, cwd=work)  # fmt: skip
-                seconds = time.perf_counter() - started
+                seconds, used = time.perf_counter() - started, _children_cpu() - before
                 answers = 0 if name == "python -c pass" else len(QUESTIONS)
                 # Each answer under its question (the tiny model's answer may hold "## " itself).
                 if done.returncode != 0 or done.stdout.count("## In one word:") != answers:
                     raise RuntimeError(f"{name} failed ({done.returncode}):\n{done.stderr[-3000:]}")
             if number:
                 times[name].append(seconds)
-        last = ", ".join(f"{name} {values[-1]:.2f}" for name, values in times.items() if number)
+                cpu[name].append(used)
+        last = ", ".join(
+            f"{name} {values[-1]:.2f} ({cpu[name][-1]:.2f} CPU)" for name, values in times.items()
+        )
         print(f"[{engine}] round {number} of {count}: {last}", file=sys.stderr, flush=True)
-    return times
+    return times, cpu
 
 
 def import_profile(tree: Path | None, bytecode: bool, runs: int = 5) -> tuple[float, int, dict[str, float]]:
@@ -194,19 +206,33 @@ def _spread(values: list[float]) -> str:
     return f"{quartiles[0]:+.2f} to {quartiles[2]:+.2f}"
 
 
-def engine_rows(engine: str, times: dict[str, list[float]], version: str) -> tuple[list[str], list[str]]:
-    """The table rows of one engine, and its goal lines (paired differences to the in-process API)."""
-    base = times[IN_PROCESS]
+def _paired(values: list[float], reference: list[float]) -> list[float]:
+    return [value - other for value, other in zip(values, reference, strict=True)]
+
+
+def engine_rows(
+    engine: str, times: dict[str, list[float]], cpu: dict[str, list[float]], version: str
+) -> tuple[list[str], list[str]]:
+    """The table rows of one engine, and its goal lines (paired differences to the in-process API).
+
+    The client's CPU seconds (the process's, or this one's for the in-process row) are the
+    work each client did itself: the engine's time and the machine's load stay out of them.
+    """
     rows, verdicts = [], []
     for name, values in times.items():
-        gaps = [value - reference for value, reference in zip(values, base, strict=True)]
-        gap = "" if name == IN_PROCESS else f"{statistics.median(gaps):+.2f} s ({_spread(gaps)})"
-        rows.append(f"| {engine} {version} | {name} | {statistics.median(values):.2f} s | {gap} |")
+        gaps, cpu_gaps = _paired(values, times[IN_PROCESS]), _paired(cpu[name], cpu[IN_PROCESS])
+        gap = cpu_gap = ""
+        if name != IN_PROCESS:
+            gap = f"{statistics.median(gaps):+.2f} s ({_spread(gaps)})"
+            cpu_gap = f"{statistics.median(cpu_gaps):+.2f} s ({_spread(cpu_gaps)})"
+        rows.append(f"| {engine} {version} | {name} | {statistics.median(values):.2f} s | {gap} |"
+                    f" {statistics.median(cpu[name]):.2f} s | {cpu_gap} |")  # fmt: skip
         if name.startswith("cli"):
             median = statistics.median(gaps)
             verdict = "met" if median <= GOAL_SECONDS else "not met"
             verdicts.append(f"- {engine}: `{name}` {median:+.2f} s over the in-process API (median of"
-                            f" {len(gaps)} paired rounds; goal {GOAL_SECONDS} s: **{verdict}**)")  # fmt: skip
+                            f" {len(gaps)} paired rounds; goal {GOAL_SECONDS} s: **{verdict}**); its own"
+                            f" CPU {statistics.median(cpu_gaps):+.2f} s over the API's")  # fmt: skip
     return rows, verdicts
 
 
@@ -262,13 +288,15 @@ def main() -> None:
                 else:
                     api_base = given.get(engine) or harness.server(engine).api_base
                 with tempfile.TemporaryDirectory() as work:
-                    times = rounds(
+                    times, cpu = rounds(
                         engine, api_base, Path(work), options.rounds, baseline=baseline, bytecode=bytecode
                     )
                 if fake is not None:
                     fake.close()
                 loads.append(os.getloadavg()[0])
-                engine_table, engine_verdicts = engine_rows(engine, times, _engine_version(engine, harness))
+                engine_table, engine_verdicts = engine_rows(
+                    engine, times, cpu, _engine_version(engine, harness)
+                )
                 rows += engine_table
                 verdicts += engine_verdicts
                 print("\n".join(engine_table + engine_verdicts), file=sys.stderr, flush=True)
@@ -308,12 +336,17 @@ def _section(  # noqa: PLR0917 - the parts of one section
             " 2 answer tokens, a fresh store each run, rows taken in turn round after round (the order"
             " rotated each round) after an untimed round. The gap of a row is its time minus the in-process"
             " API's in the same round; the median of those paired gaps, and their quartiles, are given."
+            " Beside the wall time, each client's own CPU time (user and system, of the new process or of"
+            " this process's threads for the in-process row): the work the client did, which neither the"
+            " engine's time nor the machine's load enters, so it shows what a change saved where the wall"
+            " times of a loaded machine cannot."
             f" Goal: `longctx batch` within {GOAL_SECONDS} s of the in-process API. Run on {day}, {where},"
             f" shared with other sessions' work (1-minute load average at the start and after each engine:"
             f" {load}); new processes with {cache}; {options.rounds} rounds an engine.",
             "",
-            "| server | row | median wall | paired gap over the in-process API (quartiles) |",
-            "|---|---|---:|---|",
+            "| server | row | median wall | paired wall gap over the in-process API (quartiles) |"
+            " client CPU | paired CPU gap (quartiles) |",
+            "|---|---|---:|---|---:|---|",
             *rows,
             "",
             *verdicts,

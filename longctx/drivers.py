@@ -26,7 +26,6 @@ lines per mode.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
@@ -94,7 +93,13 @@ Plan = Generator[Step, Any, T]
 
 def sleep(seconds: float) -> Io[None]:
     """The step that waits ``seconds`` (a retry's back-off)."""
-    return Io(partial(time.sleep, seconds), partial(asyncio.sleep, seconds))
+    return Io(partial(time.sleep, seconds), partial(_async_sleep, seconds))
+
+
+async def _async_sleep(seconds: float) -> None:
+    import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
+
+    await asyncio.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,8 @@ class Gate:
         self._event.wait()
 
     async def opened(self) -> None:
+        import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
+
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -290,6 +297,8 @@ def _outcome(step: Step) -> Result[Any]:
 
 
 async def _aoutcome(step: Step) -> Result[Any]:
+    import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
+
     try:
         if isinstance(step, Fanout):
             return Result(value=await _afan_out(step))
@@ -321,6 +330,8 @@ def _fan_out(fanout: Fanout) -> list[Result[Any]]:
 async def _afan_out(fanout: Fanout) -> list[Result[Any]]:
     if not fanout.plans:
         return []
+    import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
+
     slots = asyncio.Semaphore(max(1, fanout.limit))
 
     async def member(index: int) -> Result[Any]:

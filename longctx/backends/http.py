@@ -26,8 +26,9 @@ import importlib
 import json
 import re
 import ssl
+import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -563,6 +564,41 @@ def tls_context() -> ssl.SSLContext:
     httpx2 builds one per client otherwise, reading the CA bundle each time
     (about 50 ms): six times for a backend over two replicas, on the way to
     the first request. Built as httpx2 builds its default (``SSL_CERT_FILE``
-    and ``SSL_CERT_DIR`` honoured); shared contexts are safe across threads.
+    and ``SSL_CERT_DIR`` honoured), at the first TLS handshake
+    (:class:`_VerifiedOnFirstUse`); shared contexts are safe across threads.
     """
-    return httpx2.create_ssl_context()
+    return _VerifiedOnFirstUse(ssl.PROTOCOL_TLS_CLIENT)
+
+
+class _VerifiedOnFirstUse(ssl.SSLContext):
+    """A TLS context that reads the CA certificates at its first handshake, not when a client is made.
+
+    Reading the bundle took 50-140 ms on the test machine, paid by every new process
+    (``longctx batch`` among them) before its first request even where the server
+    is plain HTTP, as every local engine is. The handshakes are made by the context
+    httpx2 would have built (:func:`httpx2.create_ssl_context`, verifying,
+    built once under a lock), which this one hands them to; the protocols
+    httpcore2 sets for ALPN go along.
+    """
+
+    _built: ssl.SSLContext | None = None
+    _alpn: list[str] | None = None
+    _lock = threading.Lock()
+
+    def _verifying(self) -> ssl.SSLContext:
+        with self._lock:
+            if self._built is None:
+                self._built = httpx2.create_ssl_context()
+            if self._alpn is not None:
+                self._built.set_alpn_protocols(self._alpn)
+            return self._built
+
+    def set_alpn_protocols(self, alpn_protocols: Iterable[str]) -> None:
+        self._alpn = list(alpn_protocols)
+        super().set_alpn_protocols(self._alpn)
+
+    def wrap_socket(self, *args: Any, **kwargs: Any) -> ssl.SSLSocket:
+        return self._verifying().wrap_socket(*args, **kwargs)
+
+    def wrap_bio(self, *args: Any, **kwargs: Any) -> ssl.SSLObject:
+        return self._verifying().wrap_bio(*args, **kwargs)

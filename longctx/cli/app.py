@@ -257,7 +257,8 @@ class App(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:
-            importlib.import_module(COMMAND_MODULES[cmd_name])
+            with _tornado_unseen():
+                importlib.import_module(COMMAND_MODULES[cmd_name])
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
@@ -269,6 +270,27 @@ class App(click.Group):
             # 130, the shell's code for SIGINT; 1 is reserved for other errors.
             click.echo("longctx: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _tornado_unseen() -> Iterator[None]:
+    """While a command's module is imported, ``import tornado`` fails (unless tornado is loaded already).
+
+    tenacity (the retry policy's library) imports tornado wherever it is
+    installed (a Jupyter install has it), for retrying tornado coroutines,
+    which longctx never does: 8 modules and 10-20 ms of every command's start.
+    Only the CLI's own process is spared them; the library, imported by
+    other programs, leaves tenacity as it finds it.
+    """
+    if "tornado" in sys.modules or "tenacity" in sys.modules:
+        yield
+        return
+    sys.modules["tornado"] = None  # type: ignore[assignment] # Python's mark for "cannot be imported"
+    try:
+        yield
+    finally:
+        if sys.modules.get("tornado", 0) is None:
+            del sys.modules["tornado"]
 
 
 class Runtime:
@@ -517,10 +539,10 @@ _SCHEMA_MULTI: Final = "longctx.schema_multi"  # the context's meta key: --schem
 
 def given_schema(text: str | None, multi: bool) -> AnswerSchema | None:
     """The schema ``--schema`` gave (None without); ``--schema-multi`` alone is refused."""
-    from longctx.schemas import schema_argument  # here: `longctx --help` loads no JSON
-
     if text is None:
         if multi:
             raise ConfigError("--schema-multi needs --schema FILE|SPEC")
         return None
+    from longctx.schemas import schema_argument  # here: only a command given --schema loads it
+
     return schema_argument(text, multi=multi)

@@ -26,9 +26,7 @@ from longctx.cli.app import (
     schema_options,
     server_options,
 )
-from longctx.cli.chat import ChatOutput, converse, say_stored
 from longctx.cli.flags import flags_of
-from longctx.cli.streaming import Printing, print_answer
 from longctx.cli.terminal import shown
 from longctx.errors import BackendError, ConfigError
 from longctx.options import CorpusOptions, RequestOptions, ServerOptions
@@ -370,6 +368,11 @@ def ask(
     The session is stored: continue it with `longctx chat --session ID`
     (a --shard session: in Python, `ShardedSession.resume`).
     """
+    # Here, not at the top: `batch` prints no stream and holds no chat (measured in docs/benchmarks.md,
+    # `cli-inprocess`: each new process pays for what its command's module imports).
+    from longctx.cli.chat import say_stored
+    from longctx.cli.streaming import Printing, print_answer
+
     paths, question = _split_question(arguments, question_option)
     cite = cite or require_citations
     # Refused here, as the library refuses them at the call: before the store, the pack or the server.
@@ -640,6 +643,8 @@ def chat(
     options say where it is served, and PATHS, the pack options and another
     --cache-salt are refused.
     """
+    from longctx.cli.chat import ChatOutput, converse  # only the chat's (see `ask`)
+
     with runtime().open_store() as store:
         if session_id:
             session: Session = _resume(session_id, server, store)

@@ -12,7 +12,6 @@ from typing import Any
 
 from longctx.citations import Citation
 from longctx.report import SavingsReport
-from longctx.schemas import json_value
 from longctx.sessions.changes import Changes
 from longctx.usage import Usage
 
@@ -90,6 +89,8 @@ class Answer:
         if self.citations is not None:
             data["citations"] = [citation.to_dict() for citation in self.citations]
         if self.schema is not None:
+            from longctx.schemas import json_value  # only a typed answer's: a new process loads it then
+
             data["data"] = json_value(self.data)
             data["schema"] = dict(self.schema)
         if self.shard_answers:

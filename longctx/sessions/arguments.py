@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
-from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema
 from longctx.sessions.answers import Answer
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema, SchemaSpec
+
 
 __all__ = [
     "AskCall",
@@ -90,6 +93,8 @@ def asked_how(options: Mapping[str, Any]) -> tuple[bool, AnswerSchema | None]:
         return cite, None
     if cite:
         raise ConfigError("cite and schema cannot be asked together: a cited answer ends in prose sources")
+    from longctx.schemas import answer_schema  # only a typed question's: a new process loads it then
+
     return cite, answer_schema(spec)
 
 

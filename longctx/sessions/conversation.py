@@ -10,7 +10,6 @@ drivers over each kind's plans (:mod:`longctx.drivers`).
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Self, Unpack
@@ -102,6 +101,8 @@ class Conversation(ABC):
         waits for first (a warm start, counter checks) is waited for in a
         thread, not on the loop.
         """
+        import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
+
         await asyncio.to_thread(self._finish)
         await self._resources.aclose()
 

@@ -10,16 +10,19 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longctx.backends.base import Sent
 from longctx.citations import Citation, CitedAnswer, file_link
-from longctx.schemas import AnswerSchema
 from longctx.sessions.answers import Answer, history_form
 from longctx.sessions.changes import Changes
 from longctx.sessions.requests import Asked
 from longctx.store import RequestRecord, Store, TurnRecord
 from longctx.usage import Usage
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
+
 
 __all__ = [
     "Committed",
@@ -104,6 +107,8 @@ def stored_data(turn: TurnRecord, schema: AnswerSchema | None = None) -> Any:
     """
     if turn.schema is None:
         return None
+    from longctx.schemas import AnswerSchema  # only a typed answer's: a new process loads it then
+
     asked = AnswerSchema.from_dict(turn.schema)
     same = schema is not None and schema.digest == asked.digest
     return (schema if same and schema is not None else asked).validated(turn.answer, None)

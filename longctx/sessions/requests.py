@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
@@ -23,10 +23,13 @@ from longctx.citations import CITE_INSTRUCTION, Grounding
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
 from longctx.packing.image_parts import content_parts
-from longctx.schemas import AnswerSchema
 from longctx.sessions.changes import Changes
 from longctx.sessions.prompt_ids import PromptIds
 from longctx.store import Store, StoredPack, TurnRecord
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
+
 
 __all__ = [
     "Asked",

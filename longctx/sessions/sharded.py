@@ -21,14 +21,13 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, Self, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, Self, TypeVar, Unpack
 
 from longctx.drivers import Fanout, Io, Plan, Result
 from longctx.errors import ConfigError
 from longctx.options.groups import DEFAULT_CONCURRENCY, CorpusOptions, RequestOptions
 from longctx.packing import Pack, ShardedPack
 from longctx.report import Prices, SavingsReport, build_report
-from longctx.schemas import AnswerSchema
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.arguments import AskManyCall, AskManyOptions, AskOptions, checked_ask, checked_ask_many
 from longctx.sessions.conversation import Conversation
@@ -45,6 +44,10 @@ from longctx.sessions.session import Session, served_settings
 from longctx.sources.corpus import check_sources, load_corpus
 from longctx.store import SessionRecord
 from longctx.verification.counters import stored_check
+
+if TYPE_CHECKING:
+    from longctx.schemas import AnswerSchema
+
 
 __all__ = ["KIND", "REDUCE_SYSTEM", "ShardedSession"]
 

@@ -19,7 +19,7 @@ the same. :attr:`AnswerStream.text` keeps what arrived, for the caller to show.
 
 from __future__ import annotations
 
-import asyncio
+import sys
 from collections.abc import AsyncGenerator, Generator
 from types import TracebackType
 from typing import Self
@@ -59,7 +59,10 @@ class _Course:
 
     def failed(self, error: BaseException) -> None:
         if not self.over:
-            interrupted = isinstance(error, (KeyboardInterrupt, GeneratorExit, asyncio.CancelledError))
+            # asyncio's cancellation only where asyncio is loaded: a sync stream's process never imports it.
+            asyncio = sys.modules.get("asyncio")
+            cancelled = asyncio is not None and isinstance(error, asyncio.CancelledError)
+            interrupted = cancelled or isinstance(error, (KeyboardInterrupt, GeneratorExit))
             self.stopped = "it was interrupted" if interrupted else f"its request failed ({error})"
 
     def closed(self) -> None:

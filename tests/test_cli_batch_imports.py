@@ -1,0 +1,65 @@
+"""``longctx batch`` as a new process loads only what a batch uses.
+
+Each new process pays for every module its command imports and for the CA
+bundle its HTTP clients read: the gap to the API called in a warm process
+(docs/benchmarks.md, ``cli-inprocess``). A real ``longctx batch`` against
+the fake engine over HTTP, in a subprocess, then the modules it loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fake_engine import FakeEngine
+from fake_http import FakeHttpServer
+
+# What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
+# (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
+# live line only) and tornado (tenacity imports it where installed; the test extras install it).
+UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "asyncio", "rich", "tornado")
+
+SCRIPT = """
+import json, sys
+from longctx.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit as stop:
+    code = stop.code
+from longctx.backends.http import tls_context
+print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules),
+                  "ca_read": tls_context()._built is not None}))
+"""
+
+
+@pytest.fixture
+def served() -> Iterator[FakeHttpServer]:
+    server = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="fine"))
+    yield server
+    server.close()
+
+
+def test_batch_imports_nothing_it_does_not_use_and_reads_no_ca_bundle(
+    served: FakeHttpServer, tmp_path: Path
+) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.py").write_text("def first():\n    return 1\n")
+    questions = tmp_path / "questions.txt"
+    questions.write_text("What does first return?\nWhat is the file?\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+    env["LONGCTX_HOME"] = str(tmp_path / "home")
+    args = ["batch", str(corpus), "--questions", str(questions), "--base-url", served.base_url]
+    done = subprocess.run([sys.executable, "-c", SCRIPT % (UNUSED,), *args], env=env, capture_output=True,
+                          text=True, check=False, timeout=120)  # fmt: skip
+    last = json.loads(done.stdout.strip().splitlines()[-1])
+    assert last["code"] in (0, None), done.stderr
+    assert done.stdout.count("## ") == 2  # both answers printed: the command ran through
+    assert "requests" in done.stderr  # the savings summary
+    assert last["loaded"] == [], f"batch imported what it does not use: {last['loaded']}"
+    assert last["ca_read"] is False  # a plain-HTTP server: no CA bundle read

@@ -8,7 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
+import pytest
+
 from longctx.testing import LocalServer
+from longctx.testing import harness as harness_module
 from longctx.testing.harness import EngineHarness
 
 
@@ -91,12 +94,32 @@ def test_an_unbounded_extra_never_waits_for_a_slot(tmp_path: Path) -> None:
 
 
 def test_closing_the_harness_ends_a_boot_still_waiting_for_a_slot(tmp_path: Path) -> None:
+    before = set(threading.enumerate())  # the test session's own harness has threads of that name too
     harness = EngineHarness(tmp_path, bounded_extras=1)
     started: list[str] = []
     harness.prepare_extra("first", _starter(started, "first"), bounded=True)
     harness.prepare_extra("second", _starter(started, "second"), bounded=True)
     assert _wait_for(lambda: started == ["first"])
     harness.close()
-    waiting = [thread for thread in threading.enumerate() if thread.name.startswith("longctx-harness")]
+    waiting = [
+        thread for thread in set(threading.enumerate()) - before if thread.name.startswith("longctx-harness")
+    ]
     assert _wait_for(lambda: not any(thread.is_alive() for thread in waiting)), "a boot thread still waits"
     assert started == ["first"]
+
+
+def test_a_bounded_extra_waits_for_the_memory_it_needs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    available = [2.0]
+    monkeypatch.setattr(harness_module, "_available_gib", lambda: available[0])
+    harness = EngineHarness(tmp_path, bounded_extras=3)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("real", _starter(started, "real"), bounded=True, memory_gib=7.0)
+        time.sleep(1.0)
+        assert started == [], "it booted with 2 GiB available where it needs 7"
+        available[0] = 9.0  # a stopped server gave its memory back
+        assert _wait_for(lambda: started == ["real"])
+    finally:
+        harness.close()

@@ -49,7 +49,7 @@ class EngineHarness:
         base_dir: Path,
         *,
         on_progress: Callable[[str], None] | None = None,
-        bounded_extras: int = 2,
+        bounded_extras: int = 3,
     ) -> None:
         self.base_dir = base_dir
         self._on_progress = on_progress
@@ -68,6 +68,7 @@ class EngineHarness:
         self._slots = threading.BoundedSemaphore(bounded_extras)
         self._bounded: dict[str, threading.Event] = {}  # by name: set once a caller waits for it
         self._holding: set[str] = set()
+        self._memory: dict[str, float] = {}  # by name: GiB a bounded extra waits to find available
         self._closing = threading.Event()
         self.timings: dict[str, str] = {}
 
@@ -123,20 +124,27 @@ class EngineHarness:
         return [f.result() for f in futures if f.done() and f.exception() is None]
 
     def prepare_extra(
-        self, name: str, start: Callable[[EngineHarness], LocalServer], *, bounded: bool = False
+        self,
+        name: str,
+        start: Callable[[EngineHarness], LocalServer],
+        *,
+        bounded: bool = False,
+        memory_gib: float = 0.0,
     ) -> None:
         """Start booting the extra server ``name`` with ``start(self)`` in the background (idempotent).
 
         The boot waits its turn behind the shared servers' (one worker per
         engine): on a small machine they come first, extras are booted while
         the tests run. A ``bounded`` extra also waits for one of the
-        ``bounded_extras`` slots (freed by :meth:`stop_extra`), unless a caller
-        of :meth:`extra_server` is already waiting for it.
+        ``bounded_extras`` slots (freed by :meth:`stop_extra`) and, then, for
+        ``memory_gib`` of memory available (Linux's MemAvailable), unless a
+        caller of :meth:`extra_server` is already waiting for it.
         """
         with self._lock:
             if name not in self._extras:
                 if bounded:
                     self._bounded[name] = threading.Event()
+                    self._memory[name] = memory_gib
                 self._extras[name] = self._executor.submit(self._boot_extra, name, start)
 
     def extra_server(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
@@ -182,6 +190,15 @@ class EngineHarness:
             else:
                 with self._lock:
                     self._holding.add(name)
+            # A booting server has not taken its memory yet: one that waits for room counts the
+            # servers already up, not those starting beside it (the slots bound those).
+            while _available_gib() < self._memory.get(name, 0.0):
+                if self._closing.is_set():
+                    self._free_slot(name)
+                    raise HarnessError(f"the harness closed before the extra server {name} could start")
+                if demanded.is_set():
+                    break
+                time.sleep(0.5)
         if self._on_progress:
             self._on_progress(f"starting the extra server {name}")
         try:
@@ -218,6 +235,18 @@ class EngineHarness:
     def _check_engine(engine: str) -> None:
         if engine not in ENGINES:
             raise HarnessError(f"unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+
+
+def _available_gib() -> float:
+    """The memory Linux says is available (MemAvailable), in GiB; infinite where it cannot be read."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / (1 << 20)
+    except OSError:
+        pass
+    return float("inf")
 
 
 def _took(started: float) -> str:

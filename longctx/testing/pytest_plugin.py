@@ -104,6 +104,9 @@ _STOPPED_EXTRAS: dict[str, tuple[str, Callable[[EngineHarness], LocalServer]]] =
     "sglang_vision_server": (VISION_SERVERS["sglang"], _vision_starter("sglang")),
     "vllm_vision_server": (VISION_SERVERS["vllm"], _vision_starter("vllm")),
 }
+# Memory an extra's boot waits to find available (GiB): the real model's servers held 5.8-6.7 GB
+# (float32 weights, KV cache, the engine's processes), the tiny model's 2-3.5 GB (2026-12-06).
+_MEMORY_GIB = {"real_vllm_server": 7.0, "real_sglang_server": 6.5}
 # Fixtures whose servers are the harness's extras: booted after the shared ones.
 _EXTRA_FIXTURES = (*_STOPPED_EXTRAS, "vllm_fleet")
 
@@ -224,7 +227,9 @@ class _EngineGuard:
         # Queued behind the shared servers' boots (submitted after them), in the order of their tests.
         for fixture, (name, start) in _STOPPED_EXTRAS.items():
             if fixture in wanted:
-                self.harness.prepare_extra(name, start, bounded=True)
+                self.harness.prepare_extra(
+                    name, start, bounded=True, memory_gib=_MEMORY_GIB.get(fixture, 3.0)
+                )
         if "vllm_fleet" in wanted:
             prepare_replicas(self.harness)
 

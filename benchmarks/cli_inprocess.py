@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import json
 import os
 import platform
 import re
@@ -47,6 +48,7 @@ import sys
 import sysconfig
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from longctx import RepoSession, RequestOptions
@@ -241,6 +243,18 @@ def _profile_line(label: str, total: float, modules: int, profile: dict[str, flo
     return f"- {label}: {modules} modules, {total:.0f} ms in all; by package: {top}"
 
 
+def _served_version(api_base: str) -> str:
+    """A given server's own version (vLLM's ``/version``; SGLang's ``/get_server_info``), or ""."""
+    root = api_base.removesuffix("/").removesuffix("/v1")
+    for path, key in (("/version", "version"), ("/get_server_info", "version")):
+        try:
+            with urllib.request.urlopen(root + path, timeout=10) as response:
+                return str(json.load(response).get(key, ""))
+        except (OSError, ValueError):
+            continue
+    return ""
+
+
 def _engine_version(engine: str, harness: EngineHarness | None) -> str:
     if engine == "fake" or harness is None:
         return ""
@@ -294,9 +308,9 @@ def main() -> None:
                 if fake is not None:
                     fake.close()
                 loads.append(os.getloadavg()[0])
-                engine_table, engine_verdicts = engine_rows(
-                    engine, times, cpu, _engine_version(engine, harness)
-                )
+                # A given server's version from the server: its environment may be on no disk here.
+                version = _served_version(api_base) if engine in given else _engine_version(engine, harness)
+                engine_table, engine_verdicts = engine_rows(engine, times, cpu, version)
                 rows += engine_table
                 verdicts += engine_verdicts
                 print("\n".join(engine_table + engine_verdicts), file=sys.stderr, flush=True)

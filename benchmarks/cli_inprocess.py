@@ -104,7 +104,11 @@ def _commands(
     args = ["batch", str(corpus), "--questions", str(questions), "--base-url", api_base]
     args += ["--max-tokens", str(ANSWER_TOKENS)]
     api = [python, str(HERE / "batch_one.py"), str(corpus), str(questions), api_base, str(ANSWER_TOKENS)]
-    rows = {"cli": ([str(Path(python).with_name("longctx")), *args], _environment(bytecode))}
+    # The console script beside this interpreter (a virtual environment's), else the one on PATH (an
+    # install with --target, as on the GPU machine).
+    script = Path(python).with_name("longctx")
+    console = str(script) if script.exists() else (shutil.which("longctx") or str(script))
+    rows = {"cli": ([console, *args], _environment(bytecode))}
     if baseline is not None:
         ref, tree = baseline
         rows[f"cli at {ref}"] = ([python, "-c", LAUNCH, *args], _environment(bytecode, tree))

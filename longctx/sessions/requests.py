@@ -79,6 +79,8 @@ def constrained(request: ChatRequest, asked: Asked, backend: Backend) -> ChatReq
         return dataclasses.replace(request, constraint=asked.schema.request_fields(server))
     if asked.grounding is None:
         return request
+    from longctx.schemas import AnswerSchema  # a cited question's only: a plain batch never loads it
+
     try:
         fields = AnswerSchema("cited_answer", asked.grounding.schema).request_fields(server)
     except ConfigError:  # no schema form, or one turned off: the instruction alone asks for the sources

@@ -112,22 +112,14 @@ def _source_schema(paths: list[str]) -> dict[str, Any]:
 
 
 def _line_item(documents: Mapping[str, str]) -> dict[str, Any]:
-    """A source whose quote is one of its document's lines (stripped, not blank), by the grammar."""
-    return {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {
-                    "path": {"const": path},
-                    "quote": {"enum": sorted({line.strip() for line in text.splitlines() if line.strip()})},
-                },
-                "required": ["path", "quote"],
-                "additionalProperties": False,
-            }
-            for path, text in documents.items()
-            if text.strip()
-        ]
-    }
+    """A source whose quote is one of its document's lines (stripped, not blank), by the grammar.
+
+    The item of :func:`longctx.citations.cite_schema`, so the variants measure what ``cite=True`` sends.
+    """
+    from longctx.citations import cite_schema
+
+    item: dict[str, Any] = cite_schema(documents)["properties"]["sources"]["items"]
+    return item
 
 
 def _json_schema(

@@ -343,20 +343,10 @@ def main() -> int:
         return 0
     args.fillers = [int(n) for n in args.fillers.split(",")]
     args.layouts = args.layouts.split(",")
-    harness = None
-    base_url = args.base_url
-    if base_url is None:
-        from longctx.testing import EngineHarness, harness_dir
-        from longctx.testing.real_model import start_real_server
+    from bench import real_model_server
 
-        harness = EngineHarness(harness_dir(Path(__file__).resolve().parent.parent))
-        server = harness.extra_server(f"{args.engine}-real", lambda h: start_real_server(h, args.engine))
-        base_url = server.api_base
-    try:
+    with real_model_server(args.base_url, args.engine) as base_url:
         result = measure(args, base_url)
-    finally:
-        if harness is not None:
-            harness.close()
     text = json.dumps(result, indent=2)
     if args.json:
         args.json.write_text(text + "\n")

@@ -10,6 +10,7 @@ in by hand: they come from the run that wrote them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -22,7 +23,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,24 @@ def write_section(name: str, body: str) -> None:
     )
     DOCS.parent.mkdir(parents=True, exist_ok=True)
     DOCS.write_text(text, encoding="utf-8")
+
+
+@contextlib.contextmanager
+def real_model_server(base_url: str | None, engine: str) -> Iterator[str]:
+    """``base_url``, or the harness's real-model server of ``engine`` (started here, stopped after)."""
+    if base_url is not None:
+        yield base_url
+        return
+    from longctx.testing import EngineHarness
+    from longctx.testing import harness_dir as harness_folder
+    from longctx.testing.real_model import start_real_server
+
+    harness = EngineHarness(harness_folder(Path(__file__).resolve().parent.parent))
+    try:
+        server = harness.extra_server(f"{engine}-real", lambda h: start_real_server(h, engine))
+        yield server.api_base
+    finally:
+        harness.close()
 
 
 def machine() -> str:

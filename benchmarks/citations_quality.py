@@ -418,20 +418,10 @@ def main() -> int:
         print(text)
         return 0
     args.variants = args.variants.split(",")
-    harness = None
-    base_url = args.base_url
-    if base_url is None:
-        from longctx.testing import EngineHarness, harness_dir
-        from longctx.testing.real_model import start_real_server
+    from bench import real_model_server
 
-        harness = EngineHarness(harness_dir(Path(__file__).resolve().parent.parent))
-        server = harness.extra_server(f"{args.engine}-real", lambda h: start_real_server(h, args.engine))
-        base_url = server.api_base
-    try:
+    with real_model_server(args.base_url, args.engine) as base_url:
         result = measure(args, base_url)
-    finally:
-        if harness is not None:
-            harness.close()
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     return 0
 

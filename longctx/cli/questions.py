@@ -378,7 +378,8 @@ def ask(
     # Refused here, as the library refuses them at the call: before the store, the pack or the server.
     checked_ask(request, question, {"cite": cite, "schema": schema})
     given = _Questions(paths, shard, as_json, quiet, server, corpus, request)
-    # A cited answer streams as its schema's JSON (sources first): printed whole, once read as text.
+    # A cited answer streams as its schema's JSON (the answer, then its sources): printed whole, once read
+    # as text.
     printing = Printing.for_terminal(stream=stream and not cite, as_json=as_json, quiet=quiet)
     with given.opened(progress_until_open=True) as opened, opened.session as session:
         try:

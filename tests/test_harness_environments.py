@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,15 @@ from longctx.testing.environments import (
     MARKER_NAME,
     EngineEnvironment,
     EnvironmentSpec,
+    _patch_torchvision_fake_registrations,
     ensure_environment,
     environment_is_complete,
 )
 from longctx.testing.errors import EnvironmentBuildError
+from longctx.testing.installer import installer_environment
 
 # A real environment with no packages: the rules do not depend on its size.
-SMALL = EnvironmentSpec(name="small", steps=(("{python}", "-c", "print('step ran')"),), with_pip=False)
+SMALL = EnvironmentSpec(name="small", steps=(("{python}", "-c", "print('step ran')"),))
 
 
 def test_builds_a_complete_environment_with_a_marker(tmp_path: Path) -> None:
@@ -59,7 +62,7 @@ def test_an_environment_whose_interpreter_is_gone_is_rebuilt(tmp_path: Path) -> 
 
 def test_a_changed_spec_rebuilds(tmp_path: Path) -> None:
     env = ensure_environment(SMALL, tmp_path)
-    changed = EnvironmentSpec(name="small", steps=SMALL.steps, revision=2, with_pip=False)
+    changed = EnvironmentSpec(name="small", steps=SMALL.steps, revision=2)
     assert not environment_is_complete(env.root, changed)
     ensure_environment(changed, tmp_path)
     assert environment_is_complete(env.root, changed)
@@ -71,7 +74,6 @@ def test_a_failing_step_raises_with_the_log_tail_and_leaves_no_marker(tmp_path: 
         steps=(
             ("{python}", "-c", "import sys; print('no matching distribution for vllm-gpu'); sys.exit(3)"),
         ),
-        with_pip=False,
     )
     with pytest.raises(EnvironmentBuildError) as raised:
         ensure_environment(failing, tmp_path)
@@ -81,9 +83,7 @@ def test_a_failing_step_raises_with_the_log_tail_and_leaves_no_marker(tmp_path: 
 
 
 def test_a_failing_check_raises(tmp_path: Path) -> None:
-    spec = EnvironmentSpec(
-        name="nocheck", steps=(), check=("{python}", "-c", "import vllm_not_installed"), with_pip=False
-    )
+    spec = EnvironmentSpec(name="nocheck", steps=(), check=("{python}", "-c", "import vllm_not_installed"))
     with pytest.raises(EnvironmentBuildError) as raised:
         ensure_environment(spec, tmp_path)
     assert "check failed" in str(raised.value)
@@ -97,7 +97,6 @@ def test_the_check_runs_at_the_build_and_not_at_each_reuse(tmp_path: Path) -> No
         name="counted",
         steps=(),
         check=("{python}", "-c", f"open({str(runs)!r}, 'a').write('ran\\n')"),
-        with_pip=False,
     )
     env = ensure_environment(spec, tmp_path)
     assert ensure_environment(spec, tmp_path) == env
@@ -113,3 +112,43 @@ def test_engine_specs_name_the_pinned_versions() -> None:
     # The stand-ins are part of the SGLang spec's identity: editing them rebuilds.
     assert ENGINE_SPECS["sglang"].digest_extra
     assert isinstance(EngineEnvironment("x", Path("/nowhere")).python, Path)
+
+
+def test_uv_gets_the_sources_pip_is_configured_with_and_never_a_missing_folder(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    base = {
+        "PATH": os.environ["PATH"],
+        "PIP_CONFIG_FILE": os.devnull,  # this machine's own pip.conf left out
+        "PIP_FIND_LINKS": f"{wheels} {tmp_path / 'no-such-folder'}",
+        "PIP_EXTRA_INDEX_URL": f"https://mirror.example/simple file://{tmp_path / 'no-such-index'}",
+    }
+    environment = installer_environment(tmp_path / "cache", base)
+    assert environment["UV_CACHE_DIR"] == str(tmp_path / "cache")
+    assert environment["UV_FIND_LINKS"] == str(wheels)
+    assert environment["UV_EXTRA_INDEX_URL"] == "https://mirror.example/simple"
+    assert "UV_INDEX_URL" not in environment
+    # A uv variable set by the user wins over pip's.
+    chosen = installer_environment(
+        tmp_path / "cache", {**base, "UV_FIND_LINKS": "/mine", "UV_CACHE_DIR": "/c"}
+    )
+    assert (chosen["UV_FIND_LINKS"], chosen["UV_CACHE_DIR"]) == ("/mine", "/c")
+
+
+def test_the_torchvision_fix_replaces_its_file_and_leaves_the_linked_cache_copy_alone(tmp_path: Path) -> None:
+    env = EngineEnvironment("vision", tmp_path / "env")
+    target = env.site_packages / "torchvision" / "_meta_registrations.py"
+    target.parent.mkdir(parents=True)
+    cached = tmp_path / "uv-cache" / "_meta_registrations.py"
+    cached.parent.mkdir()
+    original = (
+        "import torch\nimport torchvision.extension  # noqa: F401\n\n"
+        '@torch.library.register_fake("torchvision::nms")\ndef nms(): ...\n\n'
+        '@torch.library.register_fake("torchvision::qnms")\ndef qnms(): ...\n'
+    )
+    cached.write_text(original)
+    os.link(cached, target)  # as uv installs it from its cache
+    _patch_torchvision_fake_registrations(env)
+    assert "_longctx_register_fake_if_op_exists" in target.read_text()
+    assert cached.read_text() == original
+    assert target.stat().st_ino != cached.stat().st_ino

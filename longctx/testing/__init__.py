@@ -20,7 +20,8 @@ torchvision import beside a CPU torch. They exist only to run SGLang's CPU
 engine on a Llama model in tests.
 
 Modules: :mod:`~longctx.testing.harness` (``EngineHarness``),
-:mod:`~longctx.testing.environments` (the engines' virtual environments),
+:mod:`~longctx.testing.environments` (the engines' virtual environments, installed by
+:mod:`~longctx.testing.installer`: uv, from pip's configured sources),
 :mod:`~longctx.testing.model` and ``_model_builder`` (the tiny model),
 :mod:`~longctx.testing.servers` (a server process), :mod:`~longctx.testing.fleet`
 (replicas behind a real router), :mod:`~longctx.testing.vision` (each engine

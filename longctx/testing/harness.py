@@ -69,7 +69,15 @@ class EngineHarness:
         self._bounded: dict[str, threading.Event] = {}  # by name: set once a caller waits for it
         self._holding: set[str] = set()
         self._memory: dict[str, float] = {}  # by name: GiB a bounded extra waits to find available
+        # Bounded extras in the order they were prepared (their tests' order), and those whose boot
+        # has begun: each waits for the ones before it, so a later one never takes the memory an
+        # earlier one waits for (a fresh clone's run booted SGLang without cache reporting, needed
+        # later, while the real model's SGLang waited for room, and its first test waited 95 s).
+        self._order: list[str] = []
+        self._begun: set[str] = set()
+        self._turn = threading.Condition()
         self._closing = threading.Event()
+        self._created = time.monotonic()
         self.timings: dict[str, str] = {}
 
     def prepare(self, engine: str) -> None:
@@ -98,7 +106,8 @@ class EngineHarness:
                 env = ensure_environment(ENGINE_SPECS[engine], self.base_dir, on_progress=self._on_progress)
                 took = time.monotonic() - started
                 built = (env.root / MARKER_NAME).stat().st_mtime >= wall
-                self.timings[f"{engine} environment"] = f"built in {took:.0f} s" if built else "reused"
+                ready = f" (ready at {time.monotonic() - self._created:.0f} s)"
+                self.timings[f"{engine} environment"] = f"built in {took:.0f} s{ready}" if built else "reused"
                 self._environments[engine] = env
             return self._environments[engine]
 
@@ -145,6 +154,7 @@ class EngineHarness:
                 if bounded:
                     self._bounded[name] = threading.Event()
                     self._memory[name] = memory_gib
+                    self._order.append(name)
                 self._extras[name] = self._executor.submit(self._boot_extra, name, start)
 
     def extra_server(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
@@ -182,23 +192,12 @@ class EngineHarness:
     def _boot_extra(self, name: str, start: Callable[[EngineHarness], LocalServer]) -> LocalServer:
         demanded = self._bounded.get(name)
         if demanded is not None:
-            while not self._slots.acquire(timeout=0.5):
-                if self._closing.is_set():
-                    raise HarnessError(f"the harness closed before the extra server {name} could start")
-                if demanded.is_set():
-                    break
-            else:
-                with self._lock:
-                    self._holding.add(name)
-            # A booting server has not taken its memory yet: one that waits for room counts the
-            # servers already up, not those starting beside it (the slots bound those).
-            while _available_gib() < self._memory.get(name, 0.0):
-                if self._closing.is_set():
-                    self._free_slot(name)
-                    raise HarnessError(f"the harness closed before the extra server {name} could start")
-                if demanded.is_set():
-                    break
-                time.sleep(0.5)
+            try:
+                self._wait_for_room(name, demanded)
+            finally:
+                with self._turn:
+                    self._begun.add(name)
+                    self._turn.notify_all()
         if self._on_progress:
             self._on_progress(f"starting the extra server {name}")
         try:
@@ -206,10 +205,34 @@ class EngineHarness:
         except BaseException:
             self._free_slot(name)
             raise
-        self.timings[f"{name} start"] = f"{server.startup_seconds:.0f} s"
+        self.timings[f"{name} start"] = self._start_timing(server)
         if self._on_progress:
             self._on_progress(f"{name} ready at {server.api_base} after {server.startup_seconds:.0f} s")
         return server
+
+    def _wait_for_room(self, name: str, demanded: threading.Event) -> None:
+        """A bounded extra's wait: its turn, a slot, then its memory (each cut short once a test needs it)."""
+        with self._turn:
+            earlier = self._order[: self._order.index(name)]
+            while not (demanded.is_set() or self._closing.is_set() or self._begun.issuperset(earlier)):
+                self._turn.wait(timeout=0.5)
+        while not self._slots.acquire(timeout=0.5):
+            if self._closing.is_set():
+                raise HarnessError(f"the harness closed before the extra server {name} could start")
+            if demanded.is_set():
+                break
+        else:
+            with self._lock:
+                self._holding.add(name)
+        # A booting server has not taken its memory yet: one that waits for room counts the
+        # servers already up, not those starting beside it (the slots bound those).
+        while _available_gib() < self._memory.get(name, 0.0):
+            if self._closing.is_set():
+                self._free_slot(name)
+                raise HarnessError(f"the harness closed before the extra server {name} could start")
+            if demanded.is_set():
+                break
+            time.sleep(0.5)
 
     def _free_slot(self, name: str) -> None:
         with self._lock:
@@ -224,12 +247,16 @@ class EngineHarness:
         if self._on_progress:
             self._on_progress(f"starting the {engine} server")
         server = _STARTERS[engine](env, model, self.base_dir)
-        self.timings[f"{engine} server start"] = f"{server.startup_seconds:.0f} s"
+        self.timings[f"{engine} server start"] = self._start_timing(server)
         if self._on_progress:
             self._on_progress(
                 f"{engine} server ready at {server.api_base} after {server.startup_seconds:.0f} s"
             )
         return server
+
+    def _start_timing(self, server: LocalServer) -> str:
+        """A server's start, and when it was ready from this harness's creation (did tests wait for it?)."""
+        return f"{server.startup_seconds:.0f} s (ready at {time.monotonic() - self._created:.0f} s)"
 
     @staticmethod
     def _check_engine(engine: str) -> None:

@@ -102,8 +102,12 @@ def _main(argv: list[str]) -> int:
         print("usage: installer.py CACHE_DIR UV_ARGUMENT...", file=sys.stderr)
         return 2
     cache_dir, *arguments = argv
-    environment = installer_environment(Path(cache_dir))
-    return subprocess.call([uv_binary(), *arguments], env=environment)
+    try:
+        uv = uv_binary()
+    except ImportError:
+        print(f"installer.py: uv is not installed beside {sys.executable} (pip install uv)", file=sys.stderr)
+        return 2
+    return subprocess.call([uv, *arguments], env=installer_environment(Path(cache_dir)))
 
 
 if __name__ == "__main__":

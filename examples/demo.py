@@ -120,7 +120,7 @@ def main() -> int:
             name = getattr(spec, "upstream", str(spec))
             say(
                 f"Starting vLLM (CPU build) with {name} from {where}; a first run builds the environment"
-                " and converts the model there (about 3.5 GB and 0.5 GB, 4-5 minutes; set"
+                " and converts the model there (about 3.5 GB and 0.5 GB, about 2 minutes; set"
                 " LONGCTX_HARNESS_DIR to share a build)..."
             )
             base_url = harness.extra_server(

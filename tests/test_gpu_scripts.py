@@ -39,11 +39,17 @@ def test_the_tiers_end_stops_the_server_and_keeps_the_logs_when_curl_fails(tmp_p
 
 
 def _alive(pid: int) -> bool:
+    """Running: a zombie (exited, not yet reaped by whichever process adopted it) is not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        # /proc/PID/stat: "pid (comm) state ...", the state after the last parenthesis.
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False  # gone meanwhile
+    return state != "Z"
 
 
 # -- the offline bundles: no package in two folders (install-sglang.sh's one pip call refuses it) ------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,11 @@ def test_the_torchvision_fix_replaces_its_file_and_leaves_the_linked_cache_copy_
     assert "_longctx_register_fake_if_op_exists" in target.read_text()
     assert cached.read_text() == original
     assert target.stat().st_ino != cached.stat().st_ino
+
+
+def test_the_test_and_demo_extras_pin_the_uv_that_the_scripts_install() -> None:
+    # installer.py (scripts/setup, scripts/demo) installs the test extra's pin before either extra.
+    with (Path(__file__).resolve().parent.parent / "pyproject.toml").open("rb") as file:
+        extras = tomllib.load(file)["project"]["optional-dependencies"]
+    pins = {name: [pin for pin in extras[name] if pin.startswith("uv")] for name in ("test", "demo")}
+    assert pins["test"] == pins["demo"] and len(pins["test"]) == 1 and pins["test"][0].startswith("uv==")

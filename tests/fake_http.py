@@ -97,12 +97,13 @@ class FakeHttpServer:
         handler.send_header("Connection", "close")  # HTTP/1.0: the body ends when the connection does
         handler.end_headers()
         for event in _word_events(response.text):
+            first = not self.first_piece_sent.is_set() and _has_content(event)
+            if first:  # set before the write: the client can show the piece before this thread runs again
+                self.first_piece_sent.set()
             handler.wfile.write(event.encode())
             handler.wfile.flush()
-            if self.first_piece_sent.is_set() or not _has_content(event):
-                continue
-            self.first_piece_sent.set()
-            self.hold.wait(60)
+            if first:
+                self.hold.wait(60)
 
 
 def _has_content(event: str) -> bool:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import textwrap
 import tomllib
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from longctx.testing.environments import (
     MARKER_NAME,
     EngineEnvironment,
     EnvironmentSpec,
+    _patch_sglang_cached_extend,
     _patch_torchvision_fake_registrations,
     ensure_environment,
     environment_is_complete,
@@ -161,3 +164,60 @@ def test_the_test_and_demo_extras_pin_the_uv_that_the_scripts_install() -> None:
         extras = tomllib.load(file)["project"]["optional-dependencies"]
     pins = {name: [pin for pin in extras[name] if pin.startswith("uv")] for name in ("test", "demo")}
     assert pins["test"] == pins["demo"] and len(pins["test"]) == 1 and pins["test"][0].startswith("uv==")
+
+
+def test_the_sglang_extend_patch_refuses_a_file_it_does_not_know_and_applies_once(tmp_path: Path) -> None:
+    env = EngineEnvironment("sglang", tmp_path / "env")
+    target = env.site_packages / "sglang" / "srt" / "layers" / "attention" / "torch_native_backend.py"
+    target.parent.mkdir(parents=True)
+    target.write_text("class TorchNativeAttnBackend:\n    pass\n")
+    with pytest.raises(EnvironmentBuildError, match="needs updating for this SGLang version"):
+        _patch_sglang_cached_extend(env)
+    assert target.read_text() == "class TorchNativeAttnBackend:\n    pass\n"  # nothing half-written
+    target.write_text(
+        "from torch.nn.functional import scaled_dot_product_attention\n"
+        "class TorchNativeAttnBackend(object):\n"
+        "    def _run_sdpa_forward_extend(\n"
+        "        self):\n"
+        "        per_req_query_redudant = torch.empty(())\n"
+    )
+    _patch_sglang_cached_extend(env)
+    patched = target.read_text()
+    _patch_sglang_cached_extend(env)
+    assert target.read_text() == patched and patched.count("_longctx_extend_new_positions_only") == 2
+
+
+# Two requests in one extend batch, as SGLang's scheduler hands them over: one with 10 of its 15
+# tokens cached (5 new), one with nothing cached (8 new); 4 query heads over 2 KV heads.
+_EXTEND_CHECK = textwrap.dedent(
+    """
+    import torch
+    from sglang.srt.layers.attention import torch_native_backend as backend
+
+    torch.manual_seed(0)
+    query = torch.randn(13, 4, 16)
+    k_cache, v_cache = torch.randn(64, 2, 16), torch.randn(64, 2, 16)
+    req_to_token = torch.zeros((2, 32), dtype=torch.int64)
+    req_to_token[0, :15] = torch.arange(0, 15)
+    req_to_token[1, :8] = torch.arange(20, 28)
+    args = (req_to_token, torch.tensor([0, 1]), torch.tensor([15, 8]), torch.tensor([10, 0]),
+            torch.tensor([5, 8]))
+    kwargs = dict(scaling=0.25, enable_gqa=True, causal=True)
+    this = object.__new__(backend.TorchNativeAttnBackend)
+    sglangs, patched = torch.zeros(13, 4, 16), torch.zeros(13, 4, 16)
+    backend._longctx_sglang_extend(this, query, sglangs, k_cache, v_cache, *args, **kwargs)
+    this._run_sdpa_forward_extend(query, patched, k_cache, v_cache, *args, **kwargs)
+    assert this._run_sdpa_forward_extend.__func__ is backend._longctx_extend_new_positions_only
+    print(float((sglangs - patched).abs().max()), float(sglangs.abs().max()))
+    """
+)
+
+
+def test_the_patched_sglang_extend_gives_sglangs_own_rows(sglang_python: Path) -> None:
+    """In the harness's SGLang environment: the patch's rows against SGLang's own extend's, same inputs."""
+    done = subprocess.run(
+        [str(sglang_python), "-c", _EXTEND_CHECK], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    difference, largest = map(float, done.stdout.split())
+    assert largest > 0.1 and difference < 1e-5, done.stdout

@@ -153,6 +153,84 @@ def _patch_torchvision_fake_registrations(env: EngineEnvironment) -> None:
     _replace_file(path, text)
 
 
+_SGLANG_EXTEND_PATCH = """
+
+# longctx test-harness patch: the extend (prefill) of a request whose prefix is cached attends from
+# its new positions only. SGLang's torch_native extend computes the causal attention of the whole
+# sequence and keeps the new rows, so a follow-up over a cached 3.5k-token prefix paid its cold
+# prefill's attention again (13 such siblings: 63 s on 2 cores). The rows kept are the same softmax
+# over the same keys; a request with nothing cached goes through SGLang's own code unchanged.
+_longctx_sglang_extend = TorchNativeAttnBackend._run_sdpa_forward_extend
+
+
+def _longctx_extend_new_positions_only(
+    self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+    extend_prefix_lens, extend_seq_lens, encoder_lens=None, scaling=None, enable_gqa=False,
+    causal=False, is_cross_attn=False, sliding_window_size=None,
+):
+    windowed = sliding_window_size is not None and sliding_window_size > -1
+    if not causal or encoder_lens is not None or is_cross_attn or windowed or not bool(
+        (extend_prefix_lens > 0).any()
+    ):
+        return _longctx_sglang_extend(
+            self, query, output, k_cache, v_cache, req_to_token, req_pool_indices, seq_lens,
+            extend_prefix_lens, extend_seq_lens, encoder_lens, scaling, enable_gqa, causal,
+            is_cross_attn, sliding_window_size,
+        )
+    query = query.movedim(0, query.dim() - 2)
+    start_q = 0
+    for seq_idx in range(seq_lens.shape[0]):
+        new, cached, total = (
+            int(extend_seq_lens[seq_idx]), int(extend_prefix_lens[seq_idx]), int(seq_lens[seq_idx])
+        )
+        end_q = start_q + new
+        tokens = req_to_token[req_pool_indices[seq_idx], :total]
+        key = k_cache[tokens].movedim(0, query.dim() - 2)
+        value = v_cache[tokens].movedim(0, query.dim() - 2)
+        per_req_query = query[:, start_q:end_q, :]
+        if not (per_req_query.dtype == key.dtype == value.dtype):
+            key, value = key.to(per_req_query.dtype), value.to(per_req_query.dtype)
+        if cached:  # new position i sees the cached prefix and the new positions up to i
+            mask = torch.ones((new, total), dtype=torch.bool, device=query.device).tril(diagonal=cached)
+        else:
+            mask = None
+        out = scaled_dot_product_attention(
+            per_req_query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0), attn_mask=mask,
+            enable_gqa=enable_gqa, scale=scaling, is_causal=mask is None,
+        )
+        output[start_q:end_q, :, :] = out.squeeze(0).movedim(query.dim() - 2, 0)
+        start_q = end_q
+    return output
+
+
+TorchNativeAttnBackend._run_sdpa_forward_extend = _longctx_extend_new_positions_only
+"""
+
+
+def _patch_sglang_cached_extend(env: EngineEnvironment) -> None:
+    """Make SGLang's CPU attention extend a request from its new positions only (see the patch's text).
+
+    The engine's answers, cache and counters are its own; only the attention a cached prefix's
+    follow-up computes and then throws away is skipped.
+    """
+    path = env.site_packages / "sglang" / "srt" / "layers" / "attention" / "torch_native_backend.py"
+    text = path.read_text()
+    if "_longctx_extend_new_positions_only" in text:
+        return
+    expected = (
+        "class TorchNativeAttnBackend(",
+        "    def _run_sdpa_forward_extend(\n",
+        "per_req_query_redudant = torch.empty(",
+        "from torch.nn.functional import scaled_dot_product_attention",
+    )
+    if any(text.count(line) != 1 for line in expected):
+        raise EnvironmentBuildError(
+            f"{path} does not look as expected; the SGLang extend patch for the test harness "
+            "needs updating for this SGLang version"
+        )
+    _replace_file(path, text + _SGLANG_EXTEND_PATCH)
+
+
 def _replace_file(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` as a new file: the old one may be a link into uv's cache."""
     temporary = path.with_name(path.name + ".longctx-tmp")
@@ -162,7 +240,11 @@ def _replace_file(path: Path, text: str) -> None:
 
 def _standin_sources() -> tuple[str, ...]:
     files = sorted(p for p in STANDINS_DIR.rglob("*.py"))
-    return (*(hashlib.sha256(p.read_bytes()).hexdigest() for p in files), _TORCHVISION_GUARD)
+    return (
+        *(hashlib.sha256(p.read_bytes()).hexdigest() for p in files),
+        _TORCHVISION_GUARD,
+        _SGLANG_EXTEND_PATCH,
+    )
 
 
 VLLM_SPEC = EnvironmentSpec(
@@ -245,8 +327,14 @@ SGLANG_SPEC = EnvironmentSpec(
         pip_step("--no-deps", "torchvision==0.28.0"),
         _install_sgl_kernel_standin,
         _patch_torchvision_fake_registrations,
+        _patch_sglang_cached_extend,
     ),
-    check=("{python}", "-c", "import sgl_kernel, torchvision.transforms, sglang.srt.server_args"),
+    check=(
+        "{python}",
+        "-c",
+        "import sgl_kernel, torchvision.transforms, sglang.srt.server_args, "
+        "sglang.srt.layers.attention.torch_native_backend",
+    ),
     digest_extra=_standin_sources(),
 )
 

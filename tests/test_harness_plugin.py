@@ -157,3 +157,25 @@ def test_extra_servers_tests_run_grouped_before_the_shared_ones_and_each_server_
             "('test_sglang_vision_2', ['sglang-vision']), ('test_vllm_vision', ['vllm-vision'])]",
         ]
     )
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("3", "3")])
+def test_the_sessions_servers_run_one_intra_op_thread_unless_the_caller_chose(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: str | None, seen: str
+) -> None:
+    """Servers inherit the session's environment (longctx.testing.servers.server_environment)."""
+    if given is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", given)
+    pytester.makeconftest(INNER_CONFTEST)
+    pytester.makepyfile(
+        f"""
+        from pathlib import Path
+        from longctx.testing.servers import server_environment
+
+        def test_threads(tmp_path):
+            assert server_environment(tmp_path)["OMP_NUM_THREADS"] == "{seen}"
+        """
+    )
+    pytester.runpytest_subprocess("-p", "no:cacheprovider").assert_outcomes(passed=1)

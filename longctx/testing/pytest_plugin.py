@@ -112,6 +112,13 @@ _EXTRA_FIXTURES = (*_STOPPED_EXTRAS, "vllm_fleet")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # One intra-op thread in each server the session starts (they inherit this process's environment),
+    # unless the caller chose: a session runs several servers and pytest beside each other on a few
+    # cores, where two OpenMP threads a server waited on each other at every operation. With two
+    # processes spinning beside it (2 cores, 2026-12-06), the real model's cold prefill and 13 cached
+    # siblings took SGLang 148 s and 156 s of CPU with two threads, 63 s and 63 s with one; vLLM 79 s
+    # and 83 s against 38 s and 37 s; the same answers.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     for engine in ENGINES:
         config.addinivalue_line("markers", f"{engine}: talks to the real {engine} server of the test harness")
     base_dir = harness_dir(Path(str(config.rootpath)))

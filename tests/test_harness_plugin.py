@@ -159,6 +159,45 @@ def test_extra_servers_tests_run_grouped_before_the_shared_ones_and_each_server_
     )
 
 
+def test_scripts_tests_three_selections_partition_the_suite(pytester: pytest.Pytester) -> None:
+    """scripts/test's selections: "not vllm and not sglang", "(vllm or sglang) and not fleet", "fleet".
+
+    Every test carries the markers that place it in exactly one: a fleet test is also vLLM's.
+    """
+    pytester.makeconftest(
+        INNER_CONFTEST
+        + textwrap.dedent(
+            """
+            import pytest
+
+            @pytest.hookimpl(trylast=True)
+            def pytest_collection_finish(session):
+                for item in session.items:
+                    marks = sorted({m.name for m in item.iter_markers()} & {"vllm", "sglang", "fleet"})
+                    print("MARKS", item.name, ",".join(marks))
+            """
+        )
+    )
+    pytester.makepyfile(
+        """
+        def test_fleet(vllm_fleet): pass
+        def test_shared(vllm_server): pass
+        def test_real(real_engine_server): pass
+        def test_unit(): pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--collect-only", "-q", "-s")
+    marks = dict(line.split()[1:] if len(line.split()) == 3 else (line.split()[1], "")
+                 for line in result.stdout.lines if line.startswith("MARKS "))  # fmt: skip
+    assert marks == {
+        "test_fleet": "fleet,vllm",
+        "test_shared": "vllm",
+        "test_real[vllm]": "vllm",
+        "test_real[sglang]": "sglang",
+        "test_unit": "",
+    }
+
+
 @pytest.mark.parametrize(("given", "seen"), [(None, "1"), ("3", "3")])
 def test_the_sessions_servers_run_one_intra_op_thread_unless_the_caller_chose(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, given: str | None, seen: str

@@ -15,7 +15,8 @@ the answers say, :mod:`longctx.testing.real_model`), ``real_model``,
 ``sglang_python`` (the engines' interpreters), ``longctx_harness``.
 
 Markers: ``vllm`` and ``sglang``. A test that uses a server fixture gets the
-engine's marker automatically, so ``-m vllm`` selects it. As soon as
+engine's marker automatically, so ``-m vllm`` selects it; one that uses
+``vllm_fleet`` gets ``fleet`` too. As soon as
 collection ends, the servers the selected tests need start booting in the
 background, and the tests that need no server run first, meanwhile. Every
 server starts once per session, whichever modules use it: the extra ones (a
@@ -121,6 +122,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     for engine in ENGINES:
         config.addinivalue_line("markers", f"{engine}: talks to the real {engine} server of the test harness")
+    config.addinivalue_line("markers", "fleet: uses vllm_fleet (replicas killed and restarted, routers)")
     base_dir = harness_dir(Path(str(config.rootpath)))
 
     # The process's own stderr, bound now: the harness boots servers in background threads, and a
@@ -182,6 +184,8 @@ class _EngineGuard:
                 item.add_marker(getattr(pytest.mark, engine))
             if engines:
                 self.engines_by_test[item.nodeid] = engines
+            if "vllm_fleet" in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.fleet)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         # After every selection and reordering: tests that need no server run

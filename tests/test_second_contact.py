@@ -9,8 +9,10 @@ from 1; "1 request"; the job's help naming only flags that exist.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
+import httpx2
 import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
@@ -258,7 +260,17 @@ def test_a_file_too_large_is_refused_part_way_through_its_count_and_the_count_sh
     from longctx.errors import BudgetError
     from longctx.options.groups import CorpusOptions, Limits
 
-    fake = RecordingVllm()  # 4 characters a token, a 32k window
+    class OverTheNetwork(RecordingVllm):
+        """Each tokenize answered after 50 ms, as a server's is: an answer that is only this process's
+        work held the interpreter, and on a loaded machine the eight counting threads sent all 24
+        pieces before the thread that stops the count was scheduled (a fresh clone's run, 2026-12-06)."""
+
+        def handle(self, request: httpx2.Request) -> httpx2.Response:
+            if request.url.path == "/tokenize":
+                time.sleep(0.05)
+            return super().handle(request)
+
+    fake = OverTheNetwork()  # 4 characters a token, a 32k window
     backend = connect("http://fake-engine:8000/v1", transport=fake.transport())
     big = tmp_path / "big"
     big.mkdir()

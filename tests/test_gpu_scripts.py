@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 FINISH = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu" / "tiers-finish.sh"
@@ -25,6 +26,7 @@ def test_the_tiers_end_stops_the_server_and_keeps_the_logs_when_curl_fails(tmp_p
     )  # fmt: skip
     pid = int(started.stdout)
     try:
+        _until_a_group_leader(pid)
         script = f'set -eu\n. "{FINISH}"\ntrap tiers_finish EXIT\nPIDS=" {pid}"\nexit 5\n'
         environment = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out),
                        "VARIANT": "native", "PORT": "8780", "LOG_DIR": str(logs)}  # fmt: skip
@@ -36,6 +38,21 @@ def test_the_tiers_end_stops_the_server_and_keeps_the_logs_when_curl_fails(tmp_p
     finally:
         if _alive(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def _until_a_group_leader(pid: int) -> None:
+    """Until ``pid`` leads its own process group, as the server does by the time a script ends.
+
+    ``$!`` names the child before it has run setsid: on a loaded machine the script's ``kill -- -PID``
+    could come first, find no such group, and leave the stand-in running (a race of the test, not the script).
+    """
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        if int(fields[2]) == pid:  # after the state: the parent, then the process group
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"the stand-in {pid} never led a process group of its own")
 
 
 def _alive(pid: int) -> bool:

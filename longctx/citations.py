@@ -39,11 +39,11 @@ import json
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote as url_quote
 
 from longctx.packing.rendering import read_documents
+from longctx.recordtypes import record_type
 
 __all__ = [
     "CITE_INSTRUCTION",
@@ -79,7 +79,7 @@ MAX_SOURCES: Final = 3
 """The most sources a cited answer's schema lets it give (each a line of a document)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class Citation:
     """One place an answer cites, and whether it is in the pack.
 
@@ -136,7 +136,7 @@ class Citation:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class CitedAnswer:
     """A report's entry for one cited answer: its question, turn (from 1), citations, per citation a link.
 
@@ -150,7 +150,7 @@ class CitedAnswer:
     links: tuple[str | None, ...] = ()
 
 
-@dataclass(frozen=True)
+@record_type
 class CitationClaim:
     """One line of a ``Sources:`` block as written: a path, maybe lines, maybe a quote; not yet checked."""
 
@@ -381,7 +381,7 @@ def cite_schema(documents: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@record_type
 class CitedText:
     """A cited answer as read: its text to show and keep, and its citations checked against the pack.
 
@@ -457,7 +457,7 @@ def _cut_json(answer: str) -> dict[str, Any] | None:
     return {"answer": text, "sources": sources}
 
 
-@dataclass(frozen=True)
+@record_type
 class Grounding:
     """A cited question's part: what its message ends with, and the text its answer is checked in.
 

@@ -9,8 +9,10 @@ manifest, packer), so that two machines always agree on it.
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Final, Literal, get_args
+
+from longctx.recordtypes import record_type
 
 __all__ = ["DOCUMENT_KINDS", "Document", "DocumentKind", "ImagePart", "path_sort_key"]
 
@@ -20,7 +22,7 @@ DocumentKind = Literal["code", "text", "markdown", "notebook", "pdf", "image"]
 DOCUMENT_KINDS: Final[tuple[str, ...]] = get_args(DocumentKind)
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ImagePart:
     """The image an ``image`` document stands for: its encoded bytes and what they are.
 
@@ -47,7 +49,7 @@ class ImagePart:
         return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode('ascii')}"
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Document:
     """One file of a corpus, decoded and ready to pack.
 

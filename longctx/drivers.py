@@ -30,9 +30,10 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
+
+from longctx.recordtypes import record_type
 
 __all__ = [
     "Done",
@@ -69,7 +70,7 @@ class Pieces(Protocol[T_co]):
     def value(self) -> T_co: ...
 
 
-@dataclass(frozen=True)
+@record_type
 class Io(Generic[T]):
     """One I/O step: ``call`` blocks for it; ``acall``, when given, awaits it natively.
 
@@ -102,14 +103,14 @@ async def _async_sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-@dataclass(frozen=True)
+@record_type
 class Done(Generic[T]):
     """The last item :func:`stream` and :func:`astream` hand out: the plan's value."""
 
     value: T
 
 
-@dataclass(frozen=True)
+@record_type
 class Result(Generic[T]):
     """What one plan of a :class:`Fanout` ended with: its value, or the error it raised."""
 
@@ -159,7 +160,7 @@ class Gate:
         await future
 
 
-@dataclass(frozen=True)
+@record_type
 class Fanout:
     """Plans run side by side, at most ``limit`` at once, each the moment a slot is free.
 

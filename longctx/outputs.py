@@ -31,10 +31,10 @@ import io
 import os
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import BinaryIO, Final
 
 from longctx.errors import OutputError
+from longctx.recordtypes import record_type
 
 __all__ = ["COMPARE_BYTES", "Saved", "save", "save_text"]
 
@@ -43,7 +43,7 @@ __all__ = ["COMPARE_BYTES", "Saved", "save", "save_text"]
 COMPARE_BYTES: Final = 1 << 18
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Saved:
     """What :func:`save` did: ``size`` bytes are at ``path``; ``unchanged``: the file already held them."""
 

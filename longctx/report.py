@@ -20,11 +20,12 @@ import hashlib
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from longctx.citations import CitedAnswer
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 from longctx.store import RequestRecord
 from longctx.usage import Usage
 
@@ -80,7 +81,7 @@ def content_security_policy(*, styles: Sequence[str] = (), scripts: Sequence[str
     )
 
 
-@dataclass(frozen=True)
+@record_type
 class Prices:
     """Prices per million tokens, for a cost line in the report."""
 
@@ -90,7 +91,7 @@ class Prices:
     currency: str = "USD"
 
 
-@dataclass(frozen=True)
+@record_type
 class CounterCheck:
     """The report's cached tokens against the server's own counter.
 
@@ -122,7 +123,7 @@ class CounterCheck:
     tier_source: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class CachedByTier:
     """A report's cached tokens split by where the server found them.
 
@@ -144,7 +145,7 @@ class CachedByTier:
         return f"{text} (from the {self.source})"
 
 
-@dataclass(frozen=True)
+@record_type
 class RequestLine:
     """One request in a report: its id, what it was for, its :class:`~longctx.usage.Usage`, its attempts.
 
@@ -171,7 +172,7 @@ class RequestLine:
         }
 
 
-@dataclass(frozen=True)
+@record_type
 class SavingsReport:
     """What the prefix cache saved over a set of requests.
 

@@ -17,7 +17,6 @@ import random
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Generic, TypeVar
@@ -34,6 +33,7 @@ from longctx.errors import (
     ServerUnreachable,
 )
 from longctx.options.groups import instant_retries_requested
+from longctx.recordtypes import record_type
 
 __all__ = [
     "OnRetry",
@@ -54,7 +54,7 @@ _instant_depth = 0
 _instant_lock = threading.Lock()
 
 
-@dataclass(frozen=True)
+@record_type
 class RetryPolicy:
     """Bounds of retrying: ``attempts`` in all, within ``total_seconds``.
 
@@ -76,7 +76,7 @@ class RetryPolicy:
             raise ConfigError("retry times must be positive")
 
 
-@dataclass(frozen=True)
+@record_type
 class RetryEvent:
     """A failed attempt that will be retried after ``wait_seconds``."""
 
@@ -88,7 +88,7 @@ class RetryEvent:
 OnRetry = Callable[[RetryEvent], None]
 
 
-@dataclass(frozen=True)
+@record_type
 class RetryOutcome(Generic[T]):
     """A result and how many attempts it took (1 when the first one worked)."""
 

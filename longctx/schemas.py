@@ -26,11 +26,12 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from longctx.errors import ConfigError, InvalidAnswer
+from longctx.recordtypes import record_type
 
 if TYPE_CHECKING:
     from longctx.backends.base import ServerInfo
@@ -59,7 +60,7 @@ SchemaSpec = Any
 _NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9_-]+")
 
 
-@dataclass(frozen=True)
+@record_type
 class AnswerSchema:
     """A JSON Schema an answer must satisfy, its name, and the model class its value becomes (if any).
 

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+from longctx.recordtypes import record_type
 
 __all__ = ["USAGE_FIELDS", "Usage"]
 
 
-@dataclass(frozen=True)
+@record_type
 class Usage:
     """Token counts and timings of one request, as the server reported them."""
 

@@ -38,13 +38,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "longctx"
 
 
 def _option_classes() -> list[type[OptionFields]]:
-    """Every dataclass of longctx named ``...Options``, found in the source (so a new one is found too)."""
+    """Every record type of longctx named ``...Options``, found in the source (so a new one is found too)."""
     found: list[type[OptionFields]] = []
     for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in tree.body:
             decorated = isinstance(node, ast.ClassDef) and any(
-                "dataclass" in ast.unparse(decorator) for decorator in node.decorator_list
+                ast.unparse(decorator).startswith(("record_type", "dataclass"))
+                for decorator in node.decorator_list
             )
             if decorated and node.name.endswith("Options"):  # type: ignore[union-attr]
                 module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)

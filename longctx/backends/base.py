@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from functools import partial
 from typing import Any, TypedDict, Unpack
 
@@ -40,12 +40,13 @@ from longctx.backends.tokenizer import ServerTokenizer
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
+from longctx.recordtypes import record_type
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 
 
-@dataclass(frozen=True)
+@record_type
 class ServerInfo:
     """What one server said about itself. ``None`` means unknown, not false.
 
@@ -89,7 +90,7 @@ class ServerInfo:
         return {"engine": self.engine, **facts}
 
 
-@dataclass(frozen=True)
+@record_type
 class Sent:
     """A completion, where it was answered, and how many attempts it took."""
 
@@ -116,7 +117,7 @@ class DeliveryHooks(TypedDict, total=False):
     on_away: Callable[[str], None]
 
 
-@dataclass(frozen=True)
+@record_type
 class ReplicaStatus:
     """One replica URL of a backend as it stands: up (answering) or down since when, and why.
 

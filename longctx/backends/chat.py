@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import partial
 from typing import Any
 
@@ -52,12 +52,13 @@ from longctx.options.groups import (
     DEFAULT_TIMEOUT_SECONDS,
     ECHOED_HEADERS,
 )
+from longctx.recordtypes import record_type
 from longctx.usage import Usage
 
 __all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
 
 
-@dataclass(frozen=True)
+@record_type
 class ChatRequest:
     """One chat completion to send.
 
@@ -95,7 +96,7 @@ class ChatRequest:
     text_reason: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class TokenLogprob:
     """One generated token as the server scored it: its text, log probability, and the alternatives.
 
@@ -109,7 +110,7 @@ class TokenLogprob:
     top: tuple[tuple[str, float], ...] = ()
 
 
-@dataclass(frozen=True)
+@record_type
 class Completion:
     """A finished answer: its text, separate reasoning if the server split it, and usage.
 

@@ -43,8 +43,10 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from longctx.recordtypes import record_type
 
 __all__ = ["MAX_CHILDREN", "MIN_SHARED", "Continuations", "GeneratePlan", "generate_chunk", "refusal"]
 
@@ -55,7 +57,7 @@ MAX_CHILDREN = 64
 """Requests named after one lead before its session is retired (the server keeps each child's prompt)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class GeneratePlan:
     """One request as SGLang's ``/generate`` body, in a session: a lead (whole) or a continuation."""
 
@@ -71,7 +73,7 @@ class GeneratePlan:
     opens: bool = False
 
 
-@dataclass
+@record_type(frozen=False)
 class _Lead:
     session_id: str
     rid: str
@@ -108,7 +110,7 @@ def _sampling(request: Any) -> dict[str, Any]:
     return params
 
 
-@dataclass
+@record_type(frozen=False)
 class Continuations:
     """The sessions this process opened on one SGLang server, one lead per cache salt; thread-safe."""
 

@@ -29,7 +29,7 @@ import ssl
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import httpx2
@@ -37,6 +37,7 @@ import httpx2
 from longctx.backends.waits import Waits, seconds_text
 from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
 from longctx.process_state import PROCESS
+from longctx.recordtypes import record_type
 from longctx.retry import parse_retry_after
 
 _orjson: Any
@@ -168,7 +169,7 @@ def redacted(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
-@dataclass
+@record_type(frozen=False)
 class Exchange:
     """One request to a server, as its errors name it: where, the id sent, the id the server gave it.
 
@@ -409,7 +410,7 @@ def _opened(response: httpx2.Response, exchange: Exchange, post: EventPost) -> N
         post.on_open()
 
 
-@dataclass(frozen=True)
+@record_type
 class EventPost:
     """A POST answered by a server-sent event stream: where, what, and who hears it was accepted."""
 

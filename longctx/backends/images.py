@@ -27,13 +27,14 @@ import struct
 import threading
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any, Literal, Protocol
 
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, TokenizerError
+from longctx.recordtypes import record_type
 from longctx.tokens.images import SERVER_COUNTED
 
 __all__ = [
@@ -67,7 +68,7 @@ class ImageLike(Protocol):
     def media_type(self) -> str: ...
 
 
-@dataclass(frozen=True)
+@record_type
 class EncodedImage:
     """An encoded image (PNG by default) and its size in pixels."""
 
@@ -81,7 +82,7 @@ class EncodedImage:
         return image_digest(self)
 
 
-@dataclass(frozen=True)
+@record_type
 class ImageTokens:
     """One image's cost in a prompt: ``tokens``, found by ``route`` (``tokenize`` or ``completion``)."""
 

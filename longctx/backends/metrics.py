@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from longctx.recordtypes import record_type
 
 __all__ = ["Sample", "parse_metrics", "total"]
 
@@ -12,7 +13,7 @@ _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})?\s+(\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-@dataclass(frozen=True)
+@record_type
 class Sample:
     """One sample: metric name, labels and value."""
 

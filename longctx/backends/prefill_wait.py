@@ -36,9 +36,9 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from longctx.recordtypes import record_type
 from longctx.usage import Usage
 
 __all__ = [
@@ -78,7 +78,7 @@ MEMORY_BLOCKS = 1 << 18
 """Block hashes kept per server (about 64M tokens of ids, 256M characters of text): the oldest go first."""
 
 
-@dataclass(frozen=True)
+@record_type
 class PrefillRate:
     """A prefill rate in tokens per second and where it came from (``measured on this server``)."""
 
@@ -86,7 +86,7 @@ class PrefillRate:
     source: str
 
 
-@dataclass(frozen=True)
+@record_type
 class FirstTokenWait:
     """The wait of one request for its first token: what it prefills, at what rate, and its bound."""
 
@@ -190,7 +190,7 @@ def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps([dict(message) for message in messages], ensure_ascii=False, sort_keys=True)
 
 
-@dataclass(frozen=True)
+@record_type
 class _Prompt:
     """A request's prompt as hashed blocks: ids or text, its length in its units."""
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.metrics import parse_metrics, total
 from longctx.backends.tiers import CacheTiers, HostTier, TierReading, hits_by_label, read_tiers
 from longctx.errors import BackendError
+from longctx.recordtypes import record_type
 
 __all__ = [
     "CHECKPOINT_KV_SCALES",
@@ -42,7 +43,7 @@ the server loaded; the fp8 checks read it.
 """
 
 
-@dataclass(frozen=True)
+@record_type
 class Finding:
     """One piece of advice.
 
@@ -59,7 +60,7 @@ class Finding:
     reason: str
 
 
-@dataclass(frozen=True)
+@record_type
 class Check:
     """One setting doctor reads (in the engine's own name) and the flag to add when ``off`` holds for it.
 
@@ -87,7 +88,7 @@ class Check:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class Measured:
     """A measured sibling dispatch: the fastest strategy for versions starting ``version_prefix``."""
 
@@ -97,7 +98,7 @@ class Measured:
     source: str
 
 
-@dataclass(frozen=True)
+@record_type
 class HostTierRecipe:
     """A launch recipe's host tier: flags (``{size}`` is its GiB), setup commands and notes."""
 
@@ -106,7 +107,7 @@ class HostTierRecipe:
     notes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record_type
 class RecipeSwitches:
     """A generic launch recipe's parts: ``launch`` (``{model}`` is the model) and the long-context switches.
 
@@ -134,7 +135,7 @@ class RecipeSwitches:
     followup_source: str = ""
 
 
-@dataclass(frozen=True)
+@record_type
 class SchemaForm:
     """How requests to versions from ``since`` constrain the answer to a JSON Schema (decoding, not prompt).
 
@@ -172,7 +173,7 @@ class SchemaForm:
         return None
 
 
-@dataclass(frozen=True)
+@record_type
 class EngineFacts:
     """What discovery learnt beyond ``/v1/models``.
 
@@ -192,7 +193,7 @@ class EngineFacts:
     host_tier: HostTier | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class CacheCounters:
     """A reading of the server's own prefix-cache counters (tokens, since start).
 
@@ -231,7 +232,7 @@ class CacheCounters:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class EngineProfile:
     """What longctx knows of one engine (docs/architecture.md). Frozen: register a new one to change it.
 
@@ -373,7 +374,7 @@ class EngineProfile:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class RouterProfile:
     """A router in front of replicas, as data: the router registry's entry (:mod:`.engines`).
 

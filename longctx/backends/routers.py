@@ -29,13 +29,13 @@ reached from here, say why it is skipped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.backends.engines import routers
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import RouterProfile
 from longctx.errors import BackendError
+from longctx.recordtypes import record_type
 
 __all__ = ["RouterInfo", "detect_router"]
 
@@ -43,7 +43,7 @@ __all__ = ["RouterInfo", "detect_router"]
 DETECT_TIMEOUT = 5.0
 
 
-@dataclass(frozen=True)
+@record_type
 class RouterInfo:
     """A router at ``url`` (its root), by ``name``, and the root URLs of the workers it lists as healthy."""
 

@@ -13,10 +13,10 @@ what came from the host (:mod:`longctx.verification.counters`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from longctx.backends.metrics import Sample, total
+from longctx.recordtypes import record_type
 
 __all__ = ["CacheTiers", "HostTier", "TierReading", "hits_by_label", "read_tiers"]
 
@@ -25,7 +25,7 @@ TierSource = Literal["by_source", "transfers"]
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record_type
 class CacheTiers:
     """The metrics that tell cache tiers apart (device, host, disk...), from version ``since`` on.
 
@@ -59,7 +59,7 @@ class CacheTiers:
     host_capacity_tokens: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class HostTier:
     """The tier below GPU memory a server runs with, as its settings say.
 
@@ -97,7 +97,7 @@ class HostTier:
         return ", ".join(parts)
 
 
-@dataclass(frozen=True)
+@record_type
 class TierReading:
     """A server's cumulative cached tokens by tier and its GPU <-> host transfers, since it started.
 

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Final
 
 from longctx.backends.engines import find_profile
 from longctx.backends.http import HttpEndpoint
 from longctx.backends.profiles import EngineProfile
 from longctx.errors import BackendError, BudgetError, TokenizerError
+from longctx.recordtypes import record_type
 
 __all__ = ["CHUNK_CHARS", "COUNT_TIMEOUT_SECONDS", "CountWatch", "ServerTokenizer", "watched_counts"]
 
@@ -49,7 +49,7 @@ COUNT_TIMEOUT_SECONDS: Final = 60.0
 """Longest wait for one count request (a piece of at most :data:`CHUNK_CHARS`)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class CountWatch:
     """What a long count reports and where it stops (:func:`watched_counts`).
 

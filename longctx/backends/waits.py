@@ -17,7 +17,8 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+
+from longctx.recordtypes import record_type
 
 __all__ = ["Wait", "WaitHandle", "Waits", "seconds_text"]
 
@@ -27,7 +28,7 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.2g}"
 
 
-@dataclass(frozen=True)
+@record_type
 class Wait:
     """A request waiting for its answer: where, since when (``time.monotonic``), its bound in seconds."""
 

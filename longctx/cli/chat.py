@@ -33,7 +33,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -42,6 +41,7 @@ from longctx.cli.app import note
 from longctx.cli.streaming import Printing, print_answer, spinning
 from longctx.cli.terminal import shown
 from longctx.errors import ServerUnreachable
+from longctx.recordtypes import record_type
 from longctx.sessions import Answer, Conversation, Session, answer_reuse
 from longctx.store import TurnRecord
 from longctx.store.permissions import create_private_file
@@ -65,7 +65,7 @@ _OUTAGE_FIRST_WAIT = 2.0
 _OUTAGE_MAX_WAIT = 30.0
 
 
-@dataclass(frozen=True)
+@record_type
 class ChatOutput:
     """How the chat speaks: ``--json`` answers, ``--quiet``, streaming on a terminal (``--no-stream``)."""
 
@@ -128,7 +128,7 @@ class _Input:
             note(f"longctx: the chat history was not saved: {error}")
 
 
-@dataclass
+@record_type(frozen=False)
 class _Chat:
     """One chat's state: the session, how it speaks, its input and the question in flight."""
 

@@ -20,11 +20,12 @@ from click.core import ParameterSource
 
 from longctx.errors import ConfigError
 from longctx.options import ALWAYS, DEFAULT, OptionFields, OptionSpec, option_spec, setting
+from longctx.recordtypes import record_type
 
 __all__ = ["Flag", "flags_of", "options_from_flags"]
 
 
-@dataclasses.dataclass(frozen=True)
+@record_type
 class Flag:
     """One flag of an option class: the field it sets (``path``: through nested options) and its spec."""
 

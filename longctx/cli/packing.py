@@ -8,7 +8,6 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import click
 
@@ -26,6 +25,7 @@ from longctx.errors import LongctxError
 from longctx.options import CorpusOptions, ServerOptions
 from longctx.outputs import save_text
 from longctx.packing import pack as pack_paths
+from longctx.recordtypes import record_type
 from longctx.tokens import ImageTokenCounter, PatchImageCounter, Tokenizer, offline_tokenizer
 
 
@@ -108,7 +108,7 @@ def _counted_progress(quiet: bool) -> Iterator[None]:
             yield
 
 
-@dataclass(frozen=True)
+@record_type
 class _Counting:
     """What counts a pack: the text's tokenizer, and the images' counter (None: the estimate)."""
 

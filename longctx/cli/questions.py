@@ -8,7 +8,6 @@ import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 import click
@@ -30,6 +29,7 @@ from longctx.cli.flags import flags_of
 from longctx.cli.terminal import shown
 from longctx.errors import BackendError, ConfigError
 from longctx.options import CorpusOptions, RequestOptions, ServerOptions
+from longctx.recordtypes import record_type
 from longctx.report import SavingsReport
 from longctx.sessions import (
     Answer,
@@ -103,7 +103,7 @@ def _note_skipped(session: Conversation, paths: Sequence[str], *, quiet: bool) -
     note(f"skipped {count} path{'s' if count != 1 else ''} ({reasons}); list them: {command}", quiet=quiet)
 
 
-@dataclass(frozen=True)
+@record_type
 class _Questions:
     """What ``ask`` and ``batch`` were given besides their questions: the session to open, how to speak."""
 
@@ -171,7 +171,7 @@ class _Questions:
         note(f"{_label(session)}: {report.summary_line()}", quiet=self.quiet)
 
 
-@dataclass(frozen=True)
+@record_type
 class _Opened:
     """A question command's store, progress line and session, open while it asks."""
 

@@ -19,18 +19,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from longctx.cli.terminal import shown
+from longctx.recordtypes import record_type
 
 if TYPE_CHECKING:
     from longctx.sessions import Answer, Conversation
 
 
-@dataclass(frozen=True)
+@record_type
 class Printing:
     """How an answer is shown.
 
@@ -56,7 +56,7 @@ class Printing:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class PrintedAnswer:
     """What :func:`print_answer` did: the stored answer, and whether its text went out piece by piece."""
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 from longctx.schemas import AnswerSchema, SchemaSpec, answer_schema
 from longctx.sessions.corpus_sessions import as_paths
 
@@ -22,7 +22,7 @@ __all__ = ["JobItem", "read_job"]
 _ITEM_KEYS = frozenset({"paths", "question", "id", "schema"})
 
 
-@dataclass(frozen=True)
+@record_type
 class JobItem:
     """One question about the pack of ``paths``; ``id`` is the caller's, echoed in the result.
 

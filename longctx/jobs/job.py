@@ -37,7 +37,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from longctx.backends.base import Backend
@@ -52,6 +52,7 @@ from longctx.options.checks import not_blank
 from longctx.options.fields import OptionFields, option
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
 from longctx.process_state import PROCESS
+from longctx.recordtypes import record_type
 from longctx.report import CounterCheck
 from longctx.schemas import json_value
 from longctx.sessions.answers import Answer
@@ -77,7 +78,7 @@ __all__ = [
 _QUESTION_ROOM_TOKENS = 256
 
 
-@dataclass(frozen=True)
+@record_type
 class JobOptions(OptionFields):
     """How a job is scheduled.
 
@@ -111,7 +112,7 @@ class JobOptions(OptionFields):
         self._check_fields()
 
 
-@dataclass(frozen=True)
+@record_type
 class JobResult:
     """What became of one item: its answer (or the error that stopped it) and where it is stored.
 
@@ -163,7 +164,7 @@ class JobResult:
         return data | ({"error": self.error} if self.error is not None else {})
 
 
-@dataclass(frozen=True)
+@record_type
 class JobProgress:
     """Where a running job stands, for a progress bar."""
 
@@ -175,7 +176,7 @@ class JobProgress:
     message: str
 
 
-@dataclass(frozen=True)
+@record_type
 class JobReport:
     """A job's results in item order, with what the servers prefilled for it."""
 
@@ -271,7 +272,7 @@ class JobReport:
         return "; ".join(parts)
 
 
-@dataclass
+@record_type(frozen=False)
 class _Pack:
     """The items of one pack, and its session once read."""
 

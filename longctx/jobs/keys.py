@@ -26,12 +26,13 @@ import hashlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Final
 
 from longctx.backends.base import ServerInfo
 from longctx.errors import LongctxError
 from longctx.options.groups import RequestOptions
+from longctx.recordtypes import record_type
 from longctx.schemas import AnswerSchema
 from longctx.store import Store, TurnRecord
 
@@ -55,7 +56,7 @@ NEW: Final = "new"
 """The reason of an item that has no stored answer at all."""
 
 
-@dataclass(frozen=True)
+@record_type
 class AnswerFacts:
     """What an item's answer is made of, besides its question; see the module docstring."""
 
@@ -129,7 +130,7 @@ def item_key(job_id: str, index: int, facts: AnswerFacts) -> str:
     return f"{item_lease_key(job_id, index, facts)}:{uuid.uuid4().hex[:8]}"
 
 
-@dataclass(frozen=True)
+@record_type
 class StoredAnswer:
     """One answer stored for an item: its key, the digest of its facts (None: an older key), its turn."""
 
@@ -154,7 +155,7 @@ def stored_for_job(store: Store, job_id: str) -> dict[int, list[StoredAnswer]]:
     return found
 
 
-@dataclass(frozen=True)
+@record_type
 class Decision:
     """For one item: the stored answer to reuse, or why it is asked (``reason``)."""
 

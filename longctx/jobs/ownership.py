@@ -32,9 +32,10 @@ import time
 import uuid
 from collections.abc import Sequence
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from longctx.errors import LongctxError
+from longctx.recordtypes import record_type
 from longctx.store import LeaseClaim, LeaseHolder, Store, TurnRecord
 
 __all__ = ["Deferred", "ItemOwnership", "Polled"]
@@ -42,7 +43,7 @@ __all__ = ["Deferred", "ItemOwnership", "Polled"]
 logger = logging.getLogger("longctx.jobs")
 
 
-@dataclass(frozen=True)
+@record_type
 class Deferred:
     """An item another run was asking when this run reached it: its lease key and the run holding it."""
 
@@ -51,7 +52,7 @@ class Deferred:
     holder: LeaseHolder
 
 
-@dataclass(frozen=True)
+@record_type
 class Polled:
     """What became of the deferred items since the last look.
 

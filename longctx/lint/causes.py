@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Final, Literal
 
 from longctx.lint.logs import LoggedRequest
 from longctx.lint.prefixes import common_prefix
 from longctx.lint.rendering import Rendered, Span
+from longctx.recordtypes import record_type
 
 __all__ = ["BREAK_CAUSES", "CAUSES", "FIXES", "Divergence", "Severity", "classify", "severity_of"]
 
@@ -96,7 +96,7 @@ _USER_WORDS: Final = re.compile(r"(?i)\b(?:user|name|customer|account|username|m
 _CONTEXT_CHARS: Final = 60
 
 
-@dataclass(frozen=True)
+@record_type
 class Divergence:
     """Where a request parts from its ancestor, and why.
 

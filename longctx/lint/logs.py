@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Final, Literal
 
 from longctx.errors import InputError
+from longctx.recordtypes import record_type
 
 __all__ = [
     "RECORD_KIND",
@@ -42,7 +43,7 @@ RECORD_KIND: Final = "longctx.request"
 RequestKind = Literal["chat", "completions"]
 
 
-@dataclass(frozen=True)
+@record_type
 class ReportedUsage:
     """What the server answered to a logged request, where the log kept it; None: not kept."""
 
@@ -52,7 +53,7 @@ class ReportedUsage:
     ttft_seconds: float | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class LoggedRequest:
     """One request of a log: its body's prompt part, and what the server answered if the log says.
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from longctx.recordtypes import record_type
 
 __all__ = ["Ancestor", "Ancestry", "common_prefix"]
 
@@ -24,7 +25,7 @@ def common_prefix(left: Sequence[object], right: Sequence[object]) -> int:
     return position
 
 
-@dataclass(frozen=True)
+@record_type
 class Ancestor:
     """The earlier request a request shares the longest token prefix with (the latest among equals)."""
 

@@ -21,19 +21,19 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from longctx.backends.tokenizer import ServerTokenizer
 from longctx.errors import BackendError, TokenizerError
 from longctx.lint.logs import LoggedRequest, message_text
+from longctx.recordtypes import record_type
 from longctx.tokens import tokenizer_from_model_dir
 
 __all__ = ["ModelFolderRenderer", "Rendered", "Renderer", "ServerRenderer", "Span", "render", "text_form"]
 
 
-@dataclass(frozen=True)
+@record_type
 class Span:
     """Where one part of a request (``tools``, ``system``, message 2...) sits in its text form."""
 
@@ -44,7 +44,7 @@ class Span:
     message_index: int | None
 
 
-@dataclass(frozen=True)
+@record_type
 class Rendered:
     """A request's token ids as the server makes them, its text form and the spans of its parts."""
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from longctx.backends.base import Backend, ServerInfo
@@ -31,6 +31,7 @@ from longctx.lint.logs import LoggedRequest, message_text
 from longctx.lint.rendering import Renderer
 from longctx.lint.sglang_cache import SglangCache
 from longctx.lint.vllm_cache import VllmCache
+from longctx.recordtypes import record_type
 from longctx.report import CounterCheck
 from longctx.store import RequestRecord
 from longctx.verification.counters import CounterSnapshot, combine_checks
@@ -42,7 +43,7 @@ __all__ = ["ReplayReport", "ReplayedRequest", "replay"]
 _CHECK_SECONDS = 15.0
 
 
-@dataclass(frozen=True)
+@record_type
 class ReplayedRequest:
     """One request replayed: the simulation's cached tokens, the server's, its TTFT, or its error."""
 
@@ -58,7 +59,7 @@ class ReplayedRequest:
         return self.error is None and self.reported == self.simulated
 
 
-@dataclass(frozen=True)
+@record_type
 class ReplayReport:
     """A replay: per request the simulated and reported cached tokens, and the counter check over all."""
 

@@ -14,16 +14,16 @@ import html
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.errors import ConfigError
 from longctx.lint.causes import CAUSES
+from longctx.recordtypes import record_type
 
 __all__ = ["CacheModel", "Finding", "LintReport", "RequestLint", "fail_selection"]
 
 
-@dataclass(frozen=True)
+@record_type
 class CacheModel:
     """The cache one simulation stood for: the engine, block (page) size, KV budget."""
 
@@ -34,7 +34,7 @@ class CacheModel:
     model: str
 
 
-@dataclass(frozen=True)
+@record_type
 class Finding:
     """One break or loss: in which request, against which earlier one, where, why, and the fix.
 
@@ -59,7 +59,7 @@ class Finding:
     fix: str | None
 
 
-@dataclass(frozen=True)
+@record_type
 class RequestLint:
     """One request: its prompt tokens, its ancestor and what they share, each engine's cached tokens.
 
@@ -96,7 +96,7 @@ def fail_selection(spec: str) -> frozenset[str]:
     return frozenset(chosen)
 
 
-@dataclass(frozen=True)
+@record_type
 class LintReport:
     """The lint of one log (see the module docstring); ``tokenizer`` names what rendered it."""
 

@@ -26,10 +26,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
 from longctx.errors import InputError
+from longctx.recordtypes import record_type
 
 __all__ = ["AllowedRoots", "RootsInForce", "resolved_path"]
 
@@ -47,7 +47,7 @@ def _file_uri_path(uri: str) -> str | None:
     return unquote(parts.path) or None
 
 
-@dataclass(frozen=True)
+@record_type
 class RootsInForce:
     """The roots a path is checked against now, and where they come from (``origin``, for messages).
 

@@ -54,7 +54,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import partial
 from typing import Any
 
@@ -68,6 +68,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from longctx.errors import ContextOverflow, InvalidAnswer, LongctxError
 from longctx.mcp.roots import AllowedRoots, resolved_path
 from longctx.options.groups import CorpusOptions, RequestOptions, ServerOptions
+from longctx.recordtypes import record_type
 from longctx.report import SavingsReport
 from longctx.schemas import json_value
 from longctx.sessions import RepoSession, Session
@@ -102,7 +103,7 @@ INSTRUCTIONS = (
 )
 
 
-@dataclass(frozen=True)
+@record_type
 class AskResult:
     """One answered question and what it cost (``turn`` numbered from 1, as the CLI numbers turns).
 
@@ -126,7 +127,7 @@ class AskResult:
     data: Any = None
 
 
-@dataclass(frozen=True)
+@record_type
 class SiblingAnswer:
     """One answer of ``ask_many``."""
 
@@ -136,7 +137,7 @@ class SiblingAnswer:
     cached_tokens: int | None
 
 
-@dataclass(frozen=True)
+@record_type
 class AskManyResult:
     """The answers of ``ask_many`` in question order, and the batch's totals."""
 
@@ -147,7 +148,7 @@ class AskManyResult:
     summary: str
 
 
-@dataclass(frozen=True)
+@record_type
 class DocumentTokens:
     """A packed document and its tokens (None when they were not counted)."""
 
@@ -155,7 +156,7 @@ class DocumentTokens:
     tokens: int | None
 
 
-@dataclass(frozen=True)
+@record_type
 class SkippedPath:
     """A path left out of the pack, and why (binary, too-large, secret, ignored...)."""
 
@@ -163,7 +164,7 @@ class SkippedPath:
     reason: str
 
 
-@dataclass(frozen=True)
+@record_type
 class PackInfo:
     """What a source's pack holds, and whether it fits the server's window.
 
@@ -189,7 +190,7 @@ class PackInfo:
     fits: bool | None
 
 
-@dataclass(frozen=True)
+@record_type
 class SourceSavings:
     """The savings of one source: every request of its conversations and their siblings."""
 
@@ -205,14 +206,14 @@ class SourceSavings:
     summary: str
 
 
-@dataclass(frozen=True)
+@record_type
 class SavingsResult:
     """The ``savings`` tool's answer: one entry per source, in the order they were first asked about."""
 
     sources: list[SourceSavings]
 
 
-@dataclass
+@record_type(frozen=False)
 class _Source:
     """A source's sessions: the one that holds the pack, and the conversation now continued."""
 

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass
+from dataclasses import MISSING
 from typing import Any, Final
 
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 
 __all__ = ["ALWAYS", "DEFAULT", "VALUE_TYPES", "OptionFields", "OptionSpec", "option", "option_spec"]
 
@@ -47,7 +48,7 @@ def _strings(value: Any) -> bool:
     )
 
 
-@dataclass(frozen=True)
+@record_type
 class _ValueType:
     """One declared type: what a message calls it, which values it accepts, the form kept."""
 
@@ -73,7 +74,7 @@ VALUE_TYPES: Final[dict[str, _ValueType]] = {
 """The types a field may declare (``value_type``), besides ``"options"`` (a field holding ``nested``)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class OptionSpec:
     """What a field of an option object is beyond its default: what it accepts, where it goes.
 

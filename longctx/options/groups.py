@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,6 +54,7 @@ from longctx.options.checks import (
 from longctx.options.fields import OptionFields, option
 from longctx.options.settings import settable, setting
 from longctx.options.store_location import checked_store
+from longctx.recordtypes import record_type
 
 __all__ = [
     "AFFINITY_BODY_FIELD",
@@ -165,7 +165,7 @@ chose it is in ``docs/benchmarks.md`` (page images).
 _MIB: Final = 1024 * 1024
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Limits(OptionFields):
     """How much :func:`~longctx.sources.corpus.load_corpus` reads.
 
@@ -224,7 +224,7 @@ class Limits(OptionFields):
 
 
 @settable
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class CorpusOptions(OptionFields):
     """What a corpus is made of: the same options give the same documents in the same order.
 
@@ -279,7 +279,7 @@ class CorpusOptions(OptionFields):
         metavar="GLOB",
         help="Leave out paths matching this pattern (repeatable).",
     )
-    limits: Limits = option(default_factory=Limits, nested=Limits)  # noqa: RUF009 - a field()
+    limits: Limits = option(default_factory=Limits, nested=Limits)
     allow_secrets: bool = option(
         False,
         value_type="bool",
@@ -344,7 +344,7 @@ class CorpusOptions(OptionFields):
 
 
 @settable
-@dataclass(frozen=True)
+@record_type
 class RequestOptions(OptionFields):
     """How a session makes each request.
 
@@ -534,7 +534,7 @@ def _store_url(name: str, value: str | None) -> str | None:
 
 
 @settable
-@dataclass(frozen=True)
+@record_type
 class ServerOptions(OptionFields):
     """Where the server is and how long to wait for it.
 
@@ -676,7 +676,7 @@ class ServerOptions(OptionFields):
         return resolve_affinity_headers(self.affinity_headers)
 
 
-@dataclass(frozen=True)
+@record_type
 class ResolvedServer(ServerOptions):
     """:class:`ServerOptions` with every setting read (:meth:`ServerOptions.resolved`): reads nothing more.
 

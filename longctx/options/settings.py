@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from longctx.errors import ConfigError
 from longctx.options.fields import OptionFields, OptionSpec, option_spec
 from longctx.process_state import PROCESS
+from longctx.recordtypes import record_type
 
 __all__ = [
     "PROJECT_CONFIG_NAME",
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record_type
 class Setting:
     """A value configured for an option outside the call, and where it was found.
 

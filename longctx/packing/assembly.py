@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Final
 
 from longctx.documents import Document, ImagePart
@@ -36,6 +36,7 @@ from longctx.packing.rendering import (
     ListingEntry,
     render_document,
 )
+from longctx.recordtypes import record_type
 from longctx.sources.corpus import CorpusOutline
 from longctx.store import Store, StoredText
 from longctx.tokens.images import ImageTokenCounter, estimate_image_counter
@@ -79,7 +80,7 @@ def document_section_texts(documents: Sequence[Document]) -> list[str]:
     return [render_document(document.path, clean_text(document.text)) for document in documents]
 
 
-@dataclass(frozen=True)
+@record_type
 class ImageCost:
     """What a pack's images cost: tokens (None: not counted), the counter's identity, whether estimated."""
 
@@ -88,7 +89,7 @@ class ImageCost:
     estimated: bool
 
 
-@dataclass
+@record_type(frozen=False)
 class PackCounter:
     """Counts a build's sections through the store's count cache, and measures the chat template's overhead.
 
@@ -143,7 +144,7 @@ class PackCounter:
         return overhead
 
 
-@dataclass(frozen=True)
+@record_type
 class Sections:
     """What :func:`assemble` makes a pack of: document sections, their listing, and what is known of them.
 

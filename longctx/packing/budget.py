@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import Document
@@ -28,6 +27,7 @@ from longctx.packing.assembly import (
 from longctx.packing.counting import count_texts
 from longctx.packing.model import DOCUMENT_PREFIX, Budget, Pack, ShardedPack, section_fingerprint
 from longctx.packing.rendering import ListingEntry, folder_lines, render_listing
+from longctx.recordtypes import record_type
 from longctx.sources.corpus import Corpus
 from longctx.store import Store
 from longctx.tokens.images import ImageTokenCounter
@@ -308,7 +308,7 @@ def _greedy_groups(counts: Sequence[int], chains: Sequence[int], room: int) -> l
     return groups
 
 
-@dataclass(frozen=True)
+@record_type
 class _ShardMaker:
     """The counted documents of a corpus, ready to be cut into shards."""
 

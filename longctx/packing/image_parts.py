@@ -14,15 +14,15 @@ A prefix without images stays one string (callers send it as before).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.documents import ImagePart
+from longctx.recordtypes import record_type
 
 __all__ = ["PlacedImage", "content_parts"]
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class PlacedImage:
     """An image and its placeholder line in a pack's prefix: ``length`` characters from ``offset``."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cached_property
 from typing import Any, BinaryIO, Final
 
@@ -29,6 +29,7 @@ from longctx.options.groups import DEFAULT_RESERVED_QUESTION_TOKENS
 from longctx.outputs import Saved
 from longctx.packing.image_parts import PlacedImage, content_parts
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.recordtypes import record_type
 from longctx.sources.corpus import Manifest
 from longctx.store import StoredText
 from longctx.tokens.tokenizers import Tokenizer, text_sha256
@@ -78,7 +79,7 @@ class _Text:
         section.__dict__["text"] = value
 
 
-@dataclass(frozen=True)
+@record_type
 class Section:
     """One fingerprinted piece of the prompt prefix.
 
@@ -115,7 +116,7 @@ class Section:
         return value.nbytes if isinstance(value, memoryview) else len(value.encode("utf-8", "surrogatepass"))
 
 
-@dataclass(frozen=True)
+@record_type
 class PromptCount:
     """The tokens of one first request: pack prefix, chat template, question.
 
@@ -136,7 +137,7 @@ class PromptCount:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class Pack:
     """The shared prompt prefix of a corpus (or of one shard of it).
 
@@ -339,7 +340,7 @@ class Pack:
         }
 
 
-@dataclass(frozen=True)
+@record_type
 class Budget:
     """How many tokens a pack may take: the context length less what the answer and question need.
 
@@ -375,7 +376,7 @@ class Budget:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class ShardedPack:
     """A corpus split into packs that each fit the budget, in corpus order.
 
@@ -397,7 +398,7 @@ class ShardedPack:
         }
 
 
-@dataclass(frozen=True)
+@record_type
 class ManifestSummary:
     """What a pack's summary line says of its manifest: the paths skipped per reason, the lossy files.
 
@@ -417,7 +418,7 @@ class ManifestSummary:
         return cls(manifest.skipped_by_reason(), lossy)
 
 
-@dataclass(frozen=True)
+@record_type
 class PackResult:
     """What :func:`~longctx.packing.pack` returns: the pack, the manifest of the paths considered, its origin.
 
@@ -511,7 +512,7 @@ class PackResult:
         return f"; {len(lossy)} {files} not valid UTF-8, decoded with U+FFFD replacements: {shown}"
 
 
-@dataclass(frozen=True)
+@record_type
 class PackComparison:
     """Where two packs part, and how much of the old prefix a server cache can still reuse.
 
@@ -544,7 +545,7 @@ class PackComparison:
         return (self.surviving_tokens + (self.partial_tokens or 0)) / self.old_prefix_tokens
 
 
-@dataclass(frozen=True)
+@record_type
 class BoundaryCheck:
     """Whether the prefix's tokens are a prefix of the tokens of prefix + question.
 

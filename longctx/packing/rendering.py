@@ -21,10 +21,10 @@ import json
 import posixpath
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import path_sort_key
+from longctx.recordtypes import record_type
 from longctx.sources.special_tokens import DEFAULT_SPELLINGS
 
 __all__ = [
@@ -249,7 +249,7 @@ def read_documents(text: str) -> dict[str, str]:
     return documents
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ListingEntry:
     """One path of the listing; ``skipped_reason`` is set for a path that was not packed.
 

@@ -45,7 +45,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, BinaryIO, Final
 
@@ -53,6 +53,7 @@ from longctx.errors import StoreError
 from longctx.options.groups import CorpusOptions
 from longctx.packing.model import ManifestSummary, Pack, Section
 from longctx.packing.rendering import FORMAT_VERSION
+from longctx.recordtypes import record_type
 from longctx.sources.corpus import MANIFEST_FORMAT_VERSION, CorpusOutline, Manifest
 from longctx.sources.files import filesystem_path
 from longctx.sources.repo import RepositoryState, repository_state
@@ -79,7 +80,7 @@ _LINK_NOTE: Final = "symbolic link to "
 _SHAPING_PACKAGES: Final = ("pypdf", "pathspec")
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class SnapshotKey:
     """Where a pack is kept (``slot``: what was asked) and for which repository ``state``.
 
@@ -95,7 +96,7 @@ class SnapshotKey:
     tracked_files: int = 0
 
 
-@dataclass(frozen=True)
+@record_type
 class Snapshot:
     """A pack and its manifest read back from the store, with the ordering they were built with.
 

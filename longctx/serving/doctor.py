@@ -10,19 +10,20 @@ that fixes it) and whether each replica is up.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from longctx.backends.base import Backend, ReplicaStatus, ServerInfo
 from longctx.backends.profiles import CHECKPOINT_KV_SCALES, Finding
 from longctx.options.groups import RequestOptions
+from longctx.recordtypes import record_type
 from longctx.serving.advice import detected_router_finding, suggest_router_policy
 from longctx.serving.kv_scales import KVScales, find_kv_scales
 
 __all__ = ["Diagnosis", "diagnose"]
 
 
-@dataclass(frozen=True)
+@record_type
 class Diagnosis:
     """The outcome of :func:`diagnose`: ``ok`` when no finding is a warning.
 

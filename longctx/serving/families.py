@@ -11,13 +11,14 @@ or without the organisation (``Qwen2.5-7B-Instruct-1M`` finds
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+from longctx.recordtypes import record_type
 
 __all__ = ["KNOWN_MODELS", "KnownModel", "known_model", "known_models"]
 
 
-@dataclass(frozen=True)
+@record_type
 class KnownModel:
     """A model of the table: its full name (for the server's command line) and its config keys."""
 

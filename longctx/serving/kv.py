@@ -42,11 +42,11 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from longctx.errors import InputError, ServingConfigError, UnsupportedArchitecture
+from longctx.recordtypes import record_type
 
 __all__ = [
     "KV_CACHE_DTYPES",
@@ -116,7 +116,7 @@ class LayerKind(enum.Enum):
     LINEAR = "linear"
 
 
-@dataclass(frozen=True)
+@record_type
 class LayerGroup:
     """Layers of one kind with the same shape.
 
@@ -210,7 +210,7 @@ class LayerGroup:
         return (recurrent + conv) * self.count
 
 
-@dataclass(frozen=True)
+@record_type
 class KVLayout:
     """The KV cache of one model at one KV-cache dtype.
 

@@ -20,9 +20,10 @@ import json
 import re
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from longctx.recordtypes import record_type
 
 __all__ = ["KVScales", "find_kv_scales"]
 
@@ -36,7 +37,7 @@ _SCALE_TENSOR = re.compile(r"(?:^|\.)(?:k|v|kv)_scale$")
 _MAX_HEADER_BYTES = 100 * 2**20
 
 
-@dataclass(frozen=True)
+@record_type
 class KVScales:
     """What a checkpoint says of its KV-cache scales.
 
@@ -98,7 +99,7 @@ def find_kv_scales(config: Mapping[str, Any] | None, folder: str | Path | None =
     return KVScales(True, f"{tensors.count} k/v scale tensors in {tensors.where}, loaded by {method}")
 
 
-@dataclass(frozen=True)
+@record_type
 class _ScaleTensors:
     count: int | None  # None: no weights could be read
     where: str

@@ -29,10 +29,10 @@ import enum
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from longctx.errors import InsufficientMemory, ServingConfigError
+from longctx.recordtypes import record_type
 from longctx.serving.kv import KVLayout, LayerKind
 from longctx.serving.tiers import HostTierPlan, plan_host_tier
 
@@ -61,7 +61,7 @@ _HOST_TIER_NOTE = (
 )
 
 
-@dataclass(frozen=True)
+@record_type
 class ContextAnswer:
     """How many sequences of ``context_tokens`` tokens fit at once.
 
@@ -78,7 +78,7 @@ class ContextAnswer:
     beyond_model_limit: bool
 
 
-@dataclass(frozen=True)
+@record_type
 class ConcurrencyAnswer:
     """The longest context that ``concurrency`` sequences can each have at once.
 
@@ -95,7 +95,7 @@ class ConcurrencyAnswer:
     limited_by: Literal["memory", "model", "none"]
 
 
-@dataclass(frozen=True)
+@record_type
 class CapacityPlan:
     """The answer of :func:`plan_capacity`; every byte count is per GPU.
 
@@ -313,7 +313,7 @@ def plan_capacity(
     )
 
 
-@dataclass(frozen=True)
+@record_type
 class _KVMemory:
     """The KV memory of one GPU and what it came from; the inputs are ``None`` where not used."""
 

@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 
 __all__ = ["PlannedPack"]
 
 
-@dataclass(frozen=True)
+@record_type
 class PlannedPack:
     """A pack's context: ``total_tokens`` in all, of which ``image_tokens`` for its ``images``.
 

@@ -22,12 +22,13 @@ import dataclasses
 import shlex
 import types
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from longctx.backends.engines import find_profile, recipe_engines
 from longctx.backends.profiles import HostTierRecipe, RecipeSwitches
 from longctx.errors import ServingConfigError
+from longctx.recordtypes import record_type
 from longctx.serving.families import known_model, known_models
 from longctx.serving.kv import LayerKind, kv_layout_from_config
 from longctx.serving.kv_scales import KVScales, find_kv_scales
@@ -62,7 +63,7 @@ _CHUNK_TOKENS = "8192"
 _HF_CACHE = "$HOME/.cache/huggingface"
 
 
-@dataclass(frozen=True)
+@record_type
 class Mount:
     """A host path bind-mounted into the container (``source`` may use ``$HOME``/``$PWD``)."""
 
@@ -75,7 +76,7 @@ class Mount:
         return f"{self.source}:{self.target}" + (":ro" if self.read_only else "")
 
 
-@dataclass(frozen=True)
+@record_type
 class Recipe:
     """How to launch ``model`` on ``engine``.
 
@@ -450,7 +451,7 @@ _CATALOGUE: dict[tuple[str, str], Callable[[int | None, int | None, bool], Recip
 _DOCKER_OPTIONS = ("--rm", "--gpus all", "--ipc=host", "--network=host", "--shm-size=64g")
 
 
-@dataclass(frozen=True)
+@record_type
 class _KVCacheRequest:
     """The KV cache asked for (one of :data:`RECIPE_KV_CACHE_DTYPES`) and the checkpoint's scales."""
 
@@ -458,7 +459,7 @@ class _KVCacheRequest:
     scales: KVScales | None
 
 
-@dataclass(frozen=True)
+@record_type
 class _KVCacheChoice:
     """The KV cache a generic recipe launches, its flags, and what is said of it."""
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 
 __all__ = ["PackProbe", "RetentionReport", "measure_retention"]
 
@@ -33,7 +34,7 @@ KEPT_SHARE = 0.5
 _LINE = "{pack:04d}.{line:04d} the retention probe of run {run} writes pack {pack} line {line} here\n"
 
 
-@dataclass(frozen=True)
+@record_type
 class PackProbe:
     """One pack of the probe: its prompt tokens, its cold send and its re-send (newest first)."""
 
@@ -45,7 +46,7 @@ class PackProbe:
     kept: bool
 
 
-@dataclass(frozen=True)
+@record_type
 class RetentionReport:
     """How many packs of ``pack_tokens`` the server kept, beside the estimate from its KV size.
 

@@ -22,8 +22,8 @@ vLLM pads linear-state pages to the attention page size, not modelled.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from longctx.recordtypes import record_type
 from longctx.serving.kv import KVLayout, LayerKind
 
 __all__ = ["HostTierPlan", "TierAnswer", "host_token_bytes", "plan_host_tier"]
@@ -32,7 +32,7 @@ _PAGE = 4096
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record_type
 class TierAnswer:
     """How many packs of ``context_tokens`` each tier of one replica holds.
 
@@ -49,7 +49,7 @@ class TierAnswer:
     together: int | None
 
 
-@dataclass(frozen=True)
+@record_type
 class HostTierPlan:
     """The host tier of one replica: its size, its cost per token, and what it holds."""
 

@@ -7,10 +7,10 @@ reasoning model's chat template renders it there.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from longctx.citations import Citation
+from longctx.recordtypes import record_type
 from longctx.report import SavingsReport
 from longctx.sessions.changes import Changes
 from longctx.usage import Usage
@@ -32,7 +32,7 @@ def history_form(answer: str) -> str:
     return answer
 
 
-@dataclass(frozen=True)
+@record_type
 class Answer:
     """One answered question. ``str(answer)`` is its text.
 
@@ -98,7 +98,7 @@ class Answer:
         return data
 
 
-@dataclass(frozen=True)
+@record_type
 class Batch:
     """The answers of :meth:`Conversation.ask_many`, in question order, and their report.
 

@@ -14,11 +14,11 @@ the line that made it, like ``ask("")``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
+from longctx.recordtypes import record_type
 from longctx.sessions.answers import Answer
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def asked_how(options: Mapping[str, Any]) -> tuple[bool, AnswerSchema | None]:
     return cite, answer_schema(spec)
 
 
-@dataclass(frozen=True)
+@record_type
 class AskCall:
     """One question's arguments, checked: the question, its answer bound, and what it asks for."""
 
@@ -108,7 +108,7 @@ class AskCall:
     schema: AnswerSchema | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class AskManyCall:
     """A sibling batch's arguments, checked: questions, answer bound, concurrency, what each asks for."""
 

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from longctx.errors import ContextOverflow
 from longctx.options.groups import CorpusOptions
 from longctx.packing.rendering import render_document, render_path
 from longctx.packing.snapshots import snapshot_key
+from longctx.recordtypes import record_type
 from longctx.sources.corpus import Corpus, load_corpus
 from longctx.store import Store, TurnRecord
 
@@ -57,7 +58,7 @@ CHANGES_CLOSING = "</files-changed>\n"
 ChangeKind = Literal["changed", "added", "deleted", "renamed"]
 
 
-@dataclass(frozen=True)
+@record_type
 class FileChange:
     """One path that changed: ``kind`` says how; ``previous_path`` is set for a rename."""
 
@@ -71,7 +72,7 @@ class FileChange:
         return f"{self.path} {self.kind}"
 
 
-@dataclass(frozen=True)
+@record_type
 class Changes:
     """What the next user message carries before its question.
 

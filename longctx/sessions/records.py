@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from longctx.backends.base import Sent
 from longctx.citations import Citation, CitedAnswer, file_link
+from longctx.recordtypes import record_type
 from longctx.sessions.answers import Answer, history_form
 from longctx.sessions.changes import Changes
 from longctx.sessions.requests import Asked
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record_type
 class Committed:
     """What one answered request left: its turn, its request record, and the answer."""
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from longctx.backends.base import Backend
@@ -23,6 +22,7 @@ from longctx.citations import CITE_INSTRUCTION, Grounding
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
 from longctx.packing.image_parts import content_parts
+from longctx.recordtypes import record_type
 from longctx.sessions.changes import Changes
 from longctx.sessions.prompt_ids import PromptIds
 from longctx.store import Store, StoredPack, TurnRecord
@@ -41,7 +41,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record_type
 class Asked:
     """What one question asks for beyond its text: its citations checked, its answer typed (None: not)."""
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from longctx.recordtypes import record_type
 from longctx.store import RequestRecord
 from longctx.usage import Usage
 
 __all__ = ["AnswerReuse", "answer_reuse", "reuse_notes"]
 
 
-@dataclass(frozen=True)
+@record_type
 class AnswerReuse:
     """The previous answer's tokens (``answer_tokens``) and how many of them were read from the cache."""
 

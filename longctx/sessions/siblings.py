@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -43,6 +43,7 @@ from longctx.backends.engines import measured_dispatch
 from longctx.drivers import Fanout, Gate, Io, Plan
 from longctx.errors import ConfigError
 from longctx.options.groups import RequestOptions
+from longctx.recordtypes import record_type
 from longctx.report import build_report
 from longctx.sessions.answers import Answer, Batch
 from longctx.sessions.arguments import AskManyCall, AskManyOptions
@@ -64,7 +65,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record_type
 class Dispatch:
     """How one batch of siblings goes out: the strategy, how many in flight, and why."""
 
@@ -162,7 +163,7 @@ def choose_dispatch(info: ServerInfo, options: RequestOptions, concurrency: int 
     return Dispatch(row.strategy, limit, f"auto for {engine}: {row.source}")
 
 
-@dataclass(frozen=True)
+@record_type
 class SiblingBatch:
     """The requests of one batch of siblings, their questions, and where they are recorded.
 
@@ -176,7 +177,7 @@ class SiblingBatch:
     asked: Asked = field(default_factory=Asked)
 
 
-@dataclass(frozen=True)
+@record_type
 class Outcome:
     """What came back: committed results by question index, and the errors of the others."""
 

@@ -41,10 +41,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from longctx.backends.chat import ChatRequest, Completion
 from longctx.backends.tokenizer import ServerTokenizer
+from longctx.recordtypes import record_type
 from longctx.store import TurnRecord
 
 __all__ = ["FirstIds", "FirstMessages", "HistoryIds", "TokenHistory", "glue_ids"]
@@ -56,7 +56,7 @@ FirstIds = Callable[[ServerTokenizer], "Sequence[int] | None"]
 """The first turn's prompt ids where known without tokenizing its messages (the pack's stored ids)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class HistoryIds:
     """A turn's prompt after earlier turns: ``request`` with ``prompt_ids``, or as text with ``reason``."""
 

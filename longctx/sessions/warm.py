@@ -20,12 +20,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
+from longctx.recordtypes import record_type
 from longctx.sessions.records import request_record
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
 from longctx.usage import Usage
@@ -51,7 +51,7 @@ CLOCK_SLACK_SECONDS: Final = 5.0
 """The start time is the server's clock, the store's times are ours: a start this close counts as after."""
 
 
-@dataclass(frozen=True)
+@record_type
 class WarmPlan:
     """What a warm start needs from its session: where to send, where to record, and the request."""
 
@@ -65,7 +65,7 @@ class WarmPlan:
     stores them with itself)."""
 
 
-@dataclass(frozen=True)
+@record_type
 class WarmResult:
     """What a warm start did: sent a request (``usage``), or skipped it or failed (the reason)."""
 

@@ -25,12 +25,13 @@ import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from longctx.documents import Document, path_sort_key
 from longctx.errors import ConfigError, EmptyCorpus, InputError, SourceError
 from longctx.options.groups import CorpusOptions, Limits
+from longctx.recordtypes import record_type
 from longctx.sources.files import display_path, is_inside, list_folder, list_single_file
 from longctx.sources.ignore import GlobFilter
 from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
@@ -59,7 +60,7 @@ MANIFEST_FORMAT_VERSION: Final = 1
 """Version of :meth:`Manifest.to_dict`'s layout; bumped when a key changes."""
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ManifestEntry:
     """One path considered: ``included`` (with size, hash, kind) or ``skipped`` (with a reason).
 
@@ -93,7 +94,7 @@ class ManifestEntry:
         }
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Manifest:
     """Every path considered, in :func:`~longctx.documents.path_sort_key` order."""
 
@@ -174,7 +175,7 @@ class Manifest:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class CorpusOutline:
     """What a corpus is, but for its documents: the manifest, the order, where it came from.
 
@@ -199,7 +200,7 @@ class CorpusOutline:
     layer_note: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class Corpus(CorpusOutline):
     """Documents in policy order, and the outline: the manifest of everything considered, and more."""
 
@@ -215,7 +216,7 @@ Paths = Sequence[str | os.PathLike[str]] | str | os.PathLike[str]
 """One path, or several: what :func:`load_corpus` takes."""
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _Source:
     """One argument of load_corpus: its label, whether it is a single file, and what it lists."""
 
@@ -407,7 +408,7 @@ def stream_corpus(
     return outline
 
 
-@dataclass(frozen=True)
+@record_type
 class _Screened:
     """The sources' listings through the globs: the manifest entries so far, and the files to read."""
 
@@ -639,7 +640,7 @@ def _read_in_order(
     return tuple(reading.documents), reading.total_bytes
 
 
-@dataclass
+@record_type(frozen=False)
 class _Reading:
     """What reading the candidates in order has taken so far, and the corpus limit that stopped it."""
 

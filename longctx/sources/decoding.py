@@ -24,8 +24,9 @@ The rules, in order:
 from __future__ import annotations
 
 import codecs
-from dataclasses import dataclass
 from typing import Final
+
+from longctx.recordtypes import record_type
 
 __all__ = ["SNIFF_BYTES", "DecodedText", "decode_text", "looks_binary", "normalise_newlines"]
 
@@ -51,7 +52,7 @@ _BYTE_ORDER_MARKS: Final[tuple[tuple[bytes, str], ...]] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class DecodedText:
     """Text decoded from bytes.
 

@@ -37,10 +37,10 @@ import logging
 import os
 import stat
 import sys
-from dataclasses import dataclass
 from typing import Final
 
 from longctx.errors import SourceError
+from longctx.recordtypes import record_type
 from longctx.sources.ignore import IgnoreRules
 from longctx.sources.listing import Candidate, Listing, Skip, SkipReason
 
@@ -120,7 +120,7 @@ def _join(directory: str, name: str) -> str:
     return f"{directory}/{name}" if directory else name
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _PendingFolder:
     location: str
     path: str

@@ -28,11 +28,11 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Final
 
 from longctx.errors import SourceError
+from longctx.recordtypes import record_type
 
 if TYPE_CHECKING:
     from git.cmd import Git
@@ -60,7 +60,7 @@ _GIT_OPTIONS: Final = ("--no-pager", "--no-optional-locks", "-c", "color.ui=fals
 _LITERAL: Final = "--literal-pathspecs"
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class GitResult:
     """A finished git command: its exit status and its two outputs, exactly as git wrote them."""
 

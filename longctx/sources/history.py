@@ -53,10 +53,10 @@ import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import closing
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 from longctx.errors import SourceError
+from longctx.recordtypes import record_type
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path
 
 __all__ = [
@@ -184,7 +184,7 @@ def _last_commit_times(
     return times
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Layering:
     """The base a repository folder is packed from, and what changed since (repository paths).
 
@@ -201,7 +201,7 @@ class Layering:
     base_tree: frozenset[str]
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class LayerPlan:
     """What :func:`plan_layers` chose, and why, in words for the pack's summary line.
 
@@ -217,7 +217,7 @@ class LayerPlan:
     note: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _Change:
     path: str
     old_mode: str

@@ -35,11 +35,12 @@ import binascii
 import hashlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final
 
 from longctx.documents import Document, ImagePart
 from longctx.options.groups import DEFAULT_PAGE_IMAGE_SIDE
+from longctx.recordtypes import record_type
 from longctx.sources.page_images import render_pages
 from longctx.sources.pdf import PdfText
 from longctx.sources.png import image_size
@@ -59,7 +60,7 @@ IMAGE_FILE_SUFFIXES: Final = frozenset({".png", ".jpg", ".jpeg"})
 _NOTEBOOK_IMAGE_TYPES: Final = ("image/png", "image/jpeg")
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ImageRules:
     """What goes as an image: the PDF page mode, the rendered side, and image files and outputs."""
 
@@ -68,7 +69,7 @@ class ImageRules:
     image_files: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ImageDocuments:
     """The image documents of one file, in order, and the manifest notes that say what went and why."""
 

@@ -7,8 +7,9 @@ vocabulary (part of the manifest format).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+from longctx.recordtypes import record_type
 
 __all__ = ["Candidate", "Listing", "Skip", "SkipReason"]
 
@@ -53,7 +54,7 @@ class SkipReason(StrEnum):
     ``CorpusOptions.default_ignores`` off packs it."""
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Candidate:
     """A file a source will try to read.
 
@@ -86,7 +87,7 @@ class Candidate:
         return self.content is not None
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Skip:
     """A considered path that is not in the corpus, and why.
 
@@ -101,7 +102,7 @@ class Skip:
     size_bytes: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Listing:
     """What one source considers: files to read and paths already skipped.
 

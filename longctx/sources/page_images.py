@@ -28,11 +28,11 @@ import functools
 import hashlib
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 from longctx.documents import ImagePart
 from longctx.options.groups import DEFAULT_PAGE_IMAGE_SIDE
+from longctx.recordtypes import record_type
 from longctx.sources.png import encode_gray_png
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
 _WHITE: Final = b"\xff"
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class RenderedPage:
     """One page asked for: its ``image``, or None with a ``note`` saying why not (blank, failed)."""
 

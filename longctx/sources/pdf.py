@@ -42,9 +42,9 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
+from longctx.recordtypes import record_type
 from longctx.sources.decoding import normalise_newlines
 from longctx.sources.text_layer import judge_page
 
@@ -69,7 +69,7 @@ _PYPDF_NOTES_LIMIT: Final = 5  # distinct pypdf messages noted per PDF; the rest
 logger = logging.getLogger("longctx.sources")
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class UnusablePage:
     """A page whose text layer is not usable (:func:`~longctx.sources.text_layer.judge_page`), and why."""
 
@@ -77,7 +77,7 @@ class UnusablePage:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class PdfText:
     """The text of a readable PDF, with page markers; ``notes`` name empty pages and the like.
 
@@ -92,7 +92,7 @@ class PdfText:
     unusable_pages: tuple[UnusablePage, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class PdfFailure:
     """A PDF that could not be read: ``encrypted`` or ``corrupt``, with a message."""
 

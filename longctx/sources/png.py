@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
 from typing import Final
+
+from longctx.recordtypes import record_type
 
 __all__ = ["ImageSize", "encode_gray_png", "image_data", "image_size"]
 
@@ -33,7 +34,7 @@ _ZLIB_HEADER: Final = b"\x78\x01"  # deflate, 32 KiB window, no dictionary, "fas
 _IDAT_CHUNK: Final = 1 << 20  # IDAT chunks of at most 1 MiB: any split is valid PNG, this one is fixed
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class ImageSize:
     """An image's media type and its size in pixels."""
 

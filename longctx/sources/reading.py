@@ -46,10 +46,10 @@ import os
 import posixpath
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 from longctx.documents import Document
+from longctx.recordtypes import record_type
 from longctx.sources.decoding import SNIFF_BYTES, decode_text, looks_binary, normalise_newlines
 from longctx.sources.files import is_inside, relative_target
 from longctx.sources.images import (
@@ -108,7 +108,7 @@ _OPEN_FLAGS: Final = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class Included:
     """A candidate that made it into the corpus, with the notes for its manifest entry.
 
@@ -429,7 +429,7 @@ class FileReader:
         return Included(document, (*notes, f"sent as an image ({image.width}x{image.height})"))
 
 
-@dataclass(frozen=True)
+@record_type
 class _LinkTarget:
     """A symbolic link followed inside the root: the real location, its status, its path in the root."""
 

@@ -37,10 +37,11 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Final
 
 from longctx.options.groups import DEFAULT_MAX_STALE_SHARE
+from longctx.recordtypes import record_type
 from longctx.sources.files import filesystem_path, is_inside, relative_target
 from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
 from longctx.sources.history import (
@@ -69,7 +70,7 @@ logger = logging.getLogger("longctx.sources")
 _LONGCTX_IGNORE: Final = ".longctxignore"
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class RepositoryRoot:
     """Where a folder sits in a git work tree.
 
@@ -105,7 +106,7 @@ def find_repository(directory: str) -> RepositoryRoot | None:
     return RepositoryRoot(work_tree, subdirectory)
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class RepositoryState:
     """What git says about a work tree folder: enough to tell that nothing git tracks has moved.
 
@@ -262,7 +263,7 @@ def list_repository(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _WorkTreeFiles:
     """What git lists in the folder: tracked paths with their modes, untracked ones, and the dirty ones."""
 
@@ -299,7 +300,7 @@ def _work_tree_files(runner: GitRunner, pathspec: tuple[str, ...]) -> _WorkTreeF
     return _WorkTreeFiles(tracked, untracked, modified, deleted)
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _History:
     """The listing's layering (None for a plain one) and last-commit times.
 
@@ -341,7 +342,7 @@ def _history(
     return _History(layering, plan.note, times, times_now)
 
 
-@dataclass(slots=True)
+@record_type(frozen=False, slots=True)
 class _Entries:
     """The listing as it is built: the candidates and skips so far, and what is considered at all."""
 

@@ -29,8 +29,9 @@ from __future__ import annotations
 import collections
 import math
 import re
-from dataclasses import dataclass
 from typing import Final
+
+from longctx.recordtypes import record_type
 
 __all__ = [
     "ASSIGNMENT_RULE",
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class SecretFinding:
     """A credential found in text: which rule matched, and on which line (1-based)."""
 
@@ -50,7 +51,7 @@ class SecretFinding:
     line: int
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class _ContentRule:
     name: str
     anchor: str

@@ -24,8 +24,9 @@ usable here; the renderer then finds its image blank and sends nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final
+
+from longctx.recordtypes import record_type
 
 __all__ = ["MAX_UNMAPPED_SHARE", "MIN_CHARACTERS_PER_SQUARE_INCH", "PageVerdict", "judge_page"]
 
@@ -40,7 +41,7 @@ _WHITESPACE: Final = re.compile(
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record_type(slots=True)
 class PageVerdict:
     """A page's text layer judged: ``usable``, or the ``reason`` it is not."""
 

@@ -27,16 +27,16 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from longctx.errors import LeaseLost
+from longctx.recordtypes import record_type
 from longctx.store.db import Database, key_range
 
 __all__ = ["ItemLeases", "LeaseClaim", "LeaseHolder"]
 
 
-@dataclass(frozen=True)
+@record_type
 class LeaseHolder:
     """A run that may hold leases: its id, and the process and host it runs in."""
 
@@ -54,7 +54,7 @@ class LeaseHolder:
         return f"run {self.run_id} (pid {self.pid} on {self.host})"
 
 
-@dataclass(frozen=True)
+@record_type
 class LeaseClaim:
     """What became of one item's lease when a run tried to take it.
 

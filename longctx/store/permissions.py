@@ -19,9 +19,10 @@ import logging
 import os
 import shlex
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from longctx.recordtypes import record_type
 
 __all__ = [
     "PRIVATE_FILE_MODE",
@@ -75,7 +76,7 @@ def create_private_file(path: Path, *, truncate: bool = False) -> None:
     os.close(descriptor)
 
 
-@dataclass(frozen=True)
+@record_type
 class LooseEntry:
     """A path of the store that its group or other users may use, and its permission bits."""
 

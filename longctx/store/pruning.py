@@ -16,9 +16,10 @@ the disk.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from longctx.errors import StoreError
+from longctx.recordtypes import record_type
 from longctx.store.db import Database
 
 __all__ = ["PruneResult", "PruneRule", "PrunedTree", "prune_sessions"]
@@ -28,7 +29,7 @@ __all__ = ["PruneResult", "PruneRule", "PrunedTree", "prune_sessions"]
 _ROW_BYTES = {"requests": 220, "counter_checks": 160, "counter_skips": 120}
 
 
-@dataclass(frozen=True)
+@record_type
 class PruneRule:
     """Which session trees go: older than ``older_than_seconds``, beyond the ``keep`` newest, or
     the oldest until the rest fit in ``max_bytes``; any one rule given is enough to prune.
@@ -45,7 +46,7 @@ class PruneRule:
     in_use_seconds: float = 3600.0
 
 
-@dataclass(frozen=True)
+@record_type
 class PrunedTree:
     """A session tree pruned (or, in a dry run, to be): its root, size and latest activity."""
 
@@ -58,7 +59,7 @@ class PrunedTree:
     reason: str
 
 
-@dataclass(frozen=True)
+@record_type
 class PruneResult:
     """What a prune took (or would take), and the database file's size before and after."""
 
@@ -76,7 +77,7 @@ class PruneResult:
         return sum(tree.bytes for tree in self.pruned)
 
 
-@dataclass
+@record_type(frozen=False)
 class _Tree:
     root_id: str
     title: str

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from longctx.recordtypes import record_type
 from longctx.store.blobs import StoredText
 from longctx.usage import Usage
 
@@ -55,7 +56,7 @@ def record_from_row(cls: type[RecordT], row: _Row, **decoded: Any) -> RecordT:
     return cls(**taken, **decoded)
 
 
-@dataclass(frozen=True)
+@record_type
 class SessionRecord:
     """A stored session: its settings and where it branched from."""
 
@@ -69,7 +70,7 @@ class SessionRecord:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record_type
 class TurnRecord:
     """One completed question and answer.
 
@@ -106,7 +107,7 @@ class TurnRecord:
     schema: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class RequestRecord:
     """One request to a server: where it went, what it was for, and its :class:`~longctx.usage.Usage`."""
 
@@ -133,7 +134,7 @@ class RequestRecord:
         return record_from_row(cls, row, usage=Usage.from_dict(row))
 
 
-@dataclass(frozen=True)
+@record_type
 class CounterCheckRecord:
     """A server counter read before and after one call's requests (and those that overlapped it)."""
 
@@ -160,7 +161,7 @@ class CounterCheckRecord:
     tier_source: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class CounterSkip:
     """Why one call of a session got no counter check: the note its report gives.
 
@@ -174,7 +175,7 @@ class CounterSkip:
     batch_id: str | None = None
 
 
-@dataclass(frozen=True)
+@record_type
 class StoredPack:
     """What a session needs of its pack to resume without the original files.
 
@@ -194,7 +195,7 @@ class StoredPack:
     images: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
 
-@dataclass(frozen=True)
+@record_type
 class StoredImage:
     """An image of a stored pack: ``length`` characters from ``offset`` of its prefix, and what it is.
 
@@ -214,7 +215,7 @@ class StoredImage:
     reason: str
 
 
-@dataclass(frozen=True)
+@record_type
 class Opening:
     """What a new session writes in its first transaction: its pack, its record, what it did before.
 
@@ -230,7 +231,7 @@ class Opening:
     counter_skips: tuple[CounterSkip, ...] = ()
 
 
-@dataclass(frozen=True)
+@record_type
 class StoredPackIds:
     """A pack's prompt as token ids of one server tokenizer (:mod:`longctx.sessions.prompt_ids`).
 
@@ -244,7 +245,7 @@ class StoredPackIds:
     after_user: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@record_type
 class StoredPackSnapshot:
     """A stored pack snapshot: its summary (see :mod:`longctx.packing.snapshots`) and its sections' text.
 

@@ -21,8 +21,9 @@ import shutil
 import subprocess
 import sysconfig
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+
+from longctx.recordtypes import record_type
 
 __all__ = [
     "FACTS",
@@ -47,7 +48,7 @@ FILLER_MODULES = (
 """Further standard-library modules, in this order, that pad the repository for larger packs."""
 
 
-@dataclass(frozen=True)
+@record_type
 class Fact:
     """A question with a known answer: a right answer matches ``expected`` (a regex, case-insensitive)."""
 
@@ -59,7 +60,7 @@ class Fact:
         return re.search(self.expected, answer, re.IGNORECASE) is not None
 
 
-@dataclass(frozen=True)
+@record_type
 class Planted:
     """A sentence planted in one document of the pack, a question about it, and the rule its answer meets."""
 

@@ -23,9 +23,10 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
+from longctx.recordtypes import record_type
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
 from longctx.testing.errors import EnvironmentBuildError
@@ -49,7 +50,7 @@ STANDINS_DIR = Path(__file__).parent / "standins"
 Step = Sequence[str] | Callable[["EngineEnvironment"], None]
 
 
-@dataclass(frozen=True)
+@record_type
 class EngineEnvironment:
     """A complete virtual environment on disk."""
 
@@ -66,7 +67,7 @@ class EngineEnvironment:
         return self.root / "lib" / version / "site-packages"
 
 
-@dataclass(frozen=True)
+@record_type
 class EnvironmentSpec:
     """How to build one environment: ordered steps, then a check.
 

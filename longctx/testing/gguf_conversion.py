@@ -34,7 +34,6 @@ import struct
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize
 
+from longctx.recordtypes import record_type
 from longctx.testing.errors import ModelBuildError
 
 __all__ = [
@@ -141,7 +141,7 @@ _MODEL_TENSORS = {
 }
 
 
-@dataclass(frozen=True)
+@record_type
 class ConversionReport:
     """What one conversion wrote: the architecture, the tensors and values, and the seconds it took."""
 
@@ -152,7 +152,7 @@ class ConversionReport:
     seconds: float
 
 
-@dataclass(frozen=True)
+@record_type
 class _RawTensor:
     """A tensor as the file holds it: llama.cpp's name, type, and its bytes (mapped), one row per line."""
 
@@ -246,7 +246,7 @@ class _GGUFFile:
         return data[start : start + size].reshape(*outer, row_bytes)
 
 
-@dataclass(frozen=True)
+@record_type
 class _Tensor:
     """One GGUF tensor and where it goes: its Hugging Face name, its shape, and the heads to un-permute."""
 

@@ -19,9 +19,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
+from longctx.recordtypes import record_type
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
 from longctx.testing.errors import ModelBuildError
@@ -44,7 +44,7 @@ REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokeniz
 VISION_FILES = (*REQUIRED_FILES, "preprocessor_config.json")
 
 
-@dataclass(frozen=True)
+@record_type
 class TinyModel:
     """A model folder ready to serve, and the name to serve it under."""
 

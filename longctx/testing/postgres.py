@@ -23,11 +23,12 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import count
 from pathlib import Path
 from typing import Final
 
+from longctx.recordtypes import record_type
 from longctx.testing.errors import HarnessError
 
 __all__ = ["ROLE", "ROLE_PASSWORD", "PostgresServer", "postgres_programs"]
@@ -48,7 +49,7 @@ def postgres_programs() -> Path | None:
     return Path(on_path).parent if on_path else None
 
 
-@dataclass
+@record_type(frozen=False)
 class PostgresServer:
     """A PostgreSQL server this process started (see the module docstring); :meth:`stop` ends it."""
 

@@ -42,10 +42,10 @@ import tempfile
 import threading
 import time
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from longctx.recordtypes import record_type
 from longctx.testing._locks import file_lock
 from longctx.testing._logs import log_tail
 from longctx.testing.errors import HarnessError, ModelBuildError
@@ -78,7 +78,7 @@ SERVED_REAL_SERVER = REAL_SERVERS["vllm"]
 """The one ``longctx serve --cpu-demo`` starts: the CPU vLLM's."""
 
 
-@dataclass(frozen=True)
+@record_type
 class ModelPart:
     """One wheel of a split GGUF: the package, its pinned version and the part's path inside the wheel."""
 
@@ -96,7 +96,7 @@ class ModelPart:
         return f"{self.package.replace('-', '_')}-{self.version}-"
 
 
-@dataclass(frozen=True)
+@record_type
 class RealModelSpec:
     """A trained model shipped as GGUF parts on the package registry, and what is known of it."""
 

@@ -28,11 +28,11 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
 from longctx.documents import ImagePart
 from longctx.errors import ConfigError
+from longctx.recordtypes import record_type
 
 __all__ = ["ESTIMATED", "SERVER_COUNTED", "ImageTokenCounter", "PatchImageCounter", "estimate_image_counter"]
 
@@ -67,7 +67,7 @@ class ImageTokenCounter(Protocol):
         ...
 
 
-@dataclass(frozen=True)
+@record_type
 class PatchImageCounter:
     """Image tokens by a Qwen2-VL-style processor's arithmetic (see the module docstring)."""
 

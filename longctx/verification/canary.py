@@ -57,7 +57,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from longctx.backends.base import Backend, Sent
@@ -67,6 +67,7 @@ from longctx.backends.tiers import CacheTiers, read_tiers
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import CanaryDiverged, ConfigError
 from longctx.options.fields import OptionFields, option
+from longctx.recordtypes import record_type
 
 __all__ = [
     "CANARY_QUESTION",
@@ -90,7 +91,7 @@ CANARY_QUESTION = "List the first five records above, one per line, exactly as w
 _AFFINITY = "longctx-canary"
 
 
-@dataclass(frozen=True)
+@record_type
 class CanaryOptions(OptionFields):
     """How the canary probes.
 
@@ -118,7 +119,7 @@ class CanaryOptions(OptionFields):
         self._check_fields()
 
 
-@dataclass(frozen=True)
+@record_type
 class CanaryRun:
     """One answer to the probe: under which salt, where, what the cache said, what came out."""
 
@@ -154,7 +155,7 @@ class CanaryRun:
         }
 
 
-@dataclass(frozen=True)
+@record_type
 class CanaryComparison:
     """A later run against the cold one: where the tokens first differ, the largest logprob gap.
 
@@ -176,7 +177,7 @@ class CanaryComparison:
         return dict(self.__dict__)
 
 
-@dataclass(frozen=True)
+@record_type
 class CanaryResult:
     """What the canary found: every run, each comparison with the cold run, and the worst verdict."""
 

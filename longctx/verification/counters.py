@@ -55,13 +55,14 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Self
 
 from longctx.backends.base import Backend
 from longctx.backends.profiles import CacheCounters
 from longctx.backends.tiers import TierReading
 from longctx.process_state import PROCESS
+from longctx.recordtypes import record_type
 from longctx.report import CounterCheck
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, Store
 
@@ -209,7 +210,7 @@ class CounterSnapshot:
         return settling.then(keep)
 
 
-@dataclass
+@record_type(frozen=False)
 class _Share:
     """One call's part of a period: its own requests and the cached tokens they reported."""
 
@@ -274,7 +275,7 @@ class Settling:
         return PendingCheck(finish, idle=not self._shares)
 
 
-@dataclass
+@record_type(frozen=False)
 class _Period:
     """A window on one server's counter, shared by the calls of this process that overlap in it."""
 
@@ -334,7 +335,7 @@ class _Period:
         )
 
 
-@dataclass(frozen=True)
+@record_type
 class _TierDeltas:
     """A window's cached tokens by tier and bytes loaded from the host (see :func:`_tier_deltas`)."""
 

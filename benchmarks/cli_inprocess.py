@@ -395,7 +395,7 @@ with shared methods and an `__init__` compiled at the first instance, where data
 methods a class from source as each class was made. Counted by callgrind (Python 3.11.7, the same
 batch against the test suite's fake engine over HTTP), the new process ran 1,569 M instructions
 before and 1,079 M after, 36% of them parsing and compiling those methods before; a second batch in
-the same process 112 M both times. Of the import time left (above), about 40% is the HTTP stack
+the same process 112 M both times. Of the import time left (above), over a third is the HTTP stack
 (httpx2, httpcore2, h11, anyio, and `importlib.metadata`, which httpx2 and httpcore2 import to read
 their own versions), then click and tenacity; longctx's own modules are about a quarter."""
 

@@ -25,7 +25,7 @@ from fake_http import FakeHttpServer
 UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "asyncio", "rich", "tornado")
 
 SCRIPT = """
-import json, sys
+import gc, json, sys
 from longctx.cli import main
 try:
     main(sys.argv[1:])
@@ -33,7 +33,8 @@ except SystemExit as stop:
     code = stop.code
 from longctx.backends.http import tls_context
 print(json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules),
-                  "ca_read": tls_context()._built is not None}))
+                  "ca_read": tls_context()._built is not None,
+                  "collector": gc.isenabled(), "frozen": gc.get_freeze_count()}))
 """
 
 
@@ -63,3 +64,5 @@ def test_batch_imports_nothing_it_does_not_use_and_reads_no_ca_bundle(
     assert "requests" in done.stderr  # the savings summary
     assert last["loaded"] == [], f"batch imported what it does not use: {last['loaded']}"
     assert last["ca_read"] is False  # a plain-HTTP server: no CA bundle read
+    # The command's imports ran with the collector paused, then were frozen; it collects again after.
+    assert last["collector"] is True and last["frozen"] > 10_000

@@ -16,6 +16,7 @@ run the commands in process against a fake server.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Iterator
@@ -257,7 +258,7 @@ class App(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:
-            with _tornado_unseen():
+            with _tornado_unseen(), _collector_paused():
                 importlib.import_module(COMMAND_MODULES[cmd_name])
         return super().get_command(ctx, cmd_name)
 
@@ -270,6 +271,25 @@ class App(click.Group):
             # 130, the shell's code for SIGINT; 1 is reserved for other errors.
             click.echo("longctx: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """While a command's modules are imported, no garbage collection; after, their objects are frozen.
+
+    An import makes thousands of objects that live as long as the process (functions, classes,
+    constants), and each collection of the cyclic garbage collector walks them again: 105 collections
+    and 4% of a new `longctx batch` process's instructions (callgrind, Python 3.11.7). Frozen
+    (``gc.freeze``), they are never walked again; what the command makes later is collected as usual.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 @contextmanager

@@ -425,16 +425,22 @@ def test_a_packs_ids_are_made_in_a_named_daemon_thread(tmp_path: Path) -> None:
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
-def test_a_pack_whose_ids_fail_unexpectedly_goes_as_text_saying_so(tmp_path: Path) -> None:
+def test_a_pack_whose_ids_fail_unexpectedly_goes_as_text_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     class Broken(ChatMLChars):
         def tokenize_messages(self, messages: Sequence[Mapping[str, str]]) -> list[int]:
             raise RuntimeError("a bug")
 
+    # The bug is not swallowed: it reaches the thread's excepthook (printed, in a program).
+    raised: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: raised.append(args.exc_value))
     with Store.open(tmp_path) as store:
         ids = _ids(store, Broken())
         _ask(ids, PACK.prefix + "Where?")
         ids.wait()
         assert _ask(ids, PACK.prefix + "Where?").text_reason == "the pack's token ids could not be made"
+    assert [str(error) for error in raised] == ["a bug"]
 
 
 def test_a_template_that_knows_only_its_own_roles_covers_the_pack() -> None:

@@ -1,5 +1,8 @@
 """The one retry policy of longctx, on tenacity (imported here and nowhere else).
 
+tenacity is imported at a call's first failure: a healthy call, and a whole healthy command, never
+loads it (2% of a new `longctx batch` process's instructions).
+
 What is retried: a connection that failed, dropped or stalled
 (:class:`ServerUnreachable`), HTTP 429 (:class:`RateLimited`) and 5xx
 (:class:`ServerError`). What is not: every other 4xx, a context overflow,
@@ -15,13 +18,12 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Generic, TypeVar
-
-import tenacity
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from longctx.drivers import Io, Plan, run, sleep
 from longctx.errors import (
@@ -34,6 +36,9 @@ from longctx.errors import (
 )
 from longctx.options.groups import instant_retries_requested
 from longctx.recordtypes import record_type
+
+if TYPE_CHECKING:
+    import tenacity
 
 __all__ = [
     "OnRetry",
@@ -157,6 +162,8 @@ def _wait_strategy(policy: RetryPolicy) -> Callable[[tenacity.RetryCallState], f
 
 
 def _retrying_arguments(policy: RetryPolicy, on_retry: OnRetry | None) -> dict[str, object]:
+    import tenacity
+
     def before_sleep(state: tenacity.RetryCallState) -> None:
         if on_retry and state.outcome is not None:
             error = state.outcome.exception()
@@ -179,21 +186,31 @@ class _Attempts:
 
     tenacity decides (its stop, wait and retry strategies, its before-sleep
     hook) from the state it is told; the plan that owns this object does
-    the waiting, so one body serves both drivers.
+    the waiting, so one body serves both drivers. Its state is made at the
+    first failure, timed from the call's start.
     """
 
     def __init__(self, policy: RetryPolicy, on_retry: OnRetry | None) -> None:
-        self._retrying = tenacity.Retrying(**_retrying_arguments(policy, on_retry))  # type: ignore[arg-type]
-        self._retrying.begin()
-        self._state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
+        self._policy = policy
+        self._on_retry = on_retry
+        self._started = time.monotonic()
+        self._retrying: Any = None
+        self._state: Any = None
 
     @property
     def made(self) -> int:
         """Attempts made so far, the current one included."""
-        return int(self._state.attempt_number)
+        return 1 if self._state is None else int(self._state.attempt_number)
 
     def failed(self, error: BaseException) -> float:
         """Seconds to wait before the next attempt; re-raises ``error`` when the policy gives up."""
+        import tenacity
+
+        if self._state is None:
+            self._retrying = tenacity.Retrying(**_retrying_arguments(self._policy, self._on_retry))  # type: ignore[arg-type]
+            self._retrying.begin()
+            self._state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
+            self._state.start_time = self._started  # the total time counts from the first attempt
         self._state.set_exception((type(error), error, error.__traceback__))
         action = self._retrying.iter(self._state)  # raises error itself when giving up (reraise)
         if not isinstance(action, tenacity.DoSleep):

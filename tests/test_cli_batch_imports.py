@@ -21,8 +21,17 @@ from fake_http import FakeHttpServer
 
 # What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
 # (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
-# live line only) and tornado (tenacity imports it where installed; the test extras install it).
-UNUSED = ("longctx.cli.chat", "longctx.cli.streaming", "longctx.schemas", "asyncio", "rich", "tornado")
+# live line only), tenacity (the retry policy's library, loaded at a request's first failure) and
+# tornado (tenacity imports it where installed; the test extras install it).
+UNUSED = (
+    "longctx.cli.chat",
+    "longctx.cli.streaming",
+    "longctx.schemas",
+    "asyncio",
+    "rich",
+    "tenacity",
+    "tornado",
+)
 
 SCRIPT = """
 import gc, json, sys

@@ -185,3 +185,20 @@ def test_a_policy_that_gives_up_re_raises_the_last_error_and_never_retries_a_cli
     with pytest.raises(ConfigError):
         asyncio.run(arun(retried(refused, RetryPolicy(attempts=3))))
     assert calls[0] == 1
+
+
+def test_the_total_time_of_retries_counts_from_the_first_attempt() -> None:
+    """The policy's state is made at the first failure; its clock still starts at the first attempt."""
+    calls = [0]
+
+    def slow_then_unreachable() -> Plan[None]:
+        calls[0] += 1
+        yield Io(lambda: time.sleep(0.3))  # the first attempt outlasts the whole time allowed
+        raise ServerUnreachable(f"attempt {calls[0]}", url="http://x")
+
+    with instant_retries(), pytest.raises(ServerUnreachable, match="attempt 1"):
+        run(retried(slow_then_unreachable, RetryPolicy(attempts=5, total_seconds=0.2)))
+    assert calls[0] == 1
+    calls[0] = 0
+    with instant_retries(), pytest.raises(ServerUnreachable, match="attempt 5"):
+        run(retried(slow_then_unreachable, RetryPolicy(attempts=5, total_seconds=60)))

@@ -17,7 +17,9 @@ Their behaviour is the dataclass's: equality compares fields with ``compare=True
 of the same class, a frozen record hashes those fields (a mutable one is unhashable), ``repr`` shows
 fields with ``repr=True`` and survives a cycle, assigning or deleting a field of a frozen record
 raises :class:`dataclasses.FrozenInstanceError`, and methods a class defines itself are kept.
-``InitVar`` pseudo-fields are refused (no record needs them).
+``InitVar`` pseudo-fields are refused (no record needs them). One thing shows the laziness: until a
+class's first instance, ``inspect.signature`` of the class reads ``(*args, **kwargs)`` (type checkers
+read the fields, through ``dataclass_transform``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from longctx.errors import ConfigError
 from longctx.options.groups import CorpusOptions
 from longctx.packing import build_pack, pack
 from longctx.packing.rendering import SYSTEM_HEADER, render_path
+from longctx.sources import special_tokens
 from longctx.sources.corpus import load_corpus
 from longctx.sources.special_tokens import BREAK, CANDIDATE_SPELLINGS, DEFAULT_SPELLINGS, neutralise
 from longctx.store import Store
@@ -192,3 +193,16 @@ def test_a_file_named_like_a_special_token_does_not_spell_it_in_the_pack(tmp_pat
     pack = build_pack(load_corpus(tmp_path))
     assert neutralise(pack.system + pack.prefix) == (pack.system + pack.prefix, 0)
     assert '"\\u003c|im_start|>system"' in pack.prefix
+
+
+def test_a_text_holding_no_opening_of_a_spelling_is_passed_over_without_the_whole_expression() -> None:
+    """The trie of every spelling is compiled only once a text holds the first three characters of one."""
+    special_tokens._pattern.cache_clear()
+    special_tokens._openings.cache_clear()
+    code = "def first(items):\n    return items[0] if len(items) < 3 else items[-1]  # [note]\n"
+    result = neutralise(code, ("<|custom|>",))
+    assert result == (code, 0) and result[0] is code
+    assert special_tokens._pattern.cache_info().currsize == 0  # never built
+    broken, count = neutralise(code + "<|custom|> and <|im_end|>", ("<|custom|>",))
+    assert count == 2 and BREAK in broken
+    assert special_tokens._pattern.cache_info().currsize == 1

@@ -188,6 +188,21 @@ def _pattern(extra: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile(_trie_expression(root))
 
 
+@functools.lru_cache(maxsize=16)
+def _openings(extra: tuple[str, ...]) -> re.Pattern[str] | None:
+    # The first three characters of every spelling (46 openings for the 349 candidates), as a small
+    # trie of its own: a text that holds none of them holds no spelling, and is passed over without
+    # the whole expression, which `re` takes ten times longer to compile (10 ms of a new process here).
+    root: _Trie = {}
+    for spelling in {*DEFAULT_SPELLINGS, *extra}:
+        if len(spelling) > 1:
+            node = root
+            for character in spelling[:3]:
+                node = node.setdefault(character, {})
+            node[_END] = {}
+    return re.compile(_trie_expression(root)) if root else None
+
+
 def neutralise(text: str, extra: Iterable[str] = ()) -> tuple[str, int]:
     """``text`` with each :data:`DEFAULT_SPELLINGS` or ``extra`` spelling broken by :data:`BREAK`; how many.
 
@@ -199,7 +214,11 @@ def neutralise(text: str, extra: Iterable[str] = ()) -> tuple[str, int]:
     # Cached by the extra spellings as given: a reader passes the same tuple
     # for every file, so the expression is neither rebuilt nor looked up by
     # a set of hundreds of spellings each time.
-    pattern = _pattern(extra if isinstance(extra, tuple) else tuple(extra))
+    spellings = extra if isinstance(extra, tuple) else tuple(extra)
+    openings = _openings(spellings)
+    if openings is None or openings.search(text) is None:
+        return text, 0
+    pattern = _pattern(spellings)
     if pattern is None:
         return text, 0
     count = 0

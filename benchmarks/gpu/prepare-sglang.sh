@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with the package index, what a GPU machine without network needs to run
-# SGLang 0.5.17 and longctx: DEST/q00, q01, ... (one tar.gz of wheels split in 58 MB parts: SGLang,
+# SGLang 0.5.17 and longctx: DEST/q00, q01, ... (one tar.gz of wheels split in 44 MB parts: SGLang,
 # sglang-kernel slimmed, flashinfer, transformers/tokenizers at the versions SGLang pins, and the
 # requirements the GPU image lacks), DEST/lx (longctx and its requirements), DEST/tok (the tiny
 # model's tokenizer). Each part stays under 64 MiB, so each can be moved on its own.
@@ -61,7 +61,7 @@ pip download -q $PLAT -d "$DEST"/lx "$DEST"/lx/longctx*.whl
 # which refuses two of one name (jsonschema, referencing, rpds_py ... came in both); two versions stop here.
 python3 "$HERE"/bundle_wheels.py "$HERE/image-packages.txt" --keep longctx --keep transformers- --keep tokenizers- \
   "$W"/whl "$DEST"/lx
-tar -C "$W"/whl -cf - . | gzip -6 | split -b 58m -d - "$DEST"/q
+tar -C "$W"/whl -cf - . | gzip -6 | split -b 44m -d - "$DEST"/q
 cp "$MODEL"/tokenizer.json "$MODEL"/tokenizer_config.json "$MODEL"/chat_template.jinja "$DEST"/tok/ 2>/dev/null || cp "$MODEL"/tokenizer* "$DEST"/tok/
 ls "$W"/whl > "$DEST"/q-contents.txt
 rm -rf "$W"; du -sh "$DEST"/*

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepare, on a machine with the package index, everything a GPU machine without network needs to run
-# vLLM 0.24.0 and longctx: DEST/p00, p01, ... (vLLM, slimmed, tar.gz split in 58 MB parts), DEST/deps
+# vLLM 0.24.0 and longctx: DEST/p00, p01, ... (vLLM, slimmed, tar.gz split in 44 MB parts), DEST/deps
 # (vLLM's requirements the GPU image lacks), DEST/lx (longctx built from this checkout and its
 # requirements), DEST/rt (vllm-router and what it needs), DEST/tok (the tiny model's tokenizer),
 # DEST/lm and DEST/lmdeps (LMCache 0.5.3 and its requirements the image lacks: benchmarks/gpu/host-tiers.sh lmcache).
@@ -19,7 +19,7 @@ pip download -q --no-deps $PLAT -d "$W"/whl vllm==0.24.0
 # Parts of the wheel a bf16/fp8 Llama on Hopper with Python 3.12 never loads.
 (cd "$W"/slim && unzip -q "$W"/whl/vllm-0.24.0-*.whl && rm -f vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so \
    vllm/_moe_C_stable_libtorch.abi3.so vllm/vllm-rs vllm/third_party/deep_gemm/_C.cpython-3{10,11,13,14}-x86_64-linux-gnu.so)
-tar -C "$W"/slim -cf - vllm vllm-0.24.0.dist-info | gzip -6 | split -b 58m -d - "$DEST"/p
+tar -C "$W"/slim -cf - vllm vllm-0.24.0.dist-info | gzip -6 | split -b 44m -d - "$DEST"/p
 pip download -q $PLAT -d "$DEST"/deps cachetools blake3 "fastapi[standard]<0.137,>=0.133" "starlette>=1.0.1" \
   "openai>=3.57,<4" "pydantic>=2.12" "prometheus-fastapi-instrumentator>=8.0.0" "lm-format-enforcer==0.11.3" \
   "llguidance>=1.7,<1.8" "outlines_core==0.2.14" "diskcache==5.6.3" "lark==1.2.2" partial-json-parser \

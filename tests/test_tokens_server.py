@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -257,3 +258,39 @@ def test_no_piece_is_sent_once_one_failed() -> None:
     with pytest.raises(TokenizerError, match="could not tokenize"):
         tokenizer.count("x\n" * (pieces * CHUNK_CHARS // 2))
     assert len(server.requests) < pieces  # the pool's queue was cancelled
+
+
+def test_the_workers_stop_sending_after_a_failed_piece_even_while_the_caller_is_held() -> None:
+    """The pieces after one that failed are not sent, however late the calling thread reads it.
+
+    The first piece's answer is held until half a second after the fifth has failed: the caller is
+    still waiting on the first, so only the workers can stop the queue (27 pieces were sent when only
+    the caller did). Every piece before the failure is sent, and the caller meets the real error.
+    """
+    server = FakeServer("vllm")
+    answer = server.handler
+    seen: list[int] = []
+    fifth_failed = threading.Event()
+    lock = threading.Lock()
+
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        with lock:
+            number = len(seen)
+            seen.append(number)
+        if number == 0:
+            fifth_failed.wait(10)  # the caller reads this piece first: it waits here,
+            time.sleep(0.5)  # and long after the failure, while the other workers are free
+        if number == 4:
+            fifth_failed.set()
+            return httpx2.Response(500, json={"error": {"message": "boom"}})
+        return answer(request)
+
+    endpoint = HttpEndpoint(
+        "http://server.test:8000/v1", timeout=15.0, transport=httpx2.MockTransport(handler)
+    )
+    tokenizer = ServerTokenizer(endpoint, "vllm", "tiny")
+    pieces = 200
+    with pytest.raises(TokenizerError, match="could not tokenize"):
+        tokenizer.count("x\n" * (pieces * CHUNK_CHARS // 2))
+    # The failing piece and those in flight beside it: at most the pool's 8 workers' worth after it.
+    assert 5 <= len(seen) <= 5 + 8, len(seen)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -78,6 +79,25 @@ def watched_counts(watch: CountWatch) -> Iterator[None]:
         yield
     finally:
         _WATCH.reset(token)
+
+
+class _CountStopped(Exception):
+    """A piece not sent, after one that failed or where the count stopped: the caller never reads it."""
+
+
+class _StopAt:
+    """The first piece of a parallel count that failed or stopped it; the pieces after it are not sent."""
+
+    def __init__(self, pieces: int) -> None:
+        self._first = pieces
+        self._lock = threading.Lock()
+
+    def at(self, index: int) -> None:
+        with self._lock:
+            self._first = min(self._first, index)
+
+    def passed(self, index: int) -> bool:
+        return index > self._first
 
 
 class _Tally:
@@ -203,17 +223,31 @@ class ServerTokenizer:
         return len(self._tokens(text, COUNT_TIMEOUT_SECONDS))
 
     def _count_parallel(self, pieces: Sequence[str], tally: _Tally) -> list[int]:
-        with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
-            futures = [pool.submit(self._count_one, piece) for piece in pieces]
+        # Nothing after a piece that failed (or where the count was stopped) is sent: the server is
+        # not left tokenizing pieces whose answers nobody reads. The workers check it themselves, so
+        # it holds however late the calling thread runs; pieces before it are still sent, so the
+        # first error the caller meets, reading in order, is the real one.
+        stop = _StopAt(len(pieces))
+
+        def count(index: int, piece: str) -> int:
+            if stop.passed(index):
+                raise _CountStopped
             try:
-                counts = []
+                return self._count_one(piece)
+            except BaseException:
+                stop.at(index)
+                raise
+
+        with ThreadPoolExecutor(max_workers=_PARALLEL_REQUESTS) as pool:
+            futures = [pool.submit(count, index, piece) for index, piece in enumerate(pieces)]
+            counts: list[int] = []
+            try:
                 for piece, future in zip(pieces, futures, strict=True):
                     counts.append(future.result())
                     tally.add(piece, counts[-1])  # may stop the count: the pack cannot fit
                 return counts
             except BaseException:
-                # Nothing more is sent once one failed: the server is not left
-                # tokenizing pieces whose answers nobody reads.
+                stop.at(len(counts) - 1)  # the last piece read: none after it is needed
                 for future in futures:
                     future.cancel()
                 raise

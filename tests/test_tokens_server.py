@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx2
@@ -250,14 +250,20 @@ def test_no_piece_is_sent_once_one_failed() -> None:
         answer(request)
         return httpx2.Response(500, json={"error": {"message": "boom"}})
 
+    _count_failing(failing, PIECES)
+    assert len(server.requests) < PIECES  # the pool's queue was cancelled
+
+
+PIECES = 200
+
+
+def _count_failing(handler: Callable[[httpx2.Request], httpx2.Response], pieces: int) -> None:
+    """A count of ``pieces`` pieces against ``handler``, which fails it: the error the caller meets."""
     endpoint = HttpEndpoint(
-        "http://server.test:8000/v1", timeout=5.0, transport=httpx2.MockTransport(failing)
+        "http://server.test:8000/v1", timeout=15.0, transport=httpx2.MockTransport(handler)
     )
-    tokenizer = ServerTokenizer(endpoint, "vllm", "tiny")
-    pieces = 200
     with pytest.raises(TokenizerError, match="could not tokenize"):
-        tokenizer.count("x\n" * (pieces * CHUNK_CHARS // 2))
-    assert len(server.requests) < pieces  # the pool's queue was cancelled
+        ServerTokenizer(endpoint, "vllm", "tiny").count("x\n" * (pieces * CHUNK_CHARS // 2))
 
 
 def test_the_workers_stop_sending_after_a_failed_piece_even_while_the_caller_is_held() -> None:
@@ -285,12 +291,6 @@ def test_the_workers_stop_sending_after_a_failed_piece_even_while_the_caller_is_
             return httpx2.Response(500, json={"error": {"message": "boom"}})
         return answer(request)
 
-    endpoint = HttpEndpoint(
-        "http://server.test:8000/v1", timeout=15.0, transport=httpx2.MockTransport(handler)
-    )
-    tokenizer = ServerTokenizer(endpoint, "vllm", "tiny")
-    pieces = 200
-    with pytest.raises(TokenizerError, match="could not tokenize"):
-        tokenizer.count("x\n" * (pieces * CHUNK_CHARS // 2))
+    _count_failing(handler, PIECES)
     # The failing piece and those in flight beside it: at most the pool's 8 workers' worth after it.
     assert 5 <= len(seen) <= 5 + 8, len(seen)

@@ -392,10 +392,13 @@ schemas, asyncio and tenacity's tornado support out of a batch's process and rea
 at a first HTTPS handshake (`tests/test_cli_batch_imports.py` holds them). What changed against
 `cli at REF`: longctx's value classes are records (`longctx/recordtypes.py`): dataclasses' fields
 with shared methods and an `__init__` compiled at the first instance, where dataclasses compiled six
-methods a class from source as each class was made. Counted by callgrind (Python 3.11.7, the same
-batch against the test suite's fake engine over HTTP), the new process ran 1,569 M instructions
-before and 1,079 M after, 36% of them parsing and compiling those methods before; a second batch in
-the same process 112 M both times. Of the import time left (above), over a third is the HTTP stack
+methods a class from source as each class was made; the CLI imports a command's modules with the
+garbage collector paused, then frozen; tenacity is imported at a request's first failure; the
+special-token expression is built only for a text that holds a spelling's first three characters.
+Counted by callgrind (Python 3.11.7, the same batch against the test suite's fake engine over HTTP),
+the new process ran 1,569 M instructions before and 954 M after (records alone: 1,079 M; 36% of the
+process was parsing and compiling those methods before); a second batch in the same process 112 M
+both times. Of the import time left (above), over a third is the HTTP stack
 (httpx2, httpcore2, h11, anyio, and `importlib.metadata`, which httpx2 and httpcore2 import to read
 their own versions), then click and tenacity; longctx's own modules are about a quarter."""
 

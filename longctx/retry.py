@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from longctx.drivers import Io, Plan, run, sleep
 from longctx.errors import (
@@ -194,28 +194,29 @@ class _Attempts:
         self._policy = policy
         self._on_retry = on_retry
         self._started = time.monotonic()
-        self._retrying: Any = None
-        self._state: Any = None
+        self._tenacity: tuple[tenacity.Retrying, tenacity.RetryCallState] | None = None
 
     @property
     def made(self) -> int:
         """Attempts made so far, the current one included."""
-        return 1 if self._state is None else int(self._state.attempt_number)
+        return 1 if self._tenacity is None else int(self._tenacity[1].attempt_number)
 
     def failed(self, error: BaseException) -> float:
         """Seconds to wait before the next attempt; re-raises ``error`` when the policy gives up."""
         import tenacity
 
-        if self._state is None:
-            self._retrying = tenacity.Retrying(**_retrying_arguments(self._policy, self._on_retry))  # type: ignore[arg-type]
-            self._retrying.begin()
-            self._state = tenacity.RetryCallState(self._retrying, fn=None, args=(), kwargs={})
-            self._state.start_time = self._started  # the total time counts from the first attempt
-        self._state.set_exception((type(error), error, error.__traceback__))
-        action = self._retrying.iter(self._state)  # raises error itself when giving up (reraise)
+        if self._tenacity is None:
+            retrying = tenacity.Retrying(**_retrying_arguments(self._policy, self._on_retry))  # type: ignore[arg-type]
+            retrying.begin()
+            state = tenacity.RetryCallState(retrying, fn=None, args=(), kwargs={})
+            state.start_time = self._started  # the total time counts from the first attempt
+            self._tenacity = (retrying, state)
+        retrying, state = self._tenacity
+        state.set_exception((type(error), error, error.__traceback__))
+        action = retrying.iter(state)  # raises error itself when giving up (reraise)
         if not isinstance(action, tenacity.DoSleep):
             raise error
-        self._state.prepare_for_next_attempt()
+        state.prepare_for_next_attempt()
         return float(action)
 
 

@@ -258,7 +258,7 @@ class App(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in COMMAND_MODULES and cmd_name not in self.commands:
-            with _tornado_unseen(), _collector_paused():
+            with _collector_paused():
                 importlib.import_module(COMMAND_MODULES[cmd_name])
         return super().get_command(ctx, cmd_name)
 
@@ -290,27 +290,6 @@ def _collector_paused() -> Iterator[None]:
         gc.freeze()
         if enabled:
             gc.enable()
-
-
-@contextmanager
-def _tornado_unseen() -> Iterator[None]:
-    """While a command's module is imported, ``import tornado`` fails (unless tornado is loaded already).
-
-    tenacity (the retry policy's library) imports tornado wherever it is
-    installed (a Jupyter install has it), for retrying tornado coroutines,
-    which longctx never does: 8 modules and 10-20 ms of every command's start.
-    Only the CLI's own process is spared them; the library, imported by
-    other programs, leaves tenacity as it finds it.
-    """
-    if "tornado" in sys.modules or "tenacity" in sys.modules:
-        yield
-        return
-    sys.modules["tornado"] = None  # type: ignore[assignment] # Python's mark for "cannot be imported"
-    try:
-        yield
-    finally:
-        if sys.modules.get("tornado", 0) is None:
-            del sys.modules["tornado"]
 
 
 class Runtime:

@@ -94,9 +94,9 @@ def test_a_lease_has_one_holder_until_released_lapsed_or_its_process_is_gone(tmp
 
         # Lapsed: another host's run that stopped renewing.
         away = LeaseHolder("away", 1, "another-host")
-        store.leases.take(["k3"], away, 0.2)
+        store.leases.take(["k3"], away, 1.0)  # long enough to be held still on a loaded machine
         assert store.leases.take(["k3"], mine, 60)[0].state == "held"
-        time.sleep(0.3)
+        time.sleep(1.1)
         assert store.leases.take(["k3"], mine, 60)[0].state == "taken"
 
         # A process of this host that ended holds nothing, however long its lease.
@@ -218,21 +218,32 @@ def test_a_run_waits_for_the_answers_another_run_is_asking_and_names_it(tmp_path
     fake.delay = 0.3
     items = make_items(tmp_path, packs=1, questions=2)
     first_asking = threading.Event()
-    fake.on_chat = lambda count: first_asking.set()
+    second_waiting = threading.Event()
+
+    def asking(count: int) -> None:
+        # The first run's answers wait until the second has found its items held: on a loaded machine
+        # the second could otherwise come after an answer was stored, and reuse it without a holder.
+        first_asking.set()
+        second_waiting.wait(10)
+
+    fake.on_chat = asking
     reports: dict[str, JobReport] = {}
 
     def run(name: str) -> None:
         with connect(FAKE, transport=fake.transport()) as backend, Store.open(tmp_path / "home") as store:
             reports[name] = Job(items, backend=backend, store=store).run()
 
+    def told(message: str) -> None:
+        messages.append(message)
+        if "is being asked by run" in message and message.startswith(f"item {len(items) - 1} "):
+            second_waiting.set()
+
     first = threading.Thread(target=run, args=("first",))
     first.start()
     assert first_asking.wait(10)
     messages: list[str] = []
     with connect(FAKE, transport=fake.transport()) as backend, Store.open(tmp_path / "home") as store:
-        second = Job(
-            items, backend=backend, store=store, on_progress=lambda p: messages.append(p.message)
-        ).run()
+        second = Job(items, backend=backend, store=store, on_progress=lambda p: told(p.message)).run()
     first.join()
     assert len(fake.chat_bodies) == 2
     assert second.asked == 0 and second.resumed == 2 and not second.failed

@@ -10,6 +10,8 @@ from corpus_fixtures import LFS_POINTER, commit, git, init_repo, isolated_git
 
 from longctx.errors import SourceError
 from longctx.options.groups import CorpusOptions
+from longctx.sources import git as git_module
+from longctx.sources import repo as repo_module
 from longctx.sources.corpus import Corpus, load_corpus
 
 __all__ = ["isolated_git"]  # imported so that it is autouse here
@@ -156,6 +158,52 @@ def test_a_folder_inside_a_repository_is_the_repository_restricted_to_it(tmp_pat
     assert _considered(corpus) == {"mod.py"}
     assert corpus.root == "[literal]"
     assert corpus.head_sha == git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_a_folder_git_could_find_no_repository_from_is_told_without_starting_git(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / "plain" / "docs"
+    plain.mkdir(parents=True)
+    repo = init_repo(tmp_path / "repo")
+    _write(repo, "pkg/mod.py")
+    git(repo, "add", ".")
+    commit(repo, "c", when=1_500_000_000)
+    git(repo, "worktree", "add", "-q", str(tmp_path / "linked"))  # a work tree whose .git is a file
+    git(tmp_path, "init", "-q", "--bare", "bare.git")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    folders = [plain, repo, repo / "pkg", repo / ".git", repo / ".git" / "refs", tmp_path / "linked" / "pkg"]
+    folders += [tmp_path / "bare.git", tmp_path / "bare.git" / "refs", elsewhere]
+
+    def found(folder: Path) -> repo_module.RepositoryRoot | None:
+        return repo_module.find_repository(str(folder))
+
+    with_check = [found(folder) for folder in folders]
+    with monkeypatch.context() as always:
+        always.setattr(repo_module, "_git_could_find_one", lambda target: True)
+        assert [found(folder) for folder in folders] == with_check  # what git itself says, folder by folder
+    assert with_check[1:3] == [
+        repo_module.RepositoryRoot(str(repo.resolve()), ""),
+        repo_module.RepositoryRoot(str(repo.resolve()), "pkg"),
+    ]
+    assert with_check[5] == repo_module.RepositoryRoot(str((tmp_path / "linked").resolve()), "pkg")
+
+    started: list[tuple[str, ...]] = []
+    real_probe = git_module.probe
+
+    def probe(*args: str) -> git_module.GitResult | None:
+        started.append(args)
+        return real_probe(*args)
+
+    monkeypatch.setattr(repo_module, "probe", probe)
+    assert found(plain) is None and found(elsewhere) is None and started == []
+    assert repo_module.repository_state(str(plain)) is None and started == []
+    assert found(repo / "pkg") == with_check[2] and len(started) == 1
+    # A variable can name a repository from anywhere: then git is asked.
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(tmp_path))
+    assert found(elsewhere) == repo_module.RepositoryRoot(str(tmp_path.resolve()), "elsewhere")
 
 
 def test_a_folder_git_ignores_is_read_as_a_plain_folder(tmp_path: Path) -> None:

@@ -181,7 +181,7 @@ def test_a_folder_git_could_find_no_repository_from_is_told_without_starting_git
 
     with_check = [found(folder) for folder in folders]
     with monkeypatch.context() as always:
-        always.setattr(repo_module, "_git_could_find_one", lambda target: True)
+        always.setattr(repo_module, "could_find_repository", lambda target: True)
         assert [found(folder) for folder in folders] == with_check  # what git itself says, folder by folder
     assert with_check[1:3] == [
         repo_module.RepositoryRoot(str(repo.resolve()), ""),

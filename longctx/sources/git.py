@@ -20,7 +20,8 @@ Two ways to start git, for two kinds of caller:
   locate a work tree and take its state with :mod:`subprocess` directly, and
   never raise: they are all that a re-pack of an unchanged repository runs,
   and GitPython's import alone (about 70 ms) would be a fifth of that
-  re-pack.
+  re-pack. Before them, :func:`could_find_repository` tells a folder git
+  could find no repository from without starting git at all.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "SUBMODULE_MODE",
     "GitResult",
     "GitRunner",
+    "could_find_repository",
     "decode_path",
     "probe",
     "probe_together",
@@ -127,6 +129,35 @@ def probe_together(cwd: str, commands: Sequence[Sequence[str]]) -> list[GitResul
         stdout, stderr = process.communicate()
         results.append(GitResult(process.returncode, stdout, stderr))
     return results
+
+
+# The variables that let git find a repository other than by looking up from the folder.
+_DISCOVERY_VARIABLES: Final = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
+
+
+def could_find_repository(target: str) -> bool:
+    """False only where git's discovery finds no repository from the folder ``target`` (a resolved path).
+
+    Git looks in the folder and each parent for a ``.git`` entry (a folder,
+    or a file naming one) or for a folder that is itself a git directory
+    (``HEAD``, ``objects`` and ``refs``), unless a variable names one. A
+    folder with none of these above it is told without starting git: a
+    process each time, and a batch over a folder asks two to four times.
+    """
+    if any(name in os.environ for name in _DISCOVERY_VARIABLES):
+        return True
+    folder = target
+    while True:
+        if os.path.lexists(os.path.join(folder, ".git")) or (
+            os.path.lexists(os.path.join(folder, "HEAD"))
+            and os.path.isdir(os.path.join(folder, "objects"))
+            and os.path.isdir(os.path.join(folder, "refs"))
+        ):
+            return True
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return False
+        folder = parent
 
 
 class GitRunner:

@@ -43,7 +43,15 @@ from typing import Final
 from longctx.options.groups import DEFAULT_MAX_STALE_SHARE
 from longctx.recordtypes import record_type
 from longctx.sources.files import filesystem_path, is_inside, relative_target
-from longctx.sources.git import SUBMODULE_MODE, GitRunner, decode_path, probe, probe_together, split_records
+from longctx.sources.git import (
+    SUBMODULE_MODE,
+    GitRunner,
+    could_find_repository,
+    decode_path,
+    probe,
+    probe_together,
+    split_records,
+)
 from longctx.sources.history import (
     CommitTimesCache,
     Layering,
@@ -88,10 +96,10 @@ def find_repository(directory: str) -> RepositoryRoot | None:
     Bare repositories and folders inside ``.git`` count as none (git
     itself refuses to name a work tree for them), and so does every folder
     when git cannot run. Runs git once, without GitPython, unless git could
-    find no repository from there (:func:`_git_could_find_one`).
+    find no repository from there (:func:`could_find_repository`).
     """
     target = os.path.realpath(directory)
-    if not os.path.isdir(target) or not _git_could_find_one(target):
+    if not os.path.isdir(target) or not could_find_repository(target):
         return None
     top = probe(target, "rev-parse", "--show-toplevel")
     if top is None or top.returncode != 0 or not top.stdout.strip():
@@ -105,35 +113,6 @@ def find_repository(directory: str) -> RepositoryRoot | None:
     if ".git" in subdirectory.split("/"):
         return None
     return RepositoryRoot(work_tree, subdirectory)
-
-
-# The variables that let git find a repository other than by looking up from the folder.
-_DISCOVERY_VARIABLES: Final = ("GIT_DIR", "GIT_WORK_TREE", "GIT_COMMON_DIR")
-
-
-def _git_could_find_one(target: str) -> bool:
-    """False only where git's discovery finds no repository from the folder ``target`` (a resolved path).
-
-    Git looks in the folder and each parent for a ``.git`` entry (a folder,
-    or a file naming one) or for a folder that is itself a git directory
-    (``HEAD``, ``objects`` and ``refs``), unless a variable names one. A
-    folder with none of these above it is told without starting git: a
-    process each time, and a batch over a folder asks two to four times.
-    """
-    if any(name in os.environ for name in _DISCOVERY_VARIABLES):
-        return True
-    folder = target
-    while True:
-        if os.path.lexists(os.path.join(folder, ".git")) or (
-            os.path.lexists(os.path.join(folder, "HEAD"))
-            and os.path.isdir(os.path.join(folder, "objects"))
-            and os.path.isdir(os.path.join(folder, "refs"))
-        ):
-            return True
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            return False
-        folder = parent
 
 
 @record_type(slots=True)

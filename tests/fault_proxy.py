@@ -17,6 +17,7 @@ counts the answers changed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -86,7 +87,9 @@ class FaultProxy:
                 while time.monotonic() < deadline and not self._stopping.is_set():
                     time.sleep(0.1)
                 return
-            self._relay(client, request, cut=fault == "cut")
+            # A client that went away first (a CLI that stopped at an error) leaves nothing to relay to.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                self._relay(client, request, cut=fault == "cut")
 
     def _relay(self, client: socket.socket, request: bytes, cut: bool) -> None:
         """Pass the exchange through; with ``cut``, drop it right after the first streamed event."""

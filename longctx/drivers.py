@@ -33,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
+from longctx.interrupts import result_of, wait_set
 from longctx.recordtypes import record_type
 
 __all__ = [
@@ -138,7 +139,7 @@ class Gate:
             wake()
 
     def wait(self) -> None:
-        self._event.wait()
+        wait_set(self._event)
 
     async def opened(self) -> None:
         import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
@@ -318,7 +319,7 @@ def _fan_out(fanout: Fanout) -> list[Result[Any]]:
             fanout.gate.wait()
         # The pool is the refill: a slot freed by one plan takes the next.
         rest = [pool.submit(run, _member(fanout, index)) for index in range(1, len(fanout.plans))]
-        results = [future.result() for future in (first, *rest)]
+        results = [result_of(future) for future in (first, *rest)]
     except BaseException:
         # Ctrl-C (or any error here): plans not yet started are dropped at once
         # rather than waited for; those in flight end when their connection closes.

@@ -6,13 +6,14 @@ Against the fake engine through the CLI in process; the scheduling itself: tests
 from __future__ import annotations
 
 import json
-import os
 import signal
-import time
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import httpx2
+import pytest
 from click.testing import CliRunner, Result
 from fake_engine import FakeEngine
 
@@ -87,8 +88,11 @@ def test_reused_result_lines_carry_the_keys_of_new_ones(backend: Backend, tmp_pa
 
 @dataclass
 class _InterruptingAtOnce(FakeEngine):
-    """Sends this process SIGINT (a Ctrl-C) on the first chat request, before any answer."""
+    """Sends a Ctrl-C on the first chat request and holds every answer until ``released``."""
 
+    # Where the kernel put the Ctrl-C: it may hand a process's signal to any of its threads.
+    on_main_thread: bool = True
+    released: threading.Event = field(default_factory=threading.Event)
     interrupted = False
 
     def chat(self, request: httpx2.Request) -> httpx2.Response:
@@ -96,17 +100,23 @@ class _InterruptingAtOnce(FakeEngine):
         # whatever runs by then (another test).
         if not self.interrupted:
             self.interrupted = True
-            os.kill(os.getpid(), signal.SIGINT)
-        # Held back, so no answer arrives before the interrupt is handled on the main thread (the
-        # siblings' requests run on others): on a busy machine one was stored first.
-        time.sleep(2.0)
+            thread = threading.main_thread() if self.on_main_thread else threading.current_thread()
+            signal.pthread_kill(cast(int, thread.ident), signal.SIGINT)
+        # No answer arrives before the interrupt is handled (the test releases them after the
+        # command ends); ten seconds at most, so a Ctrl-C that was missed fails the test.
+        self.released.wait(10.0)
         return super().chat(request)
 
 
-def test_ctrl_c_before_any_item_names_no_output_file(tmp_path: Path) -> None:
-    backend = connect(FAKE, transport=_InterruptingAtOnce(engine="generic", block=1).transport())
+@pytest.mark.parametrize("on_main_thread", [True, False], ids=["on-the-main-thread", "on-the-asking-thread"])
+def test_ctrl_c_before_any_item_names_no_output_file(tmp_path: Path, on_main_thread: bool) -> None:
+    fake = _InterruptingAtOnce(engine="generic", block=1, on_main_thread=on_main_thread)
+    backend = connect(FAKE, transport=fake.transport())
     out = tmp_path / "out.jsonl"
-    stopped = invoke(backend, "job", str(job_file(tmp_path, packs(tmp_path, 1))), "-o", str(out))
+    try:
+        stopped = invoke(backend, "job", str(job_file(tmp_path, packs(tmp_path, 1))), "-o", str(out))
+    finally:
+        fake.released.set()
     assert stopped.exit_code != EXIT_OK and "0 of 2 items answered" in stopped.stderr
     assert not out.exists() and str(out) not in stopped.stderr
 

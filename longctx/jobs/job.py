@@ -36,12 +36,13 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import field, replace
 from typing import Any
 
 from longctx.backends.base import Backend
 from longctx.errors import ConfigError, LongctxError
+from longctx.interrupts import wait_first
 from longctx.jobs.items import JobItem
 from longctx.jobs.keys import NEW, AnswerFacts, StoredAnswer, decide, item_key, stored_for_job
 from longctx.jobs.ownership import ItemOwnership
@@ -494,7 +495,7 @@ class Job:
                 running: list[Future[Any]] = [*reading, *asking]
                 if not running:
                     continue
-                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                done = wait_first(running)  # in ticks: a Ctrl-C on a worker thread is seen
                 for future in done:
                     if future in reading:
                         del reading[future]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Self, Unpack, cast
 from longctx.backends.base import Backend, Sent
 from longctx.drivers import Io, Plan, arun, run
 from longctx.errors import ConfigError, LongctxError, StoreError
+from longctx.interrupts import acquire
 from longctx.options.groups import RequestOptions, ServerOptions
 from longctx.report import Prices, SavingsReport, build_report
 from longctx.sessions import arguments, reporting
@@ -350,7 +351,7 @@ class Session(Conversation):
         """The plan of one turn whose arguments were checked (see :meth:`plan_ask`)."""
         question, max_tokens, cite, schema = call.question, call.max_tokens, call.cite, call.schema
         self._resources.check_open()  # again: the session may have been closed since the call
-        yield Io(self._turn_lock.acquire)
+        yield Io(partial(acquire, self._turn_lock))  # in ticks: a warm start may hold it a long prefill
         try:
             record = yield Io(self._opened)  # connects, and prepares a corpus session's pack
             changes = yield Io(partial(self._pending_changes, self._turns, max_tokens))

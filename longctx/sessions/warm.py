@@ -25,6 +25,7 @@ from typing import Final
 from longctx.backends.base import Backend
 from longctx.backends.chat import ChatRequest
 from longctx.errors import LongctxError
+from longctx.interrupts import wait_set
 from longctx.recordtypes import record_type
 from longctx.sessions.records import request_record
 from longctx.store import CounterCheckRecord, CounterSkip, RequestRecord, SessionRecord, Store
@@ -118,7 +119,7 @@ class WarmStart:
 
     def wait(self, timeout: float | None = None) -> WarmResult | None:
         """The result once the warm-up is done (None if ``timeout`` passed first)."""
-        self._done.wait(timeout)
+        wait_set(self._done, timeout)  # in ticks: a Ctrl-C during a long prefill is seen at once
         return self._result
 
     @property

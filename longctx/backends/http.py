@@ -27,6 +27,7 @@ import json
 import re
 import ssl
 import threading
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import field
@@ -34,6 +35,7 @@ from typing import Any
 
 import httpx2
 
+from longctx.backends.connections import ConnectionPool, Reply, Timeouts, WireError
 from longctx.backends.waits import Waits, seconds_text
 from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
 from longctx.process_state import PROCESS
@@ -61,6 +63,7 @@ __all__ = [
     "error_from_response",
     "make_async_client",
     "make_client",
+    "network_transport",
     "parse_context_overflow",
     "post_events",
     "redacted",
@@ -277,7 +280,7 @@ class HttpEndpoint:
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx2.Client(
-            timeout=timeout, transport=transport, headers=headers, verify=tls_context()
+            timeout=timeout, transport=transport or network_transport(), headers=headers, verify=tls_context()
         )
 
     def close(self) -> None:
@@ -537,9 +540,101 @@ def make_client(*, timeout: float, stall_timeout: float, transport: Transport | 
     """An httpx2 client for streamed answers: ``stall_timeout`` bounds the wait for each read."""
     return httpx2.Client(
         timeout=_timeouts(timeout, stall_timeout),
-        transport=transport,
+        transport=transport or network_transport(),
         verify=tls_context(),
     )
+
+
+def network_transport() -> Transport | None:
+    """The transport of a client that talks to the network: the pool over ``http.client``.
+
+    None (httpx2's own transport, over httpcore2) where the environment names
+    a proxy: httpx2 applies ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``
+    and ``NO_PROXY`` only to a client it makes the transport of.
+    """
+    if any(scheme != "no" for scheme in urllib.request.getproxies()):
+        return None
+    return _PooledTransport()
+
+
+class _PooledTransport(httpx2.BaseTransport):
+    """httpx2's transport over :class:`~longctx.backends.connections.ConnectionPool`.
+
+    The wire errors become httpx2's (a connection refused is ``ConnectError``,
+    a silent server ``ReadTimeout``, ...), so everything above reads them as
+    it read httpcore2's.
+    """
+
+    def __init__(self) -> None:
+        self._pool = ConnectionPool(tls_context)
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        if url.scheme not in ("http", "https"):
+            raise httpx2.UnsupportedProtocol(f"{url.scheme!r} is not http or https", request=request)
+        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+        bounds = request.extensions.get("timeout", {})
+        timeouts = Timeouts(bounds.get("connect"), bounds.get("read"), bounds.get("write"))
+        try:
+            target = url.raw_path.decode("ascii")
+            headers, body = request.headers.raw, request.read()
+            reply = self._pool.request(
+                request.method, origin, target, headers=headers, body=body, timeouts=timeouts
+            )
+        except WireError as error:
+            raise _httpx2_error(error, request) from error
+        return httpx2.Response(
+            reply.status,
+            headers=reply.headers,
+            stream=_ReplyStream(reply, request),
+            extensions={"http_version": b"HTTP/1.1"},
+        )
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _ReplyStream(httpx2.SyncByteStream):
+    """A reply's body as httpx2 reads a response's: chunks as they arrive, wire errors as httpx2's."""
+
+    def __init__(self, reply: Reply, request: httpx2.Request) -> None:
+        self._reply, self._request = reply, request
+
+    def __iter__(self) -> Iterator[bytes]:
+        while True:
+            try:
+                data = self._reply.read_some()
+            except WireError as error:
+                raise _httpx2_error(error, self._request) from error
+            if not data:
+                return
+            yield data
+
+    def close(self) -> None:
+        self._reply.close()
+
+
+_TIMEOUTS: dict[str, type[httpx2.TransportError]] = {
+    "connect": httpx2.ConnectTimeout,
+    "write": httpx2.WriteTimeout,
+    "read": httpx2.ReadTimeout,
+}
+_FAILURES: dict[str, type[httpx2.TransportError]] = {
+    "connect": httpx2.ConnectError,
+    "write": httpx2.WriteError,
+    "read": httpx2.ReadError,
+}
+
+
+def _httpx2_error(error: WireError, request: httpx2.Request) -> httpx2.TransportError:
+    """The httpx2 exception httpcore2 raises for the same failure."""
+    if error.timed_out:
+        kind = _TIMEOUTS[error.stage]
+    elif error.protocol:
+        kind = httpx2.RemoteProtocolError
+    else:
+        kind = _FAILURES[error.stage]
+    return kind(str(error), request=request)
 
 
 def _timeouts(timeout: float, stall_timeout: float) -> httpx2.Timeout:

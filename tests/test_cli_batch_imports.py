@@ -21,8 +21,9 @@ from fake_http import FakeHttpServer
 
 # What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
 # (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
-# live line only), tenacity (the retry policy's library, loaded at a request's first failure) and
-# tornado (tenacity imports it where installed; the test extras install it).
+# live line only), tenacity (the retry policy's library, loaded at a request's first failure),
+# tornado (tenacity imports it where installed; the test extras install it) and httpcore2 with h11
+# and anyio (httpx2's own network layer: the batch's clients go over longctx's pool).
 UNUSED = (
     "longctx.cli.chat",
     "longctx.cli.streaming",
@@ -31,6 +32,9 @@ UNUSED = (
     "rich",
     "tenacity",
     "tornado",
+    "httpcore2",
+    "h11",
+    "anyio",
 )
 
 SCRIPT = """

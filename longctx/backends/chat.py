@@ -24,6 +24,7 @@ ids are noted there).
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import field, replace
@@ -33,6 +34,7 @@ from typing import Any
 from longctx.backends.continuation import Continuations, GeneratePlan, generate_chunk, refusal
 from longctx.backends.http import (
     TRANSPORT_ERRORS,
+    AsyncClient,
     AsyncTransport,
     EventPost,
     Transport,
@@ -491,13 +493,25 @@ class ChatClient:
         # What a gateway set on a response (llm-d's x-session-token), per affinity key, to echo.
         self._echoes: dict[str, dict[str, str]] = {}
         self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
-        self._async = make_async_client(
-            timeout=timeout, stall_timeout=stall_timeout, transport=async_transport
-        )
+        # The async client is made at its first use: a sync caller (the CLI's batch) then never
+        # imports httpcore2, the network under httpx2's async client (see backends/connections.py).
+        self._async_client: AsyncClient | None = None
+        self._async_settings = (timeout, stall_timeout, async_transport)
+        self._async_lock = threading.Lock()
         #: This server's prefill rates and the prompts sent to it: how long a first token may take.
         self.prefill = PrefillWatch(stall_timeout)
         #: The sessions a request continues in without resending its prefix (SGLang); None: off.
         self.continuations: Continuations | None = None
+
+    @property
+    def _async(self) -> AsyncClient:
+        with self._async_lock:
+            if self._async_client is None:
+                timeout, stall_timeout, transport = self._async_settings
+                self._async_client = make_async_client(
+                    timeout=timeout, stall_timeout=stall_timeout, transport=transport
+                )
+            return self._async_client
 
     def _arguments(self, request: ChatRequest) -> tuple[dict[str, Any], dict[str, str]]:
         """The request's body and headers."""
@@ -620,7 +634,8 @@ class ChatClient:
 
     async def aclose(self) -> None:
         self.close_sessions()
-        await self._async.aclose()
+        if self._async_client is not None:
+            await self._async_client.aclose()
 
     def close_sessions(self, *, retired_only: bool = False) -> None:
         """Close the sessions opened here, or only the retired ones; best effort (a dead server has none)."""
@@ -636,5 +651,5 @@ class ChatClient:
 
     @property
     def is_closed(self) -> bool:
-        """True once both clients are closed."""
-        return self._sync.is_closed and self._async.is_closed
+        """True once both clients are closed (an async client never made is closed)."""
+        return self._sync.is_closed and (self._async_client is None or self._async_client.is_closed)

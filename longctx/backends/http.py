@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 __all__ = [
     "REQUEST_ID_HEADER",
     "TRANSPORT_ERRORS",
+    "AsyncClient",
     "AsyncTransport",
     "EventPost",
     "Exchange",
@@ -76,6 +77,7 @@ REQUEST_ID_HEADER = "X-Request-Id"
 BODY_LIMIT = 2000
 Transport = httpx2.BaseTransport
 AsyncTransport = httpx2.AsyncBaseTransport
+AsyncClient = httpx2.AsyncClient
 
 # vLLM: "This model's maximum context length is 32768 tokens. However, your
 # prompt contains 40000 input tokens..." (and variants that count the

@@ -389,20 +389,22 @@ check against the server's counters, which stays). No request is the CLI's own, 
 new process: the interpreter's start (the `python -c pass` row), the imports (above), and what a
 warm process holds already. Earlier changes kept the chat loop, streamed printing, typed answers'
 schemas, asyncio and tenacity's tornado support out of a batch's process and read the CA bundle only
-at a first HTTPS handshake (`tests/test_cli_batch_imports.py` holds them). What changed against
-`cli at REF`: longctx's value classes are records (`longctx/recordtypes.py`): dataclasses' fields
-with shared methods and an `__init__` compiled at the first instance, where dataclasses compiled six
-methods a class from source as each class was made; the CLI imports a command's modules with the
-garbage collector paused, then frozen; tenacity is imported at a request's first failure; the
-special-token expression is built only for a text that holds a spelling's first three characters.
-Counted by callgrind (Python 3.11.7, the same batch against the test suite's fake engine over HTTP),
-the new process ran 1,569 M instructions before and 954 M after (records alone: 1,079 M; 36% of the
-process was parsing and compiling those methods before); a second batch in the same process 112 M
-both times. The HTTP stack was then over a third of the import time: httpx2 and httpcore2 (with h11,
-anyio, sniffio, truststore) and `importlib.metadata`, which they import to read their own versions.
-Since 2026-12-07 a batch's clients stand on longctx's own keep-alive pool over `http.client`
-(`longctx/backends/connections.py`) and the async client is made at its first use, so httpcore2
-is not imported: 960 M instructions to 842 M a new process (`process-instructions` below)."""
+at a first HTTPS handshake (`tests/test_cli_batch_imports.py` holds them). On 2026-12-06 longctx's
+value classes became records (`longctx/recordtypes.py`: dataclasses' fields with shared methods and
+an `__init__` compiled at the first instance, where dataclasses compiled six methods a class from
+source as each class was made), the CLI imports a command's modules with the garbage collector
+paused, then frozen, tenacity is imported at a request's first failure, and the special-token
+expression is built only for a text that holds a spelling's first three characters: by callgrind
+(the same batch against the test suite's fake engine over HTTP) the new process went from 1,569 M
+instructions to 954 M; a second batch in the same process is 112 M. What changed against `cli at
+REF` (173a2e4 in the run above): a batch's clients stand on longctx's own keep-alive pool over
+`http.client` (`longctx/backends/connections.py`) and the async client is made at its first use, so
+httpcore2, h11, anyio, sniffio and truststore are not imported (they load with the first client, so
+the import profile above, which makes none, does not show them): 960 M instructions to 842 M
+(`process-instructions` below). What is left of the HTTP stack is httpx2's own import: 328 M
+instructions over a bare interpreter, where `http.client`, `ssl`, `urllib.parse` and `json`, what it
+stands on, are 100 M: the 228 M between is a quarter of the CLI's process, the next step toward the
+goal."""
 
 
 if __name__ == "__main__":

@@ -416,8 +416,9 @@ class Job:
         cannot be made (a missing path, a pack over the window) or whose
         request fails after its retries gets a result with ``error``; the
         others go on. KeyboardInterrupt stops sending new packs and is
-        raised again once the packs in flight have stopped; everything
-        answered by then is stored. A job runs once: it closes what it
+        raised again at once, whichever thread the signal landed on (see
+        :mod:`longctx.interrupts`); a pack in flight ends when the backend
+        closes, and everything answered by then is stored. A job runs once: it closes what it
         opened, and a second ``run`` raises :class:`~longctx.errors.SessionClosed`.
         """
         try:

@@ -10,13 +10,20 @@ longctx errors a user sees.
 from __future__ import annotations
 
 import http.server
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import httpx2
 import pytest
+from fake_engine import FakeEngine
+from fake_http import FakeHttpServer
 
 from longctx.backends import connections
 from longctx.backends.connections import ConnectionPool, Timeouts, WireError
@@ -30,6 +37,7 @@ from longctx.backends.http import (
     timed_out,
     tls_context,
 )
+from longctx.cli import EXIT_INTERRUPTED
 from longctx.errors import ServerUnreachable
 
 
@@ -264,3 +272,53 @@ def test_the_pool_keeps_at_most_max_idle_connections_and_closes_them(server: Ser
     with pytest.raises(WireError, match="cannot connect") as raised:
         pool.request("GET", ("http", "127.0.0.1", 1), "/", headers=host, body=b"", timeouts=timeouts)
     assert raised.value.stage == "connect" and not raised.value.timed_out
+
+
+def test_closing_a_client_ends_a_stream_another_thread_is_reading(server: Server) -> None:
+    # What a Ctrl-C does to a batch: the main thread closes the backend while a
+    # worker reads an answer the server is still holding back.
+    client = make_client(timeout=30.0, stall_timeout=30.0)
+    first, outcome = threading.Event(), []
+
+    def read() -> None:
+        try:
+            for _ in post_events(client, EventPost(f"{server.url}/events", {}, {})):
+                first.set()
+        except ServerUnreachable as error:
+            outcome.append(error)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert first.wait(10)
+    client.close()
+    reader.join(10)
+    assert not reader.is_alive() and not server.go_on.is_set()  # ended while the server still held it
+    assert len(outcome) == 1 and "the server closed before the whole answer" in str(outcome[0])
+
+
+def test_ctrl_c_ends_a_batch_whose_answer_is_still_streaming(tmp_path: Path) -> None:
+    # The interrupt is seen at once; then the process must not wait at exit for
+    # the worker thread still reading the held answer (it did, with httpcore2 too).
+    served = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="one two three four"))
+    served.hold_after_first_piece()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.py").write_text("def first():\n    return 1\n")
+    questions = tmp_path / "questions.txt"
+    questions.write_text("What does first return?\n")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+    env["LONGCTX_HOME"] = str(tmp_path / "home")
+    command = [sys.executable, "-c", "import sys; from longctx.cli import main; sys.exit(main())", "batch",
+               str(corpus), "--questions", str(questions), "--base-url", served.base_url]  # fmt: skip
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert served.first_piece_sent.wait(60), "no answer began"
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        assert not served.hold.is_set()  # the answer was still held back when the process ended
+    finally:
+        served.hold.set()
+        if process.poll() is None:
+            process.kill()
+        served.close()
+    assert process.returncode == EXIT_INTERRUPTED and "longctx: interrupted" in stderr

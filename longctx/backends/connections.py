@@ -20,8 +20,10 @@ not here: a proxied URL goes through httpx2's own transport (see
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import select
+import socket
 import ssl
 import threading
 import time
@@ -68,6 +70,9 @@ class _Connection:
     def __init__(self, origin: Origin, connection: http.client.HTTPConnection) -> None:
         self.origin = origin
         self.http = connection
+        # Kept here too: http.client hands the socket to the response of a server that closes
+        # after answering (HTTP/1.0, "Connection: close"), and the connection's is None then.
+        self.socket = connection.sock
         self.idle_since = 0.0
         self.reused = False
 
@@ -85,6 +90,12 @@ class _Connection:
 
     def close(self) -> None:
         self.http.close()
+
+    def abort(self) -> None:
+        """End the request on it now: a thread blocked reading it wakes to the end of the stream."""
+        # shutdown, not close: a close from another thread leaves a blocked read waiting.
+        with contextlib.suppress(OSError):
+            self.socket.shutdown(socket.SHUT_RDWR)
 
 
 class Reply:
@@ -138,19 +149,23 @@ class Reply:
         if whole and not self._response.will_close and connection.http.sock is not None:
             self._pool.give_back(connection)
         else:
-            connection.close()
+            self._pool.drop(connection)
 
 
 class ConnectionPool:
     """HTTP/1.1 connections to any number of servers, kept alive between requests; thread-safe.
 
     ``tls`` gives the context for an ``https`` server (called at its first
-    connection). Making a pool opens nothing.
+    connection). Making a pool opens nothing. Closing it ends the requests
+    still answering too (their readers get the end of the stream at once):
+    a caller that closes its client on Ctrl-C is not kept waiting by a long
+    prefill's stream in another thread.
     """
 
     def __init__(self, tls: Callable[[], ssl.SSLContext]) -> None:
         self._tls = tls
         self._idle: list[_Connection] = []
+        self._busy: set[_Connection] = set()  # carrying a request now
         self._lock = threading.Lock()
         self._closed = False
 
@@ -170,6 +185,11 @@ class ConnectionPool:
         sets them). Raises :class:`WireError`.
         """
         connection = self._idle_connection(origin) or self._connect(origin, timeouts.connect)
+        with self._lock:
+            if self._closed:
+                connection.close()
+                raise WireError("connect", "the client was closed")
+            self._busy.add(connection)
         sock = connection.http.sock
         try:
             sock.settimeout(timeouts.write)
@@ -178,25 +198,25 @@ class ConnectionPool:
                 connection.http.putheader(name.decode("latin-1"), value.decode("latin-1"))
             connection.http.endheaders(body or None)
         except TimeoutError as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("write", "timed out sending the request", timed_out=True) from error
         except (OSError, http.client.HTTPException) as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("write", f"the request could not be sent: {error}") from error
         try:
             sock.settimeout(timeouts.read)
             response = connection.http.getresponse()
         except TimeoutError as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("read", "timed out waiting for the answer", timed_out=True) from error
         except http.client.RemoteDisconnected as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("read", "the server closed without answering", protocol=True) from error
         except http.client.HTTPException as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("read", f"the answer is not HTTP: {error}", protocol=True) from error
         except OSError as error:
-            connection.close()
+            self.drop(connection)
             raise WireError("read", f"the answer broke off: {error}") from error
         return Reply(self, connection, response)
 
@@ -204,6 +224,7 @@ class ConnectionPool:
         """Keep ``connection`` for the next request to its server (the oldest idle one goes past MAX_IDLE)."""
         connection.idle_since, connection.reused = time.monotonic(), True
         with self._lock:
+            self._busy.discard(connection)
             if self._closed:
                 dropped = [connection]
             else:
@@ -213,13 +234,22 @@ class ConnectionPool:
         for old in dropped:
             old.close()
 
+    def drop(self, connection: _Connection) -> None:
+        """Close ``connection``: its request ended without leaving it reusable."""
+        with self._lock:
+            self._busy.discard(connection)
+        connection.close()
+
     def close(self) -> None:
-        """Close every idle connection; one still answering closes when its reply does."""
+        """Close every idle connection, and end the requests still answering (their replies close them)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            busy = list(self._busy)
         for connection in idle:
             connection.close()
+        for connection in busy:
+            connection.abort()
 
     def _idle_connection(self, origin: Origin) -> _Connection | None:
         now = time.monotonic()

@@ -74,7 +74,6 @@ class _Connection:
         # after answering (HTTP/1.0, "Connection: close"), and the connection's is None then.
         self.socket = connection.sock
         self.idle_since = 0.0
-        self.reused = False
 
     def usable(self, now: float) -> bool:
         """Whether an idle connection can take a request: not expired, not closed by the server."""
@@ -222,7 +221,7 @@ class ConnectionPool:
 
     def give_back(self, connection: _Connection) -> None:
         """Keep ``connection`` for the next request to its server (the oldest idle one goes past MAX_IDLE)."""
-        connection.idle_since, connection.reused = time.monotonic(), True
+        connection.idle_since = time.monotonic()
         with self._lock:
             self._busy.discard(connection)
             if self._closed:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -104,6 +107,22 @@ class FakeHttpServer:
             handler.wfile.flush()
             if first:
                 self.hold.wait(60)
+
+
+def batch_over_one_file(
+    root: Path, base_url: str, questions: Sequence[str]
+) -> tuple[list[str], dict[str, str]]:
+    """``longctx batch`` arguments for ``questions`` over a one-file corpus made under ``root``, and the
+    environment to run it in as a new process: this one's without its ``LONGCTX_`` settings, a store
+    of its own under ``root``."""
+    corpus = root / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.py").write_text("def first():\n    return 1\n")
+    listed = root / "questions.txt"
+    listed.write_text("".join(f"{question}\n" for question in questions))
+    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
+    env["LONGCTX_HOME"] = str(root / "home")
+    return ["batch", str(corpus), "--questions", str(listed), "--base-url", base_url], env
 
 
 def _has_content(event: str) -> bool:

@@ -9,7 +9,6 @@ the fake engine over HTTP, in a subprocess, then the modules it loaded.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from fake_engine import FakeEngine
-from fake_http import FakeHttpServer
+from fake_http import FakeHttpServer, batch_over_one_file
 
 # What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
 # (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
@@ -61,14 +60,8 @@ def served() -> Iterator[FakeHttpServer]:
 def test_batch_imports_nothing_it_does_not_use_and_reads_no_ca_bundle(
     served: FakeHttpServer, tmp_path: Path
 ) -> None:
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "notes.py").write_text("def first():\n    return 1\n")
-    questions = tmp_path / "questions.txt"
-    questions.write_text("What does first return?\nWhat is the file?\n")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
-    env["LONGCTX_HOME"] = str(tmp_path / "home")
-    args = ["batch", str(corpus), "--questions", str(questions), "--base-url", served.base_url]
+    questions = ["What does first return?", "What is the file?"]
+    args, env = batch_over_one_file(tmp_path, served.base_url, questions)
     done = subprocess.run([sys.executable, "-c", SCRIPT % (UNUSED,), *args], env=env, capture_output=True,
                           text=True, check=False, timeout=120)  # fmt: skip
     last = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,7 +10,6 @@ longctx errors a user sees.
 from __future__ import annotations
 
 import http.server
-import os
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any, cast
 import httpx2
 import pytest
 from fake_engine import FakeEngine
-from fake_http import FakeHttpServer
+from fake_http import FakeHttpServer, batch_over_one_file
 
 from longctx.backends import connections
 from longctx.backends.connections import ConnectionPool, Timeouts, WireError
@@ -301,15 +300,8 @@ def test_ctrl_c_ends_a_batch_whose_answer_is_still_streaming(tmp_path: Path) -> 
     # the worker thread still reading the held answer (it did, with httpcore2 too).
     served = FakeHttpServer(FakeEngine(engine="generic", block=1, answer="one two three four"))
     served.hold_after_first_piece()
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "notes.py").write_text("def first():\n    return 1\n")
-    questions = tmp_path / "questions.txt"
-    questions.write_text("What does first return?\n")
-    env = {key: value for key, value in os.environ.items() if not key.startswith("LONGCTX_")}
-    env["LONGCTX_HOME"] = str(tmp_path / "home")
-    command = [sys.executable, "-c", "import sys; from longctx.cli import main; sys.exit(main())", "batch",
-               str(corpus), "--questions", str(questions), "--base-url", served.base_url]  # fmt: skip
+    args, env = batch_over_one_file(tmp_path, served.base_url, ["What does first return?"])
+    command = [sys.executable, "-c", "import sys; from longctx.cli import main; sys.exit(main())", *args]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert served.first_piece_sent.wait(60), "no answer began"

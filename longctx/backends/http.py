@@ -552,9 +552,10 @@ def network_transport() -> Transport | None:
 
     None (httpx2's own transport, over httpcore2) where the environment names
     a proxy: httpx2 applies ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``
-    and ``NO_PROXY`` only to a client it makes the transport of.
+    and ``NO_PROXY`` only to a client it makes the transport of. The
+    environment only, as httpx2 reads it (not a system's proxy settings).
     """
-    if any(scheme != "no" for scheme in urllib.request.getproxies()):
+    if any(scheme != "no" for scheme in urllib.request.getproxies_environment()):
         return None
     return _PooledTransport()
 

@@ -418,8 +418,9 @@ class Job:
         others go on. KeyboardInterrupt stops sending new packs and is
         raised again at once, whichever thread the signal landed on (see
         :mod:`longctx.interrupts`); a pack in flight ends when the backend
-        closes, and everything answered by then is stored. A job runs once: it closes what it
-        opened, and a second ``run`` raises :class:`~longctx.errors.SessionClosed`.
+        closes, and everything answered by then is stored. A job runs once:
+        it closes what it opened, and a second ``run`` raises
+        :class:`~longctx.errors.SessionClosed`.
         """
         try:
             return self._run()

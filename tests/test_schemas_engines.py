@@ -95,6 +95,7 @@ def test_a_typed_sibling_reads_the_plain_prefix_and_its_data_validates(
     request = RequestOptions(max_tokens=64, temperature=0.0, extra_body=no_whitespace)
     session = Session(backend, small_pack(), store=store, request=request)
     session.ask_many(["Alpha: what does wrap do?"])  # cold: prefills the pack
+    session.settle()  # the pack's ids, made beside that request, are ready for the next two
     plain = session.ask_many(["Beta: name a pet."])[0]
     typed = session.ask_many(["Gamma: name a pet."], schema=PET)[0]
     assert plain.usage.cached_tokens is not None and plain.usage.cached_tokens > 0

@@ -90,7 +90,7 @@ class Conversation(ABC):
         branches that share what was closed); ``id``, ``title`` and
         ``turns`` can still be read.
         """
-        self._finish()
+        self.settle()
         self._resources.close()
 
     async def aclose(self) -> None:
@@ -103,11 +103,17 @@ class Conversation(ABC):
         """
         import asyncio  # only async paths load asyncio (about 30 modules); a sync batch never does
 
-        await asyncio.to_thread(self._finish)
+        await asyncio.to_thread(self.settle)
         await self._resources.aclose()
 
-    def _finish(self) -> None:  # noqa: B027 - most kinds run nothing in the background
-        """Wait for the work still running in the background that needs the connection or the store."""
+    def settle(self) -> None:  # noqa: B027 - most kinds run nothing in the background
+        """Wait for this conversation's work still running off the answers' path; :meth:`close` does first.
+
+        That work needs the connection or writes to the store: a warm start,
+        the pack's token ids being made (until they are, a new request goes
+        as text), the counter checks. Call it to find all of it in the store,
+        or before a request that must go as token ids.
+        """
 
     @abstractmethod
     def plan_ask(

@@ -272,8 +272,8 @@ class Session(Conversation):
         """
         return request_messages(self.pack, self._turns if history is None else history, question, preamble)
 
-    def _finish(self) -> None:
-        # A warm start in flight records its request, and the counter checks write to the store.
+    def settle(self) -> None:
+        # A warm start in flight records its request; the pack's ids and counter checks write to the store.
         if self.warming is not None:
             self.warming.wait()
         self._requests.prompt_ids.wait()

@@ -138,10 +138,10 @@ class ShardedSession(Conversation):
         )
         return session
 
-    def _finish(self) -> None:
-        # Its parts share its backend and store: their checks must be written before those close.
+    def settle(self) -> None:
+        # Its parts share its backend and store: their work must be written before those close.
         for part in self._parts():
-            part.settle_checks()
+            part.settle()
             if part in self._reductions:  # a reduce's fork is asked once: done with, once settled
                 self._reductions.remove(part)
 
@@ -310,7 +310,7 @@ class ShardedSession(Conversation):
         return batch
 
     def _batch(self, answers: tuple[Answer, ...]) -> Batch:
-        self._finish()  # the shards' batch checks and the reduces' turn checks are written
+        self.settle()  # the shards' batch checks and the reduces' turn checks are written
         ids = {a.session_id for answer in answers for a in (answer, *answer.shard_answers)}
         records = self.store.sessions.requests(session_ids=sorted(ids))
         # The shards' batches are checked under each shard (with the batch's id); the reduces,
@@ -352,7 +352,7 @@ class ShardedSession(Conversation):
     def report(self, *, include_branches: bool = True, prices: Prices | None = None) -> SavingsReport:
         """Every map and reduce request, shard by shard, and the server counters' check over them."""
         self._resources.check_open()
-        self._finish()
+        self.settle()
         ids: list[str] = []
         for session in (*self.shards, self.reducer):
             ids.append(session.id)

@@ -25,7 +25,7 @@ from longctx.exports import lazy_exports
 
 # The public names, each with the module it comes from; ``__all__`` is these and
 # ``__version__``. Imported on first use (PEP 562): `import longctx` stays cheap
-# for the CLI, and the HTTP client (httpx2, in longctx.backends.http) is loaded
+# for the CLI, and the HTTP client (longctx.backends.client; httpx2 for async) is loaded
 # only by code that talks to a server.
 _EXPORTS: dict[str, str] = {
     "Answer": "longctx.sessions",

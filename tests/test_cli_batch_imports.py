@@ -21,8 +21,9 @@ from fake_http import FakeHttpServer, batch_over_one_file
 # What a batch never uses: the chat's loop, a streamed answer's printing, typed answers' schemas
 # (without --schema), asyncio (the CLI's batch runs its requests in threads), rich (a terminal's
 # live line only), tenacity (the retry policy's library, loaded at a request's first failure),
-# tornado (tenacity imports it where installed; the test extras install it) and httpcore2 with h11
-# and anyio (httpx2's own network layer: the batch's clients go over longctx's pool).
+# tornado (tenacity imports it where installed; the test extras install it), and httpx2 with its
+# network (httpcore2, h11, anyio) and importlib.metadata (httpx2 reads its version there): the
+# batch's requests go through longctx's own client over its pool.
 UNUSED = (
     "longctx.cli.chat",
     "longctx.cli.streaming",
@@ -31,9 +32,12 @@ UNUSED = (
     "rich",
     "tenacity",
     "tornado",
+    "httpx2",
+    "longctx.backends.httpx2_bridge",
     "httpcore2",
     "h11",
     "anyio",
+    "importlib.metadata",
 )
 
 SCRIPT = """

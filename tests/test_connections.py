@@ -1,25 +1,26 @@
-"""The connection pool under httpx2 against a real HTTP/1.1 server on 127.0.0.1.
+"""longctx's own client and its connection pool against a real HTTP/1.1 server on 127.0.0.1.
 
 Each path of the server below does one thing a server does to a client: answers
 whole and keeps the connection, streams chunks one at a time, goes silent,
 closes without answering, closes mid-body, closes its idle connections. The
-client is longctx's own (``network_transport``), the errors are checked as the
+client is longctx's own (over ``network_wire``), the errors are checked as the
 longctx errors a user sees.
 """
 
 from __future__ import annotations
 
 import http.server
+import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import urllib.parse
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-import httpx2
 import pytest
 from fake_engine import FakeEngine
 from fake_http import FakeHttpServer, batch_over_one_file
@@ -31,11 +32,12 @@ from longctx.backends.http import (
     HttpEndpoint,
     connection_refused,
     make_client,
-    network_transport,
+    network_wire,
     post_events,
     timed_out,
     tls_context,
 )
+from longctx.backends.httpx2_bridge import TransportWire
 from longctx.cli import EXIT_INTERRUPTED
 from longctx.errors import ServerUnreachable
 
@@ -48,6 +50,7 @@ class Server:
         self.go_on = threading.Event()  # what a streaming path waits for between its two chunks
         self.waited_in_vain = False  # it sent its second chunk without being told to go on
         self.client_sockets: list[socket.socket] = []
+        self.targets: list[str] = []  # each request's target as sent (a proxied one is a whole URL)
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -74,7 +77,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.http.server_address[1]}"
 
     def route(self, handler: http.server.BaseHTTPRequestHandler) -> None:
-        path = handler.path
+        self.targets.append(handler.path)
+        path = urllib.parse.urlsplit(handler.path).path
         if path == "/json":
             body = b'{"ok": true}'
             handler.send_response(200)
@@ -241,13 +245,36 @@ def test_nothing_listening_is_a_refused_connection() -> None:
     assert connection_refused(raised.value) and not timed_out(raised.value)
 
 
-def test_a_proxy_in_the_environment_leaves_the_transport_to_httpx2(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert isinstance(network_transport(), httpx2.BaseTransport)
+def test_a_proxy_in_the_environment_leaves_the_requests_to_httpx2(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [name for name in os.environ if name.lower().endswith("_proxy")]:
+        monkeypatch.delenv(name)
+    assert isinstance(network_wire(), ConnectionPool)
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
-    assert network_transport() is None
+    assert isinstance(network_wire(), TransportWire)
     monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("all_proxy", "http://proxy.example:3128")  # any case
+    assert isinstance(network_wire(), TransportWire)
+    monkeypatch.delenv("all_proxy")
     monkeypatch.setenv("NO_PROXY", "*")  # no proxy named: the pool again
-    assert network_transport() is not None
+    assert isinstance(network_wire(), ConnectionPool)
+    monkeypatch.setenv("HTTP_PROXY", "")  # set but empty names none
+    assert isinstance(network_wire(), ConnectionPool)
+
+
+def test_a_proxied_client_goes_through_the_proxy_the_environment_names(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The test server is the proxy: a request for another host reaches it with that host's URL.
+    monkeypatch.setenv("HTTP_PROXY", server.url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    client = make_client(timeout=5.0, stall_timeout=5.0)
+    try:
+        answer = client.get("http://elsewhere.example/json")
+        assert answer.status_code == 200 and answer.json() == {"ok": True}
+        assert server.targets[-1] == "http://elsewhere.example/json"
+    finally:
+        client.close()
 
 
 def test_the_pool_keeps_at_most_max_idle_connections_and_closes_them(server: Server) -> None:

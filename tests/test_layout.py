@@ -29,7 +29,7 @@ LIBRARY_HOMES = {
     "pypdfium2": ("longctx/sources/page_images.py",),
     "tiktoken": ("longctx/tokens/tokenizers.py",),
     "tenacity": ("longctx/retry.py",),
-    "httpx2": ("longctx/backends/http.py",),
+    "httpx2": ("longctx/backends/httpx2_bridge.py",),
     "click": ("longctx/cli/",),
     "mcp": ("longctx/mcp/server.py",),
     "jsonschema": ("longctx/schemas.py",),
@@ -300,6 +300,7 @@ def test_modules_talk_through_what_each_exports() -> None:
 ENVIRONMENT_READERS = {
     "longctx.sources.git": "git's own environment (locale, its executable), not a longctx setting",
     "longctx.cli.questions": "the terminal's TERM (whether it shows hyperlinks), not a longctx setting",
+    "longctx.backends.http": "the proxies the environment names (*_proxy), read as httpx2 reads them",
 }
 
 

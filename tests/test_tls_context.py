@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from longctx.backends import http as lx_http
+from longctx.backends import httpx2_bridge
 from longctx.errors import ServerUnreachable
 
 HOST = "127.0.0.1"
@@ -86,13 +87,13 @@ def _serve(wrap: ssl.SSLContext | None) -> Iterator[str]:
 def fresh_context(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     """The process's context made anew for the test (and after it); the count of CA bundles read."""
     reads: list[int] = []
-    real = lx_http.httpx2.create_ssl_context
+    real = httpx2_bridge.httpx2.create_ssl_context
 
     def counted(*args: object, **kwargs: object) -> ssl.SSLContext:
         reads.append(1)
         return real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(lx_http.httpx2, "create_ssl_context", counted)
+    monkeypatch.setattr(httpx2_bridge.httpx2, "create_ssl_context", counted)
     lx_http.tls_context.cache_clear()
     yield reads
     lx_http.tls_context.cache_clear()
@@ -160,9 +161,11 @@ def test_an_async_client_verifies_too(
 
     async def models() -> object:
         client = lx_http.make_async_client(timeout=10, stall_timeout=10)
-        async with client:
-            response = await client.get(url + "/v1/models")
-            return response.json()["data"][0]["id"]
+        try:
+            async with client.stream("GET", url + "/v1/models", content=b"", headers={}) as response:
+                return json.loads(await response.aread())["data"][0]["id"]
+        finally:
+            await client.aclose()
 
     assert asyncio.run(models()) == "m"
     assert fresh_context == [1]

@@ -2,9 +2,12 @@
 
 - :mod:`~longctx.backends.base`: :class:`Backend` and :func:`connect`: one server or
   replicas, discovery, delivery with retries and failover (the package's own names);
-- :mod:`~longctx.backends.http`: the only httpx2 import: JSON, text and server-sent events;
+- :mod:`~longctx.backends.http`: JSON, text and server-sent events, failures as longctx errors;
+- :mod:`~longctx.backends.client`: longctx's own sync HTTP client (answers whole or as they arrive);
 - :mod:`~longctx.backends.connections`: keep-alive HTTP/1.1 connections over ``http.client``,
-  the network under httpx2's sync clients;
+  the network under that client;
+- :mod:`~longctx.backends.httpx2_bridge`: the only httpx2 import: the async client, and httpx2
+  transports (a test's mock, a proxy from the environment) under the sync client;
 - :mod:`~longctx.backends.chat`: the chat and completion requests, streamed and accumulated;
 - :mod:`~longctx.backends.profiles`: what longctx knows of an engine or a router, as data;
 - :mod:`~longctx.backends.engines`: the registry: the engine and router profiles, the one

@@ -17,19 +17,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, field, replace
 from functools import partial
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from longctx.backends.chat import ChatClient, ChatRequest, Completion
 from longctx.backends.continuation import Continuations
 from longctx.backends.engines import GENERIC, identify, profiles
-from longctx.backends.http import (
-    AsyncTransport,
-    HttpEndpoint,
-    Transport,
-    connection_refused,
-    split_base_url,
-    timed_out,
-)
+from longctx.backends.http import HttpEndpoint, connection_refused, split_base_url, timed_out
 from longctx.backends.images import ImageCounter
 from longctx.backends.metrics import Sample, parse_metrics
 from longctx.backends.prefill_wait import PrefillRate
@@ -42,6 +35,9 @@ from longctx.errors import BackendError, ConfigError, ServerUnreachable
 from longctx.options.groups import AFFINITY_BODY_FIELD, ServerOptions
 from longctx.recordtypes import record_type
 from longctx.retry import OnRetry, RetryPolicy, call_with_retry, is_retryable, retried
+
+if TYPE_CHECKING:
+    from longctx.backends.httpx2_bridge import AsyncTransport, Transport
 
 __all__ = ["Backend", "DeliveryHooks", "ReplicaStatus", "Sent", "ServerInfo", "connect"]
 

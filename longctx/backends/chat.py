@@ -29,15 +29,12 @@ import time
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping, Sequence
 from dataclasses import field, replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from longctx.backends.continuation import Continuations, GeneratePlan, generate_chunk, refusal
 from longctx.backends.http import (
     TRANSPORT_ERRORS,
-    AsyncClient,
-    AsyncTransport,
     EventPost,
-    Transport,
     apost_events,
     make_async_client,
     make_client,
@@ -56,6 +53,9 @@ from longctx.options.groups import (
 )
 from longctx.recordtypes import record_type
 from longctx.usage import Usage
+
+if TYPE_CHECKING:
+    from longctx.backends.httpx2_bridge import AsyncClient, AsyncTransport, Transport
 
 __all__ = ["ChatClient", "ChatRequest", "Completion", "TokenLogprob"]
 
@@ -494,7 +494,7 @@ class ChatClient:
         self._echoes: dict[str, dict[str, str]] = {}
         self._sync = make_client(timeout=timeout, stall_timeout=stall_timeout, transport=transport)
         # The async client is made at its first use: a sync caller (the CLI's batch) then never
-        # imports httpcore2, the network under httpx2's async client (see backends/connections.py).
+        # imports httpx2 (see backends/client.py).
         self._async_client: AsyncClient | None = None
         self._async_settings = (timeout, stall_timeout, async_transport)
         self._async_lock = threading.Lock()

@@ -1,12 +1,11 @@
-"""Keep-alive HTTP/1.1 connections over the standard library's ``http.client``: the network under httpx2.
+"""Keep-alive HTTP/1.1 connections over the standard library's ``http.client``: the sync client's network.
 
-httpx2's own network layer is httpcore2, whose import (with h11, anyio,
-sniffio and truststore) was 119 M of the 954 M instructions a new
-``longctx batch`` process runs (callgrind, 2026-12-06), paid before the first
-request; ``http.client`` is already imported by httpx2 itself. The requests
-longctx sends are plain HTTP/1.1 to a few servers: this pool does what they
-need and nothing more. :mod:`longctx.backends.http` wraps it as httpx2's
-transport, so timeouts, streams and errors read as httpx2's everywhere else.
+The requests longctx sends are plain HTTP/1.1 to a few servers: this pool
+does what they need and nothing more, under longctx's own client
+(:mod:`longctx.backends.client`). It replaced httpcore2, httpx2's network
+layer, whose import (with h11, anyio, sniffio and truststore) was 119 M of
+the 954 M instructions a new ``longctx batch`` process ran (callgrind,
+2026-12-06), paid before the first request.
 
 What it keeps from httpcore2's behaviour: a connection is used by one
 request at a time and goes back to the pool only when its answer was read to
@@ -14,8 +13,8 @@ the end and the server keeps it open; an idle connection is dropped after
 :data:`KEEP_IDLE` seconds or when the server has closed it (its socket reads
 as ready), so a request never goes out on a connection the server has
 already given up; at most :data:`MAX_IDLE` are kept. Proxies and HTTP/2 are
-not here: a proxied URL goes through httpx2's own transport (see
-:func:`longctx.backends.http.make_client`).
+not here: where the environment names a proxy, the client's requests go
+through httpx2 (see :func:`longctx.backends.http.network_wire`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Literal
 
-__all__ = ["KEEP_IDLE", "MAX_IDLE", "ConnectionPool", "Reply", "Timeouts", "WireError"]
+__all__ = ["KEEP_IDLE", "MAX_IDLE", "ConnectionPool", "Origin", "Reply", "Stage", "Timeouts", "WireError"]
 
 #: Seconds an idle connection is kept (httpx2's default keep-alive expiry; uvicorn, under vLLM and
 #: SGLang, closes one after 5 s, so reusing an older one would race the server's close).
@@ -52,6 +51,15 @@ class WireError(Exception):
         self.timed_out = timed_out
         #: The server broke HTTP (closed before a whole answer, sent no status line).
         self.protocol = protocol
+
+    @property
+    def kind(self) -> str:
+        """The failure's name, as httpx names it: ConnectError, ReadTimeout, RemoteProtocolError, ..."""
+        if self.timed_out:
+            return f"{self.stage.capitalize()}Timeout"
+        if self.protocol:
+            return "RemoteProtocolError"
+        return f"{self.stage.capitalize()}Error"
 
 
 class Timeouts:

@@ -1,10 +1,14 @@
-"""Plain HTTP to an inference server: the one module that imports httpx2.
+"""Plain HTTP to an inference server: JSON, text and server-sent event streams, failures as longctx errors.
 
 Everything a server offers is plain JSON, text or a server-sent event stream
 over HTTP: :class:`HttpEndpoint` for JSON and text (tokenize, metrics, server
 info, version), :func:`post_events` / :func:`apost_events` for the streamed
 answers (sync and async clients are the one place the two modes differ; see
-:mod:`longctx.drivers`).
+:mod:`longctx.drivers`). The sync requests go through longctx's own client
+(:mod:`longctx.backends.client`, over the connection pool of
+:mod:`longctx.backends.connections`); the async ones through httpx2's
+(:mod:`longctx.backends.httpx2_bridge`, imported at the first async call or
+where a test hands in an httpx2 transport).
 
 Failures become longctx errors: no connection is :class:`ServerUnreachable`,
 an error status is :class:`ServerError`, a 429 is :class:`RateLimited`, and
@@ -24,23 +28,25 @@ import contextlib
 import functools
 import importlib
 import json
+import os
 import re
 import ssl
 import threading
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx2
-
-from longctx.backends.connections import ConnectionPool, Reply, Timeouts, WireError
+from longctx.backends.client import Client, Response, Wire
+from longctx.backends.connections import ConnectionPool, Timeouts, WireError
 from longctx.backends.waits import Waits, seconds_text
 from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
 from longctx.process_state import PROCESS
 from longctx.recordtypes import record_type
 from longctx.retry import parse_retry_after
+
+if TYPE_CHECKING:
+    from longctx.backends.httpx2_bridge import AsyncClient, AsyncResponse, AsyncTransport, Transport
 
 _orjson: Any
 try:  # optional (the ``fast`` extra): encodes a million token ids about ten times faster than json
@@ -51,12 +57,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 __all__ = [
     "REQUEST_ID_HEADER",
     "TRANSPORT_ERRORS",
-    "AsyncClient",
-    "AsyncTransport",
     "EventPost",
     "Exchange",
     "HttpEndpoint",
-    "Transport",
     "apost_events",
     "connection_refused",
     "credentials_in",
@@ -64,7 +67,7 @@ __all__ = [
     "error_from_response",
     "make_async_client",
     "make_client",
-    "network_transport",
+    "network_wire",
     "parse_context_overflow",
     "post_events",
     "redacted",
@@ -75,9 +78,6 @@ __all__ = [
 #: The header that carries the id of each request (vLLM takes it as its own request id).
 REQUEST_ID_HEADER = "X-Request-Id"
 BODY_LIMIT = 2000
-Transport = httpx2.BaseTransport
-AsyncTransport = httpx2.AsyncBaseTransport
-AsyncClient = httpx2.AsyncClient
 
 # vLLM: "This model's maximum context length is 32768 tokens. However, your
 # prompt contains 40000 input tokens..." (and variants that count the
@@ -261,13 +261,14 @@ def error_from_response(
 
 def unreachable(exchange: Exchange, error: BaseException) -> BackendError:
     """The :class:`ServerUnreachable` for a connection that failed, dropped or stalled during ``exchange``."""
-    return exchange.error(ServerUnreachable, f"cannot reach {exchange.url}: {type(error).__name__}: {error}")
+    kind = error.kind if isinstance(error, WireError) else type(error).__name__
+    return exchange.error(ServerUnreachable, f"cannot reach {exchange.url}: {kind}: {error}")
 
 
 class HttpEndpoint:
     """JSON and text requests to one server, errors translated.
 
-    ``transport`` replaces the network (``httpx2.MockTransport`` in unit tests).
+    ``transport`` replaces the network (an ``httpx2.MockTransport`` in unit tests).
     """
 
     def __init__(
@@ -281,8 +282,8 @@ class HttpEndpoint:
         self.root_url, self.api_url = split_base_url(base_url)
         self.timeout = timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self.client = httpx2.Client(
-            timeout=timeout, transport=transport or network_transport(), headers=headers, verify=tls_context()
+        self.client = Client(
+            timeout=Timeouts(timeout, timeout, timeout), wire=network_wire(transport), headers=headers
         )
 
     def close(self) -> None:
@@ -294,7 +295,7 @@ class HttpEndpoint:
 
     def _send(
         self, method: str, path: str, body: Any | None = None, timeout: float | None = None
-    ) -> tuple[httpx2.Response, Exchange]:
+    ) -> tuple[Response, Exchange]:
         exchange = Exchange.new(self.url(path), secrets=credentials_in(self.client.headers))
         bound = timeout or self.timeout
         try:
@@ -302,19 +303,22 @@ class HttpEndpoint:
                 response = self.client.request(
                     method,
                     exchange.url,
-                    json=body,
+                    content=None if body is None else encode_body(body),
                     timeout=bound,
-                    headers={REQUEST_ID_HEADER: exchange.request_id},
+                    headers={
+                        **(_JSON_HEADERS if body is not None else {}),
+                        REQUEST_ID_HEADER: exchange.request_id,
+                    },
                 )
-        except httpx2.TimeoutException as error:
+        except WireError as error:
+            if not error.timed_out:
+                raise unreachable(exchange, error) from error
             raise exchange.error(
                 ServerUnreachable,
                 f"no answer from {exchange.url} within {seconds_text(bound)} s: the server"
-                f"{' accepted the connection but' if not isinstance(error, httpx2.ConnectTimeout) else ''}"
+                f"{' accepted the connection but' if error.stage != 'connect' else ''}"
                 " sent nothing (raise --timeout / --stall-timeout to wait longer)",
             ) from error
-        except httpx2.TransportError as error:
-            raise unreachable(exchange, error) from error
         if response.status_code >= 400:
             raise error_from_response(response.status_code, response.text, exchange, response.headers)
         return response, exchange
@@ -332,7 +336,7 @@ class HttpEndpoint:
         """The HTTP status of GET ``path``, or None when the server cannot be reached."""
         try:
             return self.client.get(self.url(path), timeout=timeout).status_code
-        except httpx2.TransportError:
+        except WireError:
             return None
 
 
@@ -342,15 +346,17 @@ def connection_refused(error: BaseException) -> bool:
     Nothing listens there: another attempt a second later would fail the same way,
     so first contact says so at once instead of retrying.
     """
-    return isinstance(error.__cause__, httpx2.ConnectError)
+    cause = error.__cause__
+    return isinstance(cause, WireError) and cause.stage == "connect" and not cause.timed_out
 
 
 def timed_out(error: BaseException) -> bool:
     """Whether ``error`` is a request that got no answer within its bound (the server stayed silent)."""
-    return isinstance(error.__cause__, httpx2.TimeoutException)
+    cause = error.__cause__
+    return isinstance(cause, WireError) and cause.timed_out
 
 
-def _json(response: httpx2.Response, exchange: Exchange) -> Any:
+def _json(response: Response, exchange: Exchange) -> Any:
     try:
         return response.json()
     except ValueError as error:
@@ -363,8 +369,8 @@ def _json(response: httpx2.Response, exchange: Exchange) -> Any:
         ) from error
 
 
-# The exceptions httpx2 raises when a connection fails, drops or stalls.
-TRANSPORT_ERRORS: tuple[type[Exception], ...] = (httpx2.TransportError, httpx2.StreamError)
+# What every client raises when a connection fails, drops or stalls (the async one's too).
+TRANSPORT_ERRORS: tuple[type[Exception], ...] = (WireError,)
 
 
 def _event(line: str, exchange: Exchange) -> dict[str, Any] | None:
@@ -403,7 +409,7 @@ def _stream_errors(exchange: Exchange) -> Iterator[None]:
         raise unreachable(exchange, error) from error
 
 
-def _opened(response: httpx2.Response, exchange: Exchange, post: EventPost) -> None:
+def _opened(response: Response | AsyncResponse, exchange: Exchange, post: EventPost) -> None:
     """Say the server accepted the stream; its error answer (body already read) raises instead."""
     if response.status_code >= 400:
         body = response.content.decode("utf-8", "replace")
@@ -433,20 +439,15 @@ class EventPost:
     #: What the server does meanwhile, for the progress line (:class:`~longctx.backends.waits.Wait`).
     waiting_for: str | None = None
 
-    def stall_bound(self, client_timeout: httpx2.Timeout) -> float:
+    def stall_bound(self, client_timeout: Timeouts) -> float:
         """How long the stream may stay silent: this post's own bound, else the client's."""
         return self.read_timeout if self.read_timeout is not None else _stall_bound(client_timeout)
 
-    def timeout(self, client_timeout: httpx2.Timeout) -> httpx2.Timeout | None:
+    def timeout(self, client_timeout: Timeouts) -> Timeouts | None:
         """The request's own timeouts where its reads may wait longer; None: the client's."""
         if self.read_timeout is None:
             return None
-        return httpx2.Timeout(
-            client_timeout.pool,
-            connect=client_timeout.connect,
-            read=self.read_timeout,
-            write=client_timeout.write,
-        )
+        return Timeouts(client_timeout.connect, self.read_timeout, client_timeout.write)
 
     def exchange(self) -> tuple[Exchange, dict[str, str]]:
         """The exchange this post is, and its headers with the request id."""
@@ -454,7 +455,7 @@ class EventPost:
         return exchange, {**self.headers, REQUEST_ID_HEADER: exchange.request_id}
 
 
-def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, Any]]:
+def post_events(client: Client, post: EventPost) -> Iterator[dict[str, Any]]:
     """Send ``post`` and yield each JSON event of the server-sent stream that answers it.
 
     ``post.on_open`` is called once the response's headers arrived. An HTTP
@@ -474,7 +475,7 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
             url,
             content=encode_body(post.body),
             headers={**_JSON_HEADERS, **headers},
-            timeout=_own_timeout(post, client),
+            timeout=post.timeout(client.timeout),
         ) as response,
     ):
         if response.status_code >= 400:
@@ -486,14 +487,14 @@ def post_events(client: httpx2.Client, post: EventPost) -> Iterator[dict[str, An
                 yield event
 
 
-async def apost_events(client: httpx2.AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
+async def apost_events(client: AsyncClient, post: EventPost) -> AsyncIterator[dict[str, Any]]:
     """:func:`post_events` over an async client (the transport is all that differs)."""
     exchange, headers = post.exchange()
     with (
         _stream_errors(exchange),
         PROCESS.get(Waits).waiting(exchange.url, post.stall_bound(client.timeout), post.waiting_for) as wait,
     ):
-        own = _own_timeout(post, client)
+        own = post.timeout(client.timeout)
         content, headers = encode_body(post.body), {**_JSON_HEADERS, **headers}
         async with client.stream(
             "POST", exchange.url, content=content, headers=headers, timeout=own
@@ -527,140 +528,62 @@ def encode_body(body: Any) -> bytes:
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-def _own_timeout(post: EventPost, client: httpx2.Client | httpx2.AsyncClient) -> Any:
-    """The stream call's ``timeout``: the post's own where it waits longer, else the client's."""
-    timeout = post.timeout(client.timeout)
-    return httpx2.USE_CLIENT_DEFAULT if timeout is None else timeout
-
-
-def _stall_bound(timeout: httpx2.Timeout) -> float:
-    """How long a streamed answer may stay silent: the read timeout (else the whole request's)."""
+def _stall_bound(timeout: Timeouts) -> float:
+    """How long a streamed answer may stay silent: the read timeout (else the connect one)."""
     return float(timeout.read or timeout.connect or 0.0)
 
 
-def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> httpx2.Client:
-    """An httpx2 client for streamed answers: ``stall_timeout`` bounds the wait for each read."""
-    return httpx2.Client(
-        timeout=_timeouts(timeout, stall_timeout),
-        transport=transport or network_transport(),
-        verify=tls_context(),
+def make_client(*, timeout: float, stall_timeout: float, transport: Transport | None = None) -> Client:
+    """A client for streamed answers: ``stall_timeout`` bounds the wait for each read.
+
+    ``transport`` (an httpx2 transport: a test's mock) replaces the network.
+    """
+    return Client(timeout=_timeouts(timeout, stall_timeout), wire=network_wire(transport))
+
+
+def network_wire(transport: Transport | None = None) -> Wire:
+    """Where a sync client's requests go: the connection pool over ``http.client``, unless told otherwise.
+
+    Through ``transport`` where one is given (an httpx2 transport: a test's
+    mock). Through httpx2's own network where the environment names a proxy
+    (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, any ``*_proxy``; httpx2
+    applies them and ``NO_PROXY``): the environment only, as httpx2 reads it,
+    not a system's proxy settings.
+    """
+    if transport is None and not _environment_names_a_proxy():
+        return ConnectionPool(tls_context)
+    from longctx.backends.httpx2_bridge import TransportWire
+
+    return TransportWire(transport, verify=tls_context())
+
+
+def _environment_names_a_proxy() -> bool:
+    """Whether a ``<scheme>_proxy`` variable (any case, not ``no_proxy``) is set, as urllib reads them."""
+    return any(
+        value and name.lower().endswith("_proxy") and name.lower() != "no_proxy"
+        for name, value in os.environ.items()
     )
 
 
-def network_transport() -> Transport | None:
-    """The transport of a client that talks to the network: the pool over ``http.client``.
-
-    None (httpx2's own transport, over httpcore2) where the environment names
-    a proxy: httpx2 applies ``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``
-    and ``NO_PROXY`` only to a client it makes the transport of. The
-    environment only, as httpx2 reads it (not a system's proxy settings).
-    """
-    if any(scheme != "no" for scheme in urllib.request.getproxies_environment()):
-        return None
-    return _PooledTransport()
-
-
-class _PooledTransport(httpx2.BaseTransport):
-    """httpx2's transport over :class:`~longctx.backends.connections.ConnectionPool`.
-
-    The wire errors become httpx2's (a connection refused is ``ConnectError``,
-    a silent server ``ReadTimeout``, ...), so everything above reads them as
-    it read httpcore2's.
-    """
-
-    def __init__(self) -> None:
-        self._pool = ConnectionPool(tls_context)
-
-    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
-        url = request.url
-        if url.scheme not in ("http", "https"):
-            raise httpx2.UnsupportedProtocol(f"{url.scheme!r} is not http or https", request=request)
-        origin = (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
-        bounds = request.extensions.get("timeout", {})
-        timeouts = Timeouts(bounds.get("connect"), bounds.get("read"), bounds.get("write"))
-        try:
-            target = url.raw_path.decode("ascii")
-            headers, body = request.headers.raw, request.read()
-            reply = self._pool.request(
-                request.method, origin, target, headers=headers, body=body, timeouts=timeouts
-            )
-        except WireError as error:
-            raise _httpx2_error(error, request) from error
-        return httpx2.Response(
-            reply.status,
-            headers=reply.headers,
-            stream=_ReplyStream(reply, request),
-            extensions={"http_version": b"HTTP/1.1"},
-        )
-
-    def close(self) -> None:
-        self._pool.close()
-
-
-class _ReplyStream(httpx2.SyncByteStream):
-    """A reply's body as httpx2 reads a response's: chunks as they arrive, wire errors as httpx2's."""
-
-    def __init__(self, reply: Reply, request: httpx2.Request) -> None:
-        self._reply, self._request = reply, request
-
-    def __iter__(self) -> Iterator[bytes]:
-        while True:
-            try:
-                data = self._reply.read_some()
-            except WireError as error:
-                raise _httpx2_error(error, self._request) from error
-            if not data:
-                return
-            yield data
-
-    def close(self) -> None:
-        self._reply.close()
-
-
-_TIMEOUTS: dict[str, type[httpx2.TransportError]] = {
-    "connect": httpx2.ConnectTimeout,
-    "write": httpx2.WriteTimeout,
-    "read": httpx2.ReadTimeout,
-}
-_FAILURES: dict[str, type[httpx2.TransportError]] = {
-    "connect": httpx2.ConnectError,
-    "write": httpx2.WriteError,
-    "read": httpx2.ReadError,
-}
-
-
-def _httpx2_error(error: WireError, request: httpx2.Request) -> httpx2.TransportError:
-    """The httpx2 exception httpcore2 raises for the same failure."""
-    if error.timed_out:
-        kind = _TIMEOUTS[error.stage]
-    elif error.protocol:
-        kind = httpx2.RemoteProtocolError
-    else:
-        kind = _FAILURES[error.stage]
-    return kind(str(error), request=request)
-
-
-def _timeouts(timeout: float, stall_timeout: float) -> httpx2.Timeout:
+def _timeouts(timeout: float, stall_timeout: float) -> Timeouts:
     # A connection that is not made within half a minute (or the user's bounds) will not be.
-    return httpx2.Timeout(timeout, read=stall_timeout, connect=min(30.0, stall_timeout, timeout))
+    return Timeouts(min(30.0, stall_timeout, timeout), stall_timeout, timeout)
 
 
 def make_async_client(
     *, timeout: float, stall_timeout: float, transport: AsyncTransport | None = None
-) -> httpx2.AsyncClient:
-    """The async twin of :func:`make_client`."""
-    return httpx2.AsyncClient(
-        timeout=_timeouts(timeout, stall_timeout),
-        transport=transport,
-        verify=tls_context(),
-    )
+) -> AsyncClient:
+    """The async twin of :func:`make_client` (httpx2's client, made here: the first async call imports it)."""
+    from longctx.backends.httpx2_bridge import AsyncClient
+
+    return AsyncClient(timeout=_timeouts(timeout, stall_timeout), transport=transport, verify=tls_context())
 
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """The one verifying TLS context of every client in the process.
 
-    httpx2 builds one per client otherwise, reading the CA bundle each time
+    httpx2 built one per client, reading the CA bundle each time
     (about 50 ms): six times for a backend over two replicas, on the way to
     the first request. Built as httpx2 builds its default (``SSL_CERT_FILE``
     and ``SSL_CERT_DIR`` honoured), at the first TLS handshake
@@ -675,9 +598,10 @@ class _VerifiedOnFirstUse(ssl.SSLContext):
     Reading the bundle took 50-140 ms on the test machine, paid by every new process
     (``longctx batch`` among them) before its first request even where the server
     is plain HTTP, as every local engine is. The handshakes are made by the context
-    httpx2 would have built (:func:`httpx2.create_ssl_context`, verifying,
-    built once under a lock), which this one hands them to; the protocols
-    httpcore2 sets for ALPN go along.
+    httpx2 builds by default
+    (:func:`~longctx.backends.httpx2_bridge.verifying_context`, built once under
+    a lock), which this one hands them to; the protocols httpx2's async
+    network sets for ALPN go along.
     """
 
     _built: ssl.SSLContext | None = None
@@ -687,7 +611,9 @@ class _VerifiedOnFirstUse(ssl.SSLContext):
     def _verifying(self) -> ssl.SSLContext:
         with self._lock:
             if self._built is None:
-                self._built = httpx2.create_ssl_context()
+                from longctx.backends.httpx2_bridge import verifying_context
+
+                self._built = verifying_context()
             if self._alpn is not None:
                 self._built.set_alpn_protocols(self._alpn)
             return self._built

@@ -309,7 +309,11 @@ class Client:
             body=body or b"",
             timeouts=timeouts_of(timeout) or self.timeout,
         )
-        answer = Response(reply, url)
+        try:
+            answer = Response(reply, url)
+        except WireError:
+            reply.close()  # an encoding it cannot read: the connection is not reused
+            raise
         try:
             yield answer
         finally:

@@ -130,6 +130,9 @@ def test_a_compressed_body_is_read_decompressed_and_an_unasked_encoding_is_refus
     packed = gzip.compress(b'{"n": 1}')
     answer = _response(packed[:5], packed[5:], headers=[(b"Content-Encoding", b"gzip")])
     assert answer.read() == b'{"n": 1}' and answer.json() == {"n": 1}
+    with pytest.raises(WireError, match="compressed body is broken") as raised:
+        _response(b"not gzip", headers=[(b"Content-Encoding", b"gzip")]).read()
+    assert raised.value.protocol and raised.value.kind == "RemoteProtocolError"
     with pytest.raises(WireError, match="encoding not asked for: br") as raised:
         _response(b"x", headers=[(b"content-encoding", b"br")])
     assert raised.value.protocol

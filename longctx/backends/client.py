@@ -114,13 +114,18 @@ class Response:
 
     def iter_bytes(self) -> Iterator[bytes]:
         """The body's bytes as they arrive (decompressed); raises :class:`WireError`."""
-        while data := self._reply.read_some():
-            if self._decoder is not None:
-                data = self._decoder.decompress(data)
-            if data:
-                yield data
-        if self._decoder is not None and (rest := self._decoder.flush()):
-            yield rest
+        try:
+            while data := self._reply.read_some():
+                if self._decoder is not None:
+                    data = self._decoder.decompress(data)
+                if data:
+                    yield data
+            if self._decoder is not None and (rest := self._decoder.flush()):
+                yield rest
+        except zlib.error as error:
+            raise WireError(
+                "read", f"the answer's compressed body is broken: {error}", protocol=True
+            ) from error
 
     def iter_lines(self) -> Iterator[str]:
         """The body as text lines, each as soon as its end arrived (ended by CR LF, LF or CR, not kept).

@@ -382,15 +382,15 @@ def test_log_probabilities_sent_without_their_tokens_score_nothing() -> None:
 def test_a_body_is_encoded_as_httpx2_encodes_json_with_orjson_or_without(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from longctx.backends import http
+    from longctx.backends import client
 
     message = {"role": "user", "content": 'é ü \u2028 "q"'}
     body = {"model": "m", "prompt": list(range(2000)), "messages": [message],
             "temperature": 0.5, "stream": True, "n": None, "big": 2**70}  # fmt: skip
     expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    assert http.encode_body(body) == expected  # 2**70 is past orjson: json then
+    assert client.encode_body(body) == expected  # 2**70 is past orjson: json then
     del body["big"]
     expected = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-    assert http.encode_body(body) == expected
-    monkeypatch.setattr(http, "_orjson", None)
-    assert http.encode_body(body) == expected
+    assert client.encode_body(body) == expected
+    monkeypatch.setattr(client, "_orjson", None)
+    assert client.encode_body(body) == expected

@@ -81,8 +81,8 @@ class Recording:
 def test_a_json_post_carries_its_body_host_and_length_and_a_calls_headers_win_by_name() -> None:
     wire = Recording(Chunks([b'{"ok": true}']))
     client = Client(timeout=BOUNDS, wire=wire, headers={"Authorization": "Bearer k", "X-Team": "a"})
-    answer = client.post(
-        "http://host.example:8000/v1/tokenize?x=1", json={"text": "é"}, headers={"x-team": "b"}
+    answer = client.request(
+        "POST", "http://host.example:8000/v1/tokenize?x=1", json={"text": "é"}, headers={"x-team": "b"}
     )
     assert answer.json() == {"ok": True}
     method, origin, target, headers, body, bounds = wire.sent[0]
@@ -97,7 +97,7 @@ def test_a_json_post_carries_its_body_host_and_length_and_a_calls_headers_win_by
 def test_a_get_has_no_body_its_default_port_is_not_named_and_a_number_bounds_every_stage() -> None:
     wire = Recording(Chunks([b"text"]))
     client = Client(timeout=BOUNDS, wire=wire)
-    assert client.get("https://[::1]/metrics", timeout=3.0).text == "text"
+    assert client.request("GET", "https://[::1]/metrics", timeout=3.0).text == "text"
     method, origin, target, headers, body, bounds = wire.sent[0]
     assert (method, origin, target, body) == ("GET", ("https", "::1", 443), "/metrics", b"")
     assert headers["Host"] == "[::1]" and "Content-Length" not in headers
@@ -107,10 +107,10 @@ def test_a_get_has_no_body_its_default_port_is_not_named_and_a_number_bounds_eve
 def test_a_url_that_is_not_http_fails_as_a_connection_would_and_a_closed_client_refuses() -> None:
     client = Client(timeout=BOUNDS, wire=Recording())
     with pytest.raises(WireError, match="not an http"):
-        client.get("ftp://host/file")
+        client.request("GET", "ftp://host/file")
     client.close()
     with pytest.raises(RuntimeError, match="the client was closed: no request to http://host/"):
-        client.get("http://host/")
+        client.request("GET", "http://host/")
 
 
 def _response(*chunks: bytes, headers: Sequence[tuple[bytes, bytes]] = ()) -> Response:

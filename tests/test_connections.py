@@ -270,7 +270,7 @@ def test_a_proxied_client_goes_through_the_proxy_the_environment_names(
     monkeypatch.delenv("no_proxy", raising=False)
     client = make_client(timeout=5.0, stall_timeout=5.0)
     try:
-        answer = client.get("http://elsewhere.example/json")
+        answer = client.request("GET", "http://elsewhere.example/json")
         assert answer.status_code == 200 and answer.json() == {"ok": True}
         assert server.targets[-1] == "http://elsewhere.example/json"
     finally:

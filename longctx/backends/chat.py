@@ -384,8 +384,8 @@ class _SessionRead(_Read):
         if self._plan.opens:
             self._chat.close_sessions(retired_only=True)
             try:
-                answer = self._chat._sync.post(
-                    f"{root}/open_session", json=self._opening, headers=self._post.headers
+                answer = self._chat._sync.request(
+                    "POST", f"{root}/open_session", json=self._opening, headers=self._post.headers
                 )
                 why = self._opened(answer.status_code, answer.text)
             except TRANSPORT_ERRORS as error:
@@ -645,7 +645,8 @@ class ChatClient:
         closing = self.continuations.to_close() if retired_only else self.continuations.close_all()
         for session_id in closing:
             try:
-                self._sync.post(f"{root}/close_session", json={"session_id": session_id}, timeout=5.0)
+                ending = {"session_id": session_id}
+                self._sync.request("POST", f"{root}/close_session", json=ending, timeout=5.0)
             except TRANSPORT_ERRORS:
                 continue
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib
 import json
 import os
 import re
@@ -37,7 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from longctx.backends.client import Client, Response, Wire
+from longctx.backends.client import Client, Response, Sending, Wire, encode_body
 from longctx.backends.connections import ConnectionPool, Timeouts, WireError
 from longctx.backends.waits import Waits, seconds_text
 from longctx.errors import BackendError, ContextOverflow, RateLimited, ServerError, ServerUnreachable
@@ -48,12 +47,6 @@ from longctx.retry import parse_retry_after
 if TYPE_CHECKING:
     from longctx.backends.httpx2_bridge import AsyncClient, AsyncResponse, AsyncTransport, Transport
 
-_orjson: Any
-try:  # optional (the ``fast`` extra): encodes a million token ids about ten times faster than json
-    _orjson = importlib.import_module("orjson")
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
-
 __all__ = [
     "REQUEST_ID_HEADER",
     "TRANSPORT_ERRORS",
@@ -63,7 +56,6 @@ __all__ = [
     "apost_events",
     "connection_refused",
     "credentials_in",
-    "encode_body",
     "error_from_response",
     "make_async_client",
     "make_client",
@@ -300,16 +292,10 @@ class HttpEndpoint:
         bound = timeout or self.timeout
         try:
             with PROCESS.get(Waits).waiting(exchange.url, bound):
-                response = self.client.request(
-                    method,
-                    exchange.url,
-                    content=None if body is None else encode_body(body),
-                    timeout=bound,
-                    headers={
-                        **(_JSON_HEADERS if body is not None else {}),
-                        REQUEST_ID_HEADER: exchange.request_id,
-                    },
-                )
+                sending: Sending = {"timeout": bound, "headers": {REQUEST_ID_HEADER: exchange.request_id}}
+                if body is not None:
+                    sending["json"] = body
+                response = self.client.request(method, exchange.url, **sending)
         except WireError as error:
             if not error.timed_out:
                 raise unreachable(exchange, error) from error
@@ -335,7 +321,7 @@ class HttpEndpoint:
     def status(self, path: str, *, timeout: float = 10.0) -> int | None:
         """The HTTP status of GET ``path``, or None when the server cannot be reached."""
         try:
-            return self.client.get(self.url(path), timeout=timeout).status_code
+            return self.client.request("GET", self.url(path), timeout=timeout).status_code
         except WireError:
             return None
 
@@ -471,11 +457,7 @@ def post_events(client: Client, post: EventPost) -> Iterator[dict[str, Any]]:
         _stream_errors(exchange),
         PROCESS.get(Waits).waiting(url, post.stall_bound(client.timeout), post.waiting_for) as wait,
         client.stream(
-            "POST",
-            url,
-            content=encode_body(post.body),
-            headers={**_JSON_HEADERS, **headers},
-            timeout=post.timeout(client.timeout),
+            "POST", url, json=post.body, headers=headers, timeout=post.timeout(client.timeout)
         ) as response,
     ):
         if response.status_code >= 400:
@@ -506,23 +488,6 @@ async def apost_events(client: AsyncClient, post: EventPost) -> AsyncIterator[di
                 if (event := _event(line, exchange)) is not None:
                     wait.end()
                     yield event
-
-
-def encode_body(body: Any) -> bytes:
-    """A request body as JSON bytes, as httpx2 encodes ``json=`` (compact, UTF-8 unescaped).
-
-    By orjson when it is installed (the ``fast`` extra): a body of a million
-    token ids took 0.25-0.33 s through ``json.dumps`` and 0.03 s through
-    orjson on a 2-core CPU, on the way to every request's first token.
-    Anything orjson does not take (an integer past 64 bits, a key that is not
-    a string) goes through ``json``.
-    """
-    if _orjson is not None:
-        try:
-            return bytes(_orjson.dumps(body))
-        except (TypeError, _orjson.JSONEncodeError):
-            pass
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
